@@ -1,0 +1,111 @@
+package balance
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// Policy names accepted by Config.Policy.
+const (
+	NameRandom     = "random"
+	NameRoundRobin = "roundrobin"
+	NameBroadcast  = "broadcast"
+	NamePolling    = "polling"
+	NameLocalP2C   = "localp2c"
+	NameOracle     = "oracle"
+)
+
+// Names lists every policy New accepts, in a stable order.
+var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle}
+
+// WaitAllCap bounds the wait for poll answers when Config.Discard is 0
+// ("wait for every answer"): a dead replica must not stall a call forever.
+const WaitAllCap = time.Second
+
+// ErrUnknownPolicy is returned by New and Validate for a Policy name not in Names.
+var ErrUnknownPolicy = errors.New("balance: unknown policy")
+
+// Config selects and tunes a policy. The zero value is not valid; start from
+// DefaultConfig.
+type Config struct {
+	// Policy is one of Names.
+	Policy string
+	// PollSize is how many distinct replicas polling policies ask per call
+	// (all of them if fewer are candidates). The paper settles on 3.
+	PollSize int
+	// Discard is how long a call waits for poll answers before choosing
+	// among those that arrived (the paper's 10 ms "discard slow polls").
+	// Zero means wait for all answers, but at most WaitAllCap.
+	Discard time.Duration
+	// BroadcastInterval is the mean interval at which replicas push their
+	// load under the broadcast policy, jittered uniformly in 0.5–1.5× to
+	// avoid self-synchronisation. The pushing is the server shell's (or the
+	// simulator's) job; the policy only consumes Report.
+	BroadcastInterval time.Duration
+}
+
+// DefaultConfig returns the paper's configuration: poll 3 replicas and
+// discard answers slower than 10 ms.
+func DefaultConfig() Config {
+	return Config{
+		Policy:            NamePolling,
+		PollSize:          3,
+		Discard:           10 * time.Millisecond,
+		BroadcastInterval: 100 * time.Millisecond,
+	}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if !slices.Contains(Names, c.Policy) {
+		return fmt.Errorf("%w: Policy %q (want one of %v)", ErrUnknownPolicy, c.Policy, Names)
+	}
+	if c.PollSize < 1 {
+		return fmt.Errorf("balance: PollSize must be >= 1, got %d", c.PollSize)
+	}
+	if c.Discard < 0 {
+		return fmt.Errorf("balance: Discard must be >= 0, got %v", c.Discard)
+	}
+	if c.BroadcastInterval <= 0 {
+		return fmt.Errorf("balance: BroadcastInterval must be > 0, got %v", c.BroadcastInterval)
+	}
+	return nil
+}
+
+// pollWait is the Plan.Wait that Discard stands for.
+func (c Config) pollWait() time.Duration {
+	if c.Discard == 0 {
+		return WaitAllCap
+	}
+	return c.Discard
+}
+
+// New builds the policy cfg names. rng is the policy's only source of
+// randomness; give each client its own, seeded, for reproducible runs. The
+// returned Policy is not safe for concurrent use.
+func New(cfg Config, rng *rand.Rand) (Policy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if rng == nil {
+		return nil, errors.New("balance: nil rng")
+	}
+	switch cfg.Policy {
+	case NameRandom:
+		return &Random{rng: rng}, nil
+	case NameRoundRobin:
+		return &RoundRobin{}, nil
+	case NameBroadcast:
+		return &Broadcast{newReported(rng)}, nil
+	case NamePolling:
+		return &Polling{rng: rng, d: cfg.PollSize, wait: cfg.pollWait()}, nil
+	case NameLocalP2C:
+		return &LocalP2C{rng: rng, outstanding: map[string]int{}}, nil
+	case NameOracle:
+		return &Oracle{newReported(rng)}, nil
+	}
+	return nil, fmt.Errorf("%w: %q not implemented yet", ErrUnknownPolicy, cfg.Policy)
+}
