@@ -172,3 +172,99 @@ func TestPollingChoose(t *testing.T) {
 		})
 	}
 }
+
+func TestRoundRobin(t *testing.T) {
+	p := mustNew(t, withPolicy(NameRoundRobin), 1)
+	cands := replicas(3)
+	var got []string
+	for range 7 {
+		got = append(got, p.Choose(t0, cands, nil))
+	}
+	if want := []string{"a", "b", "c", "a", "b", "c", "a"}; !slices.Equal(got, want) {
+		t.Fatalf("round robin chose %v, want %v", got, want)
+	}
+	// A shrunken candidate list must still yield a candidate.
+	if r := p.Choose(t0, cands[:1], nil); r != "a" {
+		t.Fatalf("single candidate: chose %q", r)
+	}
+}
+
+// TestReportedLoads covers the policies that choose from pushed loads.
+func TestReportedLoads(t *testing.T) {
+	for _, name := range []string{NameBroadcast, NameOracle} {
+		t.Run(name, func(t *testing.T) {
+			p := mustNew(t, withPolicy(name), 2)
+			cands := replicas(3)
+			for _, l := range []Load{{Replica: "a", Queue: 4}, {Replica: "b", Queue: 2}, {Replica: "c", Queue: 3}} {
+				p.Report(t0, l)
+			}
+			// Poll answers are not this policy's information source.
+			if pl := p.Plan(t0, cands); len(pl.Poll) != 0 {
+				t.Fatalf("%s polls %v", name, pl.Poll)
+			}
+			for range 20 {
+				if r := p.Choose(t0, cands, []Load{{Replica: "a", Queue: 0}}); r != "b" {
+					t.Fatalf("chose %q, want b (least reported)", r)
+				}
+			}
+			// Its own sends do not change the perceived load: flocking.
+			p.Sent(t0, "b")
+			if r := p.Choose(t0, cands, nil); r != "b" {
+				t.Fatalf("after Sent: chose %q, want b", r)
+			}
+			p.Report(t0.Add(time.Millisecond), Load{Replica: "b", Queue: 9})
+			if r := p.Choose(t0, cands, nil); r != "c" {
+				t.Fatalf("after new report: chose %q, want c", r)
+			}
+			p.Report(t0, Load{Replica: "a", Queue: 3})
+			got := map[string]int{}
+			for range 200 {
+				got[p.Choose(t0, cands, nil)]++
+			}
+			if got["a"] == 0 || got["c"] == 0 || got["b"] != 0 {
+				t.Fatalf("ties a=c=3: choices %v, want a and c only", got)
+			}
+			// A replica that never reported counts as idle.
+			if r := p.Choose(t0, append(cands, "new"), nil); r != "new" {
+				t.Fatalf("chose %q, want the unreported replica", r)
+			}
+		})
+	}
+}
+
+func TestLocalP2C(t *testing.T) {
+	p := mustNew(t, withPolicy(NameLocalP2C), 4)
+	cands := replicas(2)
+	for range 3 {
+		p.Sent(t0, "a")
+	}
+	for range 50 {
+		if r := p.Choose(t0, cands, nil); r != "b" {
+			t.Fatalf("chose %q, want b (fewer outstanding)", r)
+		}
+	}
+	for range 3 {
+		p.Done(t0, "a", time.Millisecond)
+	}
+	p.Sent(t0, "b")
+	if r := p.Choose(t0, cands, nil); r != "a" {
+		t.Fatalf("after completions: chose %q, want a", r)
+	}
+	// With many candidates it compares only two: the busiest replica is
+	// never chosen, every other one sometimes is.
+	p = mustNew(t, withPolicy(NameLocalP2C), 4)
+	cands = replicas(4)
+	for range 5 {
+		p.Sent(t0, "d")
+	}
+	got := map[string]int{}
+	for range 600 {
+		got[p.Choose(t0, cands, nil)]++
+	}
+	if got["d"] != 0 || got["a"] == 0 || got["b"] == 0 || got["c"] == 0 {
+		t.Fatalf("choices %v: want a, b, c and never d", got)
+	}
+	if r := p.Choose(t0, []string{"d"}, nil); r != "d" {
+		t.Fatalf("single candidate: chose %q", r)
+	}
+}
