@@ -1,0 +1,332 @@
+package membership
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// Config configures gossip membership.
+type Config struct {
+	// NodeID names this member; it must be unique in the cluster.
+	NodeID string
+	// BindAddr and BindPort are where memberlist listens (UDP and TCP).
+	// Port 0 picks a free port.
+	BindAddr string
+	BindPort int
+	// Join lists host:port gossip addresses of existing members.
+	Join []string
+	// AnnounceInterval is how often this member refreshes its
+	// announcement (the paper's 1 s).
+	AnnounceInterval time.Duration
+	// TTL is how long an announcement lives without refresh (the paper's 5 s).
+	TTL time.Duration
+	// Announce returns this member's current announcement; nil means the
+	// member only listens (a client).
+	Announce func() *pb.Announcement
+	// OnChange, if set, is called (without locks held) after a node joins
+	// or leaves the yellow pages.
+	OnChange func()
+	Logger   *slog.Logger
+	Clock    clock.Clock
+}
+
+// Defaults from the paper: refresh every second, expire after five.
+const (
+	DefaultAnnounceInterval = time.Second
+	DefaultTTL              = 5 * time.Second
+)
+
+// maxBestEffort is the largest announcement sent over UDP; larger ones use
+// memberlist's reliable (TCP) channel.
+const maxBestEffort = 1200
+
+// Gossip is a running member: it announces itself and maintains the yellow
+// pages from what others announce.
+type Gossip struct {
+	cfg    Config
+	ml     *memberlist.Memberlist
+	log    *slog.Logger
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu    sync.Mutex
+	pages *Pages
+	seq   uint64
+	inc   int64
+}
+
+// Start joins the cluster and begins announcing.
+func Start(ctx context.Context, cfg Config) (*Gossip, error) {
+	if cfg.AnnounceInterval == 0 {
+		cfg.AnnounceInterval = DefaultAnnounceInterval
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	g := &Gossip{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		pages: NewPages(cfg.TTL),
+		inc:   cfg.Clock.Now().UnixNano(),
+		done:  make(chan struct{}),
+	}
+	mc := memberlist.DefaultLocalConfig()
+	mc.Name = cfg.NodeID
+	mc.BindAddr = cfg.BindAddr
+	mc.BindPort = cfg.BindPort
+	mc.AdvertisePort = cfg.BindPort
+	mc.Delegate = (*delegate)(g)
+	mc.Events = (*events)(g)
+	mc.Logger = slog.NewLogLogger(cfg.Logger.With("component", "memberlist").Handler(), slog.LevelDebug)
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("membership: start memberlist on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
+	}
+	g.ml = ml
+	g.refresh()
+	if len(cfg.Join) > 0 {
+		if _, err := ml.Join(cfg.Join); err != nil {
+			_ = ml.Shutdown()
+			return nil, fmt.Errorf("membership: join %v: %w", cfg.Join, err)
+		}
+	}
+	ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	go g.loop(ctx)
+	return g, nil
+}
+
+// Addr is the gossip address others can join.
+func (g *Gossip) Addr() string {
+	n := g.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// Members is the number of live memberlist members, this one included.
+func (g *Gossip) Members() int { return g.ml.NumMembers() }
+
+// Close leaves the cluster gracefully and stops announcing.
+func (g *Gossip) Close() error {
+	g.cancel()
+	<-g.done
+	_ = g.ml.Leave(time.Second)
+	return g.ml.Shutdown()
+}
+
+// Replicas returns the live nodes hosting service's partition.
+func (g *Gossip) Replicas(service string, partition int32) ([]Replica, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pages.Replicas(g.cfg.Clock.Now(), service, partition)
+}
+
+// Method returns the declared method, if any live node announces it.
+func (g *Gossip) Method(service, method string) (*pb.MethodInfo, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pages.Method(g.cfg.Clock.Now(), service, method)
+}
+
+// Exclude hides node until it announces itself again.
+func (g *Gossip) Exclude(node string) {
+	g.mu.Lock()
+	g.pages.Exclude(node)
+	g.mu.Unlock()
+	g.log.Info("node excluded after failed calls", "peer", node)
+}
+
+// Snapshot returns the live yellow pages.
+func (g *Gossip) Snapshot() []Entry {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pages.Snapshot(g.cfg.Clock.Now())
+}
+
+func (g *Gossip) loop(ctx context.Context) {
+	defer close(g.done)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.cfg.Clock.After(g.cfg.AnnounceInterval):
+		}
+		g.mu.Lock()
+		gone := g.pages.Expire(g.cfg.Clock.Now())
+		g.mu.Unlock()
+		for _, id := range gone {
+			g.log.Info("node expired from yellow pages", "peer", id)
+		}
+		if len(gone) > 0 && g.cfg.OnChange != nil {
+			g.cfg.OnChange()
+		}
+		g.broadcast(g.refresh(), nil)
+	}
+}
+
+// refresh builds a new announcement of this member and applies it locally.
+func (g *Gossip) refresh() []byte {
+	if g.cfg.Announce == nil {
+		return nil
+	}
+	a := g.cfg.Announce()
+	g.mu.Lock()
+	g.seq++
+	a.NodeId, a.Seq, a.Incarnation = g.cfg.NodeID, g.seq, g.inc
+	g.pages.Apply(g.cfg.Clock.Now(), a)
+	g.mu.Unlock()
+	b, err := proto.Marshal(a)
+	if err != nil {
+		g.log.Error("encode announcement", "err", err)
+		return nil
+	}
+	return b
+}
+
+// broadcast sends msg to every other member, or only to to if given.
+func (g *Gossip) broadcast(msg []byte, to *memberlist.Node) {
+	if msg == nil {
+		return
+	}
+	targets := []*memberlist.Node{to}
+	if to == nil {
+		targets = g.ml.Members()
+	}
+	for _, n := range targets {
+		if n.Name == g.cfg.NodeID {
+			continue
+		}
+		var err error
+		if len(msg) <= maxBestEffort {
+			err = g.ml.SendBestEffort(n, msg)
+		} else {
+			err = g.ml.SendReliable(n, msg)
+		}
+		if err != nil {
+			g.log.Debug("send announcement", "peer", n.Name, "err", err)
+		}
+	}
+}
+
+func (g *Gossip) receive(now time.Time, a *pb.Announcement) {
+	if a.NodeId == "" || a.NodeId == g.cfg.NodeID {
+		return
+	}
+	g.mu.Lock()
+	_, had := g.pagesHas(now, a.NodeId)
+	g.pages.Apply(now, a)
+	g.mu.Unlock()
+	if !had {
+		g.log.Info("node announced", "peer", a.NodeId, "rpc", a.RpcAddr)
+		if g.cfg.OnChange != nil {
+			g.cfg.OnChange()
+		}
+	}
+}
+
+func (g *Gossip) pagesHas(now time.Time, id string) (*Entry, bool) {
+	e, ok := g.pages.entries[id]
+	if !ok || now.After(e.Expires) {
+		return nil, false
+	}
+	return e, true
+}
+
+// delegate receives memberlist's user messages and push/pull state.
+type delegate Gossip
+
+func (d *delegate) NodeMeta(int) []byte { return nil }
+
+func (d *delegate) NotifyMsg(b []byte) {
+	g := (*Gossip)(d)
+	var a pb.Announcement
+	if err := proto.Unmarshal(b, &a); err != nil {
+		g.log.Warn("drop malformed announcement", "err", err)
+		return
+	}
+	g.receive(g.cfg.Clock.Now(), &a)
+}
+
+func (d *delegate) GetBroadcasts(int, int) [][]byte { return nil }
+
+func (d *delegate) LocalState(bool) []byte {
+	g := (*Gossip)(d)
+	now := g.cfg.Clock.Now()
+	var st pb.PagesState
+	for _, e := range g.Snapshot() {
+		st.Entries = append(st.Entries, &pb.RelayedAnnouncement{Announcement: e.Ann, AgeMs: now.Sub(e.Seen).Milliseconds()})
+	}
+	b, _ := proto.Marshal(&st)
+	return b
+}
+
+func (d *delegate) MergeRemoteState(b []byte, _ bool) {
+	g := (*Gossip)(d)
+	var st pb.PagesState
+	if err := proto.Unmarshal(b, &st); err != nil {
+		g.log.Warn("drop malformed yellow pages state", "err", err)
+		return
+	}
+	now := g.cfg.Clock.Now()
+	for _, r := range st.Entries {
+		if r.Announcement == nil || r.AgeMs < 0 {
+			continue
+		}
+		g.receive(now.Add(-time.Duration(r.AgeMs)*time.Millisecond), r.Announcement)
+	}
+}
+
+// events forwards memberlist's failure detection to the yellow pages: a node
+// memberlist declares dead is dropped before its TTL runs out.
+type events Gossip
+
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	g := (*Gossip)(e)
+	if n.Name == g.cfg.NodeID {
+		return
+	}
+	// Tell the newcomer about us now rather than at the next refresh.
+	go g.broadcast(g.currentAnnouncement(), n)
+}
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	g := (*Gossip)(e)
+	g.mu.Lock()
+	_, had := g.pagesHas(g.cfg.Clock.Now(), n.Name)
+	g.pages.Remove(n.Name)
+	g.mu.Unlock()
+	if had {
+		g.log.Info("node left yellow pages", "peer", n.Name)
+		if g.cfg.OnChange != nil {
+			g.cfg.OnChange()
+		}
+	}
+}
+
+func (e *events) NotifyUpdate(*memberlist.Node) {}
+
+func (g *Gossip) currentAnnouncement() []byte {
+	g.mu.Lock()
+	e, ok := g.pages.entries[g.cfg.NodeID]
+	g.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	b, _ := proto.Marshal(e.Ann)
+	return b
+}

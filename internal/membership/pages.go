@@ -1,0 +1,154 @@
+// Package membership keeps the service yellow pages: which node hosts which
+// service partitions, learned from announcements gossiped over
+// hashicorp/memberlist and kept as soft state that expires unless refreshed.
+package membership
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// Entry is what the yellow pages know about one node.
+type Entry struct {
+	Ann *pb.Announcement
+	// Expires is when the entry is forgotten unless refreshed.
+	Expires time.Time
+	// Seen is when the last announcement arrived.
+	Seen time.Time
+	// excludedSeq, when non-zero, hides the node until it announces a
+	// sequence number above it (a call to it failed).
+	excludedSeq uint64
+	excluded    bool
+}
+
+// Pages is the yellow pages table. It is a pure data structure: time comes
+// in as arguments and it is not safe for concurrent use.
+type Pages struct {
+	ttl     time.Duration
+	entries map[string]*Entry
+}
+
+// NewPages returns empty yellow pages whose entries live for ttl.
+func NewPages(ttl time.Duration) *Pages {
+	return &Pages{ttl: ttl, entries: map[string]*Entry{}}
+}
+
+// Apply records an announcement received at now. Stale announcements (lower
+// sequence number from the same incarnation, or an older incarnation) are
+// ignored. It reports whether the announcement was new information.
+func (p *Pages) Apply(now time.Time, a *pb.Announcement) bool {
+	e, ok := p.entries[a.NodeId]
+	if ok && !now.After(e.Expires) {
+		old := e.Ann
+		if a.Incarnation < old.Incarnation || (a.Incarnation == old.Incarnation && a.Seq <= old.Seq) {
+			return false
+		}
+	}
+	if !ok {
+		e = &Entry{}
+		p.entries[a.NodeId] = e
+	}
+	prevInc := int64(0)
+	if e.Ann != nil {
+		prevInc = e.Ann.Incarnation
+	}
+	e.Ann, e.Seen, e.Expires = a, now, now.Add(p.ttl)
+	if e.excluded && (a.Incarnation != prevInc || a.Seq > e.excludedSeq) {
+		e.excluded = false
+	}
+	return true
+}
+
+// Remove forgets node at once (memberlist declared it dead or it left).
+func (p *Pages) Remove(node string) { delete(p.entries, node) }
+
+// Exclude hides node from lookups until it announces itself again.
+func (p *Pages) Exclude(node string) {
+	if e, ok := p.entries[node]; ok {
+		e.excluded, e.excludedSeq = true, e.Ann.Seq
+	}
+}
+
+// Expire drops every entry whose TTL has run out and returns their ids.
+func (p *Pages) Expire(now time.Time) []string {
+	var gone []string
+	for id, e := range p.entries {
+		if now.After(e.Expires) {
+			gone = append(gone, id)
+			delete(p.entries, id)
+		}
+	}
+	slices.Sort(gone)
+	return gone
+}
+
+// Replica is a node that can serve a service partition.
+type Replica struct {
+	Node     string
+	RPCAddr  string
+	PollAddr string
+}
+
+// Replicas lists the live, non-excluded nodes hosting service's partition,
+// sorted by node id. known reports whether any live node hosts the service
+// at all, so callers can tell an unknown service from an unknown partition.
+func (p *Pages) Replicas(now time.Time, service string, partition int32) (rs []Replica, serviceKnown bool) {
+	for _, e := range p.entries {
+		if now.After(e.Expires) {
+			continue
+		}
+		for _, s := range e.Ann.Services {
+			if s.Name != service {
+				continue
+			}
+			serviceKnown = true
+			if e.excluded || !slices.Contains(s.Partitions, partition) {
+				continue
+			}
+			rs = append(rs, Replica{Node: e.Ann.NodeId, RPCAddr: e.Ann.RpcAddr, PollAddr: e.Ann.PollAddr})
+		}
+	}
+	slices.SortFunc(rs, func(a, b Replica) int { return cmp.Compare(a.Node, b.Node) })
+	return rs, serviceKnown
+}
+
+// Method returns how service declares method, from any live announcement.
+func (p *Pages) Method(now time.Time, service, method string) (*pb.MethodInfo, bool) {
+	for _, e := range p.entries {
+		if now.After(e.Expires) {
+			continue
+		}
+		for _, s := range e.Ann.Services {
+			if s.Name != service {
+				continue
+			}
+			for _, m := range s.Methods {
+				if m.Name == method {
+					return m, true
+				}
+			}
+		}
+	}
+	return nil, false
+}
+
+// Snapshot returns the live entries sorted by node id.
+func (p *Pages) Snapshot(now time.Time) []Entry {
+	var out []Entry
+	for _, e := range p.entries {
+		if !now.After(e.Expires) {
+			out = append(out, *e)
+		}
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return cmp.Compare(a.Ann.NodeId, b.Ann.NodeId) })
+	return out
+}
+
+// Excluded reports whether node is currently hidden after a failed call.
+func (p *Pages) Excluded(node string) bool {
+	e, ok := p.entries[node]
+	return ok && e.excluded
+}

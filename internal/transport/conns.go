@@ -1,0 +1,65 @@
+package transport
+
+import (
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// Conns reuses one gRPC connection per node address. It is safe for
+// concurrent use.
+type Conns struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+	opts  []grpc.DialOption
+}
+
+// NewConns returns an empty connection cache. Extra dial options are
+// appended to the defaults (plaintext).
+func NewConns(opts ...grpc.DialOption) *Conns {
+	return &Conns{
+		conns: map[string]*grpc.ClientConn{},
+		opts:  append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...),
+	}
+}
+
+// Client returns a Node client for addr, creating the connection once.
+func (c *Conns) Client(addr string) (pb.NodeClient, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc, ok := c.conns[addr]; ok {
+		return pb.NewNodeClient(cc), nil
+	}
+	cc, err := grpc.NewClient(addr, c.opts...)
+	if err != nil {
+		return nil, fmt.Errorf("transport: connect %s: %w", addr, err)
+	}
+	c.conns[addr] = cc
+	return pb.NewNodeClient(cc), nil
+}
+
+// Forget closes and drops the connection to addr (its node went away).
+func (c *Conns) Forget(addr string) {
+	c.mu.Lock()
+	cc, ok := c.conns[addr]
+	delete(c.conns, addr)
+	c.mu.Unlock()
+	if ok {
+		_ = cc.Close()
+	}
+}
+
+// Close closes every connection.
+func (c *Conns) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for addr, cc := range c.conns {
+		_ = cc.Close()
+		delete(c.conns, addr)
+	}
+	return nil
+}

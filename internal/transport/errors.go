@@ -1,0 +1,137 @@
+package transport
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/neptune-cluster/neptune/internal/nerr"
+)
+
+// errorDomain marks the ErrorInfo details Neptune attaches to its statuses.
+const errorDomain = "neptune"
+
+var wireErrors = []struct {
+	err    error
+	code   codes.Code
+	reason string
+}{
+	{nerr.ErrUnknownService, codes.NotFound, "UNKNOWN_SERVICE"},
+	{nerr.ErrUnknownPartition, codes.NotFound, "UNKNOWN_PARTITION"},
+	{nerr.ErrUnknownMethod, codes.Unimplemented, "UNKNOWN_METHOD"},
+	{nerr.ErrWrongMode, codes.InvalidArgument, "WRONG_MODE"},
+	{nerr.ErrNoReplica, codes.Unavailable, "NO_REPLICA"},
+	{nerr.ErrNoPrimary, codes.Unavailable, "NO_PRIMARY"},
+	{nerr.ErrDeadline, codes.DeadlineExceeded, "DEADLINE"},
+	{nerr.ErrOverloaded, codes.ResourceExhausted, "OVERLOADED"},
+	{nerr.ErrClosed, codes.Unavailable, "CLOSED"},
+}
+
+// ToStatus turns a handler or runtime error into a gRPC status error that
+// FromStatus can map back to the same Neptune error on the other side.
+func ToStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok && !isNeptune(err) {
+		return err
+	}
+	for _, w := range wireErrors {
+		if errors.Is(err, w.err) {
+			return withReason(w.code, w.reason, err.Error())
+		}
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return withReason(codes.DeadlineExceeded, "DEADLINE", err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return withReason(codes.Unknown, "APPLICATION", err.Error())
+}
+
+func isNeptune(err error) bool {
+	for _, w := range wireErrors {
+		if errors.Is(err, w.err) {
+			return true
+		}
+	}
+	return false
+}
+
+func withReason(c codes.Code, reason, msg string) error {
+	st := status.New(c, msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Domain: errorDomain, Reason: reason}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// RemoteError is an error a remote handler returned; Message is its text.
+type RemoteError struct {
+	Node    string
+	Message string
+}
+
+func (e *RemoteError) Error() string { return "neptune: remote " + e.Node + ": " + e.Message }
+
+// FromStatus maps a gRPC error from node back to a Neptune error. Neptune
+// errors come back as themselves, wrapped with the remote message; transport
+// failures become ErrNoReplica wrapping the cause so callers can retry.
+func FromStatus(node string, err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok || info.Domain != errorDomain {
+			continue
+		}
+		for _, w := range wireErrors {
+			if w.reason == info.Reason {
+				return &wireError{sentinel: w.err, node: node, msg: st.Message()}
+			}
+		}
+		if info.Reason == "APPLICATION" {
+			return &RemoteError{Node: node, Message: st.Message()}
+		}
+	}
+	switch st.Code() {
+	case codes.DeadlineExceeded:
+		return &wireError{sentinel: nerr.ErrDeadline, node: node, msg: st.Message()}
+	case codes.Canceled:
+		return context.Canceled
+	case codes.Unavailable:
+		return &wireError{sentinel: nerr.ErrNoReplica, node: node, msg: st.Message(), transport: true}
+	}
+	return &RemoteError{Node: node, Message: st.Message()}
+}
+
+// IsTransport reports whether err is a failure to reach the node rather
+// than an answer from it.
+func IsTransport(err error) bool {
+	var w *wireError
+	return errors.As(err, &w) && w.transport
+}
+
+type wireError struct {
+	sentinel  error
+	node, msg string
+	transport bool
+}
+
+func (e *wireError) Error() string {
+	if e.msg == e.sentinel.Error() {
+		return e.msg + " (node " + e.node + ")"
+	}
+	return e.sentinel.Error() + " (node " + e.node + "): " + e.msg
+}
+
+func (e *wireError) Unwrap() error { return e.sentinel }

@@ -1,0 +1,211 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// LoadFunc answers a poll: the load index of a service partition on this
+// node, and whether the node hosts it.
+type LoadFunc func(service string, partition int32, class string) (queue int, known bool)
+
+// PollServer answers load polls over UDP (the paper's load index server).
+type PollServer struct {
+	conn *net.UDPConn
+	load LoadFunc
+	log  *slog.Logger
+	done chan struct{}
+}
+
+// ListenPoll starts a poll server on addr ("host:port"; port 0 picks one).
+func ListenPoll(addr string, load LoadFunc, log *slog.Logger) (*PollServer, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("transport: poll address %q: %w", addr, err)
+	}
+	conn, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen for polls on %s: %w", addr, err)
+	}
+	s := &PollServer{conn: conn, load: load, log: log, done: make(chan struct{})}
+	go s.serve()
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *PollServer) Addr() string { return s.conn.LocalAddr().String() }
+
+// Close stops the server.
+func (s *PollServer) Close() error {
+	err := s.conn.Close()
+	<-s.done
+	return err
+}
+
+func (s *PollServer) serve() {
+	defer close(s.done)
+	buf := make([]byte, 2048)
+	var req pb.PollRequest
+	for {
+		n, from, err := s.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		if err := proto.Unmarshal(buf[:n], &req); err != nil {
+			s.log.Debug("drop malformed poll", "from", from, "err", err)
+			continue
+		}
+		q, known := s.load(req.Service, req.Partition, req.Class)
+		out, _ := proto.Marshal(&pb.PollReply{Id: req.Id, Queue: int32(q), Known: known})
+		_, _ = s.conn.WriteToUDPAddrPort(out, from)
+	}
+}
+
+// PollTarget is one replica to poll.
+type PollTarget struct {
+	Replica string
+	Addr    string
+}
+
+// PollAnswer is one reply that arrived in time.
+type PollAnswer struct {
+	Replica string
+	Queue   int
+	RTT     time.Duration
+}
+
+// Poller sends load polls from one UDP socket and matches the replies (the
+// paper's load polling agent). It is safe for concurrent use.
+type Poller struct {
+	conn *net.UDPConn
+	log  *slog.Logger
+	done chan struct{}
+
+	mu      sync.Mutex
+	nextID  uint64
+	waiting map[uint64]*pending
+	addrs   map[string]*net.UDPAddr
+}
+
+type pending struct {
+	replica string
+	sent    time.Time
+	replies chan<- PollAnswer
+}
+
+// NewPoller opens the poller's socket.
+func NewPoller(log *slog.Logger) (*Poller, error) {
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4zero})
+	if err != nil {
+		return nil, fmt.Errorf("transport: open poll socket: %w", err)
+	}
+	p := &Poller{conn: conn, log: log, done: make(chan struct{}), waiting: map[uint64]*pending{}, addrs: map[string]*net.UDPAddr{}}
+	go p.read()
+	return p, nil
+}
+
+// Close closes the socket.
+func (p *Poller) Close() error {
+	err := p.conn.Close()
+	<-p.done
+	return err
+}
+
+// Poll asks every target for its load on service's partition and returns
+// the answers that arrive within wait (or before ctx ends). Late answers are
+// discarded, as in the paper: stale load information misleads.
+func (p *Poller) Poll(ctx context.Context, targets []PollTarget, service string, partition int32, class string, wait time.Duration) []PollAnswer {
+	replies := make(chan PollAnswer, len(targets))
+	ids := make([]uint64, 0, len(targets))
+	p.mu.Lock()
+	for _, t := range targets {
+		ua, err := p.resolve(t.Addr)
+		if err != nil {
+			p.log.Debug("bad poll address", "replica", t.Replica, "addr", t.Addr, "err", err)
+			continue
+		}
+		p.nextID++
+		id := p.nextID
+		msg, _ := proto.Marshal(&pb.PollRequest{Id: id, Service: service, Partition: partition, Class: class})
+		p.waiting[id] = &pending{replica: t.Replica, sent: time.Now(), replies: replies}
+		ids = append(ids, id)
+		if _, err := p.conn.WriteToUDP(msg, ua); err != nil {
+			delete(p.waiting, id)
+			ids = ids[:len(ids)-1]
+		}
+	}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		for _, id := range ids {
+			delete(p.waiting, id)
+		}
+		p.mu.Unlock()
+	}()
+
+	answers := make([]PollAnswer, 0, len(ids))
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(answers) < len(ids) {
+		select {
+		case a := <-replies:
+			answers = append(answers, a)
+		case <-timer.C:
+			return answers
+		case <-ctx.Done():
+			return answers
+		}
+	}
+	return answers
+}
+
+// resolve caches resolved UDP addresses; callers hold p.mu.
+func (p *Poller) resolve(addr string) (*net.UDPAddr, error) {
+	if ua, ok := p.addrs[addr]; ok {
+		return ua, nil
+	}
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, err
+	}
+	p.addrs[addr] = ua
+	return ua, nil
+}
+
+func (p *Poller) read() {
+	defer close(p.done)
+	buf := make([]byte, 512)
+	var rep pb.PollReply
+	for {
+		n, _, err := p.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		if proto.Unmarshal(buf[:n], &rep) != nil {
+			continue
+		}
+		p.mu.Lock()
+		w, ok := p.waiting[rep.Id]
+		delete(p.waiting, rep.Id)
+		p.mu.Unlock()
+		if !ok || !rep.Known {
+			continue
+		}
+		w.replies <- PollAnswer{Replica: w.replica, Queue: int(rep.Queue), RTT: time.Since(w.sent)}
+	}
+}
