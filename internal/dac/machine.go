@@ -1,0 +1,211 @@
+package dac
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// ErrUnexpected means a shell stepped a Machine with an event it cannot
+// have produced: a result from a node that is not a child, a second result
+// from the same child, or a reduction or local result nobody asked for.
+var ErrUnexpected = errors.New("dac: unexpected event")
+
+// Partial is a partial aggregation result: reduced data and the partitions
+// that contributed to it.
+type Partial struct {
+	Partitions []int
+	Data       any
+}
+
+// EventKind says what happened to a Machine.
+type EventKind int
+
+const (
+	// LocalDone: the local operator finished (Data, or Err).
+	LocalDone EventKind = iota + 1
+	// ChildDone: a child's partial result arrived (From, Partial).
+	ChildDone
+	// ReduceDone: a reduction asked for by RunReduce finished (Seq, Data,
+	// or Err).
+	ReduceDone
+	// Timeout: the timer set by SetTimer fired.
+	Timeout
+)
+
+// Event is one input to Machine.Step.
+type Event struct {
+	Kind    EventKind
+	From    int
+	Seq     int
+	Data    any
+	Partial Partial
+	// Err reports a failed operator; its inputs drop out of the result.
+	Err error
+}
+
+// ActionKind says what a Machine asks its shell to do.
+type ActionKind int
+
+const (
+	// RunLocal: run the local operator on this node's partition and report
+	// LocalDone. The shell may skip it once the Machine is Closed.
+	RunLocal ActionKind = iota + 1
+	// RunReduce: reduce A and B and report ReduceDone with Seq. The node
+	// serves these before new local work: they finish requests.
+	RunReduce
+	// SetTimer: report Timeout at At.
+	SetTimer
+	// Send: deliver Partial to the parent (or return it to the caller).
+	Send
+)
+
+// Action is one output of a Machine.
+type Action struct {
+	Kind    ActionKind
+	Seq     int
+	A, B    any
+	At      time.Time
+	Partial Partial
+}
+
+// MachineConfig describes one node's part in one aggregation.
+type MachineConfig struct {
+	// Partition is the partition this node's local operator covers.
+	Partition int
+	// Local is false for the Caller, which reduces but has no partition.
+	Local bool
+	// Children are the tree nodes whose results this node reduces.
+	Children []int
+	// Deadline is when the node sends whatever it has; zero means never
+	// give up.
+	Deadline time.Time
+}
+
+// Machine is the event-driven aggregation state of one node for one call
+// (§4.3, Fig 11): it asks for the local operator, waits for its children
+// without holding a worker, asks for a reduction as soon as two partial
+// results are at hand, and sends one partial result to its parent when all
+// inputs are reduced or the deadline fires. After the deadline it accepts
+// no new input but finishes the reductions in hand, so the send can be one
+// reduction late: the deadline is soft.
+//
+// The shell feeds Step and drains Ready, in the style of go.etcd.io/raft.
+// A Machine is not safe for concurrent use.
+type Machine struct {
+	cfg          MachineConfig
+	localPending bool
+	waiting      map[int]bool // child → result not yet arrived
+	missing      int          // children whose result has not arrived
+	ready        []Partial
+	inflight     map[int][]int // reduction seq → partitions of its output
+	seq          int
+	closed, sent bool
+	out          []Action
+}
+
+// NewMachine returns the machine with its first actions (RunLocal and
+// SetTimer) ready.
+func NewMachine(c MachineConfig) *Machine {
+	m := &Machine{
+		cfg:          c,
+		localPending: c.Local,
+		waiting:      make(map[int]bool, len(c.Children)),
+		inflight:     make(map[int][]int),
+	}
+	for _, ch := range c.Children {
+		m.waiting[ch] = true
+	}
+	m.missing = len(m.waiting)
+	if c.Local {
+		m.out = append(m.out, Action{Kind: RunLocal})
+	}
+	if !c.Deadline.IsZero() {
+		m.out = append(m.out, Action{Kind: SetTimer, At: c.Deadline})
+	}
+	m.advance()
+	return m
+}
+
+// Ready returns the actions produced since the last call and forgets them.
+func (m *Machine) Ready() []Action {
+	out := m.out
+	m.out = nil
+	return out
+}
+
+// Closed reports whether the machine takes no more input: it timed out or
+// sent its result. A queued local operator for it need not run.
+func (m *Machine) Closed() bool { return m.closed }
+
+// Done reports whether the machine has sent its result.
+func (m *Machine) Done() bool { return m.sent }
+
+// Step applies one event. Events after Done, and results arriving after the
+// deadline, are normal in a distributed call and are dropped silently.
+func (m *Machine) Step(ev Event) error {
+	if m.sent {
+		return nil
+	}
+	switch ev.Kind {
+	case LocalDone:
+		if !m.localPending {
+			return fmt.Errorf("%w: local result without RunLocal", ErrUnexpected)
+		}
+		m.localPending = false
+		if !m.closed && ev.Err == nil {
+			m.ready = append(m.ready, Partial{Partitions: []int{m.cfg.Partition}, Data: ev.Data})
+		}
+	case ChildDone:
+		w, ok := m.waiting[ev.From]
+		if !ok || !w {
+			return fmt.Errorf("%w: result from %d, not an awaited child", ErrUnexpected, ev.From)
+		}
+		m.waiting[ev.From] = false
+		m.missing--
+		if !m.closed {
+			m.ready = append(m.ready, ev.Partial)
+		}
+	case ReduceDone:
+		parts, ok := m.inflight[ev.Seq]
+		if !ok {
+			return fmt.Errorf("%w: reduction %d was not asked for", ErrUnexpected, ev.Seq)
+		}
+		delete(m.inflight, ev.Seq)
+		if ev.Err == nil {
+			m.ready = append(m.ready, Partial{Partitions: parts, Data: ev.Data})
+		}
+	case Timeout:
+		m.closed = true
+	default:
+		return fmt.Errorf("%w: kind %d", ErrUnexpected, ev.Kind)
+	}
+	m.advance()
+	return nil
+}
+
+func (m *Machine) advance() {
+	for len(m.ready) >= 2 {
+		a, b := m.ready[0], m.ready[1]
+		m.ready = m.ready[2:]
+		m.seq++
+		m.inflight[m.seq] = slices.Concat(a.Partitions, b.Partitions)
+		m.out = append(m.out, Action{Kind: RunReduce, Seq: m.seq, A: a.Data, B: b.Data})
+	}
+	if len(m.inflight) > 0 || !(m.closed || m.complete()) {
+		return
+	}
+	var p Partial
+	if len(m.ready) == 1 {
+		p = m.ready[0]
+	}
+	m.ready = nil
+	m.closed, m.sent = true, true
+	m.out = append(m.out, Action{Kind: Send, Partial: p})
+}
+
+// complete reports whether every input has arrived.
+func (m *Machine) complete() bool {
+	return !m.localPending && m.missing == 0
+}
