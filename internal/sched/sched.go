@@ -16,6 +16,8 @@ type Request struct {
 	Deadline time.Time
 	// Value is the dispatcher's payload, opaque to the scheduler.
 	Value any
+
+	state classState // ClassScheduler's bookkeeping
 }
 
 // Scheduler orders the queued requests of one service on one node.

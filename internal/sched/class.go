@@ -1,0 +1,328 @@
+package sched
+
+import (
+	"math"
+	"time"
+)
+
+// classState is what a ClassScheduler keeps on each request it queued, so
+// the hot path needs no map lookups or time.Time arithmetic.
+type classState struct {
+	cls     int32   // class index + 1; 0 when not queued here or finished
+	arrival int64   // arrival, Unix ns
+	due     int64   // min(arrival + class deadline, Request.Deadline), Unix ns
+	started int64   // dispatch time, Unix ns
+	charge  float64 // expected resource use charged at dispatch, seconds
+}
+
+// ClassScheduler is the quality-aware node scheduler of dissertation §4.4:
+// one FIFO queue per service class; at each Pop it (a) drops queue heads
+// whose expected yield is (near-)zero, (b) serves the class furthest below
+// its guaranteed resource share, (c) otherwise picks among the class heads
+// by Policy.
+//
+// Resource use is the time-decayed sum u_k(t) = Σ β^(t−ct(r)) s(r) of
+// Eq. 4.4.1, kept in O(1) per event. Unlike the dissertation, a dispatched
+// request is charged its class's expected resource use at once and trued
+// up in Finish, so several workers freed at the same instant do not all go
+// to the same under-served class.
+//
+// Every request Pop returns must be passed to Finish exactly once. Time
+// comes only from the now arguments, which must not go backwards. A
+// ClassScheduler is not safe for concurrent use.
+type ClassScheduler struct {
+	cfg     Config
+	classes []class
+	index   map[string]int
+	def     int
+	queued  int
+	// Usage is stored scaled by e^(λ·(t−epoch)) so a common decay of all
+	// classes costs nothing; total is Σ of the scaled usages.
+	lambda float64
+	epoch  int64
+	total  float64
+	recent dropWindow
+}
+
+type class struct {
+	ClassConfig
+	q        ring
+	svc      float64 // EWMA service time, s
+	cost     float64 // EWMA resource use, s
+	measured bool
+	usage    float64 // scaled u_k
+	inFlight int
+	stats    ClassStats
+}
+
+var _ Scheduler = (*ClassScheduler)(nil)
+
+// NewClassScheduler returns a scheduler for cfg, or an error wrapping
+// ErrInvalidConfig.
+func NewClassScheduler(cfg Config) (*ClassScheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &ClassScheduler{
+		cfg:     cfg,
+		classes: make([]class, len(cfg.Classes)),
+		index:   make(map[string]int, len(cfg.Classes)),
+		lambda:  -math.Log(cfg.Beta),
+		recent:  newDropWindow(cfg.OverloadWindow),
+	}
+	for i, k := range cfg.Classes {
+		est := k.Estimate.Seconds()
+		s.classes[i] = class{ClassConfig: k, svc: est, cost: est}
+		s.index[k.Name] = i
+		if k.Name == cfg.Default {
+			s.def = i
+		}
+	}
+	return s, nil
+}
+
+// Push queues r on its class (the default class if r.Class is empty or
+// unknown). A zero r.Arrival means now.
+func (s *ClassScheduler) Push(now time.Time, r *Request) {
+	t := now.UnixNano()
+	s.recent.advance(t)
+	s.recent.arrive()
+	k, ok := s.index[r.Class]
+	if !ok {
+		k = s.def
+	}
+	c := &s.classes[k]
+	arr := t
+	if !r.Arrival.IsZero() {
+		arr = r.Arrival.UnixNano()
+	}
+	due := arr + int64(c.Yield.Deadline)
+	if !r.Deadline.IsZero() {
+		due = min(due, r.Deadline.UnixNano())
+	}
+	r.state = classState{cls: int32(k + 1), arrival: arr, due: due}
+	c.q.push(r)
+	s.queued++
+	c.stats.Arrivals++
+	c.stats.OfferedYield += c.Yield.Full
+}
+
+// Pop drops hopeless queue heads and returns the request to run next.
+func (s *ClassScheduler) Pop(now time.Time) (*Request, []*Request) {
+	t := now.UnixNano()
+	s.recent.advance(t)
+	mode := s.mode()
+	var dropped []*Request
+	best, bestPrio := -1, math.Inf(1)
+	under, underGap := -1, 0.0
+	for i := range s.classes {
+		c := &s.classes[i]
+		var head *Request
+		var ey float64
+		for c.q.n > 0 {
+			head = c.q.front()
+			if ey = c.expectedYield(head, t); ey > s.cfg.DropBelow*c.Yield.Full {
+				break
+			}
+			c.q.pop()
+			head.state.cls = 0
+			s.queued--
+			c.stats.Drops++
+			s.recent.drop()
+			dropped = append(dropped, head)
+			head = nil
+		}
+		if head == nil {
+			continue
+		}
+		if c.Guarantee > 0 {
+			if gap := c.Guarantee - s.share(c); gap > underGap {
+				under, underGap = i, gap
+			}
+		}
+		if under >= 0 {
+			continue // a guarantee decides; only the drops above still matter
+		}
+		if p := c.priority(mode, head, t, ey); p < bestPrio {
+			best, bestPrio = i, p
+		}
+	}
+	if under >= 0 {
+		best = under
+	}
+	if best < 0 {
+		return nil, dropped
+	}
+	c := &s.classes[best]
+	r := c.q.pop()
+	s.queued--
+	r.state.started = t
+	r.state.charge = c.cost
+	s.rebase(t)
+	w := c.cost * s.scale(t)
+	c.usage += w
+	s.total += w
+	c.inFlight++
+	c.stats.Dispatched++
+	c.stats.QueueWait += time.Duration(t - r.state.arrival)
+	return r, dropped
+}
+
+// Finish records that r ran for used: it replaces r's dispatch-time charge
+// with used in the class's decayed usage, feeds the class's EWMAs, and
+// credits the yield r realized. Requests not dispatched by s are ignored.
+func (s *ClassScheduler) Finish(now time.Time, r *Request, used time.Duration) {
+	if r.state.cls == 0 || int(r.state.cls) > len(s.classes) {
+		return
+	}
+	t := now.UnixNano()
+	c := &s.classes[r.state.cls-1]
+	r.state.cls = 0
+	s.rebase(t)
+	delta := used.Seconds()*s.scale(t) - r.state.charge*s.scale(r.state.started)
+	c.usage = max(0, c.usage+delta)
+	s.total = max(0, s.total+delta)
+	c.inFlight--
+
+	svc := float64(t-r.state.started) / 1e9
+	if !c.measured {
+		c.svc, c.cost, c.measured = svc, used.Seconds(), true
+	} else {
+		a := s.cfg.Smoothing
+		c.svc += a * (svc - c.svc)
+		c.cost += a * (used.Seconds() - c.cost)
+	}
+	c.stats.Completions++
+	if t <= r.state.due {
+		c.stats.RealizedYield += c.Yield.atSeconds(float64(t-r.state.arrival) / 1e9)
+	}
+}
+
+// Len returns the number of queued requests.
+func (s *ClassScheduler) Len() int { return s.queued }
+
+// mode resolves Adaptive to the policy in force now.
+func (s *ClassScheduler) mode() Policy {
+	if s.cfg.Policy != Adaptive {
+		return s.cfg.Policy
+	}
+	if float64(s.recent.sumDrops) > s.cfg.OverloadDrops*float64(s.recent.sumArrivals) {
+		return Greedy
+	}
+	return YID
+}
+
+// scale converts resource-seconds at time t into the epoch-scaled units of
+// usage and total.
+func (s *ClassScheduler) scale(t int64) float64 {
+	return math.Exp(s.lambda * float64(t-s.epoch) / 1e9)
+}
+
+// rebase moves the epoch to t before the scale factor grows large enough
+// to cost precision (every ~13 min with β = 0.95): amortised O(1).
+func (s *ClassScheduler) rebase(t int64) {
+	if s.lambda*float64(t-s.epoch)/1e9 < 40 {
+		return
+	}
+	f := 1 / s.scale(t)
+	for i := range s.classes {
+		s.classes[i].usage *= f
+	}
+	s.total *= f
+	s.epoch = t
+}
+
+// share is the class's fraction of the decayed usage of all classes.
+func (s *ClassScheduler) share(c *class) float64 {
+	if s.total <= 0 {
+		return 0
+	}
+	return c.usage / s.total
+}
+
+// expectedYield is what r would yield if dispatched at t, given the class's
+// expected service time.
+func (c *class) expectedYield(r *Request, t int64) float64 {
+	done := t + int64(c.svc*1e9)
+	if done > r.state.due {
+		return 0
+	}
+	return c.Yield.atSeconds(float64(done-r.state.arrival) / 1e9)
+}
+
+// priority is r's rank under p (smaller runs first); ey > 0.
+func (c *class) priority(p Policy, r *Request, t int64, ey float64) float64 {
+	switch p {
+	case EDF:
+		return float64(r.state.due - t)
+	case Greedy:
+		return c.cost / ey
+	default: // YID
+		return float64(r.state.due-t) / 1e9 / ey
+	}
+}
+
+// ring is a FIFO of requests in a power-of-two circular buffer.
+type ring struct {
+	buf  []*Request
+	head int
+	n    int
+}
+
+func (q *ring) push(r *Request) {
+	if q.n == len(q.buf) {
+		buf := make([]*Request, max(8, 2*len(q.buf)))
+		for i := range q.n {
+			buf[i] = q.buf[(q.head+i)&(len(q.buf)-1)]
+		}
+		q.buf, q.head = buf, 0
+	}
+	q.buf[(q.head+q.n)&(len(q.buf)-1)] = r
+	q.n++
+}
+
+func (q *ring) front() *Request { return q.buf[q.head] }
+
+func (q *ring) pop() *Request {
+	r := q.buf[q.head]
+	q.buf[q.head] = nil
+	q.head = (q.head + 1) & (len(q.buf) - 1)
+	q.n--
+	return r
+}
+
+// windowBuckets is how many slices the Adaptive drop window is kept in.
+const windowBuckets = 30
+
+// dropWindow counts arrivals and drops over a sliding window in fixed
+// buckets, so the count is O(1) per event whatever the rate.
+type dropWindow struct {
+	width                 int64 // ns per bucket
+	cur                   int64 // bucket number of the latest event
+	arrivals, drops       [windowBuckets]int
+	sumArrivals, sumDrops int
+}
+
+func newDropWindow(w time.Duration) dropWindow {
+	return dropWindow{width: max(1, int64(w)/windowBuckets)}
+}
+
+// advance expires the buckets that fell out of the window by time t.
+func (w *dropWindow) advance(t int64) {
+	b := t / w.width
+	if b <= w.cur {
+		return
+	}
+	for i := w.cur + 1; i <= b && i <= w.cur+windowBuckets; i++ {
+		j := i % windowBuckets
+		w.sumArrivals -= w.arrivals[j]
+		w.sumDrops -= w.drops[j]
+		w.arrivals[j], w.drops[j] = 0, 0
+	}
+	w.cur = b
+}
+
+func (w *dropWindow) arrive() { w.arrivals[w.cur%windowBuckets]++; w.sumArrivals++ }
+
+func (w *dropWindow) drop() { w.drops[w.cur%windowBuckets]++; w.sumDrops++ }
