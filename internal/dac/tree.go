@@ -214,7 +214,7 @@ func BuildBinomial(n int, r *rand.Rand) Tree {
 // binomialParent is the parent of position pos ≥ 1 in a binomial tree laid
 // out on positions 0..m-1: pos with its lowest set bit cleared. Position 0
 // is the root; the depth of pos is its number of set bits, so the height of
-// an m-node tree is ⌈log2 m⌉.
+// an m-node tree is ⌊log2 m⌋.
 func binomialParent(pos int) int { return pos & (pos - 1) }
 
 // BuildLAT forms the load-adaptive tree of §4.2 (Fig 9):
