@@ -175,7 +175,8 @@ func TestMachineFailures(t *testing.T) {
 	if err := m.Step(Event{Kind: ChildDone, From: 1}); !errors.Is(err, ErrUnexpected) {
 		t.Errorf("duplicate child result: %v, want ErrUnexpected", err)
 	}
-	mustStep(t, m, Event{Kind: LocalDone}) // now done: all inputs in
+	out = mustStep(t, m, Event{Kind: LocalDone})
+	mustStep(t, m, Event{Kind: ReduceDone, Seq: out[0].Seq})
 	if !m.Done() {
 		t.Fatal("not done with local and child results in")
 	}
