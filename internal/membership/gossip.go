@@ -54,11 +54,12 @@ const maxBestEffort = 1200
 // Gossip is a running member: it announces itself and maintains the yellow
 // pages from what others announce.
 type Gossip struct {
-	cfg    Config
-	ml     *memberlist.Memberlist
-	log    *slog.Logger
-	cancel context.CancelFunc
-	done   chan struct{}
+	cfg       Config
+	ml        *memberlist.Memberlist
+	log       *slog.Logger
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
 
 	mu    sync.Mutex
 	pages *Pages
@@ -123,14 +124,18 @@ func (g *Gossip) Members() int { return g.ml.NumMembers() }
 
 // Close leaves the cluster gracefully and stops announcing.
 func (g *Gossip) Close() error {
-	g.cancel()
-	<-g.done
-	_ = g.ml.Leave(time.Second)
-	return g.ml.Shutdown()
+	var err error
+	g.closeOnce.Do(func() {
+		g.cancel()
+		<-g.done
+		_ = g.ml.Leave(time.Second)
+		err = g.ml.Shutdown()
+	})
+	return err
 }
 
 // Replicas returns the live nodes hosting service's partition.
-func (g *Gossip) Replicas(service string, partition int32) ([]Replica, bool) {
+func (g *Gossip) Replicas(service string, partition int32) Lookup {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.pages.Replicas(g.cfg.Clock.Now(), service, partition)

@@ -29,11 +29,14 @@ type Entry struct {
 type Pages struct {
 	ttl     time.Duration
 	entries map[string]*Entry
+	// ever records every service partition ever announced, so a lookup can
+	// tell "no live replica" (retryable) from "no such partition".
+	ever map[string]map[int32]bool
 }
 
 // NewPages returns empty yellow pages whose entries live for ttl.
 func NewPages(ttl time.Duration) *Pages {
-	return &Pages{ttl: ttl, entries: map[string]*Entry{}}
+	return &Pages{ttl: ttl, entries: map[string]*Entry{}, ever: map[string]map[int32]bool{}}
 }
 
 // Apply records an announcement received at now. Stale announcements (lower
@@ -56,6 +59,16 @@ func (p *Pages) Apply(now time.Time, a *pb.Announcement) bool {
 		prevInc = e.Ann.Incarnation
 	}
 	e.Ann, e.Seen, e.Expires = a, now, now.Add(p.ttl)
+	for _, s := range a.Services {
+		parts := p.ever[s.Name]
+		if parts == nil {
+			parts = map[int32]bool{}
+			p.ever[s.Name] = parts
+		}
+		for _, part := range s.Partitions {
+			parts[part] = true
+		}
+	}
 	if e.excluded && (a.Incarnation != prevInc || a.Seq > e.excludedSeq) {
 		e.excluded = false
 	}
@@ -92,10 +105,21 @@ type Replica struct {
 	PollAddr string
 }
 
-// Replicas lists the live, non-excluded nodes hosting service's partition,
-// sorted by node id. known reports whether any live node hosts the service
-// at all, so callers can tell an unknown service from an unknown partition.
-func (p *Pages) Replicas(now time.Time, service string, partition int32) (rs []Replica, serviceKnown bool) {
+// Lookup is the answer to a yellow-pages query.
+type Lookup struct {
+	// Replicas are the live, non-excluded nodes hosting the partition,
+	// sorted by node id.
+	Replicas []Replica
+	// ServiceKnown and PartitionKnown say whether the service, and this
+	// partition of it, were ever announced: with no replicas, they tell an
+	// unknown name from a dead one.
+	ServiceKnown, PartitionKnown bool
+}
+
+// Replicas looks up the nodes serving service's partition.
+func (p *Pages) Replicas(now time.Time, service string, partition int32) Lookup {
+	parts, serviceKnown := p.ever[service]
+	var rs []Replica
 	for _, e := range p.entries {
 		if now.After(e.Expires) {
 			continue
@@ -104,7 +128,6 @@ func (p *Pages) Replicas(now time.Time, service string, partition int32) (rs []R
 			if s.Name != service {
 				continue
 			}
-			serviceKnown = true
 			if e.excluded || !slices.Contains(s.Partitions, partition) {
 				continue
 			}
@@ -112,7 +135,7 @@ func (p *Pages) Replicas(now time.Time, service string, partition int32) (rs []R
 		}
 	}
 	slices.SortFunc(rs, func(a, b Replica) int { return cmp.Compare(a.Node, b.Node) })
-	return rs, serviceKnown
+	return Lookup{Replicas: rs, ServiceKnown: serviceKnown, PartitionKnown: parts[partition]}
 }
 
 // Method returns how service declares method, from any live announcement.

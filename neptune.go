@@ -1,0 +1,148 @@
+// Package neptune turns a service that runs on one machine into a
+// partitioned, replicated, load-balanced cluster service.
+//
+// A service is a set of named methods, each declared Read or Write, that
+// handle opaque byte payloads. Nodes (NewNode) host partitions of services
+// and find each other by gossip; clients (Dial, or Node.Client) call a method
+// of a service partition without knowing which node serves it: the client
+// looks the partition up in its yellow pages, polls a few replicas for their
+// queue length and sends the call to the least loaded one.
+package neptune
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// Mode says whether a method only reads a partition or also changes it.
+// Replication (and the choice of replica) depends on it.
+type Mode int8
+
+const (
+	// Read methods leave the partition unchanged; any replica may serve them.
+	Read Mode = Mode(pb.Mode_MODE_READ)
+	// Write methods change the partition.
+	Write Mode = Mode(pb.Mode_MODE_WRITE)
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Read:
+		return "read"
+	case Write:
+		return "write"
+	}
+	return fmt.Sprintf("Mode(%d)", int8(m))
+}
+
+// ParseMode parses "read" or "write" (case-insensitive).
+func ParseMode(s string) (Mode, error) {
+	switch strings.ToLower(s) {
+	case "read", "r":
+		return Read, nil
+	case "write", "w":
+		return Write, nil
+	}
+	return 0, fmt.Errorf("neptune: mode %q is neither read nor write", s)
+}
+
+// Request is one call as a handler sees it.
+type Request struct {
+	Service   string
+	Partition int
+	Method    string
+	Mode      Mode
+	// Class is the caller's service class ("" is the default class).
+	Class string
+	Body  []byte
+}
+
+// Response is a handler's answer.
+type Response struct {
+	Body []byte
+	// Version is the partition version (LSN) the response reflects; zero
+	// for services without replication.
+	Version uint64
+}
+
+// Handler serves one method call. It runs on one of the service's workers;
+// ctx carries the caller's deadline.
+type Handler func(ctx context.Context, req *Request) (*Response, error)
+
+// StreamHandler serves a read-only method whose answer is a sequence of
+// chunks; send delivers one chunk to the caller.
+type StreamHandler func(ctx context.Context, req *Request, send func([]byte) error) error
+
+// Method is one entry point of a service. Exactly one of Handler and Stream
+// is set; Stream methods must be Read.
+type Method struct {
+	Name    string
+	Mode    Mode
+	Handler Handler
+	Stream  StreamHandler
+}
+
+// Service is what a team writes: a name and its methods. Workers and
+// QueueLimit size the per-service pool on each node (defaults 16 and 1024).
+type Service struct {
+	Name       string
+	Methods    []Method
+	Workers    int
+	QueueLimit int
+}
+
+// Validate checks the service definition.
+func (s *Service) Validate() error {
+	if s.Name == "" {
+		return fmt.Errorf("neptune: service Name is empty")
+	}
+	if len(s.Methods) == 0 {
+		return fmt.Errorf("neptune: service %q: Methods is empty", s.Name)
+	}
+	seen := map[string]bool{}
+	for i, m := range s.Methods {
+		where := fmt.Sprintf("neptune: service %q: Methods[%d] (%q)", s.Name, i, m.Name)
+		switch {
+		case m.Name == "":
+			return fmt.Errorf("%s: Name is empty", where)
+		case seen[m.Name]:
+			return fmt.Errorf("%s: Name is declared twice", where)
+		case m.Mode != Read && m.Mode != Write:
+			return fmt.Errorf("%s: Mode must be Read or Write", where)
+		case (m.Handler == nil) == (m.Stream == nil):
+			return fmt.Errorf("%s: set exactly one of Handler and Stream", where)
+		case m.Stream != nil && m.Mode != Read:
+			return fmt.Errorf("%s: Stream methods must be Read", where)
+		}
+		seen[m.Name] = true
+	}
+	if s.Workers < 0 {
+		return fmt.Errorf("neptune: service %q: Workers must be >= 0, got %d", s.Name, s.Workers)
+	}
+	if s.QueueLimit < 0 {
+		return fmt.Errorf("neptune: service %q: QueueLimit must be >= 0, got %d", s.Name, s.QueueLimit)
+	}
+	return nil
+}
+
+// Errors a call can return. Test with errors.Is; Retryable says whether
+// trying again can help.
+var (
+	ErrUnknownService   = nerr.ErrUnknownService
+	ErrUnknownPartition = nerr.ErrUnknownPartition
+	ErrUnknownMethod    = nerr.ErrUnknownMethod
+	ErrWrongMode        = nerr.ErrWrongMode
+	ErrNoReplica        = nerr.ErrNoReplica
+	ErrNoPrimary        = nerr.ErrNoPrimary
+	ErrDeadline         = nerr.ErrDeadline
+	ErrOverloaded       = nerr.ErrOverloaded
+	ErrClosed           = nerr.ErrClosed
+)
+
+// Retryable reports whether the same call may succeed if tried again:
+// overload, a missing replica or primary, or a deadline.
+func Retryable(err error) bool { return nerr.Retryable(err) }

@@ -1,0 +1,172 @@
+package neptune_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/apps/echo"
+	"github.com/neptune-cluster/neptune/apps/kv"
+)
+
+// startCluster starts n in-process nodes hosting echo (all partitions 0..1)
+// and kv partition i on node i; it waits until every node sees every other.
+func startCluster(t *testing.T, n int) []*neptune.Node {
+	t.Helper()
+	ctx := context.Background()
+	var nodes []*neptune.Node
+	var join []string
+	for i := range n {
+		nd, err := neptune.NewNode(neptune.NodeConfig{ID: fmt.Sprintf("n%d", i), Join: join, AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Register(echo.Service(), 0, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Register(kv.New().Service(), i); err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes = append(nodes, nd)
+		join = []string{nodes[0].GossipAddr()}
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		for _, nd := range nodes {
+			if len(nd.Client().Members(ctx, 50*time.Millisecond)) != n {
+				return false
+			}
+		}
+		return true
+	})
+	return nodes
+}
+
+func waitFor(t *testing.T, limit time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestCallsReachEveryPartitionThroughAnyNode(t *testing.T) {
+	nodes := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sess := neptune.NewSession()
+	for i, nd := range nodes {
+		c := nd.Client()
+		resp, err := c.Call(ctx, sess, "echo", i%2, "echo", neptune.Read, []byte("hello"))
+		if err != nil || string(resp.Body) != "hello" {
+			t.Fatalf("echo via n%d = %v, %v", i, resp, err)
+		}
+		// kv partition p lives only on node p; any node's client finds it.
+		p := (i + 1) % len(nodes)
+		if _, err := c.Call(ctx, sess, "kv", p, "put", neptune.Write, []byte("k=v"+fmt.Sprint(p))); err != nil {
+			t.Fatalf("put via n%d to partition %d: %v", i, p, err)
+		}
+		resp, err = c.Call(ctx, sess, "kv", p, "get", neptune.Read, []byte("k"))
+		if err != nil || string(resp.Body) != "v"+fmt.Sprint(p) {
+			t.Fatalf("get via n%d from partition %d = %v, %v", i, p, resp, err)
+		}
+	}
+}
+
+func TestErrorsAreTypedAcrossTheWire(t *testing.T) {
+	nodes := startCluster(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := nodes[0].Client()
+	tests := []struct {
+		name      string
+		service   string
+		partition int
+		method    string
+		mode      neptune.Mode
+		body      string
+		want      error
+		wantText  string
+	}{
+		{"unknown service", "nope", 0, "echo", neptune.Read, "", neptune.ErrUnknownService, `"nope"`},
+		{"unknown partition", "kv", 7, "get", neptune.Read, "k", neptune.ErrUnknownPartition, "partition 7"},
+		{"unknown method", "echo", 0, "shout", neptune.Read, "", neptune.ErrUnknownMethod, `"shout"`},
+		{"wrong mode", "kv", 1, "put", neptune.Read, "k=v", neptune.ErrWrongMode, "put is write"},
+		{"application error", "kv", 1, "get", neptune.Read, "missing", nil, "kv: key not found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := c.Call(ctx, nil, tt.service, tt.partition, tt.method, tt.mode, []byte(tt.body))
+			if err == nil {
+				t.Fatal("call succeeded, want an error")
+			}
+			if tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			if !bytes.Contains([]byte(err.Error()), []byte(tt.wantText)) {
+				t.Fatalf("err = %q, want it to mention %q", err, tt.wantText)
+			}
+			if neptune.Retryable(err) {
+				t.Fatalf("err %v must not be retryable", err)
+			}
+		})
+	}
+}
+
+func TestStreamDeliversEveryChunk(t *testing.T) {
+	nodes := startCluster(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := nodes[1].Client().Stream(ctx, nil, "echo", 0, "chunks", append([]byte{5}, "x"...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for {
+		b, err := s.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(b))
+	}
+	if fmt.Sprint(got) != "[0:x 1:x 2:x 3:x 4:x]" {
+		t.Fatalf("chunks = %v", got)
+	}
+}
+
+func TestDialedClientSeesClusterAndClosedNodeDisappears(t *testing.T) {
+	nodes := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: []string{nodes[0].GossipAddr()}, AnnounceTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, 3*time.Second, func() bool { return len(c.Members(ctx, 50*time.Millisecond)) == 3 })
+	nodes[2].Close()
+	waitFor(t, 3*time.Second, func() bool { return len(c.Members(ctx, 50*time.Millisecond)) == 2 })
+	_, err = c.Call(ctx, nil, "kv", 2, "get", neptune.Read, []byte("k"))
+	if !errors.Is(err, neptune.ErrNoReplica) || !neptune.Retryable(err) {
+		t.Fatalf("call to the closed node's only partition: err = %v, want retryable ErrNoReplica", err)
+	}
+	for range 20 {
+		if _, err := c.Call(ctx, nil, "echo", 1, "echo", neptune.Read, []byte("x")); err != nil {
+			t.Fatalf("echo after a node left: %v", err)
+		}
+	}
+}
