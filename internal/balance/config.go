@@ -16,10 +16,11 @@ const (
 	NamePolling    = "polling"
 	NameLocalP2C   = "localp2c"
 	NameOracle     = "oracle"
+	NamePrequal    = "prequal"
 )
 
 // Names lists every policy New accepts, in a stable order.
-var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle}
+var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle, NamePrequal}
 
 // WaitAllCap bounds the wait for poll answers when Config.Discard is 0
 // ("wait for every answer"): a dead replica must not stall a call forever.
@@ -33,9 +34,13 @@ var ErrUnknownPolicy = errors.New("balance: unknown policy")
 type Config struct {
 	// Policy is one of Names.
 	Policy string
-	// PollSize is how many distinct replicas polling policies ask per call
-	// (all of them if fewer are candidates). The paper settles on 3.
+	// PollSize is how many distinct replicas the polling policy asks per
+	// call (all of them if fewer are candidates). The paper settles on 3.
 	PollSize int
+	// ProbeSize is prequal's PollSize. It defaults to 6: with 16
+	// independent clients at 90% load, 3 polls leave the mean ~1.4× that of
+	// join-shortest-queue and 6 bring it under 1.2× (docs/experiments/lb.md).
+	ProbeSize int
 	// Discard is how long a call waits for poll answers before choosing
 	// among those that arrived (the paper's 10 ms "discard slow polls").
 	// Zero means wait for all answers, but at most WaitAllCap.
@@ -45,6 +50,9 @@ type Config struct {
 	// avoid self-synchronisation. The pushing is the server shell's (or the
 	// simulator's) job; the policy only consumes Report.
 	BroadcastInterval time.Duration
+	// ReuseWindow is how long prequal keeps using a poll answer, corrected
+	// by this client's own sends and completions since the answer.
+	ReuseWindow time.Duration
 }
 
 // DefaultConfig returns the paper's configuration: poll 3 replicas and
@@ -53,8 +61,10 @@ func DefaultConfig() Config {
 	return Config{
 		Policy:            NamePolling,
 		PollSize:          3,
+		ProbeSize:         6,
 		Discard:           10 * time.Millisecond,
 		BroadcastInterval: 100 * time.Millisecond,
+		ReuseWindow:       20 * time.Millisecond,
 	}
 }
 
@@ -66,11 +76,17 @@ func (c Config) Validate() error {
 	if c.PollSize < 1 {
 		return fmt.Errorf("balance: PollSize must be >= 1, got %d", c.PollSize)
 	}
+	if c.ProbeSize < 1 {
+		return fmt.Errorf("balance: ProbeSize must be >= 1, got %d", c.ProbeSize)
+	}
 	if c.Discard < 0 {
 		return fmt.Errorf("balance: Discard must be >= 0, got %v", c.Discard)
 	}
 	if c.BroadcastInterval <= 0 {
 		return fmt.Errorf("balance: BroadcastInterval must be > 0, got %v", c.BroadcastInterval)
+	}
+	if c.ReuseWindow < 0 {
+		return fmt.Errorf("balance: ReuseWindow must be >= 0, got %v", c.ReuseWindow)
 	}
 	return nil
 }
@@ -106,6 +122,8 @@ func New(cfg Config, rng *rand.Rand) (Policy, error) {
 		return &LocalP2C{rng: rng, outstanding: map[string]int{}}, nil
 	case NameOracle:
 		return &Oracle{newReported(rng)}, nil
+	case NamePrequal:
+		return newPrequal(cfg, rng), nil
 	}
 	return nil, fmt.Errorf("%w: %q not implemented yet", ErrUnknownPolicy, cfg.Policy)
 }

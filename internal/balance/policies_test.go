@@ -46,6 +46,7 @@ func TestValidate(t *testing.T) {
 		{"unknown policy", func(c *Config) { c.Policy = "jsq" }, "Policy"},
 		{"poll size", func(c *Config) { c.PollSize = 0 }, "PollSize must be >= 1, got 0"},
 		{"discard", func(c *Config) { c.Discard = -1 }, "Discard"},
+		{"probe size", func(c *Config) { c.ProbeSize = 0 }, "ProbeSize"},
 		{"broadcast interval", func(c *Config) { c.BroadcastInterval = 0 }, "BroadcastInterval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
