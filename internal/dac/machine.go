@@ -78,9 +78,12 @@ type MachineConfig struct {
 	Local bool
 	// Children are the tree nodes whose results this node reduces.
 	Children []int
-	// Deadline is when the node sends whatever it has; zero means never
-	// give up.
+	// Deadline is when the node stops taking input; zero means never.
 	Deadline time.Time
+	// Grace is how long past Deadline the node may spend finishing the
+	// reductions already handed out before it sends what it has without
+	// them. Zero sends at Deadline.
+	Grace time.Duration
 }
 
 // Machine is the event-driven aggregation state of one node for one call
@@ -88,8 +91,9 @@ type MachineConfig struct {
 // without holding a worker, asks for a reduction as soon as two partial
 // results are at hand, and sends one partial result to its parent when all
 // inputs are reduced or the deadline fires. After the deadline it accepts
-// no new input but finishes the reductions in hand, so the send can be one
-// reduction late: the deadline is soft.
+// no new input but may finish the reductions in hand for up to Grace: the
+// deadline is soft, and a reduction running at the deadline usually holds
+// most of the result.
 //
 // The shell feeds Step and drains Ready, in the style of go.etcd.io/raft.
 // A Machine is not safe for concurrent use.
@@ -102,6 +106,7 @@ type Machine struct {
 	inflight     map[int][]int // reduction seq → partitions of its output
 	seq          int
 	closed, sent bool
+	expired      bool // the grace period ended too
 	out          []Action
 }
 
@@ -177,7 +182,15 @@ func (m *Machine) Step(ev Event) error {
 			m.ready = append(m.ready, Partial{Partitions: parts, Data: ev.Data})
 		}
 	case Timeout:
-		m.closed = true
+		switch {
+		case m.closed:
+			m.expired = true
+		case len(m.inflight) > 0 && m.cfg.Grace > 0:
+			m.closed = true
+			m.out = append(m.out, Action{Kind: SetTimer, At: m.cfg.Deadline.Add(m.cfg.Grace)})
+		default:
+			m.closed, m.expired = true, true
+		}
 	default:
 		return fmt.Errorf("%w: kind %d", ErrUnexpected, ev.Kind)
 	}
@@ -186,19 +199,21 @@ func (m *Machine) Step(ev Event) error {
 }
 
 func (m *Machine) advance() {
-	for len(m.ready) >= 2 {
+	for len(m.ready) >= 2 && !m.expired {
 		a, b := m.ready[0], m.ready[1]
 		m.ready = m.ready[2:]
 		m.seq++
 		m.inflight[m.seq] = slices.Concat(a.Partitions, b.Partitions)
 		m.out = append(m.out, Action{Kind: RunReduce, Seq: m.seq, A: a.Data, B: b.Data})
 	}
-	if len(m.inflight) > 0 || !(m.closed || m.complete()) {
+	if !m.expired && (len(m.inflight) > 0 || !(m.closed || m.complete())) {
 		return
 	}
 	var p Partial
-	if len(m.ready) == 1 {
-		p = m.ready[0]
+	for _, r := range m.ready { // at most one, unless expired
+		if len(r.Partitions) > len(p.Partitions) {
+			p = r
+		}
 	}
 	m.ready = nil
 	m.closed, m.sent = true, true

@@ -131,14 +131,15 @@ func TestMachineReducesAsInputsArrive(t *testing.T) {
 }
 
 func TestMachineTimeout(t *testing.T) {
-	m := NewMachine(MachineConfig{Partition: 0, Local: true, Children: []int{1, 2}, Deadline: t0})
+	m := NewMachine(MachineConfig{Partition: 0, Local: true, Children: []int{1, 2}, Deadline: t0, Grace: ms})
 	m.Ready()
 	mustStep(t, m, Event{Kind: LocalDone})
 	out := mustStep(t, m, Event{Kind: ChildDone, From: 1, Partial: Partial{Partitions: []int{1}}})
 	red := out[0]
-	// The deadline fires during the reduction: the node finishes it, then
-	// sends without the silent child 2.
-	if out := mustStep(t, m, Event{Kind: Timeout}); len(out) != 0 || !m.Closed() || m.Done() {
+	// The deadline fires during the reduction: the node gives it the grace
+	// period, then sends without the silent child 2.
+	out = mustStep(t, m, Event{Kind: Timeout})
+	if len(out) != 1 || out[0].Kind != SetTimer || !out[0].At.Equal(t0.Add(ms)) || !m.Closed() || m.Done() {
 		t.Fatalf("timeout during reduction: %+v closed=%v done=%v", out, m.Closed(), m.Done())
 	}
 	out = mustStep(t, m, Event{Kind: ReduceDone, Seq: red.Seq})
@@ -147,6 +148,24 @@ func TestMachineTimeout(t *testing.T) {
 	}
 	if out := mustStep(t, m, Event{Kind: ChildDone, From: 2}); len(out) != 0 {
 		t.Errorf("late child produced %+v", out)
+	}
+}
+
+// TestMachineGraceExpires: a reduction still running when the grace period
+// ends is given up; the node sends the rest.
+func TestMachineGraceExpires(t *testing.T) {
+	m := NewMachine(MachineConfig{Partition: 0, Local: true, Children: []int{1, 2}, Deadline: t0, Grace: ms})
+	m.Ready()
+	mustStep(t, m, Event{Kind: LocalDone})
+	red := mustStep(t, m, Event{Kind: ChildDone, From: 1, Partial: Partial{Partitions: []int{1}}})[0]
+	mustStep(t, m, Event{Kind: ChildDone, From: 2, Partial: Partial{Partitions: []int{2}}})
+	mustStep(t, m, Event{Kind: Timeout})
+	out := mustStep(t, m, Event{Kind: Timeout})
+	if len(out) != 1 || out[0].Kind != Send || !slices.Equal(out[0].Partial.Partitions, []int{2}) {
+		t.Fatalf("after grace: %+v, want partition 2 sent", out)
+	}
+	if out := mustStep(t, m, Event{Kind: ReduceDone, Seq: red.Seq}); len(out) != 0 {
+		t.Errorf("reduction after send produced %+v", out)
 	}
 }
 
