@@ -41,12 +41,17 @@ type ClassScheduler struct {
 	lambda float64
 	epoch  int64
 	total  float64
-	recent dropWindow
+	drops  dropWindow
+	// charges holds the last GuaranteeWindow of dispatch charges and their
+	// corrections at Finish; windowTotal is their sum over classes.
+	charges     ring[charge]
+	windowTotal float64
 }
 
 type class struct {
 	ClassConfig
-	q        ring
+	q        ring[*Request]
+	recent   float64 // charges within the guarantee window, s
 	svc      float64 // EWMA service time, s
 	cost     float64 // EWMA resource use, s
 	measured bool
@@ -69,7 +74,7 @@ func NewClassScheduler(cfg Config) (*ClassScheduler, error) {
 		classes: make([]class, len(cfg.Classes)),
 		index:   make(map[string]int, len(cfg.Classes)),
 		lambda:  -math.Log(cfg.Beta),
-		recent:  newDropWindow(cfg.OverloadWindow),
+		drops:   newDropWindow(cfg.OverloadWindow),
 	}
 	for i, k := range cfg.Classes {
 		est := k.Estimate.Seconds()
@@ -86,8 +91,8 @@ func NewClassScheduler(cfg Config) (*ClassScheduler, error) {
 // unknown). A zero r.Arrival means now.
 func (s *ClassScheduler) Push(now time.Time, r *Request) {
 	t := now.UnixNano()
-	s.recent.advance(t)
-	s.recent.arrive()
+	s.drops.advance(t)
+	s.drops.arrive()
 	k, ok := s.index[r.Class]
 	if !ok {
 		k = s.def
@@ -111,11 +116,15 @@ func (s *ClassScheduler) Push(now time.Time, r *Request) {
 // Pop drops hopeless queue heads and returns the request to run next.
 func (s *ClassScheduler) Pop(now time.Time) (*Request, []*Request) {
 	t := now.UnixNano()
-	s.recent.advance(t)
+	s.drops.advance(t)
 	mode := s.mode()
 	var dropped []*Request
+	s.expire(t)
 	best, bestPrio := -1, math.Inf(1)
-	under, underGap := -1, 0.0
+	// A class below its share of the last GuaranteeWindow comes first, then
+	// one below its share of the decayed usage u_k (the dissertation's rule).
+	short, shortGap := -1, 0.0
+	long, longGap := -1, 0.0
 	for i := range s.classes {
 		c := &s.classes[i]
 		var head *Request
@@ -129,7 +138,7 @@ func (s *ClassScheduler) Pop(now time.Time) (*Request, []*Request) {
 			head.state.cls = 0
 			s.queued--
 			c.stats.Drops++
-			s.recent.drop()
+			s.drops.drop()
 			dropped = append(dropped, head)
 			head = nil
 		}
@@ -137,19 +146,25 @@ func (s *ClassScheduler) Pop(now time.Time) (*Request, []*Request) {
 			continue
 		}
 		if c.Guarantee > 0 {
-			if gap := c.Guarantee - s.share(c); gap > underGap {
-				under, underGap = i, gap
+			if gap := c.Guarantee - s.windowShare(c); gap > shortGap {
+				short, shortGap = i, gap
+			}
+			if gap := c.Guarantee - s.share(c); gap > longGap {
+				long, longGap = i, gap
 			}
 		}
-		if under >= 0 {
+		if short >= 0 || long >= 0 {
 			continue // a guarantee decides; only the drops above still matter
 		}
 		if p := c.priority(mode, head, t, ey); p < bestPrio {
 			best, bestPrio = i, p
 		}
 	}
-	if under >= 0 {
-		best = under
+	switch {
+	case short >= 0:
+		best = short
+	case long >= 0:
+		best = long
 	}
 	if best < 0 {
 		return nil, dropped
@@ -163,6 +178,7 @@ func (s *ClassScheduler) Pop(now time.Time) (*Request, []*Request) {
 	w := c.cost * s.scale(t)
 	c.usage += w
 	s.total += w
+	s.record(t, best, c.cost)
 	c.inFlight++
 	c.stats.Dispatched++
 	c.stats.QueueWait += time.Duration(t - r.state.arrival)
@@ -177,12 +193,15 @@ func (s *ClassScheduler) Finish(now time.Time, r *Request, used time.Duration) {
 		return
 	}
 	t := now.UnixNano()
-	c := &s.classes[r.state.cls-1]
+	k := int(r.state.cls - 1)
+	c := &s.classes[k]
 	r.state.cls = 0
 	s.rebase(t)
 	delta := used.Seconds()*s.scale(t) - r.state.charge*s.scale(r.state.started)
 	c.usage = max(0, c.usage+delta)
 	s.total = max(0, s.total+delta)
+	s.expire(t)
+	s.record(t, k, used.Seconds()-r.state.charge)
 	c.inFlight--
 
 	svc := float64(t-r.state.started) / 1e9
@@ -207,7 +226,7 @@ func (s *ClassScheduler) mode() Policy {
 	if s.cfg.Policy != Adaptive {
 		return s.cfg.Policy
 	}
-	if float64(s.recent.sumDrops) > s.cfg.OverloadDrops*float64(s.recent.sumArrivals) {
+	if float64(s.drops.sumDrops) > s.cfg.OverloadDrops*float64(s.drops.sumArrivals) {
 		return Greedy
 	}
 	return YID
@@ -241,6 +260,38 @@ func (s *ClassScheduler) share(c *class) float64 {
 	return c.usage / s.total
 }
 
+// record charges amount of resource use to class k at t in the guarantee
+// window.
+func (s *ClassScheduler) record(t int64, k int, amount float64) {
+	s.charges.push(charge{at: t, cls: int32(k), amount: amount})
+	s.classes[k].recent += amount
+	s.windowTotal += amount
+}
+
+// expire drops the charges older than the guarantee window at t.
+func (s *ClassScheduler) expire(t int64) {
+	for s.charges.n > 0 && s.charges.front().at <= t-int64(s.cfg.GuaranteeWindow) {
+		ch := s.charges.pop()
+		s.classes[ch.cls].recent -= ch.amount
+		s.windowTotal -= ch.amount
+	}
+	if s.charges.n == 0 { // shed accumulated rounding
+		for i := range s.classes {
+			s.classes[i].recent = 0
+		}
+		s.windowTotal = 0
+	}
+}
+
+// windowShare is the class's fraction of the resource use charged within
+// the guarantee window.
+func (s *ClassScheduler) windowShare(c *class) float64 {
+	if s.windowTotal <= 0 {
+		return 0
+	}
+	return max(0, c.recent) / s.windowTotal
+}
+
 // expectedYield is what r would yield if dispatched at t, given the class's
 // expected service time.
 func (c *class) expectedYield(r *Request, t int64) float64 {
@@ -263,33 +314,42 @@ func (c *class) priority(p Policy, r *Request, t int64, ey float64) float64 {
 	}
 }
 
-// ring is a FIFO of requests in a power-of-two circular buffer.
-type ring struct {
-	buf  []*Request
+// ring is a FIFO in a power-of-two circular buffer.
+type ring[T any] struct {
+	buf  []T
 	head int
 	n    int
 }
 
-func (q *ring) push(r *Request) {
+func (q *ring[T]) push(v T) {
 	if q.n == len(q.buf) {
-		buf := make([]*Request, max(8, 2*len(q.buf)))
+		buf := make([]T, max(8, 2*len(q.buf)))
 		for i := range q.n {
 			buf[i] = q.buf[(q.head+i)&(len(q.buf)-1)]
 		}
 		q.buf, q.head = buf, 0
 	}
-	q.buf[(q.head+q.n)&(len(q.buf)-1)] = r
+	q.buf[(q.head+q.n)&(len(q.buf)-1)] = v
 	q.n++
 }
 
-func (q *ring) front() *Request { return q.buf[q.head] }
+func (q *ring[T]) front() T { return q.buf[q.head] }
 
-func (q *ring) pop() *Request {
-	r := q.buf[q.head]
-	q.buf[q.head] = nil
+func (q *ring[T]) pop() T {
+	var zero T
+	v := q.buf[q.head]
+	q.buf[q.head] = zero
 	q.head = (q.head + 1) & (len(q.buf) - 1)
 	q.n--
-	return r
+	return v
+}
+
+// charge is resource use attributed to a class at a time, kept while it is
+// inside the guarantee window.
+type charge struct {
+	at     int64
+	cls    int32
+	amount float64
 }
 
 // windowBuckets is how many slices the Adaptive drop window is kept in.

@@ -163,34 +163,64 @@ func TestDropsHopelessHeads(t *testing.T) {
 }
 
 // The guarantee rule beats any policy: bronze is worth a quarter of gold
-// yet gets its 30 %, measured as the worker time it is given.
+// yet gets its 30 % of the worker time.
 func TestGuaranteeHoldsAgainstGreedy(t *testing.T) {
 	s := mustScheduler(t, Config{Policy: Greedy, Classes: []ClassConfig{
-		{Name: "gold", Yield: Throughput(4, time.Hour), Estimate: sec(1)},
-		{Name: "bronze", Yield: Throughput(1, time.Hour), Estimate: sec(1), Guarantee: 0.3},
+		{Name: "gold", Yield: Throughput(4, time.Hour), Estimate: sec(0.1)},
+		{Name: "bronze", Yield: Throughput(1, time.Hour), Estimate: sec(0.1), Guarantee: 0.3},
 	}})
 	now := t0
 	var served []string
-	for range 200 {
+	for range 400 {
 		for _, k := range []string{"gold", "bronze"} {
 			s.Push(now, &Request{Class: k, Arrival: now})
 		}
 		r, _ := s.Pop(now)
-		now = now.Add(sec(1))
-		s.Finish(now, r, sec(1))
+		now = now.Add(sec(0.1))
+		s.Finish(now, r, sec(0.1))
 		served = append(served, r.Class)
 	}
 	if served[0] != "bronze" || served[1] != "gold" {
 		t.Errorf("first picks %v, want bronze (no usage yet) then gold", served[:2])
 	}
-	n := 0
-	for _, k := range served[100:] {
-		if k == "bronze" {
-			n++
+	for w := 10; w < 40; w++ { // every 1 s window after the first
+		n := 0
+		for _, k := range served[w*10 : w*10+10] {
+			if k == "bronze" {
+				n++
+			}
+		}
+		if n < 3 || n > 4 { // 3 is the guarantee; more would starve gold
+			t.Errorf("window %d: bronze got %d of 10 slots, want 3 (or 4 when rounding)", w, n)
 		}
 	}
-	if n < 29 || n > 32 {
-		t.Errorf("bronze got %d of the last 100 seconds, want ≈ 30", n)
+}
+
+// The window rule (hard, short horizon) comes before the decayed-usage rule
+// (long horizon): x is far below its long-run share but has had its share
+// of the last second; y had nothing in the last second.
+func TestWindowGuaranteeBeforeDecayedUsage(t *testing.T) {
+	s := mustScheduler(t, Config{Policy: EDF, Classes: []ClassConfig{
+		{Name: "x", Yield: Throughput(1, sec(5)), Guarantee: 0.5},
+		{Name: "y", Yield: Throughput(1, sec(9)), Guarantee: 0.2},
+	}})
+	run := func(k string, at time.Time, used time.Duration) {
+		s.Push(at, &Request{Class: k, Arrival: at})
+		r, _ := s.Pop(at)
+		s.Finish(at, r, used)
+	}
+	run("y", t0, sec(9))             // long ago: y's decayed share stays high
+	run("x", t0.Add(sec(5)), sec(1)) // recent: x has the whole window
+	now := t0.Add(sec(5.5))
+	st := s.Stats(now)
+	x, y := st.Classes[0], st.Classes[1]
+	if !(x.Share < x.Guarantee && x.WindowShare == 1 && y.WindowShare == 0 && y.Share > y.Guarantee) {
+		t.Fatalf("setup: x share %.2f window %.2f, y share %.2f window %.2f", x.Share, x.WindowShare, y.Share, y.WindowShare)
+	}
+	s.Push(now, &Request{Class: "x", Arrival: now})
+	s.Push(now, &Request{Class: "y", Arrival: now})
+	if r, _ := s.Pop(now); r.Class != "y" {
+		t.Errorf("popped %s, want y (below its share of the last second)", r.Class)
 	}
 }
 

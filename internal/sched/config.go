@@ -76,6 +76,10 @@ type Config struct {
 	// Beta is the per-second decay of past resource use in the guarantee
 	// accounting (β; default 0.95, so usage has a ~20 s memory).
 	Beta float64
+	// GuaranteeWindow is the horizon over which guarantees hold: a class
+	// that used less than its Guarantee of the resources charged in the last
+	// GuaranteeWindow is served before any other rule (default 1 s).
+	GuaranteeWindow time.Duration
 	// Smoothing is the EWMA weight of the newest sample in the expected
 	// service time and resource use (default 0.125, as TCP's RTT filter).
 	Smoothing float64
@@ -94,6 +98,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.Beta == 0 {
 		c.Beta = 0.95
+	}
+	if c.GuaranteeWindow == 0 {
+		c.GuaranteeWindow = time.Second
 	}
 	if c.Smoothing == 0 {
 		c.Smoothing = 0.125
@@ -147,6 +154,8 @@ func (c Config) Validate() error {
 		return bad("Policy is %v", c.Policy)
 	case !(c.Beta > 0 && c.Beta < 1):
 		return bad("Beta is %v, want in (0, 1)", c.Beta)
+	case c.GuaranteeWindow < 0:
+		return bad("GuaranteeWindow is %v, want > 0", c.GuaranteeWindow)
 	case !(c.Smoothing > 0 && c.Smoothing <= 1):
 		return bad("Smoothing is %v, want in (0, 1]", c.Smoothing)
 	case !(c.DropBelow > 0 && c.DropBelow < 1):

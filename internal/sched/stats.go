@@ -14,6 +14,9 @@ type ClassStats struct {
 	// classes, including the estimates charged for requests in flight: the
 	// number the guarantee rule compares with Guarantee.
 	Share float64
+	// WindowShare is the class's fraction of the resource use charged in
+	// the last Config.GuaranteeWindow, the short-horizon guarantee measure.
+	WindowShare float64
 	// Usage is u_k(now) in resource-seconds.
 	Usage            float64
 	Queued, InFlight int
@@ -70,10 +73,11 @@ func lossPercent(offered, realized float64) float64 {
 // Stats returns a snapshot at now.
 func (s *ClassScheduler) Stats(now time.Time) Stats {
 	t := now.UnixNano()
-	s.recent.advance(t)
+	s.drops.advance(t)
+	s.expire(t)
 	st := Stats{Mode: s.mode(), Classes: make([]ClassStats, len(s.classes))}
-	if s.recent.sumArrivals > 0 {
-		st.RecentDropRatio = float64(s.recent.sumDrops) / float64(s.recent.sumArrivals)
+	if s.drops.sumArrivals > 0 {
+		st.RecentDropRatio = float64(s.drops.sumDrops) / float64(s.drops.sumArrivals)
 	}
 	decay := math.Exp(-s.lambda * float64(t-s.epoch) / 1e9)
 	for i := range s.classes {
@@ -81,6 +85,7 @@ func (s *ClassScheduler) Stats(now time.Time) Stats {
 		cs := c.stats
 		cs.Name, cs.Guarantee = c.Name, c.Guarantee
 		cs.Share = s.share(c)
+		cs.WindowShare = s.windowShare(c)
 		cs.Usage = c.usage * decay
 		cs.Queued, cs.InFlight = c.q.n, c.inFlight
 		cs.ExpectedService = time.Duration(c.svc * 1e9)
