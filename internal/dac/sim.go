@@ -34,6 +34,11 @@ type SimConfig struct {
 	// Slack is δ of the staged timeouts, and how long past T the caller
 	// waits for the root.
 	Slack time.Duration
+	// StageReduce is a of the staged timeouts and every node's grace
+	// period: the reduction time budgeted per rank. Reduction times are
+	// exponential, so a budget of the mean would often cut off a subtree
+	// whose last reduction ran long; the default is four means (p98).
+	StageReduce time.Duration
 	// Unresponsive nodes (the last ones) accept work but never run it;
 	// their load index reads as Deadline, as a timed-out poll would.
 	Unresponsive int
@@ -48,7 +53,7 @@ func DefaultSimConfig() SimConfig {
 		Net:  170 * time.Microsecond,
 		Rate: 30, Warmup: 5 * time.Second, Duration: 35 * time.Second,
 		Scheme: LAT, Deadline: 2 * time.Second, Quality: 1,
-		Slack: 2 * time.Millisecond, Seed: 1,
+		Slack: 2 * time.Millisecond, StageReduce: 20 * time.Millisecond, Seed: 1,
 	}
 }
 
@@ -65,8 +70,8 @@ func (c SimConfig) Validate() error {
 		return fmt.Errorf("dac: SimConfig.FastProcs %d < 1", c.FastProcs)
 	case c.Local <= 0 || c.Reduce <= 0:
 		return fmt.Errorf("dac: SimConfig.Local %v and Reduce %v must be positive", c.Local, c.Reduce)
-	case c.Net < 0 || c.Slack < 0:
-		return fmt.Errorf("dac: SimConfig.Net %v and Slack %v must not be negative", c.Net, c.Slack)
+	case c.Net < 0 || c.Slack < 0 || c.StageReduce < 0:
+		return fmt.Errorf("dac: SimConfig.Net %v, Slack %v and StageReduce %v must not be negative", c.Net, c.Slack, c.StageReduce)
 	case !(c.Rate > 0):
 		return fmt.Errorf("dac: SimConfig.Rate %v must be positive", c.Rate)
 	case c.Warmup < 0 || c.Duration <= c.Warmup:
@@ -102,6 +107,8 @@ type SimResult struct {
 	// MinLost/MaxLost the fewest and most partitions a call lost.
 	Coverage         float64
 	MinLost, MaxLost int
+	// ExactlyLost[j] counts the calls that lost exactly j partitions.
+	ExactlyLost []int
 }
 
 // Simulate runs the configuration to completion. It drives the same tree
@@ -202,17 +209,17 @@ func (s *sim) arrive() {
 	if c.Uniform {
 		dl = UniformDeadlines(tr, end)
 	} else {
-		dl = StagedDeadlines(tr, end, c.Reduce, c.Slack)
+		dl = StagedDeadlines(tr, end, c.StageReduce, c.Slack)
 	}
 	for i := range c.Nodes {
 		p := &simPart{call: call, idx: i, node: s.nodes[i], parent: tr.Parent[i],
 			owed: RequestLoad(c.Local, c.Reduce, tr.Reductions(i))}
 		p.node.pending += p.owed
-		p.m = NewMachine(MachineConfig{Partition: i, Local: true, Children: tr.Children[i], Deadline: dl[i], Grace: c.Reduce})
+		p.m = NewMachine(MachineConfig{Partition: i, Local: true, Children: tr.Children[i], Deadline: dl[i], Grace: c.StageReduce})
 		call.parts = append(call.parts, p)
 	}
 	call.callerM = &simPart{call: call, idx: Caller, node: s.caller,
-		m: NewMachine(MachineConfig{Local: false, Children: tr.CallerChildren, Deadline: end.Add(c.Slack), Grace: c.Reduce})}
+		m: NewMachine(MachineConfig{Local: false, Children: tr.CallerChildren, Deadline: end.Add(c.Slack), Grace: c.StageReduce})}
 	s.drive(call.callerM)
 	// The caller multicasts the tree with the request. An unresponsive
 	// node never acts on it, not even on its timer.
@@ -316,7 +323,7 @@ func (s *sim) serve(nd *simNode) {
 
 func (s *sim) summary() SimResult {
 	c := s.cfg
-	res := SimResult{MinLost: c.Nodes}
+	res := SimResult{MinLost: c.Nodes, ExactlyLost: make([]int, c.Nodes+1)}
 	var rts []time.Duration
 	var sum time.Duration
 	var cov float64
@@ -328,6 +335,7 @@ func (s *sim) summary() SimResult {
 		res.Calls++
 		lost := c.Nodes - call.got
 		res.MinLost, res.MaxLost = min(res.MinLost, lost), max(res.MaxLost, lost)
+		res.ExactlyLost[lost]++
 		cov += float64(call.got) / float64(c.Nodes)
 		if call.done && call.got >= need {
 			res.Succeeded++
