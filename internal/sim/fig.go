@@ -274,7 +274,7 @@ func goals(ctx context.Context, o Options, stdout io.Writer) error {
 	def := balance.DefaultConfig()
 	cons := []contender{
 		{"oracle", policy(balance.NameOracle, nil)},
-		{"default(" + def.Policy + ")", def},
+		{"default:" + def.Policy, def},
 		pollingD(3), pollingD(def.ProbeSize),
 		{"localp2c", policy(balance.NameLocalP2C, nil)},
 		{"broadcast-1s", policy(balance.NameBroadcast, func(c *balance.Config) { c.BroadcastInterval = time.Second })},

@@ -23,7 +23,7 @@ func TestMainWritesFigures(t *testing.T) {
 			t.Errorf("%s: %v (%d bytes)", f, err, len(b))
 		}
 	}
-	for _, want := range []string{"Fig 3.1", "Fig 3.2", "Fig 3.3", "Goals", "default(", "localp2c"} {
+	for _, want := range []string{"Fig 3.1", "Fig 3.2", "Fig 3.3", "Goals", "default:", "localp2c"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
