@@ -11,6 +11,7 @@ type classState struct {
 	cls     int32   // class index + 1; 0 when not queued here or finished
 	arrival int64   // arrival, Unix ns
 	due     int64   // min(arrival + class deadline, Request.Deadline), Unix ns
+	keep    int64   // latest completion with more than near-zero yield, Unix ns
 	started int64   // dispatch time, Unix ns
 	charge  float64 // expected resource use charged at dispatch, seconds
 }
@@ -53,6 +54,8 @@ type class struct {
 	q        ring[*Request]
 	recent   float64 // charges within the guarantee window, s
 	svc      float64 // EWMA service time, s
+	svcNs    int64   // svc in ns, for the drop test
+	useful   int64   // longest response time with more than near-zero yield, ns
 	cost     float64 // EWMA resource use, s
 	measured bool
 	usage    float64 // scaled u_k
@@ -78,7 +81,8 @@ func NewClassScheduler(cfg Config) (*ClassScheduler, error) {
 	}
 	for i, k := range cfg.Classes {
 		est := k.Estimate.Seconds()
-		s.classes[i] = class{ClassConfig: k, svc: est, cost: est}
+		s.classes[i] = class{ClassConfig: k, svc: est, svcNs: int64(k.Estimate), cost: est,
+			useful: int64(k.Yield.usefulFor(cfg.DropBelow * k.Yield.Full))}
 		s.index[k.Name] = i
 		if k.Name == cfg.Default {
 			s.def = i
@@ -106,7 +110,7 @@ func (s *ClassScheduler) Push(now time.Time, r *Request) {
 	if !r.Deadline.IsZero() {
 		due = min(due, r.Deadline.UnixNano())
 	}
-	r.state = classState{cls: int32(k + 1), arrival: arr, due: due}
+	r.state = classState{cls: int32(k + 1), arrival: arr, due: due, keep: min(due, arr+c.useful)}
 	c.q.push(r)
 	s.queued++
 	c.stats.Arrivals++
@@ -128,10 +132,9 @@ func (s *ClassScheduler) Pop(now time.Time) (*Request, []*Request) {
 	for i := range s.classes {
 		c := &s.classes[i]
 		var head *Request
-		var ey float64
 		for c.q.n > 0 {
 			head = c.q.front()
-			if ey = c.expectedYield(head, t); ey > s.cfg.DropBelow*c.Yield.Full {
+			if t+c.svcNs <= head.state.keep {
 				break
 			}
 			c.q.pop()
@@ -156,7 +159,7 @@ func (s *ClassScheduler) Pop(now time.Time) (*Request, []*Request) {
 		if short >= 0 || long >= 0 {
 			continue // a guarantee decides; only the drops above still matter
 		}
-		if p := c.priority(mode, head, t, ey); p < bestPrio {
+		if p := c.priority(mode, head, t); p < bestPrio {
 			best, bestPrio = i, p
 		}
 	}
@@ -212,6 +215,7 @@ func (s *ClassScheduler) Finish(now time.Time, r *Request, used time.Duration) {
 		c.svc += a * (svc - c.svc)
 		c.cost += a * (used.Seconds() - c.cost)
 	}
+	c.svcNs = int64(c.svc * 1e9)
 	c.stats.Completions++
 	if t <= r.state.due {
 		c.stats.RealizedYield += c.Yield.atSeconds(float64(t-r.state.arrival) / 1e9)
@@ -292,26 +296,17 @@ func (s *ClassScheduler) windowShare(c *class) float64 {
 	return max(0, c.recent) / s.windowTotal
 }
 
-// expectedYield is what r would yield if dispatched at t, given the class's
-// expected service time.
-func (c *class) expectedYield(r *Request, t int64) float64 {
-	done := t + int64(c.svc*1e9)
-	if done > r.state.due {
-		return 0
-	}
-	return c.Yield.atSeconds(float64(done-r.state.arrival) / 1e9)
-}
-
-// priority is r's rank under p (smaller runs first); ey > 0.
-func (c *class) priority(p Policy, r *Request, t int64, ey float64) float64 {
-	switch p {
-	case EDF:
+// priority is r's rank under p if dispatched at t (smaller runs first).
+// r passed the drop test, so its expected yield is positive.
+func (c *class) priority(p Policy, r *Request, t int64) float64 {
+	if p == EDF {
 		return float64(r.state.due - t)
-	case Greedy:
-		return c.cost / ey
-	default: // YID
-		return float64(r.state.due-t) / 1e9 / ey
 	}
+	ey := c.Yield.atSeconds(float64(t+c.svcNs-r.state.arrival) / 1e9)
+	if p == Greedy {
+		return c.cost / ey
+	}
+	return float64(r.state.due-t) / 1e9 / ey // YID
 }
 
 // ring is a FIFO in a power-of-two circular buffer.

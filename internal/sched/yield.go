@@ -61,6 +61,18 @@ func (y Yield) atSeconds(r float64) float64 {
 	}
 }
 
+// usefulFor is the longest response time whose yield exceeds min, for
+// 0 ≤ min < Full: requests that cannot finish within it are dropped.
+func (y Yield) usefulFor(min float64) time.Duration {
+	if y.Penalty > min || y.PreDeadline == y.Deadline {
+		return y.Deadline
+	}
+	// Solve Full − (Full−Penalty)·(r−D′)/(D−D′) = min for r; the yield at
+	// that r is min itself, so step back 1 ns.
+	frac := (y.Full - min) / (y.Full - y.Penalty)
+	return y.PreDeadline + time.Duration(frac*float64(y.Deadline-y.PreDeadline)) - 1
+}
+
 // Validate reports why y is not a monotonically non-increasing, non-negative
 // function of the response time. Messages name the field.
 func (y Yield) Validate() error {

@@ -120,3 +120,21 @@ func TestParsePolicy(t *testing.T) {
 		t.Errorf("ParsePolicy(fifo) error = %v, want ErrInvalidConfig", err)
 	}
 }
+
+func TestUsefulForIsTheLastResponseTimeAboveMin(t *testing.T) {
+	ys := []Yield{
+		Throughput(4, 2*time.Second),
+		ResponseTime(2, 2*time.Second),
+		Hybrid(4, time.Second, 2, 2*time.Second),
+		Hybrid(4, time.Second, 0.01, 2*time.Second),
+	}
+	for _, y := range ys {
+		for _, frac := range []float64{0, 0.01, 0.5} {
+			min := frac * y.Full
+			r := y.usefulFor(min)
+			if y.At(r) <= min || y.At(r+time.Millisecond) > min {
+				t.Errorf("%+v min %v: usefulFor = %v, yields %v there and %v 1ms later", y, min, r, y.At(r), y.At(r+time.Millisecond))
+			}
+		}
+	}
+}
