@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,3 +171,9 @@ func TestDialedClientSeesClusterAndClosedNodeDisappears(t *testing.T) {
 		}
 	}
 }
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)

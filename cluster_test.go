@@ -1,0 +1,129 @@
+package neptune_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/localcluster"
+)
+
+// neptuneBinary builds cmd/neptune once per test binary.
+func neptuneBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "neptune-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "neptune")
+		out, err := exec.Command("go", "build", "-o", binPath, "./cmd/neptune").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func memberIDs(ctx context.Context, c *neptune.Client) []string {
+	var ids []string
+	for _, m := range c.Members(ctx, 0) {
+		ids = append(ids, m.Node)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// TestKilledNodeLeavesYellowPagesWithinTTLAndRejoins runs three real node
+// processes, SIGKILLs one, and checks that it disappears from the yellow
+// pages within the TTL while calls keep succeeding, then that it rejoins
+// after a restart.
+func TestKilledNodeLeavesYellowPagesWithinTTLAndRejoins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts node processes")
+	}
+	const interval, ttl = 200 * time.Millisecond, time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := localcluster.New(neptuneBinary(t), t.TempDir())
+	defer cl.Close()
+	var nodes []*localcluster.Node
+	for i := range 3 {
+		n, err := cl.Start(ctx, localcluster.Spec{
+			ID:       fmt.Sprintf("n%d", i+1),
+			Services: []string{"echo:0"},
+			Args:     []string{"-announce-interval", interval.String(), "-announce-ttl", ttl.String()},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), AnnounceTTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, 10*time.Second, func() bool { return len(memberIDs(ctx, c)) == 3 })
+
+	call := func() error {
+		callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		resp, err := c.Call(callCtx, nil, "echo", 0, "echo", neptune.Read, []byte("ping"))
+		if err == nil && string(resp.Body) != "ping" {
+			err = fmt.Errorf("echo answered %q", resp.Body)
+		}
+		return err
+	}
+	for range 20 {
+		if err := call(); err != nil {
+			t.Fatalf("before the kill: %v", err)
+		}
+	}
+
+	victim := nodes[2]
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	gone := false
+	for time.Since(killed) < ttl+300*time.Millisecond {
+		if err := call(); err != nil {
+			t.Fatalf("call %v after the kill failed: %v", time.Since(killed), err)
+		}
+		if !slices.Contains(memberIDs(ctx, c), "n3") {
+			gone = true
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !gone {
+		t.Fatalf("n3 still in the yellow pages %v after SIGKILL (TTL %v): %v", time.Since(killed), ttl, memberIDs(ctx, c))
+	}
+	t.Logf("n3 left the yellow pages %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
+	for range 50 {
+		if err := call(); err != nil {
+			t.Fatalf("after n3 left: %v", err)
+		}
+	}
+
+	if err := cl.Restart(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return slices.Contains(memberIDs(ctx, c), "n3") })
+	for range 20 {
+		if err := call(); err != nil {
+			t.Fatalf("after the restart: %v", err)
+		}
+	}
+}

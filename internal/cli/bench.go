@@ -1,0 +1,261 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/localcluster"
+	"github.com/neptune-cluster/neptune/internal/transport"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+func runBench(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return usagef("bench needs a name: overhead")
+	}
+	switch args[0] {
+	case "overhead":
+		return benchOverhead(ctx, args[1:], stdout)
+	case "echo-server":
+		return rawEchoServer(ctx, args[1:], stdout)
+	}
+	return usagef("unknown benchmark %q (have: overhead)", args[0])
+}
+
+// rawEchoServer is the baseline of `bench overhead`: a bare gRPC server
+// answering the same Call RPC with its request body, nothing else.
+func rawEchoServer(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlags("bench echo-server", "")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	s := grpc.NewServer()
+	pb.RegisterNodeServer(s, rawEcho{})
+	go func() { <-ctx.Done(); s.Stop() }()
+	fmt.Fprintf(stdout, "raw echo up: %s\n", ln.Addr())
+	return s.Serve(ln)
+}
+
+type rawEcho struct{ pb.UnimplementedNodeServer }
+
+func (rawEcho) Call(_ context.Context, in *pb.CallRequest) (*pb.CallResponse, error) {
+	return &pb.CallResponse{Body: in.Body}, nil
+}
+
+// contender is one way of making an echo call.
+type contender struct {
+	name string
+	call func(ctx context.Context, body []byte) error
+}
+
+func benchOverhead(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlags("bench overhead", "[-cell 2s] [-rounds 3] [-payload 1024] [-concurrency 64]")
+	var (
+		cell        = fs.Duration("cell", 2*time.Second, "measuring time per contender per mode per round")
+		rounds      = fs.Int("rounds", 3, "interleaved rounds")
+		payload     = fs.Int("payload", 1024, "request body bytes")
+		concurrency = fs.Int("concurrency", 64, "callers in the concurrent mode")
+	)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "neptune-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	// The baseline: a raw gRPC echo server in its own process.
+	raw := exec.CommandContext(ctx, exe, "bench", "echo-server")
+	rawOut, _ := raw.StdoutPipe()
+	if err := raw.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = raw.Process.Kill(); _ = raw.Wait() }()
+	var rawAddr string
+	if _, err := fmt.Fscanf(rawOut, "raw echo up: %s\n", &rawAddr); err != nil {
+		return fmt.Errorf("bench: raw echo server did not start: %w", err)
+	}
+	conns := transport.NewConns()
+	defer conns.Close()
+	rawClient, err := conns.Client(rawAddr)
+	if err != nil {
+		return err
+	}
+
+	// Neptune: one node process hosting echo.
+	cl := localcluster.New(exe, dir)
+	defer cl.Close()
+	node, err := cl.Start(ctx, localcluster.Spec{ID: "bench1", Services: []string{"echo:0"}})
+	if err != nil {
+		return err
+	}
+	time.Sleep(500 * time.Millisecond)
+	idleRSS, _ := localcluster.RSS(node.PID())
+
+	dial := func(policy string) (*neptune.Client, error) {
+		b := balance.DefaultConfig()
+		b.Policy = policy
+		c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), Balance: b})
+		if err != nil {
+			return nil, err
+		}
+		return c, waitMembers(ctx, c, 1, 10*time.Second)
+	}
+	polling, err := dial(balance.DefaultConfig().Policy)
+	if err != nil {
+		return err
+	}
+	defer polling.Close()
+	direct, err := dial(balance.NameRandom)
+	if err != nil {
+		return err
+	}
+	defer direct.Close()
+
+	viaNeptune := func(c *neptune.Client) func(context.Context, []byte) error {
+		return func(ctx context.Context, b []byte) error {
+			_, err := c.Call(ctx, nil, "echo", 0, "echo", neptune.Read, b)
+			return err
+		}
+	}
+	contenders := []contender{
+		{"raw gRPC", func(ctx context.Context, b []byte) error {
+			_, err := rawClient.Call(ctx, &pb.CallRequest{Service: "echo", Method: "echo", Body: b})
+			return err
+		}},
+		{"neptune, polling off", viaNeptune(direct)},
+		{"neptune, polling on", viaNeptune(polling)},
+	}
+	body := make([]byte, *payload)
+	modes := []int{1, *concurrency}
+	results := map[string]*cellResult{}
+	var peakRSS atomic.Int64
+	fmt.Fprintf(stdout, "bench overhead: %d B echo, %d interleaved rounds of %v per cell, sequential and %d-way concurrent\n", *payload, *rounds, *cell, *concurrency)
+	for r := range *rounds {
+		for _, conc := range modes {
+			for _, c := range contenders {
+				key := fmt.Sprintf("%s|%d", c.name, conc)
+				if results[key] == nil {
+					results[key] = &cellResult{}
+				}
+				stop := make(chan struct{})
+				go sampleRSS(node.PID(), &peakRSS, stop)
+				err := runCell(ctx, c.call, body, conc, *cell, results[key])
+				close(stop)
+				if err != nil {
+					return fmt.Errorf("bench: %s (round %d): %w", c.name, r+1, err)
+				}
+			}
+		}
+	}
+	fmt.Fprintf(stdout, "\n%-22s %5s %10s %9s %9s %9s %8s %8s\n", "contender", "conc", "calls/s", "mean", "p50", "p99", "lat×raw", "tput×raw")
+	for _, conc := range modes {
+		base := results["raw gRPC|"+fmt.Sprint(conc)]
+		for _, c := range contenders {
+			res := results[fmt.Sprintf("%s|%d", c.name, conc)]
+			fmt.Fprintf(stdout, "%-22s %5d %10.0f %9s %9s %9s %8.2f %8.2f\n", c.name, conc, res.rate(), res.mean(), res.pct(0.5), res.pct(0.99),
+				float64(res.mean())/float64(base.mean()), res.rate()/base.rate())
+		}
+	}
+	seqPoll, seqDirect := results["neptune, polling on|1"], results["neptune, polling off|1"]
+	fmt.Fprintf(stdout, "\npolling cost (sequential): %v per call (mean with polling − mean without)\n", seqPoll.mean()-seqDirect.mean())
+	fmt.Fprintf(stdout, "node resident memory: idle %.1f MiB, peak under load %.1f MiB\n", float64(idleRSS)/(1<<20), float64(peakRSS.Load())/(1<<20))
+	return nil
+}
+
+func sampleRSS(pid int, peak *atomic.Int64, stop <-chan struct{}) {
+	for {
+		if rss, err := localcluster.RSS(pid); err == nil && rss > peak.Load() {
+			peak.Store(rss)
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// cellResult accumulates one contender's calls in one mode over rounds.
+type cellResult struct {
+	mu      sync.Mutex
+	lats    []time.Duration
+	elapsed time.Duration
+}
+
+func (c *cellResult) rate() float64 { return float64(len(c.lats)) / c.elapsed.Seconds() }
+
+func (c *cellResult) mean() time.Duration {
+	var sum time.Duration
+	for _, l := range c.lats {
+		sum += l
+	}
+	return sum / time.Duration(max(len(c.lats), 1))
+}
+
+func (c *cellResult) pct(q float64) string {
+	s := slices.Clone(c.lats)
+	slices.Sort(s)
+	return pct(s, q)
+}
+
+// runCell drives conc callers for d and appends their latencies to res.
+func runCell(ctx context.Context, call func(context.Context, []byte) error, body []byte, conc int, d time.Duration, res *cellResult) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var wg sync.WaitGroup
+	var firstErr error
+	var once sync.Once
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var local []time.Duration
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				err := call(ctx, body)
+				if ctx.Err() != nil {
+					break
+				}
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					cancel()
+					break
+				}
+				local = append(local, time.Since(t0))
+			}
+			res.mu.Lock()
+			res.lats = append(res.lats, local...)
+			res.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.elapsed += time.Since(start)
+	if firstErr != nil && !strings.Contains(firstErr.Error(), "context") {
+		return firstErr
+	}
+	return nil
+}

@@ -1,0 +1,239 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/apps/echo"
+	"github.com/neptune-cluster/neptune/apps/kv"
+	"github.com/neptune-cluster/neptune/internal/balance"
+)
+
+// FileConfig is the node config file (YAML). Field names in errors are the
+// YAML keys, so a user can find the line to fix.
+type FileConfig struct {
+	ID               string          `yaml:"id"`
+	Host             string          `yaml:"host"`
+	GossipPort       int             `yaml:"gossip_port"`
+	RPCPort          int             `yaml:"rpc_port"`
+	PollPort         int             `yaml:"poll_port"`
+	Metrics          string          `yaml:"metrics"`
+	Join             []string        `yaml:"join"`
+	AnnounceInterval Duration        `yaml:"announce_interval"`
+	AnnounceTTL      Duration        `yaml:"announce_ttl"`
+	Balance          BalanceConfig   `yaml:"balance"`
+	Services         []ServiceConfig `yaml:"services"`
+}
+
+// BalanceConfig selects the load-balancing policy.
+type BalanceConfig struct {
+	Policy   string   `yaml:"policy"`
+	PollSize int      `yaml:"poll_size"`
+	Discard  Duration `yaml:"discard"`
+}
+
+// ServiceConfig hosts one built-in service on the node.
+type ServiceConfig struct {
+	Name       string     `yaml:"name"`
+	Partitions Partitions `yaml:"partitions"`
+	Workers    int        `yaml:"workers"`
+	QueueLimit int        `yaml:"queue_limit"`
+}
+
+// Duration is a time.Duration written as "250ms", "1s", ...
+type Duration time.Duration
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration like 250ms or 1s", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Partitions is a list of partition numbers, written as a YAML list or as
+// text like "0-3,7".
+type Partitions []int
+
+// UnmarshalYAML accepts [0, 1] or "0-3,7".
+func (p *Partitions) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.SequenceNode {
+		var xs []int
+		if err := n.Decode(&xs); err != nil {
+			return err
+		}
+		*p = xs
+		return nil
+	}
+	xs, err := ParsePartitions(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*p = xs
+	return nil
+}
+
+// ParsePartitions parses "0-3,7" into [0 1 2 3 7].
+func ParsePartitions(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("partition %q is not a non-negative number or range like 0-3", part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("partition range %q is not like 0-3", part)
+			}
+		}
+		if b-a > 1<<16 {
+			return nil, fmt.Errorf("partition range %q is too large", part)
+		}
+		for i := a; i <= b; i++ {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+// readConfig reads a node config file; flags may still change it, so it
+// is validated later.
+func readConfig(path string) (FileConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return FileConfig{}, fmt.Errorf("config: %w", err)
+	}
+	c, err := decodeConfig(b)
+	if err != nil {
+		return FileConfig{}, fmt.Errorf("%w (in %s)", err, path)
+	}
+	return c, nil
+}
+
+// ParseConfig decodes YAML, rejecting unknown keys, and validates it.
+func ParseConfig(b []byte) (FileConfig, error) {
+	c, err := decodeConfig(b)
+	if err != nil {
+		return FileConfig{}, err
+	}
+	return c, c.Validate()
+}
+
+func decodeConfig(b []byte) (FileConfig, error) {
+	var c FileConfig
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return FileConfig{}, fmt.Errorf("config: %w", err)
+	}
+	return c, nil
+}
+
+// builtins are the services a node can host from a config file.
+var builtins = map[string]func() neptune.Service{
+	"echo": echo.Service,
+	"kv":   func() neptune.Service { return kv.New().Service() },
+}
+
+func builtinNames() []string {
+	var names []string
+	for n := range builtins {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Validate checks every field and names the first bad one.
+func (c FileConfig) Validate() error {
+	if c.ID == "" {
+		return errors.New("config: id is required")
+	}
+	for key, p := range map[string]int{"gossip_port": c.GossipPort, "rpc_port": c.RPCPort, "poll_port": c.PollPort} {
+		if p < 0 || p > 65535 {
+			return fmt.Errorf("config: %s must be in 0..65535, got %d", key, p)
+		}
+	}
+	if c.AnnounceInterval < 0 {
+		return fmt.Errorf("config: announce_interval must be positive, got %v", time.Duration(c.AnnounceInterval))
+	}
+	if c.AnnounceTTL < 0 {
+		return fmt.Errorf("config: announce_ttl must be positive, got %v", time.Duration(c.AnnounceTTL))
+	}
+	if c.AnnounceTTL != 0 && c.AnnounceInterval != 0 && c.AnnounceTTL <= c.AnnounceInterval {
+		return fmt.Errorf("config: announce_ttl (%v) must exceed announce_interval (%v)", time.Duration(c.AnnounceTTL), time.Duration(c.AnnounceInterval))
+	}
+	if _, err := c.Balance.toBalance(); err != nil {
+		return err
+	}
+	if len(c.Services) == 0 {
+		return errors.New("config: services is empty: host at least one service")
+	}
+	seen := map[string]bool{}
+	for i, s := range c.Services {
+		where := fmt.Sprintf("config: services[%d]", i)
+		switch {
+		case s.Name == "":
+			return fmt.Errorf("%s.name is required", where)
+		case builtins[s.Name] == nil:
+			return fmt.Errorf("%s.name: unknown service %q (built in: %s)", where, s.Name, strings.Join(builtinNames(), ", "))
+		case seen[s.Name]:
+			return fmt.Errorf("%s.name: service %q is listed twice", where, s.Name)
+		case len(s.Partitions) == 0:
+			return fmt.Errorf("%s.partitions is empty", where)
+		case s.Workers < 0:
+			return fmt.Errorf("%s.workers must be >= 0, got %d", where, s.Workers)
+		case s.QueueLimit < 0:
+			return fmt.Errorf("%s.queue_limit must be >= 0, got %d", where, s.QueueLimit)
+		}
+		for _, p := range s.Partitions {
+			if p < 0 {
+				return fmt.Errorf("%s.partitions: %d is negative", where, p)
+			}
+		}
+		seen[s.Name] = true
+	}
+	return nil
+}
+
+// toBalance converts to the balancer's config, naming the YAML key on error.
+func (b BalanceConfig) toBalance() (balance.Config, error) {
+	cfg := balance.DefaultConfig()
+	if b.Policy != "" {
+		cfg.Policy = b.Policy
+	}
+	if b.PollSize != 0 {
+		cfg.PollSize = b.PollSize
+	}
+	if b.Discard != 0 {
+		cfg.Discard = time.Duration(b.Discard)
+	}
+	if !slices.Contains(balance.Names, cfg.Policy) {
+		return cfg, fmt.Errorf("config: balance.policy: unknown policy %q (one of %s)", cfg.Policy, strings.Join(balance.Names, ", "))
+	}
+	if cfg.PollSize < 1 {
+		return cfg, fmt.Errorf("config: balance.poll_size must be >= 1, got %d", cfg.PollSize)
+	}
+	if cfg.Discard < 0 {
+		return cfg, fmt.Errorf("config: balance.discard must be >= 0, got %v", cfg.Discard)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("config: balance: %w", err)
+	}
+	return cfg, nil
+}
