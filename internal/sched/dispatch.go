@@ -15,7 +15,7 @@ func dispatchConfig(n int, p Policy, seed uint64) Config {
 	guaranteed := max(1, n*3/10)
 	for k := range n {
 		c := 1 + 9*rng.Float64()
-		d := sec(1 + 4*rng.Float64())
+		d := seconds(1 + 4*rng.Float64())
 		var y Yield
 		switch k % 3 {
 		case 0:
@@ -30,7 +30,7 @@ func dispatchConfig(n int, p Policy, seed uint64) Config {
 			g = 0.6 / float64(guaranteed)
 		}
 		cfg.Classes = append(cfg.Classes, ClassConfig{
-			Name: fmt.Sprintf("c%03d", k), Yield: y, Guarantee: g, Estimate: sec(0.0005 + 0.002*rng.Float64()),
+			Name: fmt.Sprintf("c%03d", k), Yield: y, Guarantee: g, Estimate: seconds(0.0005 + 0.002*rng.Float64()),
 		})
 	}
 	return cfg
