@@ -22,6 +22,11 @@ type classState struct {
 // its guaranteed resource share, (c) otherwise picks among the class heads
 // by Policy.
 //
+// Step (b) looks at two horizons: first the share of the resource use
+// charged in the last Config.GuaranteeWindow, which makes guarantees hold
+// second by second, then the dissertation's decayed usage, which lets a
+// class make up a longer-run deficit from unguaranteed capacity.
+//
 // Resource use is the time-decayed sum u_k(t) = Σ β^(t−ct(r)) s(r) of
 // Eq. 4.4.1, kept in O(1) per event. Unlike the dissertation, a dispatched
 // request is charged its class's expected resource use at once and trued
