@@ -170,14 +170,14 @@ func (n *Node) Register(svc Service, partitions ...int) error {
 	for i := range svc.Methods {
 		h.methods[svc.Methods[i].Name] = &svc.Methods[i]
 	}
-	pool, err := dispatch.New(dispatch.Config{Workers: svc.Workers, QueueLimit: svc.QueueLimit}, sched.NewFIFO(), clock.Real{})
+	name := svc.Name
+	pool, err := dispatch.New(dispatch.Config{Workers: svc.Workers, QueueLimit: svc.QueueLimit}, sched.NewFIFO(), clock.Real{},
+		func(class string, queued, _ time.Duration, _ error) {
+			n.metrics.wait.WithLabelValues(name, class).Observe(queued.Seconds())
+		})
 	if err != nil {
 		return fmt.Errorf("neptune: register %q: %w", svc.Name, err)
 	}
-	name := svc.Name
-	pool.OnFinish(func(class string, queued, _ time.Duration, _ error) {
-		n.metrics.wait.WithLabelValues(name, class).Observe(queued.Seconds())
-	})
 	h.pool = pool
 	n.services[svc.Name] = h
 	return nil

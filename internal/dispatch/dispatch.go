@@ -1,6 +1,12 @@
-// Package dispatch runs a service's requests on a bounded pool of workers in
-// the order a scheduler chooses. The load index a node reports for the
-// service is the number of active plus queued requests.
+// Package dispatch bounds how many requests of a service run at once and
+// decides, through a scheduler, which waiting request runs next. The load
+// index a node reports for the service is active plus queued requests.
+//
+// There are no worker goroutines: a request runs on its caller's goroutine
+// once it holds one of the pool's slots. An idle pool runs a request at once
+// with no hand-off; a busy one queues it, and a finishing request passes its
+// slot to the request the scheduler picks. Waiting is an event, not a
+// blocked worker.
 package dispatch
 
 import (
@@ -45,85 +51,133 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Job is one unit of work; Run receives the caller's context.
-type job struct {
-	ctx  context.Context
-	run  func(context.Context)
-	done chan error // receives nil after run, or why it was not run
+// waiter is a queued request waiting for a slot.
+type waiter struct {
+	// grant receives nil when the request holds a slot, or why it will not
+	// run. Buffered, so granting never blocks.
+	grant chan error
+	// abandoned is set (under Pool.mu) when the caller gave up; a popped
+	// abandoned waiter is skipped.
+	abandoned bool
+	granted   bool
 }
 
-// Pool is a per-service queue with a bounded set of workers.
+// FinishFunc observes each request's class, queue wait, run time and
+// outcome (nil, ErrDeadline for a request dropped in the queue, or the
+// context error of a caller that gave up).
+type FinishFunc func(class string, queued, ran time.Duration, err error)
+
+// Pool is one service's admission and ordering point on a node.
 type Pool struct {
-	cfg   Config
-	clock clock.Clock
+	cfg      Config
+	clock    clock.Clock
+	onFinish FinishFunc
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	sched   sched.Scheduler
-	active  int
-	closed  bool
-	workers sync.WaitGroup
-	// onFinish observes every finished or dropped request (for metrics).
-	onFinish func(class string, queued, ran time.Duration, err error)
+	mu     sync.Mutex
+	sched  sched.Scheduler
+	active int
+	closed bool
 }
 
-// New starts a pool with cfg's workers taking requests from s.
-func New(cfg Config, s sched.Scheduler, clk clock.Clock) (*Pool, error) {
+// New returns a pool that orders waiting requests with s. onFinish may be nil.
+func New(cfg Config, s sched.Scheduler, clk clock.Clock, onFinish FinishFunc) (*Pool, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Pool{cfg: cfg, clock: clk, sched: s}
-	p.cond = sync.NewCond(&p.mu)
-	p.workers.Add(cfg.Workers)
-	for range cfg.Workers {
-		go p.work()
+	if onFinish == nil {
+		onFinish = func(string, time.Duration, time.Duration, error) {}
 	}
-	return p, nil
+	return &Pool{cfg: cfg, clock: clk, sched: s, onFinish: onFinish}, nil
 }
 
-// OnFinish sets a callback observing each request's queue wait, run time
-// and outcome. Call it before the pool receives requests; the callback runs
-// on worker goroutines and must not block.
-func (p *Pool) OnFinish(f func(class string, queued, ran time.Duration, err error)) {
-	p.mu.Lock()
-	p.onFinish = f
-	p.mu.Unlock()
-}
-
-// Do queues run and waits until it has run. It returns ErrOverloaded if the
-// queue is full, ErrDeadline if ctx's deadline passed while the request was
-// queued, and ctx's error if the caller gave up first (run may then still
-// execute if a worker had already taken it).
+// Do runs run once the request holds a slot, and returns after it ran. It
+// returns ErrOverloaded if the queue is full, ErrDeadline if ctx's deadline
+// passed while the request was queued (run is then never called), ErrClosed
+// after Close, and ctx's error if the caller gave up while queued.
 func (p *Pool) Do(ctx context.Context, class string, run func(context.Context)) error {
-	j := &job{ctx: ctx, run: run, done: make(chan error, 1)}
 	now := p.clock.Now()
-	r := &sched.Request{Class: class, Arrival: now, Value: j}
-	if d, ok := ctx.Deadline(); ok {
-		r.Deadline = d
-	}
 	p.mu.Lock()
 	switch {
 	case p.closed:
 		p.mu.Unlock()
 		return nerr.ErrClosed
+	case p.active < p.cfg.Workers && p.sched.Len() == 0:
+		p.active++
+		p.mu.Unlock()
+		p.runHolding(ctx, &sched.Request{Class: class, Arrival: now}, now, run)
+		return nil
 	case p.sched.Len() >= p.cfg.QueueLimit:
 		p.mu.Unlock()
 		return fmt.Errorf("%w: %d requests queued", nerr.ErrOverloaded, p.cfg.QueueLimit)
 	}
+	w := &waiter{grant: make(chan error, 1)}
+	r := &sched.Request{Class: class, Arrival: now, Value: w}
+	if d, ok := ctx.Deadline(); ok {
+		r.Deadline = d
+	}
 	p.sched.Push(now, r)
-	p.cond.Signal()
 	p.mu.Unlock()
 
 	select {
-	case err := <-j.done:
-		return err
+	case err := <-w.grant:
+		if err != nil {
+			return err
+		}
+		p.runHolding(ctx, r, p.clock.Now(), run)
+		return nil
 	case <-ctx.Done():
-		// The worker that pops it sees the cancelled context and skips it.
+		p.mu.Lock()
+		w.abandoned = true
+		granted := w.granted
+		p.mu.Unlock()
+		if granted {
+			// The slot arrived as the caller gave up: pass it on.
+			p.release(r, 0)
+		}
+		p.onFinish(class, p.clock.Now().Sub(now), 0, ctx.Err())
 		if ctx.Err() == context.DeadlineExceeded {
 			return fmt.Errorf("%w: %w", nerr.ErrDeadline, ctx.Err())
 		}
 		return ctx.Err()
+	}
+}
+
+// runHolding runs a request that holds a slot, then releases the slot.
+func (p *Pool) runHolding(ctx context.Context, r *sched.Request, start time.Time, run func(context.Context)) {
+	defer func() {
+		ran := p.clock.Now().Sub(start)
+		p.release(r, ran)
+		p.onFinish(r.Class, start.Sub(r.Arrival), ran, nil)
+	}()
+	run(ctx)
+}
+
+// release frees r's slot and grants it to the next runnable queued request.
+func (p *Pool) release(r *sched.Request, ran time.Duration) {
+	now := p.clock.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.active--
+	p.sched.Finish(now, r, ran)
+	for p.active < p.cfg.Workers && p.sched.Len() > 0 {
+		next, dropped := p.sched.Pop(now)
+		for _, d := range dropped {
+			dw := d.Value.(*waiter)
+			if !dw.abandoned {
+				dw.grant <- fmt.Errorf("%w: expired after %v in queue", nerr.ErrDeadline, now.Sub(d.Arrival))
+			}
+		}
+		if next == nil {
+			return
+		}
+		nw := next.Value.(*waiter)
+		if nw.abandoned {
+			continue
+		}
+		nw.granted = true
+		p.active++
+		nw.grant <- nil
 	}
 }
 
@@ -134,76 +188,18 @@ func (p *Pool) Load() int {
 	return p.active + p.sched.Len()
 }
 
-// Close stops the workers after the requests they are running; queued
-// requests fail with ErrClosed.
+// Close makes new requests fail with ErrClosed and fails the queued ones;
+// running requests finish.
 func (p *Pool) Close() {
 	p.mu.Lock()
-	p.closed = true
-	p.cond.Broadcast()
-	p.mu.Unlock()
-	p.workers.Wait()
-	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	for p.sched.Len() > 0 {
 		next, dropped := p.sched.Pop(p.clock.Now())
 		for _, r := range append(dropped, next) {
-			if r != nil {
-				r.Value.(*job).done <- nerr.ErrClosed
+			if r != nil && !r.Value.(*waiter).abandoned {
+				r.Value.(*waiter).grant <- nerr.ErrClosed
 			}
 		}
 	}
-}
-
-func (p *Pool) work() {
-	defer p.workers.Done()
-	p.mu.Lock()
-	for {
-		for !p.closed && p.sched.Len() == 0 {
-			p.cond.Wait()
-		}
-		if p.closed {
-			p.mu.Unlock()
-			return
-		}
-		now := p.clock.Now()
-		next, dropped := p.sched.Pop(now)
-		onFinish := p.onFinish
-		if next != nil {
-			p.active++
-		}
-		p.mu.Unlock()
-
-		for _, r := range dropped {
-			r.Value.(*job).done <- fmt.Errorf("%w: expired after %v in queue", nerr.ErrDeadline, now.Sub(r.Arrival))
-			if onFinish != nil {
-				onFinish(r.Class, now.Sub(r.Arrival), 0, nerr.ErrDeadline)
-			}
-		}
-		if next != nil {
-			ran, err := p.run(next)
-			end := p.clock.Now()
-			p.mu.Lock()
-			p.active--
-			p.sched.Finish(end, next, ran)
-			p.mu.Unlock()
-			if onFinish != nil {
-				onFinish(next.Class, now.Sub(next.Arrival), ran, err)
-			}
-		}
-		p.mu.Lock()
-	}
-}
-
-// run executes one popped request unless its caller already gave up.
-func (p *Pool) run(r *sched.Request) (time.Duration, error) {
-	j := r.Value.(*job)
-	if err := j.ctx.Err(); err != nil {
-		j.done <- err
-		return 0, err
-	}
-	start := p.clock.Now()
-	j.run(j.ctx)
-	ran := p.clock.Now().Sub(start)
-	j.done <- nil
-	return ran, nil
 }

@@ -1,0 +1,50 @@
+package neptune_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/apps/echo"
+	"github.com/neptune-cluster/neptune/internal/balance"
+)
+
+// BenchmarkCallParallel measures in-process echo calls through a node's
+// client, with the default balancer (for profiling the call path; the
+// side-by-side comparison with raw gRPC is `neptune bench overhead`).
+func BenchmarkCallParallel(b *testing.B) {
+	for _, policy := range []string{balance.NameRandom, balance.DefaultConfig().Policy} {
+		b.Run(policy, func(b *testing.B) {
+			ctx := context.Background()
+			bal := balance.DefaultConfig()
+			bal.Policy = policy
+			nd, err := neptune.NewNode(neptune.NodeConfig{ID: "b1", Balance: bal})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := nd.Register(echo.Service(), 0); err != nil {
+				b.Fatal(err)
+			}
+			if err := nd.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+			defer nd.Close()
+			c := nd.Client()
+			for len(c.Members(ctx, 0)) == 0 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			body := make([]byte, 1024)
+			b.SetParallelism(32)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := c.Call(ctx, nil, "echo", 0, "echo", neptune.Read, body); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,106 @@
+package membership
+
+import (
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+func ann(node string, inc int64, seq uint64, parts ...int32) *pb.Announcement {
+	return &pb.Announcement{NodeId: node, Incarnation: inc, Seq: seq, RpcAddr: node + ":1",
+		Services: []*pb.HostedService{{Name: "kv", Partitions: parts, Methods: []*pb.MethodInfo{{Name: "get", Mode: pb.Mode_MODE_READ}}}}}
+}
+
+func nodes(l Lookup) []string {
+	var out []string
+	for _, r := range l.Replicas {
+		out = append(out, r.Node)
+	}
+	return out
+}
+
+func TestPagesExpireAfterTTLUnlessRefreshed(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	p := NewPages(5 * time.Second)
+	p.Apply(t0, ann("a", 1, 1, 0))
+	p.Apply(t0, ann("b", 1, 1, 0))
+	p.Apply(t0.Add(4*time.Second), ann("a", 1, 2, 0)) // a refreshes, b does not
+	if got := nodes(p.Replicas(t0.Add(5*time.Second), "kv", 0)); len(got) != 2 {
+		t.Fatalf("at exactly the TTL both should live, got %v", got)
+	}
+	l := p.Replicas(t0.Add(5*time.Second+time.Millisecond), "kv", 0)
+	if got := nodes(l); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("after b's TTL: %v, want [a]", got)
+	}
+	if gone := p.Expire(t0.Add(6 * time.Second)); len(gone) != 1 || gone[0] != "b" {
+		t.Fatalf("Expire = %v, want [b]", gone)
+	}
+	l = p.Replicas(t0.Add(20*time.Second), "kv", 0)
+	if len(l.Replicas) != 0 || !l.PartitionKnown || !l.ServiceKnown {
+		t.Fatalf("all expired: %+v, want no replicas but a known partition", l)
+	}
+	if l := p.Replicas(t0, "kv", 9); l.PartitionKnown || !l.ServiceKnown {
+		t.Fatalf("partition 9 was never announced: %+v", l)
+	}
+	if l := p.Replicas(t0, "nope", 0); l.ServiceKnown {
+		t.Fatalf("service nope was never announced: %+v", l)
+	}
+}
+
+func TestPagesIgnoreStaleAnnouncements(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	p := NewPages(5 * time.Second)
+	p.Apply(t0, ann("a", 2, 5, 0, 1))
+	if p.Apply(t0.Add(time.Second), ann("a", 2, 4, 7)) {
+		t.Fatal("lower seq from the same incarnation applied")
+	}
+	if p.Apply(t0.Add(time.Second), ann("a", 1, 99, 7)) {
+		t.Fatal("older incarnation applied")
+	}
+	if got := nodes(p.Replicas(t0.Add(time.Second), "kv", 1)); len(got) != 1 {
+		t.Fatalf("the current announcement was overwritten: %v", got)
+	}
+	// A restarted node (new incarnation) replaces the old entry at once.
+	if !p.Apply(t0.Add(2*time.Second), ann("a", 3, 1, 7)) {
+		t.Fatal("restart not applied")
+	}
+	if got := nodes(p.Replicas(t0.Add(2*time.Second), "kv", 7)); len(got) != 1 {
+		t.Fatalf("restarted node's partitions not visible: %v", got)
+	}
+}
+
+func TestPagesExcludeUntilAnnouncedAgain(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	p := NewPages(5 * time.Second)
+	p.Apply(t0, ann("a", 1, 1, 0))
+	p.Apply(t0, ann("b", 1, 1, 0))
+	p.Exclude("a")
+	if got := nodes(p.Replicas(t0, "kv", 0)); len(got) != 1 || got[0] != "b" {
+		t.Fatalf("excluded a still offered: %v", got)
+	}
+	p.Apply(t0.Add(time.Second), ann("a", 1, 1, 0)) // a duplicate does not count
+	if !p.Excluded("a") {
+		t.Fatal("a duplicate announcement lifted the exclusion")
+	}
+	p.Apply(t0.Add(time.Second), ann("a", 1, 2, 0))
+	if got := nodes(p.Replicas(t0.Add(time.Second), "kv", 0)); len(got) != 2 {
+		t.Fatalf("a fresh announcement should re-include a: %v", got)
+	}
+}
+
+func TestPagesRemoveAndMethod(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	p := NewPages(5 * time.Second)
+	p.Apply(t0, ann("a", 1, 1, 0))
+	if m, ok := p.Method(t0, "kv", "get"); !ok || m.Mode != pb.Mode_MODE_READ {
+		t.Fatalf("Method(kv.get) = %v, %v", m, ok)
+	}
+	if _, ok := p.Method(t0, "kv", "put"); ok {
+		t.Fatal("undeclared method found")
+	}
+	p.Remove("a")
+	if len(p.Snapshot(t0)) != 0 {
+		t.Fatal("removed node still in snapshot")
+	}
+}
