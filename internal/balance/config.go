@@ -65,7 +65,7 @@ func DefaultConfig() Config {
 		ProbeSize:         6,
 		Discard:           10 * time.Millisecond,
 		BroadcastInterval: 100 * time.Millisecond,
-		ReuseWindow:       20 * time.Millisecond,
+		ReuseWindow:       5 * time.Millisecond,
 	}
 }
 

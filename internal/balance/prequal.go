@@ -1,6 +1,7 @@
 package balance
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -20,9 +21,9 @@ import (
 //     sends and completions to that replica since the answer, so reusing it
 //     does not make the client flock to it.
 //   - Slowness: the client learns each replica's per-request service time
-//     from its own latencies (latency / (queue seen + 1)) and scales the
-//     queue of a replica that is markedly slower than the median, so a
-//     degraded replica gets proportionally less work.
+//     from its own latencies (latency / (queue seen + 1), averaged in log
+//     space) and scales the queue of a replica that is markedly slower than
+//     the median, so a degraded replica gets proportionally less work.
 //
 // Not safe for concurrent use.
 type Prequal struct {
@@ -44,7 +45,8 @@ type probe struct {
 // replicaStats learns a replica's service time from this client's requests.
 type replicaStats struct {
 	pending []int   // estimated queue ahead of each outstanding request, FIFO
-	svc     float64 // EWMA of latency/(queue+1), in seconds; 0 = unknown
+	logSvc  float64 // EWMA of log(latency/(queue+1) in seconds)
+	samples int
 }
 
 type choice struct {
@@ -54,12 +56,18 @@ type choice struct {
 
 // slowEWMA weighs a new service-time sample; high, because samples of a
 // replica are rare and a degraded one must be noticed after few requests.
+// Averaging logarithms keeps one long request of a high-variance service
+// from branding a healthy replica slow.
 const slowEWMA = 0.3
+
+// slowMinSamples is how many samples a replica needs before it can be
+// judged slow.
+const slowMinSamples = 2
 
 // slowThreshold is how much slower than the median a replica must look before
 // its queue is scaled; below it, estimation noise would only reorder healthy
 // replicas at random.
-const slowThreshold = 3.0
+const slowThreshold = 5.0
 
 func newPrequal(cfg Config, rng *rand.Rand) *Prequal {
 	return &Prequal{
@@ -104,8 +112,8 @@ func (p *Prequal) Choose(now time.Time, candidates []string, answers []Load) str
 		pr := p.pool[c]
 		q := max(0, pr.queue+pr.sent-pr.done)
 		cost := float64(q + 1)
-		if s := p.slow[c]; s != nil && median > 0 && s.svc > slowThreshold*median {
-			cost *= s.svc / median
+		if s := p.slow[c]; s != nil && s.samples >= slowMinSamples && s.logSvc-median > math.Log(slowThreshold) {
+			cost *= math.Exp(s.logSvc - median)
 		}
 		switch {
 		case ties == 0 || cost < best:
@@ -124,17 +132,17 @@ func (p *Prequal) Choose(now time.Time, candidates []string, answers []Load) str
 	return pick
 }
 
-// medianService is the median learned service time over candidates, 0 if
-// none is known.
+// medianService is the median learned log service time over candidates
+// with enough samples; +Inf if none has, so that nobody is judged slow.
 func (p *Prequal) medianService(candidates []string) float64 {
 	var known []float64
 	for _, c := range candidates {
-		if s := p.slow[c]; s != nil && s.svc > 0 {
-			known = append(known, s.svc)
+		if s := p.slow[c]; s != nil && s.samples >= slowMinSamples {
+			known = append(known, s.logSvc)
 		}
 	}
 	if len(known) == 0 {
-		return 0
+		return math.Inf(1)
 	}
 	slices.Sort(known)
 	return known[len(known)/2]
@@ -174,12 +182,13 @@ func (p *Prequal) Done(_ time.Time, replica string, latency time.Duration) {
 	if q < 0 {
 		return
 	}
-	sample := latency.Seconds() / float64(q+1)
-	if s.svc == 0 {
-		s.svc = sample
+	sample := math.Log(max(latency.Seconds(), 1e-9) / float64(q+1))
+	if s.samples == 0 {
+		s.logSvc = sample
 	} else {
-		s.svc += slowEWMA * (sample - s.svc)
+		s.logSvc += slowEWMA * (sample - s.logSvc)
 	}
+	s.samples++
 }
 
 // Report pools a poll answer (in time or late) or a pushed load, unless the
