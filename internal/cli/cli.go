@@ -27,6 +27,7 @@ func commands() map[string]command {
 		"status": {"print the yellow pages: nodes, services, partitions, load", runStatus},
 		"demo":   {"start a local cluster, drive a workload through a node failure, summarise", runDemo},
 		"bench":  {"run a benchmark (overhead)", runBench},
+		"sim":    {"run a simulation of the papers' experiments (lb, sched, dac)", runSim},
 	}
 }
 
