@@ -48,3 +48,33 @@ func BenchmarkCallParallel(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCallSequential is the sequential counterpart, for profiling the
+// per-call overhead of lookup, balancing and metrics.
+func BenchmarkCallSequential(b *testing.B) {
+	ctx := context.Background()
+	bal := balance.DefaultConfig()
+	bal.Policy = balance.NameRandom
+	nd, err := neptune.NewNode(neptune.NodeConfig{ID: "b1", Balance: bal})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := nd.Register(echo.Service(), 0); err != nil {
+		b.Fatal(err)
+	}
+	if err := nd.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer nd.Close()
+	c := nd.Client()
+	for len(c.Members(ctx, 0)) == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	body := make([]byte, 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Call(ctx, nil, "echo", 0, "echo", neptune.Read, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
