@@ -1,0 +1,770 @@
+package replica
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Replica is the state machine of one replica of one partition. It is not
+// safe for concurrent use: the shell drives it from one goroutine.
+//
+// Contract with the shell: after any call, take Ready, process it in the
+// order Ready documents, then call Advance(rd) before taking the next Ready.
+// Propose, Step, Tick, SetAlive and Checked may be called between Ready and
+// Advance; their output goes to the next batch.
+type Replica struct {
+	cfg   Config
+	prio  map[ID]int
+	peers []ID // other replicas, in Config order
+	alive map[ID]bool
+
+	role    Role
+	phase   Phase
+	epoch   Epoch
+	vote    ID
+	primary ID
+	inSync  bool // a secondary: the primary counts us in its live set
+
+	log       []Entry // log[i].LSN == first+i
+	first     LSN
+	prevEpoch Epoch // epoch of entry first-1, when known
+	stable    LSN   // highest LSN the shell has persisted
+	commit    LSN
+	handed    LSN // highest LSN handed to the shell to execute
+	applied   LSN // highest LSN the shell executed
+	truncated LSN
+
+	now       time.Time
+	lastHeard time.Time // last message from a primary (or start)
+	lastBeat  time.Time
+
+	// Primary.
+	progress map[ID]*progress
+	history  []versionAt
+
+	// Candidate.
+	electing      bool
+	electDeadline time.Time
+	grants        map[ID]Message
+
+	// Clients.
+	pending map[uint64]bool // ReqIDs of writes this replica logged
+	waiting []waiter
+
+	// Phase 1.
+	checks   []Entry
+	checkRes map[LSN]bool
+
+	// Level 1.
+	seq    uint64
+	vv     map[ID]uint64
+	synced map[ID]bool
+
+	rd      Ready
+	hsDirty bool
+	started bool
+}
+
+type progress struct {
+	match, next  LSN
+	inSync       bool
+	waitingSince time.Time // oldest unacknowledged send, zero if none
+	lastAck      time.Time
+}
+
+type waiter struct {
+	w        Write
+	deadline time.Time
+}
+
+type versionAt struct {
+	at  time.Time
+	lsn LSN
+}
+
+// New returns a replica that starts recovering from rs (the zero Restore for
+// a brand-new replica). With a non-empty CHECK range it starts in phase 1.
+func New(cfg Config, rs Restore) (*Replica, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	r := &Replica{
+		cfg:      cfg,
+		prio:     map[ID]int{},
+		alive:    map[ID]bool{},
+		role:     Recovering,
+		phase:    PhaseCatchUp,
+		epoch:    rs.HardState.Epoch,
+		vote:     rs.HardState.Vote,
+		commit:   rs.HardState.Commit,
+		applied:  rs.Applied,
+		handed:   rs.Applied,
+		log:      slices.Clone(rs.Entries),
+		pending:  map[uint64]bool{},
+		progress: map[ID]*progress{},
+		vv:       map[ID]uint64{},
+		synced:   map[ID]bool{},
+	}
+	for _, p := range cfg.Replicas {
+		r.prio[p.ID] = p.Priority
+		r.alive[p.ID] = true
+		if p.ID != cfg.ID {
+			r.peers = append(r.peers, p.ID)
+		}
+	}
+	r.first = max(r.applied, r.commit) + 1
+	if len(r.log) > 0 {
+		r.first = r.log[0].LSN
+		for i, e := range r.log {
+			if e.LSN != r.first+LSN(i) {
+				return nil, fmt.Errorf("replica: restored log not dense at LSN %d", e.LSN)
+			}
+		}
+	}
+	if r.applied+1 < r.first {
+		return nil, fmt.Errorf("replica: restored log starts at LSN %d after applied LSN %d", r.first, r.applied)
+	}
+	r.stable = r.last()
+	r.truncated = r.first - 1
+	checkTo := min(r.commit, r.last())
+	if cfg.Level == Level1 {
+		for _, e := range r.log {
+			if e.Seq == r.vv[e.Origin]+1 {
+				r.vv[e.Origin] = e.Seq
+			}
+		}
+		r.seq = r.vv[cfg.ID]
+		checkTo = r.last()
+		r.commit = r.last()
+	}
+	if checkTo > r.applied {
+		r.phase = PhaseCheck
+		r.checks = slices.Clone(r.log[r.applied+1-r.first : checkTo+1-r.first])
+		r.checkRes = map[LSN]bool{}
+		r.rd.Check = slices.Clone(r.checks)
+	}
+	return r, nil
+}
+
+// Status returns what this replica publishes.
+func (r *Replica) Status() Status {
+	s := Status{ID: r.cfg.ID, Role: r.role, Phase: r.phase, Epoch: r.epoch, Primary: r.primary,
+		Applied: r.applied, Commit: r.commit, Last: r.last()}
+	if r.role == Primary {
+		s.Live = []ID{r.cfg.ID}
+		for _, p := range r.peers {
+			if r.progress[p].inSync {
+				s.Live = append(s.Live, p)
+			}
+		}
+		if r.cfg.Level == Level3 {
+			s.VersionAgo = r.versionAgo(r.now)
+		}
+	}
+	return s
+}
+
+// SetAlive records membership's view of a replica. A dead primary triggers
+// an election at the next Tick; a dead live secondary leaves the live set.
+func (r *Replica) SetAlive(id ID, alive bool) {
+	if _, ok := r.alive[id]; ok && id != r.cfg.ID {
+		r.alive[id] = alive
+	}
+}
+
+// Checked reports the service's CHECK answer for an entry of Ready.Check:
+// whether the service already completed it. Once every entry is answered,
+// incomplete ones are reissued (in Ready.Apply, in LSN order) and recovery
+// moves to phase 2.
+func (r *Replica) Checked(lsn LSN, completed bool) {
+	if r.phase != PhaseCheck {
+		return
+	}
+	r.checkRes[lsn] = completed
+	if len(r.checkRes) < len(r.checks) {
+		return
+	}
+	for _, e := range r.checks {
+		if !r.checkRes[e.LSN] {
+			r.rd.Apply = append(r.rd.Apply, e)
+		}
+	}
+	r.handed = r.checks[len(r.checks)-1].LSN
+	r.checks, r.checkRes = nil, nil
+	r.phase = PhaseCatchUp
+}
+
+// Promote forces this replica to become primary without an election. It is
+// for the catastrophic case where fewer than MinLive replicas survive: the
+// operator promotes the replica with the newest version and the others
+// recover from it. Writes committed only on lost replicas are lost.
+func (r *Replica) Promote(now time.Time) {
+	r.now = now
+	if r.phase == PhaseCheck || r.cfg.Level == Level1 {
+		return
+	}
+	r.epoch++
+	r.vote = r.cfg.ID
+	r.hsDirty = true
+	r.grants = map[ID]Message{}
+	r.becomePrimary(now)
+}
+
+// Propose submits a client write accepted at this replica. Its outcome
+// arrives as a Reply in a later Ready.
+func (r *Replica) Propose(now time.Time, w Write) {
+	r.observe(now)
+	if r.cfg.Level == Level1 {
+		r.proposeL1(now, w)
+		return
+	}
+	switch {
+	case r.role == Primary:
+		r.appendLocal(now, w)
+	case r.primary != "" && r.alive[r.primary] && !r.electing && r.phase != PhaseCheck:
+		r.rd.Replies = append(r.rd.Replies, Reply{ReqID: w.ReqID, Err: &NotPrimaryError{Primary: r.primary}})
+	default:
+		r.waiting = append(r.waiting, waiter{w: w, deadline: now.Add(r.cfg.WriteWait)})
+	}
+}
+
+// Tick advances time: heartbeats, acknowledgement timeouts, elections and
+// the bounded wait of writes with no primary.
+func (r *Replica) Tick(now time.Time) {
+	r.observe(now)
+	kept := r.waiting[:0]
+	for _, w := range r.waiting {
+		if !now.Before(w.deadline) {
+			r.rd.Replies = append(r.rd.Replies, Reply{ReqID: w.w.ReqID, Err: ErrNoPrimary})
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	r.waiting = kept
+	if r.phase == PhaseCheck {
+		return
+	}
+	beat := now.Sub(r.lastBeat) >= r.cfg.Heartbeat
+	if beat {
+		r.lastBeat = now
+	}
+	if r.cfg.Level == Level1 {
+		if beat {
+			r.tickL1()
+		}
+		return
+	}
+	if r.role == Primary {
+		r.tickPrimary(now, beat)
+		return
+	}
+	if r.electing && !now.Before(r.electDeadline) {
+		r.electing = false
+	}
+	if r.shouldElect(now) {
+		r.startElection(now)
+	}
+}
+
+// Step processes a message from a peer.
+func (r *Replica) Step(now time.Time, m Message) {
+	r.observe(now)
+	if r.phase == PhaseCheck || m.To != r.cfg.ID {
+		return
+	}
+	if _, ok := r.prio[m.From]; !ok {
+		return
+	}
+	if r.cfg.Level == Level1 {
+		r.stepL1(m)
+		return
+	}
+	// A vote request raises our epoch only if we grant it, so a candidate
+	// refused because a live primary exists does not depose that primary.
+	if m.Epoch > r.epoch && m.Type != MsgVote {
+		r.epoch, r.vote, r.hsDirty = m.Epoch, "", true
+		r.stepDown()
+	}
+	switch m.Type {
+	case MsgAppend:
+		r.handleAppend(now, m)
+	case MsgAppendResp:
+		r.handleAppendResp(now, m)
+	case MsgVote:
+		r.handleVote(m)
+	case MsgVoteResp:
+		r.handleVoteResp(now, m)
+	}
+}
+
+// Ready returns the work accumulated since the last call.
+func (r *Replica) Ready() Ready {
+	rd := r.rd
+	r.rd = Ready{}
+	if r.hsDirty {
+		rd.HardState = &HardState{Epoch: r.epoch, Vote: r.vote, Commit: r.commit}
+		r.hsDirty = false
+	}
+	if r.phase != PhaseCheck {
+		for l := r.handed + 1; l <= r.commit; l++ {
+			e := r.entry(l)
+			rd.Apply = append(rd.Apply, e)
+			if e.Origin == r.cfg.ID && e.ReqID != 0 && r.pending[e.ReqID] {
+				delete(r.pending, e.ReqID)
+				rd.Replies = append(rd.Replies, Reply{ReqID: e.ReqID, LSN: e.LSN})
+			}
+		}
+		r.handed = max(r.handed, r.commit)
+	}
+	rd.appliedTo = r.handed
+	return rd
+}
+
+// Advance tells the replica the shell processed rd: entries persisted,
+// writes executed, messages sent.
+func (r *Replica) Advance(rd Ready) {
+	if n := len(rd.Entries); n > 0 {
+		e := rd.Entries[n-1]
+		if e.LSN <= r.last() && e.LSN >= r.first && r.entry(e.LSN).Epoch == e.Epoch {
+			r.stable = max(r.stable, e.LSN)
+		}
+	}
+	r.applied = max(r.applied, rd.appliedTo)
+	if r.role == Primary {
+		r.maybeCommit(r.now)
+	}
+}
+
+func (r *Replica) observe(now time.Time) {
+	r.now = now
+	if !r.started {
+		r.started = true
+		r.lastHeard = now
+	}
+}
+
+func (r *Replica) last() LSN { return r.first + LSN(len(r.log)) - 1 }
+
+func (r *Replica) entry(l LSN) Entry { return r.log[l-r.first] }
+
+// term is the epoch of the entry at l (0 if unknown).
+func (r *Replica) term(l LSN) Epoch {
+	switch {
+	case l == 0 || l > r.last():
+		return 0
+	case l < r.first:
+		if l == r.first-1 {
+			return r.prevEpoch
+		}
+		return 0
+	}
+	return r.entry(l).Epoch
+}
+
+// logAppend appends es, replacing any log suffix from es[0].LSN. Replaced
+// entries were never committed, so none was executed; writes this replica
+// accepted among them are reported dropped.
+func (r *Replica) logAppend(es []Entry) {
+	if len(es) == 0 {
+		return
+	}
+	at := es[0].LSN
+	if at < r.first || at <= r.handed {
+		panic(fmt.Sprintf("replica %s: replacing executed or truncated LSN %d", r.cfg.ID, at))
+	}
+	if at <= r.last() {
+		for _, old := range r.log[at-r.first:] {
+			if old.Origin == r.cfg.ID && r.pending[old.ReqID] {
+				delete(r.pending, old.ReqID)
+				r.rd.Replies = append(r.rd.Replies, Reply{ReqID: old.ReqID, Err: ErrDropped})
+			}
+		}
+		r.log = r.log[:at-r.first]
+		r.stable = min(r.stable, at-1)
+		keep := r.rd.Entries[:0]
+		for _, e := range r.rd.Entries {
+			if e.LSN < at {
+				keep = append(keep, e)
+			}
+		}
+		r.rd.Entries = keep
+	}
+	r.log = append(r.log, es...)
+	r.rd.Entries = append(r.rd.Entries, es...)
+}
+
+// truncateTo drops entries up to l from memory and tells the shell.
+func (r *Replica) truncateTo(l LSN) {
+	l = min(l, r.applied, r.last())
+	if l < r.first {
+		return
+	}
+	r.prevEpoch = r.entry(l).Epoch
+	r.log = r.log[l+1-r.first:]
+	r.first = l + 1
+	r.truncated = l
+	r.rd.Truncate = l
+}
+
+func (r *Replica) send(m Message) {
+	m.From = r.cfg.ID
+	m.Epoch = r.epoch
+	r.rd.Messages = append(r.rd.Messages, m)
+}
+
+// stepDown makes a primary or candidate a follower (of no one yet).
+func (r *Replica) stepDown() {
+	r.electing = false
+	r.primary = ""
+	r.inSync = false
+	if r.role == Primary {
+		r.role = Recovering
+		r.phase = PhaseCatchUp
+		r.progress = map[ID]*progress{}
+		r.history = nil
+	}
+	if r.role == Secondary {
+		r.role = Recovering
+		r.phase = PhaseCatchUp
+	}
+}
+
+// ---- primary ----
+
+func (r *Replica) appendLocal(now time.Time, w Write) {
+	e := Entry{Epoch: r.epoch, LSN: r.last() + 1, Method: w.Method, Body: w.Body, Origin: r.cfg.ID, ReqID: w.ReqID}
+	if w.ReqID != 0 {
+		r.pending[w.ReqID] = true
+	}
+	r.logAppend([]Entry{e})
+	for _, p := range r.peers {
+		if pr := r.progress[p]; r.alive[p] && pr.next == e.LSN {
+			r.sendAppend(now, p)
+		}
+	}
+}
+
+func (r *Replica) becomePrimary(now time.Time) {
+	best, bestFrom := Message{LastEpoch: r.term(r.last()), LSN: r.last()}, r.cfg.ID
+	for _, id := range r.peers { // Config order: deterministic
+		g, ok := r.grants[id]
+		if ok && cmp.Or(cmp.Compare(g.LastEpoch, best.LastEpoch), cmp.Compare(g.LSN, best.LSN)) > 0 {
+			best, bestFrom = g, id
+		}
+	}
+	if bestFrom != r.cfg.ID {
+		var es []Entry
+		for _, e := range best.Entries {
+			if e.LSN > r.handed && e.LSN >= r.first && (e.LSN > r.last() || r.entry(e.LSN).Epoch != e.Epoch || len(es) > 0) {
+				es = append(es, e)
+			}
+		}
+		r.logAppend(es)
+	}
+	r.electing = false
+	r.role, r.phase, r.primary, r.inSync = Primary, PhaseServing, r.cfg.ID, true
+	r.progress = map[ID]*progress{}
+	for _, p := range r.peers {
+		_, granted := r.grants[p]
+		r.progress[p] = &progress{next: r.last() + 1, inSync: granted, lastAck: now}
+	}
+	r.history = []versionAt{{at: now, lsn: r.commit}}
+	r.appendLocal(now, Write{}) // the no-op that commits predecessors' entries
+	for _, p := range r.peers {
+		if r.alive[p] && r.progress[p].next <= r.last() {
+			r.sendAppend(now, p)
+		}
+	}
+	ws := r.waiting
+	r.waiting = nil
+	for _, w := range ws {
+		r.appendLocal(now, w.w)
+	}
+	r.maybeCommit(now)
+}
+
+func (r *Replica) sendAppend(now time.Time, to ID) {
+	pr := r.progress[to]
+	next := max(pr.next, r.first)
+	end := min(r.last(), next+LSN(r.cfg.MaxBatch)-1)
+	var es []Entry
+	if next <= end {
+		es = slices.Clone(r.log[next-r.first : end+1-r.first])
+	}
+	r.send(Message{Type: MsgAppend, To: to, PrevLSN: next - 1, PrevEpoch: r.term(next - 1), Entries: es,
+		Commit: r.commit, Trunc: r.truncPoint(), InSync: pr.inSync})
+	pr.next = max(next, end+1)
+	if len(es) > 0 && pr.waitingSince.IsZero() {
+		pr.waitingSince = now
+	}
+}
+
+// truncPoint is the highest LSN every replica holds and this one executed.
+func (r *Replica) truncPoint() LSN {
+	t := r.applied
+	for _, p := range r.peers {
+		t = min(t, r.progress[p].match)
+	}
+	return t
+}
+
+func (r *Replica) liveCount() int {
+	n := 1
+	for _, p := range r.peers {
+		if r.progress[p].inSync {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *Replica) tickPrimary(now time.Time, beat bool) {
+	for _, p := range r.peers {
+		pr := r.progress[p]
+		late := !pr.waitingSince.IsZero() && now.Sub(pr.waitingSince) >= r.cfg.AckTimeout
+		if pr.inSync && (!r.alive[p] || late) && r.liveCount()-1 >= r.cfg.MinLive {
+			pr.inSync = false // failed: it must catch up before rejoining
+		}
+	}
+	r.maybeCommit(now)
+	if !beat {
+		return
+	}
+	if t := r.truncPoint(); t > r.truncated {
+		r.truncateTo(t)
+	}
+	for _, p := range r.peers {
+		pr := r.progress[p]
+		if !r.alive[p] {
+			continue
+		}
+		if pr.match < r.last() && now.Sub(pr.lastAck) >= r.cfg.Heartbeat {
+			pr.next = pr.match + 1 // no progress: resend what is unacknowledged
+		}
+		r.sendAppend(now, p)
+	}
+	r.pruneHistory(now)
+}
+
+func (r *Replica) maybeCommit(now time.Time) {
+	if r.liveCount() < r.cfg.MinLive {
+		return
+	}
+	n := r.stable
+	for _, p := range r.peers {
+		if pr := r.progress[p]; pr.inSync {
+			n = min(n, pr.match)
+		}
+	}
+	// Only an entry of our own epoch commits by acknowledgement; earlier
+	// ones commit with it (as in Raft), so a later election's most recent
+	// log always holds them.
+	if n <= r.commit || r.term(n) != r.epoch {
+		return
+	}
+	r.commit = n
+	r.hsDirty = true
+	r.history = append(r.history, versionAt{at: now, lsn: n})
+	for _, p := range r.peers {
+		if r.alive[p] {
+			r.sendAppend(now, p) // tell secondaries promptly: it bounds their staleness
+		}
+	}
+}
+
+func (r *Replica) handleAppendResp(now time.Time, m Message) {
+	if r.role != Primary || m.Epoch != r.epoch {
+		return
+	}
+	pr := r.progress[m.From]
+	if m.Reject {
+		pr.next = min(m.Hint+1, r.last()+1)
+		r.sendAppend(now, m.From)
+		return
+	}
+	if m.LSN > pr.match {
+		pr.match = m.LSN
+		pr.lastAck = now
+		pr.waitingSince = time.Time{}
+		if pr.match < r.last() {
+			pr.waitingSince = now
+		}
+	}
+	pr.next = max(pr.next, pr.match+1)
+	if !pr.inSync && r.alive[m.From] && pr.match >= r.commit {
+		pr.inSync = true // caught up: rejoins the live set
+	}
+	r.maybeCommit(now)
+	if pr.next <= r.last() {
+		r.sendAppend(now, m.From)
+	}
+}
+
+// ---- secondary ----
+
+// matches reports whether our log holds the primary's entry (l, ep).
+func (r *Replica) matches(l LSN, ep Epoch) bool {
+	switch {
+	case l == 0 || l <= r.commit || l < r.first:
+		return true // committed entries are the same everywhere
+	case l > r.last():
+		return false
+	case ep == 0:
+		return true // the primary truncated it, so it is committed
+	}
+	return r.term(l) == ep
+}
+
+func (r *Replica) handleAppend(now time.Time, m Message) {
+	if m.Epoch < r.epoch {
+		r.send(Message{Type: MsgAppendResp, To: m.From, Reject: true, Hint: r.commit})
+		return
+	}
+	if r.role == Primary {
+		// Two primaries in one epoch happen only with MinLive*2 <= n (the
+		// paper's no-partition mode); the higher priority keeps the role.
+		if r.prio[m.From] < r.prio[r.cfg.ID] {
+			return
+		}
+		r.stepDown()
+	}
+	r.electing = false
+	r.lastHeard = now
+	if r.primary != m.From {
+		r.primary = m.From
+		for _, w := range r.waiting {
+			r.rd.Replies = append(r.rd.Replies, Reply{ReqID: w.w.ReqID, Err: &NotPrimaryError{Primary: m.From}})
+		}
+		r.waiting = nil
+	}
+	if !r.matches(m.PrevLSN, m.PrevEpoch) {
+		hint := r.commit
+		if m.PrevLSN > r.last() {
+			hint = r.last()
+		}
+		r.send(Message{Type: MsgAppendResp, To: m.From, Reject: true, Hint: hint})
+		return
+	}
+	var es []Entry
+	for _, e := range m.Entries {
+		if len(es) == 0 && (e.LSN < r.first || e.LSN <= r.commit || (e.LSN <= r.last() && r.entry(e.LSN).Epoch == e.Epoch)) {
+			continue // already held
+		}
+		es = append(es, e)
+	}
+	r.logAppend(es)
+	matched := m.PrevLSN + LSN(len(m.Entries))
+	if c := min(m.Commit, matched); c > r.commit {
+		r.commit = c
+		r.hsDirty = true
+	}
+	if t := min(m.Trunc, r.applied); t > r.truncated {
+		r.truncateTo(t)
+	}
+	r.inSync = m.InSync
+	if r.inSync {
+		r.role, r.phase = Secondary, PhaseServing
+	} else {
+		r.role, r.phase = Recovering, PhaseCatchUp
+	}
+	r.send(Message{Type: MsgAppendResp, To: m.From, LSN: matched})
+}
+
+// ---- elections ----
+
+func (r *Replica) shouldElect(now time.Time) bool {
+	if r.electing {
+		return false
+	}
+	self := r.prio[r.cfg.ID]
+	if p := r.primary; p != "" && r.alive[p] {
+		// Bully: a higher-priority replica takes the role back, but only
+		// once it has caught up (phase 2 done), so writes wait briefly.
+		return r.inSync && self > r.prio[p]
+	}
+	if r.primary == "" && now.Sub(r.lastHeard) < r.cfg.ElectionTimeout {
+		return false // give a running primary time to reach us first
+	}
+	for _, q := range r.peers {
+		if r.alive[q] && r.prio[q] > self {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Replica) startElection(now time.Time) {
+	r.stepDown()
+	r.epoch++
+	r.vote = r.cfg.ID
+	r.hsDirty = true
+	r.electing = true
+	r.electDeadline = now.Add(r.cfg.ElectionTimeout)
+	r.grants = map[ID]Message{}
+	for _, p := range r.peers {
+		if r.alive[p] {
+			r.send(Message{Type: MsgVote, To: p, Commit: r.commit, LSN: r.last(), LastEpoch: r.term(r.last())})
+		}
+	}
+	if 1 >= r.cfg.MinLive {
+		r.becomePrimary(now)
+	}
+}
+
+func (r *Replica) handleVote(m Message) {
+	refuse := Message{Type: MsgVoteResp, To: m.From, Primary: r.primary}
+	if m.Epoch < r.epoch || (m.Epoch == r.epoch && r.vote != "" && r.vote != m.From) {
+		r.send(refuse)
+		return
+	}
+	if p := r.primary; p != "" && p != m.From && r.alive[p] && r.prio[m.From] <= r.prio[p] {
+		r.send(refuse) // a live primary with at least its priority exists
+		return
+	}
+	r.stepDown()
+	r.epoch, r.vote, r.hsDirty = m.Epoch, m.From, true
+	r.lastHeard = r.now
+	from := max(m.Commit+1, r.first)
+	var es []Entry
+	if from <= r.last() {
+		es = slices.Clone(r.log[from-r.first:])
+	}
+	r.send(Message{Type: MsgVoteResp, To: m.From, Granted: true, LSN: r.last(), LastEpoch: r.term(r.last()), Entries: es})
+}
+
+func (r *Replica) handleVoteResp(now time.Time, m Message) {
+	if !r.electing || m.Epoch != r.epoch || !m.Granted {
+		return
+	}
+	r.grants[m.From] = m
+	if 1+len(r.grants) >= r.cfg.MinLive {
+		r.becomePrimary(now)
+	}
+}
+
+// ---- level 3 ----
+
+// versionAgo is the primary's commit point Staleness ago: the newest
+// recorded commit at or before now-x, or the oldest known one.
+func (r *Replica) versionAgo(now time.Time) LSN {
+	cut := now.Add(-r.cfg.Staleness)
+	v := LSN(0)
+	for i, h := range r.history {
+		if i == 0 || !h.at.After(cut) {
+			v = h.lsn
+		}
+	}
+	return v
+}
+
+func (r *Replica) pruneHistory(now time.Time) {
+	cut := now.Add(-r.cfg.Staleness)
+	i := 0
+	for i+1 < len(r.history) && !r.history[i+1].at.After(cut) {
+		i++
+	}
+	r.history = r.history[i:]
+}

@@ -1,0 +1,378 @@
+// Package replica is the pure state machine that replicates one partition's
+// writes (dissertation ch. 5: operation replication with a REDO write log).
+//
+// The core follows go.etcd.io/raft's shape: the node shell feeds it client
+// writes (Propose), peer messages (Step), membership changes (SetAlive) and
+// clock ticks (Tick), all with an explicit time; it collects a Ready batch of
+// entries to persist, messages to send, CHECK calls to make, writes to execute
+// and client replies, does that I/O, and calls Advance. The core has no
+// goroutines, no I/O and never reads the wall clock, so the node and the
+// deterministic tests and simulator run the same code.
+//
+// Levels 2 and 3 use one primary per epoch. The primary orders writes by LSN
+// and executes a write only after every replica in its live set (which must
+// keep at least MinLive members) has acknowledged durable receipt; secondaries
+// execute committed writes in LSN order. Failover elects the live replica with
+// the highest priority; it adopts the most recent log among MinLive voters
+// before serving, so it holds every committed write. Level 1 replicates
+// commutative writes from any replica by gossip.
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// LSN is a log sequence number. At levels 2 and 3 it is the partition's
+// version: committed LSNs are dense, start at 1 and are the same on every
+// replica. At level 1 it is only a position in the local log.
+type LSN uint64
+
+// Epoch numbers a primary's term. Every entry and message carries one, and a
+// replica refuses messages from a lower epoch, which fences a deposed primary.
+type Epoch uint64
+
+// ID names a replica (the node that hosts it).
+type ID string
+
+// Level is a partition's consistency level.
+type Level int
+
+const (
+	// Level1 is write-anywhere with asynchronous propagation, for commutative
+	// writes; replicas converge.
+	Level1 Level = 1
+	// Level2 is primary-ordered writes applied in LSN order everywhere.
+	Level2 Level = 2
+	// Level3 is Level2 plus staleness control (VersionAgo, Session).
+	Level3 Level = 3
+)
+
+// Role is what a replica currently does for its partition.
+type Role int
+
+const (
+	// Recovering replicas are catching up and serve no client requests.
+	Recovering Role = iota
+	// Secondary replicas apply the primary's writes and serve reads. At
+	// level 1 every serving replica is a Secondary and accepts writes.
+	Secondary
+	// Primary orders and commits writes.
+	Primary
+)
+
+func (r Role) String() string {
+	switch r {
+	case Recovering:
+		return "recovering"
+	case Secondary:
+		return "secondary"
+	case Primary:
+		return "primary"
+	}
+	return fmt.Sprintf("Role(%d)", int(r))
+}
+
+// Phase is the step of the three-phase recovery a replica is in.
+type Phase int
+
+const (
+	// PhaseCheck is phase 1: the log is synchronised with the service via
+	// CHECK; writes the service did not complete are reissued.
+	PhaseCheck Phase = 1
+	// PhaseCatchUp is phase 2: missing writes are fetched from the primary
+	// (or, with no primary, the replica takes part in an election).
+	PhaseCatchUp Phase = 2
+	// PhaseServing is phase 3: the replica is in the live set and publishes.
+	PhaseServing Phase = 3
+)
+
+// Errors returned to clients through Reply. All say whether a retry helps.
+var (
+	// ErrNoPrimary: no primary was known within Config.WriteWait. The write
+	// was not logged; retrying later is safe.
+	ErrNoPrimary = errors.New("replica: no primary")
+	// ErrNotPrimary: this replica is not the primary; retry at the primary
+	// named by NotPrimaryError. The write was not logged.
+	ErrNotPrimary = errors.New("replica: not the primary")
+	// ErrDropped: the write was logged but overwritten by a new primary's
+	// log before it committed, so it was never executed; retrying is safe.
+	ErrDropped = errors.New("replica: write dropped by failover")
+)
+
+// NotPrimaryError redirects a write to the current primary.
+type NotPrimaryError struct{ Primary ID }
+
+func (e *NotPrimaryError) Error() string {
+	return fmt.Sprintf("replica: not the primary (primary is %q)", e.Primary)
+}
+
+// Unwrap makes errors.Is(err, ErrNotPrimary) hold.
+func (e *NotPrimaryError) Unwrap() error { return ErrNotPrimary }
+
+// Retryable reports whether err means the same write may be retried.
+func Retryable(err error) bool {
+	return errors.Is(err, ErrNoPrimary) || errors.Is(err, ErrNotPrimary) || errors.Is(err, ErrDropped)
+}
+
+// Entry is one write in the REDO log.
+type Entry struct {
+	Epoch Epoch
+	LSN   LSN
+	// Method is the service method; empty marks the no-op a new primary logs
+	// to commit its predecessors' entries (the shell does not execute it).
+	Method string
+	Body   []byte
+	// Origin is the replica that accepted the client's write and ReqID its
+	// request number there; Origin replies to the client once it executes it.
+	Origin ID
+	ReqID  uint64
+	// Seq numbers Origin's writes at level 1 (per-origin FIFO); 0 otherwise.
+	Seq uint64
+}
+
+// Write is a client write handed to Propose.
+type Write struct {
+	ReqID  uint64
+	Method string
+	Body   []byte
+}
+
+// Reply is a client write's outcome. A nil Err means the write was executed
+// at this replica as part of the same Ready's Apply; the shell replies with
+// the handler's result and LSN (the version the client must record).
+type Reply struct {
+	ReqID uint64
+	LSN   LSN
+	Err   error
+}
+
+// HardState must be persisted (synced) before the Ready's messages are sent.
+type HardState struct {
+	Epoch Epoch
+	// Vote is whom this replica voted for in Epoch.
+	Vote ID
+	// Commit is the highest LSN known committed cluster-wide; after a crash,
+	// entries in (applied, Commit] are the ones CHECK must resolve.
+	Commit LSN
+}
+
+// MsgType is a Message's kind.
+type MsgType int
+
+const (
+	// MsgAppend carries entries and the commit point from the primary; an
+	// empty one is a heartbeat.
+	MsgAppend MsgType = iota + 1
+	// MsgAppendResp acknowledges durable receipt up to LSN, or rejects.
+	MsgAppendResp
+	// MsgVote asks for a vote in an election at Epoch.
+	MsgVote
+	// MsgVoteResp grants or refuses a vote; a grant carries the voter's log
+	// after the candidate's commit point.
+	MsgVoteResp
+	// MsgDigest (level 1) carries the sender's version vector.
+	MsgDigest
+	// MsgGossip (level 1) carries entries the recipient lacks.
+	MsgGossip
+)
+
+func (t MsgType) String() string {
+	switch t {
+	case MsgAppend:
+		return "Append"
+	case MsgAppendResp:
+		return "AppendResp"
+	case MsgVote:
+		return "Vote"
+	case MsgVoteResp:
+		return "VoteResp"
+	case MsgDigest:
+		return "Digest"
+	case MsgGossip:
+		return "Gossip"
+	}
+	return fmt.Sprintf("MsgType(%d)", int(t))
+}
+
+// Message is exchanged between replicas of one partition. Which fields are
+// set depends on Type.
+type Message struct {
+	Type     MsgType
+	From, To ID
+	Epoch    Epoch
+
+	// Append: the entry before Entries, the commit point, the truncation
+	// point and whether the recipient is in the primary's live set.
+	PrevLSN   LSN
+	PrevEpoch Epoch
+	Entries   []Entry
+	Commit    LSN
+	Trunc     LSN
+	InSync    bool
+
+	// AppendResp: LSN is the highest LSN known to match the primary's log;
+	// on Reject, Hint is where the primary should resume.
+	LSN    LSN
+	Reject bool
+	Hint   LSN
+
+	// VoteResp: the voter's last entry and the primary it follows, if any.
+	Granted   bool
+	LastEpoch Epoch
+	Primary   ID
+
+	// Digest: the sender's version vector (origin -> contiguous Seq).
+	Versions map[ID]uint64
+}
+
+// Ready is a batch of work for the shell. Process it in this order: persist
+// HardState and append Entries to the write log (durably: a follower's ack
+// in Messages promises it), drop log entries up to Truncate, make the CHECK
+// calls in Check and report them with Checked, execute Apply in order (one at
+// a time; skip entries with an empty Method), send Messages, answer Replies,
+// then call Advance.
+type Ready struct {
+	// HardState is nil when unchanged.
+	HardState *HardState
+	// Entries replace the log from Entries[0].LSN on.
+	Entries []Entry
+	// Truncate: entries up to this LSN are held by every replica and executed
+	// here; the log may drop them (0: nothing new).
+	Truncate LSN
+	Check    []Entry
+	Apply    []Entry
+	Messages []Message
+	Replies  []Reply
+
+	appliedTo LSN // what Advance marks executed
+}
+
+// Empty reports whether rd has no work.
+func (rd *Ready) Empty() bool {
+	return rd.HardState == nil && len(rd.Entries) == 0 && rd.Truncate == 0 && len(rd.Check) == 0 &&
+		len(rd.Apply) == 0 && len(rd.Messages) == 0 && len(rd.Replies) == 0
+}
+
+// Status is what a replica publishes (in announcements and poll replies).
+type Status struct {
+	ID      ID
+	Role    Role
+	Phase   Phase
+	Epoch   Epoch
+	Primary ID
+	// Applied is the replica's version: the highest LSN it executed.
+	Applied LSN
+	Commit  LSN
+	Last    LSN
+	// VersionAgo (primary at level 3) is the primary's committed version
+	// Config.Staleness ago; replicas at or above it are fresh enough.
+	VersionAgo LSN
+	// Live (primary) lists the replicas in the live set, itself included.
+	Live []ID
+}
+
+// Peer is one replica of the partition with its static priority; the
+// highest priority is the preferred primary.
+type Peer struct {
+	ID       ID
+	Priority int
+}
+
+// Config configures one replica. Zero durations take the defaults.
+type Config struct {
+	ID       ID
+	Replicas []Peer // all replicas of the partition, this one included
+	Level    Level
+	// MinLive is the smallest live set (primary included) that may commit
+	// and the number of votes an election needs. Default: a majority, which
+	// keeps a partitioned old primary from committing. 1 is the paper's
+	// behaviour (it assumes no network partitions).
+	MinLive int
+	// Heartbeat is how often the primary sends heartbeats (level 1: digests).
+	Heartbeat time.Duration
+	// AckTimeout: a live replica that has not acknowledged an entry sent
+	// this long ago leaves the live set and must catch up to rejoin.
+	AckTimeout time.Duration
+	// ElectionTimeout is how long a candidate waits for votes.
+	ElectionTimeout time.Duration
+	// WriteWait bounds how long a write waits for a primary.
+	WriteWait time.Duration
+	// Staleness is level 3's bound x.
+	Staleness time.Duration
+	// MaxBatch bounds the entries per message.
+	MaxBatch int
+}
+
+func (c Config) withDefaults() Config {
+	if c.MinLive == 0 {
+		c.MinLive = len(c.Replicas)/2 + 1
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = 50 * time.Millisecond
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = 500 * time.Millisecond
+	}
+	if c.ElectionTimeout == 0 {
+		c.ElectionTimeout = 300 * time.Millisecond
+	}
+	if c.WriteWait == 0 {
+		c.WriteWait = time.Second
+	}
+	if c.Staleness == 0 {
+		c.Staleness = time.Second
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 256
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if c.ID == "" {
+		return errors.New("replica: Config.ID is empty")
+	}
+	if c.Level < Level1 || c.Level > Level3 {
+		return fmt.Errorf("replica: Config.Level %d not in 1..3", c.Level)
+	}
+	seen := map[ID]bool{}
+	self := false
+	for _, p := range c.Replicas {
+		if p.ID == "" {
+			return errors.New("replica: Config.Replicas has an empty ID")
+		}
+		if seen[p.ID] {
+			return fmt.Errorf("replica: Config.Replicas lists %q twice", p.ID)
+		}
+		seen[p.ID] = true
+		self = self || p.ID == c.ID
+	}
+	if !self {
+		return fmt.Errorf("replica: Config.Replicas does not include Config.ID %q", c.ID)
+	}
+	if c.MinLive < 0 || c.MinLive > len(c.Replicas) {
+		return fmt.Errorf("replica: Config.MinLive %d not in 0..%d", c.MinLive, len(c.Replicas))
+	}
+	for name, d := range map[string]time.Duration{"Heartbeat": c.Heartbeat, "AckTimeout": c.AckTimeout,
+		"ElectionTimeout": c.ElectionTimeout, "WriteWait": c.WriteWait, "Staleness": c.Staleness} {
+		if d < 0 {
+			return fmt.Errorf("replica: Config.%s is negative", name)
+		}
+	}
+	if c.MaxBatch < 0 {
+		return errors.New("replica: Config.MaxBatch is negative")
+	}
+	return nil
+}
+
+// Restore is a replica's durable state after a restart: the hard state, the
+// log as stored (committed and uncommitted portions) and the highest LSN the
+// shell recorded as executed (it may lag the service; CHECK closes the gap).
+type Restore struct {
+	HardState HardState
+	Entries   []Entry
+	Applied   LSN
+}
