@@ -704,6 +704,385 @@ func (x *RelayedAnnouncement) GetAgeMs() int64 {
 	return 0
 }
 
+// AggregateRequest hands a node its subtree of one aggregation call.
+type AggregateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// call_id identifies the call in logs.
+	CallId       string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Service      string `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	Local        string `protobuf:"bytes,3,opt,name=local,proto3" json:"local,omitempty"`
+	LocalParams  []byte `protobuf:"bytes,4,opt,name=local_params,json=localParams,proto3" json:"local_params,omitempty"`
+	Reduce       string `protobuf:"bytes,5,opt,name=reduce,proto3" json:"reduce,omitempty"`
+	ReduceParams []byte `protobuf:"bytes,6,opt,name=reduce_params,json=reduceParams,proto3" json:"reduce_params,omitempty"`
+	// self is this node's participant index, or -1 for a coordinator that
+	// only reduces (Base).
+	Self int32 `protobuf:"varint,7,opt,name=self,proto3" json:"self,omitempty"`
+	// elapsed_ns is how much of the call had passed when this was sent;
+	// deadlines are offsets from the call's start, so no clocks need agree.
+	ElapsedNs int64 `protobuf:"varint,8,opt,name=elapsed_ns,json=elapsedNs,proto3" json:"elapsed_ns,omitempty"`
+	// deadline_ns is when this node sends what it has.
+	DeadlineNs int64 `protobuf:"varint,9,opt,name=deadline_ns,json=deadlineNs,proto3" json:"deadline_ns,omitempty"`
+	// grace_ns is how long past its deadline a node may finish reductions
+	// already running.
+	GraceNs int64 `protobuf:"varint,10,opt,name=grace_ns,json=graceNs,proto3" json:"grace_ns,omitempty"`
+	// hedge allows re-issuing a slow leaf to another replica.
+	Hedge bool   `protobuf:"varint,11,opt,name=hedge,proto3" json:"hedge,omitempty"`
+	Class string `protobuf:"bytes,12,opt,name=class,proto3" json:"class,omitempty"`
+	// participants are this node's subtree, itself included (unless self is -1).
+	Participants  []*Participant `protobuf:"bytes,13,rep,name=participants,proto3" json:"participants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AggregateRequest) Reset() {
+	*x = AggregateRequest{}
+	mi := &file_neptune_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AggregateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AggregateRequest) ProtoMessage() {}
+
+func (x *AggregateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AggregateRequest.ProtoReflect.Descriptor instead.
+func (*AggregateRequest) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AggregateRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *AggregateRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *AggregateRequest) GetLocal() string {
+	if x != nil {
+		return x.Local
+	}
+	return ""
+}
+
+func (x *AggregateRequest) GetLocalParams() []byte {
+	if x != nil {
+		return x.LocalParams
+	}
+	return nil
+}
+
+func (x *AggregateRequest) GetReduce() string {
+	if x != nil {
+		return x.Reduce
+	}
+	return ""
+}
+
+func (x *AggregateRequest) GetReduceParams() []byte {
+	if x != nil {
+		return x.ReduceParams
+	}
+	return nil
+}
+
+func (x *AggregateRequest) GetSelf() int32 {
+	if x != nil {
+		return x.Self
+	}
+	return 0
+}
+
+func (x *AggregateRequest) GetElapsedNs() int64 {
+	if x != nil {
+		return x.ElapsedNs
+	}
+	return 0
+}
+
+func (x *AggregateRequest) GetDeadlineNs() int64 {
+	if x != nil {
+		return x.DeadlineNs
+	}
+	return 0
+}
+
+func (x *AggregateRequest) GetGraceNs() int64 {
+	if x != nil {
+		return x.GraceNs
+	}
+	return 0
+}
+
+func (x *AggregateRequest) GetHedge() bool {
+	if x != nil {
+		return x.Hedge
+	}
+	return false
+}
+
+func (x *AggregateRequest) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *AggregateRequest) GetParticipants() []*Participant {
+	if x != nil {
+		return x.Participants
+	}
+	return nil
+}
+
+// Participant is one tree node: a partition and where it runs.
+type Participant struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Index     int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// parent is the participant index it reports to, -1 for the receiver of
+	// a coordinator request (or the caller).
+	Parent     int32 `protobuf:"varint,3,opt,name=parent,proto3" json:"parent,omitempty"`
+	DeadlineNs int64 `protobuf:"varint,4,opt,name=deadline_ns,json=deadlineNs,proto3" json:"deadline_ns,omitempty"`
+	// replicas serve the partition, the chosen one first; the others replace
+	// it if it fails or is hedged.
+	Replicas      []*ReplicaAddr `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Participant) Reset() {
+	*x = Participant{}
+	mi := &file_neptune_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Participant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Participant) ProtoMessage() {}
+
+func (x *Participant) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Participant.ProtoReflect.Descriptor instead.
+func (*Participant) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Participant) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Participant) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *Participant) GetParent() int32 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *Participant) GetDeadlineNs() int64 {
+	if x != nil {
+		return x.DeadlineNs
+	}
+	return 0
+}
+
+func (x *Participant) GetReplicas() []*ReplicaAddr {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+type ReplicaAddr struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	RpcAddr       string                 `protobuf:"bytes,2,opt,name=rpc_addr,json=rpcAddr,proto3" json:"rpc_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaAddr) Reset() {
+	*x = ReplicaAddr{}
+	mi := &file_neptune_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaAddr) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaAddr) ProtoMessage() {}
+
+func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaAddr.ProtoReflect.Descriptor instead.
+func (*ReplicaAddr) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReplicaAddr) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ReplicaAddr) GetRpcAddr() string {
+	if x != nil {
+		return x.RpcAddr
+	}
+	return ""
+}
+
+// AggregateResponse is a subtree's partial result.
+type AggregateResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Partitions []int32                `protobuf:"varint,1,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	Data       []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// Operator costs measured in the subtree, so callers learn s and a.
+	LocalNs    int64 `protobuf:"varint,3,opt,name=local_ns,json=localNs,proto3" json:"local_ns,omitempty"`
+	Locals     int32 `protobuf:"varint,4,opt,name=locals,proto3" json:"locals,omitempty"`
+	ReduceNs   int64 `protobuf:"varint,5,opt,name=reduce_ns,json=reduceNs,proto3" json:"reduce_ns,omitempty"`
+	Reductions int32 `protobuf:"varint,6,opt,name=reductions,proto3" json:"reductions,omitempty"`
+	// hedges is how many leaf calls the subtree re-issued.
+	Hedges        int32 `protobuf:"varint,7,opt,name=hedges,proto3" json:"hedges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AggregateResponse) Reset() {
+	*x = AggregateResponse{}
+	mi := &file_neptune_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AggregateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AggregateResponse) ProtoMessage() {}
+
+func (x *AggregateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AggregateResponse.ProtoReflect.Descriptor instead.
+func (*AggregateResponse) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AggregateResponse) GetPartitions() []int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *AggregateResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *AggregateResponse) GetLocalNs() int64 {
+	if x != nil {
+		return x.LocalNs
+	}
+	return 0
+}
+
+func (x *AggregateResponse) GetLocals() int32 {
+	if x != nil {
+		return x.Locals
+	}
+	return 0
+}
+
+func (x *AggregateResponse) GetReduceNs() int64 {
+	if x != nil {
+		return x.ReduceNs
+	}
+	return 0
+}
+
+func (x *AggregateResponse) GetReductions() int32 {
+	if x != nil {
+		return x.Reductions
+	}
+	return 0
+}
+
+func (x *AggregateResponse) GetHedges() int32 {
+	if x != nil {
+		return x.Hedges
+	}
+	return 0
+}
+
 var File_neptune_proto protoreflect.FileDescriptor
 
 const file_neptune_proto_rawDesc = "" +
@@ -755,15 +1134,55 @@ const file_neptune_proto_rawDesc = "" +
 	"\aentries\x18\x01 \x03(\v2\x1f.neptune.v1.RelayedAnnouncementR\aentries\"j\n" +
 	"\x13RelayedAnnouncement\x12<\n" +
 	"\fannouncement\x18\x01 \x01(\v2\x18.neptune.v1.AnnouncementR\fannouncement\x12\x15\n" +
-	"\x06age_ms\x18\x02 \x01(\x03R\x05ageMs*;\n" +
+	"\x06age_ms\x18\x02 \x01(\x03R\x05ageMs\"\x93\x03\n" +
+	"\x10AggregateRequest\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x18\n" +
+	"\aservice\x18\x02 \x01(\tR\aservice\x12\x14\n" +
+	"\x05local\x18\x03 \x01(\tR\x05local\x12!\n" +
+	"\flocal_params\x18\x04 \x01(\fR\vlocalParams\x12\x16\n" +
+	"\x06reduce\x18\x05 \x01(\tR\x06reduce\x12#\n" +
+	"\rreduce_params\x18\x06 \x01(\fR\freduceParams\x12\x12\n" +
+	"\x04self\x18\a \x01(\x05R\x04self\x12\x1d\n" +
+	"\n" +
+	"elapsed_ns\x18\b \x01(\x03R\telapsedNs\x12\x1f\n" +
+	"\vdeadline_ns\x18\t \x01(\x03R\n" +
+	"deadlineNs\x12\x19\n" +
+	"\bgrace_ns\x18\n" +
+	" \x01(\x03R\agraceNs\x12\x14\n" +
+	"\x05hedge\x18\v \x01(\bR\x05hedge\x12\x14\n" +
+	"\x05class\x18\f \x01(\tR\x05class\x12;\n" +
+	"\fparticipants\x18\r \x03(\v2\x17.neptune.v1.ParticipantR\fparticipants\"\xaf\x01\n" +
+	"\vParticipant\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06parent\x18\x03 \x01(\x05R\x06parent\x12\x1f\n" +
+	"\vdeadline_ns\x18\x04 \x01(\x03R\n" +
+	"deadlineNs\x123\n" +
+	"\breplicas\x18\x05 \x03(\v2\x17.neptune.v1.ReplicaAddrR\breplicas\"<\n" +
+	"\vReplicaAddr\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x19\n" +
+	"\brpc_addr\x18\x02 \x01(\tR\arpcAddr\"\xcf\x01\n" +
+	"\x11AggregateResponse\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\x05R\n" +
+	"partitions\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x19\n" +
+	"\blocal_ns\x18\x03 \x01(\x03R\alocalNs\x12\x16\n" +
+	"\x06locals\x18\x04 \x01(\x05R\x06locals\x12\x1b\n" +
+	"\treduce_ns\x18\x05 \x01(\x03R\breduceNs\x12\x1e\n" +
+	"\n" +
+	"reductions\x18\x06 \x01(\x05R\n" +
+	"reductions\x12\x16\n" +
+	"\x06hedges\x18\a \x01(\x05R\x06hedges*;\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tMODE_READ\x10\x01\x12\x0e\n" +
 	"\n" +
-	"MODE_WRITE\x10\x022y\n" +
+	"MODE_WRITE\x10\x022\xc3\x01\n" +
 	"\x04Node\x129\n" +
 	"\x04Call\x12\x17.neptune.v1.CallRequest\x1a\x18.neptune.v1.CallResponse\x126\n" +
-	"\x06Stream\x12\x17.neptune.v1.CallRequest\x1a\x11.neptune.v1.Chunk0\x01B:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
+	"\x06Stream\x12\x17.neptune.v1.CallRequest\x1a\x11.neptune.v1.Chunk0\x01\x12H\n" +
+	"\tAggregate\x12\x1c.neptune.v1.AggregateRequest\x1a\x1d.neptune.v1.AggregateResponseB:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
 
 var (
 	file_neptune_proto_rawDescOnce sync.Once
@@ -778,7 +1197,7 @@ func file_neptune_proto_rawDescGZIP() []byte {
 }
 
 var file_neptune_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_neptune_proto_goTypes = []any{
 	(Mode)(0),                   // 0: neptune.v1.Mode
 	(*CallRequest)(nil),         // 1: neptune.v1.CallRequest
@@ -791,6 +1210,10 @@ var file_neptune_proto_goTypes = []any{
 	(*PollReply)(nil),           // 8: neptune.v1.PollReply
 	(*PagesState)(nil),          // 9: neptune.v1.PagesState
 	(*RelayedAnnouncement)(nil), // 10: neptune.v1.RelayedAnnouncement
+	(*AggregateRequest)(nil),    // 11: neptune.v1.AggregateRequest
+	(*Participant)(nil),         // 12: neptune.v1.Participant
+	(*ReplicaAddr)(nil),         // 13: neptune.v1.ReplicaAddr
+	(*AggregateResponse)(nil),   // 14: neptune.v1.AggregateResponse
 }
 var file_neptune_proto_depIdxs = []int32{
 	0,  // 0: neptune.v1.CallRequest.mode:type_name -> neptune.v1.Mode
@@ -799,15 +1222,19 @@ var file_neptune_proto_depIdxs = []int32{
 	0,  // 3: neptune.v1.MethodInfo.mode:type_name -> neptune.v1.Mode
 	10, // 4: neptune.v1.PagesState.entries:type_name -> neptune.v1.RelayedAnnouncement
 	4,  // 5: neptune.v1.RelayedAnnouncement.announcement:type_name -> neptune.v1.Announcement
-	1,  // 6: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
-	1,  // 7: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
-	2,  // 8: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
-	3,  // 9: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
-	8,  // [8:10] is the sub-list for method output_type
-	6,  // [6:8] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	12, // 6: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
+	13, // 7: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
+	1,  // 8: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
+	1,  // 9: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
+	11, // 10: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
+	2,  // 11: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
+	3,  // 12: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
+	14, // 13: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_neptune_proto_init() }
@@ -821,7 +1248,7 @@ func file_neptune_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_neptune_proto_rawDesc), len(file_neptune_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

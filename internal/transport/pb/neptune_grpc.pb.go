@@ -24,8 +24,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Node_Call_FullMethodName   = "/neptune.v1.Node/Call"
-	Node_Stream_FullMethodName = "/neptune.v1.Node/Stream"
+	Node_Call_FullMethodName      = "/neptune.v1.Node/Call"
+	Node_Stream_FullMethodName    = "/neptune.v1.Node/Stream"
+	Node_Aggregate_FullMethodName = "/neptune.v1.Node/Aggregate"
 )
 
 // NodeClient is the client API for Node service.
@@ -38,6 +39,11 @@ type NodeClient interface {
 	Call(ctx context.Context, in *CallRequest, opts ...grpc.CallOption) (*CallResponse, error)
 	// Stream runs a read-only method whose result arrives in chunks.
 	Stream(ctx context.Context, in *CallRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Chunk], error)
+	// Aggregate runs one node's part of a data aggregation call: its local
+	// operator, the subtree below it (forwarded to its children with further
+	// Aggregate calls) and the reductions, and answers with the partial
+	// result by its deadline.
+	Aggregate(ctx context.Context, in *AggregateRequest, opts ...grpc.CallOption) (*AggregateResponse, error)
 }
 
 type nodeClient struct {
@@ -77,6 +83,16 @@ func (c *nodeClient) Stream(ctx context.Context, in *CallRequest, opts ...grpc.C
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Node_StreamClient = grpc.ServerStreamingClient[Chunk]
 
+func (c *nodeClient) Aggregate(ctx context.Context, in *AggregateRequest, opts ...grpc.CallOption) (*AggregateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AggregateResponse)
+	err := c.cc.Invoke(ctx, Node_Aggregate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -87,6 +103,11 @@ type NodeServer interface {
 	Call(context.Context, *CallRequest) (*CallResponse, error)
 	// Stream runs a read-only method whose result arrives in chunks.
 	Stream(*CallRequest, grpc.ServerStreamingServer[Chunk]) error
+	// Aggregate runs one node's part of a data aggregation call: its local
+	// operator, the subtree below it (forwarded to its children with further
+	// Aggregate calls) and the reductions, and answers with the partial
+	// result by its deadline.
+	Aggregate(context.Context, *AggregateRequest) (*AggregateResponse, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -102,6 +123,9 @@ func (UnimplementedNodeServer) Call(context.Context, *CallRequest) (*CallRespons
 }
 func (UnimplementedNodeServer) Stream(*CallRequest, grpc.ServerStreamingServer[Chunk]) error {
 	return status.Error(codes.Unimplemented, "method Stream not implemented")
+}
+func (UnimplementedNodeServer) Aggregate(context.Context, *AggregateRequest) (*AggregateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Aggregate not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -153,6 +177,24 @@ func _Node_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Node_StreamServer = grpc.ServerStreamingServer[Chunk]
 
+func _Node_Aggregate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AggregateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Aggregate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Aggregate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Aggregate(ctx, req.(*AggregateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -163,6 +205,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Call",
 			Handler:    _Node_Call_Handler,
+		},
+		{
+			MethodName: "Aggregate",
+			Handler:    _Node_Aggregate_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
