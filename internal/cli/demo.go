@@ -93,6 +93,10 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	killAt, restartAt := *duration*3/10, *duration*6/10
 	fmt.Fprintf(stdout, "\nDriving %d callers for %v; SIGKILL %s at %v, restart it at %v\n\n", *concurrency, *duration, victim.Spec.ID, killAt, restartAt)
 
+	rssBefore := map[string]int64{}
+	for _, n := range procs {
+		rssBefore[n.Spec.ID], _ = localcluster.RSS(n.PID())
+	}
 	rec := newRecorder()
 	start := time.Now()
 	runCtx, cancel := context.WithTimeout(ctx, *duration)
@@ -131,6 +135,15 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 		return ctx.Err()
 	}
 	rec.report(stdout, killAt, restartAt)
+	fmt.Fprintln(stdout, "\nResident memory per node (start of run → end):")
+	for _, n := range procs {
+		after, _ := localcluster.RSS(n.PID())
+		note := ""
+		if n == victim {
+			note = " (restarted mid-run)"
+		}
+		fmt.Fprintf(stdout, "  %-8s %6.1f MiB → %6.1f MiB%s\n", n.Spec.ID, float64(rssBefore[n.Spec.ID])/(1<<20), float64(after)/(1<<20), note)
+	}
 	fmt.Fprintln(stdout)
 	_ = waitMembers(ctx, client, *nodes, 5*time.Second)
 	printStatus(stdout, client.Members(ctx, 50*time.Millisecond))
