@@ -100,23 +100,21 @@ type Client struct {
 	metrics *clientMetrics
 	balance balance.Config
 
-	mu         sync.Mutex
-	rng        *rand.Rand
-	policies   map[string]balance.Policy // per service
-	pollMisses map[string]int            // unanswered polls in a row, per node
-	suspects   map[string]time.Time      // nodes not polled until the time given
+	mu       sync.Mutex
+	rng      *rand.Rand
+	policies map[string]balance.Policy // per service
+	health   *membership.PollHealth
 }
 
 func newClient(ctx context.Context, p clientParts) (*Client, error) {
 	c := &Client{
-		log:        p.log,
-		conns:      transport.NewConns(),
-		metrics:    newClientMetrics(p.registry),
-		balance:    p.balance,
-		rng:        rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(clientSeq.Add(1)))),
-		policies:   map[string]balance.Policy{},
-		pollMisses: map[string]int{},
-		suspects:   map[string]time.Time{},
+		log:      p.log,
+		conns:    transport.NewConns(),
+		metrics:  newClientMetrics(p.registry),
+		balance:  p.balance,
+		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(clientSeq.Add(1)))),
+		policies: map[string]balance.Policy{},
+		health:   membership.NewPollHealth(maxPollMisses, suspectFor),
 	}
 	var err error
 	if c.poller, err = transport.NewPoller(p.log); err != nil {
@@ -310,7 +308,7 @@ func (c *Client) pick(ctx context.Context, req *pb.CallRequest) (membership.Repl
 		c.mu.Unlock()
 		return membership.Replica{}, err
 	}
-	ids = c.withoutSuspects(time.Now(), ids)
+	ids = c.health.Filter(time.Now(), ids)
 	plan := pol.Plan(time.Now(), ids)
 	c.mu.Unlock()
 
@@ -340,10 +338,8 @@ func (c *Client) pick(ctx context.Context, req *pb.CallRequest) (membership.Repl
 	return byID[choice], nil
 }
 
-// maxPollMisses is how many polls in a row a replica may leave unanswered
-// before the client stops polling it for suspectFor. A dead node would
-// otherwise cost every call that polls it the whole discard deadline until
-// membership notices; a merely slow one is tried again soon.
+// A replica that leaves 3 polls in a row unanswered is not polled for a
+// second (see membership.PollHealth).
 const (
 	maxPollMisses = 3
 	suspectFor    = time.Second
@@ -352,36 +348,9 @@ const (
 func (c *Client) notePollMisses(now time.Time, polled []string, answers []transport.PollAnswer) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, id := range polled {
-		if slices.ContainsFunc(answers, func(a transport.PollAnswer) bool { return a.Replica == id }) {
-			delete(c.pollMisses, id)
-			continue
-		}
-		c.pollMisses[id]++
-		if c.pollMisses[id] >= maxPollMisses {
-			delete(c.pollMisses, id)
-			c.suspects[id] = now.Add(suspectFor)
-		}
-	}
-}
-
-// withoutSuspects drops replicas that recently ignored polls, unless that
-// would leave none; callers hold c.mu.
-func (c *Client) withoutSuspects(now time.Time, ids []string) []string {
-	kept := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if until, ok := c.suspects[id]; ok {
-			if now.Before(until) {
-				continue
-			}
-			delete(c.suspects, id)
-		}
-		kept = append(kept, id)
-	}
-	if len(kept) == 0 {
-		return ids
-	}
-	return kept
+	c.health.Observe(now, polled, func(id string) bool {
+		return slices.ContainsFunc(answers, func(a transport.PollAnswer) bool { return a.Replica == id })
+	})
 }
 
 // checkLookup turns an empty lookup into the precise error.
