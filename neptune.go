@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -67,6 +68,10 @@ type Response struct {
 	// Version is the partition version (LSN) the response reflects; zero
 	// for services without replication.
 	Version uint64
+	// Cost is the resource use the handler reports for this request; the
+	// node charges it to the request's class when the service's Accounting
+	// is Reported. Not sent to the caller.
+	Cost time.Duration
 }
 
 // Handler serves one method call. It runs on one of the service's workers;
@@ -93,6 +98,19 @@ type Service struct {
 	Methods    []Method
 	Workers    int
 	QueueLimit int
+	// Classes are the service classes (classes.go); Request.Class names
+	// one. With Classes, each node drops requests that can no longer earn
+	// yield, keeps each class's Guarantee and otherwise orders them by
+	// Policy; without, it serves them in arrival order.
+	Classes []Class
+	// DefaultClass receives requests with an empty or unknown class; empty
+	// means the first of Classes.
+	DefaultClass string
+	// Policy orders the classes once guarantees are met (default Adaptive).
+	Policy SchedPolicy
+	// Accounting is how requests are charged against the guarantees
+	// (default WallTime).
+	Accounting Accounting
 }
 
 // Validate checks the service definition.
@@ -126,7 +144,7 @@ func (s *Service) Validate() error {
 	if s.QueueLimit < 0 {
 		return fmt.Errorf("neptune: service %q: QueueLimit must be >= 0, got %d", s.Name, s.QueueLimit)
 	}
-	return nil
+	return s.validateClasses()
 }
 
 // Errors a call can return. Test with errors.Is; Retryable says whether

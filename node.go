@@ -22,7 +22,6 @@ import (
 	"github.com/neptune-cluster/neptune/internal/dispatch"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/nerr"
-	"github.com/neptune-cluster/neptune/internal/sched"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -171,7 +170,11 @@ func (n *Node) Register(svc Service, partitions ...int) error {
 		h.methods[svc.Methods[i].Name] = &svc.Methods[i]
 	}
 	name := svc.Name
-	pool, err := dispatch.New(dispatch.Config{Workers: svc.Workers, QueueLimit: svc.QueueLimit}, sched.NewFIFO(), clock.Real{},
+	sch, err := svc.newScheduler()
+	if err != nil {
+		return fmt.Errorf("neptune: register %q: %w", svc.Name, err)
+	}
+	pool, err := dispatch.New(dispatch.Config{Workers: svc.Workers, QueueLimit: svc.QueueLimit}, sch, clock.Real{},
 		func(class string, queued, _ time.Duration, _ error) {
 			n.metrics.wait.WithLabelValues(name, class).Observe(queued.Seconds())
 		})
@@ -200,6 +203,7 @@ func (n *Node) Start(ctx context.Context) error {
 			ConstLabels: prometheus.Labels{"service": name},
 		}, func() float64 { return float64(h.pool.Load()) }))
 	}
+	reg.MustRegister(&classCollector{n: n})
 
 	var err error
 	n.rpcLn, err = net.Listen("tcp", net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.RPCPort)))
@@ -325,13 +329,14 @@ func (n *Node) announcement() *pb.Announcement {
 	return a
 }
 
-// load answers load polls: active plus queued requests of the service.
-func (n *Node) load(service string, partition int32, _ string) (int, bool) {
+// load answers load polls: the load index a new request of class would see
+// (dispatch.Pool.LoadFor).
+func (n *Node) load(service string, partition int32, class string) (int, bool) {
 	h, ok := n.services[service]
 	if !ok || !slices.Contains(h.partitions, partition) {
 		return 0, false
 	}
-	return h.pool.Load(), true
+	return h.pool.LoadFor(class), true
 }
 
 // lookup finds the method a request names, with the precise error if none.
@@ -395,8 +400,9 @@ func (n *Node) serve(ctx context.Context, in *pb.CallRequest) (*Response, error)
 	}
 	var resp *Response
 	var herr error
-	if err := h.pool.Do(ctx, in.Class, func(ctx context.Context) {
+	if err := h.run(ctx, in.Class, func(ctx context.Context) *Response {
 		resp, herr = runHandler(ctx, m.Handler, toRequest(in))
+		return resp
 	}); err != nil {
 		return nil, err
 	}
@@ -418,9 +424,10 @@ func (n *Node) serveStream(ctx context.Context, in *pb.CallRequest, send func([]
 		return fmt.Errorf("%w: %s.%s is not a stream method; use Client.Call", nerr.ErrWrongMode, in.Service, in.Method)
 	}
 	var herr error
-	if err := h.pool.Do(ctx, in.Class, func(ctx context.Context) {
+	if err := h.run(ctx, in.Class, func(ctx context.Context) *Response {
 		defer recoverInto(&herr)
 		herr = m.Stream(ctx, toRequest(in), send)
+		return nil
 	}); err != nil {
 		return err
 	}

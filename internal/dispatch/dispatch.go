@@ -95,27 +95,43 @@ func New(cfg Config, s sched.Scheduler, clk clock.Clock, onFinish FinishFunc) (*
 // returns ErrOverloaded if the queue is full, ErrDeadline if ctx's deadline
 // passed while the request was queued (run is then never called), ErrClosed
 // after Close, and ctx's error if the caller gave up while queued.
+// The scheduler is charged the request's wall run time; DoCharged lets the
+// caller measure resource use another way.
 func (p *Pool) Do(ctx context.Context, class string, run func(context.Context)) error {
+	return p.do(ctx, class, func(ctx context.Context) (time.Duration, bool) { run(ctx); return 0, false })
+}
+
+// do is Do for a run that returns its resource use, or false to be charged
+// its wall run time.
+func (p *Pool) do(ctx context.Context, class string, run func(context.Context) (time.Duration, bool)) error {
 	now := p.clock.Now()
+	r := &sched.Request{Class: class, Arrival: now}
+	if d, ok := ctx.Deadline(); ok {
+		r.Deadline = d
+	}
 	p.mu.Lock()
 	switch {
 	case p.closed:
 		p.mu.Unlock()
 		return nerr.ErrClosed
 	case p.active < p.cfg.Workers && p.sched.Len() == 0:
+		// Even a request that runs at once passes through the scheduler,
+		// so its class statistics and resource accounting see it.
+		p.sched.Push(now, r)
+		if next, _ := p.sched.Pop(now); next != r {
+			p.mu.Unlock()
+			return fmt.Errorf("%w: cannot finish in time", nerr.ErrDeadline)
+		}
 		p.active++
 		p.mu.Unlock()
-		p.runHolding(ctx, &sched.Request{Class: class, Arrival: now}, now, run)
+		p.runHolding(ctx, r, now, run)
 		return nil
 	case p.sched.Len() >= p.cfg.QueueLimit:
 		p.mu.Unlock()
 		return fmt.Errorf("%w: %d requests queued", nerr.ErrOverloaded, p.cfg.QueueLimit)
 	}
 	w := &waiter{grant: make(chan error, 1)}
-	r := &sched.Request{Class: class, Arrival: now, Value: w}
-	if d, ok := ctx.Deadline(); ok {
-		r.Deadline = d
-	}
+	r.Value = w
 	p.sched.Push(now, r)
 	p.mu.Unlock()
 
@@ -144,22 +160,30 @@ func (p *Pool) Do(ctx context.Context, class string, run func(context.Context)) 
 }
 
 // runHolding runs a request that holds a slot, then releases the slot.
-func (p *Pool) runHolding(ctx context.Context, r *sched.Request, start time.Time, run func(context.Context)) {
+// The scheduler is charged what run reports, or the wall run time if run
+// reports nothing (or panics).
+func (p *Pool) runHolding(ctx context.Context, r *sched.Request, start time.Time, run func(context.Context) (time.Duration, bool)) {
+	var used time.Duration
+	measured := false
 	defer func() {
 		ran := p.clock.Now().Sub(start)
-		p.release(r, ran)
+		if !measured {
+			used = ran
+		}
+		p.release(r, used)
 		p.onFinish(r.Class, start.Sub(r.Arrival), ran, nil)
 	}()
-	run(ctx)
+	used, measured = run(ctx)
 }
 
-// release frees r's slot and grants it to the next runnable queued request.
-func (p *Pool) release(r *sched.Request, ran time.Duration) {
+// release frees r's slot, charges r used, and grants the slot to the next
+// runnable queued request.
+func (p *Pool) release(r *sched.Request, used time.Duration) {
 	now := p.clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.active--
-	p.sched.Finish(now, r, ran)
+	p.sched.Finish(now, r, used)
 	for p.active < p.cfg.Workers && p.sched.Len() > 0 {
 		next, dropped := p.sched.Pop(now)
 		for _, d := range dropped {

@@ -94,3 +94,13 @@ func (s *ClassScheduler) Stats(now time.Time) Stats {
 	}
 	return st
 }
+
+// ClassLen is the number of queued requests of class (the default class's
+// for an empty or unknown name).
+func (s *ClassScheduler) ClassLen(class string) int {
+	k, ok := s.index[class]
+	if !ok {
+		k = s.def
+	}
+	return s.classes[k].q.n
+}

@@ -1,0 +1,83 @@
+package neptune
+
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// classDescs are the per-class metrics of services with Classes, read from
+// the node schedulers' Stats at scrape time.
+var classDescs = struct {
+	arrivals, dispatched, completions, drops, offered, realized, wait *prometheus.Desc
+	loss, share, windowShare, guarantee, queued, inFlight, mode       *prometheus.Desc
+}{
+	arrivals:    classDesc("neptune_class_arrivals_total", "Requests of the class that reached the node scheduler."),
+	dispatched:  classDesc("neptune_class_dispatched_total", "Requests of the class the scheduler started."),
+	completions: classDesc("neptune_class_completions_total", "Requests of the class that finished."),
+	drops:       classDesc("neptune_class_drops_total", "Requests of the class dropped in the queue because they could no longer earn yield (answered ErrDeadline)."),
+	offered:     classDesc("neptune_class_offered_yield_total", "Full yield of every arrival of the class."),
+	realized:    classDesc("neptune_class_realized_yield_total", "Yield the class's completed requests earned at their response times."),
+	wait:        classDesc("neptune_class_queue_wait_seconds_total", "Time the class's dispatched requests spent queued; divide by dispatched for the mean."),
+	loss:        classDesc("neptune_class_loss_percent", "Share of the class's offered yield not realized (LossPercent)."),
+	share:       classDesc("neptune_class_resource_share", "The class's share of the service's decayed resource use on this node (beta = 0.95/s)."),
+	windowShare: classDesc("neptune_class_window_share", "The class's share of the resource use charged in the last guarantee window (1 s)."),
+	guarantee:   classDesc("neptune_class_guarantee", "The class's guaranteed resource share."),
+	queued:      classDesc("neptune_class_queued", "Requests of the class waiting in the node scheduler."),
+	inFlight:    classDesc("neptune_class_in_flight", "Requests of the class running."),
+	mode: prometheus.NewDesc("neptune_sched_mode", "1 for the policy the service's scheduler applies now (Adaptive resolves to yid or greedy).",
+		[]string{"service", "policy"}, nil),
+}
+
+func classDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, []string{"service", "class"}, nil)
+}
+
+// classCollector exports the class schedulers' statistics. Collecting
+// takes each service's pool lock once, so scrapes cost O(classes).
+type classCollector struct{ n *Node }
+
+func (c *classCollector) Describe(ch chan<- *prometheus.Desc) {
+	d := &classDescs
+	for _, desc := range []*prometheus.Desc{d.arrivals, d.dispatched, d.completions, d.drops, d.offered, d.realized, d.wait,
+		d.loss, d.share, d.windowShare, d.guarantee, d.queued, d.inFlight, d.mode} {
+		ch <- desc
+	}
+}
+
+func (c *classCollector) Collect(ch chan<- prometheus.Metric) {
+	names := make([]string, 0, len(c.n.services))
+	for name := range c.n.services {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	d := &classDescs
+	for _, svc := range names {
+		st, ok := c.n.services[svc].pool.Stats()
+		if !ok {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(d.mode, prometheus.GaugeValue, 1, svc, st.Mode.String())
+		for _, k := range st.Classes {
+			counter := func(desc *prometheus.Desc, v float64) {
+				ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, svc, k.Name)
+			}
+			gauge := func(desc *prometheus.Desc, v float64) {
+				ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, svc, k.Name)
+			}
+			counter(d.arrivals, float64(k.Arrivals))
+			counter(d.dispatched, float64(k.Dispatched))
+			counter(d.completions, float64(k.Completions))
+			counter(d.drops, float64(k.Drops))
+			counter(d.offered, k.OfferedYield)
+			counter(d.realized, k.RealizedYield)
+			counter(d.wait, k.QueueWait.Seconds())
+			gauge(d.loss, k.LossPercent())
+			gauge(d.share, k.Share)
+			gauge(d.windowShare, k.WindowShare)
+			gauge(d.guarantee, k.Guarantee)
+			gauge(d.queued, float64(k.Queued))
+			gauge(d.inFlight, float64(k.InFlight))
+		}
+	}
+}
