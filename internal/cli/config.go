@@ -16,6 +16,7 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/echo"
 	"github.com/neptune-cluster/neptune/apps/kv"
+	"github.com/neptune-cluster/neptune/apps/micro"
 	"github.com/neptune-cluster/neptune/internal/balance"
 )
 
@@ -48,6 +49,12 @@ type ServiceConfig struct {
 	Partitions Partitions `yaml:"partitions"`
 	Workers    int        `yaml:"workers"`
 	QueueLimit int        `yaml:"queue_limit"`
+	// Classes, DefaultClass, Policy and Accounting configure class-aware
+	// scheduling (classes.go).
+	Classes      []ClassConfig `yaml:"classes"`
+	DefaultClass string        `yaml:"default_class"`
+	Policy       string        `yaml:"policy"`
+	Accounting   string        `yaml:"accounting"`
 }
 
 // Duration is a time.Duration written as "250ms", "1s", ...
@@ -146,8 +153,9 @@ func decodeConfig(b []byte) (FileConfig, error) {
 
 // builtins are the services a node can host from a config file.
 var builtins = map[string]func() neptune.Service{
-	"echo": echo.Service,
-	"kv":   func() neptune.Service { return kv.New().Service() },
+	"echo":  echo.Service,
+	"kv":    func() neptune.Service { return kv.New().Service() },
+	"micro": micro.Service,
 }
 
 func builtinNames() []string {
@@ -205,6 +213,9 @@ func (c FileConfig) Validate() error {
 			if p < 0 {
 				return fmt.Errorf("%s.partitions: %d is negative", where, p)
 			}
+		}
+		if err := s.validateClasses(where); err != nil {
+			return err
 		}
 		seen[s.Name] = true
 	}

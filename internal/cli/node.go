@@ -116,6 +116,9 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 	for _, s := range fc.Services {
 		svc := builtins[s.Name]()
 		svc.Workers, svc.QueueLimit = s.Workers, s.QueueLimit
+		if err := s.applyClasses(&svc); err != nil {
+			return nil, err
+		}
 		if err := node.Register(svc, s.Partitions...); err != nil {
 			return nil, err
 		}
