@@ -11,9 +11,10 @@ import (
 )
 
 func TestMainWritesFigures(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var out bytes.Buffer
-	args := []string{"-fig", "all", "-workload", "exp", "-load", "0.9", "-requests", "2000", "-clients", "4", "-out", dir}
+	args := []string{"-fig", "all", "-workload", "exp", "-load", "0.9", "-requests", "1000", "-clients", "4", "-out", dir}
 	if err := Main(context.Background(), args, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +44,7 @@ func TestMainRejectsBadFlags(t *testing.T) {
 }
 
 func TestInaccuracyApproachesBound(t *testing.T) {
+	t.Parallel()
 	const rho = 0.5
 	w := PoissonExp
 	got := Inaccuracy(w, rho, []time.Duration{w.Service.Mean / 100, 500 * w.Service.Mean}, 200_000, 3)

@@ -18,10 +18,21 @@ func queueConfig(servers int, lambda float64, service Dist, policy string, d int
 	cfg.NetDelay, cfg.PollDelay = 0, 0
 	cfg.Policy.Policy, cfg.Policy.PollSize = policy, d
 	cfg.Requests, cfg.Warmup = 200_000, 20_000
-	if testing.Short() {
-		cfg.Requests = 100_000
+	if testing.Short() || raceEnabled {
+		cfg.Requests, cfg.Warmup = 60_000, 6000
 	}
 	return cfg
+}
+
+// raceEnabled is set by race_test.go.
+var raceEnabled bool
+
+// size shrinks a run's request count under -short and -race.
+func size(n int) int {
+	if testing.Short() || raceEnabled {
+		return n / 3
+	}
+	return n
 }
 
 func within(t *testing.T, what string, got, want, tol float64) {
@@ -37,6 +48,7 @@ func within(t *testing.T, what string, got, want, tol float64) {
 // Pollaczek–Khinchine formula E[T] = E[S] + λE[S²]/(2(1−ρ)), the
 // deterministic and high-variance service-time distributions.
 func TestSingleServerMatchesTheory(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		lambda float64
@@ -49,6 +61,7 @@ func TestSingleServerMatchesTheory(t *testing.T) {
 		{"M/H2/1 ρ=0.5 cv²=4", 0.5, HyperExp(time.Second, 4), 0.05},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			res, err := Run(queueConfig(1, tc.lambda, tc.svc, balance.NameRandom, 1))
 			if err != nil {
 				t.Fatal(err)
@@ -63,6 +76,7 @@ func TestSingleServerMatchesTheory(t *testing.T) {
 // TestSupermarketModel checks random polling with d=2 against Mitzenmacher's
 // limit for n → ∞: E[T] = Σ_{i≥1} λ^((d^i−d)/(d−1)) with μ = 1.
 func TestSupermarketModel(t *testing.T) {
+	t.Parallel()
 	const d, lambda = 2, 0.8
 	want := 0.0
 	for i := 1; i < 20; i++ {
@@ -80,6 +94,7 @@ func TestSupermarketModel(t *testing.T) {
 }
 
 func TestRunIsDeterministic(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Requests, cfg.Warmup = 5000, 500
 	cfg.Policy.Policy = balance.NamePrequal
@@ -100,10 +115,11 @@ func TestRunIsDeterministic(t *testing.T) {
 // TestPolicyOrdering is the coarse shape of Fig 3.3: at 90% load the
 // oracle beats polling, which beats random.
 func TestPolicyOrdering(t *testing.T) {
+	t.Parallel()
 	mean := map[string]time.Duration{}
 	for _, name := range []string{balance.NameOracle, balance.NamePolling, balance.NameRandom} {
 		cfg := DefaultConfig()
-		cfg.Requests, cfg.Warmup = 20_000, 2000
+		cfg.Requests, cfg.Warmup = size(20_000), size(2000)
 		cfg.Policy.Policy = name
 		res, err := Run(cfg)
 		if err != nil {
@@ -117,9 +133,10 @@ func TestPolicyOrdering(t *testing.T) {
 }
 
 func TestBroadcastDegradesWithInterval(t *testing.T) {
+	t.Parallel()
 	mean := func(interval time.Duration) time.Duration {
 		cfg := DefaultConfig()
-		cfg.Requests, cfg.Warmup = 20_000, 2000
+		cfg.Requests, cfg.Warmup = size(20_000), size(2000)
 		cfg.Policy.Policy, cfg.Policy.BroadcastInterval = balance.NameBroadcast, interval
 		res, err := Run(cfg)
 		if err != nil {
@@ -136,10 +153,11 @@ func TestBroadcastDegradesWithInterval(t *testing.T) {
 // TestPrequalShunsSlowReplica: with one replica 10× slower, prequal's
 // service-time scaling keeps the tail below plain polling's.
 func TestPrequalShunsSlowReplica(t *testing.T) {
+	t.Parallel()
 	p99 := map[string]time.Duration{}
 	for _, name := range []string{balance.NamePolling, balance.NamePrequal} {
 		cfg := DefaultConfig()
-		cfg.Requests, cfg.Warmup = 30_000, 3000
+		cfg.Requests, cfg.Warmup = size(30_000), size(3000)
 		cfg.SlowServers, cfg.SlowFactor = 1, 10
 		cfg.Policy.Policy, cfg.Policy.PollSize = name, cfg.Policy.ProbeSize
 		res, err := Run(cfg)
