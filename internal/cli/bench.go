@@ -24,15 +24,19 @@ import (
 
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return usagef("bench needs a name: overhead")
+		return usagef("bench needs a name: overhead, lb")
 	}
 	switch args[0] {
 	case "overhead":
 		return benchOverhead(ctx, args[1:], stdout)
 	case "echo-server":
 		return rawEchoServer(ctx, args[1:], stdout)
+	case "lb":
+		return benchLB(ctx, args[1:], stdout)
+	case "lb-client":
+		return benchLBClient(ctx, args[1:], stdout)
 	}
-	return usagef("unknown benchmark %q (have: overhead)", args[0])
+	return usagef("unknown benchmark %q (have: overhead, lb)", args[0])
 }
 
 // rawEchoServer is the baseline of `bench overhead`: a bare gRPC server

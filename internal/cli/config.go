@@ -17,6 +17,7 @@ import (
 	"github.com/neptune-cluster/neptune/apps/echo"
 	"github.com/neptune-cluster/neptune/apps/kv"
 	"github.com/neptune-cluster/neptune/apps/micro"
+	"github.com/neptune-cluster/neptune/apps/work"
 	"github.com/neptune-cluster/neptune/internal/balance"
 )
 
@@ -156,6 +157,7 @@ var builtins = map[string]func() neptune.Service{
 	"echo":  echo.Service,
 	"kv":    func() neptune.Service { return kv.New().Service() },
 	"micro": micro.Service,
+	"work":  work.Service,
 }
 
 func builtinNames() []string {
