@@ -1,0 +1,269 @@
+// Package wal is the durable REDO write log of one partition replica, on
+// pebble (chosen by measurement: see docs/experiments/replica.md).
+//
+// The log holds entries (epoch, LSN, method, body, origin), the replica's
+// hard state and its executed marker. Entries up to the marker are the
+// committed portion (executed by the service); later ones are the
+// uncommitted portion, which recovery resolves with CHECK. Durability is
+// explicit: a Save or SetApplied with sync=true is on disk when it returns;
+// without it, a crash may lose it (pebble's WAL keeps it in order, so a crash
+// loses a suffix, never a hole).
+//
+// A Log is safe for concurrent use (pebble is), but the replica shell is
+// expected to write from one goroutine.
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/neptune-cluster/neptune/internal/replica"
+)
+
+// ErrCorrupt reports an undecodable record.
+var ErrCorrupt = errors.New("wal: corrupt record")
+
+var (
+	hardStateKey = []byte("h")
+	appliedKey   = []byte("a")
+)
+
+func entryKey(l replica.LSN) []byte { return binary.BigEndian.AppendUint64([]byte{'e'}, uint64(l)) }
+
+// Log is one partition replica's write log.
+type Log struct {
+	db          *pebble.DB
+	first, last replica.LSN // first > last when empty
+	applied     replica.LSN
+}
+
+// Open opens (creating if needed) the log in dir.
+func Open(dir string) (*Log, error) { return open(dir, vfs.Default) }
+
+func open(dir string, fs vfs.FS) (*Log, error) {
+	db, err := pebble.Open(dir, &pebble.Options{FS: fs, Logger: quiet{}})
+	if err != nil {
+		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
+	}
+	l := &Log{db: db}
+	if err := l.load(); err != nil {
+		return nil, errors.Join(err, db.Close())
+	}
+	return l, nil
+}
+
+func (l *Log) load() error {
+	if v, closer, err := l.db.Get(appliedKey); err == nil {
+		l.applied = replica.LSN(binary.BigEndian.Uint64(v))
+		closer.Close()
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("wal: %w", err)
+	}
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'e'}, UpperBound: []byte{'f'}})
+	if err != nil {
+		return fmt.Errorf("wal: %w", err)
+	}
+	l.first, l.last = l.applied+1, l.applied
+	if it.First() {
+		l.first = replica.LSN(binary.BigEndian.Uint64(it.Key()[1:]))
+	}
+	if it.Last() {
+		l.last = replica.LSN(binary.BigEndian.Uint64(it.Key()[1:]))
+	}
+	return errors.Join(it.Error(), it.Close())
+}
+
+// First and Last bound the stored entries (First > Last when empty).
+func (l *Log) First() replica.LSN { return l.first }
+
+// Last is the highest stored LSN.
+func (l *Log) Last() replica.LSN { return l.last }
+
+// Save writes hs (if non-nil) and es atomically; es replace any stored
+// entries from es[0].LSN on. With sync, both are durable on return.
+func (l *Log) Save(hs *replica.HardState, es []replica.Entry, sync bool) error {
+	b := l.db.NewBatch()
+	defer b.Close()
+	if hs != nil {
+		if err := b.Set(hardStateKey, encodeHardState(*hs), nil); err != nil {
+			return fmt.Errorf("wal: %w", err)
+		}
+	}
+	if len(es) > 0 {
+		at := es[0].LSN
+		if at > l.last+1 && l.last >= l.first {
+			return fmt.Errorf("wal: append at LSN %d leaves a gap after %d", at, l.last)
+		}
+		if at <= l.last {
+			if err := b.DeleteRange(entryKey(at), entryKey(l.last+1), nil); err != nil {
+				return fmt.Errorf("wal: %w", err)
+			}
+		}
+		for i, e := range es {
+			if e.LSN != at+replica.LSN(i) {
+				return fmt.Errorf("wal: entries not dense at LSN %d", e.LSN)
+			}
+			if err := b.Set(entryKey(e.LSN), encodeEntry(e), nil); err != nil {
+				return fmt.Errorf("wal: %w", err)
+			}
+		}
+	}
+	if err := b.Commit(syncOpt(sync)); err != nil {
+		return fmt.Errorf("wal: commit: %w", err)
+	}
+	if len(es) > 0 {
+		if l.last < l.first {
+			l.first = es[0].LSN
+		}
+		l.last = es[len(es)-1].LSN
+	}
+	return nil
+}
+
+// SetApplied records that the service executed every entry up to lsn.
+// Writing it lazily (sync=false, or not every time) is safe: CHECK resolves
+// entries the service executed after the recorded marker.
+func (l *Log) SetApplied(lsn replica.LSN, sync bool) error {
+	if err := l.db.Set(appliedKey, binary.BigEndian.AppendUint64(nil, uint64(lsn)), syncOpt(sync)); err != nil {
+		return fmt.Errorf("wal: %w", err)
+	}
+	l.applied = max(l.applied, lsn)
+	return nil
+}
+
+// Truncate drops entries up to min(upTo, executed marker): entries the
+// service has not executed stay, since recovery may need to reissue them.
+func (l *Log) Truncate(upTo replica.LSN) error {
+	upTo = min(upTo, l.applied, l.last)
+	if upTo < l.first {
+		return nil
+	}
+	if err := l.db.DeleteRange(entryKey(0), entryKey(upTo+1), pebble.Sync); err != nil {
+		return fmt.Errorf("wal: truncate: %w", err)
+	}
+	l.first = upTo + 1
+	return nil
+}
+
+// Entries returns up to maxN entries from LSN from on.
+func (l *Log) Entries(from replica.LSN, maxN int) ([]replica.Entry, error) {
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(from), UpperBound: []byte{'f'}})
+	if err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	var es []replica.Entry
+	for it.First(); it.Valid() && len(es) < maxN; it.Next() {
+		e, err := decodeEntry(it.Value())
+		if err != nil {
+			return nil, errors.Join(err, it.Close())
+		}
+		es = append(es, e)
+	}
+	return es, errors.Join(it.Error(), it.Close())
+}
+
+// Restore reads everything the replica needs to restart.
+func (l *Log) Restore() (replica.Restore, error) {
+	var rs replica.Restore
+	if v, closer, err := l.db.Get(hardStateKey); err == nil {
+		rs.HardState, err = decodeHardState(v)
+		closer.Close()
+		if err != nil {
+			return rs, err
+		}
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return rs, fmt.Errorf("wal: %w", err)
+	}
+	rs.Applied = l.applied
+	es, err := l.Entries(l.first, int(l.last-l.first+1))
+	rs.Entries = es
+	return rs, err
+}
+
+// Close closes the log.
+func (l *Log) Close() error { return l.db.Close() }
+
+func syncOpt(sync bool) *pebble.WriteOptions {
+	if sync {
+		return pebble.Sync
+	}
+	return pebble.NoSync
+}
+
+func encodeHardState(hs replica.HardState) []byte {
+	b := binary.AppendUvarint(nil, uint64(hs.Epoch))
+	b = binary.AppendUvarint(b, uint64(hs.Commit))
+	return append(b, hs.Vote...)
+}
+
+func decodeHardState(b []byte) (replica.HardState, error) {
+	var d decoder
+	d.b = b
+	hs := replica.HardState{Epoch: replica.Epoch(d.uvarint()), Commit: replica.LSN(d.uvarint())}
+	hs.Vote = replica.ID(d.b)
+	return hs, d.err
+}
+
+func encodeEntry(e replica.Entry) []byte {
+	b := make([]byte, 0, 32+len(e.Method)+len(e.Origin)+len(e.Body))
+	for _, u := range []uint64{uint64(e.Epoch), uint64(e.LSN), e.ReqID, e.Seq} {
+		b = binary.AppendUvarint(b, u)
+	}
+	for _, s := range []string{e.Method, string(e.Origin)} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	return append(b, e.Body...)
+}
+
+func decodeEntry(b []byte) (replica.Entry, error) {
+	d := decoder{b: b}
+	e := replica.Entry{Epoch: replica.Epoch(d.uvarint()), LSN: replica.LSN(d.uvarint()), ReqID: d.uvarint(), Seq: d.uvarint()}
+	e.Method = d.str()
+	e.Origin = replica.ID(d.str())
+	if d.err != nil {
+		return e, d.err
+	}
+	if len(d.b) > 0 {
+		e.Body = append([]byte(nil), d.b...) // pebble reuses the value buffer
+	}
+	return e, nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = ErrCorrupt
+		d.b = nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) str() string {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.err = ErrCorrupt
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// quiet drops pebble's informational logging; the node logs our errors.
+type quiet struct{}
+
+func (quiet) Infof(string, ...any)           {}
+func (quiet) Errorf(string, ...any)          {}
+func (quiet) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
