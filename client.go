@@ -99,6 +99,7 @@ type Client struct {
 	conns   *transport.Conns
 	metrics *clientMetrics
 	balance balance.Config
+	agg     aggState
 
 	mu       sync.Mutex
 	rng      *rand.Rand
@@ -120,6 +121,7 @@ func newClient(ctx context.Context, p clientParts) (*Client, error) {
 	if c.poller, err = transport.NewPoller(p.log); err != nil {
 		return nil, fmt.Errorf("neptune: %w", err)
 	}
+	c.poller.OnLate(c.reportLate)
 	c.gossip, err = membership.Start(ctx, membership.Config{
 		NodeID:           p.id,
 		BindAddr:         p.host,
@@ -336,6 +338,16 @@ func (c *Client) pick(ctx context.Context, req *pb.CallRequest) (membership.Repl
 	pol.Sent(now, choice)
 	c.mu.Unlock()
 	return byID[choice], nil
+}
+
+// reportLate gives a poll answer that missed its call to the service's
+// policy, which may learn from it (the default poller pools it).
+func (c *Client) reportLate(service string, a transport.PollAnswer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.policies[service]; ok {
+		p.Report(time.Now(), balance.Load{Replica: a.Replica, Queue: a.Queue, RTT: a.RTT})
+	}
 }
 
 // A replica that leaves 3 polls in a row unanswered is not polled for a

@@ -97,13 +97,31 @@ type Poller struct {
 	nextID  uint64
 	waiting map[uint64]*pending
 	addrs   map[string]*net.UDPAddr
+	// sentOrder lists polls by send time so abandoned ones can be
+	// forgotten after lateHorizon without scanning the map.
+	sentOrder []sentPoll
+	late      LateFunc
 }
 
 type pending struct {
 	replica string
+	service string
 	sent    time.Time
-	replies chan<- PollAnswer
+	replies chan<- PollAnswer // nil once the poll's caller stopped waiting
 }
+
+type sentPoll struct {
+	id   uint64
+	sent time.Time
+}
+
+// LateFunc receives an answer that arrived after its Poll returned. Late
+// answers must not decide the call they were for (stale load information
+// misleads), but a policy may still learn from them.
+type LateFunc func(service string, a PollAnswer)
+
+// lateHorizon is how long an unanswered poll is remembered for LateFunc.
+const lateHorizon = time.Second
 
 // NewPoller opens the poller's socket.
 func NewPoller(log *slog.Logger) (*Poller, error) {
@@ -129,7 +147,9 @@ func (p *Poller) Close() error {
 func (p *Poller) Poll(ctx context.Context, targets []PollTarget, service string, partition int32, class string, wait time.Duration) []PollAnswer {
 	replies := make(chan PollAnswer, len(targets))
 	ids := make([]uint64, 0, len(targets))
+	now := time.Now()
 	p.mu.Lock()
+	p.forget(now)
 	for _, t := range targets {
 		ua, err := p.resolve(t.Addr)
 		if err != nil {
@@ -139,18 +159,24 @@ func (p *Poller) Poll(ctx context.Context, targets []PollTarget, service string,
 		p.nextID++
 		id := p.nextID
 		msg, _ := proto.Marshal(&pb.PollRequest{Id: id, Service: service, Partition: partition, Class: class})
-		p.waiting[id] = &pending{replica: t.Replica, sent: time.Now(), replies: replies}
+		p.waiting[id] = &pending{replica: t.Replica, service: service, sent: now, replies: replies}
 		ids = append(ids, id)
 		if _, err := p.conn.WriteToUDP(msg, ua); err != nil {
 			delete(p.waiting, id)
 			ids = ids[:len(ids)-1]
+			continue
 		}
+		p.sentOrder = append(p.sentOrder, sentPoll{id: id, sent: now})
 	}
 	p.mu.Unlock()
 	defer func() {
+		// Unanswered polls stay known for lateHorizon so a late answer can
+		// still reach LateFunc; the caller no longer listens.
 		p.mu.Lock()
 		for _, id := range ids {
-			delete(p.waiting, id)
+			if w, ok := p.waiting[id]; ok {
+				w.replies = nil
+			}
 		}
 		p.mu.Unlock()
 	}()
@@ -169,6 +195,26 @@ func (p *Poller) Poll(ctx context.Context, targets []PollTarget, service string,
 		}
 	}
 	return answers
+}
+
+// forget drops polls sent more than lateHorizon ago; callers hold p.mu.
+func (p *Poller) forget(now time.Time) {
+	n := 0
+	for n < len(p.sentOrder) && now.Sub(p.sentOrder[n].sent) > lateHorizon {
+		delete(p.waiting, p.sentOrder[n].id)
+		n++
+	}
+	if n > 0 {
+		p.sentOrder = append(p.sentOrder[:0], p.sentOrder[n:]...)
+	}
+}
+
+// OnLate makes f receive the answers that arrive after their Poll returned.
+// f runs on the poller's reading goroutine and must not block.
+func (p *Poller) OnLate(f LateFunc) {
+	p.mu.Lock()
+	p.late = f
+	p.mu.Unlock()
 }
 
 // resolve caches resolved UDP addresses; callers hold p.mu.
@@ -202,10 +248,21 @@ func (p *Poller) read() {
 		p.mu.Lock()
 		w, ok := p.waiting[rep.Id]
 		delete(p.waiting, rep.Id)
+		var replies chan<- PollAnswer
+		if ok {
+			replies = w.replies
+		}
+		late := p.late
 		p.mu.Unlock()
 		if !ok || !rep.Known {
 			continue
 		}
-		w.replies <- PollAnswer{Replica: w.replica, Queue: int(rep.Queue), RTT: time.Since(w.sent)}
+		a := PollAnswer{Replica: w.replica, Queue: int(rep.Queue), RTT: time.Since(w.sent)}
+		switch {
+		case replies != nil:
+			replies <- a // buffered for every target: never blocks
+		case late != nil:
+			late(w.service, a)
+		}
 	}
 }

@@ -63,10 +63,16 @@ func TestPollReturnsAnswersAndDropsLateOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.conn.Close()
+	late := make(chan PollAnswer, 1)
 	pl, err := NewPoller(log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	pl.OnLate(func(service string, a PollAnswer) {
+		if service == "kv" {
+			late <- a
+		}
+	})
 	defer pl.Close()
 	start := time.Now()
 	got := pl.Poll(context.Background(), []PollTarget{{"fast", fast.Addr()}, {"silent", silent.Addr()}}, "kv", 2, "", 50*time.Millisecond)
@@ -75,6 +81,23 @@ func TestPollReturnsAnswersAndDropsLateOnes(t *testing.T) {
 	}
 	if waited := time.Since(start); waited < 50*time.Millisecond {
 		t.Fatalf("returned after %v, before the deadline, while a poll was outstanding", waited)
+	}
+	// An answer slower than the wait does not count but reaches LateFunc.
+	slow, err := ListenPoll("127.0.0.1:0", func(string, int32, string) (int, bool) { time.Sleep(30 * time.Millisecond); return 4, true }, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	if got := pl.Poll(context.Background(), []PollTarget{{"slow", slow.Addr()}}, "kv", 0, "", 5*time.Millisecond); len(got) != 0 {
+		t.Fatalf("slow answer counted: %+v", got)
+	}
+	select {
+	case a := <-late:
+		if a.Replica != "slow" || a.Queue != 4 || a.RTT < 30*time.Millisecond {
+			t.Fatalf("late answer = %+v", a)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("late answer never reached LateFunc")
 	}
 	// A node that does not host the partition answers "unknown": no answer.
 	if got := pl.Poll(context.Background(), []PollTarget{{"fast", fast.Addr()}}, "other", 0, "", 50*time.Millisecond); len(got) != 0 {
