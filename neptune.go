@@ -60,7 +60,19 @@ type Request struct {
 	// Class is the caller's service class ("" is the default class).
 	Class string
 	Body  []byte
+	// LSN is the log sequence number replication assigned to a write of a
+	// replicated service, 0 otherwise. A handler that stores it atomically
+	// with its own update lets Check tell, after a crash, whether the write
+	// was applied (see Service.Check).
+	LSN uint64
 }
+
+// CheckFunc reports whether the write with lsn was applied to partition's
+// data: replication calls it after a restart to reissue writes the log
+// holds but the service may have lost, and never applies a write twice.
+// The usual pattern for a SQL service keeps a table partition → last LSN,
+// updated in the same transaction as each write, and answers lsn <= last.
+type CheckFunc func(ctx context.Context, partition int, lsn uint64) (bool, error)
 
 // Response is a handler's answer.
 type Response struct {
@@ -93,9 +105,14 @@ type Method struct {
 
 // Service is what a team writes: a name and its methods. Workers and
 // QueueLimit size the per-service pool on each node (defaults 16 and 1024).
+// Aggregate, if set, declares the operators Client.Aggregate runs; a
+// service may consist of them alone.
 type Service struct {
-	Name       string
-	Methods    []Method
+	Name    string
+	Methods []Method
+	// Check, if set, is the CHECK callback of replicated services.
+	Check      CheckFunc
+	Aggregate  *Aggregator
 	Workers    int
 	QueueLimit int
 	// Classes are the service classes (classes.go); Request.Class names
@@ -118,8 +135,13 @@ func (s *Service) Validate() error {
 	if s.Name == "" {
 		return fmt.Errorf("neptune: service Name is empty")
 	}
-	if len(s.Methods) == 0 {
-		return fmt.Errorf("neptune: service %q: Methods is empty", s.Name)
+	if len(s.Methods) == 0 && s.Aggregate == nil {
+		return fmt.Errorf("neptune: service %q: Methods is empty and Aggregate is nil", s.Name)
+	}
+	if s.Aggregate != nil {
+		if err := s.Aggregate.validate(); err != nil {
+			return fmt.Errorf("neptune: service %q: Aggregate: %w", s.Name, err)
+		}
 	}
 	seen := map[string]bool{}
 	for i, m := range s.Methods {
