@@ -8,7 +8,7 @@ import (
 	"github.com/neptune-cluster/neptune"
 )
 
-const classBase = "id: n1\nservices:\n  - name: micro\n    partitions: [0]\n"
+const classBase = "id: n1\nservices:\n  - name: work\n    partitions: [0]\n"
 
 func TestParseConfigClasses(t *testing.T) {
 	y := classBase + `    policy: greedy
@@ -23,7 +23,7 @@ func TestParseConfigClasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := builtins["micro"]()
+	svc := builtins["work"]()
 	if err := c.Services[0].applyClasses(&svc); err != nil {
 		t.Fatal(err)
 	}
