@@ -61,8 +61,8 @@ func TestStaleness(t *testing.T) {
 		bad  bool
 	}{
 		{"fresh", op("s", Read, 9, 300, 310), false},
-		{"within x", op("s", Read, 5, 230, 240), false},  // primary had 5 at 170
-		{"beyond x", op("s", Read, 5, 270, 280), true},   // primary had 9 at 210
+		{"within x", op("s", Read, 5, 230, 240), false},   // primary had 5 at 170
+		{"beyond x", op("s", Read, 5, 270, 280), true},    // primary had 9 at 210
 		{"within eps", op("s", Read, 5, 255, 260), false}, // primary had 5 at 195
 		{"before history", op("s", Read, 0, 20, 30), false},
 	}
