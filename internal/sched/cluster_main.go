@@ -1,0 +1,213 @@
+package sched
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// ClusterMain compares class-aware request distribution with periodic
+// server partitioning (dissertation §4.5.3–4.5.4) in a discrete-event
+// simulation of a cluster whose nodes run the real ClassScheduler and
+// whose clients run internal/balance's polling policy: aggregate yield at
+// 75/125/200 % demand on 4–16 nodes (Fig 4.11) and the allocation timeline
+// through a demand spike and a server failure (Fig 4.12). It writes CSV
+// and SVG files to -out. It is `neptune sim classes`.
+func ClusterMain(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("classes", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	out := fs.String("out", "out", "directory for the CSV and SVG files")
+	duration := fs.Duration("duration", 300*time.Second, "simulated time per Fig 4.11 point")
+	seed := fs.Uint64("seed", 1, "seed")
+	goal := fs.Float64("goal", 6, "goal: class-aware yield at least this many percent above partitioning at 200% demand on 16 nodes")
+	fs.Usage = func() {
+		fmt.Fprintln(stdout, "usage: neptune sim classes [flags]\n\nClass-aware balancing vs server partitioning (dissertation Fig 4.11, 4.12).")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *duration < 20*time.Second {
+		return fmt.Errorf("sched: -duration must be at least 20s (two partitioning intervals), got %v", *duration)
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return fmt.Errorf("sched: %w", err)
+	}
+	ok, err := fig411(ctx, stdout, *out, *duration, *seed, *goal)
+	if err != nil {
+		return err
+	}
+	if err := fig412(ctx, stdout, *out, *seed); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\ngoal class-aware ≥ %.0f%% more yield than partitioning at 200%% demand, 16 nodes: %s\nwrote %s\n",
+		*goal, map[bool]string{true: "PASS", false: "FAIL"}[ok], *out)
+	return nil
+}
+
+// clusterWorkload turns a single-node workload into cluster arrival rates.
+func clusterWorkload(wl workload, nodes, workers int, demand float64) clusterConfig {
+	cost := make([]float64, len(wl.classes))
+	means := wl.classMeans()
+	copy(cost, means)
+	total := demand * float64(nodes*workers) / wl.mean
+	return clusterConfig{
+		nodes: nodes, workers: workers, classes: wl.classes, cost: cost,
+		rate:     func(k int, _ time.Duration) float64 { return total * wl.mix[k] },
+		service:  wl.service,
+		interval: 10 * time.Second, window: 2 * time.Second,
+	}
+}
+
+// classMeans is each class's mean service time in seconds, estimated from
+// a fixed sample (the partitioning rule's offline profile).
+func (wl workload) classMeans() []float64 {
+	rng := rand.New(rand.NewPCG(99, 99))
+	m := make([]float64, len(wl.classes))
+	const n = 20000
+	for k := range m {
+		for range n {
+			m[k] += wl.service(rng, k).Seconds()
+		}
+		m[k] /= n
+	}
+	return m
+}
+
+func fig411(ctx context.Context, w io.Writer, out string, dur time.Duration, seed uint64, goal float64) (bool, error) {
+	rows := [][]string{{"workload", "nodes", "demand_percent", "scheme", "yield", "normalized"}}
+	fmt.Fprintf(w, "Fig 4.11: aggregate yield, normalized to class-aware at 200%% demand on the same nodes (2 workers per node, %v per point)\n", dur)
+	fmt.Fprintf(w, "%-14s %5s %7s %12s %12s %9s\n", "workload", "nodes", "demand", "class-aware", "partitioning", "gain")
+	ok := true
+	for _, wl := range []workload{microBenchmark(), searchWorkloads()[2]} {
+		for _, n := range []int{4, 8, 16} {
+			var norm float64
+			type point struct{ ca, part float64 }
+			var pts []point
+			demands := []float64{0.75, 1.25, 2}
+			for _, d := range demands {
+				var p point
+				for _, sc := range []scheme{classAware, partitioning} {
+					if err := ctx.Err(); err != nil {
+						return false, err
+					}
+					cfg := clusterWorkload(wl, n, 2, d)
+					cfg.scheme, cfg.duration, cfg.seed = sc, dur, seed
+					res, err := simulateCluster(cfg)
+					if err != nil {
+						return false, err
+					}
+					if sc == classAware {
+						p.ca = res.realized
+					} else {
+						p.part = res.realized
+					}
+				}
+				pts = append(pts, p)
+			}
+			norm = pts[len(pts)-1].ca
+			for i, p := range pts {
+				gain := (p.ca/p.part - 1) * 100
+				fmt.Fprintf(w, "%-14s %5d %6.0f%% %12.3f %12.3f %+8.1f%%\n", wl.name, n, demands[i]*100, p.ca/norm, p.part/norm, gain)
+				for _, r := range []struct {
+					s string
+					v float64
+				}{{"class-aware", p.ca}, {"partitioning", p.part}} {
+					rows = append(rows, []string{wl.name, strconv.Itoa(n), strconv.Itoa(int(demands[i]*100 + 0.5)), r.s,
+						fmt.Sprintf("%.1f", r.v), fmt.Sprintf("%.4f", r.v/norm)})
+				}
+				if n == 16 && demands[i] == 2 && gain < goal {
+					ok = false
+				}
+			}
+		}
+	}
+	return ok, writeCSV(filepath.Join(out, "classes_fig411.csv"), rows)
+}
+
+// fig412 is the timeline of §4.5.4: 16 nodes, Differentiated Search with
+// fixed-interval arrivals and constant 248 ms service, 20 % guarantees,
+// demand 100 % split 10/30/60; silver demand triples between 50 s and
+// 150 s; node 0 (gold's first dedicated server under partitioning) is
+// down from 200 s to 250 s.
+func fig412(ctx context.Context, w io.Writer, out string, seed uint64) error {
+	const nodes, workers = 16, 2
+	const svc = 248 * time.Millisecond
+	wl := searchWorkloads()[2]
+	classes := make([]ClassConfig, len(wl.classes))
+	copy(classes, wl.classes)
+	for k := range classes {
+		classes[k].Guarantee = 0.2
+	}
+	base := float64(nodes*workers) / svc.Seconds()
+	rows := [][]string{{"scheme", "time_s", "class", "demand", "allocation"}}
+	fmt.Fprintf(w, "\nFig 4.12: allocation (share of cluster capacity, 2 s windows); silver spike 50-150 s, node 0 down 200-250 s\n")
+	fmt.Fprintf(w, "%-12s %-7s %13s %13s %13s %15s\n", "scheme", "class", "alloc 20-50s", "alloc 80-150s", "alloc 160-200", "min 200-220s")
+	for _, sc := range []scheme{classAware, partitioning} {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		cfg := clusterConfig{
+			scheme: sc, nodes: nodes, workers: workers, classes: classes,
+			cost: []float64{svc.Seconds(), svc.Seconds(), svc.Seconds()},
+			rate: func(k int, t time.Duration) float64 {
+				r := base * wl.mix[k]
+				if k == 1 && t >= 50*time.Second && t < 150*time.Second {
+					r *= 3
+				}
+				return r
+			},
+			fixed:    true,
+			service:  func(*rand.Rand, int) time.Duration { return svc },
+			down:     func(i int, t time.Duration) bool { return i == 0 && t >= 200*time.Second && t < 250*time.Second },
+			interval: 10 * time.Second, window: 2 * time.Second, duration: 300 * time.Second, seed: seed,
+		}
+		res, err := simulateCluster(cfg)
+		if err != nil {
+			return err
+		}
+		xs := make([]float64, 0, len(res.alloc))
+		ss := make([]series, 2*len(classes))
+		for win := range len(res.alloc) - 1 {
+			xs = append(xs, float64(win)*2)
+			for k, c := range classes {
+				ss[k].name, ss[len(classes)+k].name = c.Name+" alloc", c.Name+" demand"
+				ss[k].y = append(ss[k].y, res.alloc[win][k]*100)
+				ss[len(classes)+k].y = append(ss[len(classes)+k].y, res.demand[win][k]*100)
+				rows = append(rows, []string{sc.String(), strconv.Itoa(win * 2), c.Name,
+					fmt.Sprintf("%.4f", res.demand[win][k]), fmt.Sprintf("%.4f", res.alloc[win][k])})
+			}
+		}
+		mean := func(k, from, to int) float64 {
+			s := 0.0
+			for win := from / 2; win < to/2; win++ {
+				s += res.alloc[win][k]
+			}
+			return s / float64(to/2-from/2) * 100
+		}
+		for k, c := range classes {
+			lo := math.Inf(1)
+			for win := 100; win < 110; win++ {
+				lo = min(lo, res.alloc[win][k]*100)
+			}
+			fmt.Fprintf(w, "%-12s %-7s %12.1f%% %12.1f%% %12.1f%% %14.1f%%\n", sc, c.Name, mean(k, 20, 50), mean(k, 80, 150), mean(k, 160, 200), lo)
+		}
+		if err := writeFile(filepath.Join(out, "classes_fig412_"+sc.String()+".svg"), func(f io.Writer) error {
+			return writeLineChart(f, "Fig 4.12 "+sc.String()+": allocation and demand", "time (s)", "% of cluster capacity", xs, ss)
+		}); err != nil {
+			return err
+		}
+	}
+	return writeCSV(filepath.Join(out, "classes_fig412.csv"), rows)
+}
