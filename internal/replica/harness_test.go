@@ -255,6 +255,17 @@ func (c *cluster) flush() {
 	c.t.Helper()
 	for i := 0; len(c.net) > 0; i++ {
 		if i > 100000 {
+			m := c.net[0]
+			for _, id := range []ID{m.From, m.To} {
+				if r := c.nodes[id].r; r != nil {
+					c.t.Logf("%s: %+v first %d stable %d truncated %d handed %d", id, r.Status(), r.first, r.stable, r.truncated, r.handed)
+					if r.role == Primary {
+						for p, pr := range r.progress {
+							c.t.Logf("  progress %s: %+v", p, *pr)
+						}
+					}
+				}
+			}
 			c.t.Fatalf("messages never quiesce, e.g. %+v", c.net[0])
 		}
 		c.deliver(0)
@@ -392,6 +403,13 @@ func TestRandomized(t *testing.T) {
 				c.settle(time.Second)
 				if _, ok := c.acked[final]; !ok && level != Level1 {
 					// The write went to a secondary: redirect like a client.
+					if c.primary() == "" {
+						for _, id := range c.order {
+							r := c.nodes[id].r
+							t.Logf("%s: %+v vote %q electing %v alive %v", id, r.Status(), r.vote, r.electing, r.alive)
+						}
+						t.Fatal("no primary after healing")
+					}
 					final = c.write(c.primary())
 					c.settle(time.Second)
 				}

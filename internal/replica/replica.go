@@ -224,7 +224,7 @@ func (r *Replica) Propose(now time.Time, w Write) {
 	switch {
 	case r.role == Primary:
 		r.appendLocal(now, w)
-	case r.primary != "" && r.alive[r.primary] && !r.electing && r.phase != PhaseCheck:
+	case r.primaryLive(now) && !r.electing && r.phase != PhaseCheck:
 		r.rd.Replies = append(r.rd.Replies, Reply{ReqID: w.ReqID, Err: &NotPrimaryError{Primary: r.primary}})
 	default:
 		r.waiting = append(r.waiting, waiter{w: w, deadline: now.Add(r.cfg.WriteWait)})
@@ -581,7 +581,12 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 	}
 	pr := r.progress[m.From]
 	if m.Reject {
-		pr.next = min(m.Hint+1, r.last()+1)
+		if m.LSN <= pr.match {
+			return // about an append sent before we learned more: stale
+		}
+		// Back off below the rejected probe, never below what is known to
+		// match; pipelined appends would otherwise keep undoing each other.
+		pr.next = max(pr.match+1, min(m.Hint+1, m.LSN, r.last()+1))
 		r.sendAppend(now, m.From)
 		return
 	}
@@ -645,7 +650,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		if m.PrevLSN > r.last() {
 			hint = r.last()
 		}
-		r.send(Message{Type: MsgAppendResp, To: m.From, Reject: true, Hint: hint})
+		r.send(Message{Type: MsgAppendResp, To: m.From, Reject: true, LSN: m.PrevLSN, Hint: hint})
 		return
 	}
 	var es []Entry
@@ -680,7 +685,7 @@ func (r *Replica) shouldElect(now time.Time) bool {
 		return false
 	}
 	self := r.prio[r.cfg.ID]
-	if p := r.primary; p != "" && r.alive[p] {
+	if p := r.primary; r.primaryLive(now) {
 		// Bully: a higher-priority replica takes the role back, but only
 		// once it has caught up (phase 2 done), so writes wait briefly.
 		return r.inSync && self > r.prio[p]
@@ -694,6 +699,14 @@ func (r *Replica) shouldElect(now time.Time) bool {
 		}
 	}
 	return true
+}
+
+// primaryLive reports whether a primary is known, alive per membership and,
+// if it is another replica, heard from within AckTimeout. The silence test
+// catches a primary that stepped down without membership noticing.
+func (r *Replica) primaryLive(now time.Time) bool {
+	p := r.primary
+	return p != "" && r.alive[p] && (p == r.cfg.ID || now.Sub(r.lastHeard) < r.cfg.AckTimeout)
 }
 
 func (r *Replica) startElection(now time.Time) {
@@ -720,7 +733,7 @@ func (r *Replica) handleVote(m Message) {
 		r.send(refuse)
 		return
 	}
-	if p := r.primary; p != "" && p != m.From && r.alive[p] && r.prio[m.From] <= r.prio[p] {
+	if p := r.primary; p != m.From && r.primaryLive(r.now) && r.prio[m.From] <= r.prio[p] {
 		r.send(refuse) // a live primary with at least its priority exists
 		return
 	}

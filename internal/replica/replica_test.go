@@ -413,3 +413,24 @@ func TestLevel1ConvergesWithLoss(t *testing.T) {
 		t.Fatalf("a executed %d writes, want 30", got)
 	}
 }
+
+// A retransmitted or duplicated append must not execute a write twice (the
+// harness's service fails the test on any LSN executed twice).
+func TestDuplicateAppendExecutesOnce(t *testing.T) {
+	c := settled(t, Level2, []int{3, 2, 1})
+	c.write("a")
+	var dup []Message
+	for _, m := range c.net {
+		if m.Type == MsgAppend {
+			dup = append(dup, m)
+		}
+	}
+	c.flush()
+	c.settle(50 * time.Millisecond)
+	before := slices.Clone(c.nodes["b"].svc.ops)
+	c.net = append(c.net, dup...)
+	c.flush()
+	if got := c.nodes["b"].svc.ops; !slices.Equal(got, before) || len(got) == 0 {
+		t.Fatalf("after duplicate delivery b executed %v, before %v", got, before)
+	}
+}

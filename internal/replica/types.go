@@ -212,8 +212,9 @@ type Message struct {
 	Trunc     LSN
 	InSync    bool
 
-	// AppendResp: LSN is the highest LSN known to match the primary's log;
-	// on Reject, Hint is where the primary should resume.
+	// AppendResp: LSN is the highest LSN known to match the primary's log,
+	// or on Reject the PrevLSN refused; Hint is then a lower bound of where
+	// the logs may agree.
 	LSN    LSN
 	Reject bool
 	Hint   LSN
