@@ -58,6 +58,8 @@ type cluster struct {
 	primaries map[Epoch]ID      // at most one primary per epoch
 	prop      map[uint64]string // ReqID -> op body
 	origin    map[uint64][2]int // ReqID -> (node index, incarnation)
+	// fatalf reports a broken invariant (t.Fatalf unless a test counts them).
+	fatalf func(format string, args ...any)
 }
 
 func newCluster(t *testing.T, seed uint64, level Level, prios []int, tweak func(*Config)) *cluster {
@@ -65,6 +67,7 @@ func newCluster(t *testing.T, seed uint64, level Level, prios []int, tweak func(
 	c := &cluster{t: t, rng: rand.New(rand.NewPCG(seed, 7)), now: time.Unix(1000, 0), nodes: map[ID]*node{},
 		acked: map[uint64]LSN{}, replied: map[uint64]bool{}, failed: map[uint64]error{},
 		canonical: map[LSN]string{}, primaries: map[Epoch]ID{}, prop: map[uint64]string{}, origin: map[uint64][2]int{}}
+	c.fatalf = t.Fatalf
 	for i, p := range prios {
 		id := ID(string(rune('a' + i)))
 		c.order = append(c.order, id)
@@ -169,7 +172,7 @@ func (c *cluster) process(n *node) {
 		n.r.Advance(rd)
 		if s := n.r.Status(); s.Role == Primary {
 			if p, ok := c.primaries[s.Epoch]; ok && p != n.id {
-				c.t.Fatalf("two primaries in epoch %d: %s and %s", s.Epoch, p, n.id)
+				c.fatalf("two primaries in epoch %d: %s and %s", s.Epoch, p, n.id)
 			}
 			c.primaries[s.Epoch] = n.id
 		}
@@ -187,14 +190,14 @@ func (c *cluster) execute(n *node, e Entry) {
 	c.t.Helper()
 	if c.cfg.Level == Level1 {
 		if n.svc.seen[opName(e)] {
-			c.t.Fatalf("%s executed %s twice", n.id, opName(e))
+			c.fatalf("%s executed %s twice", n.id, opName(e))
 		}
 	} else {
 		if e.LSN <= n.svc.lastLSN {
-			c.t.Fatalf("%s executed LSN %d after %d: out of order or twice", n.id, e.LSN, n.svc.lastLSN)
+			c.fatalf("%s executed LSN %d after %d: out of order or twice", n.id, e.LSN, n.svc.lastLSN)
 		}
 		if op, ok := c.canonical[e.LSN]; ok && op != opName(e) {
-			c.t.Fatalf("%s executed %q at LSN %d, another replica %q", n.id, opName(e), e.LSN, op)
+			c.fatalf("%s executed %q at LSN %d, another replica %q", n.id, opName(e), e.LSN, op)
 		}
 		c.canonical[e.LSN] = opName(e)
 	}
@@ -212,12 +215,12 @@ func (c *cluster) execute(n *node, e Entry) {
 func (c *cluster) reply(n *node, rp Reply) {
 	c.t.Helper()
 	if c.replied[rp.ReqID] {
-		c.t.Fatalf("request %d answered twice", rp.ReqID)
+		c.fatalf("request %d answered twice", rp.ReqID)
 	}
 	c.replied[rp.ReqID] = true
 	if rp.Err != nil {
 		if !Retryable(rp.Err) {
-			c.t.Fatalf("request %d: non-retryable %v", rp.ReqID, rp.Err)
+			c.fatalf("request %d: non-retryable %v", rp.ReqID, rp.Err)
 		}
 		c.failed[rp.ReqID] = rp.Err
 		return
@@ -266,7 +269,7 @@ func (c *cluster) flush() {
 					}
 				}
 			}
-			c.t.Fatalf("messages never quiesce, e.g. %+v", c.net[0])
+			c.fatalf("messages never quiesce, e.g. %+v", c.net[0])
 		}
 		c.deliver(0)
 	}
@@ -305,7 +308,7 @@ func (c *cluster) checkAnswered() {
 	for req := uint64(1); req <= c.nextID; req++ {
 		o := c.origin[req]
 		if !c.replied[req] && c.nodes[c.order[o[0]]].inc == o[1] {
-			c.t.Fatalf("write %d at %s never answered", req, c.order[o[0]])
+			c.fatalf("write %d at %s never answered", req, c.order[o[0]])
 		}
 	}
 }
@@ -333,7 +336,7 @@ func (c *cluster) checkConverged() {
 	}
 	slices.Sort(acked)
 	if vs := append(check.Convergence(digests), check.Durability(acked, present)...); len(vs) > 0 {
-		c.t.Fatalf("%d violations, first: %v", len(vs), vs[0])
+		c.fatalf("%d violations, first: %v", len(vs), vs[0])
 	}
 }
 
@@ -345,6 +348,64 @@ func (c *cluster) has(id ID, req uint64) bool {
 		}
 	}
 	return false
+}
+
+// runSchedule drives c through a seeded random schedule of writes, message
+// reorderings and drops, ticks, crashes and restarts, then heals everything
+// and checks the invariants.
+func runSchedule(c *cluster, level Level, steps int) {
+	c.drop = 0.1
+	for range steps {
+		switch x := c.rng.IntN(100); {
+		case x < 45 && len(c.net) > 0:
+			c.deliver(c.rng.IntN(len(c.net)))
+		case x < 70:
+			c.tick(time.Duration(5+c.rng.IntN(20)) * time.Millisecond)
+		case x < 93:
+			if p := c.primary(); p != "" && c.rng.IntN(10) < 7 {
+				c.write(p) // a client that follows redirects
+			} else if up := c.up(); len(up) > 0 {
+				c.write(up[c.rng.IntN(len(up))])
+			}
+		case x < 95:
+			if up := c.up(); len(up) > 1 {
+				c.crash(up[c.rng.IntN(len(up))])
+			}
+		default:
+			for _, id := range c.order {
+				if c.nodes[id].r == nil {
+					c.start(c.nodes[id])
+					break
+				}
+			}
+		}
+	}
+	for _, id := range c.order {
+		if c.nodes[id].r == nil {
+			c.start(c.nodes[id])
+		}
+	}
+	c.drop = 0
+	c.settle(3 * time.Second)
+	final := c.write(c.up()[0])
+	c.settle(time.Second)
+	if _, ok := c.acked[final]; !ok && level != Level1 {
+		// The write went to a secondary: redirect like a client.
+		if c.primary() == "" {
+			for _, id := range c.order {
+				r := c.nodes[id].r
+				c.t.Logf("%s: %+v vote %q electing %v alive %v", id, r.Status(), r.vote, r.electing, r.alive)
+			}
+			c.fatalf("no primary after healing")
+		}
+		final = c.write(c.primary())
+		c.settle(time.Second)
+	}
+	if _, ok := c.acked[final]; !ok {
+		c.fatalf("write after healing not acknowledged: %v", c.failed[final])
+	}
+	c.checkConverged()
+	c.checkAnswered()
 }
 
 // TestRandomized drives clusters through seeded random schedules of writes,
@@ -366,58 +427,7 @@ func TestRandomized(t *testing.T) {
 					prios = []int{1, 5, 3, 2, 4}
 				}
 				c := newCluster(t, seed, level, prios, nil)
-				c.drop = 0.1
-				for range steps {
-					switch x := c.rng.IntN(100); {
-					case x < 45 && len(c.net) > 0:
-						c.deliver(c.rng.IntN(len(c.net)))
-					case x < 70:
-						c.tick(time.Duration(5+c.rng.IntN(20)) * time.Millisecond)
-					case x < 93:
-						if p := c.primary(); p != "" && c.rng.IntN(10) < 7 {
-							c.write(p) // a client that follows redirects
-						} else if up := c.up(); len(up) > 0 {
-							c.write(up[c.rng.IntN(len(up))])
-						}
-					case x < 95:
-						if up := c.up(); len(up) > 1 {
-							c.crash(up[c.rng.IntN(len(up))])
-						}
-					default:
-						for _, id := range c.order {
-							if c.nodes[id].r == nil {
-								c.start(c.nodes[id])
-								break
-							}
-						}
-					}
-				}
-				for _, id := range c.order {
-					if c.nodes[id].r == nil {
-						c.start(c.nodes[id])
-					}
-				}
-				c.drop = 0
-				c.settle(3 * time.Second)
-				final := c.write(c.up()[0])
-				c.settle(time.Second)
-				if _, ok := c.acked[final]; !ok && level != Level1 {
-					// The write went to a secondary: redirect like a client.
-					if c.primary() == "" {
-						for _, id := range c.order {
-							r := c.nodes[id].r
-							t.Logf("%s: %+v vote %q electing %v alive %v", id, r.Status(), r.vote, r.electing, r.alive)
-						}
-						t.Fatal("no primary after healing")
-					}
-					final = c.write(c.primary())
-					c.settle(time.Second)
-				}
-				if _, ok := c.acked[final]; !ok {
-					t.Fatalf("write after healing not acknowledged: %v", c.failed[final])
-				}
-				c.checkConverged()
-				c.checkAnswered()
+				runSchedule(c, level, steps)
 				kinds := map[string]int{}
 				for _, err := range c.failed {
 					kinds[err.Error()[:min(18, len(err.Error()))]]++
@@ -428,5 +438,43 @@ func TestRandomized(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+type violation string
+
+// TestPaperModeIsUnsafeWithLoss runs the same schedules with MinLive=1 (the
+// paper's rule: the primary drops any replica that misses an ack deadline and
+// may end up committing alone) and with the default majority floor. With
+// message loss, which the paper rules out, paper mode must break an
+// invariant in some schedule, while the floor keeps every schedule correct.
+func TestPaperModeIsUnsafeWithLoss(t *testing.T) {
+	seeds := 20
+	if testing.Short() {
+		seeds = 10
+	}
+	count := func(minLive int) int {
+		bad := 0
+		for seed := range uint64(seeds) {
+			func() {
+				c := newCluster(t, seed, Level2, []int{3, 2, 1}, func(cfg *Config) { cfg.MinLive = minLive })
+				c.fatalf = func(format string, args ...any) { panic(violation(fmt.Sprintf(format, args...))) }
+				defer func() {
+					if v := recover(); v != nil {
+						if _, ok := v.(violation); !ok {
+							panic(v)
+						}
+						bad++
+					}
+				}()
+				runSchedule(c, Level2, 800)
+			}()
+		}
+		return bad
+	}
+	paper, floor := count(1), count(0)
+	t.Logf("schedules breaking an invariant: paper mode (MinLive=1) %d of %d, majority floor %d of %d", paper, seeds, floor, seeds)
+	if floor != 0 || paper == 0 {
+		t.Fatalf("paper mode %d, majority floor %d violating schedules; want >0 and 0", paper, floor)
 	}
 }
