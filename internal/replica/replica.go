@@ -719,7 +719,7 @@ func (r *Replica) startElection(now time.Time) {
 	r.grants = map[ID]Message{}
 	for _, p := range r.peers {
 		if r.alive[p] {
-			r.send(Message{Type: MsgVote, To: p, Commit: r.commit, LSN: r.last(), LastEpoch: r.term(r.last())})
+			r.send(Message{Type: MsgVote, To: p, Commit: r.commit})
 		}
 	}
 	if 1 >= r.cfg.MinLive {
@@ -728,7 +728,7 @@ func (r *Replica) startElection(now time.Time) {
 }
 
 func (r *Replica) handleVote(m Message) {
-	refuse := Message{Type: MsgVoteResp, To: m.From, Primary: r.primary}
+	refuse := Message{Type: MsgVoteResp, To: m.From}
 	if m.Epoch < r.epoch || (m.Epoch == r.epoch && r.vote != "" && r.vote != m.From) {
 		r.send(refuse)
 		return

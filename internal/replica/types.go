@@ -219,10 +219,11 @@ type Message struct {
 	Reject bool
 	Hint   LSN
 
-	// VoteResp: the voter's last entry and the primary it follows, if any.
+	// Vote: Commit is the candidate's commit point. VoteResp: a grant
+	// carries the voter's last entry (LSN, LastEpoch) and its log after the
+	// candidate's commit point in Entries.
 	Granted   bool
 	LastEpoch Epoch
-	Primary   ID
 
 	// Digest: the sender's version vector (origin -> contiguous Seq).
 	Versions map[ID]uint64
@@ -357,10 +358,13 @@ func (c Config) Validate() error {
 	if c.MinLive < 0 || c.MinLive > len(c.Replicas) {
 		return fmt.Errorf("replica: Config.MinLive %d not in 0..%d", c.MinLive, len(c.Replicas))
 	}
-	for name, d := range map[string]time.Duration{"Heartbeat": c.Heartbeat, "AckTimeout": c.AckTimeout,
-		"ElectionTimeout": c.ElectionTimeout, "WriteWait": c.WriteWait, "Staleness": c.Staleness} {
-		if d < 0 {
-			return fmt.Errorf("replica: Config.%s is negative", name)
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"Heartbeat", c.Heartbeat}, {"AckTimeout", c.AckTimeout}, {"ElectionTimeout", c.ElectionTimeout},
+		{"WriteWait", c.WriteWait}, {"Staleness", c.Staleness}} {
+		if d.d < 0 {
+			return fmt.Errorf("replica: Config.%s is negative", d.name)
 		}
 	}
 	if c.MaxBatch < 0 {
