@@ -13,43 +13,13 @@ import (
 	"github.com/neptune-cluster/neptune/apps/internal/appkit/appkittest"
 )
 
-// call runs one method of svc in-process, as a node would.
-func call(t *testing.T, svc neptune.Service, method string, part int, lsn uint64, body any) ([]byte, error) {
-	t.Helper()
-	var b []byte
-	switch v := body.(type) {
-	case string:
-		b = []byte(v)
-	default:
-		var err error
-		if b, err = json.Marshal(v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, m := range svc.Methods {
-		if m.Name == method {
-			resp, err := m.Handler(context.Background(), &neptune.Request{Service: svc.Name, Partition: part, Method: method, Mode: m.Mode, Body: b, LSN: lsn})
-			if err != nil {
-				return nil, err
-			}
-			return resp.Body, nil
-		}
-	}
-	t.Fatalf("no method %s", method)
-	return nil, nil
-}
+var (
+	call = appkittest.Call
+)
 
 func mustCall[T any](t *testing.T, svc neptune.Service, method string, part int, lsn uint64, body any) T {
 	t.Helper()
-	b, err := call(t, svc, method, part, lsn, body)
-	if err != nil {
-		t.Fatalf("%s: %v", method, err)
-	}
-	var out T
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatalf("%s answered %q: %v", method, b, err)
-	}
-	return out
+	return appkittest.MustCall[T](t, svc, method, part, lsn, body)
 }
 
 func open(t *testing.T, dsn string) *forum.Forum {
