@@ -19,10 +19,12 @@ import (
 const MaxDuration = time.Minute
 
 // Service returns the micro service. The body of either method is a Go
-// duration such as "20ms"; the answer is the body.
+// duration such as "20ms"; the answer is the body. Its aggregation
+// operators are the DAC micro benchmark's (aggregate.go).
 func Service() neptune.Service {
 	return neptune.Service{
-		Name: "micro",
+		Name:      "micro",
+		Aggregate: AggConfig{}.Aggregator(),
 		Methods: []neptune.Method{
 			{Name: "sleep", Mode: neptune.Read, Handler: func(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
 				d, err := duration(r.Body)

@@ -3,6 +3,7 @@ package dac
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -103,7 +104,7 @@ type Machine struct {
 	waiting      map[int]bool // child → result not yet arrived
 	missing      int          // children whose result has not arrived
 	ready        []Partial
-	inflight     map[int][]int // reduction seq → partitions of its output
+	inflight     map[int][2]Partial // reduction seq → its inputs
 	seq          int
 	closed, sent bool
 	expired      bool // the grace period ended too
@@ -117,7 +118,7 @@ func NewMachine(c MachineConfig) *Machine {
 		cfg:          c,
 		localPending: c.Local,
 		waiting:      make(map[int]bool, len(c.Children)),
-		inflight:     make(map[int][]int),
+		inflight:     make(map[int][2]Partial),
 	}
 	for _, ch := range c.Children {
 		m.waiting[ch] = true
@@ -169,17 +170,19 @@ func (m *Machine) Step(ev Event) error {
 		}
 		m.waiting[ev.From] = false
 		m.missing--
-		if !m.closed {
+		// An empty partial (a subtree that timed out with nothing) has
+		// nothing to reduce; reducing it would hand operators no data.
+		if !m.closed && len(ev.Partial.Partitions) > 0 {
 			m.ready = append(m.ready, ev.Partial)
 		}
 	case ReduceDone:
-		parts, ok := m.inflight[ev.Seq]
+		in, ok := m.inflight[ev.Seq]
 		if !ok {
 			return fmt.Errorf("%w: reduction %d was not asked for", ErrUnexpected, ev.Seq)
 		}
 		delete(m.inflight, ev.Seq)
 		if ev.Err == nil {
-			m.ready = append(m.ready, Partial{Partitions: parts, Data: ev.Data})
+			m.ready = append(m.ready, Partial{Partitions: slices.Concat(in[0].Partitions, in[1].Partitions), Data: ev.Data})
 		}
 	case Timeout:
 		switch {
@@ -203,14 +206,21 @@ func (m *Machine) advance() {
 		a, b := m.ready[0], m.ready[1]
 		m.ready = m.ready[2:]
 		m.seq++
-		m.inflight[m.seq] = slices.Concat(a.Partitions, b.Partitions)
+		m.inflight[m.seq] = [2]Partial{a, b}
 		m.out = append(m.out, Action{Kind: RunReduce, Seq: m.seq, A: a.Data, B: b.Data})
 	}
 	if !m.expired && (len(m.inflight) > 0 || !(m.closed || m.complete())) {
 		return
 	}
+	// Expired with reductions still running: their inputs are the
+	// partials in hand too, and one of them may hold most of the subtree.
+	cands := m.ready // at most one, unless expired
+	for _, seq := range slices.Sorted(maps.Keys(m.inflight)) {
+		in := m.inflight[seq]
+		cands = append(cands, in[0], in[1])
+	}
 	var p Partial
-	for _, r := range m.ready { // at most one, unless expired
+	for _, r := range cands {
 		if len(r.Partitions) > len(p.Partitions) {
 			p = r
 		}

@@ -130,6 +130,21 @@ func TestMachineReducesAsInputsArrive(t *testing.T) {
 	}
 }
 
+// TestMachineSkipsEmptyChildPartials: a child subtree that timed out with
+// nothing sends an empty partial; it ends the wait but is never reduced.
+func TestMachineSkipsEmptyChildPartials(t *testing.T) {
+	m := NewMachine(MachineConfig{Partition: 0, Local: true, Children: []int{1}})
+	m.Ready()
+	mustStep(t, m, Event{Kind: LocalDone, Data: 7})
+	out := mustStep(t, m, Event{Kind: ChildDone, From: 1})
+	if len(out) != 1 || out[0].Kind != Send {
+		t.Fatalf("got %+v, want the local result sent without a reduction", out)
+	}
+	if p := out[0].Partial; !slices.Equal(p.Partitions, []int{0}) || p.Data != 7 {
+		t.Errorf("sent %+v, want partition 0 with 7", p)
+	}
+}
+
 func TestMachineTimeout(t *testing.T) {
 	m := NewMachine(MachineConfig{Partition: 0, Local: true, Children: []int{1, 2}, Deadline: t0, Grace: ms})
 	m.Ready()
@@ -166,6 +181,21 @@ func TestMachineGraceExpires(t *testing.T) {
 	}
 	if out := mustStep(t, m, Event{Kind: ReduceDone, Seq: red.Seq}); len(out) != 0 {
 		t.Errorf("reduction after send produced %+v", out)
+	}
+}
+
+// TestMachineGraceExpiresKeepsReductionInputs: when the grace period ends
+// with the whole subtree inside a running reduction, the node sends the
+// largest of its inputs rather than nothing.
+func TestMachineGraceExpiresKeepsReductionInputs(t *testing.T) {
+	m := NewMachine(MachineConfig{Partition: 0, Local: true, Children: []int{1, 2}, Deadline: t0, Grace: ms})
+	m.Ready()
+	mustStep(t, m, Event{Kind: LocalDone})
+	mustStep(t, m, Event{Kind: ChildDone, From: 1, Partial: Partial{Partitions: []int{1, 3, 4}}})
+	mustStep(t, m, Event{Kind: Timeout})
+	out := mustStep(t, m, Event{Kind: Timeout})
+	if len(out) != 1 || out[0].Kind != Send || !slices.Equal(out[0].Partial.Partitions, []int{1, 3, 4}) {
+		t.Fatalf("after grace: %+v, want partitions 1, 3, 4 sent", out)
 	}
 }
 
