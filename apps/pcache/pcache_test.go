@@ -1,0 +1,93 @@
+package pcache_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/neptune-cluster/neptune/apps/internal/appkit/appkittest"
+	"github.com/neptune-cluster/neptune/apps/pcache"
+)
+
+func open(t *testing.T, dir string) *pcache.Cache {
+	t.Helper()
+	c, err := pcache.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestUpdateLookup(t *testing.T) {
+	svc := open(t, t.TempDir()).Service()
+	lookup := func(p int, key string) pcache.LookupResponse {
+		return appkittest.MustCall[pcache.LookupResponse](t, svc, "CacheLookup", p, 0, pcache.LookupRequest{Key: key})
+	}
+	if got := lookup(0, "q"); got.Found {
+		t.Fatalf("lookup in an empty cache = %+v", got)
+	}
+	appkittest.MustCall[pcache.UpdateResponse](t, svc, "CacheUpdate", 0, 0, pcache.UpdateRequest{Key: "q", Value: "v1"})
+	appkittest.MustCall[pcache.UpdateResponse](t, svc, "CacheUpdate", 1, 0, pcache.UpdateRequest{Key: "q", Value: "other"})
+	appkittest.MustCall[pcache.UpdateResponse](t, svc, "CacheUpdate", 0, 0, pcache.UpdateRequest{Key: "q", Value: "v2"})
+	if got := lookup(0, "q"); got != (pcache.LookupResponse{Key: "q", Value: "v2", Found: true}) {
+		t.Fatalf("lookup(0, q) = %+v", got)
+	}
+	if got := lookup(1, "q"); got.Value != "other" {
+		t.Fatalf("partitions are not independent: lookup(1, q) = %+v", got)
+	}
+	if got := lookup(0, "missing"); got.Found || got.Value != "" {
+		t.Fatalf("miss = %+v", got)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	svc := open(t, t.TempDir()).Service()
+	for _, tc := range []struct {
+		name, method, body, text string
+	}{
+		{"not json", "CacheUpdate", "q=v", "CacheUpdate"},
+		{"empty key", "CacheUpdate", `{"value":"v"}`, "key is empty"},
+		{"unknown field", "CacheUpdate", `{"key":"k","val":"v"}`, "val"},
+		{"lookup not json", "CacheLookup", "q", "CacheLookup"},
+		{"lookup empty key", "CacheLookup", `{}`, "key is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := appkittest.Call(t, svc, tc.method, 0, 0, tc.body)
+			if !errors.Is(err, pcache.ErrBadRequest) || !strings.Contains(err.Error(), tc.text) {
+				t.Fatalf("err = %v, want ErrBadRequest mentioning %q", err, tc.text)
+			}
+		})
+	}
+}
+
+// TestLSNPersistsWithData checks CHECK and replay across a reopen of the
+// file.
+func TestLSNPersistsWithData(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	c := open(t, dir)
+	svc := c.Service()
+	appkittest.MustCall[pcache.UpdateResponse](t, svc, "CacheUpdate", 2, 5, pcache.UpdateRequest{Key: "k", Value: "five"})
+	if r := appkittest.MustCall[pcache.UpdateResponse](t, svc, "CacheUpdate", 2, 5, pcache.UpdateRequest{Key: "k", Value: "again"}); !r.Replayed {
+		t.Fatal("replay of LSN 5 was applied")
+	}
+	if r := appkittest.MustCall[pcache.UpdateResponse](t, svc, "CacheUpdate", 2, 4, pcache.UpdateRequest{Key: "k", Value: "old"}); !r.Replayed {
+		t.Fatal("LSN 4 after 5 was applied")
+	}
+	c.Close()
+	svc = open(t, dir).Service()
+	for _, tc := range []struct {
+		part int
+		lsn  uint64
+		want bool
+	}{{2, 4, true}, {2, 5, true}, {2, 6, false}, {3, 1, false}} {
+		if ok, err := svc.Check(ctx, tc.part, tc.lsn); ok != tc.want || err != nil {
+			t.Fatalf("Check(%d, %d) = %v, %v; want %v", tc.part, tc.lsn, ok, err, tc.want)
+		}
+	}
+	if got := appkittest.MustCall[pcache.LookupResponse](t, svc, "CacheLookup", 2, 0, pcache.LookupRequest{Key: "k"}); got.Value != "five" {
+		t.Fatalf("after reopen, k = %+v", got)
+	}
+}
