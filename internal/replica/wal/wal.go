@@ -124,6 +124,20 @@ func (l *Log) Save(hs *replica.HardState, es []replica.Entry, sync bool) error {
 	return nil
 }
 
+// Persist does the durable part of a replica.Ready, steps 1 and 2 of its
+// contract: save the hard state and entries with sync, then truncate.
+func (l *Log) Persist(rd *replica.Ready) error {
+	if rd.HardState != nil || len(rd.Entries) > 0 {
+		if err := l.Save(rd.HardState, rd.Entries, true); err != nil {
+			return err
+		}
+	}
+	if rd.Truncate > 0 {
+		return l.Truncate(rd.Truncate)
+	}
+	return nil
+}
+
 // SetApplied records that the service executed every entry up to lsn.
 // Writing it lazily (sync=false, or not every time) is safe: CHECK resolves
 // entries the service executed after the recorded marker.
