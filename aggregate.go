@@ -277,27 +277,31 @@ func coordinators(plans []plan) []*pb.ReplicaAddr {
 }
 
 // aggPlan looks every partition up and polls each node hosting one once;
-// replicas are ranked by polled load (unanswered last, ties at random).
+// replicas are ranked by polled load (unanswered last, ties at random). A
+// partition with no live replica is left out: it cannot contribute.
 func (c *Client) aggPlan(ctx context.Context, a Aggregation) ([]plan, error) {
-	plans := make([]plan, len(a.Partitions))
+	var plans []plan
 	nodes := map[string]membership.Replica{}
 	nodePart := map[string]int32{}
-	for i, part := range a.Partitions {
+	for _, part := range a.Partitions {
 		look := c.gossip.Replicas(a.Service, int32(part))
 		switch {
 		case len(look.Replicas) > 0:
 		case look.PartitionKnown:
-			return nil, fmt.Errorf("%w for %s partition %d", nerr.ErrNoReplica, a.Service, part)
+			continue // no live replica: the partition cannot contribute
 		case look.ServiceKnown:
 			return nil, fmt.Errorf("%w %d of service %q", nerr.ErrUnknownPartition, part, a.Service)
 		default:
 			return nil, fmt.Errorf("%w %q", nerr.ErrUnknownService, a.Service)
 		}
-		plans[i] = plan{partition: part, replicas: look.Replicas}
+		plans = append(plans, plan{partition: part, replicas: look.Replicas})
 		for _, r := range look.Replicas {
 			nodes[r.Node] = r
 			nodePart[r.Node] = int32(part)
 		}
+	}
+	if len(plans) == 0 {
+		return nil, fmt.Errorf("%w for any partition of %s", nerr.ErrNoReplica, a.Service)
 	}
 	ids := make([]string, 0, len(nodes))
 	for id := range nodes {
