@@ -354,10 +354,12 @@ func (x *Announcement) GetMetricsAddr() string {
 }
 
 type HostedService struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Partitions    []int32                `protobuf:"varint,2,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
-	Methods       []*MethodInfo          `protobuf:"bytes,3,rep,name=methods,proto3" json:"methods,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Partitions []int32                `protobuf:"varint,2,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	Methods    []*MethodInfo          `protobuf:"bytes,3,rep,name=methods,proto3" json:"methods,omitempty"`
+	// replicas is this node's replica status per replicated partition.
+	Replicas      []*ReplicaStatus `protobuf:"bytes,4,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -413,6 +415,125 @@ func (x *HostedService) GetMethods() []*MethodInfo {
 	return nil
 }
 
+func (x *HostedService) GetReplicas() []*ReplicaStatus {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+// ReplicaStatus is what one replica of a partition publishes.
+type ReplicaStatus struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Partition int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// role: 0 recovering, 1 secondary, 2 primary (replica.Role).
+	Role    int32  `protobuf:"varint,2,opt,name=role,proto3" json:"role,omitempty"`
+	Phase   int32  `protobuf:"varint,3,opt,name=phase,proto3" json:"phase,omitempty"`
+	Epoch   uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Primary string `protobuf:"bytes,5,opt,name=primary,proto3" json:"primary,omitempty"`
+	// version is the highest LSN the replica executed.
+	Version uint64 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
+	Commit  uint64 `protobuf:"varint,7,opt,name=commit,proto3" json:"commit,omitempty"`
+	// version_ago (level-3 primary) is its committed version x seconds ago.
+	VersionAgo    uint64 `protobuf:"varint,8,opt,name=version_ago,json=versionAgo,proto3" json:"version_ago,omitempty"`
+	Level         int32  `protobuf:"varint,9,opt,name=level,proto3" json:"level,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaStatus) Reset() {
+	*x = ReplicaStatus{}
+	mi := &file_neptune_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaStatus) ProtoMessage() {}
+
+func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
+func (*ReplicaStatus) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ReplicaStatus) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetRole() int32 {
+	if x != nil {
+		return x.Role
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetPhase() int32 {
+	if x != nil {
+		return x.Phase
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *ReplicaStatus) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetCommit() uint64 {
+	if x != nil {
+		return x.Commit
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetVersionAgo() uint64 {
+	if x != nil {
+		return x.VersionAgo
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetLevel() int32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
 type MethodInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -424,7 +545,7 @@ type MethodInfo struct {
 
 func (x *MethodInfo) Reset() {
 	*x = MethodInfo{}
-	mi := &file_neptune_proto_msgTypes[5]
+	mi := &file_neptune_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -436,7 +557,7 @@ func (x *MethodInfo) String() string {
 func (*MethodInfo) ProtoMessage() {}
 
 func (x *MethodInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[5]
+	mi := &file_neptune_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -449,7 +570,7 @@ func (x *MethodInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MethodInfo.ProtoReflect.Descriptor instead.
 func (*MethodInfo) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{5}
+	return file_neptune_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MethodInfo) GetName() string {
@@ -486,7 +607,7 @@ type PollRequest struct {
 
 func (x *PollRequest) Reset() {
 	*x = PollRequest{}
-	mi := &file_neptune_proto_msgTypes[6]
+	mi := &file_neptune_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +619,7 @@ func (x *PollRequest) String() string {
 func (*PollRequest) ProtoMessage() {}
 
 func (x *PollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[6]
+	mi := &file_neptune_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +632,7 @@ func (x *PollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollRequest.ProtoReflect.Descriptor instead.
 func (*PollRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{6}
+	return file_neptune_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PollRequest) GetId() uint64 {
@@ -548,14 +669,23 @@ type PollReply struct {
 	// queue is active plus queued requests of the service on this node.
 	Queue int32 `protobuf:"varint,2,opt,name=queue,proto3" json:"queue,omitempty"`
 	// known is false when the node does not host the service partition.
-	Known         bool `protobuf:"varint,3,opt,name=known,proto3" json:"known,omitempty"`
+	Known bool `protobuf:"varint,3,opt,name=known,proto3" json:"known,omitempty"`
+	// replicated is set for a replicated partition; then version is the
+	// replica's current version (LSN), serving whether it may serve reads,
+	// primary whether it is the primary and version_ago the level-3
+	// primary's version x seconds ago (0 elsewhere).
+	Replicated    bool   `protobuf:"varint,4,opt,name=replicated,proto3" json:"replicated,omitempty"`
+	Version       uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	Serving       bool   `protobuf:"varint,6,opt,name=serving,proto3" json:"serving,omitempty"`
+	Primary       bool   `protobuf:"varint,7,opt,name=primary,proto3" json:"primary,omitempty"`
+	VersionAgo    uint64 `protobuf:"varint,8,opt,name=version_ago,json=versionAgo,proto3" json:"version_ago,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PollReply) Reset() {
 	*x = PollReply{}
-	mi := &file_neptune_proto_msgTypes[7]
+	mi := &file_neptune_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +697,7 @@ func (x *PollReply) String() string {
 func (*PollReply) ProtoMessage() {}
 
 func (x *PollReply) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[7]
+	mi := &file_neptune_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +710,7 @@ func (x *PollReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollReply.ProtoReflect.Descriptor instead.
 func (*PollReply) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{7}
+	return file_neptune_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PollReply) GetId() uint64 {
@@ -604,6 +734,41 @@ func (x *PollReply) GetKnown() bool {
 	return false
 }
 
+func (x *PollReply) GetReplicated() bool {
+	if x != nil {
+		return x.Replicated
+	}
+	return false
+}
+
+func (x *PollReply) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PollReply) GetServing() bool {
+	if x != nil {
+		return x.Serving
+	}
+	return false
+}
+
+func (x *PollReply) GetPrimary() bool {
+	if x != nil {
+		return x.Primary
+	}
+	return false
+}
+
+func (x *PollReply) GetVersionAgo() uint64 {
+	if x != nil {
+		return x.VersionAgo
+	}
+	return 0
+}
+
 // PagesState is a node's whole yellow pages, exchanged when a member joins
 // so it need not wait a refresh interval to learn the cluster.
 type PagesState struct {
@@ -615,7 +780,7 @@ type PagesState struct {
 
 func (x *PagesState) Reset() {
 	*x = PagesState{}
-	mi := &file_neptune_proto_msgTypes[8]
+	mi := &file_neptune_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +792,7 @@ func (x *PagesState) String() string {
 func (*PagesState) ProtoMessage() {}
 
 func (x *PagesState) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[8]
+	mi := &file_neptune_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +805,7 @@ func (x *PagesState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagesState.ProtoReflect.Descriptor instead.
 func (*PagesState) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{8}
+	return file_neptune_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PagesState) GetEntries() []*RelayedAnnouncement {
@@ -662,7 +827,7 @@ type RelayedAnnouncement struct {
 
 func (x *RelayedAnnouncement) Reset() {
 	*x = RelayedAnnouncement{}
-	mi := &file_neptune_proto_msgTypes[9]
+	mi := &file_neptune_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +839,7 @@ func (x *RelayedAnnouncement) String() string {
 func (*RelayedAnnouncement) ProtoMessage() {}
 
 func (x *RelayedAnnouncement) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[9]
+	mi := &file_neptune_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +852,7 @@ func (x *RelayedAnnouncement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayedAnnouncement.ProtoReflect.Descriptor instead.
 func (*RelayedAnnouncement) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{9}
+	return file_neptune_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RelayedAnnouncement) GetAnnouncement() *Announcement {
@@ -736,7 +901,7 @@ type AggregateRequest struct {
 
 func (x *AggregateRequest) Reset() {
 	*x = AggregateRequest{}
-	mi := &file_neptune_proto_msgTypes[10]
+	mi := &file_neptune_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +913,7 @@ func (x *AggregateRequest) String() string {
 func (*AggregateRequest) ProtoMessage() {}
 
 func (x *AggregateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[10]
+	mi := &file_neptune_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +926,7 @@ func (x *AggregateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateRequest.ProtoReflect.Descriptor instead.
 func (*AggregateRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{10}
+	return file_neptune_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AggregateRequest) GetCallId() string {
@@ -873,7 +1038,7 @@ type Participant struct {
 
 func (x *Participant) Reset() {
 	*x = Participant{}
-	mi := &file_neptune_proto_msgTypes[11]
+	mi := &file_neptune_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1050,7 @@ func (x *Participant) String() string {
 func (*Participant) ProtoMessage() {}
 
 func (x *Participant) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[11]
+	mi := &file_neptune_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1063,7 @@ func (x *Participant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Participant.ProtoReflect.Descriptor instead.
 func (*Participant) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{11}
+	return file_neptune_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Participant) GetIndex() int32 {
@@ -946,7 +1111,7 @@ type ReplicaAddr struct {
 
 func (x *ReplicaAddr) Reset() {
 	*x = ReplicaAddr{}
-	mi := &file_neptune_proto_msgTypes[12]
+	mi := &file_neptune_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1123,7 @@ func (x *ReplicaAddr) String() string {
 func (*ReplicaAddr) ProtoMessage() {}
 
 func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[12]
+	mi := &file_neptune_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1136,7 @@ func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaAddr.ProtoReflect.Descriptor instead.
 func (*ReplicaAddr) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{12}
+	return file_neptune_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReplicaAddr) GetNode() string {
@@ -1006,7 +1171,7 @@ type AggregateResponse struct {
 
 func (x *AggregateResponse) Reset() {
 	*x = AggregateResponse{}
-	mi := &file_neptune_proto_msgTypes[13]
+	mi := &file_neptune_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1183,7 @@ func (x *AggregateResponse) String() string {
 func (*AggregateResponse) ProtoMessage() {}
 
 func (x *AggregateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[13]
+	mi := &file_neptune_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1196,7 @@ func (x *AggregateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResponse.ProtoReflect.Descriptor instead.
 func (*AggregateResponse) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{13}
+	return file_neptune_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AggregateResponse) GetPartitions() []int32 {
@@ -1083,6 +1248,464 @@ func (x *AggregateResponse) GetHedges() int32 {
 	return 0
 }
 
+// ReplicaEntry is one write of a partition's REDO log (replica.Entry).
+type ReplicaEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Lsn           uint64                 `protobuf:"varint,2,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	Method        string                 `protobuf:"bytes,3,opt,name=method,proto3" json:"method,omitempty"`
+	Body          []byte                 `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
+	Origin        string                 `protobuf:"bytes,5,opt,name=origin,proto3" json:"origin,omitempty"`
+	ReqId         uint64                 `protobuf:"varint,6,opt,name=req_id,json=reqId,proto3" json:"req_id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,7,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaEntry) Reset() {
+	*x = ReplicaEntry{}
+	mi := &file_neptune_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaEntry) ProtoMessage() {}
+
+func (x *ReplicaEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaEntry.ProtoReflect.Descriptor instead.
+func (*ReplicaEntry) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ReplicaEntry) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReplicaEntry) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
+}
+
+func (x *ReplicaEntry) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *ReplicaEntry) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *ReplicaEntry) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *ReplicaEntry) GetReqId() uint64 {
+	if x != nil {
+		return x.ReqId
+	}
+	return 0
+}
+
+func (x *ReplicaEntry) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// ReplicaMessage is one replica.Message of a partition.
+type ReplicaMessage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Type          int32                  `protobuf:"varint,3,opt,name=type,proto3" json:"type,omitempty"`
+	From          string                 `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
+	To            string                 `protobuf:"bytes,5,opt,name=to,proto3" json:"to,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	PrevLsn       uint64                 `protobuf:"varint,7,opt,name=prev_lsn,json=prevLsn,proto3" json:"prev_lsn,omitempty"`
+	PrevEpoch     uint64                 `protobuf:"varint,8,opt,name=prev_epoch,json=prevEpoch,proto3" json:"prev_epoch,omitempty"`
+	Entries       []*ReplicaEntry        `protobuf:"bytes,9,rep,name=entries,proto3" json:"entries,omitempty"`
+	Commit        uint64                 `protobuf:"varint,10,opt,name=commit,proto3" json:"commit,omitempty"`
+	Trunc         uint64                 `protobuf:"varint,11,opt,name=trunc,proto3" json:"trunc,omitempty"`
+	InSync        bool                   `protobuf:"varint,12,opt,name=in_sync,json=inSync,proto3" json:"in_sync,omitempty"`
+	Lsn           uint64                 `protobuf:"varint,13,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	Reject        bool                   `protobuf:"varint,14,opt,name=reject,proto3" json:"reject,omitempty"`
+	Hint          uint64                 `protobuf:"varint,15,opt,name=hint,proto3" json:"hint,omitempty"`
+	Granted       bool                   `protobuf:"varint,16,opt,name=granted,proto3" json:"granted,omitempty"`
+	LastEpoch     uint64                 `protobuf:"varint,17,opt,name=last_epoch,json=lastEpoch,proto3" json:"last_epoch,omitempty"`
+	Versions      map[string]uint64      `protobuf:"bytes,18,rep,name=versions,proto3" json:"versions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaMessage) Reset() {
+	*x = ReplicaMessage{}
+	mi := &file_neptune_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaMessage) ProtoMessage() {}
+
+func (x *ReplicaMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaMessage.ProtoReflect.Descriptor instead.
+func (*ReplicaMessage) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReplicaMessage) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ReplicaMessage) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ReplicaMessage) GetType() int32 {
+	if x != nil {
+		return x.Type
+	}
+	return 0
+}
+
+func (x *ReplicaMessage) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *ReplicaMessage) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *ReplicaMessage) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReplicaMessage) GetPrevLsn() uint64 {
+	if x != nil {
+		return x.PrevLsn
+	}
+	return 0
+}
+
+func (x *ReplicaMessage) GetPrevEpoch() uint64 {
+	if x != nil {
+		return x.PrevEpoch
+	}
+	return 0
+}
+
+func (x *ReplicaMessage) GetEntries() []*ReplicaEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ReplicaMessage) GetCommit() uint64 {
+	if x != nil {
+		return x.Commit
+	}
+	return 0
+}
+
+func (x *ReplicaMessage) GetTrunc() uint64 {
+	if x != nil {
+		return x.Trunc
+	}
+	return 0
+}
+
+func (x *ReplicaMessage) GetInSync() bool {
+	if x != nil {
+		return x.InSync
+	}
+	return false
+}
+
+func (x *ReplicaMessage) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
+}
+
+func (x *ReplicaMessage) GetReject() bool {
+	if x != nil {
+		return x.Reject
+	}
+	return false
+}
+
+func (x *ReplicaMessage) GetHint() uint64 {
+	if x != nil {
+		return x.Hint
+	}
+	return 0
+}
+
+func (x *ReplicaMessage) GetGranted() bool {
+	if x != nil {
+		return x.Granted
+	}
+	return false
+}
+
+func (x *ReplicaMessage) GetLastEpoch() uint64 {
+	if x != nil {
+		return x.LastEpoch
+	}
+	return 0
+}
+
+func (x *ReplicaMessage) GetVersions() map[string]uint64 {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+type ReplicaBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Messages      []*ReplicaMessage      `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaBatch) Reset() {
+	*x = ReplicaBatch{}
+	mi := &file_neptune_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaBatch) ProtoMessage() {}
+
+func (x *ReplicaBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaBatch.ProtoReflect.Descriptor instead.
+func (*ReplicaBatch) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReplicaBatch) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *ReplicaBatch) GetMessages() []*ReplicaMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+type ReplicaBatchAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaBatchAck) Reset() {
+	*x = ReplicaBatchAck{}
+	mi := &file_neptune_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaBatchAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaBatchAck) ProtoMessage() {}
+
+func (x *ReplicaBatchAck) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaBatchAck.ProtoReflect.Descriptor instead.
+func (*ReplicaBatchAck) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{18}
+}
+
+type PromoteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteRequest) Reset() {
+	*x = PromoteRequest{}
+	mi := &file_neptune_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteRequest) ProtoMessage() {}
+
+func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
+func (*PromoteRequest) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PromoteRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *PromoteRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+type PromoteReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *ReplicaStatus         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteReply) Reset() {
+	*x = PromoteReply{}
+	mi := &file_neptune_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteReply) ProtoMessage() {}
+
+func (x *PromoteReply) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteReply.ProtoReflect.Descriptor instead.
+func (*PromoteReply) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PromoteReply) GetStatus() *ReplicaStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 var File_neptune_proto protoreflect.FileDescriptor
 
 const file_neptune_proto_rawDesc = "" +
@@ -1108,13 +1731,25 @@ const file_neptune_proto_rawDesc = "" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12 \n" +
 	"\vincarnation\x18\x05 \x01(\x03R\vincarnation\x125\n" +
 	"\bservices\x18\x06 \x03(\v2\x19.neptune.v1.HostedServiceR\bservices\x12!\n" +
-	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"u\n" +
+	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\xac\x01\n" +
 	"\rHostedService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\x05R\n" +
 	"partitions\x120\n" +
-	"\amethods\x18\x03 \x03(\v2\x16.neptune.v1.MethodInfoR\amethods\"^\n" +
+	"\amethods\x18\x03 \x03(\v2\x16.neptune.v1.MethodInfoR\amethods\x125\n" +
+	"\breplicas\x18\x04 \x03(\v2\x19.neptune.v1.ReplicaStatusR\breplicas\"\xf0\x01\n" +
+	"\rReplicaStatus\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\x05R\x04role\x12\x14\n" +
+	"\x05phase\x18\x03 \x01(\x05R\x05phase\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x18\n" +
+	"\aprimary\x18\x05 \x01(\tR\aprimary\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\x04R\aversion\x12\x16\n" +
+	"\x06commit\x18\a \x01(\x04R\x06commit\x12\x1f\n" +
+	"\vversion_ago\x18\b \x01(\x04R\n" +
+	"versionAgo\x12\x14\n" +
+	"\x05level\x18\t \x01(\x05R\x05level\"^\n" +
 	"\n" +
 	"MethodInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12$\n" +
@@ -1124,11 +1759,19 @@ const file_neptune_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x14\n" +
-	"\x05class\x18\x04 \x01(\tR\x05class\"G\n" +
+	"\x05class\x18\x04 \x01(\tR\x05class\"\xd6\x01\n" +
 	"\tPollReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\x05R\x05queue\x12\x14\n" +
-	"\x05known\x18\x03 \x01(\bR\x05known\"G\n" +
+	"\x05known\x18\x03 \x01(\bR\x05known\x12\x1e\n" +
+	"\n" +
+	"replicated\x18\x04 \x01(\bR\n" +
+	"replicated\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\x12\x18\n" +
+	"\aserving\x18\x06 \x01(\bR\aserving\x12\x18\n" +
+	"\aprimary\x18\a \x01(\bR\aprimary\x12\x1f\n" +
+	"\vversion_ago\x18\b \x01(\x04R\n" +
+	"versionAgo\"G\n" +
 	"\n" +
 	"PagesState\x129\n" +
 	"\aentries\x18\x01 \x03(\v2\x1f.neptune.v1.RelayedAnnouncementR\aentries\"j\n" +
@@ -1173,16 +1816,60 @@ const file_neptune_proto_rawDesc = "" +
 	"\n" +
 	"reductions\x18\x06 \x01(\x05R\n" +
 	"reductions\x12\x16\n" +
-	"\x06hedges\x18\a \x01(\x05R\x06hedges*;\n" +
+	"\x06hedges\x18\a \x01(\x05R\x06hedges\"\xa3\x01\n" +
+	"\fReplicaEntry\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
+	"\x03lsn\x18\x02 \x01(\x04R\x03lsn\x12\x16\n" +
+	"\x06method\x18\x03 \x01(\tR\x06method\x12\x12\n" +
+	"\x04body\x18\x04 \x01(\fR\x04body\x12\x16\n" +
+	"\x06origin\x18\x05 \x01(\tR\x06origin\x12\x15\n" +
+	"\x06req_id\x18\x06 \x01(\x04R\x05reqId\x12\x10\n" +
+	"\x03seq\x18\a \x01(\x04R\x03seq\"\xc5\x04\n" +
+	"\x0eReplicaMessage\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\x05R\x04type\x12\x12\n" +
+	"\x04from\x18\x04 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x05 \x01(\tR\x02to\x12\x14\n" +
+	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\x12\x19\n" +
+	"\bprev_lsn\x18\a \x01(\x04R\aprevLsn\x12\x1d\n" +
+	"\n" +
+	"prev_epoch\x18\b \x01(\x04R\tprevEpoch\x122\n" +
+	"\aentries\x18\t \x03(\v2\x18.neptune.v1.ReplicaEntryR\aentries\x12\x16\n" +
+	"\x06commit\x18\n" +
+	" \x01(\x04R\x06commit\x12\x14\n" +
+	"\x05trunc\x18\v \x01(\x04R\x05trunc\x12\x17\n" +
+	"\ain_sync\x18\f \x01(\bR\x06inSync\x12\x10\n" +
+	"\x03lsn\x18\r \x01(\x04R\x03lsn\x12\x16\n" +
+	"\x06reject\x18\x0e \x01(\bR\x06reject\x12\x12\n" +
+	"\x04hint\x18\x0f \x01(\x04R\x04hint\x12\x18\n" +
+	"\agranted\x18\x10 \x01(\bR\agranted\x12\x1d\n" +
+	"\n" +
+	"last_epoch\x18\x11 \x01(\x04R\tlastEpoch\x12D\n" +
+	"\bversions\x18\x12 \x03(\v2(.neptune.v1.ReplicaMessage.VersionsEntryR\bversions\x1a;\n" +
+	"\rVersionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"Z\n" +
+	"\fReplicaBatch\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x126\n" +
+	"\bmessages\x18\x02 \x03(\v2\x1a.neptune.v1.ReplicaMessageR\bmessages\"\x11\n" +
+	"\x0fReplicaBatchAck\"H\n" +
+	"\x0ePromoteRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\"A\n" +
+	"\fPromoteReply\x121\n" +
+	"\x06status\x18\x01 \x01(\v2\x19.neptune.v1.ReplicaStatusR\x06status*;\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tMODE_READ\x10\x01\x12\x0e\n" +
 	"\n" +
-	"MODE_WRITE\x10\x022\xc3\x01\n" +
+	"MODE_WRITE\x10\x022\xc8\x02\n" +
 	"\x04Node\x129\n" +
 	"\x04Call\x12\x17.neptune.v1.CallRequest\x1a\x18.neptune.v1.CallResponse\x126\n" +
 	"\x06Stream\x12\x17.neptune.v1.CallRequest\x1a\x11.neptune.v1.Chunk0\x01\x12H\n" +
-	"\tAggregate\x12\x1c.neptune.v1.AggregateRequest\x1a\x1d.neptune.v1.AggregateResponseB:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
+	"\tAggregate\x12\x1c.neptune.v1.AggregateRequest\x1a\x1d.neptune.v1.AggregateResponse\x12B\n" +
+	"\tReplicate\x12\x18.neptune.v1.ReplicaBatch\x1a\x1b.neptune.v1.ReplicaBatchAck\x12?\n" +
+	"\aPromote\x12\x1a.neptune.v1.PromoteRequest\x1a\x18.neptune.v1.PromoteReplyB:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
 
 var (
 	file_neptune_proto_rawDescOnce sync.Once
@@ -1197,7 +1884,7 @@ func file_neptune_proto_rawDescGZIP() []byte {
 }
 
 var file_neptune_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_neptune_proto_goTypes = []any{
 	(Mode)(0),                   // 0: neptune.v1.Mode
 	(*CallRequest)(nil),         // 1: neptune.v1.CallRequest
@@ -1205,36 +1892,53 @@ var file_neptune_proto_goTypes = []any{
 	(*Chunk)(nil),               // 3: neptune.v1.Chunk
 	(*Announcement)(nil),        // 4: neptune.v1.Announcement
 	(*HostedService)(nil),       // 5: neptune.v1.HostedService
-	(*MethodInfo)(nil),          // 6: neptune.v1.MethodInfo
-	(*PollRequest)(nil),         // 7: neptune.v1.PollRequest
-	(*PollReply)(nil),           // 8: neptune.v1.PollReply
-	(*PagesState)(nil),          // 9: neptune.v1.PagesState
-	(*RelayedAnnouncement)(nil), // 10: neptune.v1.RelayedAnnouncement
-	(*AggregateRequest)(nil),    // 11: neptune.v1.AggregateRequest
-	(*Participant)(nil),         // 12: neptune.v1.Participant
-	(*ReplicaAddr)(nil),         // 13: neptune.v1.ReplicaAddr
-	(*AggregateResponse)(nil),   // 14: neptune.v1.AggregateResponse
+	(*ReplicaStatus)(nil),       // 6: neptune.v1.ReplicaStatus
+	(*MethodInfo)(nil),          // 7: neptune.v1.MethodInfo
+	(*PollRequest)(nil),         // 8: neptune.v1.PollRequest
+	(*PollReply)(nil),           // 9: neptune.v1.PollReply
+	(*PagesState)(nil),          // 10: neptune.v1.PagesState
+	(*RelayedAnnouncement)(nil), // 11: neptune.v1.RelayedAnnouncement
+	(*AggregateRequest)(nil),    // 12: neptune.v1.AggregateRequest
+	(*Participant)(nil),         // 13: neptune.v1.Participant
+	(*ReplicaAddr)(nil),         // 14: neptune.v1.ReplicaAddr
+	(*AggregateResponse)(nil),   // 15: neptune.v1.AggregateResponse
+	(*ReplicaEntry)(nil),        // 16: neptune.v1.ReplicaEntry
+	(*ReplicaMessage)(nil),      // 17: neptune.v1.ReplicaMessage
+	(*ReplicaBatch)(nil),        // 18: neptune.v1.ReplicaBatch
+	(*ReplicaBatchAck)(nil),     // 19: neptune.v1.ReplicaBatchAck
+	(*PromoteRequest)(nil),      // 20: neptune.v1.PromoteRequest
+	(*PromoteReply)(nil),        // 21: neptune.v1.PromoteReply
+	nil,                         // 22: neptune.v1.ReplicaMessage.VersionsEntry
 }
 var file_neptune_proto_depIdxs = []int32{
 	0,  // 0: neptune.v1.CallRequest.mode:type_name -> neptune.v1.Mode
 	5,  // 1: neptune.v1.Announcement.services:type_name -> neptune.v1.HostedService
-	6,  // 2: neptune.v1.HostedService.methods:type_name -> neptune.v1.MethodInfo
-	0,  // 3: neptune.v1.MethodInfo.mode:type_name -> neptune.v1.Mode
-	10, // 4: neptune.v1.PagesState.entries:type_name -> neptune.v1.RelayedAnnouncement
-	4,  // 5: neptune.v1.RelayedAnnouncement.announcement:type_name -> neptune.v1.Announcement
-	12, // 6: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
-	13, // 7: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
-	1,  // 8: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
-	1,  // 9: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
-	11, // 10: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
-	2,  // 11: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
-	3,  // 12: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
-	14, // 13: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	7,  // 2: neptune.v1.HostedService.methods:type_name -> neptune.v1.MethodInfo
+	6,  // 3: neptune.v1.HostedService.replicas:type_name -> neptune.v1.ReplicaStatus
+	0,  // 4: neptune.v1.MethodInfo.mode:type_name -> neptune.v1.Mode
+	11, // 5: neptune.v1.PagesState.entries:type_name -> neptune.v1.RelayedAnnouncement
+	4,  // 6: neptune.v1.RelayedAnnouncement.announcement:type_name -> neptune.v1.Announcement
+	13, // 7: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
+	14, // 8: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
+	16, // 9: neptune.v1.ReplicaMessage.entries:type_name -> neptune.v1.ReplicaEntry
+	22, // 10: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
+	17, // 11: neptune.v1.ReplicaBatch.messages:type_name -> neptune.v1.ReplicaMessage
+	6,  // 12: neptune.v1.PromoteReply.status:type_name -> neptune.v1.ReplicaStatus
+	1,  // 13: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
+	1,  // 14: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
+	12, // 15: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
+	18, // 16: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
+	20, // 17: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
+	2,  // 18: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
+	3,  // 19: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
+	15, // 20: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
+	19, // 21: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
+	21, // 22: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
+	18, // [18:23] is the sub-list for method output_type
+	13, // [13:18] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_neptune_proto_init() }
@@ -1248,7 +1952,7 @@ func file_neptune_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_neptune_proto_rawDesc), len(file_neptune_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,8 @@ const (
 	Node_Call_FullMethodName      = "/neptune.v1.Node/Call"
 	Node_Stream_FullMethodName    = "/neptune.v1.Node/Stream"
 	Node_Aggregate_FullMethodName = "/neptune.v1.Node/Aggregate"
+	Node_Replicate_FullMethodName = "/neptune.v1.Node/Replicate"
+	Node_Promote_FullMethodName   = "/neptune.v1.Node/Promote"
 )
 
 // NodeClient is the client API for Node service.
@@ -44,6 +46,12 @@ type NodeClient interface {
 	// Aggregate calls) and the reductions, and answers with the partial
 	// result by its deadline.
 	Aggregate(ctx context.Context, in *AggregateRequest, opts ...grpc.CallOption) (*AggregateResponse, error)
+	// Replicate delivers replication messages between the replicas of
+	// partitions (replica.Message), batched per destination node.
+	Replicate(ctx context.Context, in *ReplicaBatch, opts ...grpc.CallOption) (*ReplicaBatchAck, error)
+	// Promote forces a replica to become its partition's primary (the
+	// operator's recovery when every replica was lost).
+	Promote(ctx context.Context, in *PromoteRequest, opts ...grpc.CallOption) (*PromoteReply, error)
 }
 
 type nodeClient struct {
@@ -93,6 +101,26 @@ func (c *nodeClient) Aggregate(ctx context.Context, in *AggregateRequest, opts .
 	return out, nil
 }
 
+func (c *nodeClient) Replicate(ctx context.Context, in *ReplicaBatch, opts ...grpc.CallOption) (*ReplicaBatchAck, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplicaBatchAck)
+	err := c.cc.Invoke(ctx, Node_Replicate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodeClient) Promote(ctx context.Context, in *PromoteRequest, opts ...grpc.CallOption) (*PromoteReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PromoteReply)
+	err := c.cc.Invoke(ctx, Node_Promote_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -108,6 +136,12 @@ type NodeServer interface {
 	// Aggregate calls) and the reductions, and answers with the partial
 	// result by its deadline.
 	Aggregate(context.Context, *AggregateRequest) (*AggregateResponse, error)
+	// Replicate delivers replication messages between the replicas of
+	// partitions (replica.Message), batched per destination node.
+	Replicate(context.Context, *ReplicaBatch) (*ReplicaBatchAck, error)
+	// Promote forces a replica to become its partition's primary (the
+	// operator's recovery when every replica was lost).
+	Promote(context.Context, *PromoteRequest) (*PromoteReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -126,6 +160,12 @@ func (UnimplementedNodeServer) Stream(*CallRequest, grpc.ServerStreamingServer[C
 }
 func (UnimplementedNodeServer) Aggregate(context.Context, *AggregateRequest) (*AggregateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Aggregate not implemented")
+}
+func (UnimplementedNodeServer) Replicate(context.Context, *ReplicaBatch) (*ReplicaBatchAck, error) {
+	return nil, status.Error(codes.Unimplemented, "method Replicate not implemented")
+}
+func (UnimplementedNodeServer) Promote(context.Context, *PromoteRequest) (*PromoteReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Promote not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -195,6 +235,42 @@ func _Node_Aggregate_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Replicate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplicaBatch)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Replicate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Replicate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Replicate(ctx, req.(*ReplicaBatch))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Node_Promote_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PromoteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Promote(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Promote_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Promote(ctx, req.(*PromoteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -209,6 +285,14 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Aggregate",
 			Handler:    _Node_Aggregate_Handler,
+		},
+		{
+			MethodName: "Replicate",
+			Handler:    _Node_Replicate_Handler,
+		},
+		{
+			MethodName: "Promote",
+			Handler:    _Node_Promote_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
