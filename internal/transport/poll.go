@@ -18,16 +18,37 @@ import (
 // node, and whether the node hosts it.
 type LoadFunc func(service string, partition int32, class string) (queue int, known bool)
 
+// Version is a replicated partition's replica state as a poll reply
+// carries it, so clients choose a fresh enough replica from current data.
+type Version struct {
+	Replicated bool
+	// Version is the replica's executed LSN; VersionAgo the level-3
+	// primary's committed version x seconds ago (0 elsewhere).
+	Version, VersionAgo uint64
+	// Serving is false while the replica recovers; Primary marks the primary.
+	Serving, Primary bool
+}
+
+// VersionFunc answers the replication part of a poll.
+type VersionFunc func(service string, partition int32) Version
+
+// PollOption adjusts a PollServer.
+type PollOption func(*PollServer)
+
+// WithVersions makes poll replies carry replica versions.
+func WithVersions(f VersionFunc) PollOption { return func(s *PollServer) { s.version = f } }
+
 // PollServer answers load polls over UDP (the paper's load index server).
 type PollServer struct {
-	conn *net.UDPConn
-	load LoadFunc
-	log  *slog.Logger
-	done chan struct{}
+	conn    *net.UDPConn
+	load    LoadFunc
+	version VersionFunc
+	log     *slog.Logger
+	done    chan struct{}
 }
 
 // ListenPoll starts a poll server on addr ("host:port"; port 0 picks one).
-func ListenPoll(addr string, load LoadFunc, log *slog.Logger) (*PollServer, error) {
+func ListenPoll(addr string, load LoadFunc, log *slog.Logger, opts ...PollOption) (*PollServer, error) {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("transport: poll address %q: %w", addr, err)
@@ -37,6 +58,9 @@ func ListenPoll(addr string, load LoadFunc, log *slog.Logger) (*PollServer, erro
 		return nil, fmt.Errorf("transport: listen for polls on %s: %w", addr, err)
 	}
 	s := &PollServer{conn: conn, load: load, log: log, done: make(chan struct{})}
+	for _, o := range opts {
+		o(s)
+	}
 	go s.serve()
 	return s, nil
 }
@@ -68,7 +92,12 @@ func (s *PollServer) serve() {
 			continue
 		}
 		q, known := s.load(req.Service, req.Partition, req.Class)
-		out, _ := proto.Marshal(&pb.PollReply{Id: req.Id, Queue: int32(q), Known: known})
+		rep := &pb.PollReply{Id: req.Id, Queue: int32(q), Known: known}
+		if known && s.version != nil {
+			v := s.version(req.Service, req.Partition)
+			rep.Replicated, rep.Version, rep.VersionAgo, rep.Serving, rep.Primary = v.Replicated, v.Version, v.VersionAgo, v.Serving, v.Primary
+		}
+		out, _ := proto.Marshal(rep)
 		_, _ = s.conn.WriteToUDPAddrPort(out, from)
 	}
 }
@@ -84,6 +113,8 @@ type PollAnswer struct {
 	Replica string
 	Queue   int
 	RTT     time.Duration
+	// Version is set for replicated partitions.
+	Version Version
 }
 
 // Poller sends load polls from one UDP socket and matches the replies (the
@@ -257,7 +288,8 @@ func (p *Poller) read() {
 		if !ok || !rep.Known {
 			continue
 		}
-		a := PollAnswer{Replica: w.replica, Queue: int(rep.Queue), RTT: time.Since(w.sent)}
+		a := PollAnswer{Replica: w.replica, Queue: int(rep.Queue), RTT: time.Since(w.sent),
+			Version: Version{Replicated: rep.Replicated, Version: rep.Version, VersionAgo: rep.VersionAgo, Serving: rep.Serving, Primary: rep.Primary}}
 		switch {
 		case replies != nil:
 			replies <- a // buffered for every target: never blocks

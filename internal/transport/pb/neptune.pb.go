@@ -83,7 +83,11 @@ type CallRequest struct {
 	Mode      Mode                   `protobuf:"varint,4,opt,name=mode,proto3,enum=neptune.v1.Mode" json:"mode,omitempty"`
 	Body      []byte                 `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
 	// class is the caller's service class; empty is the default class.
-	Class         string `protobuf:"bytes,6,opt,name=class,proto3" json:"class,omitempty"`
+	Class string `protobuf:"bytes,6,opt,name=class,proto3" json:"class,omitempty"`
+	// min_version is the lowest partition version (LSN) a replica may serve
+	// this read at (the session's floor at consistency level 3); a replica
+	// behind it forwards the read to the primary.
+	MinVersion    uint64 `protobuf:"varint,7,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -158,6 +162,13 @@ func (x *CallRequest) GetClass() string {
 		return x.Class
 	}
 	return ""
+}
+
+func (x *CallRequest) GetMinVersion() uint64 {
+	if x != nil {
+		return x.MinVersion
+	}
+	return 0
 }
 
 type CallResponse struct {
@@ -1711,14 +1722,16 @@ var File_neptune_proto protoreflect.FileDescriptor
 const file_neptune_proto_rawDesc = "" +
 	"\n" +
 	"\rneptune.proto\x12\n" +
-	"neptune.v1\"\xad\x01\n" +
+	"neptune.v1\"\xce\x01\n" +
 	"\vCallRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
 	"\x06method\x18\x03 \x01(\tR\x06method\x12$\n" +
 	"\x04mode\x18\x04 \x01(\x0e2\x10.neptune.v1.ModeR\x04mode\x12\x12\n" +
 	"\x04body\x18\x05 \x01(\fR\x04body\x12\x14\n" +
-	"\x05class\x18\x06 \x01(\tR\x05class\"<\n" +
+	"\x05class\x18\x06 \x01(\tR\x05class\x12\x1f\n" +
+	"\vmin_version\x18\a \x01(\x04R\n" +
+	"minVersion\"<\n" +
 	"\fCallResponse\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\x1b\n" +
