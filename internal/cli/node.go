@@ -115,7 +115,12 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 	}
 	for _, s := range fc.Services {
 		svc := builtins[s.Name]()
-		svc.Workers, svc.QueueLimit = s.Workers, s.QueueLimit
+		if s.Workers != 0 {
+			svc.Workers = s.Workers
+		}
+		if s.QueueLimit != 0 {
+			svc.QueueLimit = s.QueueLimit
+		}
 		if err := s.applyClasses(&svc); err != nil {
 			return nil, err
 		}

@@ -327,11 +327,14 @@ func (e *events) NotifyUpdate(*memberlist.Node) {}
 
 func (g *Gossip) currentAnnouncement() []byte {
 	g.mu.Lock()
-	e, ok := g.pages.entries[g.cfg.NodeID]
+	var ann *pb.Announcement
+	if e, ok := g.pages.entries[g.cfg.NodeID]; ok {
+		ann = e.Ann // announcements are never mutated once applied
+	}
 	g.mu.Unlock()
-	if !ok {
+	if ann == nil {
 		return nil
 	}
-	b, _ := proto.Marshal(e.Ann)
+	b, _ := proto.Marshal(ann)
 	return b
 }
