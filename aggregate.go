@@ -355,7 +355,7 @@ type aggState struct {
 	local  map[string]time.Duration // EWMA of mean local cost
 	reduce map[string]time.Duration // EWMA of mean reduction cost
 	leaf   map[string]*latencyRing
-	tokens float64
+	tokens int // leaf calls not yet spent on hedges
 }
 
 // costWeight is the EWMA weight of one call's measured means.

@@ -12,13 +12,14 @@ import (
 )
 
 // Hedging limits: a leaf is re-issued once it is slower than the p95 of the
-// last leafWindow leaf latencies (given at least leafMinSamples), and each
-// leaf call earns hedgeRate of a hedge, with at most hedgeBurst saved, so
-// hedges stay within 5% of leaf executions.
+// last leafWindow leaf latencies (given at least leafMinSamples); hedges
+// stay within 5% of leaf executions.
 const (
 	leafWindow     = 200
 	leafMinSamples = 20
-	hedgeRate      = 0.05
+	// The budget counts in leaf calls: every leavesPerHedge leaf calls earn
+	// one hedge (5%), and at most hedgeBurst hedges are saved.
+	leavesPerHedge = 20
 	hedgeBurst     = 5
 )
 
@@ -138,7 +139,7 @@ func (s *aggState) leafDone(service string, took time.Duration) {
 		r.xs[r.next] = took
 		r.next = (r.next + 1) % leafWindow
 	}
-	s.tokens = min(s.tokens+hedgeRate, hedgeBurst)
+	s.tokens = min(s.tokens+1, hedgeBurst*leavesPerHedge)
 }
 
 // hedgeDelay is when a leaf counts as slow (the recent p95) and how long a
@@ -159,9 +160,9 @@ func (s *aggState) hedgeDelay(service string) (after, typical time.Duration, ok 
 func (s *aggState) takeHedge() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.tokens < 1-1e-9 { // float sums of hedgeRate fall just short
+	if s.tokens < leavesPerHedge {
 		return false
 	}
-	s.tokens--
+	s.tokens -= leavesPerHedge
 	return true
 }
