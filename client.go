@@ -321,10 +321,10 @@ func (c *Client) pick(ctx context.Context, req *pb.CallRequest) (membership.Repl
 			targets[i] = transport.PollTarget{Replica: id, Addr: byID[id].PollAddr}
 		}
 		start := time.Now()
-		answers := c.poller.Poll(ctx, targets, req.Service, req.Partition, req.Class, plan.Wait)
+		answers := c.poller.PollFirst(ctx, targets, req.Service, req.Partition, req.Class, plan.Wait, plan.Enough)
 		c.metrics.pollTime.Observe(time.Since(start).Seconds())
 		c.metrics.polls.WithLabelValues("answered").Add(float64(len(answers)))
-		c.metrics.polls.WithLabelValues("late").Add(float64(len(targets) - len(answers)))
+		c.metrics.polls.WithLabelValues("late_or_unneeded").Add(float64(len(targets) - len(answers)))
 		loads = make([]balance.Load, len(answers))
 		for i, a := range answers {
 			loads[i] = balance.Load{Replica: a.Replica, Queue: a.Queue, RTT: a.RTT}

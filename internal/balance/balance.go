@@ -19,10 +19,13 @@ type Load struct {
 }
 
 // Plan says what the caller must do before Choose: poll the listed replicas
-// and wait at most Wait for their answers. An empty Poll means no polling.
+// and wait at most Wait for their answers, or only until Enough of them are
+// in (0 means all). An empty Poll means no polling. Answers that arrive after
+// the choice go to Report.
 type Plan struct {
-	Poll []string
-	Wait time.Duration
+	Poll   []string
+	Wait   time.Duration
+	Enough int
 }
 
 // Policy chooses a replica for one call.

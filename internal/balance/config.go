@@ -41,6 +41,12 @@ type Config struct {
 	// independent clients at 90% load, 3 polls leave the mean ~1.4× that of
 	// join-shortest-queue and 6 bring it under 1.2× (docs/experiments/lb.md).
 	ProbeSize int
+	// ProbeEnough is how many of prequal's probe answers a call waits for
+	// before choosing; the rest arrive late and are pooled for the next
+	// calls. 0 waits for all. Default 3: on a real cluster the sixth answer
+	// of six is the slowest, and waiting for it cost more than it told
+	// (docs/experiments/lb-cluster.md).
+	ProbeEnough int
 	// Discard is how long a call waits for poll answers before choosing
 	// among those that arrived (the paper's 10 ms "discard slow polls").
 	// Zero means wait for all answers, but at most WaitAllCap.
@@ -63,6 +69,7 @@ func DefaultConfig() Config {
 		Policy:            NamePrequal,
 		PollSize:          3,
 		ProbeSize:         6,
+		ProbeEnough:       3,
 		Discard:           10 * time.Millisecond,
 		BroadcastInterval: 100 * time.Millisecond,
 		ReuseWindow:       5 * time.Millisecond,
@@ -76,6 +83,9 @@ func (c Config) Validate() error {
 	}
 	if c.PollSize < 1 {
 		return fmt.Errorf("balance: PollSize must be >= 1, got %d", c.PollSize)
+	}
+	if c.ProbeEnough < 0 {
+		return fmt.Errorf("balance: ProbeEnough must be >= 0, got %d", c.ProbeEnough)
 	}
 	if c.ProbeSize < 1 {
 		return fmt.Errorf("balance: ProbeSize must be >= 1, got %d", c.ProbeSize)

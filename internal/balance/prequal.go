@@ -29,6 +29,7 @@ import (
 type Prequal struct {
 	rng    *rand.Rand
 	d      int
+	enough int
 	wait   time.Duration
 	window time.Duration
 	pool   map[string]*probe
@@ -71,7 +72,7 @@ const slowThreshold = 5.0
 
 func newPrequal(cfg Config, rng *rand.Rand) *Prequal {
 	return &Prequal{
-		rng: rng, d: cfg.ProbeSize, wait: cfg.pollWait(), window: cfg.ReuseWindow,
+		rng: rng, d: cfg.ProbeSize, enough: cfg.ProbeEnough, wait: cfg.pollWait(), window: cfg.ReuseWindow,
 		pool: map[string]*probe{}, slow: map[string]*replicaStats{},
 	}
 }
@@ -88,7 +89,7 @@ func (p *Prequal) Plan(now time.Time, candidates []string) Plan {
 	if len(stale) == 0 {
 		return Plan{}
 	}
-	return Plan{Poll: sample(p.rng, stale, p.d), Wait: p.wait}
+	return Plan{Poll: sample(p.rng, stale, p.d), Wait: p.wait, Enough: p.enough}
 }
 
 func (p *Prequal) fresh(now time.Time, replica string) bool {

@@ -604,6 +604,9 @@ type lbInstance struct {
 	mu          sync.Mutex
 	pol         balance.Policy
 	outstanding map[string]int
+	// poller is the instance's own, so answers arriving after a choice
+	// reach this instance's policy (as neptune.Client does).
+	poller *transport.Poller
 }
 
 // benchLBClient is the hidden `bench lb-client` process: it replays the
@@ -664,7 +667,17 @@ func benchLBClient(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		insts[i] = &lbInstance{pol: p, outstanding: map[string]int{}}
+		in := &lbInstance{pol: p, outstanding: map[string]int{}}
+		if in.poller, err = transport.NewPoller(slog.New(slog.DiscardHandler)); err != nil {
+			return err
+		}
+		defer in.poller.Close()
+		in.poller.OnLate(func(_ string, a transport.PollAnswer) {
+			in.mu.Lock()
+			in.pol.Report(time.Now(), balance.Load{Replica: a.Replica, Queue: a.Queue, RTT: a.RTT})
+			in.mu.Unlock()
+		})
+		insts[i] = in
 	}
 	poller, err := transport.NewPoller(slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -745,7 +758,7 @@ func benchLBClient(ctx context.Context, args []string, stdout io.Writer) error {
 			for i, id := range plan.Poll {
 				targets[i] = transport.PollTarget{Replica: id, Addr: byID[id].Poll}
 			}
-			for _, a := range poller.Poll(callCtx, targets, "work", 0, "", plan.Wait) {
+			for _, a := range in.poller.PollFirst(callCtx, targets, "work", 0, "", plan.Wait, plan.Enough) {
 				loads = append(loads, balance.Load{Replica: a.Replica, Queue: a.Queue, RTT: a.RTT})
 			}
 		}

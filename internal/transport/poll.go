@@ -176,6 +176,13 @@ func (p *Poller) Close() error {
 // the answers that arrive within wait (or before ctx ends). Late answers are
 // discarded, as in the paper: stale load information misleads.
 func (p *Poller) Poll(ctx context.Context, targets []PollTarget, service string, partition int32, class string, wait time.Duration) []PollAnswer {
+	return p.PollFirst(ctx, targets, service, partition, class, wait, 0)
+}
+
+// PollFirst is Poll that returns as soon as enough answers are in (0 or
+// more than the targets means all of them); the others, arriving later, go
+// to the OnLate function.
+func (p *Poller) PollFirst(ctx context.Context, targets []PollTarget, service string, partition int32, class string, wait time.Duration, enough int) []PollAnswer {
 	replies := make(chan PollAnswer, len(targets))
 	ids := make([]uint64, 0, len(targets))
 	now := time.Now()
@@ -212,10 +219,13 @@ func (p *Poller) Poll(ctx context.Context, targets []PollTarget, service string,
 		p.mu.Unlock()
 	}()
 
+	if enough <= 0 || enough > len(ids) {
+		enough = len(ids)
+	}
 	answers := make([]PollAnswer, 0, len(ids))
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	for len(answers) < len(ids) {
+	for len(answers) < enough {
 		select {
 		case a := <-replies:
 			answers = append(answers, a)
