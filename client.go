@@ -183,6 +183,15 @@ func (s *Session) observe(service string, partition int, v uint64) {
 	s.versions[k] = max(s.versions[k], v)
 }
 
+// floor is the version a read must be served at: the session's newest seen
+// version (consistency level 3 enforces it; other levels ignore it).
+func (s *Session) floor(service string, partition int, mode Mode) uint64 {
+	if s == nil || mode != Read {
+		return 0
+	}
+	return s.Version(service, partition)
+}
+
 func sessionKey(service string, partition int) string {
 	return service + "/" + strconv.Itoa(partition)
 }
@@ -201,7 +210,7 @@ func WithClass(class string) CallOption { return func(o *callOptions) { o.class 
 // tried and a failed node is excluded until it announces itself again.
 func (c *Client) Call(ctx context.Context, sess *Session, service string, partition int, method string, mode Mode, body []byte, opts ...CallOption) (*Response, error) {
 	start := time.Now()
-	resp, err := c.call(ctx, service, partition, method, mode, body, opts)
+	resp, err := c.call(ctx, service, partition, method, mode, body, sess.floor(service, partition, mode), opts)
 	c.metrics.calls.WithLabelValues(service, method, errorCode(err)).Inc()
 	c.metrics.latency.WithLabelValues(service, method).Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -211,12 +220,12 @@ func (c *Client) Call(ctx context.Context, sess *Session, service string, partit
 	return resp, nil
 }
 
-func (c *Client) call(ctx context.Context, service string, partition int, method string, mode Mode, body []byte, opts []CallOption) (*Response, error) {
+func (c *Client) call(ctx context.Context, service string, partition int, method string, mode Mode, body []byte, minVersion uint64, opts []CallOption) (*Response, error) {
 	var o callOptions
 	for _, f := range opts {
 		f(&o)
 	}
-	req := &pb.CallRequest{Service: service, Partition: int32(partition), Method: method, Mode: pb.Mode(mode), Body: body, Class: o.class}
+	req := &pb.CallRequest{Service: service, Partition: int32(partition), Method: method, Mode: pb.Mode(mode), Body: body, Class: o.class, MinVersion: minVersion}
 	var last error
 	for attempt := range maxAttempts {
 		r, err := c.pick(ctx, req)
@@ -303,6 +312,13 @@ func (c *Client) pick(ctx context.Context, req *pb.CallRequest) (membership.Repl
 		ids[i] = r.Node
 		byID[r.Node] = r
 	}
+	rv, replicated := c.replView(req.Service, req.Partition)
+	if replicated {
+		if id, ok := rv.direct(req, ids); ok {
+			return byID[id], nil
+		}
+		ids = rv.candidates(ids)
+	}
 
 	c.mu.Lock()
 	pol, err := c.policy(req.Service)
@@ -314,7 +330,11 @@ func (c *Client) pick(ctx context.Context, req *pb.CallRequest) (membership.Repl
 	plan := pol.Plan(time.Now(), ids)
 	c.mu.Unlock()
 
+	if p := rv.mustPoll(req, ids); p != "" && !slices.Contains(plan.Poll, p) {
+		plan.Poll = append(plan.Poll, p)
+	}
 	var loads []balance.Load
+	var answers []transport.PollAnswer
 	if len(plan.Poll) > 0 {
 		targets := make([]transport.PollTarget, len(plan.Poll))
 		for i, id := range plan.Poll {
@@ -332,6 +352,10 @@ func (c *Client) pick(ctx context.Context, req *pb.CallRequest) (membership.Repl
 		c.notePollMisses(time.Now(), plan.Poll, answers)
 	}
 
+	if keep, ok := rv.fresh(req, ids, answers); replicated && ok {
+		ids = keep
+		loads = slices.DeleteFunc(loads, func(l balance.Load) bool { return !slices.Contains(keep, l.Replica) })
+	}
 	c.mu.Lock()
 	now := time.Now()
 	choice := pol.Choose(now, ids, loads)

@@ -111,10 +111,13 @@ type Service struct {
 	Name    string
 	Methods []Method
 	// Check, if set, is the CHECK callback of replicated services.
-	Check      CheckFunc
-	Aggregate  *Aggregator
-	Workers    int
-	QueueLimit int
+	Check CheckFunc
+	// Replication, if set, replicates the service's partitions
+	// (replication.go); the node then needs NodeConfig.DataDir.
+	Replication *Replication
+	Aggregate   *Aggregator
+	Workers     int
+	QueueLimit  int
 	// Classes are the service classes (classes.go); Request.Class names
 	// one. With Classes, each node drops requests that can no longer earn
 	// yield, keeps each class's Guarantee and otherwise orders them by
@@ -159,6 +162,11 @@ func (s *Service) Validate() error {
 			return fmt.Errorf("%s: Stream methods must be Read", where)
 		}
 		seen[m.Name] = true
+	}
+	if s.Replication != nil {
+		if err := s.Replication.Validate(); err != nil {
+			return fmt.Errorf("neptune: service %q: %w", s.Name, err)
+		}
 	}
 	if s.Workers < 0 {
 		return fmt.Errorf("neptune: service %q: Workers must be >= 0, got %d", s.Name, s.Workers)

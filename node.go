@@ -49,6 +49,9 @@ type NodeConfig struct {
 	Registry *prometheus.Registry
 	// Logger receives the node's logs; every line carries the node id.
 	Logger *slog.Logger
+	// DataDir holds the write logs of replicated partitions (one pebble
+	// store per partition replica under DataDir/service/partition).
+	DataDir string
 }
 
 func (c NodeConfig) withDefaults() NodeConfig {
@@ -122,6 +125,7 @@ type Node struct {
 	polls   *transport.PollServer
 	gossip  *membership.Gossip
 	client  *Client
+	repl    *replNode
 	httpSrv *http.Server
 	httpLn  net.Listener
 }
@@ -182,6 +186,12 @@ func (n *Node) Register(svc Service, partitions ...int) error {
 		return fmt.Errorf("neptune: register %q: %w", svc.Name, err)
 	}
 	h.pool = pool
+	if svc.Replication != nil {
+		if err := n.registerReplicated(h); err != nil {
+			pool.Close()
+			return err
+		}
+	}
 	n.services[svc.Name] = h
 	return nil
 }
@@ -214,7 +224,7 @@ func (n *Node) Start(ctx context.Context) error {
 	pb.RegisterNodeServer(n.grpc, &nodeServer{n: n})
 	go func() { _ = n.grpc.Serve(n.rpcLn) }()
 
-	n.polls, err = transport.ListenPoll(net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.PollPort)), n.load, n.log)
+	n.polls, err = transport.ListenPoll(net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.PollPort)), n.load, n.log, transport.WithVersions(n.pollVersion))
 	if err != nil {
 		n.Close()
 		return fmt.Errorf("neptune: listen for polls (PollPort): %w", err)
@@ -242,6 +252,10 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	n.gossip = n.client.gossip
+	if err := n.startReplication(); err != nil {
+		n.Close()
+		return err
+	}
 	n.log.Info("node started", "rpc", n.rpcLn.Addr().String(), "poll", n.polls.Addr(), "gossip", n.gossip.Addr(), "services", len(n.services))
 	return nil
 }
@@ -286,6 +300,7 @@ func (n *Node) Close() error {
 }
 
 func (n *Node) close() {
+	n.stopReplication()
 	if n.client != nil {
 		_ = n.client.Close()
 	}
@@ -320,7 +335,7 @@ func (n *Node) announcement() *pb.Announcement {
 	slices.Sort(names)
 	for _, name := range names {
 		h := n.services[name]
-		hs := &pb.HostedService{Name: name, Partitions: h.partitions}
+		hs := &pb.HostedService{Name: name, Partitions: h.partitions, Replicas: n.replStatus(h)}
 		for _, m := range h.svc.Methods {
 			hs.Methods = append(hs.Methods, &pb.MethodInfo{Name: m.Name, Mode: pb.Mode(m.Mode), Stream: m.Stream != nil})
 		}
@@ -397,6 +412,9 @@ func (n *Node) serve(ctx context.Context, in *pb.CallRequest) (*Response, error)
 	}
 	if m.Handler == nil {
 		return nil, fmt.Errorf("%w: %s.%s is a stream method; use Client.Stream", nerr.ErrWrongMode, in.Service, in.Method)
+	}
+	if h.svc.Replication != nil {
+		return n.serveReplicated(ctx, h, m, in)
 	}
 	var resp *Response
 	var herr error
