@@ -43,9 +43,11 @@ type Config struct {
 	ProbeSize int
 	// ProbeEnough is how many of prequal's probe answers a call waits for
 	// before choosing; the rest arrive late and are pooled for the next
-	// calls. 0 waits for all. Default 3: on a real cluster the sixth answer
-	// of six is the slowest, and waiting for it cost more than it told
-	// (docs/experiments/lb-cluster.md).
+	// calls within ReuseWindow. 0 (the default) waits for all: measured on
+	// the real cluster at 90% load, choosing after 3 of 6 answers raised the
+	// mean from ~1.2× to 1.46× Oracle, because a client's calls are ~55 ms
+	// apart and the pooled late answers are stale by then. It pays only
+	// for clients that call more often than ReuseWindow.
 	ProbeEnough int
 	// Discard is how long a call waits for poll answers before choosing
 	// among those that arrived (the paper's 10 ms "discard slow polls").
@@ -69,7 +71,6 @@ func DefaultConfig() Config {
 		Policy:            NamePrequal,
 		PollSize:          3,
 		ProbeSize:         6,
-		ProbeEnough:       3,
 		Discard:           10 * time.Millisecond,
 		BroadcastInterval: 100 * time.Millisecond,
 		ReuseWindow:       5 * time.Millisecond,
