@@ -10,36 +10,44 @@ import (
 	"github.com/neptune-cluster/neptune/internal/balance"
 )
 
+// echoClient starts one in-process node hosting echo whose own client uses
+// policy, and returns that client once it sees the node.
+func echoClient(b *testing.B, policy string) *neptune.Client {
+	b.Helper()
+	ctx := context.Background()
+	bal := balance.DefaultConfig()
+	bal.Policy = policy
+	nd, err := neptune.NewNode(neptune.NodeConfig{ID: "b1", Balance: bal})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := nd.Register(echo.Service(), 0); err != nil {
+		b.Fatal(err)
+	}
+	if err := nd.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { nd.Close() })
+	c := nd.Client()
+	for len(c.Members(ctx, 0)) == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return c
+}
+
 // BenchmarkCallParallel measures in-process echo calls through a node's
-// client, with the default balancer (for profiling the call path; the
-// side-by-side comparison with raw gRPC is `neptune bench overhead`).
+// client, for profiling the call path; the side-by-side comparison with raw
+// gRPC is `neptune bench overhead`.
 func BenchmarkCallParallel(b *testing.B) {
 	for _, policy := range []string{balance.NameRandom, balance.DefaultConfig().Policy} {
 		b.Run(policy, func(b *testing.B) {
-			ctx := context.Background()
-			bal := balance.DefaultConfig()
-			bal.Policy = policy
-			nd, err := neptune.NewNode(neptune.NodeConfig{ID: "b1", Balance: bal})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := nd.Register(echo.Service(), 0); err != nil {
-				b.Fatal(err)
-			}
-			if err := nd.Start(ctx); err != nil {
-				b.Fatal(err)
-			}
-			defer nd.Close()
-			c := nd.Client()
-			for len(c.Members(ctx, 0)) == 0 {
-				time.Sleep(10 * time.Millisecond)
-			}
+			c := echoClient(b, policy)
 			body := make([]byte, 1024)
 			b.SetParallelism(32)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					if _, err := c.Call(ctx, nil, "echo", 0, "echo", neptune.Read, body); err != nil {
+					if _, err := c.Call(context.Background(), nil, "echo", 0, "echo", neptune.Read, body); err != nil {
 						b.Error(err)
 						return
 					}
@@ -52,28 +60,11 @@ func BenchmarkCallParallel(b *testing.B) {
 // BenchmarkCallSequential is the sequential counterpart, for profiling the
 // per-call overhead of lookup, balancing and metrics.
 func BenchmarkCallSequential(b *testing.B) {
-	ctx := context.Background()
-	bal := balance.DefaultConfig()
-	bal.Policy = balance.NameRandom
-	nd, err := neptune.NewNode(neptune.NodeConfig{ID: "b1", Balance: bal})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := nd.Register(echo.Service(), 0); err != nil {
-		b.Fatal(err)
-	}
-	if err := nd.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	defer nd.Close()
-	c := nd.Client()
-	for len(c.Members(ctx, 0)) == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	c := echoClient(b, balance.NameRandom)
 	body := make([]byte, 1024)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := c.Call(ctx, nil, "echo", 0, "echo", neptune.Read, body); err != nil {
+		if _, err := c.Call(context.Background(), nil, "echo", 0, "echo", neptune.Read, body); err != nil {
 			b.Fatal(err)
 		}
 	}
