@@ -1,8 +1,13 @@
 package neptune
 
 import (
+	"context"
+	"fmt"
 	"slices"
+	"strings"
 
+	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/replica"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -108,4 +113,92 @@ func (v replView) fresh(req *pb.CallRequest, ids []string, answers []transport.P
 		return nil, false
 	}
 	return keep, true
+}
+
+// ReplicaInfo is one replica of a partition as the yellow pages show it.
+type ReplicaInfo struct {
+	Node string
+	// Role is "primary", "secondary" or "recovering".
+	Role  string
+	Phase int
+	Epoch uint64
+	// Primary is the primary this replica knows of.
+	Primary string
+	// Version is the highest LSN the replica executed; Commit its commit point.
+	Version, Commit uint64
+}
+
+// PartitionInfo is a replicated partition: its level and replicas.
+type PartitionInfo struct {
+	Service   string
+	Partition int
+	Level     int
+	Replicas  []ReplicaInfo
+}
+
+// Partitions returns the replicated partitions in the yellow pages, sorted,
+// each with its replicas' announced status (as of their last announcement).
+func (c *Client) Partitions() []PartitionInfo {
+	type key struct {
+		s string
+		p int32
+	}
+	byKey := map[key]*PartitionInfo{}
+	for _, e := range c.gossip.Snapshot() {
+		for _, s := range e.Ann.Services {
+			for _, r := range s.Replicas {
+				k := key{s.Name, r.Partition}
+				pi := byKey[k]
+				if pi == nil {
+					pi = &PartitionInfo{Service: s.Name, Partition: int(r.Partition), Level: int(r.Level)}
+					byKey[k] = pi
+				}
+				pi.Replicas = append(pi.Replicas, ReplicaInfo{Node: e.Ann.NodeId, Role: replicaRole(r.Role), Phase: int(r.Phase),
+					Epoch: r.Epoch, Primary: r.Primary, Version: r.Version, Commit: r.Commit})
+			}
+		}
+	}
+	out := make([]PartitionInfo, 0, len(byKey))
+	for _, pi := range byKey {
+		slices.SortFunc(pi.Replicas, func(a, b ReplicaInfo) int { return strings.Compare(a.Node, b.Node) })
+		out = append(out, *pi)
+	}
+	slices.SortFunc(out, func(a, b PartitionInfo) int {
+		if c := strings.Compare(a.Service, b.Service); c != 0 {
+			return c
+		}
+		return a.Partition - b.Partition
+	})
+	return out
+}
+
+func replicaRole(r int32) string {
+	return replica.Role(r).String()
+}
+
+// Promote makes node's replica of service's partition the primary without
+// an election: the operator's recovery when fewer than a majority of the
+// partition's replicas survive (promote the one with the newest version;
+// the others recover from it). Writes only the lost replicas held are lost.
+func (c *Client) Promote(ctx context.Context, node, service string, partition int) (ReplicaInfo, error) {
+	var addr string
+	for _, e := range c.gossip.Snapshot() {
+		if e.Ann.NodeId == node {
+			addr = e.Ann.RpcAddr
+		}
+	}
+	if addr == "" {
+		return ReplicaInfo{}, fmt.Errorf("%w: node %q is not in the yellow pages", nerr.ErrNoReplica, node)
+	}
+	cl, err := c.conns.Client(addr)
+	if err != nil {
+		return ReplicaInfo{}, err
+	}
+	out, err := cl.Promote(ctx, &pb.PromoteRequest{Service: service, Partition: int32(partition)})
+	if err != nil {
+		return ReplicaInfo{}, transport.FromStatus(node, err)
+	}
+	st := out.Status
+	return ReplicaInfo{Node: node, Role: replicaRole(st.Role), Phase: int(st.Phase), Epoch: st.Epoch, Primary: st.Primary,
+		Version: st.Version, Commit: st.Commit}, nil
 }

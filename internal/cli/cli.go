@@ -22,12 +22,13 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"node":   {"run a node hosting services", runNode},
-		"call":   {"call one method and print the response", runCall},
-		"status": {"print the yellow pages: nodes, services, partitions, load", runStatus},
-		"demo":   {"start a local cluster, drive a workload through a node failure, summarise", runDemo},
-		"bench":  {"run a benchmark (overhead)", runBench},
-		"sim":    {"run a simulation of the papers' experiments (lb, sched, dac)", runSim},
+		"node":      {"run a node hosting services", runNode},
+		"call":      {"call one method and print the response", runCall},
+		"status":    {"print the yellow pages: nodes, services, partitions, load", runStatus},
+		"partition": {"operate on replicated partitions (promote)", runPartition},
+		"demo":      {"start a local cluster, drive a workload through a node failure, summarise", runDemo},
+		"bench":     {"run a benchmark (overhead)", runBench},
+		"sim":       {"run a simulation of the papers' experiments (lb, sched, dac)", runSim},
 	}
 }
 

@@ -36,6 +36,8 @@ type FileConfig struct {
 	AnnounceTTL      Duration        `yaml:"announce_ttl"`
 	Balance          BalanceConfig   `yaml:"balance"`
 	Services         []ServiceConfig `yaml:"services"`
+	// DataDir holds replicated services' write logs and durable state.
+	DataDir string `yaml:"data_dir"`
 }
 
 // BalanceConfig selects the load-balancing policy.
@@ -57,6 +59,8 @@ type ServiceConfig struct {
 	DefaultClass string        `yaml:"default_class"`
 	Policy       string        `yaml:"policy"`
 	Accounting   string        `yaml:"accounting"`
+	// Replication replicates the service's partitions (partition.go).
+	Replication *ReplicationConfig `yaml:"replication"`
 }
 
 // Duration is a time.Duration written as "250ms", "1s", ...
@@ -223,7 +227,7 @@ func (c FileConfig) Validate() error {
 		}
 		seen[s.Name] = true
 	}
-	return nil
+	return c.validateReplication()
 }
 
 // toBalance converts to the balancer's config, naming the YAML key on error.

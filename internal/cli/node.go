@@ -25,6 +25,7 @@ func runNode(ctx context.Context, args []string, stdout io.Writer) error {
 		interval = fs.Duration("announce-interval", 0, "yellow-page refresh interval (config: announce_interval, default 1s)")
 		ttl      = fs.Duration("announce-ttl", 0, "yellow-page entry lifetime (config: announce_ttl, default 5s)")
 		logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+		dataDir  = fs.String("data-dir", "", "directory for replicated services' write logs and state (config: data_dir)")
 		join     listFlag
 		services repeatFlag
 	)
@@ -44,6 +45,7 @@ func runNode(ctx context.Context, args []string, stdout io.Writer) error {
 	override(&fc.Host, *host)
 	override(&fc.Metrics, *metrics)
 	override(&fc.Balance.Policy, *policy)
+	override(&fc.DataDir, *dataDir)
 	for _, p := range []struct {
 		dst *int
 		v   int
@@ -109,12 +111,21 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		AnnounceTTL:      time.Duration(fc.AnnounceTTL),
 		Balance:          bal,
 		Logger:           log,
+		DataDir:          fc.DataDir,
 	})
 	if err != nil {
 		return nil, err
 	}
 	for _, s := range fc.Services {
-		svc := builtins[s.Name]()
+		svc, parts := builtins[s.Name](), s.Partitions
+		if s.Replication != nil {
+			if svc, parts, err = replicatedService(fc, s); err != nil {
+				return nil, err
+			}
+			if len(parts) == 0 {
+				continue // no replica of this service on this node
+			}
+		}
 		if s.Workers != 0 {
 			svc.Workers = s.Workers
 		}
@@ -124,7 +135,7 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		if err := s.applyClasses(&svc); err != nil {
 			return nil, err
 		}
-		if err := node.Register(svc, s.Partitions...); err != nil {
+		if err := node.Register(svc, parts...); err != nil {
 			return nil, err
 		}
 	}

@@ -34,6 +34,7 @@ func runStatus(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	members := c.Members(ctx, 50*time.Millisecond)
 	printStatus(stdout, members)
+	printPartitions(stdout, c.Partitions())
 	return nil
 }
 
