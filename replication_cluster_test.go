@@ -1,0 +1,320 @@
+package neptune_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/localcluster"
+	"github.com/neptune-cluster/neptune/internal/replica/check"
+	"github.com/neptune-cluster/neptune/internal/transport"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// replProcs starts three node processes r1..r3 hosting kv partitions 0-1
+// replicated at level over all three, each with its own data dir.
+func replProcs(t *testing.T, ctx context.Context, level int) (*localcluster.Cluster, []*localcluster.Node, *neptune.Client) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "kv.yaml")
+	yaml := fmt.Sprintf("services:\n  - name: kv\n    partitions: 0-1\n    replication:\n      level: %d\n      nodes: [r1, r2, r3]\n      degree: 3\n", level)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl := localcluster.New(neptuneBinary(t), dir)
+	t.Cleanup(cl.Close)
+	var nodes []*localcluster.Node
+	for i := range 3 {
+		id := fmt.Sprintf("r%d", i+1)
+		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfg, "-data-dir", filepath.Join(dir, id),
+			"-announce-interval", "200ms", "-announce-ttl", "1s"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), AnnounceTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	waitFor(t, 15*time.Second, func() bool { return primaryOf(c, 0) != "" && primaryOf(c, 1) != "" || level == 1 && len(c.Partitions()) == 2 })
+	return cl, nodes, c
+}
+
+// primaryOf is partition p's announced primary of the highest epoch.
+func primaryOf(c *neptune.Client, p int) string {
+	best, epoch := "", uint64(0)
+	for _, pi := range c.Partitions() {
+		if pi.Partition != p {
+			continue
+		}
+		for _, r := range pi.Replicas {
+			if r.Role == "primary" && r.Epoch >= epoch {
+				best, epoch = r.Node, r.Epoch
+			}
+		}
+	}
+	return best
+}
+
+// writer writes unique keys to partitions 0 and 1 until stop, retrying
+// each until it is acknowledged or its attempts run out, and records the
+// client history.
+type writer struct {
+	c     *neptune.Client
+	sess  *neptune.Session
+	mu    sync.Mutex
+	acked map[int][]string // partition -> acknowledged keys
+	ops   []check.Op
+	gap   time.Duration // longest time between acknowledgements
+}
+
+func (w *writer) run(ctx context.Context, stop <-chan struct{}, reads bool) {
+	last := time.Now()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		p, key := i%2, fmt.Sprintf("w%d", i)
+		start := time.Now()
+		for ctx.Err() == nil {
+			callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			resp, err := w.c.Call(callCtx, w.sess, "kv", p, "put", neptune.Write, []byte(key+"=v"))
+			cancel()
+			if err == nil {
+				now := time.Now()
+				w.mu.Lock()
+				w.acked[p] = append(w.acked[p], key)
+				w.ops = append(w.ops, check.Op{Session: "s", Kind: check.Write, Partition: fmt.Sprint(p), Version: resp.Version, Start: start, End: now})
+				w.gap = max(w.gap, now.Sub(last))
+				w.mu.Unlock()
+				last = now
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if reads && ctx.Err() == nil {
+			start := time.Now()
+			callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			resp, err := w.c.Call(callCtx, w.sess, "kv", p, "get", neptune.Read, []byte(key))
+			cancel()
+			if err == nil {
+				w.mu.Lock()
+				w.ops = append(w.ops, check.Op{Session: "s", Kind: check.Read, Partition: fmt.Sprint(p), Version: resp.Version, Start: start, End: time.Now()})
+				w.mu.Unlock()
+			}
+		}
+	}
+}
+
+// present asks one node directly which of keys its replica of p holds.
+func present(ctx context.Context, addr string, p int, keys []string) (map[string]bool, error) {
+	conns := transport.NewConns()
+	defer conns.Close()
+	cl, err := conns.Client(addr)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, k := range keys {
+		_, err := cl.Call(ctx, &pb.CallRequest{Service: "kv", Partition: int32(p), Method: "get", Mode: pb.Mode_MODE_READ, Body: []byte(k)})
+		out[k] = err == nil
+	}
+	return out, nil
+}
+
+func nodeAddrs(ctx context.Context, c *neptune.Client) map[string]string {
+	out := map[string]string{}
+	for _, m := range c.Members(ctx, 0) {
+		out[m.Node] = m.RPCAddr
+	}
+	return out
+}
+
+// TestReplicaKillAndRestartLosesNoAcknowledgedWrite runs a writer stream
+// against three real node processes while one replica of partition 0 (the
+// primary, or a secondary) is SIGKILLed and later restarted; at the end all
+// replicas hold the same state and every acknowledged write.
+func TestReplicaKillAndRestartLosesNoAcknowledgedWrite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts node processes")
+	}
+	for _, victim := range []string{"primary", "secondary"} {
+		t.Run(victim, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cl, nodes, c := replProcs(t, ctx, 2)
+			w := &writer{c: c, sess: neptune.NewSession(), acked: map[int][]string{}}
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() { defer close(done); w.run(ctx, stop, false) }()
+			time.Sleep(700 * time.Millisecond)
+
+			primary := primaryOf(c, 0)
+			target := primary
+			if victim == "secondary" {
+				target = map[string]string{"r1": "r2", "r2": "r3", "r3": "r1"}[primary]
+			}
+			node := nodes[slices.IndexFunc(nodes, func(n *localcluster.Node) bool { return n.Spec.ID == target })]
+			if err := node.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("killed %s (%s of partition 0)", target, victim)
+			time.Sleep(1500 * time.Millisecond)
+			if err := cl.Restart(ctx, node); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(1500 * time.Millisecond)
+			close(stop)
+			<-done
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			t.Logf("acknowledged %d+%d writes; longest gap between acknowledgements %v", len(w.acked[0]), len(w.acked[1]), w.gap.Round(time.Millisecond))
+			if len(w.acked[0]) < 10 {
+				t.Fatalf("only %d writes acknowledged on partition 0", len(w.acked[0]))
+			}
+			verifyReplicas(t, ctx, c, w.acked, false)
+		})
+	}
+}
+
+// verifyReplicas waits until every replica of partitions 0 and 1 has the
+// same digest, then checks with the history checker that it holds every
+// acknowledged write.
+func verifyReplicas(t *testing.T, ctx context.Context, c *neptune.Client, acked map[int][]string, local bool) {
+	t.Helper()
+	var addrs map[string]string
+	for p := range 2 {
+		var digests map[string]string
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			addrs = nodeAddrs(ctx, c)
+			digests = map[string]string{}
+			for id, a := range addrs {
+				d, err := digestAt(ctx, a, p)
+				if err != nil {
+					d = err.Error()
+				}
+				if local && strings.Contains(d, "sha256") {
+					d = d[strings.Index(d, "sha256"):]
+				}
+				digests[id] = d
+			}
+			if len(digests) == 3 && len(check.Convergence(digests)) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("partition %d did not converge: %v", p, check.Convergence(digests))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		have := map[string]map[string]bool{}
+		for id, a := range addrs {
+			got, err := present(ctx, a, p, acked[p])
+			if err != nil {
+				t.Fatal(err)
+			}
+			have[id] = got
+		}
+		if vs := check.Durability(acked[p], have); len(vs) > 0 {
+			t.Fatalf("partition %d: %d violations, first: %v", p, len(vs), vs[0])
+		}
+		t.Logf("partition %d: %d acknowledged writes on all 3 replicas; digests %v", p, len(acked[p]), digests)
+	}
+}
+
+// TestLevel3HistoryThroughFailover records a session's writes and reads at
+// level 3 across a primary kill and verifies read-your-writes, monotonic
+// reads and the staleness bound with the history checker; then that the
+// replicas converged with every acknowledged write.
+func TestLevel3HistoryThroughFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts node processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, nodes, c := replProcs(t, ctx, 3)
+	w := &writer{c: c, sess: neptune.NewSession(), acked: map[int][]string{}}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); w.run(ctx, stop, true) }()
+	time.Sleep(700 * time.Millisecond)
+	primary := primaryOf(c, 1)
+	node := nodes[slices.IndexFunc(nodes, func(n *localcluster.Node) bool { return n.Spec.ID == primary })]
+	if err := node.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if err := cl.Restart(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1000 * time.Millisecond)
+	close(stop)
+	<-done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	reads := 0
+	timeline := map[string]check.Timeline{}
+	for _, o := range w.ops {
+		if o.Kind == check.Write {
+			// An acknowledged write at LSN v means the primary had v by its end.
+			tl := timeline[o.Partition]
+			if len(tl) == 0 || tl[len(tl)-1].Version < o.Version {
+				timeline[o.Partition] = append(tl, check.Point{At: o.End, Version: o.Version})
+			}
+		} else {
+			reads++
+		}
+	}
+	if reads < 10 {
+		t.Fatalf("only %d reads recorded", reads)
+	}
+	if vs := check.Sessions(w.ops); len(vs) > 0 {
+		t.Fatalf("%d session violations, first: %v", len(vs), vs[0])
+	}
+	const x = time.Second // the default staleness bound
+	if vs := check.Staleness(w.ops, timeline, x, 200*time.Millisecond); len(vs) > 0 {
+		t.Fatalf("%d staleness violations, first: %v", len(vs), vs[0])
+	}
+	t.Logf("%d operations (%d reads) satisfy read-your-writes, monotonic reads and staleness <= x+eps", len(w.ops), reads)
+	verifyReplicas(t, ctx, c, w.acked, false)
+}
+
+// TestLevel1ConvergesAfterAReplicaRestart: write-anywhere replicas converge
+// and keep every acknowledged write through a SIGKILL and restart.
+func TestLevel1ConvergesAfterAReplicaRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts node processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, nodes, c := replProcs(t, ctx, 1)
+	w := &writer{c: c, sess: neptune.NewSession(), acked: map[int][]string{}}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); w.run(ctx, stop, false) }()
+	time.Sleep(700 * time.Millisecond)
+	if err := nodes[1].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1000 * time.Millisecond)
+	if err := cl.Restart(ctx, nodes[1]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1000 * time.Millisecond)
+	close(stop)
+	<-done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	verifyReplicas(t, ctx, c, w.acked, true)
+}
