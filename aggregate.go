@@ -120,6 +120,10 @@ type Aggregation struct {
 	ReduceBudget time.Duration
 	// Class is the service class the operators run under.
 	Class string
+	// Blocking makes every node hold one worker for its whole part of the
+	// call, waiting for its children included, instead of releasing it
+	// between operators: the paper's NoED baseline (§5.4), for experiments.
+	Blocking bool
 }
 
 // Validate reports the first invalid field.
@@ -212,7 +216,7 @@ func (c *Client) Aggregate(ctx context.Context, a Aggregation) (*AggregateResult
 	}
 	base := &pb.AggregateRequest{
 		Service: a.Service, Local: a.Local, LocalParams: a.LocalParams, Reduce: a.Reduce, ReduceParams: a.ReduceParams,
-		GraceNs: int64(budget), Hedge: a.Hedge, Class: a.Class, CallId: fmt.Sprintf("%x", rng.Uint64()),
+		GraceNs: int64(budget), Hedge: a.Hedge, Class: a.Class, Blocking: a.Blocking, CallId: fmt.Sprintf("%x", rng.Uint64()),
 	}
 	top := parts[tree.CallerChildren[0]]
 	if a.Scheme == dac.Base {

@@ -103,7 +103,7 @@ func (c *Client) aggSend(ctx context.Context, start time.Time, base *pb.Aggregat
 		CallId: base.CallId, Service: base.Service, Local: base.Local, LocalParams: base.LocalParams,
 		Reduce: base.Reduce, ReduceParams: base.ReduceParams, Self: target.Index,
 		ElapsedNs: int64(time.Since(start)), DeadlineNs: target.DeadlineNs, GraceNs: base.GraceNs,
-		Hedge: base.Hedge, Class: base.Class, Participants: sub,
+		Hedge: base.Hedge, Class: base.Class, Blocking: base.Blocking, Participants: sub,
 	}
 	out, err := cl.Aggregate(ctx, req)
 	if err != nil {

@@ -125,7 +125,36 @@ func (n *Node) aggregate(ctx context.Context, in *pb.AggregateRequest) (*pb.Aggr
 		cfg.Partition = int(self.Partition)
 	}
 	m := dac.NewMachine(cfg)
+	if !in.Blocking {
+		return n.aggRun(ctx, in, h.pool.Do, local, reduce, m, cfg, byParent, children, start)
+	}
+	// Blocking (NoED): the call holds one worker from before it forwards
+	// to its children until it sends, and runs its operators in it, one at
+	// a time.
+	var out *pb.AggregateResponse
+	var rerr error
+	held := make(chan struct{}, 1)
+	inHeld := func(ctx context.Context, _ string, f func(context.Context)) error {
+		select {
+		case held <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		defer func() { <-held }()
+		f(ctx)
+		return nil
+	}
+	err := h.pool.Do(ctx, in.Class, func(ctx context.Context) {
+		out, rerr = n.aggRun(ctx, in, inHeld, local, reduce, m, cfg, byParent, children, start)
+	})
+	return out, errors.Join(err, rerr)
+}
 
+// aggRun drives m: forwards to the children, runs the operators through
+// exec and waits for events until the machine sends.
+func (n *Node) aggRun(ctx context.Context, in *pb.AggregateRequest, exec func(context.Context, string, func(context.Context)) error,
+	local LocalFunc, reduce ReduceFunc, m *dac.Machine, cfg dac.MachineConfig, byParent map[int32][]*pb.Participant, children []*pb.Participant, start time.Time) (*pb.AggregateResponse, error) {
+	deadline, grace := cfg.Deadline, cfg.Grace
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Every goroutine below sends at most once per child, local, reduction
@@ -161,7 +190,7 @@ func (n *Node) aggregate(ctx context.Context, in *pb.AggregateRequest) (*pb.Aggr
 					var data []byte
 					var lerr error
 					var cost time.Duration
-					err := h.pool.Do(lctx, in.Class, func(ctx context.Context) {
+					err := exec(lctx, in.Class, func(ctx context.Context) {
 						t0 := time.Now()
 						data, lerr = runLocal(ctx, local, cfg.Partition, in.LocalParams)
 						cost = time.Since(t0)
@@ -176,7 +205,7 @@ func (n *Node) aggregate(ctx context.Context, in *pb.AggregateRequest) (*pb.Aggr
 					var data []byte
 					var rerr error
 					var cost time.Duration
-					err := h.pool.Do(rctx, reduceClass, func(ctx context.Context) {
+					err := exec(rctx, reduceClass, func(ctx context.Context) {
 						t0 := time.Now()
 						data, rerr = runReduce(ctx, reduce, a, b, in.ReduceParams)
 						cost = time.Since(t0)

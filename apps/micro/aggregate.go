@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -45,14 +46,15 @@ func (c AggConfig) Validate() error {
 // the contributing partitions, which tests use to check coverage end to
 // end. Params (LocalParams, ReduceParams) may override the mean (Params).
 // Call Validate on a config from user input first.
-func (c AggConfig) Aggregator() *neptune.Aggregator {
+func (c AggConfig) Aggregator() *neptune.Aggregator { return c.aggregator(newSleeper(c.Seed)) }
+
+func (c AggConfig) aggregator(s *sleeper) *neptune.Aggregator {
 	if c.Local == 0 {
 		c.Local = 25 * time.Millisecond
 	}
 	if c.Reduce == 0 {
 		c.Reduce = 5 * time.Millisecond
 	}
-	s := &sleeper{rng: rand.New(rand.NewPCG(c.Seed, 0x6d6963726f))}
 	return &neptune.Aggregator{
 		Local: map[string]neptune.LocalFunc{LocalOp: func(ctx context.Context, p int, params []byte) ([]byte, error) {
 			if err := s.sleep(ctx, c.Local, params); err != nil {
@@ -91,10 +93,30 @@ func Decode(b []byte) (uint64, error) {
 	return binary.BigEndian.Uint64(b), nil
 }
 
-// sleeper draws exponential costs; safe for concurrent use.
+// sleeper draws exponential costs, stretched by the node's slowdown
+// factor; safe for concurrent use.
 type sleeper struct {
-	mu  sync.Mutex
-	rng *rand.Rand
+	mu   sync.Mutex
+	rng  *rand.Rand
+	slow float64
+}
+
+func newSleeper(seed uint64) *sleeper {
+	return &sleeper{rng: rand.New(rand.NewPCG(seed, 0x6d6963726f)), slow: 1}
+}
+
+// setSlowdown is the slowdown method: the body is a positive decimal
+// factor; the answer is the previous one.
+func (s *sleeper) setSlowdown(_ context.Context, r *neptune.Request) (*neptune.Response, error) {
+	f, err := strconv.ParseFloat(string(r.Body), 64)
+	if err != nil || f <= 0 || f > 1000 {
+		return nil, fmt.Errorf("micro: slowdown %q is not a factor in (0, 1000]", r.Body)
+	}
+	s.mu.Lock()
+	old := s.slow
+	s.slow = f
+	s.mu.Unlock()
+	return &neptune.Response{Body: strconv.AppendFloat(nil, old, 'g', -1, 64)}, nil
 }
 
 // sleep waits ~Exp(mean), the mean taken from params if they are set.
@@ -107,7 +129,7 @@ func (s *sleeper) sleep(ctx context.Context, mean time.Duration, params []byte) 
 		mean = time.Duration(v)
 	}
 	s.mu.Lock()
-	d := time.Duration(s.rng.ExpFloat64() * float64(mean))
+	d := time.Duration(s.rng.ExpFloat64() * float64(mean) * s.slow)
 	s.mu.Unlock()
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/dac/dactest"
 )
 
@@ -45,5 +46,21 @@ func TestAggConfigValidate(t *testing.T) {
 	}
 	if err := (AggConfig{}).Validate(); err != nil {
 		t.Errorf("zero config: %v", err)
+	}
+}
+
+func TestSlowdownReturnsPreviousFactorAndRejectsBadOnes(t *testing.T) {
+	s := newSleeper(1)
+	ctx := context.Background()
+	for _, tc := range []struct{ set, prev string }{{"5", "1"}, {"0.5", "5"}, {"1", "0.5"}} {
+		resp, err := s.setSlowdown(ctx, &neptune.Request{Body: []byte(tc.set)})
+		if err != nil || string(resp.Body) != tc.prev {
+			t.Fatalf("slowdown %s: %v, %v, want previous %s", tc.set, resp, err, tc.prev)
+		}
+	}
+	for _, bad := range []string{"0", "-1", "fast", "1e9"} {
+		if _, err := s.setSlowdown(ctx, &neptune.Request{Body: []byte(bad)}); err == nil {
+			t.Errorf("slowdown %q accepted", bad)
+		}
 	}
 }

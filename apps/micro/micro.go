@@ -22,9 +22,10 @@ const MaxDuration = time.Minute
 // duration such as "20ms"; the answer is the body. Its aggregation
 // operators are the DAC micro benchmark's (aggregate.go).
 func Service() neptune.Service {
+	agg := newSleeper(0)
 	return neptune.Service{
 		Name:      "micro",
-		Aggregate: AggConfig{}.Aggregator(),
+		Aggregate: AggConfig{}.aggregator(agg),
 		Methods: []neptune.Method{
 			{Name: "sleep", Mode: neptune.Read, Handler: func(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
 				d, err := duration(r.Body)
@@ -48,6 +49,10 @@ func Service() neptune.Service {
 				Spin(d)
 				return &neptune.Response{Body: r.Body, Cost: d}, nil
 			}},
+			// slowdown (body "5") multiplies this node's aggregation
+			// operator costs: a fault-injection knob for experiments, to
+			// call on one node directly.
+			{Name: "slowdown", Mode: neptune.Write, Handler: agg.setSlowdown},
 		},
 	}
 }

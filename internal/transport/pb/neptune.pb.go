@@ -905,7 +905,11 @@ type AggregateRequest struct {
 	Hedge bool   `protobuf:"varint,11,opt,name=hedge,proto3" json:"hedge,omitempty"`
 	Class string `protobuf:"bytes,12,opt,name=class,proto3" json:"class,omitempty"`
 	// participants are this node's subtree, itself included (unless self is -1).
-	Participants  []*Participant `protobuf:"bytes,13,rep,name=participants,proto3" json:"participants,omitempty"`
+	Participants []*Participant `protobuf:"bytes,13,rep,name=participants,proto3" json:"participants,omitempty"`
+	// blocking makes each node hold one worker for its whole part of the call,
+	// waiting for its children included: the paper's NoED baseline (§5.4),
+	// for experiments.
+	Blocking      bool `protobuf:"varint,14,opt,name=blocking,proto3" json:"blocking,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1029,6 +1033,13 @@ func (x *AggregateRequest) GetParticipants() []*Participant {
 		return x.Participants
 	}
 	return nil
+}
+
+func (x *AggregateRequest) GetBlocking() bool {
+	if x != nil {
+		return x.Blocking
+	}
+	return false
 }
 
 // Participant is one tree node: a partition and where it runs.
@@ -1790,7 +1801,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\aentries\x18\x01 \x03(\v2\x1f.neptune.v1.RelayedAnnouncementR\aentries\"j\n" +
 	"\x13RelayedAnnouncement\x12<\n" +
 	"\fannouncement\x18\x01 \x01(\v2\x18.neptune.v1.AnnouncementR\fannouncement\x12\x15\n" +
-	"\x06age_ms\x18\x02 \x01(\x03R\x05ageMs\"\x93\x03\n" +
+	"\x06age_ms\x18\x02 \x01(\x03R\x05ageMs\"\xaf\x03\n" +
 	"\x10AggregateRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x14\n" +
@@ -1807,7 +1818,8 @@ const file_neptune_proto_rawDesc = "" +
 	" \x01(\x03R\agraceNs\x12\x14\n" +
 	"\x05hedge\x18\v \x01(\bR\x05hedge\x12\x14\n" +
 	"\x05class\x18\f \x01(\tR\x05class\x12;\n" +
-	"\fparticipants\x18\r \x03(\v2\x17.neptune.v1.ParticipantR\fparticipants\"\xaf\x01\n" +
+	"\fparticipants\x18\r \x03(\v2\x17.neptune.v1.ParticipantR\fparticipants\x12\x1a\n" +
+	"\bblocking\x18\x0e \x01(\bR\bblocking\"\xaf\x01\n" +
 	"\vParticipant\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
