@@ -196,7 +196,8 @@ func verifyReplicas(t *testing.T, ctx context.Context, c *neptune.Client, acked 
 	var addrs map[string]string
 	for p := range 2 {
 		var digests map[string]string
-		deadline := time.Now().Add(15 * time.Second)
+		began := time.Now()
+		deadline := began.Add(15 * time.Second)
 		for {
 			addrs = nodeAddrs(ctx, c)
 			digests = map[string]string{}
@@ -229,7 +230,7 @@ func verifyReplicas(t *testing.T, ctx context.Context, c *neptune.Client, acked 
 		if vs := check.Durability(acked[p], have); len(vs) > 0 {
 			t.Fatalf("partition %d: %d violations, first: %v", p, len(vs), vs[0])
 		}
-		t.Logf("partition %d: %d acknowledged writes on all 3 replicas; digests %v", p, len(acked[p]), digests)
+		t.Logf("partition %d: converged after %v; %d acknowledged writes on all 3 replicas; digests %v", p, time.Since(began).Round(time.Millisecond), len(acked[p]), digests)
 	}
 }
 

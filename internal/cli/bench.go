@@ -18,13 +18,14 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/localcluster"
+	"github.com/neptune-cluster/neptune/internal/replica/wal/walbench"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return usagef("bench needs a name: overhead, lb")
+		return usagef("bench needs a name: overhead, lb, replication, wal")
 	}
 	switch args[0] {
 	case "overhead":
@@ -35,8 +36,12 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return benchLB(ctx, args[1:], stdout)
 	case "lb-client":
 		return benchLBClient(ctx, args[1:], stdout)
+	case "replication":
+		return benchReplication(ctx, args[1:], stdout)
+	case "wal":
+		return walbench.Main(ctx, args[1:], stdout)
 	}
-	return usagef("unknown benchmark %q (have: overhead, lb)", args[0])
+	return usagef("unknown benchmark %q (have: overhead, lb, replication, wal)", args[0])
 }
 
 // rawEchoServer is the baseline of `bench overhead`: a bare gRPC server
