@@ -124,9 +124,12 @@ func (n *Node) registerReplicated(h *hosted) error {
 			cfg.AckTimeout = 500 * time.Millisecond // replica's default, needed by the failure detector
 		}
 		k := partKey{h.svc.Name, p}
-		n.repl.parts[k] = &replPart{rn: n.repl, h: h, key: k, cfg: cfg, self: n.cfg.ID,
+		rp := &replPart{rn: n.repl, h: h, key: k, cfg: cfg, self: n.cfg.ID,
 			inbox: make(chan replica.Message, 4096), props: make(chan proposal, 1024),
 			ops: make(chan func(time.Time), 16), done: make(chan struct{})}
+		// Calls may arrive before Start finishes: they see a recovering replica.
+		rp.status.Store(&replica.Status{ID: cfg.ID, Role: replica.Recovering, Phase: replica.PhaseCheck})
+		n.repl.parts[k] = rp
 	}
 	return nil
 }
@@ -640,9 +643,7 @@ func (n *Node) replStatus(h *hosted) []*pb.ReplicaStatus {
 	var out []*pb.ReplicaStatus
 	for _, part := range h.partitions {
 		p := n.repl.parts[partKey{h.svc.Name, part}]
-		if st := p.status.Load(); st != nil {
-			out = append(out, toPBStatus(part, p.cfg.Level, *st))
-		}
+		out = append(out, toPBStatus(part, p.cfg.Level, *p.status.Load()))
 	}
 	return out
 }
@@ -657,9 +658,6 @@ func (n *Node) pollVersion(service string, partition int32) transport.Version {
 		return transport.Version{}
 	}
 	st := p.status.Load()
-	if st == nil {
-		return transport.Version{Replicated: true}
-	}
 	return transport.Version{Replicated: true, Version: uint64(st.Applied), VersionAgo: uint64(st.VersionAgo),
 		Serving: st.Role != replica.Recovering, Primary: st.Role == replica.Primary}
 }
