@@ -45,7 +45,9 @@ func replProcs(t *testing.T, ctx context.Context, level int) (*localcluster.Clus
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	waitFor(t, 15*time.Second, func() bool { return primaryOf(c, 0) != "" && primaryOf(c, 1) != "" || level == 1 && len(c.Partitions()) == 2 })
+	waitFor(t, 15*time.Second, func() bool {
+		return primaryOf(c, 0) != "" && primaryOf(c, 1) != "" || level == 1 && len(c.Partitions()) == 2
+	})
 	return cl, nodes, c
 }
 
