@@ -1,0 +1,163 @@
+package adapter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/neptune-cluster/neptune"
+)
+
+// ExecConfig hosts an executable run once per request (YAML key
+// services[i].exec). It runs in the partition's data directory
+// (data_dir/<partition>, created if missing) with the request on stdin;
+// its stdout is the answer.
+type ExecConfig struct {
+	// Command is the program, a path or a name looked up in PATH.
+	Command string   `yaml:"command"`
+	Args    []string `yaml:"args"`
+	// DataDir holds one directory per partition.
+	DataDir string `yaml:"data_dir"`
+	// Timeout bounds one run (default 30s); at the deadline, or the
+	// caller's if earlier, the program and its process group are killed.
+	Timeout time.Duration `yaml:"timeout"`
+	// OKExitCodes are the exit codes that mean success (default [0]); grep,
+	// for example, exits 1 when nothing matched.
+	OKExitCodes []int `yaml:"ok_exit_codes"`
+	// MaxResponse caps the bytes kept from stdout (default 64 MiB).
+	MaxResponse int64          `yaml:"max_response"`
+	Methods     []MethodConfig `yaml:"methods"`
+}
+
+// Validate checks the config; messages name the YAML field under "exec".
+func (c ExecConfig) Validate() error {
+	switch {
+	case c.Command == "":
+		return errors.New("exec.command is required")
+	case c.DataDir == "":
+		return errors.New("exec.data_dir is required: each partition runs in data_dir/<partition>")
+	case c.Timeout < 0:
+		return fmt.Errorf("exec.timeout must be >= 0, got %v", c.Timeout)
+	case c.MaxResponse < 0:
+		return fmt.Errorf("exec.max_response must be >= 0, got %d", c.MaxResponse)
+	}
+	for i, code := range c.OKExitCodes {
+		if code < 0 || code > 255 {
+			return fmt.Errorf("exec.ok_exit_codes[%d]: %d is not an exit code (0..255)", i, code)
+		}
+	}
+	if err := validateMethods("exec", c.Methods); err != nil {
+		return err
+	}
+	for i, m := range c.Methods {
+		if m.Route != "" || m.Verb != "" {
+			return fmt.Errorf("exec.methods[%d]: route and verb are for http services only", i)
+		}
+	}
+	return nil
+}
+
+// NewExec returns the service name backed by the executable in c. Exit
+// codes outside ok_exit_codes wrap ErrProgram with the code and the end of
+// stderr; a run killed at the deadline wraps neptune.ErrDeadline; a
+// program that cannot be started wraps ErrUnreachable.
+func NewExec(name string, c ExecConfig) (neptune.Service, error) {
+	if err := c.Validate(); err != nil {
+		return neptune.Service{}, fmt.Errorf("adapter: %w", err)
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if len(c.OKExitCodes) == 0 {
+		c.OKExitCodes = []int{0}
+	}
+	if c.MaxResponse == 0 {
+		c.MaxResponse = 64 << 20
+	}
+	svc := neptune.Service{Name: name}
+	for _, m := range c.Methods {
+		mode, _ := neptune.ParseMode(m.Mode)
+		args := c.Args
+		if m.Args != nil {
+			args = m.Args
+		}
+		svc.Methods = append(svc.Methods, neptune.Method{Name: m.Name, Mode: mode, Handler: func(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
+			out, err := c.run(ctx, args, r)
+			if err != nil {
+				return nil, err
+			}
+			return &neptune.Response{Body: out, Version: r.LSN}, nil
+		}})
+	}
+	return svc, nil
+}
+
+func (c ExecConfig) run(ctx context.Context, args []string, r *neptune.Request) ([]byte, error) {
+	dir := filepath.Join(c.DataDir, strconv.Itoa(r.Partition))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: %s: data dir: %v", ErrUnreachable, c.Command, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.Command, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"NEPTUNE_PARTITION="+strconv.Itoa(r.Partition),
+		"NEPTUNE_LSN="+strconv.FormatUint(r.LSN, 10),
+		"NEPTUNE_METHOD="+r.Method,
+		"NEPTUNE_DATA_DIR="+dir,
+	)
+	cmd.Stdin = bytes.NewReader(r.Body)
+	var stdout capped
+	stdout.max = c.MaxResponse
+	var stderr capped
+	stderr.max = 64 << 10
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	killGroup(cmd)
+	// Grandchildren that keep stdout open must not hold Wait past the kill.
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%w: %s killed after %v: %s", neptune.ErrDeadline, c.Command, c.Timeout, strings.TrimSpace(tail(stderr.buf.Bytes(), 512)))
+	}
+	var exitErr *exec.ExitError
+	switch {
+	case errors.As(err, &exitErr):
+		code := exitErr.ExitCode()
+		if code < 0 || !slices.Contains(c.OKExitCodes, code) {
+			return nil, fmt.Errorf("%w: %s: %v: %s", ErrProgram, c.Command, exitErr, strings.TrimSpace(tail(stderr.buf.Bytes(), 512)))
+		}
+	case err != nil:
+		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, c.Command, err)
+	}
+	if stdout.over {
+		return nil, fmt.Errorf("%w: %s: output exceeds max_response (%d bytes)", ErrProgram, c.Command, c.MaxResponse)
+	}
+	return stdout.buf.Bytes(), nil
+}
+
+// capped keeps the first max bytes written and notes whether more came;
+// it never fails a write, so the program is not killed by a broken pipe.
+type capped struct {
+	buf  bytes.Buffer
+	max  int64
+	over bool
+}
+
+func (w *capped) Write(p []byte) (int, error) {
+	room := w.max - int64(w.buf.Len())
+	if int64(len(p)) > room {
+		w.over = true
+		w.buf.Write(p[:max(room, 0)])
+		return len(p), nil
+	}
+	return w.buf.Write(p)
+}

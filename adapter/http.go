@@ -1,0 +1,191 @@
+package adapter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/neptune-cluster/neptune"
+)
+
+// HTTPConfig hosts an HTTP service (YAML key services[i].http).
+type HTTPConfig struct {
+	// BaseURL is where the program listens, e.g. http://127.0.0.1:8080.
+	BaseURL string `yaml:"base_url"`
+	// CheckRoute, if set, answers CHECK: Neptune sends GET with the
+	// Neptune-Partition and Neptune-LSN headers and expects 200 with body
+	// "true" or "false" (whether that write was applied).
+	CheckRoute string `yaml:"check_route"`
+	// Timeout bounds one call when the caller set no earlier deadline
+	// (default 30s).
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxResponse caps the bytes read from a response (default 64 MiB).
+	MaxResponse int64 `yaml:"max_response"`
+	// Methods map Neptune methods to routes.
+	Methods []MethodConfig `yaml:"methods"`
+}
+
+// Validate checks the config; messages name the YAML field under "http".
+func (c HTTPConfig) Validate() error {
+	u, err := url.Parse(c.BaseURL)
+	switch {
+	case c.BaseURL == "":
+		return errors.New("http.base_url is required, e.g. http://127.0.0.1:8080")
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fmt.Errorf("http.base_url %q is not an http:// or https:// URL with a host", c.BaseURL)
+	case c.CheckRoute != "" && !strings.HasPrefix(c.CheckRoute, "/"):
+		return fmt.Errorf("http.check_route %q must start with /", c.CheckRoute)
+	case c.Timeout < 0:
+		return fmt.Errorf("http.timeout must be >= 0, got %v", c.Timeout)
+	case c.MaxResponse < 0:
+		return fmt.Errorf("http.max_response must be >= 0, got %d", c.MaxResponse)
+	}
+	if err := validateMethods("http", c.Methods); err != nil {
+		return err
+	}
+	for i, m := range c.Methods {
+		at := fmt.Sprintf("http.methods[%d]", i)
+		switch {
+		case !strings.HasPrefix(m.Route, "/"):
+			return fmt.Errorf("%s.route %q must start with /", at, m.Route)
+		case len(m.Args) > 0:
+			return fmt.Errorf("%s.args is for exec services only", at)
+		}
+		switch strings.ToUpper(m.Verb) {
+		case "", "GET", "POST", "PUT", "PATCH", "DELETE":
+		default:
+			return fmt.Errorf("%s.verb %q is not GET, POST, PUT, PATCH or DELETE", at, m.Verb)
+		}
+	}
+	return nil
+}
+
+// Headers Neptune sets on every request to the program.
+const (
+	HeaderPartition = "Neptune-Partition"
+	HeaderLSN       = "Neptune-LSN"
+	HeaderMethod    = "Neptune-Method"
+)
+
+type httpService struct {
+	cfg    HTTPConfig
+	base   string
+	client *http.Client
+}
+
+// NewHTTP returns the service name backed by the HTTP program in c. The
+// request body is sent as is and the response body returned as is.
+// Statuses map to errors: 2xx is success; 429 and 503 wrap
+// neptune.ErrOverloaded (retryable); other 4xx wrap ErrBadRequest; 5xx
+// wrap ErrProgram; each message carries the status and the start of the
+// program's answer.
+func NewHTTP(name string, c HTTPConfig) (neptune.Service, error) {
+	if err := c.Validate(); err != nil {
+		return neptune.Service{}, fmt.Errorf("adapter: %w", err)
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.MaxResponse == 0 {
+		c.MaxResponse = 64 << 20
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 256 // one node's workers all talk to one program
+	h := &httpService{cfg: c, base: strings.TrimRight(c.BaseURL, "/"), client: &http.Client{Transport: tr}}
+	svc := neptune.Service{Name: name}
+	for _, m := range c.Methods {
+		mode, _ := neptune.ParseMode(m.Mode)
+		verb := strings.ToUpper(m.Verb)
+		if verb == "" {
+			verb = http.MethodPost
+		}
+		route := m.Route
+		svc.Methods = append(svc.Methods, neptune.Method{Name: m.Name, Mode: mode, Handler: func(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
+			body, err := h.do(ctx, verb, route, r.Method, r.Partition, r.LSN, r.Body)
+			if err != nil {
+				return nil, err
+			}
+			return &neptune.Response{Body: body, Version: r.LSN}, nil
+		}})
+	}
+	if c.CheckRoute != "" {
+		svc.Check = h.check
+	}
+	return svc, nil
+}
+
+func (h *httpService) do(ctx context.Context, verb, route, method string, partition int, lsn uint64, body []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
+	defer cancel()
+	var rd io.Reader
+	if len(body) > 0 {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, verb, h.base+route, rd)
+	if err != nil {
+		return nil, fmt.Errorf("adapter: %s %s: %w", verb, route, err)
+	}
+	req.Header.Set(HeaderPartition, strconv.Itoa(partition))
+	req.Header.Set(HeaderLSN, strconv.FormatUint(lsn, 10))
+	req.Header.Set(HeaderMethod, method)
+	if len(body) > 0 {
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %s %s%s: %v", neptune.ErrDeadline, verb, h.base, route, err)
+		}
+		return nil, fmt.Errorf("%w: %s %s%s: %v", ErrUnreachable, verb, h.base, route, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, h.cfg.MaxResponse+1))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %s %s%s: reading the answer: %v", neptune.ErrDeadline, verb, h.base, route, err)
+		}
+		return nil, fmt.Errorf("%w: %s %s%s: reading the answer: %v", ErrProgram, verb, h.base, route, err)
+	}
+	if int64(len(out)) > h.cfg.MaxResponse {
+		return nil, fmt.Errorf("%w: %s %s%s: answer exceeds max_response (%d bytes)", ErrProgram, verb, h.base, route, h.cfg.MaxResponse)
+	}
+	if err := statusError(resp.StatusCode); err != nil {
+		return nil, fmt.Errorf("%w: %s %s%s: status %d: %s", err, verb, h.base, route, resp.StatusCode, strings.TrimSpace(tail(out, 512)))
+	}
+	return out, nil
+}
+
+// statusError maps an HTTP status to the error it stands for, nil for 2xx.
+func statusError(code int) error {
+	switch {
+	case code >= 200 && code < 300:
+		return nil
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		return neptune.ErrOverloaded
+	case code >= 400 && code < 500:
+		return ErrBadRequest
+	default:
+		return ErrProgram
+	}
+}
+
+func (h *httpService) check(ctx context.Context, partition int, lsn uint64) (bool, error) {
+	out, err := h.do(ctx, http.MethodGet, h.cfg.CheckRoute, "CHECK", partition, lsn, nil)
+	if err != nil {
+		return false, err
+	}
+	switch strings.TrimSpace(string(out)) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: GET %s%s: check answer %q is neither true nor false", ErrProgram, h.base, h.cfg.CheckRoute, tail(out, 64))
+}
