@@ -147,8 +147,12 @@ func (p *program) handler() http.Handler {
 		defer p.mu.Unlock()
 		fmt.Fprint(w, lsn <= p.lsn[r.Header.Get("Neptune-Partition")])
 	})
-	mux.HandleFunc("POST /busy", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "try later", http.StatusServiceUnavailable) })
-	mux.HandleFunc("POST /crash", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "nil pointer", http.StatusInternalServerError) })
+	mux.HandleFunc("POST /busy", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "try later", http.StatusServiceUnavailable)
+	})
+	mux.HandleFunc("POST /crash", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "nil pointer", http.StatusInternalServerError)
+	})
 	mux.HandleFunc("POST /slow", func(w http.ResponseWriter, r *http.Request) {
 		io.ReadAll(r.Body) // the server notices the client hanging up only once the body is read
 		<-r.Context().Done()
