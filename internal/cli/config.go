@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/adapter"
 	"github.com/neptune-cluster/neptune/apps/echo"
 	"github.com/neptune-cluster/neptune/apps/kv"
 	"github.com/neptune-cluster/neptune/apps/micro"
@@ -61,6 +62,12 @@ type ServiceConfig struct {
 	Accounting   string        `yaml:"accounting"`
 	// Replication replicates the service's partitions (partition.go).
 	Replication *ReplicationConfig `yaml:"replication"`
+	// Storage, HTTP and Exec configure app services and external programs
+	// (appservices.go): forum's or auction's database DSN or pcache's
+	// directory; an HTTP service or an executable hosted as this service.
+	Storage string              `yaml:"storage"`
+	HTTP    *adapter.HTTPConfig `yaml:"http"`
+	Exec    *adapter.ExecConfig `yaml:"exec"`
 }
 
 // Duration is a time.Duration written as "250ms", "1s", ...
@@ -171,6 +178,9 @@ func builtinNames() []string {
 	for n := range builtins {
 		names = append(names, n)
 	}
+	for n := range appServices {
+		names = append(names, n)
+	}
 	slices.Sort(names)
 	return names
 }
@@ -206,7 +216,7 @@ func (c FileConfig) Validate() error {
 		switch {
 		case s.Name == "":
 			return fmt.Errorf("%s.name is required", where)
-		case builtins[s.Name] == nil:
+		case builtins[s.Name] == nil && !s.hostsProgram():
 			return fmt.Errorf("%s.name: unknown service %q (built in: %s)", where, s.Name, strings.Join(builtinNames(), ", "))
 		case seen[s.Name]:
 			return fmt.Errorf("%s.name: service %q is listed twice", where, s.Name)
@@ -221,6 +231,9 @@ func (c FileConfig) Validate() error {
 			if p < 0 {
 				return fmt.Errorf("%s.partitions: %d is negative", where, p)
 			}
+		}
+		if err := s.validateApp(where); err != nil {
+			return err
 		}
 		if err := s.validateClasses(where); err != nil {
 			return err

@@ -117,7 +117,8 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		return nil, err
 	}
 	for _, s := range fc.Services {
-		svc, parts := builtins[s.Name](), s.Partitions
+		var svc neptune.Service
+		parts := s.Partitions
 		if s.Replication != nil {
 			if svc, parts, err = replicatedService(fc, s); err != nil {
 				return nil, err
@@ -125,6 +126,8 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 			if len(parts) == 0 {
 				continue // no replica of this service on this node
 			}
+		} else if svc, err = s.service(fc.DataDir); err != nil {
+			return nil, err
 		}
 		if s.Workers != 0 {
 			svc.Workers = s.Workers

@@ -133,8 +133,8 @@ func replicatedService(fc FileConfig, s ServiceConfig) (svc neptune.Service, par
 		if svc, err = mk(filepath.Join(fc.DataDir, "service-"+s.Name)); err != nil {
 			return svc, nil, err
 		}
-	} else {
-		svc = builtins[s.Name]()
+	} else if svc, err = s.service(fc.DataDir); err != nil {
+		return svc, nil, err
 	}
 	svc.Replication = r
 	return svc, parts, nil
