@@ -40,6 +40,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return benchReplication(ctx, args[1:], stdout)
 	case "wal":
 		return walbench.Main(ctx, args[1:], stdout)
+	case "dac":
+		return benchDAC(ctx, args[1:], stdout)
 	}
 	return usagef("unknown benchmark %q (have: overhead, lb, replication, wal)", args[0])
 }

@@ -1,0 +1,917 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/apps/micro"
+	"github.com/neptune-cluster/neptune/internal/localcluster"
+	"github.com/neptune-cluster/neptune/internal/transport"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// `bench dac` runs the Data Aggregation Call experiments of the DAC paper
+// (§5, issue 6) on real node processes: open-loop Poisson arrivals of
+// aggregations over every partition of the micro service (local ~Exp(25
+// ms), reduce ~Exp(5 ms), emulated by sleeping so 24+ nodes fit on two
+// cores; a node's capacity is its number of workers). Every contender of a
+// row runs on the same cluster, one after the other.
+
+// dacCall is one measured aggregation; times are offsets from the cell's
+// start.
+type dacCall struct {
+	start, end time.Duration
+	ok         bool
+	coverage   float64
+	lost       int // partitions missing from the result
+	hedges     int
+}
+
+// dacCell is one contender at one rate.
+type dacCell struct {
+	calls  []dacCall
+	window time.Duration // measured arrival window
+	errs   map[string]int
+}
+
+// measured are the calls that arrived after the warm-up.
+func (c dacCell) measured(warmup time.Duration) []dacCall {
+	var out []dacCall
+	for _, x := range c.calls {
+		if x.start >= warmup {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+type dacStats struct {
+	n, ok           int
+	thr, qthr       float64 // successful calls/s, Σ coverage of successful calls/s
+	mean, p99       time.Duration
+	okFrac          float64
+	hedges, lostAny int
+}
+
+func (c dacCell) stats(warmup time.Duration) dacStats {
+	ms := c.measured(warmup)
+	s := dacStats{n: len(ms)}
+	var lat []time.Duration
+	var cov float64
+	for _, x := range ms {
+		s.hedges += x.hedges
+		if x.lost > 0 {
+			s.lostAny++
+		}
+		if x.ok {
+			s.ok++
+			cov += x.coverage
+			lat = append(lat, x.end-x.start)
+		}
+	}
+	secs := (c.window - warmup).Seconds()
+	s.thr, s.qthr = float64(s.ok)/secs, cov/secs
+	if s.n > 0 {
+		s.okFrac = float64(s.ok) / float64(s.n)
+	}
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		var sum time.Duration
+		for _, l := range lat {
+			sum += l
+		}
+		s.mean = sum / time.Duration(len(lat))
+		s.p99 = lat[min(len(lat)*99/100, len(lat)-1)]
+	}
+	return s
+}
+
+// dacEvent is something done at an offset into a cell (a slowdown).
+type dacEvent struct {
+	at time.Duration
+	do func() error
+}
+
+// dacContender is an aggregation template: scheme, timeouts, blocking,
+// hedging, quality.
+type dacContender struct {
+	label string
+	agg   neptune.Aggregation
+}
+
+type dacBench struct {
+	out       io.Writer
+	exe, dir  string
+	nodes     int
+	deadline  time.Duration
+	budget    time.Duration
+	warmup    time.Duration
+	seed      uint64
+	pause     time.Duration
+	outDir    string
+	csv       map[string]*strings.Builder
+	seedCount uint64
+	verbose   bool
+}
+
+// dacCluster is one set of node processes hosting micro, and a client.
+type dacCluster struct {
+	cl    *localcluster.Cluster
+	nodes []*localcluster.Node
+	rpc   map[string]string // node id → RPC address
+	part  map[string]int    // node id → a partition it hosts
+	c     *neptune.Client
+	conns *transport.Conns
+	parts []int
+}
+
+func (d *dacCluster) close() {
+	d.c.Close()
+	d.conns.Close()
+	d.cl.Close()
+}
+
+// startDACCluster starts n nodes; node i hosts partitions parts(i) of micro
+// with workers(i) workers.
+func (b *dacBench) startCluster(ctx context.Context, name string, workers func(int) int, parts func(int) []int) (*dacCluster, error) {
+	dir := filepath.Join(b.dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	d := &dacCluster{cl: localcluster.New(b.exe, dir), rpc: map[string]string{}, part: map[string]int{}, conns: transport.NewConns()}
+	all := map[int]bool{}
+	for i := range b.nodes {
+		for _, p := range parts(i) {
+			all[p] = true
+		}
+		d.part[fmt.Sprintf("d%02d", i+1)] = parts(i)[0]
+	}
+	start := func(i int) (*localcluster.Node, error) {
+		id := fmt.Sprintf("d%02d", i+1)
+		ps := parts(i)
+		var list []string
+		for _, p := range ps {
+			list = append(list, strconv.Itoa(p))
+		}
+		cfg := filepath.Join(dir, id+".yaml")
+		yaml := fmt.Sprintf("services:\n  - name: micro\n    partitions: [%s]\n    workers: %d\n", strings.Join(list, ", "), workers(i))
+		if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+			return nil, err
+		}
+		return d.cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfg, "-log-level", "warn"}})
+	}
+	fail := func(err error) (*dacCluster, error) {
+		d.conns.Close()
+		d.cl.Close()
+		return nil, err
+	}
+	first, err := start(0)
+	if err != nil {
+		return fail(err)
+	}
+	d.nodes = make([]*localcluster.Node, b.nodes)
+	d.nodes[0] = first
+	// The rest join the first, eight at a time.
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	for i := 1; i < b.nodes; i++ {
+		wg.Go(func() {
+			n, err := start(i)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			d.nodes[i] = n
+		})
+		if i%8 == 0 {
+			wg.Wait()
+		}
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return fail(firstErr)
+	}
+	for p := range all {
+		d.parts = append(d.parts, p)
+	}
+	slices.Sort(d.parts)
+	// Join through every node: memberlist spreads a joiner to the others
+	// with few retransmissions, so a node that missed them would not send
+	// its announcements to this client until its next push/pull (15 s),
+	// and its entry, and partition, would expire here meanwhile.
+	var seeds []string
+	for _, n := range d.nodes {
+		seeds = append(seeds, n.GossipAddr)
+	}
+	d.c, err = neptune.Dial(ctx, neptune.ClientConfig{Join: seeds})
+	if err != nil {
+		return fail(err)
+	}
+	if err := waitMembers(ctx, d.c, b.nodes, 30*time.Second); err != nil {
+		d.close()
+		return nil, err
+	}
+	for _, m := range d.c.Members(ctx, 0) {
+		d.rpc[m.Node] = m.RPCAddr
+	}
+	return d, nil
+}
+
+// slowdown sets the micro operators' cost factor on node i directly.
+func (d *dacCluster) slowdown(ctx context.Context, i int, factor float64) error {
+	id := d.nodes[i].Spec.ID
+	cl, err := d.conns.Client(d.rpc[id])
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = cl.Call(ctx, &pb.CallRequest{Service: "micro", Partition: int32(d.part[id]), Method: "slowdown", Mode: pb.Mode(neptune.Write),
+		Body: []byte(strconv.FormatFloat(factor, 'g', -1, 64))})
+	if err != nil {
+		return fmt.Errorf("bench dac: slow down %s: %w", id, transport.FromStatus(id, err))
+	}
+	return nil
+}
+
+// run offers rate aggregations/s for dur (Poisson arrivals, seeded) and
+// waits for every call to end.
+func (b *dacBench) run(ctx context.Context, d *dacCluster, con dacContender, rate float64, dur time.Duration, events []dacEvent) (dacCell, error) {
+	b.seedCount++
+	rng := rand.New(rand.NewPCG(b.seed, b.seedCount))
+	agg := con.agg
+	agg.Service, agg.Partitions, agg.Local, agg.Reduce = "micro", d.parts, micro.LocalOp, micro.ReduceOp
+	agg.Deadline, agg.ReduceBudget = b.deadline, b.budget
+	var (
+		mu    sync.Mutex
+		calls []dacCall
+		errs  = map[string]int{}
+		wg    sync.WaitGroup
+	)
+	start := time.Now()
+	var evErr error
+	for _, ev := range events {
+		wg.Go(func() {
+			select {
+			case <-time.After(ev.at):
+			case <-ctx.Done():
+				return
+			}
+			if err := ev.do(); err != nil {
+				mu.Lock()
+				evErr = err
+				mu.Unlock()
+			}
+		})
+	}
+	for next := time.Duration(0); next < dur; next += time.Duration(rng.ExpFloat64() / rate * float64(time.Second)) {
+		select {
+		case <-time.After(time.Until(start.Add(next))):
+		case <-ctx.Done():
+			wg.Wait()
+			return dacCell{}, ctx.Err()
+		}
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, b.deadline+3*time.Second)
+			defer cancel()
+			t0 := time.Since(start)
+			res, err := d.c.Aggregate(cctx, agg)
+			// ok: the call met its quality guarantee by the deadline.
+			x := dacCall{start: t0, end: time.Since(start), ok: err == nil, lost: len(d.parts)}
+			if res != nil {
+				x.coverage, x.lost, x.hedges = res.Coverage, len(d.parts)-len(res.Contributing), res.Hedges
+			}
+			mu.Lock()
+			calls = append(calls, x)
+			if err != nil {
+				errs[dacErrKind(err)]++
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if evErr != nil {
+		return dacCell{}, evErr
+	}
+	// Let cancelled work leave the queues before the next contender.
+	time.Sleep(b.pause)
+	if b.verbose && len(errs) > 0 {
+		fmt.Fprintf(b.out, "    (%s at %.0f/s: %d of %d calls failed: %v)\n", con.label, rate, sumCounts(errs), len(calls), errs)
+	}
+	return dacCell{calls: calls, window: dur, errs: errs}, nil
+}
+
+// dacErrKind shortens an aggregation error to its kind for the verbose
+// failure counts.
+func dacErrKind(err error) string {
+	if errors.Is(err, neptune.ErrBelowQuality) {
+		return "below quality"
+	}
+	s := err.Error()
+	if len(s) > 120 {
+		s = s[:120]
+	}
+	return s
+}
+
+func sumCounts(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func benchDAC(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlags("bench dac", "[-sections trees,ed,fig20,stop,hedge] [-cell 3s] [-rates 20,40,55,65] [-out out/dac]")
+	var (
+		nodes     = fs.Int("nodes", 24, "node processes, one micro partition each")
+		workers   = fs.Int("workers", 2, "workers per node (a dual-CPU node of the paper)")
+		fast      = fs.Int("fast", 4, "heterogeneous setting: nodes with twice the workers")
+		sections  = fs.String("sections", "trees,ed,fig20,stop,hedge", "which experiments to run")
+		cell      = fs.Duration("cell", 3*time.Second, "arrival window per contender per rate")
+		warmup    = fs.Duration("warmup", 500*time.Millisecond, "unmeasured start of each cell")
+		rates     = fs.String("rates", "20,40,55,65", "request rates (aggregations/s) for Fig 14-17")
+		edRates   = fs.String("ed-rates", "30,50,65,80", "request rates for Fig 18-19 (event-driven vs blocking)")
+		deadline  = fs.Duration("deadline", 2*time.Second, "aggregation deadline T")
+		budget    = fs.Duration("budget", 20*time.Millisecond, "staged-timeout budget per reduction rank (a; 4× the mean reduction)")
+		f20Rate   = fs.Float64("fig20-rate", 45, "Fig 20 request rate (75% of capacity in the paper)")
+		f20Len    = fs.Duration("fig20-len", 24*time.Second, "Fig 20 timeline (paper: 60s); node A is slow from len/6 to len/2, node B from len/3 to 2len/3")
+		slow      = fs.Float64("slow", 5, "Fig 20 and hedge: slowdown factor of the slow nodes")
+		stopRate  = fs.Float64("stop-rate", 20, "request rate with SIGSTOPped nodes")
+		stopKs    = fs.String("stop-k", "1,2", "numbers of SIGSTOPped nodes")
+		hedgeRate = fs.Float64("hedge-rate", 40, "request rate of the replication/hedging section")
+		hedgeDur  = fs.Duration("hedge-cell", 8*time.Second, "arrival window per hedging contender")
+		seed      = fs.Uint64("seed", 1, "arrival seed")
+		outDir    = fs.String("out", "out/dac", "directory for CSV and SVG files (empty: none)")
+		verbose   = fs.Bool("v", false, "print the failed calls of every cell by error")
+	)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	parseRates := func(name, s string) ([]float64, error) {
+		var out []float64
+		for _, f := range strings.Split(s, ",") {
+			r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || r <= 0 {
+				return nil, usagef("%s: %q is not a positive rate", name, f)
+			}
+			out = append(out, r)
+		}
+		return out, nil
+	}
+	treeRates, err := parseRates("-rates", *rates)
+	if err != nil {
+		return err
+	}
+	edR, err := parseRates("-ed-rates", *edRates)
+	if err != nil {
+		return err
+	}
+	var ks []int
+	for _, f := range strings.Split(*stopKs, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k < 1 || k >= *nodes/2 {
+			return usagef("-stop-k: %q is not a count in 1..%d", f, *nodes/2-1)
+		}
+		ks = append(ks, k)
+	}
+	secs := strings.Split(*sections, ",")
+	for _, s := range secs {
+		if !slices.Contains([]string{"trees", "ed", "fig20", "stop", "hedge"}, s) {
+			return usagef("-sections: unknown section %q (have trees, ed, fig20, stop, hedge)", s)
+		}
+	}
+	switch {
+	case *nodes < 4:
+		return usagef("-nodes must be >= 4, got %d", *nodes)
+	case *workers < 1 || *fast < 0 || *fast > *nodes:
+		return usagef("-workers must be >= 1 and -fast in 0..-nodes")
+	case *cell <= *warmup || *hedgeDur <= *warmup:
+		return usagef("-cell and -hedge-cell must exceed -warmup (%v)", *warmup)
+	case *deadline <= 0 || *budget <= 0 || *slow < 1 || *f20Len < 6*time.Second:
+		return usagef("-deadline and -budget must be > 0, -slow >= 1, -fig20-len >= 6s")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "neptune-bench-dac-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if *outDir != "" {
+		if err := os.MkdirAll(*outDir, 0o755); err != nil {
+			return err
+		}
+	}
+	b := &dacBench{out: stdout, exe: exe, dir: dir, nodes: *nodes, deadline: *deadline, budget: *budget, warmup: *warmup,
+		seed: *seed, pause: 300 * time.Millisecond, outDir: *outDir, csv: map[string]*strings.Builder{}, verbose: *verbose}
+	began := time.Now()
+	fmt.Fprintf(stdout, "bench dac: %d node processes, micro (local ~Exp(25ms), reduce ~Exp(5ms), sleep-emulated), %d workers per node, deadline %v, staged budget %v, seed %d\n",
+		*nodes, *workers, *deadline, *budget, *seed)
+
+	one := func(i int) []int { return []int{i} }
+	homo := func(int) int { return *workers }
+	if slices.ContainsFunc(secs, func(s string) bool { return s != "hedge" }) {
+		d, err := b.startCluster(ctx, "homogeneous", homo, one)
+		if err != nil {
+			return err
+		}
+		err = b.homogeneous(ctx, d, secs, *workers, treeRates, edR, *f20Rate, *f20Len, *slow, *stopRate, ks, *cell)
+		d.close()
+		if err != nil {
+			return err
+		}
+	}
+	if slices.Contains(secs, "trees") && *fast > 0 {
+		// Fast nodes spread over the ids (not the Base coordinator d01).
+		every := *nodes / *fast
+		hetero := func(i int) int {
+			if i%every == every-1 && i/every < *fast {
+				return 2 * *workers
+			}
+			return *workers
+		}
+		d, err := b.startCluster(ctx, "heterogeneous", hetero, one)
+		if err != nil {
+			return err
+		}
+		total := 0
+		for i := range *nodes {
+			total += hetero(i)
+		}
+		err = b.trees(ctx, d, "heterogeneous", fmt.Sprintf("%d nodes with %d workers, %d with %d", *nodes-*fast, *workers, *fast, 2**workers), total, treeRates, *cell, true)
+		d.close()
+		if err != nil {
+			return err
+		}
+	}
+	if slices.Contains(secs, "hedge") {
+		// Each partition on two nodes: node i hosts i and i+1.
+		two := func(i int) []int { return []int{i, (i + 1) % *nodes} }
+		d, err := b.startCluster(ctx, "replicated", homo, two)
+		if err != nil {
+			return err
+		}
+		err = b.hedge(ctx, d, *hedgeRate, *hedgeDur, *slow)
+		d.close()
+		if err != nil {
+			return err
+		}
+	}
+	if *outDir != "" {
+		for name, sb := range b.csv {
+			if err := os.WriteFile(filepath.Join(*outDir, name), []byte(sb.String()), 0o644); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(stdout, "\nwrote CSV and SVG files to %s\n", *outDir)
+	}
+	fmt.Fprintf(stdout, "bench dac took %v\n", time.Since(began).Round(time.Second))
+	return nil
+}
+
+func (b *dacBench) csvf(name, header, format string, args ...any) {
+	sb := b.csv[name]
+	if sb == nil {
+		sb = &strings.Builder{}
+		sb.WriteString(header + "\n")
+		b.csv[name] = sb
+	}
+	fmt.Fprintf(sb, format+"\n", args...)
+}
+
+func (b *dacBench) homogeneous(ctx context.Context, d *dacCluster, secs []string, workers int, treeRates, edRates []float64, f20Rate float64, f20Len time.Duration, slow, stopRate float64, ks []int, cell time.Duration) error {
+	if slices.Contains(secs, "trees") {
+		if err := b.trees(ctx, d, "homogeneous", fmt.Sprintf("%d nodes with %d workers", b.nodes, workers), b.nodes*workers, treeRates, cell, false); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(secs, "ed") {
+		if err := b.ed(ctx, d, edRates, cell); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(secs, "fig20") {
+		if err := b.fig20(ctx, d, f20Rate, f20Len, slow); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(secs, "stop") {
+		if err := b.stop(ctx, d, stopRate, ks, cell); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var dacSchemes = []dacContender{
+	{"base", neptune.Aggregation{Scheme: neptune.SchemeBase}},
+	{"flat", neptune.Aggregation{Scheme: neptune.SchemeFlat}},
+	{"binomial", neptune.Aggregation{Scheme: neptune.SchemeBinomial}},
+	{"lat", neptune.Aggregation{Scheme: neptune.SchemeLAT}},
+}
+
+// ideal is the paper's ideal throughput n·k/(n·s + (n−1)·r) with k the
+// mean workers per node.
+func (b *dacBench) ideal(totalWorkers int) float64 {
+	n := float64(b.nodes)
+	return float64(totalWorkers) / (n*0.025 + (n-1)*0.005)
+}
+
+// trees is Fig 14–17: throughput and mean/p99 response time of successful
+// calls (ρ = 1, every partition by the deadline) per scheme and rate.
+func (b *dacBench) trees(ctx context.Context, d *dacCluster, setting, desc string, totalWorkers int, rates []float64, cell time.Duration, goal bool) error {
+	fmt.Fprintf(b.out, "\n== Fig 14-17 (%s): %s; ideal throughput %.1f/s; ρ=1; %v per cell\n", setting, desc, b.ideal(totalWorkers), cell)
+	fmt.Fprintf(b.out, "  rate | throughput/s base flat bin lat | mean ms base flat bin lat         | p99 ms base flat bin lat          | LAT mean vs flat, bin\n")
+	res := map[float64][]dacStats{}
+	var sThr, sMean []svgLine
+	for _, s := range dacSchemes {
+		sThr = append(sThr, svgLine{name: s.label})
+		sMean = append(sMean, svgLine{name: s.label})
+	}
+	for _, rate := range rates {
+		var row []dacStats
+		for i, con := range dacSchemes {
+			c, err := b.run(ctx, d, con, rate, cell, nil)
+			if err != nil {
+				return err
+			}
+			st := c.stats(b.warmup)
+			row = append(row, st)
+			b.csvf("dac_real_trees.csv", "setting,rate,scheme,n,ok,throughput,mean_ms,p99_ms", "%s,%g,%s,%d,%d,%.2f,%.1f,%.1f",
+				setting, rate, con.label, st.n, st.ok, st.thr, msf(st.mean), msf(st.p99))
+			sThr[i].add(rate, st.thr)
+			if st.ok > 0 {
+				sMean[i].add(rate, msf(st.mean))
+			}
+		}
+		res[rate] = row
+		ms := func(x dacStats, f func(dacStats) time.Duration) string {
+			if x.ok == 0 {
+				return "      -"
+			}
+			return fmt.Sprintf("%7.1f", msf(f(x)))
+		}
+		mean := func(x dacStats) time.Duration { return x.mean }
+		p99 := func(x dacStats) time.Duration { return x.p99 }
+		fmt.Fprintf(b.out, "%6.1f | %6.1f %6.1f %6.1f %6.1f | %s %s %s %s | %s %s %s %s | %5.0f%% %5.0f%%\n", rate,
+			row[0].thr, row[1].thr, row[2].thr, row[3].thr,
+			ms(row[0], mean), ms(row[1], mean), ms(row[2], mean), ms(row[3], mean),
+			ms(row[0], p99), ms(row[1], p99), ms(row[2], p99), ms(row[3], p99),
+			dacBelow(row[3], row[1]), dacBelow(row[3], row[2]))
+	}
+	// High load: the highest rate at which Flat, Binomial and LAT all
+	// complete at least half of their calls (the simulator's rule).
+	hi := -1.0
+	for _, rate := range rates {
+		r := res[rate]
+		if r[1].okFrac >= 0.5 && r[2].okFrac >= 0.5 && r[3].okFrac >= 0.5 {
+			hi = max(hi, rate)
+		}
+	}
+	if hi < 0 {
+		fmt.Fprintf(b.out, "no rate at which Flat, Binomial and LAT all complete ≥ 50%% of calls\n")
+	} else {
+		r := res[hi]
+		vf, vb := dacBelow(r[3], r[1]), dacBelow(r[3], r[2])
+		line := fmt.Sprintf("high load (%.1f/s, highest rate all three complete ≥50%%): LAT mean %.0f%% below Flat, %.0f%% below Binomial; throughput LAT/Flat %.2f, LAT/Binomial %.2f",
+			hi, vf, vb, r[3].thr/r[1].thr, r[3].thr/r[2].thr)
+		if goal {
+			line = fmt.Sprintf("%s goal LAT mean ≥ 35%% below Flat and Binomial at high load: %s", verdictOf(vf >= 35 && vb >= 35), line)
+		}
+		fmt.Fprintln(b.out, line)
+	}
+	return b.svg("dac_real_"+setting+"_throughput.svg", "Fig 14/16 real nodes ("+setting+"): throughput", "request rate (/s)", "successful calls/s", sThr,
+		"dac_real_"+setting+"_response.svg", "Fig 15/17 real nodes ("+setting+"): mean response", "request rate (/s)", "mean ms", sMean)
+}
+
+// dacBelow is how many percent a's mean response is below b's.
+func dacBelow(a, b dacStats) float64 {
+	if a.ok == 0 || b.ok == 0 {
+		return math.NaN()
+	}
+	return 100 * (1 - float64(a.mean)/float64(b.mean))
+}
+
+func verdictOf(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}
+
+// ed is Fig 18–19: event-driven aggregation against blocking workers
+// (LAT, staged timeouts, ρ = 1).
+func (b *dacBench) ed(ctx context.Context, d *dacCluster, rates []float64, cell time.Duration) error {
+	fmt.Fprintf(b.out, "\n== Fig 18-19: event-driven (ED) vs blocking workers (NoED), LAT, staged timeouts, ρ=1, %v per cell\n", cell)
+	fmt.Fprintf(b.out, "  rate | throughput/s ED NoED | mean ms ED  NoED  | p99 ms ED   NoED   | ED/NoED throughput\n")
+	cons := []dacContender{{"ED", neptune.Aggregation{}}, {"NoED", neptune.Aggregation{Blocking: true}}}
+	sThr := []svgLine{{name: "ED"}, {name: "NoED"}}
+	sMean := []svgLine{{name: "ED"}, {name: "NoED"}}
+	for _, rate := range rates {
+		var st [2]dacStats
+		for i, con := range cons {
+			c, err := b.run(ctx, d, con, rate, cell, nil)
+			if err != nil {
+				return err
+			}
+			st[i] = c.stats(b.warmup)
+			b.csvf("dac_real_ed.csv", "rate,mode,n,ok,throughput,mean_ms,p99_ms", "%g,%s,%d,%d,%.2f,%.1f,%.1f", rate, con.label, st[i].n, st[i].ok, st[i].thr, msf(st[i].mean), msf(st[i].p99))
+			sThr[i].add(rate, st[i].thr)
+			if st[i].ok > 0 {
+				sMean[i].add(rate, msf(st[i].mean))
+			}
+		}
+		ratio := "     -"
+		if st[1].thr > 0 {
+			ratio = fmt.Sprintf("%6.2f", st[0].thr/st[1].thr)
+		}
+		fmt.Fprintf(b.out, "%6.1f | %6.1f %6.1f | %7.1f %7.1f | %7.1f %7.1f | %s\n", rate, st[0].thr, st[1].thr,
+			msf(st[0].mean), msf(st[1].mean), msf(st[0].p99), msf(st[1].p99), ratio)
+	}
+	return b.svg("dac_real_ed_throughput.svg", "Fig 18 real nodes: throughput, ED vs NoED", "request rate (/s)", "successful calls/s", sThr,
+		"dac_real_ed_response.svg", "Fig 19 real nodes: mean response, ED vs NoED", "request rate (/s)", "mean ms", sMean)
+}
+
+// fig20 is Fig 20: quality-aware throughput over time while node A and
+// then node B are slowed down and healed, for the four combinations of
+// eager pruning (EP: LAT + staged timeouts; without: Binomial + uniform
+// timeouts) and event-driven aggregation (ED; without: blocking workers).
+func (b *dacBench) fig20(ctx context.Context, d *dacCluster, rate float64, length time.Duration, slow float64) error {
+	aOn, bOn, aOff, bOff := length/6, length/3, length/2, 2*length/3
+	// Two interior-prone nodes away from d01; any pair would do.
+	na, nb := b.nodes/3, 2*b.nodes/3
+	fmt.Fprintf(b.out, "\n== Fig 20: quality-aware throughput (Σ coverage of calls meeting ρ=0.5, per 1 s of completion), %.0f req/s; %s %g× slow %v–%v, %s %v–%v\n",
+		rate, d.nodes[na].Spec.ID, slow, aOn, aOff, d.nodes[nb].Spec.ID, bOn, bOff)
+	cons := []dacContender{
+		{"None", neptune.Aggregation{Scheme: neptune.SchemeBinomial, UniformTimeouts: true, Blocking: true, Quality: 0.5}},
+		{"EP only", neptune.Aggregation{Scheme: neptune.SchemeLAT, Blocking: true, Quality: 0.5}},
+		{"ED only", neptune.Aggregation{Scheme: neptune.SchemeBinomial, UniformTimeouts: true, Quality: 0.5}},
+		{"EP+ED", neptune.Aggregation{Scheme: neptune.SchemeLAT, Quality: 0.5}},
+	}
+	set := func(i int, f float64) func() error { return func() error { return d.slowdown(ctx, i, f) } }
+	events := []dacEvent{{aOn, set(na, slow)}, {bOn, set(nb, slow)}, {aOff, set(na, 1)}, {bOff, set(nb, 1)}}
+	secs := int(length / time.Second)
+	series := make([][]float64, len(cons))
+	type window struct {
+		label    string
+		from, to time.Duration
+	}
+	wins := []window{{"healthy", time.Second, aOn}, {"one slow", aOn + 2*time.Second, bOn}, {"both slow", bOn + 2*time.Second, aOff}, {"degraded (A on → B off)", aOn, bOff}, {"healed", bOff + 2*time.Second, length}}
+	avg := make([][]float64, len(cons))
+	lostOne := make([]float64, len(cons))
+	var lines []svgLine
+	for i, con := range cons {
+		c, err := b.run(ctx, d, con, rate, length, events)
+		if err := errors.Join(err, set(na, 1)(), set(nb, 1)()); err != nil {
+			return err
+		}
+		series[i] = make([]float64, secs+3)
+		var slowCalls, slowLost int
+		for _, x := range c.calls {
+			if x.ok {
+				if s := int(x.end / time.Second); s < len(series[i]) {
+					series[i][s] += x.coverage
+				}
+			}
+			if x.start >= bOn+2*time.Second && x.start < aOff {
+				slowCalls++
+				slowLost += x.lost
+			}
+		}
+		lostOne[i] = float64(slowLost) / math.Max(float64(slowCalls), 1)
+		l := svgLine{name: con.label}
+		for s, v := range series[i] {
+			l.add(float64(s), v)
+			b.csvf("dac_real_fig20.csv", "scheme,second,quality_throughput", "%s,%d,%.2f", con.label, s, v)
+		}
+		lines = append(lines, l)
+		for _, w := range wins {
+			var sum float64
+			n := 0
+			for s := int(w.from / time.Second); s < int(w.to/time.Second) && s < len(series[i]); s++ {
+				sum += series[i][s]
+				n++
+			}
+			avg[i] = append(avg[i], sum/math.Max(float64(n), 1))
+		}
+	}
+	fmt.Fprintf(b.out, "%-8s", "second")
+	for _, con := range cons {
+		fmt.Fprintf(b.out, " %8s", con.label)
+	}
+	fmt.Fprintln(b.out)
+	for s := range secs + 3 {
+		fmt.Fprintf(b.out, "%-8d", s)
+		for i := range cons {
+			fmt.Fprintf(b.out, " %8.1f", series[i][s])
+		}
+		fmt.Fprintln(b.out)
+	}
+	fmt.Fprintf(b.out, "mean quality-aware throughput per window (ratio to None):\n")
+	for wi, w := range wins {
+		fmt.Fprintf(b.out, "  %-26s", fmt.Sprintf("%s %v–%v", w.label, w.from, w.to))
+		for i, con := range cons {
+			fmt.Fprintf(b.out, " %s %.1f (%.2f×)", con.label, avg[i][wi], avg[i][wi]/math.Max(avg[0][wi], 1e-9))
+		}
+		fmt.Fprintln(b.out)
+	}
+	fmt.Fprintf(b.out, "  partitions lost per call arriving while both are slow:")
+	for i, con := range cons {
+		fmt.Fprintf(b.out, " %s %.2f", con.label, lostOne[i])
+	}
+	fmt.Fprintln(b.out)
+	both := 2 // index of "both slow" in wins
+	r := avg[3][both] / math.Max(avg[0][both], 1e-9)
+	fmt.Fprintf(b.out, "%s goal quality-aware throughput with 2 slow nodes ≥ 1.25× the baseline (EP+ED vs None, both-slow window): %.2f× (%.1f vs %.1f /s)\n",
+		verdictOf(r >= 1.25), r, avg[3][both], avg[0][both])
+	return b.svg("dac_real_fig20.svg", "Fig 20 real nodes: quality-aware throughput", "second", "Σ coverage / s", lines, "", "", "", "", nil)
+}
+
+// stop SIGSTOPs k nodes and counts, per call, the partitions lost: with
+// LAT and staged timeouts each call should lose exactly the k stopped
+// nodes' partitions; Binomial with uniform timeouts is the contrast.
+func (b *dacBench) stop(ctx context.Context, d *dacCluster, rate float64, ks []int, cell time.Duration) error {
+	fmt.Fprintf(b.out, "\n== Unresponsive nodes (SIGSTOP), hedging off, one replica per partition, ρ=0.5, %.0f req/s, %v per cell\n", rate, cell)
+	fmt.Fprintf(b.out, "%3s %-22s %6s %10s %10s %10s %9s\n", "k", "scheme", "calls", "lost<k", "lost=k", "lost>k", "mean lost")
+	cons := []dacContender{
+		{"LAT + staged", neptune.Aggregation{Scheme: neptune.SchemeLAT, Quality: 0.5}},
+		{"Binomial + uniform", neptune.Aggregation{Scheme: neptune.SchemeBinomial, UniformTimeouts: true, Quality: 0.5}},
+	}
+	var verdicts []string
+	for _, k := range ks {
+		var stopped []*localcluster.Node
+		for j := range k {
+			n := d.nodes[(j+1)*b.nodes/(k+1)]
+			if err := n.Pause(); err != nil {
+				return err
+			}
+			stopped = append(stopped, n)
+		}
+		var exact float64
+		for i, con := range cons {
+			c, err := b.run(ctx, d, con, rate, cell, nil)
+			if err != nil {
+				return err
+			}
+			ms := c.measured(b.warmup)
+			var less, eq, more, sum int
+			for _, x := range ms {
+				sum += x.lost
+				switch {
+				case x.lost < k:
+					less++
+				case x.lost == k:
+					eq++
+				default:
+					more++
+				}
+			}
+			n := math.Max(float64(len(ms)), 1)
+			fmt.Fprintf(b.out, "%3d %-22s %6d %9.1f%% %9.1f%% %9.1f%% %9.2f\n", k, con.label, len(ms), 100*float64(less)/n, 100*float64(eq)/n, 100*float64(more)/n, float64(sum)/n)
+			if i == 0 {
+				exact = float64(eq) / n
+			}
+		}
+		for _, n := range stopped {
+			if err := n.Resume(); err != nil {
+				return err
+			}
+		}
+		verdicts = append(verdicts, fmt.Sprintf("k=%d: %.1f%%", k, 100*exact))
+		if exact < 1 {
+			verdicts[len(verdicts)-1] = "FAIL " + verdicts[len(verdicts)-1]
+		}
+	}
+	ok := !slices.ContainsFunc(verdicts, func(s string) bool { return strings.HasPrefix(s, "FAIL") })
+	fmt.Fprintf(b.out, "%s goal exactly k nodes' partitions lost in every call (LAT + staged, hedging off): %s\n", verdictOf(ok), strings.Join(verdicts, ", "))
+	// Give the resumed nodes time to rejoin before anything else runs.
+	time.Sleep(2 * time.Second)
+	return nil
+}
+
+// hedge runs on a cluster where every partition has two replicas: with
+// two nodes SIGSTOPped, and with two nodes slowed down, hedging off and on.
+func (b *dacBench) hedge(ctx context.Context, d *dacCluster, rate float64, cell time.Duration, slow float64) error {
+	fmt.Fprintf(b.out, "\n== Replication 2 (node i hosts partitions i and i+1), LAT + staged, ρ=0.5, %.0f req/s, %v per cell\n", rate, cell)
+	fmt.Fprintf(b.out, "%-26s %-10s %6s %12s %10s %8s %9s %9s\n", "fault", "hedging", "calls", "none lost", "mean lost", "hedges", "mean ms", "p99 ms")
+	na, nb := b.nodes/3, 2*b.nodes/3
+	cons := []dacContender{
+		{"off", neptune.Aggregation{Quality: 0.5}},
+		{"on", neptune.Aggregation{Quality: 0.5, Hedge: true}},
+	}
+	var onStopped float64
+	var onCalls int
+	faults := []struct {
+		label   string
+		on, off func() error
+	}{
+		{fmt.Sprintf("%s, %s SIGSTOPped", d.nodes[na].Spec.ID, d.nodes[nb].Spec.ID),
+			func() error { return errors.Join(d.nodes[na].Pause(), d.nodes[nb].Pause()) },
+			func() error { return errors.Join(d.nodes[na].Resume(), d.nodes[nb].Resume()) }},
+		{fmt.Sprintf("%s, %s %g× slow", d.nodes[na].Spec.ID, d.nodes[nb].Spec.ID, slow),
+			func() error { return errors.Join(d.slowdown(ctx, na, slow), d.slowdown(ctx, nb, slow)) },
+			func() error { return errors.Join(d.slowdown(ctx, na, 1), d.slowdown(ctx, nb, 1)) }},
+	}
+	for fi, f := range faults {
+		if err := f.on(); err != nil {
+			return err
+		}
+		for _, con := range cons {
+			c, err := b.run(ctx, d, con, rate, cell, nil)
+			if err != nil {
+				return errors.Join(err, f.off())
+			}
+			st := c.stats(b.warmup)
+			ms := c.measured(b.warmup)
+			var lost int
+			for _, x := range ms {
+				lost += x.lost
+			}
+			n := math.Max(float64(len(ms)), 1)
+			none := 1 - float64(st.lostAny)/n
+			fmt.Fprintf(b.out, "%-26s %-10s %6d %11.2f%% %10.3f %8d %9.1f %9.1f\n", f.label, con.label, len(ms), 100*none, float64(lost)/n, st.hedges, msf(st.mean), msf(st.p99))
+			if fi == 0 && con.agg.Hedge {
+				onStopped, onCalls = none, len(ms)
+			}
+		}
+		if err := f.off(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(b.out, "%s goal with hedging on and replication 2, no partition lost in ≥ 99.9%% of calls (2 nodes SIGSTOPped): %.2f%% of %d calls\n",
+		verdictOf(onStopped >= 0.999), 100*onStopped, onCalls)
+	return nil
+}
+
+// ---- small SVG line charts ----
+
+type svgLine struct {
+	name string
+	x, y []float64
+}
+
+func (l *svgLine) add(x, y float64) { l.x, l.y = append(l.x, x), append(l.y, y) }
+
+// svg writes up to two charts if an output directory was given.
+func (b *dacBench) svg(name1, title1, xl1, yl1 string, s1 []svgLine, name2, title2, xl2, yl2 string, s2 []svgLine) error {
+	if b.outDir == "" {
+		return nil
+	}
+	if err := dacSVG(filepath.Join(b.outDir, name1), title1, xl1, yl1, s1); err != nil {
+		return err
+	}
+	if name2 == "" {
+		return nil
+	}
+	return dacSVG(filepath.Join(b.outDir, name2), title2, xl2, yl2, s2)
+}
+
+func dacSVG(path, title, xlabel, ylabel string, ss []svgLine) error {
+	const w, h, l, r, t, bot = 640.0, 400.0, 70.0, 160.0, 30.0, 40.0
+	var maxX, maxY float64
+	for _, s := range ss {
+		for i := range s.x {
+			maxX, maxY = max(maxX, s.x[i]), max(maxY, s.y[i])
+		}
+	}
+	maxX, maxY = max(maxX, 1), max(maxY, 1)
+	px := func(x float64) float64 { return l + x/maxX*(w-l-r) }
+	py := func(y float64) float64 { return h - bot - y/maxY*(h-t-bot) }
+	var sb strings.Builder
+	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", w, h)
+	fmt.Fprintf(&sb, `<text x="%.0f" y="18">%s</text>`+"\n", l, title)
+	fmt.Fprintf(&sb, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/><line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n",
+		l, h-bot, w-r, h-bot, l, t, l, h-bot)
+	fmt.Fprintf(&sb, `<text x="%.0f" y="%.0f">%s</text><text x="4" y="%.0f">%s</text>`+"\n", (l+w-r)/2, h-8, xlabel, t-8, ylabel)
+	fmt.Fprintf(&sb, `<text x="%.0f" y="%.0f" text-anchor="end">%.0f</text><text x="%.0f" y="%.0f">%.4g</text>`+"\n", l-4, t+4, maxY, w-r, h-bot+14, maxX)
+	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"}
+	for i, s := range ss {
+		var pts []string
+		for j := range s.x {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(s.x[j]), py(s.y[j])))
+		}
+		c := colors[i%len(colors)]
+		fmt.Fprintf(&sb, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", c, strings.Join(pts, " "))
+		fmt.Fprintf(&sb, `<text x="%.0f" y="%.0f" fill="%s">%s</text>`+"\n", w-r+8, t+16*float64(i+1), c, s.name)
+	}
+	sb.WriteString("</svg>\n")
+	return os.WriteFile(path, []byte(sb.String()), 0o644)
+}
