@@ -1,0 +1,195 @@
+package neptune_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/localcluster"
+)
+
+// startPython runs adapter/testdata/pykv.py, a standard-library Python
+// key-value service, and returns its base URL.
+func startPython(t *testing.T) string {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("python3 is missing but CI is set: .ci/run installs it")
+		}
+		t.Skip("python3 not found: skipping the Python service test")
+	}
+	cmd := exec.Command(py, "adapter/testdata/pykv.py")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	port, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		t.Fatalf("pykv.py said %q, %v", line, err)
+	}
+	return "http://127.0.0.1:" + port
+}
+
+// nodeConfig is the YAML of one node: the Python service and grep over
+// its partitions' files, plus (on the first node) a program that hangs.
+func nodeConfig(pyURL, dataDir string, parts string, hang bool) string {
+	c := fmt.Sprintf(`services:
+  - name: pykv
+    partitions: %[3]s
+    http:
+      base_url: %[1]s
+      check_route: /check
+      timeout: 5s
+      methods:
+        - {name: put, mode: write, route: /put}
+        - {name: get, mode: read, route: /get}
+  - name: grep
+    partitions: %[3]s
+    exec:
+      command: grep
+      args: [-r, -h, -F, -f, /dev/stdin, .]
+      data_dir: %[2]s
+      ok_exit_codes: [0, 1]
+      methods: [{name: search, mode: read}]
+`, pyURL, filepath.Join(dataDir, "grep"), parts)
+	if hang {
+		c += fmt.Sprintf(`  - name: hang
+    partitions: [0]
+    exec: {command: sh, args: [-c, "sleep 60 & wait"], data_dir: %s, timeout: 300ms, methods: [{name: run, mode: read}]}
+`, filepath.Join(dataDir, "hang"))
+	}
+	return c
+}
+
+// TestProgramsClusteredUnchanged clusters an unmodified Python HTTP
+// service and grep on two real node processes: each node hosts two
+// partitions backed by its own program instance; calls through Neptune
+// reach the right one, and program errors and a hung program come back as
+// clear errors.
+func TestProgramsClusteredUnchanged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts node processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	pys := []string{startPython(t), startPython(t)}
+	files := map[int]string{0: "apple\nbanana\n", 1: "apricot\n", 2: "grape\nmango\n", 3: "papaya\n"}
+	cl := localcluster.New(neptuneBinary(t), dir)
+	defer cl.Close()
+	for i, parts := range []string{"[0, 1]", "[2, 3]"} {
+		nodeDir := filepath.Join(dir, fmt.Sprintf("n%d", i+1))
+		for p := 2 * i; p < 2*i+2; p++ {
+			pdir := filepath.Join(nodeDir, "grep", fmt.Sprint(p))
+			if err := os.MkdirAll(pdir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(pdir, "fruit.txt"), []byte(files[p]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg := filepath.Join(dir, fmt.Sprintf("n%d.yaml", i+1))
+		if err := os.WriteFile(cfg, []byte(nodeConfig(pys[i], nodeDir, parts, i == 0)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.Start(ctx, localcluster.Spec{ID: fmt.Sprintf("n%d", i+1), Args: []string{"-config", cfg, "-announce-interval", "200ms", "-announce-ttl", "2s"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	call := func(service string, part int, method string, mode neptune.Mode, body string) (string, error) {
+		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		resp, err := c.Call(callCtx, nil, service, part, method, mode, []byte(body))
+		if err != nil {
+			return "", err
+		}
+		return string(resp.Body), nil
+	}
+	waitFor(t, 15*time.Second, func() bool {
+		for p := range 4 {
+			if _, err := call("grep", p, "search", neptune.Read, "x"); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+
+	for p := range 4 {
+		if _, err := call("pykv", p, "put", neptune.Write, fmt.Sprintf("k=v%d", p)); err != nil {
+			t.Fatalf("put on partition %d: %v", p, err)
+		}
+	}
+	for p := range 4 {
+		if got, err := call("pykv", p, "get", neptune.Read, "k"); err != nil || got != fmt.Sprintf("v%d", p) {
+			t.Fatalf("get on partition %d = %q, %v", p, got, err)
+		}
+	}
+	// Partitions 2 and 3 live in the second Python process only.
+	for i, want := range []string{"404", "200"} {
+		req, _ := http.NewRequestWithContext(ctx, "POST", pys[i]+"/get", strings.NewReader("k"))
+		req.Header.Set("Neptune-Partition", "2")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if got := fmt.Sprint(resp.StatusCode); got != want {
+			t.Fatalf("python %d, partition 2: status %s, want %s", i+1, got, want)
+		}
+	}
+	if _, err := call("pykv", 1, "get", neptune.Read, "nokey"); err == nil || !strings.Contains(err.Error(), "status 404") || !strings.Contains(err.Error(), "no key 'nokey'") {
+		t.Fatalf("missing key: err = %v, want the program's 404 message", err)
+	}
+	if _, err := call("pykv", 2, "put", neptune.Write, "novalue"); err == nil || !strings.Contains(err.Error(), "status 400: put wants key=value") {
+		t.Fatalf("malformed put: err = %v, want the program's 400 message", err)
+	}
+
+	for _, tc := range []struct {
+		part    int
+		pattern string
+		want    []string
+	}{{0, "an", []string{"banana"}}, {1, "ap", []string{"apricot"}}, {2, "ap", []string{"grape"}}, {3, "ap", []string{"papaya"}}, {3, "kiwi", nil}} {
+		got, err := call("grep", tc.part, "search", neptune.Read, tc.pattern+"\n")
+		if err != nil {
+			t.Fatalf("grep %q on partition %d: %v", tc.pattern, tc.part, err)
+		}
+		lines := strings.Fields(got)
+		slices.Sort(lines)
+		if !slices.Equal(lines, tc.want) {
+			t.Fatalf("grep %q on partition %d = %q, want %q", tc.pattern, tc.part, lines, tc.want)
+		}
+	}
+
+	start := time.Now()
+	_, err = call("hang", 0, "run", neptune.Read, "")
+	if !errors.Is(err, neptune.ErrDeadline) || !strings.Contains(err.Error(), "killed after 300ms") {
+		t.Fatalf("hung program: err = %v, want a deadline error naming the timeout", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("hung program answered after %v, want the 300ms timeout plus overhead", d)
+	}
+}
