@@ -42,6 +42,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return walbench.Main(ctx, args[1:], stdout)
 	case "dac":
 		return benchDAC(ctx, args[1:], stdout)
+	case "apps":
+		return benchApps(ctx, args[1:], stdout)
 	}
 	return usagef("unknown benchmark %q (have: overhead, lb, replication, wal)", args[0])
 }

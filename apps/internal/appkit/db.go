@@ -12,6 +12,7 @@ import (
 	"hash/fnv"
 	"math"
 	"strings"
+	"sync"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" database/sql driver
 	_ "modernc.org/sqlite"             // "sqlite" database/sql driver, pure Go
@@ -27,6 +28,10 @@ type DB struct {
 	// Driver is "sqlite" or "pgx".
 	Driver   string
 	lsnTable string
+	// sqliteWrite queues SQLite writers in-process: SQLite admits one
+	// writer anyway, and its busy handler's sleeps would add tens of
+	// milliseconds to the tail.
+	sqliteWrite sync.Mutex
 }
 
 // Open opens the database named by dsn and creates the schema: the
@@ -113,6 +118,10 @@ func (db *DB) migrate(ctx context.Context, stmts []string) error {
 func (db *DB) Write(ctx context.Context, partition int, lsn uint64, fn func(tx *sql.Tx) error) (applied bool, err error) {
 	if lsn > math.MaxInt64 {
 		return false, fmt.Errorf("%w: %d", ErrLSN, lsn)
+	}
+	if db.Driver == "sqlite" {
+		db.sqliteWrite.Lock()
+		defer db.sqliteWrite.Unlock()
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
