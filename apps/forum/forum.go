@@ -10,7 +10,9 @@ package forum
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -77,6 +79,19 @@ type Message struct {
 	Body    string `json:"body"`
 }
 
+// DigestRequest is the body of Digest (read): {} or empty.
+type DigestRequest struct{}
+
+// DigestResponse summarizes one replica's copy of a partition, so replicas
+// can be compared without shipping their messages: the number of
+// messages, the last applied LSN and a SHA-256 over every message in id
+// order. Two replicas that applied the same writes answer the same.
+type DigestResponse struct {
+	Messages int    `json:"messages"`
+	LSN      uint64 `json:"lsn"`
+	SHA256   string `json:"sha256"`
+}
+
 var schema = []string{
 	`CREATE TABLE IF NOT EXISTS forum_msg (
 		part INTEGER NOT NULL, id BIGINT NOT NULL, topic TEXT NOT NULL, reply_to BIGINT NOT NULL,
@@ -105,8 +120,8 @@ func (f *Forum) Close() error { return f.db.Close() }
 // Partition is the partition of topic among n.
 func Partition(topic string, n int) int { return appkit.Partition(topic, n) }
 
-// Service returns the forum service: AddMsg (write), ViewHeaders and
-// ViewMsg (read), and the CHECK callback.
+// Service returns the forum service: AddMsg (write), ViewHeaders, ViewMsg
+// and Digest (read), and the CHECK callback.
 func (f *Forum) Service() neptune.Service {
 	return neptune.Service{
 		Name: "forum",
@@ -114,6 +129,7 @@ func (f *Forum) Service() neptune.Service {
 			{Name: "AddMsg", Mode: neptune.Write, Handler: f.addMsg},
 			{Name: "ViewHeaders", Mode: neptune.Read, Handler: f.viewHeaders},
 			{Name: "ViewMsg", Mode: neptune.Read, Handler: f.viewMsg},
+			{Name: "Digest", Mode: neptune.Read, Handler: f.digest},
 		},
 		Check: f.db.Check,
 	}
@@ -230,4 +246,48 @@ func (f *Forum) viewMsg(ctx context.Context, r *neptune.Request) (*neptune.Respo
 		return nil, fmt.Errorf("forum: ViewMsg: %w", err)
 	}
 	return &neptune.Response{Body: appkit.Encode(m)}, nil
+}
+
+// digest reads the LSN and the messages in one statement, so both come
+// from one snapshot on SQLite and PostgreSQL alike.
+func (f *Forum) digest(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
+	if len(r.Body) > 0 {
+		var in DigestRequest
+		if err := appkit.Decode(ErrBadRequest, "Digest", r.Body, &in); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := f.db.QueryContext(ctx, `SELECT l.lsn, m.id, m.topic, m.reply_to, m.author, m.subject, m.body
+		FROM forum_lsn l LEFT JOIN forum_msg m ON m.part = l.part WHERE l.part = $1 ORDER BY m.id`, r.Partition)
+	if err != nil {
+		return nil, fmt.Errorf("forum: Digest: %w", err)
+	}
+	defer rows.Close()
+	var out DigestResponse
+	h := sha256.New()
+	for rows.Next() {
+		var (
+			lsn int64
+			id  sql.NullInt64
+			m   Message
+		)
+		var topic, author, subject, body sql.NullString
+		var replyTo sql.NullInt64
+		if err := rows.Scan(&lsn, &id, &topic, &replyTo, &author, &subject, &body); err != nil {
+			return nil, fmt.Errorf("forum: Digest: %w", err)
+		}
+		out.LSN = uint64(lsn)
+		if !id.Valid {
+			continue // the partition has an LSN row but no messages
+		}
+		m = Message{ID: id.Int64, Topic: topic.String, ReplyTo: replyTo.Int64, Author: author.String, Subject: subject.String, Body: body.String}
+		h.Write(appkit.Encode(m))
+		h.Write([]byte{'\n'})
+		out.Messages++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("forum: Digest: %w", err)
+	}
+	out.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return &neptune.Response{Body: appkit.Encode(out)}, nil
 }

@@ -40,6 +40,7 @@ func TestForum(t *testing.T) {
 			t.Run("bad input", func(t *testing.T) { testBadInput(t, open(t, dsn).Service()) })
 			t.Run("lsn", func(t *testing.T) { testLSN(t, dsn) })
 			t.Run("concurrent writers", func(t *testing.T) { testConcurrent(t, open(t, dsn).Service()) })
+			t.Run("digest", func(t *testing.T) { testDigest(t, dsn) })
 		})
 	}
 }
@@ -198,5 +199,36 @@ func testConcurrent(t *testing.T, svc neptune.Service) {
 	}
 	if len(got.Threads) != writers*each {
 		t.Fatalf("%d threads, want %d", len(got.Threads), writers*each)
+	}
+}
+
+// testDigest: replicas that applied the same writes agree on the digest;
+// one more message changes it; an untouched partition is empty.
+func testDigest(t *testing.T, dsn string) {
+	const p = 40 // other subtests share dsn but not this partition
+	a, b := open(t, dsn).Service(), open(t, "").Service()
+	var first forum.DigestResponse
+	for i, svc := range []neptune.Service{a, b} {
+		if d := mustCall[forum.DigestResponse](t, svc, "Digest", p+1, 0, struct{}{}); d.Messages != 0 || d.LSN != 0 {
+			t.Fatalf("untouched partition: %+v", d)
+		}
+		root := add(t, svc, p, 7, forum.AddMsgRequest{Topic: "t", Author: "a", Subject: "s", Body: "x"})
+		add(t, svc, p, 9, forum.AddMsgRequest{Topic: "t", ReplyTo: root, Author: "b", Subject: "re: s"})
+		d := mustCall[forum.DigestResponse](t, svc, "Digest", p, 0, nil)
+		if d.Messages != 2 || d.LSN != 9 || len(d.SHA256) != 64 {
+			t.Fatalf("digest after two writes: %+v", d)
+		}
+		if i == 0 {
+			first = d
+		} else if d != first {
+			t.Fatalf("replicas with the same writes differ: %+v vs %+v", first, d)
+		}
+	}
+	add(t, b, p, 10, forum.AddMsgRequest{Topic: "t", Author: "c", Subject: "s2"})
+	if d := mustCall[forum.DigestResponse](t, b, "Digest", p, 0, nil); d.SHA256 == first.SHA256 || d.Messages != 3 {
+		t.Fatalf("digest did not change with a new message: %+v", d)
+	}
+	if _, err := call(t, a, "Digest", p, 0, `{"x":1}`); !errors.Is(err, forum.ErrBadRequest) {
+		t.Fatalf("malformed Digest: err = %v", err)
 	}
 }
