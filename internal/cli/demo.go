@@ -3,43 +3,59 @@ package cli
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/neptune-cluster/neptune"
-	"github.com/neptune-cluster/neptune/apps/kv"
 	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/forumload"
 	"github.com/neptune-cluster/neptune/internal/localcluster"
 )
 
+// runDemo clusters the forum (SQLite, level 2) on local node processes,
+// drives readers and writers through a SIGKILL and restart of one node,
+// and ends by reading every replica directly: every acknowledged message
+// must be on every replica, and the replicas of each partition identical.
 func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlags("demo", "[-nodes 4] [-duration 20s]")
+	fs := newFlags("demo", "[-nodes 4] [-degree 3] [-duration 20s]")
 	var (
-		nodes       = fs.Int("nodes", 4, "nodes in the local cluster (>= 2)")
+		nodes       = fs.Int("nodes", 4, "nodes in the local cluster")
+		degree      = fs.Int("degree", 3, "replicas per forum partition (>= 2, <= nodes)")
 		duration    = fs.Duration("duration", 20*time.Second, "how long to drive the workload")
 		concurrency = fs.Int("concurrency", 8, "concurrent callers")
-		partitions  = fs.Int("partitions", 8, "kv partitions, each on two nodes")
+		partitions  = fs.Int("partitions", 8, "forum partitions, two topics each")
+		writes      = fs.Float64("writes", 0.2, "fraction of calls that are AddMsg; the rest are ViewHeaders and ViewMsg")
 		seed        = fs.Uint64("seed", 1, "random seed of the workload")
-		keep        = fs.Bool("keep-logs", false, "keep the nodes' log directory")
+		keep        = fs.Bool("keep-logs", false, "keep the nodes' logs and data directories")
 		policy      = fs.String("balance", balance.DefaultConfig().Policy, "load-balancing policy of the demo's client: "+strings.Join(balance.Names, ", "))
 	)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *nodes < 2 {
-		return usagef("-nodes must be >= 2 so that a node can fail, got %d", *nodes)
+	if *degree < 2 || *degree > *nodes {
+		return usagef("-degree must be in [2, -nodes] so that a replica can fail, got %d of %d nodes", *degree, *nodes)
 	}
 	if *duration < 3*time.Second {
 		return usagef("-duration must be >= 3s, got %v", *duration)
 	}
 	if *concurrency < 1 || *partitions < 1 {
 		return usagef("-concurrency and -partitions must be >= 1")
+	}
+	lcfg := forumload.DefaultConfig()
+	lcfg.Partitions, lcfg.WriteFraction = *partitions, *writes
+	if err := lcfg.Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	bal := balance.DefaultConfig()
+	bal.Policy = *policy
+	if err := bal.Validate(); err != nil {
+		return usagef("-balance: %v", err)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -52,34 +68,31 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	if !*keep {
 		defer os.RemoveAll(dir)
 	}
+	var ids []string
+	for i := range *nodes {
+		ids = append(ids, fmt.Sprintf("node%d", i+1))
+	}
+	cfgPath := filepath.Join(dir, "forum.yaml")
+	yaml := fmt.Sprintf("services:\n  - name: forum\n    partitions: 0-%d\n    replication:\n      level: 2\n      nodes: [%s]\n      degree: %d\n",
+		*partitions-1, strings.Join(ids, ", "), *degree)
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
+		return err
+	}
 	cl := localcluster.New(exe, dir)
 	defer cl.Close()
 
-	fmt.Fprintf(stdout, "Starting %d nodes (logs in %s): echo on every node, kv partitions 0-%d on two nodes each\n", *nodes, dir, *partitions-1)
+	fmt.Fprintf(stdout, "Starting %d nodes (logs and data in %s): forum on SQLite, partitions 0-%d, level 2, %d replicas each\n",
+		*nodes, dir, *partitions-1, *degree)
 	var procs []*localcluster.Node
-	for i := range *nodes {
-		var kvParts []string
-		for p := range *partitions {
-			if p%*nodes == i || (p+1)%*nodes == i {
-				kvParts = append(kvParts, fmt.Sprint(p))
-			}
-		}
-		spec := localcluster.Spec{ID: fmt.Sprintf("node%d", i+1), Services: []string{"echo:0-3"}, Args: []string{"-metrics", "127.0.0.1:0"}}
-		if len(kvParts) > 0 {
-			spec.Services = append(spec.Services, "kv:"+strings.Join(kvParts, ","))
-		}
-		n, err := cl.Start(ctx, spec)
+	for _, id := range ids {
+		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfgPath, "-data-dir", filepath.Join(dir, id),
+			"-metrics", "127.0.0.1:0", "-announce-interval", "200ms", "-announce-ttl", "1s"}})
 		if err != nil {
 			return err
 		}
 		procs = append(procs, n)
 	}
-	bal := balance.DefaultConfig()
-	bal.Policy = *policy
-	if err := bal.Validate(); err != nil {
-		return usagef("-balance: %v", err)
-	}
-	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), Balance: bal})
+	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), Balance: bal, AnnounceTTL: time.Second})
 	if err != nil {
 		return err
 	}
@@ -87,11 +100,38 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := waitMembers(ctx, client, *nodes, 15*time.Second); err != nil {
 		return err
 	}
+	if err := waitServing(ctx, client, *partitions, *degree, 20*time.Second); err != nil {
+		return err
+	}
+	load, err := forumload.New(client, lcfg)
+	if err != nil {
+		return err
+	}
+	seedCtx, cancelSeed := context.WithTimeout(ctx, 20*time.Second)
+	err = load.Seed(seedCtx)
+	cancelSeed()
+	if err != nil {
+		return err
+	}
 	printStatus(stdout, client.Members(ctx, 50*time.Millisecond))
+	printPartitions(stdout, client.Partitions())
 
-	victim := procs[len(procs)-1]
+	// The victim is partition 0's primary, so the run includes a failover
+	// (and, on restart, the bully hand-back of the partitions it prefers).
+	victim := procs[0]
+	if p := primaries(client.Partitions())[0]; p != "" {
+		victim = procs[slices.Index(ids, p)]
+	}
+	var victimParts []string
+	prim := primaries(client.Partitions())
+	for part := range *partitions {
+		if prim[part] == victim.Spec.ID {
+			victimParts = append(victimParts, fmt.Sprint(part))
+		}
+	}
 	killAt, restartAt := *duration*3/10, *duration*6/10
-	fmt.Fprintf(stdout, "\nDriving %d callers for %v; SIGKILL %s at %v, restart it at %v\n\n", *concurrency, *duration, victim.Spec.ID, killAt, restartAt)
+	fmt.Fprintf(stdout, "\nDriving %d callers (%.0f%% AddMsg, the rest ViewHeaders/ViewMsg over %d topics) for %v;\nSIGKILL %s (primary of partitions %s) at %v, restart it at %v\n\n",
+		*concurrency, 100**writes, len(load.Topics()), *duration, victim.Spec.ID, strings.Join(victimParts, ","), killAt, restartAt)
 
 	// Resident memory is sampled after a warm-up (a tenth of the run) and
 	// at the end: growth between the two would be a leak.
@@ -105,7 +145,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			drive(runCtx, client, rand.New(rand.NewPCG(*seed, uint64(w))), *partitions, rec, start)
+			load.Run(runCtx, w, rand.New(rand.NewPCG(*seed, uint64(w))), func(op forumload.Op) { rec.add(start, op) })
 		}()
 	}
 	events := []struct {
@@ -149,13 +189,67 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "  %-8s %6.1f MiB → %6.1f MiB%s\n", n.Spec.ID, float64(rssWarm[n.Spec.ID])/(1<<20), float64(after)/(1<<20), note)
 	}
-	fmt.Fprintln(stdout)
-	_ = waitMembers(ctx, client, *nodes, 5*time.Second)
-	printStatus(stdout, client.Members(ctx, 50*time.Millisecond))
-	if rec.okRatio() < 0.99 {
-		return fmt.Errorf("demo: only %.2f%% of calls succeeded", 100*rec.okRatio())
+
+	fmt.Fprintf(stdout, "\nVerifying: reading every replica directly (Digest, then ViewHeaders of every topic)...\n")
+	t0 := time.Now()
+	reports, verr := load.Verify(ctx, *degree, 20*time.Second)
+	printPartitions(stdout, client.Partitions())
+	if verr != nil {
+		return fmt.Errorf("demo: %w", verr)
+	}
+	fmt.Fprintf(stdout, "\n%-9s %-22s %8s %6s %-16s %s\n", "partition", "replicas", "messages", "lsn", "sha256", "acknowledged: on every replica")
+	acked := 0
+	for _, r := range reports {
+		fmt.Fprintf(stdout, "%-9d %-22s %8d %6d %-16s %d\n", r.Partition, strings.Join(r.Replicas, ","), r.Digest.Messages, r.Digest.LSN, r.Digest.SHA256[:12]+"…", r.Acked)
+		acked += r.Acked
+	}
+	fmt.Fprintf(stdout, "\nVerified in %v: all %d acknowledged messages are on all %d replicas of their partition, and the replicas of every partition are identical.\n",
+		time.Since(t0).Round(time.Millisecond), acked, *degree)
+	if r := rec.okRatio(); r < 0.99 {
+		return fmt.Errorf("demo: only %.2f%% of calls succeeded", 100*r)
 	}
 	return nil
+}
+
+// primaries maps each partition to its announced primary of the highest
+// epoch ("" if none).
+func primaries(parts []neptune.PartitionInfo) map[int]string {
+	out := map[int]string{}
+	for _, pi := range parts {
+		var epoch uint64
+		for _, r := range pi.Replicas {
+			if r.Role == "primary" && r.Epoch >= epoch {
+				out[pi.Partition], epoch = r.Node, r.Epoch
+			}
+		}
+	}
+	return out
+}
+
+// waitServing waits until every forum partition announces degree replicas,
+// none of them recovering, one of them the primary.
+func waitServing(ctx context.Context, c *neptune.Client, partitions, degree int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ready := 0
+		for _, pi := range c.Partitions() {
+			if pi.Service == "forum" && len(pi.Replicas) == degree && !slices.ContainsFunc(pi.Replicas, func(r neptune.ReplicaInfo) bool { return r.Role == "recovering" }) &&
+				slices.ContainsFunc(pi.Replicas, func(r neptune.ReplicaInfo) bool { return r.Role == "primary" }) {
+				ready++
+			}
+		}
+		if ready == partitions {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("demo: only %d of %d forum partitions serving on all replicas after %v", ready, partitions, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func waitMembers(ctx context.Context, c *neptune.Client, n int, limit time.Duration) error {
@@ -175,49 +269,6 @@ func waitMembers(ctx context.Context, c *neptune.Client, n int, limit time.Durat
 	}
 }
 
-// drive issues a mix of calls until ctx ends: half 1 KiB echoes, a quarter
-// kv puts, a quarter kv gets.
-func drive(ctx context.Context, c *neptune.Client, rng *rand.Rand, partitions int, rec *recorder, start time.Time) {
-	payload := make([]byte, 1024)
-	sess := neptune.NewSession()
-	for ctx.Err() == nil {
-		var (
-			service, method string
-			mode            = neptune.Read
-			part            int
-			body            []byte
-		)
-		switch x := rng.IntN(4); {
-		case x < 2:
-			service, method, part, body = "echo", "echo", rng.IntN(4), payload
-		default:
-			key := fmt.Sprintf("key%d", rng.IntN(1000))
-			h := fnv.New32a()
-			h.Write([]byte(key))
-			service, part = "kv", int(h.Sum32()%uint32(partitions))
-			if x == 2 {
-				method, mode, body = "put", neptune.Write, []byte(key+"=v")
-			} else {
-				method, body = "get", []byte(key)
-			}
-		}
-		// Not derived from ctx: a call in flight when the run ends finishes
-		// and counts, instead of failing with the run's deadline.
-		callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		t0 := time.Now()
-		_, err := c.Call(callCtx, sess, service, part, method, mode, body)
-		lat := time.Since(t0)
-		cancel()
-		// A get may miss: without replication (a later issue) the two
-		// replicas of a kv partition hold different keys.
-		miss := err != nil && strings.Contains(err.Error(), kv.ErrNotFound.Error())
-		if miss {
-			err = nil
-		}
-		rec.add(t0.Sub(start), lat, err)
-	}
-}
-
 // recorder keeps per-second outcomes and latencies of the demo workload.
 type recorder struct {
 	mu     sync.Mutex
@@ -227,20 +278,20 @@ type recorder struct {
 }
 
 type call struct {
-	at, lat time.Duration
-	ok      bool
+	at, lat      time.Duration
+	ok, w, stale bool
 }
 
 func newRecorder() *recorder { return &recorder{errs: map[string]int{}} }
 
-func (r *recorder) add(at, lat time.Duration, err error) {
+func (r *recorder) add(start time.Time, op forumload.Op) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.calls = append(r.calls, call{at: at, lat: lat, ok: err == nil})
-	if err != nil {
-		msg := err.Error()
-		if len(msg) > 100 {
-			msg = msg[:100] + "..."
+	r.calls = append(r.calls, call{at: op.Start.Sub(start), lat: op.Latency, ok: op.Err == nil, w: op.Method == "AddMsg", stale: op.Stale})
+	if op.Err != nil {
+		msg := op.Method + ": " + op.Err.Error()
+		if len(msg) > 110 {
+			msg = msg[:110] + "..."
 		}
 		r.errs[msg]++
 	}
@@ -277,26 +328,32 @@ func (r *recorder) report(w io.Writer, killAt, restartAt time.Duration) {
 	for _, e := range r.events {
 		fmt.Fprintln(w, e)
 	}
-	fmt.Fprintln(w, "\nTimeline (calls per second):")
+	fmt.Fprintln(w, "\nTimeline (calls per second; a stale read is a ViewMsg/ViewHeaders a secondary answered before applying the write):")
 	var end time.Duration
 	for _, c := range r.calls {
 		end = max(end, c.at)
 	}
 	for s := time.Duration(0); s <= end; s += time.Second {
-		ok, bad := 0, 0
+		reads, writes, stale, bad := 0, 0, 0, 0
 		for _, c := range r.calls {
 			if c.at >= s && c.at < s+time.Second {
-				if c.ok {
-					ok++
-				} else {
+				switch {
+				case !c.ok:
 					bad++
+				case c.w:
+					writes++
+				default:
+					reads++
+					if c.stale {
+						stale++
+					}
 				}
 			}
 		}
-		fmt.Fprintf(w, "  %3ds  ok %6d  errors %3d  %s\n", int(s.Seconds()), ok, bad, strings.Repeat("#", min(ok/100, 60)))
+		fmt.Fprintf(w, "  %3ds  reads %6d  writes %5d  stale %3d  errors %3d  %s\n", int(s.Seconds()), reads, writes, stale, bad, strings.Repeat("#", min((reads+writes)/100, 60)))
 	}
 	fmt.Fprintln(w, "\nSummary:")
-	fmt.Fprintf(w, "  %-22s %9s %7s %10s %9s %9s\n", "phase", "requests", "errors", "req/s", "p50", "p99")
+	fmt.Fprintf(w, "  %-16s %9s %7s %10s %9s %9s %9s %9s\n", "phase", "requests", "errors", "req/s", "writes/s", "p50", "p99", "write p99")
 	phases := []struct {
 		name     string
 		from, to time.Duration
@@ -307,19 +364,23 @@ func (r *recorder) report(w io.Writer, killAt, restartAt time.Duration) {
 		{"whole run", 0, end + time.Second},
 	}
 	for _, ph := range phases {
-		var lats []time.Duration
+		var lats, wlats []time.Duration
 		errs := 0
 		for _, c := range r.calls {
 			if c.at >= ph.from && c.at < ph.to {
 				lats = append(lats, c.lat)
+				if c.w {
+					wlats = append(wlats, c.lat)
+				}
 				if !c.ok {
 					errs++
 				}
 			}
 		}
 		slices.Sort(lats)
+		slices.Sort(wlats)
 		secs := (ph.to - ph.from).Seconds()
-		fmt.Fprintf(w, "  %-22s %9d %7d %10.0f %9s %9s\n", ph.name, len(lats), errs, float64(len(lats))/secs, pct(lats, 0.50), pct(lats, 0.99))
+		fmt.Fprintf(w, "  %-16s %9d %7d %10.0f %9.0f %9s %9s %9s\n", ph.name, len(lats), errs, float64(len(lats))/secs, float64(len(wlats))/secs, pct(lats, 0.50), pct(lats, 0.99), pct(wlats, 0.99))
 	}
 	if len(r.errs) > 0 {
 		fmt.Fprintln(w, "\nErrors:")
