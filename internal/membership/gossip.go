@@ -93,6 +93,14 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 	mc.BindAddr = cfg.BindAddr
 	mc.BindPort = cfg.BindPort
 	mc.AdvertisePort = cfg.BindPort
+	// The local profile retransmits a broadcast only 2·log10(n+1) times, so
+	// a joiner's alive message can miss some members until the next
+	// push/pull (15 s): those would never announce themselves to it and
+	// their entries would expire in its yellow pages. Retransmit as on a
+	// LAN, and push/pull (which also carries the yellow pages) once per TTL
+	// so no member stays unknown longer than an entry lives.
+	mc.RetransmitMult = 4
+	mc.PushPullInterval = cfg.TTL
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
 	mc.Logger = slog.NewLogLogger(cfg.Logger.With("component", "memberlist").Handler(), slog.LevelDebug)
@@ -103,14 +111,38 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 	g.ml = ml
 	g.refresh()
 	if len(cfg.Join) > 0 {
-		if _, err := ml.Join(cfg.Join); err != nil {
+		if err := join(ctx, ml, cfg); err != nil {
 			_ = ml.Shutdown()
-			return nil, fmt.Errorf("membership: join %v: %w", cfg.Join, err)
+			return nil, err
 		}
 	}
 	ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	go g.loop(ctx)
 	return g, nil
+}
+
+// JoinTimeout bounds how long Start keeps trying to reach a seed, so nodes
+// of a cluster may start in any order.
+const JoinTimeout = 10 * time.Second
+
+// join contacts the seeds, retrying every half second until JoinTimeout.
+func join(ctx context.Context, ml *memberlist.Memberlist, cfg Config) error {
+	deadline := cfg.Clock.Now().Add(JoinTimeout)
+	for {
+		_, err := ml.Join(cfg.Join)
+		if err == nil {
+			return nil
+		}
+		if cfg.Clock.Now().After(deadline) {
+			return fmt.Errorf("membership: join %v (tried for %v): %w", cfg.Join, JoinTimeout, err)
+		}
+		cfg.Logger.Info("seeds not reachable yet, retrying", "join", cfg.Join, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("membership: join %v: %w", cfg.Join, ctx.Err())
+		case <-cfg.Clock.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // Addr is the gossip address others can join.
