@@ -22,6 +22,8 @@ import (
 // benchApps is `neptune bench apps`: the forum on SQLite versus
 // PostgreSQL, and an HTTP service called through Neptune's HTTP adapter
 // versus called directly; contenders interleave in rounds in one run.
+// Then auction and pcache throughput versus replication degree (Figs 5.5,
+// 5.6).
 func benchApps(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlags("bench apps", "[-cell 1s] [-rounds 3] [-concurrency 8] [-pg-dsn URL] [-work 1ms]")
 	var (
@@ -30,6 +32,11 @@ func benchApps(ctx context.Context, args []string, stdout io.Writer) error {
 		concurrency = fs.Int("concurrency", 8, "callers in the concurrent forum and adapter cells")
 		pgDSN       = fs.String("pg-dsn", os.Getenv("NEPTUNE_TEST_PG_DSN"), "PostgreSQL server for the forum (default $NEPTUNE_TEST_PG_DSN); empty skips PostgreSQL")
 		work        = fs.Duration("work", time.Millisecond, "service time of the adapter's second HTTP route")
+		sections    = fs.String("sections", "storage,adapter,replication", "what to run: storage (forum SQLite vs PostgreSQL), adapter, replication (Figs 5.5/5.6)")
+		degrees     = fs.String("degrees", "1-4", "replication degrees (of 4 nodes) for Figs 5.5/5.6")
+		replCell    = fs.Duration("repl-cell", 2*time.Second, "measuring time per Figs 5.5/5.6 cell")
+		clients     = fs.Int("clients", 16, "closed-loop clients in the Figs 5.5/5.6 cells")
+		out         = fs.String("out", "out", "directory for the Figs 5.5/5.6 CSV and SVG")
 	)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -39,10 +46,31 @@ func benchApps(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := benchForumStorage(ctx, stdout, dir, *pgDSN, *cell, *rounds, *concurrency); err != nil {
-		return err
+	run := map[string]bool{}
+	for _, s := range strings.Split(*sections, ",") {
+		if s = strings.TrimSpace(s); s != "storage" && s != "adapter" && s != "replication" {
+			return usagef("-sections: unknown section %q (storage, adapter, replication)", s)
+		}
+		run[strings.TrimSpace(s)] = true
 	}
-	return benchAdapter(ctx, stdout, dir, *work, *cell, *rounds, *concurrency)
+	degs, err := ParsePartitions(*degrees)
+	if err != nil {
+		return usagef("-degrees: %v", err)
+	}
+	if run["storage"] {
+		if err := benchForumStorage(ctx, stdout, dir, *pgDSN, *cell, *rounds, *concurrency); err != nil {
+			return err
+		}
+	}
+	if run["adapter"] {
+		if err := benchAdapter(ctx, stdout, dir, *work, *cell, *rounds, *concurrency); err != nil {
+			return err
+		}
+	}
+	if run["replication"] {
+		return benchAppsReplication(ctx, stdout, dir, *out, degs, *clients, *replCell)
+	}
+	return nil
 }
 
 // benchForumStorage calls the forum's handlers in-process (no network), so

@@ -1,0 +1,284 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/apps/auction"
+	"github.com/neptune-cluster/neptune/apps/pcache"
+)
+
+// appReplWorkload is one service of the Fig 5.5/5.6 sweep.
+type appReplWorkload struct {
+	name  string
+	level int
+	// open builds one node's service on storage under dir.
+	open func(ctx context.Context, dir string) (neptune.Service, io.Closer, error)
+	// setup loads the cluster through c before measuring.
+	setup func(ctx context.Context, c *neptune.Client) error
+	// op issues one request; an answer that is an application error (a
+	// bid outbid meanwhile) still counts as served.
+	op func(ctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error
+}
+
+const appReplParts = 4
+
+// benchAppsReplication is dissertation Figs 5.5 and 5.6 at laptop scale:
+// auction (level 3, 1 s staleness; 10 % bids, 3 % new items) and
+// persistent-cache (level 2, 10 % updates) throughput versus replication
+// degree, on 4 in-process nodes with durable storage each. Every cell
+// starts a fresh cluster; degrees of one service run back to back.
+func benchAppsReplication(ctx context.Context, stdout io.Writer, dir, out string, degs []int, clients int, cell time.Duration) error {
+	fmt.Fprintf(stdout, "\nFigs 5.5/5.6: throughput (ops/s) vs replication degree; 4 in-process nodes, %d partitions, %d clients, %v per cell\n", appReplParts, clients, cell)
+	fmt.Fprintf(stdout, "%-9s %-6s %s\n", "service", "level", strings.Join(mapInts(degs, func(d int) string { return fmt.Sprintf("deg%-7d", d) }), ""))
+	csv := "service,level,degree,ops_per_s\n"
+	var lines []svgSeries
+	for _, wl := range []appReplWorkload{auctionWorkload(), pcacheWorkload()} {
+		s := svgSeries{name: fmt.Sprintf("%s (level %d)", wl.name, wl.level)}
+		row := fmt.Sprintf("%-9s %-6d ", wl.name, wl.level)
+		var ratios []string
+		for _, d := range degs {
+			ops, err := appReplCell(ctx, filepath.Join(dir, fmt.Sprintf("%s-d%d", wl.name, d)), wl, d, clients, cell)
+			if err != nil {
+				return fmt.Errorf("bench apps: %s degree %d: %w", wl.name, d, err)
+			}
+			csv += fmt.Sprintf("%s,%d,%d,%.1f\n", wl.name, wl.level, d, ops)
+			s.x, s.y = append(s.x, float64(d)), append(s.y, ops)
+			row += fmt.Sprintf("%-10.0f", ops)
+			ratios = append(ratios, fmt.Sprintf("deg%d %.2f", d, ops/s.y[0]))
+		}
+		fmt.Fprintln(stdout, row)
+		fmt.Fprintf(stdout, "  %s relative to degree %d: %s\n", wl.name, degs[0], strings.Join(ratios, ", "))
+		lines = append(lines, s)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "apps-fig55-56.csv"), []byte(csv), 0o644); err != nil {
+		return err
+	}
+	return writeLineSVG(filepath.Join(out, "apps-fig55-56.svg"), "auction and pcache throughput vs replication degree", "degree", "ops/s", lines)
+}
+
+// appReplCell measures one closed-loop cell on a fresh 4-node cluster.
+func appReplCell(ctx context.Context, dir string, wl appReplWorkload, degree, clients int, dur time.Duration) (float64, error) {
+	rep := neptune.Replication{Level: wl.level, Degree: degree, Staleness: time.Second}
+	for i := range 4 {
+		rep.Nodes = append(rep.Nodes, fmt.Sprintf("n%d", i))
+	}
+	var (
+		nodes   []*neptune.Node
+		closers []io.Closer
+	)
+	defer func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+		for _, c := range closers {
+			c.Close()
+		}
+	}()
+	var join []string
+	all := make([]int, appReplParts)
+	for p := range all {
+		all[p] = p
+	}
+	for _, id := range rep.Nodes {
+		n, err := neptune.NewNode(neptune.NodeConfig{ID: id, Join: join, AnnounceInterval: 200 * time.Millisecond,
+			AnnounceTTL: time.Second, DataDir: filepath.Join(dir, id)})
+		if err != nil {
+			return 0, err
+		}
+		nodes = append(nodes, n)
+		if ps := rep.PartitionsOn(id, all); len(ps) > 0 {
+			svc, closer, err := wl.open(ctx, filepath.Join(dir, id, "service"))
+			if err != nil {
+				return 0, err
+			}
+			closers = append(closers, closer)
+			r := rep
+			svc.Replication = &r
+			if err := n.Register(svc, ps...); err != nil {
+				return 0, err
+			}
+		}
+		if err := n.Start(ctx); err != nil {
+			return 0, err
+		}
+		join = []string{nodes[0].GossipAddr()}
+	}
+	c := nodes[0].Client()
+	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := wl.setup(setupCtx, c)
+	cancel()
+	if err != nil {
+		return 0, err
+	}
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(dur)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 55))
+			sess := neptune.NewSession()
+			for time.Now().Before(stop) && ctx.Err() == nil {
+				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				err := wl.op(cctx, c, sess, rng)
+				cancel()
+				if err == nil {
+					done.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(done.Load()) / dur.Seconds(), ctx.Err()
+}
+
+// retryWrite retries a write until a primary takes it (a fresh cluster
+// elects its primaries in the first few hundred milliseconds).
+func retryWrite(ctx context.Context, c *neptune.Client, service string, p int, method string, body []byte) (*neptune.Response, error) {
+	for {
+		resp, err := c.Call(ctx, nil, service, p, method, neptune.Write, body)
+		if err == nil || ctx.Err() != nil {
+			return resp, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// auctionWorkload follows §5.4.4's eBay mix: 10 % BidItem, 3 % AddItem,
+// the rest ViewItem and ViewCategory, over categories spread evenly.
+func auctionWorkload() appReplWorkload {
+	const catsPerPart, itemsPerCat = 4, 5
+	cats := make([][]string, appReplParts) // per partition
+	for i, n := 0, 0; n < appReplParts*catsPerPart; i++ {
+		cat := fmt.Sprintf("cat-%d", i)
+		if p := auction.Partition(cat, appReplParts); len(cats[p]) < catsPerPart {
+			cats[p] = append(cats[p], cat)
+			n++
+		}
+	}
+	var (
+		mu    sync.Mutex
+		items = make([][]int64, appReplParts)
+		price atomic.Int64 // bids rise globally, so most beat the current price
+	)
+	return appReplWorkload{
+		name: "auction", level: 3,
+		open: func(ctx context.Context, dir string) (neptune.Service, io.Closer, error) {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return neptune.Service{}, nil, err
+			}
+			a, err := auction.Open(ctx, filepath.Join(dir, "auction.sqlite"))
+			if err != nil {
+				return neptune.Service{}, nil, err
+			}
+			return a.Service(), a, nil
+		},
+		setup: func(ctx context.Context, c *neptune.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for p := range appReplParts {
+				items[p] = nil
+				for _, cat := range cats[p] {
+					for k := range itemsPerCat {
+						body, _ := json.Marshal(auction.AddItemRequest{Category: cat, Title: fmt.Sprintf("item %d", k), Seller: "s", StartPrice: 100})
+						resp, err := retryWrite(ctx, c, "auction", p, "AddItem", body)
+						if err != nil {
+							return err
+						}
+						var out auction.AddItemResponse
+						if err := json.Unmarshal(resp.Body, &out); err != nil {
+							return err
+						}
+						items[p] = append(items[p], out.ID)
+					}
+				}
+			}
+			price.Store(100)
+			return nil
+		},
+		op: func(ctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error {
+			p := rng.IntN(appReplParts)
+			mu.Lock()
+			id := items[p][rng.IntN(len(items[p]))]
+			mu.Unlock()
+			cat := cats[p][rng.IntN(len(cats[p]))]
+			var (
+				method = "ViewItem"
+				mode   = neptune.Read
+				body   any
+			)
+			switch x := rng.IntN(100); {
+			case x < 10:
+				method, mode, body = "BidItem", neptune.Write, auction.BidItemRequest{Item: id, Bidder: "b", Amount: price.Add(1)}
+			case x < 13:
+				method, mode, body = "AddItem", neptune.Write, auction.AddItemRequest{Category: cat, Title: "new", Seller: "s", StartPrice: 1}
+			case x < 56:
+				method, body = "ViewCategory", auction.ViewCategoryRequest{Category: cat}
+			default:
+				body = auction.ViewItemRequest{ID: id}
+			}
+			b, _ := json.Marshal(body)
+			_, err := c.Call(ctx, sess, "auction", p, method, mode, b)
+			if err != nil && strings.Contains(err.Error(), auction.ErrBidTooLow.Error()) {
+				return nil // served: outbid by a concurrent bid
+			}
+			return err
+		},
+	}
+}
+
+// pcacheWorkload is §5.4.4's persistent cache: level 2, 10 % CacheUpdate,
+// 90 % CacheLookup over 1000 keys per partition, 1 KiB values.
+func pcacheWorkload() appReplWorkload {
+	value := strings.Repeat("v", 1024)
+	return appReplWorkload{
+		name: "pcache", level: 2,
+		open: func(_ context.Context, dir string) (neptune.Service, io.Closer, error) {
+			pc, err := pcache.Open(dir)
+			if err != nil {
+				return neptune.Service{}, nil, err
+			}
+			return pc.Service(), pc, nil
+		},
+		setup: func(ctx context.Context, c *neptune.Client) error {
+			for p := range appReplParts {
+				body, _ := json.Marshal(pcache.UpdateRequest{Key: "warm", Value: value})
+				if _, err := retryWrite(ctx, c, "pcache", p, "CacheUpdate", body); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		op: func(ctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error {
+			p, key := rng.IntN(appReplParts), fmt.Sprintf("k%d", rng.IntN(1000))
+			var (
+				method = "CacheLookup"
+				mode   = neptune.Read
+				body   []byte
+			)
+			if rng.IntN(10) == 0 {
+				method, mode = "CacheUpdate", neptune.Write
+				body, _ = json.Marshal(pcache.UpdateRequest{Key: key, Value: value})
+			} else {
+				body, _ = json.Marshal(pcache.LookupRequest{Key: key})
+			}
+			_, err := c.Call(ctx, sess, "pcache", p, method, mode, body)
+			return err
+		},
+	}
+}
