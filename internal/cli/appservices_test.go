@@ -62,7 +62,7 @@ func TestAppServiceBuild(t *testing.T) {
 		check   bool
 		err     string
 	}{
-		{s: ServiceConfig{Name: "forum"}, dataDir: dir, want: []string{"AddMsg", "ViewHeaders", "ViewMsg"}, check: true},
+		{s: ServiceConfig{Name: "forum"}, dataDir: dir, want: []string{"AddMsg", "ViewHeaders", "ViewMsg", "Digest"}, check: true},
 		{s: ServiceConfig{Name: "auction"}, want: []string{"AddItem", "BidItem", "ViewCategories", "ViewCategory", "ViewItem"}, check: true},
 		{s: ServiceConfig{Name: "pcache", Storage: dir + "/pc"}, want: []string{"CacheUpdate", "CacheLookup"}, check: true},
 		{s: ServiceConfig{Name: "pcache"}, err: "set storage"},
