@@ -224,13 +224,12 @@ type PartitionReport struct {
 	Acked     int // acknowledged messages, each found on every replica
 }
 
-// Verify waits (up to wait) until every replica of every forum partition is
-// serving and all replicas of a partition answer the same Digest, reading
-// each replica directly rather than through the balancer; it then reads
-// every topic's headers from each replica and checks that every
-// acknowledged message is on every replica, and that each replica holds
-// degree copies (replicas) per partition. Call it after the workload
-// stopped. Errors wrap ErrVerify when the data is wrong.
+// Verify waits (up to wait) until every forum partition announces degree
+// replicas, all serving, that answer the same Digest, reading each replica
+// directly rather than through the balancer; it then reads every topic's
+// headers from each replica and checks that every acknowledged message is
+// on every replica. Call it after the workload stopped. Errors wrap
+// ErrVerify when the data is wrong.
 func (l *Load) Verify(ctx context.Context, degree int, wait time.Duration) ([]PartitionReport, error) {
 	conns := transport.NewConns()
 	defer conns.Close()
