@@ -41,6 +41,8 @@ func benchReplication(ctx context.Context, args []string, stdout io.Writer) erro
 		rounds   = fset.Int("rounds", 3, "interleaved rounds of Fig 5.1 cells, pooled")
 		fig54    = fset.Bool("fig54", false, "run Fig 5.4: throughput through three node kills and restarts")
 		phase    = fset.Duration("phase", 10*time.Second, "Fig 5.4 time between a kill, its restart and the next kill")
+		fig52    = fset.Bool("fig52", false, "run Fig 5.2/5.3: Zipf-skewed load by degree and by level")
+		parts    = fset.Int("partitions", 16, "Fig 5.2/5.3 partitions (imbalance factors 1/partitions to 1)")
 	)
 	if err := parse(fset, args); err != nil {
 		return err
@@ -50,6 +52,9 @@ func benchReplication(ctx context.Context, args []string, stdout io.Writer) erro
 	}
 	if *sample <= 0 {
 		return usagef("-sample must be positive")
+	}
+	if *parts < 2 {
+		return usagef("-partitions must be at least 2")
 	}
 	if *phase <= 0 {
 		return usagef("-phase must be positive")
@@ -72,6 +77,11 @@ func benchReplication(ctx context.Context, args []string, stdout io.Writer) erro
 	defer os.RemoveAll(tmp)
 	if *fig51 {
 		if err := benchReplThroughput(ctx, stdout, *out, tmp, degs, levs, *clients, *cell, *rounds); err != nil {
+			return err
+		}
+	}
+	if *fig52 {
+		if err := benchReplSkew(ctx, stdout, *out, tmp, *parts, *clients, *cell, *rounds); err != nil {
 			return err
 		}
 	}
@@ -108,7 +118,7 @@ func benchReplThroughput(ctx context.Context, stdout io.Writer, out, tmp string,
 		for _, pct := range []int{10, 50} {
 			for _, d := range degs {
 				for _, lv := range order {
-					ops, err := replCell(ctx, filepath.Join(tmp, fmt.Sprintf("r%dl%dd%dw%d", r, lv, d, pct)), lv, d, float64(pct)/100, clients, cell)
+					ops, err := replCell(ctx, filepath.Join(tmp, fmt.Sprintf("r%dl%dd%dw%d", r, lv, d, pct)), lv, d, float64(pct)/100, clients, cell, []float64{1, 1, 1, 1})
 					if err != nil {
 						return fmt.Errorf("round %d level %d degree %d: %w", r, lv, d, err)
 					}
@@ -186,9 +196,19 @@ func mapInts(xs []int, f func(int) string) []string {
 	return out
 }
 
-// replCell runs one closed-loop measurement on a fresh 4-node cluster.
-func replCell(ctx context.Context, dir string, level, degree int, writeFrac float64, clients int, dur time.Duration) (float64, error) {
-	const nodesN, parts = 4, 4
+// replCell runs one closed-loop measurement on a fresh 4-node cluster with
+// len(weights) partitions; clients pick a partition with these weights.
+func replCell(ctx context.Context, dir string, level, degree int, writeFrac float64, clients int, dur time.Duration, weights []float64) (float64, error) {
+	const nodesN = 4
+	parts := len(weights)
+	all := make([]int, parts)
+	cum := make([]float64, parts)
+	var sum float64
+	for i, w := range weights {
+		all[i] = i
+		sum += w
+		cum[i] = sum
+	}
 	rep := neptune.Replication{Level: level, Degree: degree}
 	for i := range nodesN {
 		rep.Nodes = append(rep.Nodes, fmt.Sprintf("n%d", i))
@@ -209,7 +229,7 @@ func replCell(ctx context.Context, dir string, level, degree int, writeFrac floa
 		svc := kv.New().Service()
 		r := rep
 		svc.Replication = &r
-		if ps := rep.PartitionsOn(id, []int{0, 1, 2, 3}); len(ps) > 0 {
+		if ps := rep.PartitionsOn(id, all); len(ps) > 0 {
 			if err := n.Register(svc, ps...); err != nil {
 				return 0, err
 			}
@@ -247,7 +267,8 @@ func replCell(ctx context.Context, dir string, level, degree int, writeFrac floa
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
 			sess := neptune.NewSession()
 			for time.Now().Before(stop) && ctx.Err() == nil {
-				p := rng.IntN(parts)
+				p, _ := slices.BinarySearch(cum, rng.Float64()*sum)
+				p = min(p, parts-1)
 				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				var err error
 				if rng.Float64() < writeFrac {
@@ -706,4 +727,120 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 	}
 	return writeLineSVG(filepath.Join(out, "replication-fig54.svg"),
 		fmt.Sprintf("kv through 3 kills+restarts (r1,r2,r3; every %v)", phase), "time (s)", "per second", []svgSeries{sOK, sErr})
+}
+
+// ---- Fig 5.2 and 5.3: Zipf-skewed load ----
+
+// zipfWeights returns partition weights of a Zipf distribution over n
+// partitions whose most popular partition draws the fraction f of the
+// requests (the paper's imbalance factor): 1/n is uniform, 1 is one
+// partition only.
+func zipfWeights(n int, f float64) []float64 {
+	w := make([]float64, n)
+	switch {
+	case f >= 1:
+		w[0] = 1
+		return w
+	case f <= 1/float64(n):
+		for i := range w {
+			w[i] = 1
+		}
+		return w
+	}
+	first := func(s float64) float64 {
+		var h float64
+		for i := range n {
+			h += math.Pow(float64(i+1), -s)
+		}
+		return 1 / h
+	}
+	lo, hi := 0.0, 64.0
+	for range 100 {
+		if mid := (lo + hi) / 2; first(mid) < f {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	for i := range w {
+		w[i] = math.Pow(float64(i+1), -lo)
+	}
+	return w
+}
+
+// benchReplSkew measures Fig 5.2 (level 2, degrees 1-4) and Fig 5.3
+// (degree 4, levels 1-3) under Zipf-skewed partition load at 10 % writes,
+// with the cells of one imbalance factor run in turn, rounds times.
+func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts, clients int, cell time.Duration, rounds int) error {
+	type cfg struct{ level, degree int }
+	cfgs := []cfg{{2, 1}, {2, 2}, {2, 3}, {2, 4}, {1, 4}, {3, 4}}
+	var factors []float64
+	for f := 1 / float64(parts); f < 1; f *= 2 {
+		factors = append(factors, f)
+	}
+	factors = append(factors, 1)
+	fmt.Fprintf(stdout, "\nFig 5.2/5.3: kv throughput (ops/s) under Zipf-skewed load; 4 in-process nodes, %d partitions, 10%% writes, %d clients, %v per cell, %d interleaved rounds\n", parts, clients, cell, rounds)
+	samples := map[[2]int][]float64{} // (cfg index, factor index)
+	csv := "round,level,degree,imbalance,ops_per_s\n"
+	for r := range rounds {
+		for fi, f := range factors {
+			order := slices.Clone(cfgs)
+			if r%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, c := range order {
+				ci := slices.Index(cfgs, c)
+				ops, err := replCell(ctx, filepath.Join(tmp, fmt.Sprintf("skew-r%dl%dd%df%d", r, c.level, c.degree, fi)), c.level, c.degree, 0.1, clients, cell, zipfWeights(parts, f))
+				if err != nil {
+					return fmt.Errorf("level %d degree %d imbalance %.3f: %w", c.level, c.degree, f, err)
+				}
+				samples[[2]int{ci, fi}] = append(samples[[2]int{ci, fi}], ops)
+				csv += fmt.Sprintf("%d,%d,%d,%.4f,%.1f\n", r, c.level, c.degree, f, ops)
+			}
+		}
+		fmt.Fprintf(stdout, "round %d of %d done\n", r+1, rounds)
+	}
+	fmt.Fprintln(stdout, "mean ± sd over rounds (ops/s)")
+	hdr := "level deg  "
+	for _, f := range factors {
+		hdr += fmt.Sprintf("%-13s", fmt.Sprintf("f=1/%.0f", 1/f))
+	}
+	fmt.Fprintln(stdout, hdr)
+	var fig52, fig53 []svgSeries
+	means := map[[2]int]float64{}
+	for ci, c := range cfgs {
+		row := fmt.Sprintf("%-5d %-4d ", c.level, c.degree)
+		s := svgSeries{name: fmt.Sprintf("level %d, degree %d", c.level, c.degree)}
+		for fi, f := range factors {
+			m, sd := meanSD(samples[[2]int{ci, fi}])
+			means[[2]int{ci, fi}] = m
+			row += fmt.Sprintf("%-13s", fmt.Sprintf("%.0f±%.0f", m, sd))
+			s.x, s.y = append(s.x, math.Log2(f*float64(parts))), append(s.y, m)
+		}
+		fmt.Fprintln(stdout, row)
+		if c.level == 2 {
+			fig52 = append(fig52, s)
+		}
+		if c.degree == 4 {
+			fig53 = append(fig53, s)
+		}
+	}
+	ratio := func(name string, a, b int) {
+		row := fmt.Sprintf("%-22s", name)
+		for fi := range factors {
+			row += fmt.Sprintf("%-13.2f", means[[2]int{a, fi}]/means[[2]int{b, fi}])
+		}
+		fmt.Fprintln(stdout, row)
+	}
+	ratio("deg4/deg1 (level 2)", 3, 0)
+	ratio("level1/level2 (deg 4)", 4, 3)
+	ratio("level3/level2 (deg 4)", 5, 3)
+	if err := os.WriteFile(filepath.Join(out, "replication-fig52-53.csv"), []byte(csv), 0o644); err != nil {
+		return err
+	}
+	xl := fmt.Sprintf("log2(imbalance x %d): 0 = balanced, %.0f = one partition", parts, math.Log2(float64(parts)))
+	if err := writeLineSVG(filepath.Join(out, "replication-fig52.svg"), "Fig 5.2: skew vs replication degree (level 2, 10% writes)", xl, "ops/s", fig52); err != nil {
+		return err
+	}
+	return writeLineSVG(filepath.Join(out, "replication-fig53.svg"), "Fig 5.3: skew vs consistency level (degree 4, 10% writes)", xl, "ops/s", fig53)
 }
