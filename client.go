@@ -227,7 +227,8 @@ func (c *Client) call(ctx context.Context, service string, partition int, method
 	}
 	req := &pb.CallRequest{Service: service, Partition: int32(partition), Method: method, Mode: pb.Mode(mode), Body: body, Class: o.class, MinVersion: minVersion}
 	var last error
-	for attempt := range maxAttempts {
+	failed, waited := 0, time.Duration(0)
+	for {
 		r, err := c.pick(ctx, req)
 		if err != nil {
 			if last != nil && errors.Is(err, nerr.ErrNoReplica) {
@@ -246,16 +247,52 @@ func (c *Client) call(ctx context.Context, service string, partition int, method
 			return &Response{Body: out.Body, Version: out.Version}, nil
 		}
 		err = transport.FromStatus(r.Node, err)
-		if !transport.IsTransport(err) || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return nil, err
 		}
 		last = err
-		c.gossip.Exclude(r.Node)
-		if attempt+1 < maxAttempts {
-			c.metrics.retries.Inc()
+		switch {
+		case transport.IsTransport(err):
+			// The node is unreachable: exclude it and try another replica.
+			c.gossip.Exclude(r.Node)
+			if failed++; failed >= maxAttempts {
+				return nil, err
+			}
+		case betweenPrimaries(err, mode) && waited < maxPrimaryWait:
+			// The partition is electing a primary (a write that gets this
+			// answer never ran): wait a little, then ask again.
+			pause := min(primaryRetryPause<<min(failed+int(waited/primaryRetryPause), 3), maxPrimaryWait-waited)
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(pause):
+			}
+			waited += pause
+		default:
+			return nil, err
 		}
+		c.metrics.retries.Inc()
 	}
-	return nil, last
+}
+
+// A call that meets a partition between primaries retries for at most
+// maxPrimaryWait (failover takes well under a second), pausing
+// primaryRetryPause, doubling, between tries.
+const (
+	maxPrimaryWait    = 2 * time.Second
+	primaryRetryPause = 25 * time.Millisecond
+)
+
+// betweenPrimaries reports whether err says the partition has no primary
+// right now, in a way that makes retrying safe: any read, and a write only
+// when the replica answered so itself (not when forwarding it failed, in
+// which case the old primary may have logged it).
+func betweenPrimaries(err error, mode Mode) bool {
+	noPrimary, noReplica := errors.Is(err, nerr.ErrNoPrimary), errors.Is(err, nerr.ErrNoReplica)
+	if mode == Read {
+		return noPrimary || noReplica // a replica forwarding to a dead primary says the latter
+	}
+	return noPrimary && !noReplica
 }
 
 // Stream calls a read-only stream method; read the chunks with Recv.
