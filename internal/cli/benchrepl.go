@@ -148,6 +148,7 @@ func benchReplThroughput(ctx context.Context, stdout io.Writer, out, tmp string,
 	}
 	if slices.Contains(levs, 2) && slices.Contains(levs, 3) {
 		fmt.Fprintln(stdout, "level3/level2 (ratio of means; min-max of per-round pairs); goal >= 0.90")
+		var logs []float64
 		for _, pct := range []int{10, 50} {
 			for _, d := range degs {
 				l2, l3 := samples[fig51Cell{pct, 2, d}], samples[fig51Cell{pct, 3, d}]
@@ -162,8 +163,20 @@ func benchReplThroughput(ctx context.Context, stdout io.Writer, out, tmp string,
 					verdict = "FAIL"
 				}
 				fmt.Fprintf(stdout, "  %d%% writes deg%d: %.2f (%.2f-%.2f) %s\n", pct, d, m3/m2, slices.Min(pairs), slices.Max(pairs), verdict)
+				for _, x := range pairs {
+					logs = append(logs, math.Log(x))
+				}
 			}
 		}
+		// Pool every adjacent pair: the per-cell noise on this shared
+		// machine is larger than the effect, the pooled estimate is not.
+		m, sd := meanSD(logs)
+		half := 2 * sd / math.Sqrt(float64(len(logs)))
+		verdict := "PASS"
+		if math.Exp(m) < 0.90 {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(stdout, "  all %d pairs pooled: geometric mean %.2f (approx. 95%% interval %.2f-%.2f) %s\n", len(logs), math.Exp(m), math.Exp(m-half), math.Exp(m+half), verdict)
 	}
 	if err := os.WriteFile(filepath.Join(out, "replication-fig51.csv"), []byte(csv), 0o644); err != nil {
 		return err
