@@ -568,6 +568,12 @@ func (n *Node) serveReplicated(ctx context.Context, h *hosted, m *Method, in *pb
 		if string(st.Primary) != n.cfg.ID {
 			return n.forward(ctx, string(st.Primary), in)
 		}
+		// This is the primary, but a new one may still be applying the
+		// writes it committed: a session's read must not see less than it
+		// already saw (read-your-writes, monotonic reads).
+		if st, err = p.awaitApplied(ctx, in.MinVersion); err != nil {
+			return nil, err
+		}
 	}
 	var resp *Response
 	var herr error
@@ -588,6 +594,32 @@ func (n *Node) serveReplicated(ctx context.Context, h *hosted, m *Method, in *pb
 	}
 	return resp, nil
 }
+
+// awaitApplied waits until this replica has applied version v, for at most
+// maxApplyWait; after that the read fails with the retryable ErrNoPrimary.
+func (p *replPart) awaitApplied(ctx context.Context, v uint64) (*replica.Status, error) {
+	deadline := time.Now().Add(maxApplyWait)
+	for {
+		st := p.status.Load()
+		if uint64(st.Applied) >= v {
+			return st, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: %s partition %d has applied %d, the session has seen %d", nerr.ErrNoPrimary, p.key.service, p.key.partition, st.Applied, v)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-p.done:
+			return nil, fmt.Errorf("%w: replication of %s partition %d stopped", nerr.ErrClosed, p.key.service, p.key.partition)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// maxApplyWait bounds how long a primary holds a read that needs writes it
+// has committed but not yet applied.
+const maxApplyWait = time.Second
 
 func (p *replPart) write(ctx context.Context, in *pb.CallRequest) (*Response, error) {
 	reply := make(chan writeResult, 1)
