@@ -23,29 +23,43 @@ import (
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
+// benchmarks are the `neptune bench` verbs; each runs its contenders side
+// by side in one run and prints ratios.
+var benchmarks = map[string]func(context.Context, []string, io.Writer) error{
+	"overhead":    benchOverhead,
+	"lb":          benchLB,
+	"replication": benchReplication,
+	"wal":         walbench.Main,
+	"dac":         benchDAC,
+	"apps":        benchApps,
+}
+
+// helperProcesses are hidden verbs the benchmarks re-execute the binary with.
+var helperProcesses = map[string]func(context.Context, []string, io.Writer) error{
+	"echo-server": rawEchoServer,
+	"lb-client":   benchLBClient,
+}
+
+func benchNames() string {
+	names := make([]string, 0, len(benchmarks))
+	for n := range benchmarks {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return usagef("bench needs a name: overhead, lb, replication, wal")
+		return usagef("bench needs a name: %s", benchNames())
 	}
-	switch args[0] {
-	case "overhead":
-		return benchOverhead(ctx, args[1:], stdout)
-	case "echo-server":
-		return rawEchoServer(ctx, args[1:], stdout)
-	case "lb":
-		return benchLB(ctx, args[1:], stdout)
-	case "lb-client":
-		return benchLBClient(ctx, args[1:], stdout)
-	case "replication":
-		return benchReplication(ctx, args[1:], stdout)
-	case "wal":
-		return walbench.Main(ctx, args[1:], stdout)
-	case "dac":
-		return benchDAC(ctx, args[1:], stdout)
-	case "apps":
-		return benchApps(ctx, args[1:], stdout)
+	if run := benchmarks[args[0]]; run != nil {
+		return run(ctx, args[1:], stdout)
 	}
-	return usagef("unknown benchmark %q (have: overhead, lb, replication, wal)", args[0])
+	if run := helperProcesses[args[0]]; run != nil {
+		return run(ctx, args[1:], stdout)
+	}
+	return usagef("unknown benchmark %q (have: %s)", args[0], benchNames())
 }
 
 // rawEchoServer is the baseline of `bench overhead`: a bare gRPC server

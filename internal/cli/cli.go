@@ -27,8 +27,8 @@ func commands() map[string]command {
 		"status":    {"print the yellow pages: nodes, services, partitions, load", runStatus},
 		"partition": {"operate on replicated partitions (promote)", runPartition},
 		"demo":      {"start a local cluster, drive a workload through a node failure, summarise", runDemo},
-		"bench":     {"run a benchmark (overhead)", runBench},
-		"sim":       {"run a simulation of the papers' experiments (lb, sched, dac)", runSim},
+		"bench":     {"run a benchmark: " + benchNames(), runBench},
+		"sim":       {"run a simulation of the papers' experiments: " + simNames(), runSim},
 	}
 }
 

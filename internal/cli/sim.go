@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/neptune-cluster/neptune/internal/dac"
 	"github.com/neptune-cluster/neptune/internal/sched"
@@ -18,9 +20,18 @@ var simulations = map[string]func(context.Context, []string, io.Writer) error{
 	"dac":     dac.Main,          // data aggregation trees, PPoPP'03
 }
 
+func simNames() string {
+	names := make([]string, 0, len(simulations))
+	for n := range simulations {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
 func runSim(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 || simulations[args[0]] == nil {
-		return usagef("sim needs one of: lb, sched, classes, dac (e.g. neptune sim lb -h)")
+		return usagef("sim needs one of: %s (e.g. neptune sim lb -h)", simNames())
 	}
 	return simulations[args[0]](ctx, args[1:], stdout)
 }
