@@ -416,6 +416,11 @@ func (n *Node) serve(ctx context.Context, in *pb.CallRequest) (*Response, error)
 	if h.svc.Replication != nil {
 		return n.serveReplicated(ctx, h, m, in)
 	}
+	return h.serveLocal(ctx, m, in)
+}
+
+// serveLocal runs m's handler for in through the service's pool.
+func (h *hosted) serveLocal(ctx context.Context, m *Method, in *pb.CallRequest) (*Response, error) {
 	var resp *Response
 	var herr error
 	if err := h.run(ctx, in.Class, func(ctx context.Context) *Response {

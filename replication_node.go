@@ -575,19 +575,9 @@ func (n *Node) serveReplicated(ctx context.Context, h *hosted, m *Method, in *pb
 			return nil, err
 		}
 	}
-	var resp *Response
-	var herr error
-	if err := h.run(ctx, in.Class, func(ctx context.Context) *Response {
-		resp, herr = runHandler(ctx, m.Handler, toRequest(in))
-		return resp
-	}); err != nil {
+	resp, err := h.serveLocal(ctx, m, in)
+	if err != nil {
 		return nil, err
-	}
-	if herr != nil {
-		return nil, herr
-	}
-	if resp == nil {
-		resp = &Response{}
 	}
 	if resp.Version == 0 {
 		resp.Version = uint64(st.Applied) // what the read reflects at least
