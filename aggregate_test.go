@@ -3,7 +3,6 @@ package neptune_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -32,33 +31,9 @@ func sumService(stuck ...int) neptune.Service {
 // and 2i+1 of sumService(stuck...).
 func startAggCluster(t *testing.T, n int, stuck ...int) []*neptune.Node {
 	t.Helper()
-	ctx := context.Background()
-	var nodes []*neptune.Node
-	var join []string
-	for i := range n {
-		nd, err := neptune.NewNode(neptune.NodeConfig{ID: fmt.Sprintf("a%d", i), Join: join, AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := nd.Register(sumService(stuck...), 2*i, 2*i+1); err != nil {
-			t.Fatal(err)
-		}
-		if err := nd.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nd.Close() })
-		nodes = append(nodes, nd)
-		join = []string{nodes[0].GossipAddr()}
-	}
-	waitFor(t, 5*time.Second, func() bool {
-		for _, nd := range nodes {
-			if len(nd.Client().Members(ctx, 50*time.Millisecond)) != n {
-				return false
-			}
-		}
-		return true
+	return startNodes(t, n, "a", func(nd *neptune.Node, i int) error {
+		return nd.Register(sumService(stuck...), 2*i, 2*i+1)
 	})
-	return nodes
 }
 
 func sumOf(parts []int) uint64 {

@@ -19,18 +19,27 @@ import (
 // and kv partition i on node i; it waits until every node sees every other.
 func startCluster(t *testing.T, n int) []*neptune.Node {
 	t.Helper()
+	return startNodes(t, n, "n", func(nd *neptune.Node, i int) error {
+		if err := nd.Register(echo.Service(), 0, 1); err != nil {
+			return err
+		}
+		return nd.Register(kv.New().Service(), i)
+	})
+}
+
+// startNodes starts n in-process nodes named prefix0..., lets register
+// host their services, and waits until every node sees every other.
+func startNodes(t *testing.T, n int, prefix string, register func(nd *neptune.Node, i int) error) []*neptune.Node {
+	t.Helper()
 	ctx := context.Background()
 	var nodes []*neptune.Node
 	var join []string
 	for i := range n {
-		nd, err := neptune.NewNode(neptune.NodeConfig{ID: fmt.Sprintf("n%d", i), Join: join, AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second})
+		nd, err := neptune.NewNode(neptune.NodeConfig{ID: fmt.Sprintf("%s%d", prefix, i), Join: join, AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := nd.Register(echo.Service(), 0, 1); err != nil {
-			t.Fatal(err)
-		}
-		if err := nd.Register(kv.New().Service(), i); err != nil {
+		if err := register(nd, i); err != nil {
 			t.Fatal(err)
 		}
 		if err := nd.Start(ctx); err != nil {
