@@ -42,7 +42,7 @@ func TestAuctionLevel3PricesNeverGoDown(t *testing.T) {
 		parts = 2
 		x     = time.Second
 	)
-	cl, nodes, c := appProcs(t, ctx, "auction", parts, 3, "      staleness: 1s\n")
+	cl, nodes, c := appProcs(t, ctx, "f", "auction", parts, 3, "      staleness: 1s\n")
 
 	// Two categories per partition, three items each, starting at 100.
 	type item struct {

@@ -17,15 +17,16 @@ import (
 	"github.com/neptune-cluster/neptune/internal/localcluster"
 )
 
-// appProcs starts three node processes f1..f3 hosting service (a built-in
-// app on SQLite under each node's own data dir) partitions 0-(parts-1),
-// replicated over all three at level with the given extra YAML lines.
-func appProcs(t *testing.T, ctx context.Context, service string, parts, level int, extra string) (*localcluster.Cluster, []*localcluster.Node, *neptune.Client) {
+// appProcs starts three node processes prefix1..prefix3 hosting service (a
+// built-in app, on storage under each node's own data dir) partitions
+// 0-(parts-1), replicated over all three at level with the given extra YAML
+// lines, and waits until every partition has a primary (level 1: is known).
+func appProcs(t *testing.T, ctx context.Context, prefix, service string, parts, level int, extra string) (*localcluster.Cluster, []*localcluster.Node, *neptune.Client) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, service+".yaml")
-	yaml := fmt.Sprintf("services:\n  - name: %s\n    partitions: 0-%d\n    replication:\n      level: %d\n      nodes: [f1, f2, f3]\n      degree: 3\n%s",
-		service, parts-1, level, extra)
+	yaml := fmt.Sprintf("services:\n  - name: %s\n    partitions: 0-%d\n    replication:\n      level: %d\n      nodes: [%[4]s1, %[4]s2, %[4]s3]\n      degree: 3\n%[5]s",
+		service, parts-1, level, prefix, extra)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,7 @@ func appProcs(t *testing.T, ctx context.Context, service string, parts, level in
 	t.Cleanup(cl.Close)
 	var nodes []*localcluster.Node
 	for i := range 3 {
-		id := fmt.Sprintf("f%d", i+1)
+		id := fmt.Sprintf("%s%d", prefix, i+1)
 		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfg, "-data-dir", filepath.Join(dir, id),
 			"-announce-interval", "200ms", "-announce-ttl", "1s"}})
 		if err != nil {
@@ -47,6 +48,9 @@ func appProcs(t *testing.T, ctx context.Context, service string, parts, level in
 	}
 	t.Cleanup(func() { c.Close() })
 	waitFor(t, 20*time.Second, func() bool {
+		if level == 1 {
+			return len(c.Partitions()) == parts
+		}
 		for p := range parts {
 			if primaryOf(c, p) == "" {
 				return false
@@ -69,7 +73,7 @@ func TestForumClusterPrimaryKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	const parts = 4
-	cl, nodes, c := appProcs(t, ctx, "forum", parts, 2, "")
+	cl, nodes, c := appProcs(t, ctx, "f", "forum", parts, 2, "")
 	cfg := forumload.DefaultConfig()
 	cfg.Partitions, cfg.WriteFraction = parts, 0.4
 	load, err := forumload.New(c, cfg)

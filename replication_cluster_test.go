@@ -3,8 +3,6 @@ package neptune_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,37 +16,11 @@ import (
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
-// replProcs starts three node processes r1..r3 hosting kv partitions 0-1
-// replicated at level over all three, each with its own data dir.
+// replProcs starts three node processes r1..r3 hosting kv partitions 0-1,
+// each replicated on all three at level.
 func replProcs(t *testing.T, ctx context.Context, level int) (*localcluster.Cluster, []*localcluster.Node, *neptune.Client) {
 	t.Helper()
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "kv.yaml")
-	yaml := fmt.Sprintf("services:\n  - name: kv\n    partitions: 0-1\n    replication:\n      level: %d\n      nodes: [r1, r2, r3]\n      degree: 3\n", level)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cl := localcluster.New(neptuneBinary(t), dir)
-	t.Cleanup(cl.Close)
-	var nodes []*localcluster.Node
-	for i := range 3 {
-		id := fmt.Sprintf("r%d", i+1)
-		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfg, "-data-dir", filepath.Join(dir, id),
-			"-announce-interval", "200ms", "-announce-ttl", "1s"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, n)
-	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), AnnounceTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	waitFor(t, 15*time.Second, func() bool {
-		return primaryOf(c, 0) != "" && primaryOf(c, 1) != "" || level == 1 && len(c.Partitions()) == 2
-	})
-	return cl, nodes, c
+	return appProcs(t, ctx, "r", "kv", 2, level, "")
 }
 
 // primaryOf is partition p's announced primary of the highest epoch.
