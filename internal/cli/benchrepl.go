@@ -735,6 +735,12 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 		rate := float64(stats[i].ok) / (to - e.at).Seconds()
 		fmt.Fprintf(stdout, "%-15s %-8.1f %-9.0f %-10.2f %-7d %v\n", e.name, e.at.Seconds(), rate, rate/base, stats[i].errs, stats[i].gap.Round(time.Millisecond))
 	}
+	var rss []string
+	for _, n := range nodes {
+		b, _ := localcluster.RSS(n.PID())
+		rss = append(rss, n.Spec.ID+" "+mib(b))
+	}
+	fmt.Fprintf(stdout, "RSS at the end: %s\n", strings.Join(rss, ", "))
 	if err := os.WriteFile(filepath.Join(out, "replication-fig54.csv"), []byte(csv), 0o644); err != nil {
 		return err
 	}
