@@ -18,6 +18,7 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/micro"
 	"github.com/neptune-cluster/neptune/internal/localcluster"
+	"github.com/neptune-cluster/neptune/internal/plot"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -893,33 +894,9 @@ func (b *dacBench) svg(name1, title1, xl1, yl1 string, s1 []svgLine, name2, titl
 }
 
 func dacSVG(path, title, xlabel, ylabel string, ss []svgLine) error {
-	const w, h, l, r, t, bot = 640.0, 400.0, 70.0, 160.0, 30.0, 40.0
-	var maxX, maxY float64
-	for _, s := range ss {
-		for i := range s.x {
-			maxX, maxY = max(maxX, s.x[i]), max(maxY, s.y[i])
-		}
+	c := plot.Chart{Title: title, XLabel: xlabel, YLabel: ylabel}
+	for _, l := range ss {
+		c.Series = append(c.Series, plot.Series{Name: l.name, X: l.x, Y: l.y})
 	}
-	maxX, maxY = max(maxX, 1), max(maxY, 1)
-	px := func(x float64) float64 { return l + x/maxX*(w-l-r) }
-	py := func(y float64) float64 { return h - bot - y/maxY*(h-t-bot) }
-	var sb strings.Builder
-	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", w, h)
-	fmt.Fprintf(&sb, `<text x="%.0f" y="18">%s</text>`+"\n", l, title)
-	fmt.Fprintf(&sb, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/><line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n",
-		l, h-bot, w-r, h-bot, l, t, l, h-bot)
-	fmt.Fprintf(&sb, `<text x="%.0f" y="%.0f">%s</text><text x="4" y="%.0f">%s</text>`+"\n", (l+w-r)/2, h-8, xlabel, t-8, ylabel)
-	fmt.Fprintf(&sb, `<text x="%.0f" y="%.0f" text-anchor="end">%.0f</text><text x="%.0f" y="%.0f">%.4g</text>`+"\n", l-4, t+4, maxY, w-r, h-bot+14, maxX)
-	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"}
-	for i, s := range ss {
-		var pts []string
-		for j := range s.x {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(s.x[j]), py(s.y[j])))
-		}
-		c := colors[i%len(colors)]
-		fmt.Fprintf(&sb, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", c, strings.Join(pts, " "))
-		fmt.Fprintf(&sb, `<text x="%.0f" y="%.0f" fill="%s">%s</text>`+"\n", w-r+8, t+16*float64(i+1), c, s.name)
-	}
-	sb.WriteString("</svg>\n")
-	return os.WriteFile(path, []byte(sb.String()), 0o644)
+	return c.Save(path)
 }
