@@ -18,7 +18,6 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/micro"
 	"github.com/neptune-cluster/neptune/internal/localcluster"
-	"github.com/neptune-cluster/neptune/internal/plot"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -542,10 +541,10 @@ func (b *dacBench) trees(ctx context.Context, d *dacCluster, setting, desc strin
 	fmt.Fprintf(b.out, "\n== Fig 14-17 (%s): %s; ideal throughput %.1f/s; ρ=1; %v per cell\n", setting, desc, b.ideal(totalWorkers), cell)
 	fmt.Fprintf(b.out, "  rate | throughput/s base flat bin lat | mean ms base flat bin lat         | p99 ms base flat bin lat          | LAT mean vs flat, bin\n")
 	res := map[float64][]dacStats{}
-	var sThr, sMean []svgLine
+	var sThr, sMean []chartLine
 	for _, s := range dacSchemes {
-		sThr = append(sThr, svgLine{name: s.label})
-		sMean = append(sMean, svgLine{name: s.label})
+		sThr = append(sThr, chartLine{name: s.label})
+		sMean = append(sMean, chartLine{name: s.label})
 	}
 	for _, rate := range rates {
 		var row []dacStats
@@ -632,8 +631,8 @@ func (b *dacBench) ed(ctx context.Context, d *dacCluster, rates []float64, cell 
 	fmt.Fprintf(b.out, "\n== Fig 18-19: event-driven (ED) vs blocking workers (NoED), LAT, staged timeouts, ρ=1, %v per cell\n", cell)
 	fmt.Fprintf(b.out, "  rate | throughput/s ED NoED | mean ms ED  NoED  | p99 ms ED   NoED   | ED/NoED throughput\n")
 	cons := []dacContender{{"ED", neptune.Aggregation{}}, {"NoED", neptune.Aggregation{Blocking: true}}}
-	sThr := []svgLine{{name: "ED"}, {name: "NoED"}}
-	sMean := []svgLine{{name: "ED"}, {name: "NoED"}}
+	sThr := []chartLine{{name: "ED"}, {name: "NoED"}}
+	sMean := []chartLine{{name: "ED"}, {name: "NoED"}}
 	for _, rate := range rates {
 		var st [2]dacStats
 		for i, con := range cons {
@@ -686,7 +685,7 @@ func (b *dacBench) fig20(ctx context.Context, d *dacCluster, rate float64, lengt
 	wins := []window{{"healthy", time.Second, aOn}, {"one slow", aOn + 2*time.Second, bOn}, {"both slow", bOn + 2*time.Second, aOff}, {"degraded (A on → B off)", aOn, bOff}, {"healed", bOff + 2*time.Second, length}}
 	avg := make([][]float64, len(cons))
 	lostOne := make([]float64, len(cons))
-	var lines []svgLine
+	var lines []chartLine
 	for i, con := range cons {
 		c, err := b.run(ctx, d, con, rate, length, events)
 		if err := errors.Join(err, set(na, 1)(), set(nb, 1)()); err != nil {
@@ -706,7 +705,7 @@ func (b *dacBench) fig20(ctx context.Context, d *dacCluster, rate float64, lengt
 			}
 		}
 		lostOne[i] = float64(slowLost) / math.Max(float64(slowCalls), 1)
-		l := svgLine{name: con.label}
+		l := chartLine{name: con.label}
 		for s, v := range series[i] {
 			l.add(float64(s), v)
 			b.csvf("dac_real_fig20.csv", "scheme,second,quality_throughput", "%s,%d,%.2f", con.label, s, v)
@@ -872,31 +871,16 @@ func (b *dacBench) hedge(ctx context.Context, d *dacCluster, rate float64, cell 
 
 // ---- small SVG line charts ----
 
-type svgLine struct {
-	name string
-	x, y []float64
-}
-
-func (l *svgLine) add(x, y float64) { l.x, l.y = append(l.x, x), append(l.y, y) }
-
 // svg writes up to two charts if an output directory was given.
-func (b *dacBench) svg(name1, title1, xl1, yl1 string, s1 []svgLine, name2, title2, xl2, yl2 string, s2 []svgLine) error {
+func (b *dacBench) svg(name1, title1, xl1, yl1 string, s1 []chartLine, name2, title2, xl2, yl2 string, s2 []chartLine) error {
 	if b.outDir == "" {
 		return nil
 	}
-	if err := dacSVG(filepath.Join(b.outDir, name1), title1, xl1, yl1, s1); err != nil {
+	if err := saveChart(filepath.Join(b.outDir, name1), title1, xl1, yl1, s1); err != nil {
 		return err
 	}
 	if name2 == "" {
 		return nil
 	}
-	return dacSVG(filepath.Join(b.outDir, name2), title2, xl2, yl2, s2)
-}
-
-func dacSVG(path, title, xlabel, ylabel string, ss []svgLine) error {
-	c := plot.Chart{Title: title, XLabel: xlabel, YLabel: ylabel}
-	for _, l := range ss {
-		c.Series = append(c.Series, plot.Series{Name: l.name, X: l.x, Y: l.y})
-	}
-	return c.Save(path)
+	return saveChart(filepath.Join(b.outDir, name2), title2, xl2, yl2, s2)
 }

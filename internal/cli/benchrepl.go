@@ -132,11 +132,11 @@ func benchReplThroughput(ctx context.Context, stdout io.Writer, out, tmp string,
 	}
 	fmt.Fprintln(stdout, "mean ± sd over rounds (ops/s)")
 	fmt.Fprintln(stdout, "level  writes  "+strings.Join(mapInts(degs, func(d int) string { return fmt.Sprintf("deg%-12d", d) }), ""))
-	var lines []svgSeries
+	var lines []chartLine
 	for _, pct := range []int{10, 50} {
 		for _, lv := range levs {
 			row := fmt.Sprintf("%-6d %-7s ", lv, fmt.Sprintf("%d%%", pct))
-			s := svgSeries{name: fmt.Sprintf("level %d, %d%% writes", lv, pct)}
+			s := chartLine{name: fmt.Sprintf("level %d, %d%% writes", lv, pct)}
 			for _, d := range degs {
 				m, sd := meanSD(samples[fig51Cell{pct, lv, d}])
 				row += fmt.Sprintf("%-15s", fmt.Sprintf("%.0f±%.0f", m, sd))
@@ -181,7 +181,7 @@ func benchReplThroughput(ctx context.Context, stdout io.Writer, out, tmp string,
 	if err := os.WriteFile(filepath.Join(out, "replication-fig51.csv"), []byte(csv), 0o644); err != nil {
 		return err
 	}
-	return writeLineSVG(filepath.Join(out, "replication-fig51.svg"), "kv throughput vs replication degree (mean of rounds)", "degree", "ops/s", lines)
+	return saveChart(filepath.Join(out, "replication-fig51.svg"), "kv throughput vs replication degree (mean of rounds)", "degree", "ops/s", lines)
 }
 
 func meanSD(xs []float64) (mean, sd float64) {
@@ -408,7 +408,7 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 		}
 	}
 	csv := "t_s,p0_ops_per_s,p1_ops_per_s\n"
-	var s0, s1 svgSeries
+	var s0, s1 chartLine
 	s0.name, s1.name = "partition 0 (primary killed)", "partition 1"
 	for b, cnt := range counts {
 		t := float64(b) * bucket.Seconds()
@@ -428,7 +428,7 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 	if err := os.WriteFile(filepath.Join(out, "replication-failover.csv"), []byte(csv), 0o644); err != nil {
 		return err
 	}
-	if err := writeLineSVG(filepath.Join(out, "replication-failover.svg"), "writes through a primary kill (t=3s) and restart (t=6s)", "time (s)", "acknowledged writes/s", []svgSeries{s0, s1}); err != nil {
+	if err := saveChart(filepath.Join(out, "replication-failover.svg"), "writes through a primary kill (t=3s) and restart (t=6s)", "time (s)", "acknowledged writes/s", []chartLine{s0, s1}); err != nil {
 		return err
 	}
 
@@ -503,45 +503,6 @@ func replDisk(dir string) map[string][2]int64 {
 func mib(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
 
 // ---- a small SVG line chart ----
-
-type svgSeries struct {
-	name string
-	x, y []float64
-}
-
-func writeLineSVG(path, title, xlabel, ylabel string, ss []svgSeries) error {
-	const w, h, l, r, t, b = 640.0, 400.0, 70.0, 200.0, 30.0, 40.0
-	var maxX, maxY float64
-	for _, s := range ss {
-		for i := range s.x {
-			maxX, maxY = max(maxX, s.x[i]), max(maxY, s.y[i])
-		}
-	}
-	if maxX == 0 || maxY == 0 {
-		maxX, maxY = max(maxX, 1), max(maxY, 1)
-	}
-	px := func(x float64) float64 { return l + x/maxX*(w-l-r) }
-	py := func(y float64) float64 { return h - b - y/maxY*(h-t-b) }
-	var sb strings.Builder
-	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", w, h)
-	fmt.Fprintf(&sb, `<text x="%.0f" y="18">%s</text>`+"\n", l, title)
-	fmt.Fprintf(&sb, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/><line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n",
-		l, h-b, w-r, h-b, l, t, l, h-b)
-	fmt.Fprintf(&sb, `<text x="%.0f" y="%.0f">%s</text><text x="4" y="%.0f">%s</text>`+"\n", (l+w-r)/2, h-8, xlabel, t-8, ylabel)
-	fmt.Fprintf(&sb, `<text x="%.0f" y="%.0f" text-anchor="end">%.0f</text><text x="%.0f" y="%.0f">%.4g</text>`+"\n", l-4, t+4, maxY, w-r, h-b+14, maxX)
-	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"}
-	for i, s := range ss {
-		var pts []string
-		for j := range s.x {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(s.x[j]), py(s.y[j])))
-		}
-		c := colors[i%len(colors)]
-		fmt.Fprintf(&sb, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", c, strings.Join(pts, " "))
-		fmt.Fprintf(&sb, `<text x="%.0f" y="%.0f" fill="%s">%s</text>`+"\n", w-r+8, t+16*float64(i+1), c, s.name)
-	}
-	sb.WriteString("</svg>\n")
-	return os.WriteFile(path, []byte(sb.String()), 0o644)
-}
 
 // ---- Fig 5.4: three node failures and recoveries ----
 
@@ -712,8 +673,8 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 		}
 	}
 	csv := "t_s,ok_ops_per_s,errors_per_s\n"
-	sOK := svgSeries{name: "acknowledged ops/s"}
-	sErr := svgSeries{name: "errors/s"}
+	sOK := chartLine{name: "acknowledged ops/s"}
+	sErr := chartLine{name: "errors/s"}
 	for b := range nb {
 		t := float64(b) * bucket.Seconds()
 		csv += fmt.Sprintf("%.0f,%.0f,%.0f\n", t, okN[b], errN[b])
@@ -744,8 +705,8 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 	if err := os.WriteFile(filepath.Join(out, "replication-fig54.csv"), []byte(csv), 0o644); err != nil {
 		return err
 	}
-	return writeLineSVG(filepath.Join(out, "replication-fig54.svg"),
-		fmt.Sprintf("kv through 3 kills+restarts (r1,r2,r3; every %v)", phase), "time (s)", "per second", []svgSeries{sOK, sErr})
+	return saveChart(filepath.Join(out, "replication-fig54.svg"),
+		fmt.Sprintf("kv through 3 kills+restarts (r1,r2,r3; every %v)", phase), "time (s)", "per second", []chartLine{sOK, sErr})
 }
 
 // ---- Fig 5.2 and 5.3: Zipf-skewed load ----
@@ -825,11 +786,11 @@ func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts
 		hdr += fmt.Sprintf("%-13s", fmt.Sprintf("f=1/%.0f", 1/f))
 	}
 	fmt.Fprintln(stdout, hdr)
-	var fig52, fig53 []svgSeries
+	var fig52, fig53 []chartLine
 	means := map[[2]int]float64{}
 	for ci, c := range cfgs {
 		row := fmt.Sprintf("%-5d %-4d ", c.level, c.degree)
-		s := svgSeries{name: fmt.Sprintf("level %d, degree %d", c.level, c.degree)}
+		s := chartLine{name: fmt.Sprintf("level %d, degree %d", c.level, c.degree)}
 		for fi, f := range factors {
 			m, sd := meanSD(samples[[2]int{ci, fi}])
 			means[[2]int{ci, fi}] = m
@@ -858,8 +819,8 @@ func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts
 		return err
 	}
 	xl := fmt.Sprintf("log2(imbalance x %d): 0 = balanced, %.0f = one partition", parts, math.Log2(float64(parts)))
-	if err := writeLineSVG(filepath.Join(out, "replication-fig52.svg"), "Fig 5.2: skew vs replication degree (level 2, 10% writes)", xl, "ops/s", fig52); err != nil {
+	if err := saveChart(filepath.Join(out, "replication-fig52.svg"), "Fig 5.2: skew vs replication degree (level 2, 10% writes)", xl, "ops/s", fig52); err != nil {
 		return err
 	}
-	return writeLineSVG(filepath.Join(out, "replication-fig53.svg"), "Fig 5.3: skew vs consistency level (degree 4, 10% writes)", xl, "ops/s", fig53)
+	return saveChart(filepath.Join(out, "replication-fig53.svg"), "Fig 5.3: skew vs consistency level (degree 4, 10% writes)", xl, "ops/s", fig53)
 }
