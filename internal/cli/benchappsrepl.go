@@ -42,9 +42,9 @@ func benchAppsReplication(ctx context.Context, stdout io.Writer, dir, out string
 	fmt.Fprintf(stdout, "\nFigs 5.5/5.6: throughput (ops/s) vs replication degree; 4 in-process nodes, %d partitions, %d clients, %v per cell\n", appReplParts, clients, cell)
 	fmt.Fprintf(stdout, "%-9s %-6s %s\n", "service", "level", strings.Join(mapInts(degs, func(d int) string { return fmt.Sprintf("deg%-7d", d) }), ""))
 	csv := "service,level,degree,ops_per_s\n"
-	var lines []svgSeries
+	var lines []chartLine
 	for _, wl := range []appReplWorkload{auctionWorkload(), pcacheWorkload()} {
-		s := svgSeries{name: fmt.Sprintf("%s (level %d)", wl.name, wl.level)}
+		s := chartLine{name: fmt.Sprintf("%s (level %d)", wl.name, wl.level)}
 		row := fmt.Sprintf("%-9s %-6d ", wl.name, wl.level)
 		var ratios []string
 		for _, d := range degs {
@@ -67,7 +67,7 @@ func benchAppsReplication(ctx context.Context, stdout io.Writer, dir, out string
 	if err := os.WriteFile(filepath.Join(out, "apps-fig55-56.csv"), []byte(csv), 0o644); err != nil {
 		return err
 	}
-	return writeLineSVG(filepath.Join(out, "apps-fig55-56.svg"), "auction and pcache throughput vs replication degree", "degree", "ops/s", lines)
+	return saveChart(filepath.Join(out, "apps-fig55-56.svg"), "auction and pcache throughput vs replication degree", "degree", "ops/s", lines)
 }
 
 // appReplCell measures one closed-loop cell on a fresh 4-node cluster.
