@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -37,6 +38,9 @@ type NodeConfig struct {
 	GossipPort, RPCPort, PollPort int
 	// MetricsAddr ("host:port") serves Prometheus /metrics; empty disables.
 	MetricsAddr string
+	// Pprof also serves net/http/pprof under /debug/pprof/ on MetricsAddr,
+	// for profiling a live node; off by default since it exposes internals.
+	Pprof bool
 	// Join lists gossip addresses ("host:port") of existing nodes.
 	Join []string
 	// AnnounceInterval and AnnounceTTL control the yellow pages' soft
@@ -269,6 +273,13 @@ func (n *Node) serveMetrics() error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if n.cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	n.httpLn = ln
 	n.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = n.httpSrv.Serve(ln) }()

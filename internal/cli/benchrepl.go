@@ -320,10 +320,17 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 	var nodes []*localcluster.Node
 	for i := range 3 {
 		id := fmt.Sprintf("r%d", i+1)
-		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfg, "-data-dir", filepath.Join(dir, id)}})
+		port, err := localcluster.FreePort()
 		if err != nil {
 			return err
 		}
+		// pprof on the metrics port lets a memory problem be profiled live.
+		maddr := fmt.Sprintf("127.0.0.1:%d", port)
+		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfg, "-data-dir", filepath.Join(dir, id), "-metrics", maddr, "-pprof"}})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: pid %d, http://%s/debug/pprof/\n", id, n.PID(), maddr)
 		nodes = append(nodes, n)
 	}
 	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds()})

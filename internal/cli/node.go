@@ -21,6 +21,7 @@ func runNode(ctx context.Context, args []string, stdout io.Writer) error {
 		rpc      = fs.Int("rpc-port", -1, "gRPC port (config: rpc_port)")
 		poll     = fs.Int("poll-port", -1, "UDP load poll port (config: poll_port)")
 		metrics  = fs.String("metrics", "", "host:port for Prometheus /metrics (config: metrics)")
+		pprofOn  = fs.Bool("pprof", false, "also serve /debug/pprof/ on the metrics address (config: pprof)")
 		policy   = fs.String("balance", "", "load-balancing policy (config: balance.policy)")
 		interval = fs.Duration("announce-interval", 0, "yellow-page refresh interval (config: announce_interval, default 1s)")
 		ttl      = fs.Duration("announce-ttl", 0, "yellow-page entry lifetime (config: announce_ttl, default 5s)")
@@ -46,6 +47,7 @@ func runNode(ctx context.Context, args []string, stdout io.Writer) error {
 	override(&fc.Metrics, *metrics)
 	override(&fc.Balance.Policy, *policy)
 	override(&fc.DataDir, *dataDir)
+	fc.Pprof = fc.Pprof || *pprofOn
 	for _, p := range []struct {
 		dst *int
 		v   int
@@ -106,6 +108,7 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		RPCPort:          fc.RPCPort,
 		PollPort:         fc.PollPort,
 		MetricsAddr:      fc.Metrics,
+		Pprof:            fc.Pprof,
 		Join:             fc.Join,
 		AnnounceInterval: time.Duration(fc.AnnounceInterval),
 		AnnounceTTL:      time.Duration(fc.AnnounceTTL),

@@ -116,8 +116,8 @@ func (l *Log) Save(hs *replica.HardState, es []replica.Entry, sync bool) error {
 		return fmt.Errorf("wal: commit: %w", err)
 	}
 	if len(es) > 0 {
-		if l.last < l.first {
-			l.first = es[0].LSN
+		if l.last < l.first || es[0].LSN < l.first {
+			l.first = es[0].LSN // Truncate deletes from First on
 		}
 		l.last = es[len(es)-1].LSN
 	}
@@ -151,12 +151,18 @@ func (l *Log) SetApplied(lsn replica.LSN, sync bool) error {
 
 // Truncate drops entries up to min(upTo, executed marker): entries the
 // service has not executed stay, since recovery may need to reissue them.
+//
+// The range tombstone covers only [First, upTo]: replicas truncate after
+// nearly every append, and pebble fragments overlapping tombstones (as
+// [0, upTo] ones all are) into O(n²) keys per memtable, which exhausted
+// memory. It is not synced: a truncation lost in a crash only leaves
+// executed entries that the next one drops.
 func (l *Log) Truncate(upTo replica.LSN) error {
 	upTo = min(upTo, l.applied, l.last)
 	if upTo < l.first {
 		return nil
 	}
-	if err := l.db.DeleteRange(entryKey(0), entryKey(upTo+1), pebble.Sync); err != nil {
+	if err := l.db.DeleteRange(entryKey(l.first), entryKey(upTo+1), pebble.NoSync); err != nil {
 		return fmt.Errorf("wal: truncate: %w", err)
 	}
 	l.first = upTo + 1

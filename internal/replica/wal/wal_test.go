@@ -2,6 +2,7 @@ package wal
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -237,3 +238,43 @@ func TestReplicaOverLog(t *testing.T) {
 }
 
 func t0() time.Time { return time.Unix(1000, 0) }
+
+// A replica truncates after nearly every append, so the log sees thousands
+// of truncations between memtable flushes. Each must delete only what it
+// newly drops: pebble fragments n overlapping range tombstones (all starting
+// at LSN 0) into O(n²) keys on every read of the memtable, which grew a
+// node's heap by gigabytes (docs/experiments/replica.md). Disjoint
+// tombstones fragment into O(n), so one read allocates little.
+func TestTruncateTombstonesDoNotOverlap(t *testing.T) {
+	l, err := open("db", vfs.NewMem())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const n = 2000
+	for i := replica.LSN(1); i <= n; i++ {
+		if err := l.Save(nil, entries(i, i, 1), false); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.SetApplied(i, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Truncate(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	es, err := l.Entries(1, 10) // fragments the memtable's tombstones
+	runtime.ReadMemStats(&after)
+	if err != nil || len(es) != 0 {
+		t.Fatalf("Entries(1) after truncating everything = %d entries, %v", len(es), err)
+	}
+	// Overlapping tombstones make ~n²/2 = 2M fragment keys (> 50 MiB).
+	if got := after.TotalAlloc - before.TotalAlloc; got > 8<<20 {
+		t.Fatalf("one read after %d truncations allocated %d MiB, want < 8 MiB", n, got>>20)
+	}
+	if l.First() != n+1 {
+		t.Fatalf("first %d, want %d", l.First(), n+1)
+	}
+}
