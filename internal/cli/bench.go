@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -103,15 +102,11 @@ func benchOverhead(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	exe, err := os.Executable()
+	exe, dir, cleanup, err := scratch("neptune-bench-")
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "neptune-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
+	defer cleanup()
 
 	// The baseline: a raw gRPC echo server in its own process.
 	raw := exec.CommandContext(ctx, exe, "bench", "echo-server")

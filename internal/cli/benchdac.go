@@ -406,15 +406,11 @@ func benchDAC(ctx context.Context, args []string, stdout io.Writer) error {
 	case *deadline <= 0 || *budget <= 0 || *slow < 1 || *f20Len < 6*time.Second:
 		return usagef("-deadline and -budget must be > 0, -slow >= 1, -fig20-len >= 6s")
 	}
-	exe, err := os.Executable()
+	exe, dir, cleanup, err := scratch("neptune-bench-dac-")
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "neptune-bench-dac-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
+	defer cleanup()
 	if *outDir != "" {
 		if err := os.MkdirAll(*outDir, 0o755); err != nil {
 			return err

@@ -153,15 +153,11 @@ func benchLB(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	*procs = min(*procs, *clients)
 
-	exe, err := os.Executable()
+	exe, dir, cleanup, err := scratch("neptune-bench-lb-")
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "neptune-bench-lb-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
+	defer cleanup()
 	srv, stop, err := startLBCluster(ctx, exe, dir, *servers)
 	if err != nil {
 		return err

@@ -57,16 +57,12 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := bal.Validate(); err != nil {
 		return usagef("-balance: %v", err)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "neptune-demo-")
+	exe, dir, cleanup, err := scratch("neptune-demo-")
 	if err != nil {
 		return err
 	}
 	if !*keep {
-		defer os.RemoveAll(dir)
+		defer cleanup()
 	}
 	var ids []string
 	for i := range *nodes {
