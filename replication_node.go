@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/nerr"
@@ -34,9 +35,14 @@ const (
 	// replSuspectFor is how long a peer that failed a Replicate call, or a
 	// primary silent for AckTimeout, counts as dead unless heard from.
 	replSuspectFor = time.Second
-	// peerQueueLimit bounds the messages queued to one node; older ones are
-	// dropped (the protocol retransmits).
+	// peerQueueLimit and peerQueueBytes bound the messages queued to one
+	// node; older ones are dropped (the protocol retransmits). A message
+	// may carry MaxBatch entries, so the count alone bounds no memory.
 	peerQueueLimit = 4096
+	peerQueueBytes = 32 << 20
+	// replBatchBytes caps one Replicate call, well under gRPC's default
+	// 4 MiB receive limit, which would refuse a whole backlog at once.
+	replBatchBytes = 1 << 20
 	// forwardedKey marks a call forwarded to the primary, so it is not
 	// forwarded again.
 	forwardedKey = "neptune-forwarded"
@@ -412,9 +418,46 @@ func (rn *replNode) noteFailed(node string) {
 
 // peerQueue holds the messages for one destination node.
 type peerQueue struct {
-	mu   sync.Mutex
-	q    []*pb.ReplicaMessage
-	wake chan struct{}
+	mu    sync.Mutex
+	q     []*pb.ReplicaMessage
+	sizes []int // encoded size of each q entry
+	bytes int   // sum of sizes
+	wake  chan struct{}
+}
+
+// push queues pm, dropping the oldest messages beyond the count and byte
+// bounds (the newest always stays).
+func (pq *peerQueue) push(pm *pb.ReplicaMessage) {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	n := proto.Size(pm)
+	pq.q, pq.sizes, pq.bytes = append(pq.q, pm), append(pq.sizes, n), pq.bytes+n
+	drop := 0
+	for len(pq.q)-drop > 1 && (len(pq.q)-drop > peerQueueLimit || pq.bytes > peerQueueBytes) {
+		pq.bytes -= pq.sizes[drop]
+		drop++
+	}
+	if drop > 0 {
+		pq.q = slices.Delete(pq.q, 0, drop)
+		pq.sizes = slices.Delete(pq.sizes, 0, drop)
+	}
+}
+
+// take removes the oldest messages totalling at most maxBytes (at least one,
+// if any) for one Replicate call.
+func (pq *peerQueue) take(maxBytes int) []*pb.ReplicaMessage {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	n, size := 0, 0
+	for n < len(pq.q) && (n == 0 || size+pq.sizes[n] <= maxBytes) {
+		size += pq.sizes[n]
+		n++
+	}
+	batch := slices.Clone(pq.q[:n])
+	pq.q = slices.Delete(pq.q, 0, n)
+	pq.sizes = slices.Delete(pq.sizes, 0, n)
+	pq.bytes -= size
+	return batch
 }
 
 func (rn *replNode) send(k partKey, m replica.Message) {
@@ -428,13 +471,7 @@ func (rn *replNode) send(k partKey, m replica.Message) {
 		go func() { defer rn.wg.Done(); rn.sender(to, pq) }()
 	}
 	rn.mu.Unlock()
-	pm := toPBMessage(k, m)
-	pq.mu.Lock()
-	if len(pq.q) >= peerQueueLimit {
-		pq.q = pq.q[1:]
-	}
-	pq.q = append(pq.q, pm)
-	pq.mu.Unlock()
+	pq.push(toPBMessage(k, m))
 	select {
 	case pq.wake <- struct{}{}:
 	default:
@@ -450,10 +487,7 @@ func (rn *replNode) sender(to string, pq *peerQueue) {
 		case <-pq.wake:
 		}
 		for {
-			pq.mu.Lock()
-			batch := pq.q
-			pq.q = nil
-			pq.mu.Unlock()
+			batch := pq.take(replBatchBytes)
 			if len(batch) == 0 {
 				break
 			}
