@@ -224,7 +224,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("neptune: listen for calls (RPCPort): %w", err)
 	}
-	n.grpc = grpc.NewServer()
+	n.grpc = grpc.NewServer(transport.ServerOptions()...)
 	pb.RegisterNodeServer(n.grpc, &nodeServer{n: n})
 	go func() { _ = n.grpc.Serve(n.rpcLn) }()
 

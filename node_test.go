@@ -186,3 +186,14 @@ var (
 	binPath string
 	binErr  error
 )
+
+func TestLargeBodiesCrossTheWire(t *testing.T) {
+	nodes := startCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body := bytes.Repeat([]byte("x"), 8<<20) // twice gRPC's default limit
+	resp, err := nodes[0].Client().Call(ctx, nil, "echo", 0, "echo", neptune.Read, body)
+	if err != nil || len(resp.Body) != len(body) {
+		t.Fatalf("8 MiB echo: %v", err)
+	}
+}

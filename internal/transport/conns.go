@@ -18,12 +18,25 @@ type Conns struct {
 	opts  []grpc.DialOption
 }
 
+// MaxMessage is the largest gRPC message a node sends or accepts. gRPC's
+// default of 4 MiB would refuse a large request body or a replication batch
+// of large writes; the limit stays as a guard against runaway messages.
+const MaxMessage = 64 << 20
+
+// ServerOptions are the gRPC server options every node uses.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage)}
+}
+
 // NewConns returns an empty connection cache. Extra dial options are
-// appended to the defaults (plaintext).
+// appended to the defaults (plaintext, MaxMessage).
 func NewConns(opts ...grpc.DialOption) *Conns {
 	return &Conns{
 		conns: map[string]*grpc.ClientConn{},
-		opts:  append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...),
+		opts: append([]grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)),
+		}, opts...),
 	}
 }
 
