@@ -124,6 +124,14 @@ func appReplCell(ctx context.Context, dir string, wl appReplWorkload, degree, cl
 	if err != nil {
 		return 0, err
 	}
+	return closedLoop(ctx, c, clients, dur, 55, wl.op)
+}
+
+// closedLoop runs clients callers, each with its own session and seeded
+// random source, calling op back to back for dur, and returns the rate of
+// successful calls.
+func closedLoop(ctx context.Context, c *neptune.Client, clients int, dur time.Duration, seed uint64,
+	op func(context.Context, *neptune.Client, *neptune.Session, *rand.Rand) error) (float64, error) {
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	stop := time.Now().Add(dur)
@@ -131,11 +139,11 @@ func appReplCell(ctx context.Context, dir string, wl appReplWorkload, degree, cl
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(i), 55))
+			rng := rand.New(rand.NewPCG(uint64(i), seed))
 			sess := neptune.NewSession()
 			for time.Now().Before(stop) && ctx.Err() == nil {
 				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				err := wl.op(cctx, c, sess, rng)
+				err := op(cctx, c, sess, rng)
 				cancel()
 				if err == nil {
 					done.Add(1)

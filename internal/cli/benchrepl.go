@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/neptune-cluster/neptune"
@@ -270,34 +269,16 @@ func replCell(ctx context.Context, dir string, level, degree int, writeFrac floa
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	var done atomic.Int64
-	var wg sync.WaitGroup
-	stop := time.Now().Add(dur)
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(i), 7))
-			sess := neptune.NewSession()
-			for time.Now().Before(stop) && ctx.Err() == nil {
-				p, _ := slices.BinarySearch(cum, rng.Float64()*sum)
-				p = min(p, parts-1)
-				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				var err error
-				if rng.Float64() < writeFrac {
-					_, err = c.Call(cctx, sess, "kv", p, "put", neptune.Write, fmt.Appendf(nil, "k%d=v", rng.IntN(1000)))
-				} else {
-					_, err = c.Call(cctx, sess, "kv", p, "len", neptune.Read, nil)
-				}
-				cancel()
-				if err == nil {
-					done.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return float64(done.Load()) / dur.Seconds(), ctx.Err()
+	return closedLoop(ctx, c, clients, dur, 7, func(cctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error {
+		p, _ := slices.BinarySearch(cum, rng.Float64()*sum)
+		p = min(p, parts-1)
+		if rng.Float64() < writeFrac {
+			_, err := c.Call(cctx, sess, "kv", p, "put", neptune.Write, fmt.Appendf(nil, "k%d=v", rng.IntN(1000)))
+			return err
+		}
+		_, err := c.Call(cctx, sess, "kv", p, "len", neptune.Read, nil)
+		return err
+	})
 }
 
 // ---- failover timeline, disk and memory ----
