@@ -363,8 +363,14 @@ func (c *Client) pick(ctx context.Context, req *pb.CallRequest) (membership.Repl
 		c.mu.Unlock()
 		return membership.Replica{}, err
 	}
-	ids = c.health.Filter(time.Now(), ids)
-	plan := pol.Plan(time.Now(), ids)
+	now := time.Now()
+	ids = c.health.Filter(now, ids)
+	if len(ids) == 1 { // no choice to make: a poll would only add a round trip
+		pol.Sent(now, ids[0])
+		c.mu.Unlock()
+		return byID[ids[0]], nil
+	}
+	plan := pol.Plan(now, ids)
 	c.mu.Unlock()
 
 	if p := rv.mustPoll(req, ids); p != "" && !slices.Contains(plan.Poll, p) {
@@ -394,7 +400,7 @@ func (c *Client) pick(ctx context.Context, req *pb.CallRequest) (membership.Repl
 		loads = slices.DeleteFunc(loads, func(l balance.Load) bool { return !slices.Contains(keep, l.Replica) })
 	}
 	c.mu.Lock()
-	now := time.Now()
+	now = time.Now()
 	choice := pol.Choose(now, ids, loads)
 	pol.Sent(now, choice)
 	c.mu.Unlock()

@@ -35,8 +35,9 @@ var benchmarks = map[string]func(context.Context, []string, io.Writer) error{
 
 // helperProcesses are hidden verbs the benchmarks re-execute the binary with.
 var helperProcesses = map[string]func(context.Context, []string, io.Writer) error{
-	"echo-server": rawEchoServer,
-	"lb-client":   benchLBClient,
+	"echo-server":  rawEchoServer,
+	"http-program": httpProgram,
+	"lb-client":    benchLBClient,
 }
 
 func benchNames() string {
@@ -72,11 +73,31 @@ func rawEchoServer(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s := grpc.NewServer()
+	s := grpc.NewServer(transport.ServerOptions()...) // same transport settings as a node
 	pb.RegisterNodeServer(s, rawEcho{})
 	go func() { <-ctx.Done(); s.Stop() }()
 	fmt.Fprintf(stdout, "raw echo up: %s\n", ln.Addr())
 	return s.Serve(ln)
+}
+
+// startHelper starts `neptune bench <args>` and returns the address it
+// announces with format, and a function that kills it.
+func startHelper(ctx context.Context, exe, format string, args ...string) (string, func(), error) {
+	cmd := exec.CommandContext(ctx, exe, append([]string{"bench"}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	var addr string
+	if _, err := fmt.Fscanf(out, format, &addr); err != nil {
+		stop()
+		return "", nil, fmt.Errorf("bench: helper %s did not start: %w", args[0], err)
+	}
+	return addr, stop, nil
 }
 
 type rawEcho struct{ pb.UnimplementedNodeServer }
@@ -109,16 +130,11 @@ func benchOverhead(ctx context.Context, args []string, stdout io.Writer) error {
 	defer cleanup()
 
 	// The baseline: a raw gRPC echo server in its own process.
-	raw := exec.CommandContext(ctx, exe, "bench", "echo-server")
-	rawOut, _ := raw.StdoutPipe()
-	if err := raw.Start(); err != nil {
+	rawAddr, stopRaw, err := startHelper(ctx, exe, "raw echo up: %s\n", "echo-server")
+	if err != nil {
 		return err
 	}
-	defer func() { _ = raw.Process.Kill(); _ = raw.Wait() }()
-	var rawAddr string
-	if _, err := fmt.Fscanf(rawOut, "raw echo up: %s\n", &rawAddr); err != nil {
-		return fmt.Errorf("bench: raw echo server did not start: %w", err)
-	}
+	defer stopRaw()
 	conns := transport.NewConns()
 	defer conns.Close()
 	rawClient, err := conns.Client(rawAddr)

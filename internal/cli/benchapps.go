@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -162,14 +163,19 @@ func pgSchema(ctx context.Context, dsn string) (string, func(), error) {
 	}, nil
 }
 
-// benchAdapter compares an HTTP service called directly with the same
-// service called through a Neptune node process hosting it with the HTTP
-// adapter: a no-op echo route and a route that takes -work.
-func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell time.Duration, rounds, conc int) error {
+// httpProgram is the program of `bench apps -sections adapter`, run in a
+// process of its own as a real service would be: POST /echo returns the
+// body, POST /work sleeps -work first.
+func httpProgram(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlags("bench http-program", "[-work 1ms]")
+	work := fs.Duration("work", time.Millisecond, "service time of POST /work")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(w, r.Body) })
 	mux.HandleFunc("POST /work", func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(work)
+		time.Sleep(*work)
 		_, _ = io.Copy(w, r.Body)
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -177,14 +183,31 @@ func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell 
 		return err
 	}
 	srv := &http.Server{Handler: mux}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	base := "http://" + ln.Addr().String()
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	fmt.Fprintf(stdout, "http program up: %s\n", ln.Addr())
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
 
+// benchAdapter compares an HTTP program called directly with the same
+// program called through a Neptune node process hosting it with the HTTP
+// adapter: a no-op echo route and a route that takes -work. The program,
+// the node and the benchmark's callers are three processes, as in a real
+// deployment (a program inside the caller's process would answer the
+// direct calls without a cross-process wakeup and flatter them).
+func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell time.Duration, rounds, conc int) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
+	addr, stopProgram, err := startHelper(ctx, exe, "http program up: %s\n", "http-program", "-work", work.String())
+	if err != nil {
+		return err
+	}
+	defer stopProgram()
+	base := "http://" + addr
 	cfg := filepath.Join(dir, "adapter.yaml")
 	yaml := fmt.Sprintf("services:\n  - name: web\n    partitions: [0]\n    workers: 64\n    http:\n      base_url: %s\n      methods:\n        - {name: echo, mode: read, route: /echo}\n        - {name: work, mode: read, route: /work}\n", base)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
