@@ -188,11 +188,7 @@ func (c *Client) Aggregate(ctx context.Context, a Aggregation) (*AggregateResult
 	}
 	servers := make([]dac.Server, len(plans))
 	for i, p := range plans {
-		load := time.Duration(p.queue) * (meanLocal + meanReduce)
-		if !p.answered {
-			load = 10 * a.Deadline // as a timed-out poll: avoid, make it a leaf
-		}
-		servers[i] = dac.Server{Load: load, Local: meanLocal, Reduce: meanReduce}
+		servers[i] = p.server(meanLocal, meanReduce, a.Deadline)
 	}
 	c.mu.Lock()
 	rng := rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64()))
@@ -255,12 +251,29 @@ func ints(xs []int32) []int {
 	return out
 }
 
-// plan is the caller's view of one participant: its replicas, best first.
+// plan is the caller's view of one participant: its replicas, best first,
+// and the poll answer of the first.
 type plan struct {
 	partition int
 	replicas  []membership.Replica
-	queue     int
+	load      transport.PollAnswer
 	answered  bool
+}
+
+// server is what the tree builder knows of the plan's first replica, in
+// time per worker (§4.2: a node with twice the workers has half the cost):
+// its ledger of committed aggregation work (§4.5), or, from a node that
+// keeps none, its queue length times s + a. An unanswered poll reads as
+// far more load than any answer, so the node becomes a leaf.
+func (p plan) server(local, reduce, deadline time.Duration) dac.Server {
+	switch {
+	case !p.answered:
+		return dac.Server{Load: 10 * deadline, Local: local, Reduce: reduce}
+	case p.load.Work.Capacity > 0:
+		k := time.Duration(p.load.Work.Capacity)
+		return dac.Server{Load: p.load.Work.Pending / k, Local: local / k, Reduce: reduce / k}
+	}
+	return dac.Server{Load: time.Duration(p.load.Queue) * (local + reduce), Local: local, Reduce: reduce}
 }
 
 // coordinators lists every node of the service, by id: Base's fixed
@@ -329,24 +342,23 @@ func (c *Client) aggPlan(ctx context.Context, a Aggregation) ([]plan, error) {
 		})
 	}
 	wg.Wait()
-	queue := map[string]int{}
+	byNode := map[string]transport.PollAnswer{}
 	for _, ans := range answers {
-		queue[ans.Replica] = ans.Queue
+		byNode[ans.Replica] = ans
 	}
+	meanLocal, meanReduce := c.agg.costs(a.Service, a.Deadline)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range plans {
 		rs := slices.Clone(plans[i].replicas)
 		c.rng.Shuffle(len(rs), func(x, y int) { rs[x], rs[y] = rs[y], rs[x] })
-		rank := func(r membership.Replica) int {
-			if q, ok := queue[r.Node]; ok {
-				return q
-			}
-			return 1 << 30
+		rank := func(r membership.Replica) time.Duration {
+			ans, ok := byNode[r.Node]
+			return plan{load: ans, answered: ok}.server(meanLocal, meanReduce, a.Deadline).Load
 		}
-		slices.SortStableFunc(rs, func(x, y membership.Replica) int { return rank(x) - rank(y) })
+		slices.SortStableFunc(rs, func(x, y membership.Replica) int { return cmp.Compare(rank(x), rank(y)) })
 		plans[i].replicas = rs
-		plans[i].queue, plans[i].answered = rank(rs[0]), rank(rs[0]) < 1<<30
+		plans[i].load, plans[i].answered = byNode[rs[0].Node]
 	}
 	return plans, nil
 }

@@ -1,6 +1,8 @@
 package neptune
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -70,5 +72,101 @@ func TestSubtreeCollectsDescendants(t *testing.T) {
 	}
 	if len(got) != 3 || got[0] != 1 || got[1] != 3 || got[2] != 4 {
 		t.Fatalf("subtree of 1 = %v, want [1 3 4]", got)
+	}
+}
+
+// TestPollsReportCommittedAggregationWork: while a node waits for a
+// child, its load index counts the reduction it owes (§4.5), which its
+// queue length does not; once the call ends, the ledger is back at 0.
+func TestPollsReportCommittedAggregationWork(t *testing.T) {
+	release := make(chan struct{})
+	agg := &Aggregator{
+		Local: map[string]LocalFunc{"work": func(ctx context.Context, p int, _ []byte) ([]byte, error) {
+			if p == 1 {
+				select { // partition 1 is slow while release is open
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+			return []byte{1}, nil
+		}},
+		Reduce: map[string]ReduceFunc{"first": func(_ context.Context, a, _ []byte, _ []byte) ([]byte, error) {
+			time.Sleep(time.Millisecond)
+			return a, nil
+		}},
+	}
+	ctx := context.Background()
+	var nodes []*Node
+	for i := range 2 {
+		nd, err := NewNode(NodeConfig{ID: fmt.Sprint("w", i), AnnounceInterval: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Register(Service{Name: "agg", Workers: 3, Aggregate: agg}, i); err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			nd.cfg.Join = []string{nodes[0].GossipAddr()}
+		}
+		if err := nd.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes = append(nodes, nd)
+	}
+	call := func() error {
+		_, err := nodes[0].Client().Aggregate(ctx, Aggregation{Service: "agg", Partitions: []int{0, 1}, Local: "work", Reduce: "first",
+			Deadline: 5 * time.Second, Scheme: SchemeFlat})
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(nodes[0].Client().gossip.Replicas("agg", 1).Replicas) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("partition 1 never appeared in the yellow pages")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(release)
+	measured := func(nd *Node) bool { _, reduce := nd.services["agg"].ledger.Means(); return reduce > 0 }
+	for !measured(nodes[0]) || !measured(nodes[1]) { // Flat's random roots measure a on both nodes
+		if time.Now().After(deadline) {
+			t.Fatal("a node never measured a reduction")
+		}
+		if err := call(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release = make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	var owing bool
+	for !owing && time.Now().Before(deadline) {
+		for _, nd := range nodes {
+			w, ok := nd.aggWork("agg")
+			if !ok || w.Capacity != 3 {
+				t.Fatalf("aggWork = %+v, %v; want capacity 3", w, ok)
+			}
+			// More than the work in its queue: a reduction it owes.
+			local, reduce := nd.services["agg"].ledger.Means()
+			queued := time.Duration(nd.services["agg"].pool.Load()) * local
+			owing = owing || reduce > 0 && w.Pending >= queued+reduce
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !owing {
+		t.Fatal("no node's load index counted the reduction it owed while waiting for its child")
+	}
+	for _, nd := range nodes {
+		if w, _ := nd.aggWork("agg"); w.Pending != 0 {
+			t.Errorf("%s: pending %v after the call ended, want 0", nd.cfg.ID, w.Pending)
+		}
+	}
+	if _, ok := nodes[0].aggWork("nope"); ok {
+		t.Error("aggWork answered for a service the node does not host")
 	}
 }

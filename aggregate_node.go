@@ -61,6 +61,16 @@ func (s *reduceFirst) Finish(now time.Time, r *sched.Request, used time.Duration
 
 func (s *reduceFirst) Len() int { return s.reduce.Len() + s.rest.Len() }
 
+// aggWork answers the aggregation part of a load poll: the service's
+// ledger and worker count.
+func (n *Node) aggWork(service string) (transport.Work, bool) {
+	h, ok := n.services[service]
+	if !ok || h.ledger == nil {
+		return transport.Work{}, false
+	}
+	return transport.Work{Pending: h.ledger.Pending(), Capacity: h.pool.Workers()}, true
+}
+
 func (s *nodeServer) Aggregate(ctx context.Context, in *pb.AggregateRequest) (*pb.AggregateResponse, error) {
 	resp, err := s.n.aggregate(ctx, in)
 	if err != nil {
@@ -125,8 +135,14 @@ func (n *Node) aggregate(ctx context.Context, in *pb.AggregateRequest) (*pb.Aggr
 		cfg.Partition = int(self.Partition)
 	}
 	m := dac.NewMachine(cfg)
+	reductions := len(children) // one per child into the local result
+	if !cfg.Local {
+		reductions = max(reductions-1, 0) // a coordinator has no local result
+	}
+	owed := h.ledger.Commit(cfg.Local, reductions)
+	defer owed.Release()
 	if !in.Blocking {
-		return n.aggRun(ctx, in, h.pool.Do, local, reduce, m, cfg, byParent, children, start)
+		return n.aggRun(ctx, in, h.pool.Do, local, reduce, m, cfg, owed, byParent, children, start)
 	}
 	// Blocking (NoED): the call holds one worker from before it forwards
 	// to its children until it sends, and runs its operators in it, one at
@@ -145,15 +161,16 @@ func (n *Node) aggregate(ctx context.Context, in *pb.AggregateRequest) (*pb.Aggr
 		return nil
 	}
 	err := h.pool.Do(ctx, in.Class, func(ctx context.Context) {
-		out, rerr = n.aggRun(ctx, in, inHeld, local, reduce, m, cfg, byParent, children, start)
+		out, rerr = n.aggRun(ctx, in, inHeld, local, reduce, m, cfg, owed, byParent, children, start)
 	})
 	return out, errors.Join(err, rerr)
 }
 
 // aggRun drives m: forwards to the children, runs the operators through
-// exec and waits for events until the machine sends.
+// exec and waits for events until the machine sends, paying off owed as
+// operators finish.
 func (n *Node) aggRun(ctx context.Context, in *pb.AggregateRequest, exec func(context.Context, string, func(context.Context)) error,
-	local LocalFunc, reduce ReduceFunc, m *dac.Machine, cfg dac.MachineConfig, byParent map[int32][]*pb.Participant, children []*pb.Participant, start time.Time) (*pb.AggregateResponse, error) {
+	local LocalFunc, reduce ReduceFunc, m *dac.Machine, cfg dac.MachineConfig, owed *dac.Commitment, byParent map[int32][]*pb.Participant, children []*pb.Participant, start time.Time) (*pb.AggregateResponse, error) {
 	deadline, grace := cfg.Deadline, cfg.Grace
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -241,6 +258,12 @@ func (n *Node) aggRun(ctx context.Context, in *pb.AggregateRequest, exec func(co
 			if e.ran {
 				out.ReduceNs += int64(e.cost)
 				out.Reductions++
+			}
+			switch e.ev.Kind {
+			case dac.LocalDone:
+				owed.LocalDone(e.local)
+			case dac.ReduceDone:
+				owed.ReduceDone(e.cost)
 			}
 			if err := m.Step(e.ev); err != nil {
 				return nil, fmt.Errorf("neptune: aggregate %s: %w", in.CallId, err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/dac"
 	"github.com/neptune-cluster/neptune/internal/dispatch"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/nerr"
@@ -110,6 +111,8 @@ type hosted struct {
 	partitions []int32
 	methods    map[string]*Method
 	pool       *dispatch.Pool
+	// ledger is the aggregation load index (nil without Aggregate).
+	ledger *dac.Ledger
 }
 
 // Node hosts service partitions and serves calls to them. It is also a
@@ -190,6 +193,9 @@ func (n *Node) Register(svc Service, partitions ...int) error {
 		return fmt.Errorf("neptune: register %q: %w", svc.Name, err)
 	}
 	h.pool = pool
+	if svc.Aggregate != nil {
+		h.ledger = dac.NewLedger()
+	}
 	if svc.Replication != nil {
 		if err := n.registerReplicated(h); err != nil {
 			pool.Close()
@@ -228,7 +234,7 @@ func (n *Node) Start(ctx context.Context) error {
 	pb.RegisterNodeServer(n.grpc, &nodeServer{n: n})
 	go func() { _ = n.grpc.Serve(n.rpcLn) }()
 
-	n.polls, err = transport.ListenPoll(net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.PollPort)), n.load, n.log, transport.WithVersions(n.pollVersion))
+	n.polls, err = transport.ListenPoll(net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.PollPort)), n.load, n.log, transport.WithVersions(n.pollVersion), transport.WithWork(n.aggWork))
 	if err != nil {
 		n.Close()
 		return fmt.Errorf("neptune: listen for polls (PollPort): %w", err)

@@ -205,6 +205,9 @@ func (p *Pool) release(r *sched.Request, used time.Duration) {
 	}
 }
 
+// Workers is how many requests the pool serves at once.
+func (p *Pool) Workers() int { return p.cfg.Workers }
+
 // Load is the load index: active plus queued requests.
 func (p *Pool) Load() int {
 	p.mu.Lock()

@@ -32,17 +32,32 @@ type Version struct {
 // VersionFunc answers the replication part of a poll.
 type VersionFunc func(service string, partition int32) Version
 
+// Work is a service's aggregation load index on a node: the estimated
+// work it has committed to and its number of workers.
+type Work struct {
+	Pending  time.Duration
+	Capacity int
+}
+
+// WorkFunc answers the aggregation part of a poll; ok is false for a
+// service without aggregation operators.
+type WorkFunc func(service string) (w Work, ok bool)
+
 // PollOption adjusts a PollServer.
 type PollOption func(*PollServer)
 
 // WithVersions makes poll replies carry replica versions.
 func WithVersions(f VersionFunc) PollOption { return func(s *PollServer) { s.version = f } }
 
+// WithWork makes poll replies carry aggregation load indexes.
+func WithWork(f WorkFunc) PollOption { return func(s *PollServer) { s.work = f } }
+
 // PollServer answers load polls over UDP (the paper's load index server).
 type PollServer struct {
 	conn    *net.UDPConn
 	load    LoadFunc
 	version VersionFunc
+	work    WorkFunc
 	log     *slog.Logger
 	done    chan struct{}
 }
@@ -97,6 +112,11 @@ func (s *PollServer) serve() {
 			v := s.version(req.Service, req.Partition)
 			rep.Replicated, rep.Version, rep.VersionAgo, rep.Serving, rep.Primary = v.Replicated, v.Version, v.VersionAgo, v.Serving, v.Primary
 		}
+		if known && s.work != nil {
+			if w, ok := s.work(req.Service); ok {
+				rep.WorkNs, rep.Capacity = int64(w.Pending), int32(w.Capacity)
+			}
+		}
 		out, _ := proto.Marshal(rep)
 		_, _ = s.conn.WriteToUDPAddrPort(out, from)
 	}
@@ -115,6 +135,8 @@ type PollAnswer struct {
 	RTT     time.Duration
 	// Version is set for replicated partitions.
 	Version Version
+	// Work is set for services with aggregation operators (Capacity > 0).
+	Work Work
 }
 
 // Poller sends load polls from one UDP socket and matches the replies (the
@@ -299,7 +321,8 @@ func (p *Poller) read() {
 			continue
 		}
 		a := PollAnswer{Replica: w.replica, Queue: int(rep.Queue), RTT: time.Since(w.sent),
-			Version: Version{Replicated: rep.Replicated, Version: rep.Version, VersionAgo: rep.VersionAgo, Serving: rep.Serving, Primary: rep.Primary}}
+			Version: Version{Replicated: rep.Replicated, Version: rep.Version, VersionAgo: rep.VersionAgo, Serving: rep.Serving, Primary: rep.Primary},
+			Work:    Work{Pending: time.Duration(rep.WorkNs), Capacity: int(rep.Capacity)}}
 		switch {
 		case replies != nil:
 			replies <- a // buffered for every target: never blocks

@@ -7,16 +7,18 @@ import (
 	"time"
 )
 
-func TestPollRepliesCarryReplicaVersions(t *testing.T) {
+func TestPollRepliesCarryReplicaVersionsAndWork(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	want := Version{Replicated: true, Version: 42, VersionAgo: 40, Serving: true, Primary: true}
+	wantWork := Work{Pending: 37 * time.Millisecond, Capacity: 4}
 	srv, err := ListenPoll("127.0.0.1:0", func(string, int32, string) (int, bool) { return 3, true }, log,
 		WithVersions(func(s string, p int32) Version {
 			if s == "kv" && p == 1 {
 				return want
 			}
 			return Version{}
-		}))
+		}),
+		WithWork(func(s string) (Work, bool) { return wantWork, s == "kv" }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,12 +38,12 @@ func TestPollRepliesCarryReplicaVersions(t *testing.T) {
 		t.Fatalf("answers = %+v, want 2", got)
 	}
 	for _, a := range got {
-		exp := want
+		exp, expWork := want, wantWork
 		if a.Replica == "plain" {
-			exp = Version{}
+			exp, expWork = Version{}, Work{}
 		}
-		if a.Version != exp {
-			t.Errorf("%s: version %+v, want %+v", a.Replica, a.Version, exp)
+		if a.Version != exp || a.Work != expWork {
+			t.Errorf("%s: version %+v work %+v, want %+v %+v", a.Replica, a.Version, a.Work, exp, expWork)
 		}
 	}
 }

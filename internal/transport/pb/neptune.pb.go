@@ -685,11 +685,18 @@ type PollReply struct {
 	// replica's current version (LSN), serving whether it may serve reads,
 	// primary whether it is the primary and version_ago the level-3
 	// primary's version x seconds ago (0 elsewhere).
-	Replicated    bool   `protobuf:"varint,4,opt,name=replicated,proto3" json:"replicated,omitempty"`
-	Version       uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
-	Serving       bool   `protobuf:"varint,6,opt,name=serving,proto3" json:"serving,omitempty"`
-	Primary       bool   `protobuf:"varint,7,opt,name=primary,proto3" json:"primary,omitempty"`
-	VersionAgo    uint64 `protobuf:"varint,8,opt,name=version_ago,json=versionAgo,proto3" json:"version_ago,omitempty"`
+	Replicated bool   `protobuf:"varint,4,opt,name=replicated,proto3" json:"replicated,omitempty"`
+	Version    uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	Serving    bool   `protobuf:"varint,6,opt,name=serving,proto3" json:"serving,omitempty"`
+	Primary    bool   `protobuf:"varint,7,opt,name=primary,proto3" json:"primary,omitempty"`
+	VersionAgo uint64 `protobuf:"varint,8,opt,name=version_ago,json=versionAgo,proto3" json:"version_ago,omitempty"`
+	// work_ns is the aggregation load index of the service on this node
+	// (DAC §4.5): the estimated work it has committed to, Σ s + π·a over
+	// its aggregations in flight plus s per other queued request; capacity
+	// is its number of workers, so work_ns / capacity is the time to drain.
+	// Both are 0 for a service without aggregation operators.
+	WorkNs        int64 `protobuf:"varint,9,opt,name=work_ns,json=workNs,proto3" json:"work_ns,omitempty"`
+	Capacity      int32 `protobuf:"varint,10,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -776,6 +783,20 @@ func (x *PollReply) GetPrimary() bool {
 func (x *PollReply) GetVersionAgo() uint64 {
 	if x != nil {
 		return x.VersionAgo
+	}
+	return 0
+}
+
+func (x *PollReply) GetWorkNs() int64 {
+	if x != nil {
+		return x.WorkNs
+	}
+	return 0
+}
+
+func (x *PollReply) GetCapacity() int32 {
+	if x != nil {
+		return x.Capacity
 	}
 	return 0
 }
@@ -1783,7 +1804,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x14\n" +
-	"\x05class\x18\x04 \x01(\tR\x05class\"\xd6\x01\n" +
+	"\x05class\x18\x04 \x01(\tR\x05class\"\x8b\x02\n" +
 	"\tPollReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\x05R\x05queue\x12\x14\n" +
@@ -1795,7 +1816,10 @@ const file_neptune_proto_rawDesc = "" +
 	"\aserving\x18\x06 \x01(\bR\aserving\x12\x18\n" +
 	"\aprimary\x18\a \x01(\bR\aprimary\x12\x1f\n" +
 	"\vversion_ago\x18\b \x01(\x04R\n" +
-	"versionAgo\"G\n" +
+	"versionAgo\x12\x17\n" +
+	"\awork_ns\x18\t \x01(\x03R\x06workNs\x12\x1a\n" +
+	"\bcapacity\x18\n" +
+	" \x01(\x05R\bcapacity\"G\n" +
 	"\n" +
 	"PagesState\x129\n" +
 	"\aentries\x18\x01 \x03(\v2\x1f.neptune.v1.RelayedAnnouncementR\aentries\"j\n" +
