@@ -112,18 +112,17 @@ type dacContender struct {
 }
 
 type dacBench struct {
-	out       io.Writer
-	exe, dir  string
-	nodes     int
-	deadline  time.Duration
-	budget    time.Duration
-	warmup    time.Duration
-	seed      uint64
-	pause     time.Duration
-	outDir    string
-	csv       map[string]*strings.Builder
-	seedCount uint64
-	verbose   bool
+	out      io.Writer
+	exe, dir string
+	nodes    int
+	deadline time.Duration
+	budget   time.Duration
+	warmup   time.Duration
+	seed     uint64
+	pause    time.Duration
+	outDir   string
+	csv      map[string]*strings.Builder
+	verbose  bool
 }
 
 // dacCluster is one set of node processes hosting micro, and a client.
@@ -251,8 +250,9 @@ func (d *dacCluster) slowdown(ctx context.Context, i int, factor float64) error 
 // run offers rate aggregations/s for dur (Poisson arrivals, seeded) and
 // waits for every call to end.
 func (b *dacBench) run(ctx context.Context, d *dacCluster, con dacContender, rate float64, dur time.Duration, events []dacEvent) (dacCell, error) {
-	b.seedCount++
-	rng := rand.New(rand.NewPCG(b.seed, b.seedCount))
+	// Common random numbers: every contender of a row (same rate and
+	// window) gets the same arrival times, so rows differ only by scheme.
+	rng := rand.New(rand.NewPCG(b.seed, math.Float64bits(rate)^uint64(dur)))
 	agg := con.agg
 	agg.Service, agg.Partitions, agg.Local, agg.Reduce = "micro", d.parts, micro.LocalOp, micro.ReduceOp
 	agg.Deadline, agg.ReduceBudget = b.deadline, b.budget
