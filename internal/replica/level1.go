@@ -67,14 +67,15 @@ func (r *Replica) stepL1(m Message) {
 	switch m.Type {
 	case MsgDigest:
 		var es []Entry
-		complete := true
+		complete, size := true, 0
 		for _, e := range r.log {
 			if e.Seq > m.Versions[e.Origin] {
-				if len(es) == r.cfg.MaxBatch {
+				if len(es) == r.cfg.MaxBatch || len(es) > 0 && size+e.size() > r.cfg.MaxBatchBytes {
 					complete = false
 					break
 				}
 				es = append(es, e)
+				size += e.size()
 			}
 		}
 		r.send(Message{Type: MsgGossip, To: m.From, Entries: es, InSync: complete})

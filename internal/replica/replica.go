@@ -493,6 +493,8 @@ func (r *Replica) sendAppend(now time.Time, to ID) {
 	var es []Entry
 	if next <= end {
 		es = slices.Clone(r.log[next-r.first : end+1-r.first])
+		es = es[:r.batchLen(es)]
+		end = next + LSN(len(es)) - 1
 	}
 	r.send(Message{Type: MsgAppend, To: to, PrevLSN: next - 1, PrevEpoch: r.term(next - 1), Entries: es,
 		Commit: r.commit, Trunc: r.truncPoint(), InSync: pr.inSync})
@@ -500,6 +502,19 @@ func (r *Replica) sendAppend(now time.Time, to ID) {
 	if len(es) > 0 && pr.waitingSince.IsZero() {
 		pr.waitingSince = now
 	}
+}
+
+// batchLen is how many of es, from the first, fit MaxBatchBytes (at least
+// one: a single large entry still goes alone).
+func (r *Replica) batchLen(es []Entry) int {
+	size := 0
+	for i, e := range es {
+		size += e.size()
+		if i > 0 && size > r.cfg.MaxBatchBytes {
+			return i
+		}
+	}
+	return len(es)
 }
 
 // truncPoint is the highest LSN every replica holds and this one executed.

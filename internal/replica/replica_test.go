@@ -434,3 +434,41 @@ func TestDuplicateAppendExecutesOnce(t *testing.T) {
 		t.Fatalf("after duplicate delivery b executed %v, before %v", got, before)
 	}
 }
+
+// TestAppendBatchesBoundedByBytes: a replica catching up gets the log in
+// messages of at most MaxBatchBytes (large writes would otherwise exceed
+// the transport's message limit on every retry and never arrive).
+func TestAppendBatchesBoundedByBytes(t *testing.T) {
+	const limit = 40 // "put" + "wNN": about six entries, under MaxBatch 8
+	c := newCluster(t, 1, Level2, []int{3, 2, 1}, func(cfg *Config) { cfg.MaxBatchBytes = limit })
+	c.settle(time.Second)
+	c.crash("c")
+	for range 30 {
+		c.write("a")
+		c.settle(50 * time.Millisecond)
+	}
+	c.start(c.nodes["c"])
+	batches := 0
+	for range 100 {
+		c.tick(10 * time.Millisecond)
+		for len(c.net) > 0 {
+			if m := c.net[0]; m.Type == MsgAppend && len(m.Entries) > 1 {
+				size := 0
+				for _, e := range m.Entries {
+					size += len(e.Method) + len(e.Body)
+				}
+				if size > limit {
+					t.Fatalf("append of %d entries carries %d bytes, limit %d", len(m.Entries), size, limit)
+				}
+				batches++
+			}
+			c.deliver(0)
+		}
+	}
+	if batches == 0 {
+		t.Fatal("no multi-entry append seen: the test did not exercise catch-up")
+	}
+	if got, want := c.nodes["c"].svc.ops, c.nodes["a"].svc.ops; !slices.Equal(got, want) {
+		t.Fatalf("c executed %d ops, primary %d: catch-up did not complete", len(got), len(want))
+	}
+}

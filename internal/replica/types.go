@@ -132,6 +132,9 @@ type Entry struct {
 	Seq uint64
 }
 
+// size is what an entry counts against Config.MaxBatchBytes.
+func (e Entry) size() int { return len(e.Method) + len(e.Body) }
+
 // Write is a client write handed to Propose.
 type Write struct {
 	ReqID  uint64
@@ -303,8 +306,12 @@ type Config struct {
 	WriteWait time.Duration
 	// Staleness is level 3's bound x.
 	Staleness time.Duration
-	// MaxBatch bounds the entries per message.
-	MaxBatch int
+	// MaxBatch bounds the entries per message, and MaxBatchBytes their
+	// method names and bodies (a message still carries one entry of any
+	// size), so that a batch of large writes stays within the transport's
+	// message limit.
+	MaxBatch      int
+	MaxBatchBytes int
 }
 
 func (c Config) withDefaults() Config {
@@ -328,6 +335,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 256
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = 4 << 20
 	}
 	return c
 }
@@ -367,8 +377,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("replica: Config.%s is negative", d.name)
 		}
 	}
-	if c.MaxBatch < 0 {
-		return errors.New("replica: Config.MaxBatch is negative")
+	if c.MaxBatch < 0 || c.MaxBatchBytes < 0 {
+		return errors.New("replica: Config.MaxBatch or MaxBatchBytes is negative")
 	}
 	return nil
 }
