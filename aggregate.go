@@ -258,17 +258,23 @@ type plan struct {
 	replicas  []membership.Replica
 	load      transport.PollAnswer
 	answered  bool
+	// silent is how long the first replica has not answered a poll (0 if
+	// it answered this one).
+	silent time.Duration
 }
 
 // server is what the tree builder knows of the plan's first replica, in
 // time per worker (§4.2: a node with twice the workers has half the cost):
 // its ledger of committed aggregation work (§4.5), or, from a node that
 // keeps none, its queue length times s + a. An unanswered poll reads as
-// far more load than any answer, so the node becomes a leaf.
+// far more load than any answer, the more the longer the node has been
+// silent, so the node becomes a leaf: when many polls are late (a busy
+// machine), a node that answered the last call is the one made interior,
+// not one that stopped.
 func (p plan) server(local, reduce, deadline time.Duration) dac.Server {
 	switch {
 	case !p.answered:
-		return dac.Server{Load: 10 * deadline, Local: local, Reduce: reduce}
+		return dac.Server{Load: 10*deadline + min(p.silent, 10*deadline), Local: local, Reduce: reduce}
 	case p.load.Work.Capacity > 0:
 		k := time.Duration(p.load.Work.Capacity)
 		return dac.Server{Load: p.load.Work.Pending / k, Local: local / k, Reduce: reduce / k}
@@ -347,18 +353,23 @@ func (c *Client) aggPlan(ctx context.Context, a Aggregation) ([]plan, error) {
 		byNode[ans.Replica] = ans
 	}
 	meanLocal, meanReduce := c.agg.costs(a.Service, a.Deadline)
+	silent := c.agg.polled(time.Now(), ids, byNode)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range plans {
 		rs := slices.Clone(plans[i].replicas)
 		c.rng.Shuffle(len(rs), func(x, y int) { rs[x], rs[y] = rs[y], rs[x] })
-		rank := func(r membership.Replica) time.Duration {
+		planOf := func(r membership.Replica) plan {
 			ans, ok := byNode[r.Node]
-			return plan{load: ans, answered: ok}.server(meanLocal, meanReduce, a.Deadline).Load
+			return plan{load: ans, answered: ok, silent: silent[r.Node]}
+		}
+		rank := func(r membership.Replica) time.Duration {
+			return planOf(r).server(meanLocal, meanReduce, a.Deadline).Load
 		}
 		slices.SortStableFunc(rs, func(x, y membership.Replica) int { return cmp.Compare(rank(x), rank(y)) })
+		best := planOf(rs[0])
 		plans[i].replicas = rs
-		plans[i].load, plans[i].answered = byNode[rs[0].Node]
+		plans[i].load, plans[i].answered, plans[i].silent = best.load, best.answered, best.silent
 	}
 	return plans, nil
 }
@@ -372,6 +383,32 @@ type aggState struct {
 	reduce map[string]time.Duration // EWMA of mean reduction cost
 	leaf   map[string]*latencyRing
 	tokens int // leaf calls not yet spent on hedges
+	// answered is when each node last answered a poll in time.
+	answered map[string]time.Time
+}
+
+// neverAnswered is how long a node that never answered counts as silent.
+const neverAnswered = time.Hour
+
+// polled records which of the polled nodes answered and returns, for each
+// that did not, how long it has been silent.
+func (s *aggState) polled(now time.Time, nodes []string, answers map[string]transport.PollAnswer) map[string]time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.answered == nil {
+		s.answered = map[string]time.Time{}
+	}
+	silent := map[string]time.Duration{}
+	for _, id := range nodes {
+		if _, ok := answers[id]; ok {
+			s.answered[id] = now
+		} else if at, ok := s.answered[id]; ok {
+			silent[id] = now.Sub(at)
+		} else {
+			silent[id] = neverAnswered
+		}
+	}
+	return silent
 }
 
 // costWeight is the EWMA weight of one call's measured means.

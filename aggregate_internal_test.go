@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/sched"
+	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
@@ -168,5 +169,39 @@ func TestPollsReportCommittedAggregationWork(t *testing.T) {
 	}
 	if _, ok := nodes[0].aggWork("nope"); ok {
 		t.Error("aggWork answered for a service the node does not host")
+	}
+}
+
+// TestSilentNodesRankBehindLateOnes: an unanswered poll ranks behind every
+// answer, and a node silent for long behind one that answered the last
+// call, so LAT makes the stopped node the leaf when many polls are late.
+func TestSilentNodesRankBehindLateOnes(t *testing.T) {
+	var s aggState
+	t0 := time.Unix(100, 0)
+	ans := func(ids ...string) map[string]transport.PollAnswer {
+		m := map[string]transport.PollAnswer{}
+		for _, id := range ids {
+			m[id] = transport.PollAnswer{Replica: id, Work: transport.Work{Pending: time.Second, Capacity: 2}}
+		}
+		return m
+	}
+	nodes := []string{"busy", "late", "stopped", "new"}
+	s.polled(t0, nodes, ans("busy", "late", "stopped"))
+	s.polled(t0.Add(time.Second), nodes, ans("busy", "late"))
+	now := ans("busy")
+	silent := s.polled(t0.Add(time.Second+20*time.Millisecond), nodes, now)
+	if silent["late"] != 20*time.Millisecond || silent["stopped"] != 1020*time.Millisecond || silent["new"] != neverAnswered {
+		t.Fatalf("silent = %v", silent)
+	}
+	const T, local, reduce = 2 * time.Second, 25 * time.Millisecond, 5 * time.Millisecond
+	load := func(id string) time.Duration {
+		a, ok := now[id]
+		return plan{load: a, answered: ok, silent: silent[id]}.server(local, reduce, T).Load
+	}
+	if !(load("busy") < load("late") && load("late") < load("stopped") && load("stopped") < load("new")) {
+		t.Fatalf("loads busy %v late %v stopped %v new %v: want increasing", load("busy"), load("late"), load("stopped"), load("new"))
+	}
+	if got := load("busy"); got != time.Second/2 {
+		t.Fatalf("busy load = %v, want pending / capacity = 500ms", got)
 	}
 }

@@ -32,9 +32,14 @@ import (
 const (
 	// tickEvery is how often each partition loop ticks its replica.
 	tickEvery = 10 * time.Millisecond
-	// replSuspectFor is how long a peer that failed a Replicate call, or a
-	// primary silent for AckTimeout, counts as dead unless heard from.
+	// replSuspectFor is how long a peer that failed suspectAfter calls in a
+	// row, or a primary silent for AckTimeout, counts as dead unless heard
+	// from.
 	replSuspectFor = time.Second
+	// suspectAfter failed calls in a row make a peer suspect: one call that
+	// timed out on a busy peer used to start an election nobody needed; a
+	// killed peer refuses the next call at once.
+	suspectAfter = 2
 	// peerQueueLimit and peerQueueBytes bound the messages queued to one
 	// node; older ones are dropped (the protocol retransmits). A message
 	// may carry MaxBatch entries, so the count alone bounds no memory.
@@ -61,6 +66,8 @@ type replNode struct {
 	peers   map[string]*peerQueue
 	suspect map[string]time.Time
 	heard   map[string]time.Time
+	// failed counts a peer's calls that failed in a row.
+	failed map[string]int
 }
 
 type partKey struct {
@@ -110,7 +117,7 @@ func (n *Node) registerReplicated(h *hosted) error {
 	}
 	if n.repl == nil {
 		n.repl = &replNode{n: n, parts: map[partKey]*replPart{}, peers: map[string]*peerQueue{},
-			suspect: map[string]time.Time{}, heard: map[string]time.Time{}}
+			suspect: map[string]time.Time{}, heard: map[string]time.Time{}, failed: map[string]int{}}
 	}
 	for _, p := range h.partitions {
 		specs := r.ReplicasOf(int(p))
@@ -387,8 +394,8 @@ func (p *replPart) feedAlive(now time.Time) {
 // ---- failure detection and messaging ----
 
 // alive is the fast failure detector. Memberlist takes seconds to declare
-// a node dead; here a peer is dead at once when a Replicate call to it
-// fails (a killed process refuses connections; a paused one times out),
+// a node dead; here a peer is dead once suspectAfter calls to it in a row
+// fail (a killed process refuses connections; a paused one times out),
 // and a primary is dead once silent for ackTimeout (it heartbeats every
 // Heartbeat). Hearing from a peer clears the suspicion.
 func (rn *replNode) alive(node string, now time.Time, announced, isPrimary bool, ackTimeout time.Duration) bool {
@@ -404,16 +411,22 @@ func (rn *replNode) alive(node string, now time.Time, announced, isPrimary bool,
 	return announced || now.Sub(heard) < replSuspectFor
 }
 
+// noteHeard records a call from node, or one to it that succeeded.
 func (rn *replNode) noteHeard(node string) {
 	rn.mu.Lock()
 	rn.heard[node] = time.Now()
+	rn.failed[node] = 0
 	rn.mu.Unlock()
 }
 
+// noteFailed records a failed call to node; suspectAfter in a row make it
+// suspect.
 func (rn *replNode) noteFailed(node string) {
 	rn.mu.Lock()
-	rn.suspect[node] = time.Now()
-	rn.mu.Unlock()
+	defer rn.mu.Unlock()
+	if rn.failed[node]++; rn.failed[node] >= suspectAfter {
+		rn.suspect[node] = time.Now()
+	}
 }
 
 // peerQueue holds the messages for one destination node.
@@ -494,6 +507,8 @@ func (rn *replNode) sender(to string, pq *peerQueue) {
 			if err := rn.deliver(to, batch); err != nil {
 				rn.noteFailed(to)
 				rn.n.log.Debug("replicate failed", "peer", to, "messages", len(batch), "err", err)
+			} else {
+				rn.noteHeard(to)
 			}
 		}
 	}
