@@ -252,34 +252,38 @@ func ints(xs []int32) []int {
 }
 
 // plan is the caller's view of one participant: its replicas, best first,
-// and the poll answer of the first.
+// and what the poll said of the first.
 type plan struct {
 	partition int
 	replicas  []membership.Replica
-	load      transport.PollAnswer
-	answered  bool
-	// silent is how long the first replica has not answered a poll (0 if
-	// it answered this one).
+	probe
+}
+
+// probe is what one poll said of a node.
+type probe struct {
+	answer   transport.PollAnswer
+	answered bool
+	// silent is how long the node has not answered a poll (0 if it
+	// answered this one).
 	silent time.Duration
 }
 
-// server is what the tree builder knows of the plan's first replica, in
-// time per worker (§4.2: a node with twice the workers has half the cost):
-// its ledger of committed aggregation work (§4.5), or, from a node that
-// keeps none, its queue length times s + a. An unanswered poll reads as
-// far more load than any answer, the more the longer the node has been
-// silent, so the node becomes a leaf: when many polls are late (a busy
-// machine), a node that answered the last call is the one made interior,
-// not one that stopped.
-func (p plan) server(local, reduce, deadline time.Duration) dac.Server {
+// server is what the tree builder knows of the node, in time per worker
+// (§4.2: a node with twice the workers has half the cost): its ledger of
+// committed aggregation work (§4.5), or, from a node that keeps none, its
+// queue length times s + a. An unanswered poll reads as far more load than
+// any answer, the more the longer the node has been silent, so the node
+// becomes a leaf: when many polls are late (a busy machine), a node that
+// answered the last call is the one made interior, not one that stopped.
+func (p probe) server(local, reduce, deadline time.Duration) dac.Server {
 	switch {
 	case !p.answered:
 		return dac.Server{Load: 10*deadline + min(p.silent, 10*deadline), Local: local, Reduce: reduce}
-	case p.load.Work.Capacity > 0:
-		k := time.Duration(p.load.Work.Capacity)
-		return dac.Server{Load: p.load.Work.Pending / k, Local: local / k, Reduce: reduce / k}
+	case p.answer.Work.Capacity > 0:
+		k := time.Duration(p.answer.Work.Capacity)
+		return dac.Server{Load: p.answer.Work.Pending / k, Local: local / k, Reduce: reduce / k}
 	}
-	return dac.Server{Load: time.Duration(p.load.Queue) * (local + reduce), Local: local, Reduce: reduce}
+	return dac.Server{Load: time.Duration(p.answer.Queue) * (local + reduce), Local: local, Reduce: reduce}
 }
 
 // coordinators lists every node of the service, by id: Base's fixed
@@ -359,17 +363,15 @@ func (c *Client) aggPlan(ctx context.Context, a Aggregation) ([]plan, error) {
 	for i := range plans {
 		rs := slices.Clone(plans[i].replicas)
 		c.rng.Shuffle(len(rs), func(x, y int) { rs[x], rs[y] = rs[y], rs[x] })
-		planOf := func(r membership.Replica) plan {
+		probeOf := func(r membership.Replica) probe {
 			ans, ok := byNode[r.Node]
-			return plan{load: ans, answered: ok, silent: silent[r.Node]}
+			return probe{answer: ans, answered: ok, silent: silent[r.Node]}
 		}
 		rank := func(r membership.Replica) time.Duration {
-			return planOf(r).server(meanLocal, meanReduce, a.Deadline).Load
+			return probeOf(r).server(meanLocal, meanReduce, a.Deadline).Load
 		}
 		slices.SortStableFunc(rs, func(x, y membership.Replica) int { return cmp.Compare(rank(x), rank(y)) })
-		best := planOf(rs[0])
-		plans[i].replicas = rs
-		plans[i].load, plans[i].answered, plans[i].silent = best.load, best.answered, best.silent
+		plans[i].replicas, plans[i].probe = rs, probeOf(rs[0])
 	}
 	return plans, nil
 }

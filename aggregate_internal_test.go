@@ -196,7 +196,7 @@ func TestSilentNodesRankBehindLateOnes(t *testing.T) {
 	const T, local, reduce = 2 * time.Second, 25 * time.Millisecond, 5 * time.Millisecond
 	load := func(id string) time.Duration {
 		a, ok := now[id]
-		return plan{load: a, answered: ok, silent: silent[id]}.server(local, reduce, T).Load
+		return probe{answer: a, answered: ok, silent: silent[id]}.server(local, reduce, T).Load
 	}
 	if !(load("busy") < load("late") && load("late") < load("stopped") && load("stopped") < load("new")) {
 		t.Fatalf("loads busy %v late %v stopped %v new %v: want increasing", load("busy"), load("late"), load("stopped"), load("new"))
