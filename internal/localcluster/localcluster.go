@@ -68,15 +68,24 @@ func (c *Cluster) Seeds() []string {
 
 // Start launches a node with a fresh gossip port, joining the existing
 // nodes, and waits until it reports that it is up.
+// A port found free can be taken before the node binds it (the kernel
+// hands the same range to outgoing connections), so a start that lost that
+// race is tried again on another port.
 func (c *Cluster) Start(ctx context.Context, spec Spec) (*Node, error) {
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	n := &Node{Spec: spec, GossipPort: port, GossipAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), LogPath: filepath.Join(c.dir, spec.ID+".log")}
-	seeds := c.Seeds()
-	if err := c.launch(ctx, n, seeds); err != nil {
-		return nil, err
+	var n *Node
+	for attempt := 0; ; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		n = &Node{Spec: spec, GossipPort: port, GossipAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), LogPath: filepath.Join(c.dir, spec.ID+".log")}
+		err = c.launch(ctx, n, c.Seeds())
+		if err == nil {
+			break
+		}
+		if attempt == 2 || !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
 	}
 	c.mu.Lock()
 	c.nodes = append(c.nodes, n)
