@@ -385,29 +385,28 @@ type aggState struct {
 	reduce map[string]time.Duration // EWMA of mean reduction cost
 	leaf   map[string]*latencyRing
 	tokens int // leaf calls not yet spent on hedges
-	// answered is when each node last answered a poll in time.
-	answered map[string]time.Time
+	// heard is when each node last answered a poll in time, or was first
+	// polled if it never answered.
+	heard map[string]time.Time
 }
 
-// neverAnswered is how long a node that never answered counts as silent.
-const neverAnswered = time.Hour
-
 // polled records which of the polled nodes answered and returns, for each
-// that did not, how long it has been silent.
+// that did not, how long it has been silent (since its last answer, or
+// since it was first polled).
 func (s *aggState) polled(now time.Time, nodes []string, answers map[string]transport.PollAnswer) map[string]time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.answered == nil {
-		s.answered = map[string]time.Time{}
+	if s.heard == nil {
+		s.heard = map[string]time.Time{}
 	}
 	silent := map[string]time.Duration{}
 	for _, id := range nodes {
-		if _, ok := answers[id]; ok {
-			s.answered[id] = now
-		} else if at, ok := s.answered[id]; ok {
+		at, seen := s.heard[id]
+		if _, ok := answers[id]; ok || !seen {
+			s.heard[id], at = now, now
+		}
+		if _, ok := answers[id]; !ok {
 			silent[id] = now.Sub(at)
-		} else {
-			silent[id] = neverAnswered
 		}
 	}
 	return silent

@@ -3,6 +3,7 @@ package neptune
 import (
 	"context"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -185,21 +186,21 @@ func TestSilentNodesRankBehindLateOnes(t *testing.T) {
 		}
 		return m
 	}
-	nodes := []string{"busy", "late", "stopped", "new"}
-	s.polled(t0, nodes, ans("busy", "late", "stopped"))
-	s.polled(t0.Add(time.Second), nodes, ans("busy", "late"))
+	s.polled(t0, []string{"busy", "late", "stopped", "mute"}, ans("busy", "late", "stopped"))
+	s.polled(t0.Add(time.Second), []string{"busy", "late", "mute"}, ans("busy", "late"))
 	now := ans("busy")
-	silent := s.polled(t0.Add(time.Second+20*time.Millisecond), nodes, now)
-	if silent["late"] != 20*time.Millisecond || silent["stopped"] != 1020*time.Millisecond || silent["new"] != neverAnswered {
-		t.Fatalf("silent = %v", silent)
+	silent := s.polled(t0.Add(time.Second+20*time.Millisecond), []string{"busy", "late", "stopped", "mute", "new"}, now)
+	want := map[string]time.Duration{"late": 20 * time.Millisecond, "stopped": 1020 * time.Millisecond, "mute": 1020 * time.Millisecond, "new": 0}
+	if !maps.Equal(silent, want) {
+		t.Fatalf("silent = %v, want %v (a node never heard from is silent since its first poll)", silent, want)
 	}
 	const T, local, reduce = 2 * time.Second, 25 * time.Millisecond, 5 * time.Millisecond
 	load := func(id string) time.Duration {
 		a, ok := now[id]
 		return probe{answer: a, answered: ok, silent: silent[id]}.server(local, reduce, T).Load
 	}
-	if !(load("busy") < load("late") && load("late") < load("stopped") && load("stopped") < load("new")) {
-		t.Fatalf("loads busy %v late %v stopped %v new %v: want increasing", load("busy"), load("late"), load("stopped"), load("new"))
+	if !(load("busy") < load("new") && load("new") < load("late") && load("late") < load("stopped")) {
+		t.Fatalf("loads busy %v new %v late %v stopped %v: want increasing", load("busy"), load("new"), load("late"), load("stopped"))
 	}
 	if got := load("busy"); got != time.Second/2 {
 		t.Fatalf("busy load = %v, want pending / capacity = 500ms", got)

@@ -802,6 +802,10 @@ func (b *dacBench) stop(ctx context.Context, d *dacCluster, rate float64, ks []i
 				return err
 			}
 		}
+		// Give the resumed nodes time to work off their backlog and rejoin
+		// before the next k (or anything else) runs: meanwhile they are
+		// unresponsive nodes the next cell does not count.
+		time.Sleep(2 * time.Second)
 		verdicts = append(verdicts, fmt.Sprintf("k=%d: %.1f%%", k, 100*exact))
 		if exact < 1 {
 			verdicts[len(verdicts)-1] = "FAIL " + verdicts[len(verdicts)-1]
@@ -809,8 +813,6 @@ func (b *dacBench) stop(ctx context.Context, d *dacCluster, rate float64, ks []i
 	}
 	ok := !slices.ContainsFunc(verdicts, func(s string) bool { return strings.HasPrefix(s, "FAIL") })
 	fmt.Fprintf(b.out, "%s goal exactly k nodes' partitions lost in every call (LAT + staged, hedging off): %s\n", verdictOf(ok), strings.Join(verdicts, ", "))
-	// Give the resumed nodes time to rejoin before anything else runs.
-	time.Sleep(2 * time.Second)
 	return nil
 }
 
