@@ -2,6 +2,7 @@ package replica
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/neptune-cluster/neptune/internal/replica/check"
 	"math/rand/v2"
@@ -27,6 +28,7 @@ type disk struct {
 	hs      HardState
 	log     []Entry
 	applied LSN // lazily persisted executed marker (lags the service)
+	base    map[ID]uint64
 }
 
 type node struct {
@@ -95,7 +97,7 @@ func (c *cluster) start(n *node) {
 	c.t.Helper()
 	cfg := c.cfg
 	cfg.ID = n.id
-	r, err := New(cfg, Restore{HardState: n.disk.hs, Entries: slices.Clone(n.disk.log), Applied: n.disk.applied})
+	r, err := New(cfg, Restore{HardState: n.disk.hs, Entries: slices.Clone(n.disk.log), Applied: n.disk.applied, Base: maps.Clone(n.disk.base)})
 	if err != nil {
 		c.t.Fatalf("restart %s: %v", n.id, err)
 	}
@@ -151,6 +153,9 @@ func (c *cluster) process(n *node) {
 				i++
 			}
 			n.disk.log = append(n.disk.log[:i:i], rd.Entries...)
+		}
+		if rd.TruncateBase != nil {
+			n.disk.base = maps.Clone(rd.TruncateBase)
 		}
 		if t := min(rd.Truncate, n.disk.applied); t > 0 {
 			i := 0

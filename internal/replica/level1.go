@@ -51,6 +51,38 @@ func (r *Replica) tickL1() {
 			r.send(Message{Type: MsgDigest, To: p, Versions: maps.Clone(r.vv)})
 		}
 	}
+	r.truncateL1()
+}
+
+// truncateL1 drops the longest log prefix that this replica executed and
+// every peer's last digest shows it holds, recording its version vector
+// as the new base. A peer not yet heard from holds the log back.
+func (r *Replica) truncateL1() {
+	end := r.first - 1
+	for _, e := range r.log {
+		if e.LSN > r.applied || !r.heldByAllPeers(e) {
+			break
+		}
+		end = e.LSN
+	}
+	if end < r.first {
+		return
+	}
+	for _, e := range r.log[:end+1-r.first] {
+		r.base[e.Origin] = max(r.base[e.Origin], e.Seq)
+	}
+	r.truncateTo(end)
+	r.rd.TruncateBase = maps.Clone(r.base)
+}
+
+func (r *Replica) heldByAllPeers(e Entry) bool {
+	for _, p := range r.peers {
+		vv, ok := r.peerVV[p]
+		if !ok || vv[e.Origin] < e.Seq {
+			return false
+		}
+	}
+	return true
 }
 
 // caughtUpL1: every live peer answered a digest with all it had.
@@ -66,6 +98,7 @@ func (r *Replica) caughtUpL1() bool {
 func (r *Replica) stepL1(m Message) {
 	switch m.Type {
 	case MsgDigest:
+		r.peerVV[m.From] = maps.Clone(m.Versions)
 		var es []Entry
 		complete, size := true, 0
 		for _, e := range r.log {

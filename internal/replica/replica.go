@@ -3,6 +3,7 @@ package replica
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -61,6 +62,10 @@ type Replica struct {
 	seq    uint64
 	vv     map[ID]uint64
 	synced map[ID]bool
+	// peerVV is each peer's version vector from its last digest; base is
+	// the version vector of the truncated log prefix.
+	peerVV map[ID]map[ID]uint64
+	base   map[ID]uint64
 
 	rd      Ready
 	hsDirty bool
@@ -105,8 +110,13 @@ func New(cfg Config, rs Restore) (*Replica, error) {
 		log:      slices.Clone(rs.Entries),
 		pending:  map[uint64]bool{},
 		progress: map[ID]*progress{},
-		vv:       map[ID]uint64{},
+		vv:       maps.Clone(rs.Base),
 		synced:   map[ID]bool{},
+		peerVV:   map[ID]map[ID]uint64{},
+		base:     maps.Clone(rs.Base),
+	}
+	if r.vv == nil {
+		r.vv, r.base = map[ID]uint64{}, map[ID]uint64{}
 	}
 	for _, p := range cfg.Replicas {
 		r.prio[p.ID] = p.Priority

@@ -414,6 +414,43 @@ func TestLevel1ConvergesWithLoss(t *testing.T) {
 	}
 }
 
+// TestLevel1LogTruncatedOnceEveryoneHoldsIt: a level-1 log keeps only what
+// some peer may still need, and a replica restarted after truncation knows
+// from the stored base which writes it holds, so none runs twice (the
+// harness's service fails on a repeated execution) and none is missing.
+func TestLevel1LogTruncatedOnceEveryoneHoldsIt(t *testing.T) {
+	c := newCluster(t, 3, Level1, []int{1, 1, 1}, nil)
+	c.settle(100 * time.Millisecond)
+	for i := range 30 {
+		c.write(c.order[i%3])
+		c.tick(10 * time.Millisecond)
+		c.flush()
+	}
+	c.settle(500 * time.Millisecond)
+	c.checkConverged()
+	for _, id := range c.order {
+		if n := c.nodes[id]; len(n.r.log) > 0 || len(n.disk.log) > 0 {
+			t.Fatalf("%s keeps %d entries in memory, %d on disk after every replica has all 30", id, len(n.r.log), len(n.disk.log))
+		}
+	}
+	c.crash("b")
+	for i := range 10 {
+		c.write(c.order[2*(i%2)]) // a and c
+		c.tick(10 * time.Millisecond)
+		c.flush()
+	}
+	c.settle(300 * time.Millisecond)
+	if got := len(c.nodes["a"].r.log); got < 10 {
+		t.Fatalf("a truncated to %d entries while b, which lacks 10, is down", got)
+	}
+	c.start(c.nodes["b"])
+	c.settle(time.Second)
+	c.checkConverged()
+	if got := len(c.nodes["b"].svc.ops); got != 40 {
+		t.Fatalf("b executed %d writes after its restart, want 40", got)
+	}
+}
+
 // A retransmitted or duplicated append must not execute a write twice (the
 // harness's service fails the test on any LSN executed twice).
 func TestDuplicateAppendExecutesOnce(t *testing.T) {

@@ -246,10 +246,15 @@ type Ready struct {
 	// Truncate: entries up to this LSN are held by every replica and executed
 	// here; the log may drop them (0: nothing new).
 	Truncate LSN
-	Check    []Entry
-	Apply    []Entry
-	Messages []Message
-	Replies  []Reply
+	// TruncateBase (level 1) is the version vector of every entry up to
+	// Truncate: the shell stores it with the truncation, atomically, and
+	// hands it back in Restore.Base, since the dropped entries no longer
+	// tell which writes this replica holds.
+	TruncateBase map[ID]uint64
+	Check        []Entry
+	Apply        []Entry
+	Messages     []Message
+	Replies      []Reply
 
 	appliedTo LSN // what Advance marks executed
 }
@@ -390,4 +395,6 @@ type Restore struct {
 	HardState HardState
 	Entries   []Entry
 	Applied   LSN
+	// Base is the last Ready.TruncateBase stored (level 1).
+	Base map[ID]uint64
 }

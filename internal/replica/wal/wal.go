@@ -30,6 +30,7 @@ var ErrCorrupt = errors.New("wal: corrupt record")
 var (
 	hardStateKey = []byte("h")
 	appliedKey   = []byte("a")
+	baseKey      = []byte("b")
 )
 
 func entryKey(l replica.LSN) []byte { return binary.BigEndian.AppendUint64([]byte{'e'}, uint64(l)) }
@@ -133,7 +134,7 @@ func (l *Log) Persist(rd *replica.Ready) error {
 		}
 	}
 	if rd.Truncate > 0 {
-		return l.Truncate(rd.Truncate)
+		return l.truncate(rd.Truncate, rd.TruncateBase)
 	}
 	return nil
 }
@@ -157,12 +158,27 @@ func (l *Log) SetApplied(lsn replica.LSN, sync bool) error {
 // [0, upTo] ones all are) into O(n²) keys per memtable, which exhausted
 // memory. It is not synced: a truncation lost in a crash only leaves
 // executed entries that the next one drops.
-func (l *Log) Truncate(upTo replica.LSN) error {
+func (l *Log) Truncate(upTo replica.LSN) error { return l.truncate(upTo, nil) }
+
+// truncate is Truncate that also stores base (a level-1 replica's
+// version vector of the dropped entries), in the same batch: dropped
+// entries without their base would make the replica take them again.
+func (l *Log) truncate(upTo replica.LSN, base map[replica.ID]uint64) error {
 	upTo = min(upTo, l.applied, l.last)
 	if upTo < l.first {
 		return nil
 	}
-	if err := l.db.DeleteRange(entryKey(l.first), entryKey(upTo+1), pebble.NoSync); err != nil {
+	b := l.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(entryKey(l.first), entryKey(upTo+1), nil); err != nil {
+		return fmt.Errorf("wal: truncate: %w", err)
+	}
+	if base != nil {
+		if err := b.Set(baseKey, encodeBase(base), nil); err != nil {
+			return fmt.Errorf("wal: truncate: %w", err)
+		}
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("wal: truncate: %w", err)
 	}
 	l.first = upTo + 1
@@ -198,6 +214,15 @@ func (l *Log) Restore() (replica.Restore, error) {
 	} else if !errors.Is(err, pebble.ErrNotFound) {
 		return rs, fmt.Errorf("wal: %w", err)
 	}
+	if v, closer, err := l.db.Get(baseKey); err == nil {
+		rs.Base, err = decodeBase(v)
+		closer.Close()
+		if err != nil {
+			return rs, err
+		}
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return rs, fmt.Errorf("wal: %w", err)
+	}
 	rs.Applied = l.applied
 	es, err := l.Entries(l.first, int(l.last-l.first+1))
 	rs.Entries = es
@@ -226,6 +251,26 @@ func decodeHardState(b []byte) (replica.HardState, error) {
 	hs := replica.HardState{Epoch: replica.Epoch(d.uvarint()), Commit: replica.LSN(d.uvarint())}
 	hs.Vote = replica.ID(d.b)
 	return hs, d.err
+}
+
+func encodeBase(vv map[replica.ID]uint64) []byte {
+	var b []byte
+	for id, seq := range vv {
+		b = binary.AppendUvarint(b, uint64(len(id)))
+		b = append(b, id...)
+		b = binary.AppendUvarint(b, seq)
+	}
+	return b
+}
+
+func decodeBase(b []byte) (map[replica.ID]uint64, error) {
+	d := decoder{b: b}
+	vv := map[replica.ID]uint64{}
+	for len(d.b) > 0 && d.err == nil {
+		id := replica.ID(d.str())
+		vv[id] = d.uvarint()
+	}
+	return vv, d.err
 }
 
 func encodeEntry(e replica.Entry) []byte {

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"testing"
@@ -143,6 +144,41 @@ func TestTruncateKeepsUnexecutedAndSurvivesReopen(t *testing.T) {
 	}
 	if err := l.Save(nil, entries(11, 11, 1), true); err != nil || l.Last() != 11 {
 		t.Fatalf("append after reopen: %v, last %d", err, l.Last())
+	}
+}
+
+// TestTruncationStoresLevel1Base: the version vector of a level-1
+// truncation is stored with it and comes back in Restore.
+func TestTruncationStoresLevel1Base(t *testing.T) {
+	fs := vfs.NewMem()
+	l, err := open("db", fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Save(nil, entries(1, 10, 0), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetApplied(10, true); err != nil {
+		t.Fatal(err)
+	}
+	base := map[replica.ID]uint64{"a": 4, "bb": 7}
+	if err := l.Persist(&replica.Ready{Truncate: 6, TruncateBase: base}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if l, err = open("db", fs); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	rs, err := l.Restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(rs.Base, base) || l.First() != 7 {
+		t.Fatalf("restored base %v first %d, want %v 7", rs.Base, l.First(), base)
+	}
+	if _, err := decodeBase(encodeBase(base)[:2]); err == nil {
+		t.Fatal("truncated base decoded")
 	}
 }
 
