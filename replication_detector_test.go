@@ -28,4 +28,8 @@ func TestOneFailedReplicateCallIsNotDeath(t *testing.T) {
 	if !alive() {
 		t.Fatal("still dead after hearing from the peer")
 	}
+	rn.noteUnreachable("p") // a forwarded write found it unreachable
+	if alive() {
+		t.Fatal("alive right after a forward found it unreachable")
+	}
 }

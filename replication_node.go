@@ -419,6 +419,14 @@ func (rn *replNode) noteHeard(node string) {
 	rn.mu.Unlock()
 }
 
+// noteUnreachable makes node suspect now.
+func (rn *replNode) noteUnreachable(node string) {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	rn.failed[node] = max(rn.failed[node], suspectAfter)
+	rn.suspect[node] = time.Now()
+}
+
 // noteFailed records a failed call to node; suspectAfter in a row make it
 // suspect.
 func (rn *replNode) noteFailed(node string) {
@@ -696,7 +704,11 @@ func (n *Node) forward(ctx context.Context, primary string, in *pb.CallRequest) 
 	if err != nil {
 		err = transport.FromStatus(primary, err)
 		if transport.IsTransport(err) {
-			n.repl.noteFailed(primary)
+			// Suspect at once, not after suspectAfter failures: each write
+			// forwarded to a dead primary fails with an outcome the client
+			// cannot retry, so the next ones must find the partition
+			// between primaries (retryable) instead.
+			n.repl.noteUnreachable(primary)
 			return nil, fmt.Errorf("%w: primary %q unreachable: %w", nerr.ErrNoPrimary, primary, err)
 		}
 		return nil, err
