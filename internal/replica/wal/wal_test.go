@@ -111,8 +111,10 @@ func TestCrashKeepsSyncedAppends(t *testing.T) {
 	}
 }
 
-func TestTruncateKeepsUnexecutedAndSurvivesReopen(t *testing.T) {
-	fs := vfs.NewMem()
+// logWith opens an in-memory log holding entries 1..10 of epoch 1, the
+// first applied of them executed.
+func logWith(t *testing.T, fs vfs.FS, applied replica.LSN) *Log {
+	t.Helper()
 	l, err := open("db", fs)
 	if err != nil {
 		t.Fatal(err)
@@ -120,9 +122,15 @@ func TestTruncateKeepsUnexecutedAndSurvivesReopen(t *testing.T) {
 	if err := l.Save(nil, entries(1, 10, 1), true); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.SetApplied(6, true); err != nil {
+	if err := l.SetApplied(applied, true); err != nil {
 		t.Fatal(err)
 	}
+	return l
+}
+
+func TestTruncateKeepsUnexecutedAndSurvivesReopen(t *testing.T) {
+	fs := vfs.NewMem()
+	l := logWith(t, fs, 6)
 	if err := l.Truncate(8); err != nil { // only up to the executed marker
 		t.Fatal(err)
 	}
@@ -130,7 +138,7 @@ func TestTruncateKeepsUnexecutedAndSurvivesReopen(t *testing.T) {
 		t.Fatalf("first %d after truncation, want 7", l.First())
 	}
 	l.Close()
-	l, err = open("db", fs)
+	l, err := open("db", fs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,22 +159,14 @@ func TestTruncateKeepsUnexecutedAndSurvivesReopen(t *testing.T) {
 // truncation is stored with it and comes back in Restore.
 func TestTruncationStoresLevel1Base(t *testing.T) {
 	fs := vfs.NewMem()
-	l, err := open("db", fs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Save(nil, entries(1, 10, 0), true); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.SetApplied(10, true); err != nil {
-		t.Fatal(err)
-	}
+	l := logWith(t, fs, 10)
 	base := map[replica.ID]uint64{"a": 4, "bb": 7}
 	if err := l.Persist(&replica.Ready{Truncate: 6, TruncateBase: base}); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
-	if l, err = open("db", fs); err != nil {
+	l, err := open("db", fs)
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
