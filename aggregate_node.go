@@ -135,11 +135,7 @@ func (n *Node) aggregate(ctx context.Context, in *pb.AggregateRequest) (*pb.Aggr
 		cfg.Partition = int(self.Partition)
 	}
 	m := dac.NewMachine(cfg)
-	reductions := len(children) // one per child into the local result
-	if !cfg.Local {
-		reductions = max(reductions-1, 0) // a coordinator has no local result
-	}
-	owed := h.ledger.Commit(cfg.Local, reductions)
+	owed := h.ledger.Commit(cfg.Local, len(children))
 	defer owed.Release()
 	if !in.Blocking {
 		return n.aggRun(ctx, in, h.pool.Do, local, reduce, m, cfg, owed, byParent, children, start)

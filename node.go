@@ -194,7 +194,7 @@ func (n *Node) Register(svc Service, partitions ...int) error {
 	}
 	h.pool = pool
 	if svc.Aggregate != nil {
-		h.ledger = dac.NewLedger()
+		h.ledger = &dac.Ledger{}
 	}
 	if svc.Replication != nil {
 		if err := n.registerReplicated(h); err != nil {

@@ -10,7 +10,10 @@ import (
 // RequestLoad (s + π·a) less what is done, with s and a the node's running
 // means of its local and reduction costs. Queue length alone misses the
 // reductions a node owes for children whose results have not arrived yet,
-// which is most of an interior LAT node's work. Safe for concurrent use.
+// which is most of an interior LAT node's work. The zero value is an empty
+// ledger whose means are 0 until first measured (so the first calls commit
+// nothing for them); the first measurement sets a mean outright. Safe for
+// concurrent use.
 type Ledger struct {
 	mu            sync.Mutex
 	pending       time.Duration
@@ -19,11 +22,6 @@ type Ledger struct {
 
 // ledgerWeight is the weight of one measured cost in the running means.
 const ledgerWeight = 0.05
-
-// NewLedger returns an empty ledger. Until a cost is measured its mean is
-// 0, so the first calls commit nothing for it; the first measurement sets
-// the mean outright.
-func NewLedger() *Ledger { return &Ledger{} }
 
 // Pending is the load index: committed work not yet done.
 func (l *Ledger) Pending() time.Duration {
@@ -40,11 +38,17 @@ func (l *Ledger) Means() (local, reduce time.Duration) {
 }
 
 // Commit records a call that will run its local operator here (if local)
-// and reduce the results of children: s·[local] + π·a at the current means.
+// and reduce the results of children into it: s·[local] + π·a at the
+// current means, with π one per child, or one less without a local result
+// to reduce into (a coordinator).
 func (l *Ledger) Commit(local bool, children int) *Commitment {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := &Commitment{l: l, reduce: l.reduce, reductions: children}
+	reductions := children
+	if !local {
+		reductions = max(children-1, 0)
+	}
+	c := &Commitment{l: l, reduce: l.reduce, reductions: reductions}
 	if local {
 		c.local, c.locals = l.local, 1
 	}

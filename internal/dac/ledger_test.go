@@ -7,7 +7,7 @@ import (
 
 func TestLedgerCountsOwedReductions(t *testing.T) {
 	const ms = time.Millisecond
-	l := NewLedger()
+	var l Ledger
 	warm := l.Commit(true, 1)
 	if got := l.Pending(); got != 0 {
 		t.Fatalf("pending before any measurement = %v, want 0", got)
@@ -17,7 +17,7 @@ func TestLedgerCountsOwedReductions(t *testing.T) {
 	warm.Release()
 	leaf := l.Commit(true, 0)
 	interior := l.Commit(true, 3)
-	caller := l.Commit(false, 2) // e.g. a coordinator: no local operator
+	caller := l.Commit(false, 3) // a coordinator: no local result, so 2 reductions for 3 children
 	if got, want := l.Pending(), 25*ms+(25+15)*ms+10*ms; got != want {
 		t.Fatalf("pending after commits = %v, want %v", got, want)
 	}
@@ -38,7 +38,7 @@ func TestLedgerCountsOwedReductions(t *testing.T) {
 
 func TestLedgerMeansFollowMeasuredCosts(t *testing.T) {
 	const ms = time.Millisecond
-	l := NewLedger()
+	var l Ledger
 	c := l.Commit(true, 1)
 	c.LocalDone(ms)
 	c.ReduceDone(ms)

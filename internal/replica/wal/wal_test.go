@@ -86,15 +86,7 @@ func TestCrashKeepsSyncedAppends(t *testing.T) {
 	fs.ResetToSyncedState()
 	fs.SetIgnoreSyncs(false)
 
-	l, err = open("", fs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	rs, err := l.Restore()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, rs := reopen(t, fs, "")
 	if rs.HardState != (replica.HardState{Epoch: 3, Commit: 4, Vote: "b"}) || rs.Applied != 2 {
 		t.Fatalf("restored %+v applied %d", rs.HardState, rs.Applied)
 	}
@@ -128,6 +120,22 @@ func logWith(t *testing.T, fs vfs.FS, applied replica.LSN) *Log {
 	return l
 }
 
+// reopen opens the log in dir of fs again (its last holder closed it) and
+// restores from it; the log is closed when the test ends.
+func reopen(t *testing.T, fs vfs.FS, dir string) (*Log, replica.Restore) {
+	t.Helper()
+	l, err := open(dir, fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	rs, err := l.Restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, rs
+}
+
 func TestTruncateKeepsUnexecutedAndSurvivesReopen(t *testing.T) {
 	fs := vfs.NewMem()
 	l := logWith(t, fs, 6)
@@ -138,15 +146,7 @@ func TestTruncateKeepsUnexecutedAndSurvivesReopen(t *testing.T) {
 		t.Fatalf("first %d after truncation, want 7", l.First())
 	}
 	l.Close()
-	l, err := open("db", fs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	rs, err := l.Restore()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, rs := reopen(t, fs, "db")
 	if got := lsns(rs.Entries); !slices.Equal(got, []replica.LSN{7, 8, 9, 10}) || l.First() != 7 || l.Last() != 10 {
 		t.Fatalf("after reopen LSNs %v bounds [%d,%d]", got, l.First(), l.Last())
 	}
@@ -165,15 +165,7 @@ func TestTruncationStoresLevel1Base(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Close()
-	l, err := open("db", fs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	rs, err := l.Restore()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, rs := reopen(t, fs, "db")
 	if !maps.Equal(rs.Base, base) || l.First() != 7 {
 		t.Fatalf("restored base %v first %d, want %v 7", rs.Base, l.First(), base)
 	}
@@ -244,15 +236,7 @@ func TestReplicaOverLog(t *testing.T) {
 	}
 	l.Close()
 
-	l, err = open("db", fs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	rs, err := l.Restore()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, rs := reopen(t, fs, "db")
 	if r, err = replica.New(cfg, rs); err != nil {
 		t.Fatal(err)
 	}
