@@ -125,7 +125,7 @@ func accountingCase(t *testing.T, a Accounting, h func(context.Context) *Respons
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := dispatch.New(dispatch.Config{Workers: parallel}, sch, clock.Real{}, nil)
+	pool, err := dispatch.New(dispatch.Config{Workers: parallel}, sch, clock.Real(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -185,7 +185,7 @@ func (n *Node) Register(svc Service, partitions ...int) error {
 	if err != nil {
 		return fmt.Errorf("neptune: register %q: %w", svc.Name, err)
 	}
-	pool, err := dispatch.New(dispatch.Config{Workers: svc.Workers, QueueLimit: svc.QueueLimit}, withReduceFirst(svc, sch), clock.Real{},
+	pool, err := dispatch.New(dispatch.Config{Workers: svc.Workers, QueueLimit: svc.QueueLimit}, withReduceFirst(svc, sch), clock.Real(),
 		func(class string, queued, _ time.Duration, _ error) {
 			n.metrics.wait.WithLabelValues(name, class).Observe(queued.Seconds())
 		})

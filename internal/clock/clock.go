@@ -1,77 +1,45 @@
-// Package clock lets the shells around Neptune's pure cores (the node's
-// tickers, the poller's deadlines) run on real time in production and on a
-// manually advanced clock in tests.
+// Package clock is the one time source of Neptune's shells (node runtime,
+// replication loop, failure detection, membership expiry, poller, hedging):
+// real time in production, a manually advanced clock in tests, so tests of
+// timing behaviour advance time instead of sleeping.
+//
+// It is github.com/jonboulle/clockwork under Neptune's names: a well-kept
+// fake clock with tickers, timers and BlockUntilContext (wait until the code
+// under test is blocked on the clock), which a hand-written one lacked.
 package clock
 
 import (
-	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
-// Clock is the time source a shell reads.
-type Clock interface {
-	Now() time.Time
-	// After waits for d to elapse and then sends the current time.
-	After(d time.Duration) <-chan time.Time
-}
+// Clock is the time source a shell reads. Pure cores take time.Time values
+// as inputs instead.
+type Clock = clockwork.Clock
 
-// Real is the wall clock.
-type Real struct{}
+// Ticker and Timer are the clock's tickers and timers (read them with Chan).
+type (
+	Ticker = clockwork.Ticker
+	Timer  = clockwork.Timer
+)
 
-// Now returns time.Now().
-func (Real) Now() time.Time { return time.Now() }
+// Manual is a clock that moves only when Advance is called; safe for
+// concurrent use. BlockUntilContext(ctx, n) waits until n goroutines wait
+// on it, so a test can advance exactly when the code is ready.
+type Manual = clockwork.FakeClock
 
-// After is time.After.
-func (Real) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
-// Manual is a clock that moves only when Advance is called. It is safe for
-// concurrent use.
-type Manual struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []waiter
-}
-
-type waiter struct {
-	at time.Time
-	ch chan time.Time
-}
+// Real returns the wall clock.
+func Real() Clock { return clockwork.NewRealClock() }
 
 // NewManual returns a manual clock set to start.
-func NewManual(start time.Time) *Manual { return &Manual{now: start} }
+func NewManual(start time.Time) *Manual { return clockwork.NewFakeClockAt(start) }
 
-// Now returns the clock's current time.
-func (m *Manual) Now() time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.now
-}
-
-// After returns a channel that receives once the clock has advanced by d.
-func (m *Manual) After(d time.Duration) <-chan time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- m.now
-		return ch
+// OrReal returns c, or the wall clock if c is nil: the default of every
+// config's Clock field.
+func OrReal(c Clock) Clock {
+	if c == nil {
+		return Real()
 	}
-	m.waiters = append(m.waiters, waiter{at: m.now.Add(d), ch: ch})
-	return ch
-}
-
-// Advance moves the clock forward by d and fires every timer that is due.
-func (m *Manual) Advance(d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.now = m.now.Add(d)
-	kept := m.waiters[:0]
-	for _, w := range m.waiters {
-		if w.at.After(m.now) {
-			kept = append(kept, w)
-			continue
-		}
-		w.ch <- m.now
-	}
-	m.waiters = kept
+	return c
 }

@@ -18,7 +18,7 @@ func classPool(t *testing.T, workers int) *Pool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Workers: workers}, s, clock.Real{}, nil)
+	p, err := New(Config{Workers: workers}, s, clock.Real(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestLoadForCountsActiveAndTheOwnClassQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLoad(t, p, 0)
-	if fifo, _ := New(Config{}, sched.NewFIFO(), clock.Real{}, nil); fifo.LoadFor("gold") != 0 {
+	if fifo, _ := New(Config{}, sched.NewFIFO(), clock.Real(), nil); fifo.LoadFor("gold") != 0 {
 		t.Error("an idle FIFO pool reports load")
 	}
 }

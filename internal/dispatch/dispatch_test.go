@@ -35,7 +35,7 @@ func waitLoad(t *testing.T, p *Pool, want int) {
 }
 
 func TestPoolRunsAtMostWorkersAtOnceInFIFOOrder(t *testing.T) {
-	p, err := New(Config{Workers: 1, QueueLimit: 10}, sched.NewFIFO(), clock.Real{}, nil)
+	p, err := New(Config{Workers: 1, QueueLimit: 10}, sched.NewFIFO(), clock.Real(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestPoolRunsAtMostWorkersAtOnceInFIFOOrder(t *testing.T) {
 }
 
 func TestPoolRejectsWhenQueueFull(t *testing.T) {
-	p, _ := New(Config{Workers: 1, QueueLimit: 1}, sched.NewFIFO(), clock.Real{}, nil)
+	p, _ := New(Config{Workers: 1, QueueLimit: 1}, sched.NewFIFO(), clock.Real(), nil)
 	release, _ := blocker(t, p)
 	defer release()
 	go func() { _ = p.Do(context.Background(), "", func(context.Context) {}) }()
@@ -81,7 +81,7 @@ func TestPoolRejectsWhenQueueFull(t *testing.T) {
 func TestPoolDropsRequestsWhoseDeadlinePassedInTheQueue(t *testing.T) {
 	var mu sync.Mutex
 	var outcomes []error
-	p, _ := New(Config{Workers: 1}, sched.NewFIFO(), clock.Real{}, func(_ string, _, _ time.Duration, err error) {
+	p, _ := New(Config{Workers: 1}, sched.NewFIFO(), clock.Real(), func(_ string, _, _ time.Duration, err error) {
 		mu.Lock()
 		outcomes = append(outcomes, err)
 		mu.Unlock()
@@ -108,7 +108,7 @@ func TestPoolDropsRequestsWhoseDeadlinePassedInTheQueue(t *testing.T) {
 }
 
 func TestPoolCloseFailsQueuedRequests(t *testing.T) {
-	p, _ := New(Config{Workers: 1}, sched.NewFIFO(), clock.Real{}, nil)
+	p, _ := New(Config{Workers: 1}, sched.NewFIFO(), clock.Real(), nil)
 	release, _ := blocker(t, p)
 	queued := make(chan error, 1)
 	go func() { queued <- p.Do(context.Background(), "", func(context.Context) {}) }()

@@ -76,7 +76,7 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		cfg.TTL = DefaultTTL
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
+		cfg.Clock = clock.Real()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
