@@ -37,8 +37,23 @@ type Config struct {
 	// OnChange, if set, is called (without locks held) after a node joins
 	// or leaves the yellow pages.
 	OnChange func()
-	Logger   *slog.Logger
-	Clock    clock.Clock
+	// Watch, if set, learns of every change to the yellow pages, in order
+	// (a client keeps its replica views with it).
+	Watch  Watcher
+	Logger *slog.Logger
+	Clock  clock.Clock
+}
+
+// Watcher follows the yellow pages as they change. Its methods run with
+// the pages' lock held, in the order the changes happen, so they must be
+// quick and must not call back into Gossip.
+type Watcher interface {
+	// Applied: e is node e.Ann.NodeId's entry after an announcement that
+	// the pages accepted (a newer one than they held).
+	Applied(e Entry)
+	// Removed: node left the pages (its entry expired, it left, or
+	// memberlist declared it dead).
+	Removed(node string)
 }
 
 // Defaults from the paper: refresh every second, expire after five.
@@ -173,6 +188,14 @@ func (g *Gossip) Replicas(service string, partition int32) Lookup {
 	return g.pages.Replicas(g.cfg.Clock.Now(), service, partition)
 }
 
+// Lookup is Replicas and Method in one read of the pages: what a call
+// needs to know before it polls anyone.
+func (g *Gossip) Lookup(service string, partition int32, method string) Lookup {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pages.Lookup(g.cfg.Clock.Now(), service, partition, method)
+}
+
 // Method returns the declared method, if any live node announces it.
 func (g *Gossip) Method(service, method string) (*pb.MethodInfo, bool) {
 	g.mu.Lock()
@@ -205,6 +228,11 @@ func (g *Gossip) loop(ctx context.Context) {
 		}
 		g.mu.Lock()
 		gone := g.pages.Expire(g.cfg.Clock.Now())
+		if g.cfg.Watch != nil {
+			for _, id := range gone {
+				g.cfg.Watch.Removed(id)
+			}
+		}
 		g.mu.Unlock()
 		for _, id := range gone {
 			g.log.Info("node expired from yellow pages", "peer", id)
@@ -225,7 +253,7 @@ func (g *Gossip) refresh() []byte {
 	g.mu.Lock()
 	g.seq++
 	a.NodeId, a.Seq, a.Incarnation = g.cfg.NodeID, g.seq, g.inc
-	g.pages.Apply(g.cfg.Clock.Now(), a)
+	g.apply(g.cfg.Clock.Now(), a)
 	g.mu.Unlock()
 	b, err := proto.Marshal(a)
 	if err != nil {
@@ -266,13 +294,20 @@ func (g *Gossip) receive(now time.Time, a *pb.Announcement) {
 	}
 	g.mu.Lock()
 	_, had := g.pagesHas(now, a.NodeId)
-	g.pages.Apply(now, a)
+	g.apply(now, a)
 	g.mu.Unlock()
 	if !had {
 		g.log.Info("node announced", "peer", a.NodeId, "rpc", a.RpcAddr)
 		if g.cfg.OnChange != nil {
 			g.cfg.OnChange()
 		}
+	}
+}
+
+// apply records a in the pages and tells the watcher; callers hold g.mu.
+func (g *Gossip) apply(now time.Time, a *pb.Announcement) {
+	if g.pages.Apply(now, a) && g.cfg.Watch != nil {
+		g.cfg.Watch.Applied(*g.pages.entries[a.NodeId])
 	}
 }
 
@@ -346,6 +381,9 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	g.mu.Lock()
 	_, had := g.pagesHas(g.cfg.Clock.Now(), n.Name)
 	g.pages.Remove(n.Name)
+	if g.cfg.Watch != nil {
+		g.cfg.Watch.Removed(n.Name)
+	}
 	g.mu.Unlock()
 	if had {
 		g.log.Info("node left yellow pages", "peer", n.Name)

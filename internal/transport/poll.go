@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
@@ -142,8 +143,9 @@ type PollAnswer struct {
 // Poller sends load polls from one UDP socket and matches the replies (the
 // paper's load polling agent). It is safe for concurrent use.
 type Poller struct {
-	conn *net.UDPConn
-	log  *slog.Logger
+	conn  *net.UDPConn
+	log   *slog.Logger
+	clock clock.Clock
 	done chan struct{}
 
 	mu      sync.Mutex
@@ -176,13 +178,14 @@ type LateFunc func(service string, a PollAnswer)
 // lateHorizon is how long an unanswered poll is remembered for LateFunc.
 const lateHorizon = time.Second
 
-// NewPoller opens the poller's socket.
-func NewPoller(log *slog.Logger) (*Poller, error) {
+// NewPoller opens the poller's socket. clk times the waits and RTTs (nil:
+// the wall clock).
+func NewPoller(log *slog.Logger, clk clock.Clock) (*Poller, error) {
 	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4zero})
 	if err != nil {
 		return nil, fmt.Errorf("transport: open poll socket: %w", err)
 	}
-	p := &Poller{conn: conn, log: log, done: make(chan struct{}), waiting: map[uint64]*pending{}, addrs: map[string]*net.UDPAddr{}}
+	p := &Poller{conn: conn, log: log, clock: clock.OrReal(clk), done: make(chan struct{}), waiting: map[uint64]*pending{}, addrs: map[string]*net.UDPAddr{}}
 	go p.read()
 	return p, nil
 }
@@ -207,7 +210,7 @@ func (p *Poller) Poll(ctx context.Context, targets []PollTarget, service string,
 func (p *Poller) PollFirst(ctx context.Context, targets []PollTarget, service string, partition int32, class string, wait time.Duration, enough int) []PollAnswer {
 	replies := make(chan PollAnswer, len(targets))
 	ids := make([]uint64, 0, len(targets))
-	now := time.Now()
+	now := p.clock.Now()
 	p.mu.Lock()
 	p.forget(now)
 	for _, t := range targets {
@@ -245,13 +248,13 @@ func (p *Poller) PollFirst(ctx context.Context, targets []PollTarget, service st
 		enough = len(ids)
 	}
 	answers := make([]PollAnswer, 0, len(ids))
-	timer := time.NewTimer(wait)
+	timer := p.clock.NewTimer(wait)
 	defer timer.Stop()
 	for len(answers) < enough {
 		select {
 		case a := <-replies:
 			answers = append(answers, a)
-		case <-timer.C:
+		case <-timer.Chan():
 			return answers
 		case <-ctx.Done():
 			return answers
@@ -320,7 +323,7 @@ func (p *Poller) read() {
 		if !ok || !rep.Known {
 			continue
 		}
-		a := PollAnswer{Replica: w.replica, Queue: int(rep.Queue), RTT: time.Since(w.sent),
+		a := PollAnswer{Replica: w.replica, Queue: int(rep.Queue), RTT: p.clock.Since(w.sent),
 			Version: Version{Replicated: rep.Replicated, Version: rep.Version, VersionAgo: rep.VersionAgo, Serving: rep.Serving, Primary: rep.Primary},
 			Work:    Work{Pending: time.Duration(rep.WorkNs), Capacity: int(rep.Capacity)}}
 		switch {

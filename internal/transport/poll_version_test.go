@@ -28,7 +28,7 @@ func TestPollRepliesCarryReplicaVersionsAndWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	pl, err := NewPoller(log)
+	pl, err := NewPoller(log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

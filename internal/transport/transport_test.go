@@ -64,7 +64,7 @@ func TestPollReturnsAnswersAndDropsLateOnes(t *testing.T) {
 	}
 	defer silent.conn.Close()
 	late := make(chan PollAnswer, 1)
-	pl, err := NewPoller(log)
+	pl, err := NewPoller(log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
