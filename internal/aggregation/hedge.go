@@ -1,0 +1,169 @@
+package aggregation
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/transport"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// Hedging limits: a leaf is re-issued once it is slower than the p95 of the
+// last leafWindow leaf latencies (given at least leafMinSamples); hedges
+// stay within 5% of leaf executions.
+const (
+	leafWindow     = 200
+	leafMinSamples = 20
+	// The budget counts in leaf calls: every leavesPerHedge leaf calls earn
+	// one hedge (5%), and at most hedgeBurst hedges are saved.
+	leavesPerHedge = 20
+	hedgeBurst     = 5
+)
+
+// child runs target's subtree of an aggregation: it asks target's first
+// replica and, if that one fails, the next (a failed replica is replaced
+// while the deadline allows). A leaf slower than the recent p95 is also
+// sent to the next replica when hedging is on, the budget allows and the
+// deadline leaves time for it; the first answer wins.
+func (c *Caller) child(ctx context.Context, start time.Time, base *pb.AggregateRequest, target *pb.Participant, sub []*pb.Participant, hop time.Duration) (*pb.AggregateResponse, error) {
+	due := start.Add(time.Duration(target.DeadlineNs))
+	// The target sends by due+grace; the slack covers a loaded network
+	// stack. A parent drops late answers anyway and cancels when done.
+	ctx, cancel := clock.WithDeadline(ctx, c.clock, due.Add(time.Duration(base.GraceNs)+5*hop))
+	defer cancel()
+	leaf := len(sub) == 1 && target.Index >= 0
+	type result struct {
+		resp *pb.AggregateResponse
+		err  error
+		took time.Duration
+	}
+	results := make(chan result, len(target.Replicas))
+	next, running, hedges := 0, 0, int32(0)
+	launch := func() {
+		r := target.Replicas[next]
+		next++
+		running++
+		go func() {
+			t0 := c.clock.Now()
+			resp, err := c.send(ctx, start, base, target, sub, r)
+			results <- result{resp, err, c.clock.Since(t0)}
+		}()
+	}
+	if len(target.Replicas) == 0 {
+		return nil, nerr.ErrNoReplica
+	}
+	launch()
+	var hedgeC <-chan time.Time
+	if leaf && base.Hedge && len(target.Replicas) > 1 {
+		if after, typical, ok := c.st.hedgeDelay(base.Service); ok && c.clock.Now().Add(after+typical).Before(due) {
+			t := c.clock.NewTimer(after)
+			defer t.Stop()
+			hedgeC = t.Chan()
+		}
+	}
+	var last error
+	for running > 0 {
+		select {
+		case res := <-results:
+			running--
+			if res.err == nil {
+				if leaf {
+					c.st.leafDone(base.Service, res.took)
+				}
+				res.resp.Hedges += hedges
+				return res.resp, nil
+			}
+			last = res.err
+			if ctx.Err() != nil || errors.Is(res.err, nerr.ErrUnknownMethod) {
+				continue
+			}
+			if running == 0 && next < len(target.Replicas) {
+				launch()
+			}
+		case <-hedgeC:
+			if next < len(target.Replicas) && c.st.takeHedge() {
+				hedges++
+				launch()
+			}
+		}
+	}
+	return nil, last
+}
+
+// send sends target's subtree to replica r.
+func (c *Caller) send(ctx context.Context, start time.Time, base *pb.AggregateRequest, target *pb.Participant, sub []*pb.Participant, r *pb.ReplicaAddr) (*pb.AggregateResponse, error) {
+	cl, err := c.cfg.Dialer.Client(r.RpcAddr)
+	if err != nil {
+		return nil, err
+	}
+	req := &pb.AggregateRequest{
+		CallId: base.CallId, Service: base.Service, Local: base.Local, LocalParams: base.LocalParams,
+		Reduce: base.Reduce, ReduceParams: base.ReduceParams, Self: target.Index,
+		ElapsedNs: int64(c.clock.Since(start)), DeadlineNs: target.DeadlineNs, GraceNs: base.GraceNs,
+		Hedge: base.Hedge, Class: base.Class, Blocking: base.Blocking, Participants: sub,
+	}
+	out, err := cl.Aggregate(ctx, req)
+	if err != nil {
+		err = transport.FromStatus(r.Node, err)
+		if transport.IsTransport(err) && ctx.Err() == nil {
+			c.cfg.Directory.Exclude(r.Node)
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// latencyRing holds the last leafWindow leaf latencies of a service.
+type latencyRing struct {
+	xs   []time.Duration
+	next int
+}
+
+func (s *state) leafDone(service string, took time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leaf == nil {
+		s.leaf = map[string]*latencyRing{}
+	}
+	r := s.leaf[service]
+	if r == nil {
+		r = &latencyRing{}
+		s.leaf[service] = r
+	}
+	if len(r.xs) < leafWindow {
+		r.xs = append(r.xs, took)
+	} else {
+		r.xs[r.next] = took
+		r.next = (r.next + 1) % leafWindow
+	}
+	s.tokens = min(s.tokens+1, hedgeBurst*leavesPerHedge)
+}
+
+// hedgeDelay is when a leaf counts as slow (the recent p95) and how long a
+// typical leaf takes (the median); ok is false until enough samples exist.
+func (s *state) hedgeDelay(service string) (after, typical time.Duration, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.leaf[service]
+	if r == nil || len(r.xs) < leafMinSamples {
+		return 0, 0, false
+	}
+	xs := slices.Clone(r.xs)
+	slices.Sort(xs)
+	return xs[len(xs)*95/100], xs[len(xs)/2], true
+}
+
+// takeHedge spends one hedge from the budget if there is one.
+func (s *state) takeHedge() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tokens < leavesPerHedge {
+		return false
+	}
+	s.tokens -= leavesPerHedge
+	return true
+}
