@@ -122,7 +122,7 @@ func TestProgramsClusteredUnchanged(t *testing.T) {
 	call := func(service string, part int, method string, mode neptune.Mode, body string) (string, error) {
 		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		resp, err := c.Call(callCtx, nil, service, part, method, mode, []byte(body))
+		resp, err := c.Call(callCtx, service, part, method, []byte(body))
 		if err != nil {
 			return "", err
 		}

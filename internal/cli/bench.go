@@ -176,7 +176,7 @@ func benchOverhead(ctx context.Context, args []string, stdout io.Writer) error {
 
 	viaNeptune := func(c *neptune.Client) func(context.Context, []byte) error {
 		return func(ctx context.Context, b []byte) error {
-			_, err := c.Call(ctx, nil, "echo", 0, "echo", neptune.Read, b)
+			_, err := c.Call(ctx, "echo", 0, "echo", b)
 			return err
 		}
 	}

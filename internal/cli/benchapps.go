@@ -243,7 +243,7 @@ func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell 
 	}
 	viaNeptune := func(method string) func(context.Context, []byte) error {
 		return func(ctx context.Context, b []byte) error {
-			_, err := c.Call(ctx, nil, "web", 0, method, neptune.Read, b)
+			_, err := c.Call(ctx, "web", 0, method, b)
 			return err
 		}
 	}
@@ -255,7 +255,7 @@ func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell 
 		{"direct echo", viaDirect("/echo")}, {"neptune echo", viaNeptune("echo")},
 		{"direct " + workName, viaDirect("/work")}, {"neptune " + workName, viaNeptune("work")},
 		{"neptune built-in echo", func(ctx context.Context, b []byte) error {
-			_, err := c.Call(ctx, nil, "echo", 0, "echo", neptune.Read, b)
+			_, err := c.Call(ctx, "echo", 0, "echo", b)
 			return err
 		}}, {"neptune echo", viaNeptune("echo")},
 	}

@@ -159,7 +159,7 @@ func closedLoop(ctx context.Context, c *neptune.Client, clients int, dur time.Du
 // elects its primaries in the first few hundred milliseconds).
 func retryWrite(ctx context.Context, c *neptune.Client, service string, p int, method string, body []byte) (*neptune.Response, error) {
 	for {
-		resp, err := c.Call(ctx, nil, service, p, method, neptune.Write, body)
+		resp, err := c.Call(ctx, service, p, method, body)
 		if err == nil || ctx.Err() != nil {
 			return resp, err
 		}
@@ -241,7 +241,7 @@ func auctionWorkload() appReplWorkload {
 				body = auction.ViewItemRequest{ID: id}
 			}
 			b, _ := json.Marshal(body)
-			_, err := c.Call(ctx, sess, "auction", p, method, mode, b)
+			_, err := c.Call(ctx, "auction", p, method, b, neptune.WithSession(sess))
 			if err != nil && strings.Contains(err.Error(), auction.ErrBidTooLow.Error()) {
 				return nil // served: outbid by a concurrent bid
 			}
@@ -285,7 +285,7 @@ func pcacheWorkload() appReplWorkload {
 			} else {
 				body, _ = json.Marshal(pcache.LookupRequest{Key: key})
 			}
-			_, err := c.Call(ctx, sess, "pcache", p, method, mode, body)
+			_, err := c.Call(ctx, "pcache", p, method, body, neptune.WithSession(sess))
 			return err
 		},
 	}

@@ -47,7 +47,7 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := waitForService(ctx, c, *service); err != nil {
 		return err
 	}
-	resp, err := c.Call(ctx, neptune.NewSession(), *service, *partition, *method, mode, []byte(*body), neptune.WithClass(*class))
+	resp, err := c.Call(ctx, *service, *partition, *method, []byte(*body), neptune.WithClass(*class), neptune.WithSession(neptune.NewSession()))
 	if err != nil {
 		if neptune.Retryable(err) {
 			return fmt.Errorf("%w (retryable)", err)

@@ -80,6 +80,9 @@ type Client struct {
 	metrics *clientMetrics
 	balance balance.Config
 	agg     *aggregation.Caller
+	// reg and members are for Close, which unregisters the metrics.
+	reg     prometheus.Registerer
+	members prometheus.Collector
 
 	// mu guards views, balancers and rng; a call takes it once per pick.
 	mu        sync.Mutex
@@ -112,6 +115,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		clock:     clock.OrReal(cfg.Clock),
 		conns:     transport.NewConns(),
 		balance:   cfg.Balance,
+		reg:       cfg.Registerer,
 		balancers: map[string]*balancer{},
 		rng:       rand.New(rand.NewPCG(rand.Uint64(), uint64(seq.Add(1)))),
 	}
@@ -148,9 +152,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}, func() float64 { return float64(c.gossip.Members()) })
 	if err := metrics.Register(cfg.Registerer, metrics.Metric{Name: "neptune_members", Collector: members}); err != nil {
 		_ = c.Close()
-		c.metrics.unregister(cfg.Registerer)
 		return nil, err
 	}
+	c.members = members
 	c.agg = aggregation.NewCaller(aggregation.Config{
 		Directory: c.gossip, Poller: c.poller, Dialer: c.conns, PollWait: cfg.Balance.Discard,
 		Rand: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64())), Clock: c.clock,
@@ -158,11 +162,16 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// Close leaves the cluster and closes connections.
+// Close leaves the cluster, closes connections and takes the client's
+// metrics out of its registry.
 func (c *Client) Close() error {
 	err := c.gossip.Close()
 	_ = c.poller.Close()
 	_ = c.conns.Close()
+	c.metrics.unregister(c.reg)
+	if c.members != nil {
+		c.reg.Unregister(c.members)
+	}
 	return err
 }
 
