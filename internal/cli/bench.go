@@ -153,9 +153,7 @@ func benchOverhead(ctx context.Context, args []string, stdout io.Writer) error {
 	idleRSS, _ := localcluster.RSS(node.PID())
 
 	dial := func(policy string) (*neptune.Client, error) {
-		b := balance.DefaultConfig()
-		b.Policy = policy
-		c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), Balance: b})
+		c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), Balance: neptune.Balancing{Policy: policy}})
 		if err != nil {
 			return nil, err
 		}

@@ -227,14 +227,13 @@ func auctionWorkload() appReplWorkload {
 			cat := cats[p][rng.IntN(len(cats[p]))]
 			var (
 				method = "ViewItem"
-				mode   = neptune.Read
 				body   any
 			)
 			switch x := rng.IntN(100); {
 			case x < 10:
-				method, mode, body = "BidItem", neptune.Write, auction.BidItemRequest{Item: id, Bidder: "b", Amount: price.Add(1)}
+				method, body = "BidItem", auction.BidItemRequest{Item: id, Bidder: "b", Amount: price.Add(1)}
 			case x < 13:
-				method, mode, body = "AddItem", neptune.Write, auction.AddItemRequest{Category: cat, Title: "new", Seller: "s", StartPrice: 1}
+				method, body = "AddItem", auction.AddItemRequest{Category: cat, Title: "new", Seller: "s", StartPrice: 1}
 			case x < 56:
 				method, body = "ViewCategory", auction.ViewCategoryRequest{Category: cat}
 			default:
@@ -276,11 +275,10 @@ func pcacheWorkload() appReplWorkload {
 			p, key := rng.IntN(appReplParts), fmt.Sprintf("k%d", rng.IntN(1000))
 			var (
 				method = "CacheLookup"
-				mode   = neptune.Read
 				body   []byte
 			)
 			if rng.IntN(10) == 0 {
-				method, mode = "CacheUpdate", neptune.Write
+				method = "CacheUpdate"
 				body, _ = json.Marshal(pcache.UpdateRequest{Key: key, Value: value})
 			} else {
 				body, _ = json.Marshal(pcache.LookupRequest{Key: key})

@@ -10,12 +10,11 @@ import (
 )
 
 func runCall(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlags("call", "-join host:port -service S -partition P -method M [-mode read|write] [-body text]")
+	fs := newFlags("call", "-join host:port -service S -partition P -method M [-body text]")
 	var (
 		service   = fs.String("service", "", "service name")
 		partition = fs.Int("partition", 0, "partition number")
 		method    = fs.String("method", "", "method name")
-		modeStr   = fs.String("mode", "read", "read or write")
 		body      = fs.String("body", "", "request body (text)")
 		class     = fs.String("class", "", "service class")
 		timeout   = fs.Duration("timeout", 5*time.Second, "deadline for the call")
@@ -33,10 +32,6 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) error {
 	case *method == "":
 		return usagef("-method is required")
 	}
-	mode, err := neptune.ParseMode(*modeStr)
-	if err != nil {
-		return usagef("-mode: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: join})
@@ -47,7 +42,8 @@ func runCall(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := waitForService(ctx, c, *service); err != nil {
 		return err
 	}
-	resp, err := c.Call(ctx, *service, *partition, *method, []byte(*body), neptune.WithClass(*class), neptune.WithSession(neptune.NewSession()))
+	// The method's mode (read or write) is the one the service announces.
+	resp, err := c.Call(ctx, *service, *partition, *method, []byte(*body), neptune.WithClass(*class))
 	if err != nil {
 		if neptune.Retryable(err) {
 			return fmt.Errorf("%w (retryable)", err)

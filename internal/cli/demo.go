@@ -33,7 +33,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 		writes      = fs.Float64("writes", 0.2, "fraction of calls that are AddMsg; the rest are ViewHeaders and ViewMsg")
 		seed        = fs.Uint64("seed", 1, "random seed of the workload")
 		keep        = fs.Bool("keep-logs", false, "keep the nodes' logs and data directories")
-		policy      = fs.String("balance", balance.DefaultConfig().Policy, "load-balancing policy of the demo's client: "+strings.Join(balance.Names, ", "))
+		policy      = fs.String("balance", balance.DefaultConfig().Policy, "load-balancing policy of the demo's client: "+strings.Join(neptune.BalancingPolicies(), ", "))
 	)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -52,11 +52,10 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := lcfg.Validate(); err != nil {
 		return usagef("%v", err)
 	}
-	bal := balance.DefaultConfig()
-	bal.Policy = *policy
-	if err := bal.Validate(); err != nil {
-		return usagef("-balance: %v", err)
+	if !slices.Contains(neptune.BalancingPolicies(), *policy) {
+		return usagef("-balance: unknown policy %q (one of %s)", *policy, strings.Join(neptune.BalancingPolicies(), ", "))
 	}
+	bal := neptune.Balancing{Policy: *policy}
 	exe, dir, cleanup, err := scratch("neptune-demo-")
 	if err != nil {
 		return err
@@ -248,7 +247,13 @@ func waitServing(ctx context.Context, c *neptune.Client, partitions, degree int,
 	}
 }
 
-func waitMembers(ctx context.Context, c *neptune.Client, n int, limit time.Duration) error {
+// memberLister is a client of either kind: the public one or the
+// internal one experiments use for their baselines.
+type memberLister interface {
+	Members(ctx context.Context, wait time.Duration) []neptune.Member
+}
+
+func waitMembers(ctx context.Context, c memberLister, n int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
 		if len(c.Members(ctx, 0)) >= n {
