@@ -115,7 +115,9 @@ func (c *Client) Aggregate(ctx context.Context, a Aggregation) (*AggregateResult
 
 // Members returns the yellow pages, polling each member's load for every
 // partition it hosts (answers later than wait count as -1).
-func (c *Client) Members(ctx context.Context, wait time.Duration) []Member { return c.c.Members(ctx, wait) }
+func (c *Client) Members(ctx context.Context, wait time.Duration) []Member {
+	return c.c.Members(ctx, wait)
+}
 
 // Partitions returns the replicated partitions in the yellow pages, sorted,
 // each with its replicas' announced status (as of their last announcement).

@@ -168,7 +168,9 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 // Register hosts svc's partitions on this node. Call it before Start. A
 // replicated service's partitions must each list this node among their
 // replicas (Replication.PartitionsOn tells which).
-func (n *Node) Register(svc Service, partitions ...int) error { return n.n.Register(svc, partitions...) }
+func (n *Node) Register(svc Service, partitions ...int) error {
+	return n.n.Register(svc, partitions...)
+}
 
 // Start opens the node's listeners, joins the cluster and starts
 // announcing what it hosts.

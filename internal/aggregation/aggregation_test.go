@@ -120,7 +120,9 @@ func TestSilentNodesRankBehindLateOnes(t *testing.T) {
 // the call is cancelled), any other answers at once.
 type nodes struct{ calls map[string]*atomic.Int32 }
 
-func (n nodes) Client(addr string) (pb.NodeClient, error) { return node{addr: addr, calls: n.calls[addr]}, nil }
+func (n nodes) Client(addr string) (pb.NodeClient, error) {
+	return node{addr: addr, calls: n.calls[addr]}, nil
+}
 
 type node struct {
 	pb.NodeClient

@@ -83,7 +83,10 @@ func accountingCase(t *testing.T, a service.Accounting, h func(context.Context) 
 // most the wall time (less when the spinners share CPUs).
 func TestAccountingChargesWhatEachModeMeasures(t *testing.T) {
 	const d = 10 * time.Millisecond
-	sleep := func(context.Context) *service.Response { time.Sleep(d); return &service.Response{Cost: 3 * time.Millisecond} }
+	sleep := func(context.Context) *service.Response {
+		time.Sleep(d)
+		return &service.Response{Cost: 3 * time.Millisecond}
+	}
 	spin := func(context.Context) *service.Response { spinFor(d); return nil }
 
 	if got := accountingCase(t, service.WallTime, sleep, 2, 5); got < d {

@@ -51,7 +51,9 @@ func (fakeSender) Forward(context.Context, string, *pb.CallRequest) (*pb.CallRes
 
 type execFunc func(ctx context.Context, req *service.Request) (Result, error)
 
-func (f execFunc) Execute(ctx context.Context, req *service.Request) (Result, error) { return f(ctx, req) }
+func (f execFunc) Execute(ctx context.Context, req *service.Request) (Result, error) {
+	return f(ctx, req)
+}
 
 // startPart runs self's replica of kv partition 0 (replicas a, b, c with
 // priorities 3, 2, 1, level 2) on a manual clock.
@@ -169,7 +171,9 @@ func TestWriteWithoutPrimaryExpiresAfterWriteWait(t *testing.T) {
 	got := make(chan error, 1)
 	go func() {
 		_, err := rt.Serve(context.Background(), &pb.CallRequest{Service: "kv", Partition: 0, Method: "put", Mode: pb.Mode_MODE_WRITE},
-			func(context.Context) (*service.Response, error) { return nil, errors.New("a write is not served locally") })
+			func(context.Context) (*service.Response, error) {
+				return nil, errors.New("a write is not served locally")
+			})
 		got <- err
 	}()
 	for proposed := false; !proposed; { // wait until the loop holds the write

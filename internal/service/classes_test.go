@@ -90,4 +90,3 @@ func TestYieldShapes(t *testing.T) {
 		t.Errorf("throughput At(D) = %v, want 2", got)
 	}
 }
-

@@ -141,4 +141,3 @@ func firstDup(xs []string) string {
 	}
 	return ""
 }
-

@@ -146,7 +146,7 @@ type Poller struct {
 	conn  *net.UDPConn
 	log   *slog.Logger
 	clock clock.Clock
-	done chan struct{}
+	done  chan struct{}
 
 	mu      sync.Mutex
 	nextID  uint64
