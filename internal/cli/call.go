@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -71,13 +72,25 @@ func (o *callOptions) run(ctx context.Context, stdout io.Writer) error {
 	}
 	resp, err := c.Call(ctx, neptune.NewSession(), o.service, o.partition, o.method, mode, []byte(o.body), neptune.WithClass(o.class))
 	if err != nil {
-		if neptune.Retryable(err) {
+		switch {
+		case neptune.Retryable(err):
 			return fmt.Errorf("%w (retryable)", err)
+		case errors.Is(err, neptune.ErrWrongMode):
+			// Until the client takes the mode from the service's method
+			// table, the hidden --mode flag carries it.
+			return fmt.Errorf("%w (pass --mode %s)", err, otherMode(mode))
 		}
 		return err
 	}
 	fmt.Fprintf(stdout, "%s\n", resp.Body)
 	return nil
+}
+
+func otherMode(m neptune.Mode) neptune.Mode {
+	if m == neptune.Read {
+		return neptune.Write
+	}
+	return neptune.Read
 }
 
 // waitForService waits briefly until the yellow pages know some node
