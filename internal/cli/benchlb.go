@@ -664,7 +664,7 @@ func benchLBClient(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		in := &lbInstance{pol: p, outstanding: map[string]int{}}
-		if in.poller, err = transport.NewPoller(slog.New(slog.DiscardHandler), nil); err != nil {
+		if in.poller, err = transport.NewPoller(slog.New(slog.DiscardHandler)); err != nil {
 			return err
 		}
 		defer in.poller.Close()
@@ -675,7 +675,7 @@ func benchLBClient(ctx context.Context, args []string, stdout io.Writer) error {
 		})
 		insts[i] = in
 	}
-	poller, err := transport.NewPoller(slog.New(slog.DiscardHandler), nil)
+	poller, err := transport.NewPoller(slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}

@@ -124,7 +124,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if c.metrics, err = newClientMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
-	if c.poller, err = transport.NewPoller(cfg.Logger, c.clock); err != nil {
+	if c.poller, err = transport.NewPoller(cfg.Logger, transport.WithClock(c.clock)); err != nil {
 		c.metrics.unregister(cfg.Registerer)
 		return nil, fmt.Errorf("neptune: %w", err)
 	}

@@ -178,14 +178,24 @@ type LateFunc func(service string, a PollAnswer)
 // lateHorizon is how long an unanswered poll is remembered for LateFunc.
 const lateHorizon = time.Second
 
-// NewPoller opens the poller's socket. clk times the waits and RTTs (nil:
-// the wall clock).
-func NewPoller(log *slog.Logger, clk clock.Clock) (*Poller, error) {
+// PollerOption adjusts a Poller.
+type PollerOption func(*Poller)
+
+// WithClock makes the poller take time from c: the poll deadline, answers'
+// round-trip times and when unanswered polls are forgotten. The default is
+// the real clock; tests pass a manual one.
+func WithClock(c clock.Clock) PollerOption { return func(p *Poller) { p.clock = clock.OrReal(c) } }
+
+// NewPoller opens the poller's socket.
+func NewPoller(log *slog.Logger, opts ...PollerOption) (*Poller, error) {
 	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4zero})
 	if err != nil {
 		return nil, fmt.Errorf("transport: open poll socket: %w", err)
 	}
-	p := &Poller{conn: conn, log: log, clock: clock.OrReal(clk), done: make(chan struct{}), waiting: map[uint64]*pending{}, addrs: map[string]*net.UDPAddr{}}
+	p := &Poller{conn: conn, log: log, clock: clock.Real(), done: make(chan struct{}), waiting: map[uint64]*pending{}, addrs: map[string]*net.UDPAddr{}}
+	for _, o := range opts {
+		o(p)
+	}
 	go p.read()
 	return p, nil
 }
@@ -255,8 +265,22 @@ func (p *Poller) PollFirst(ctx context.Context, targets []PollTarget, service st
 		case a := <-replies:
 			answers = append(answers, a)
 		case <-timer.Chan():
-			return answers
+			return drain(answers, replies, enough)
 		case <-ctx.Done():
+			return drain(answers, replies, enough)
+		}
+	}
+	return answers
+}
+
+// drain adds the answers already delivered when the wait ended: they
+// arrived in time, even if select chose the deadline first.
+func drain(answers []PollAnswer, replies <-chan PollAnswer, enough int) []PollAnswer {
+	for len(answers) < enough {
+		select {
+		case a := <-replies:
+			answers = append(answers, a)
+		default:
 			return answers
 		}
 	}
@@ -314,22 +338,21 @@ func (p *Poller) read() {
 		p.mu.Lock()
 		w, ok := p.waiting[rep.Id]
 		delete(p.waiting, rep.Id)
-		var replies chan<- PollAnswer
-		if ok {
-			replies = w.replies
-		}
-		late := p.late
-		p.mu.Unlock()
 		if !ok || !rep.Known {
+			p.mu.Unlock()
 			continue
 		}
 		a := PollAnswer{Replica: w.replica, Queue: int(rep.Queue), RTT: p.clock.Since(w.sent),
 			Version: Version{Replicated: rep.Replicated, Version: rep.Version, VersionAgo: rep.VersionAgo, Serving: rep.Serving, Primary: rep.Primary},
 			Work:    Work{Pending: time.Duration(rep.WorkNs), Capacity: int(rep.Capacity)}}
-		switch {
-		case replies != nil:
+		// Deliver under the lock: an answer matched before its Poll's
+		// deadline is then in the Poll's channel when the deadline fires.
+		replies, late := w.replies, p.late
+		if replies != nil {
 			replies <- a // buffered for every target: never blocks
-		case late != nil:
+		}
+		p.mu.Unlock()
+		if replies == nil && late != nil {
 			late(w.service, a)
 		}
 	}

@@ -28,7 +28,7 @@ func TestPollRepliesCarryReplicaVersionsAndWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	pl, err := NewPoller(log, nil)
+	pl, err := NewPoller(log)
 	if err != nil {
 		t.Fatal(err)
 	}
