@@ -60,7 +60,7 @@ func TestAuctionLevel3PricesNeverGoDown(t *testing.T) {
 		cats[p]++
 		for k := range 3 {
 			body, _ := json.Marshal(auction.AddItemRequest{Category: cat, Title: fmt.Sprintf("%s item %d", cat, k), Seller: "s", StartPrice: 100})
-			resp, err := callRetrying(ctx, c, nil, "auction", p, "AddItem", neptune.Write, body)
+			resp, err := callRetrying(ctx, c, nil, "auction", p, "AddItem", body)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,7 +221,7 @@ func countPart[T any](xs []T, p int, part func(T) int) int {
 }
 
 // callRetrying retries a call while its error is retryable (failover).
-func callRetrying(ctx context.Context, c *neptune.Client, sess *neptune.Session, service string, p int, method string, mode neptune.Mode, body []byte) (*neptune.Response, error) {
+func callRetrying(ctx context.Context, c *neptune.Client, sess *neptune.Session, service string, p int, method string, body []byte) (*neptune.Response, error) {
 	for {
 		resp, err := c.Call(ctx, service, p, method, body, neptune.WithSession(sess))
 		if err == nil || !neptune.Retryable(err) || ctx.Err() != nil {

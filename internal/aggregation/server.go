@@ -42,19 +42,29 @@ type Services interface {
 	Aggregation(service string) (Hosted, bool)
 }
 
+// ServerConfig configures a node's side of aggregations.
+type ServerConfig struct {
+	// Self is the node's id, for errors.
+	Self     string
+	Services Services
+	// Caller forwards the children's subtrees: the node's own client's,
+	// so both learn from the same leaf latencies.
+	Caller *Caller
+	// Clock times operators and staged deadlines (default real).
+	Clock clock.Clock
+}
+
 // Server runs a node's part of aggregations.
 type Server struct {
-	self     string // the node's id, for errors
+	self     string
 	services Services
 	caller   *Caller
 	clock    clock.Clock
 }
 
-// NewServer returns the node side; caller forwards the children's
-// subtrees (the node's own client's Caller, so both learn from the same
-// leaf latencies).
-func NewServer(self string, services Services, caller *Caller, clk clock.Clock) *Server {
-	return &Server{self: self, services: services, caller: caller, clock: clock.OrReal(clk)}
+// NewServer returns the node side of aggregations.
+func NewServer(cfg ServerConfig) *Server {
+	return &Server{self: cfg.Self, services: cfg.Services, caller: cfg.Caller, clock: clock.OrReal(cfg.Clock)}
 }
 
 // call is this node's part of one aggregation, as Serve sets it up and

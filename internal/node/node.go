@@ -289,7 +289,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.Close()
 		return err
 	}
-	n.agg = aggregation.NewServer(n.cfg.ID, n, n.client.Aggregation(), n.clock)
+	n.agg = aggregation.NewServer(aggregation.ServerConfig{Self: n.cfg.ID, Services: n, Caller: n.client.Aggregation(), Clock: n.clock})
 	if n.repl != nil {
 		if err := n.repl.Start(); err != nil {
 			n.Close()
