@@ -98,7 +98,7 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 		}
 		sent := c.clock.Now()
 		out, err := cl.Call(ctx, r.in)
-		c.done(r.in.Service, t.Node, c.clock.Since(sent))
+		t.done(c.clock.Now(), c.clock.Since(sent))
 		if err == nil {
 			return &service.Response{Body: out.Body, Version: out.Version}, nil
 		}

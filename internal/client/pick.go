@@ -33,11 +33,11 @@ type balancer struct {
 //  4. the policy: replicas that keep missing polls are skipped, the
 //     policy plans its polls, the poller asks them, replication keeps the
 //     fresh enough answers, the policy chooses.
-func (c *Client) pick(ctx context.Context, r *request) (membership.Replica, error) {
+func (c *Client) pick(ctx context.Context, r *request) (target, error) {
 	in := r.in
 	look := c.gossip.Lookup(in.Service, in.Partition, in.Method)
 	if err := r.resolve(look); err != nil {
-		return membership.Replica{}, err
+		return target{}, err
 	}
 	ids := make([]string, len(look.Replicas))
 	byID := make(map[string]membership.Replica, len(look.Replicas))
@@ -51,12 +51,12 @@ func (c *Client) pick(ctx context.Context, r *request) (membership.Replica, erro
 	b, err := c.balancerLocked(in.Service)
 	c.mu.Unlock()
 	if err != nil {
-		return membership.Replica{}, err
+		return target{}, err
 	}
 
 	rt := view.route(c.clock.Now(), in, ids)
 	if rt.direct != "" {
-		return byID[rt.direct], nil
+		return target{byID[rt.direct], b}, nil
 	}
 
 	b.mu.Lock()
@@ -65,7 +65,7 @@ func (c *Client) pick(ctx context.Context, r *request) (membership.Replica, erro
 	if len(ids) == 1 { // no choice to make: a poll would only add a round trip
 		b.policy.Sent(now, ids[0])
 		b.mu.Unlock()
-		return byID[ids[0]], nil
+		return target{byID[ids[0]], b}, nil
 	}
 	plan := b.policy.Plan(now, ids)
 	b.mu.Unlock()
@@ -105,7 +105,21 @@ func (c *Client) pick(ctx context.Context, r *request) (membership.Replica, erro
 	}
 	choice := b.policy.Choose(now, ids, loads)
 	b.policy.Sent(now, choice)
-	return byID[choice], nil
+	return target{byID[choice], b}, nil
+}
+
+// target is the replica a pick chose and the balancer that chose it,
+// which hears when the call is done.
+type target struct {
+	membership.Replica
+	b *balancer
+}
+
+// done tells the policy that the call to t finished after latency.
+func (t target) done(now time.Time, latency time.Duration) {
+	t.b.mu.Lock()
+	t.b.policy.Done(now, t.Node, latency)
+	t.b.mu.Unlock()
 }
 
 // balancerLocked returns service's balancer, creating it on first use;
@@ -123,28 +137,15 @@ func (c *Client) balancerLocked(service string) (*balancer, error) {
 	return b, nil
 }
 
-// balancer returns service's balancer if it exists.
-func (c *Client) balancer(service string) *balancer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.balancers[service]
-}
-
 // reportLate gives a poll answer that missed its call to the service's
 // policy, which may learn from it (the default poller pools it).
 func (c *Client) reportLate(service string, a transport.PollAnswer) {
-	if b := c.balancer(service); b != nil {
+	c.mu.Lock()
+	b := c.balancers[service]
+	c.mu.Unlock()
+	if b != nil {
 		b.mu.Lock()
 		b.policy.Report(c.clock.Now(), balance.Load{Replica: a.Replica, Queue: a.Queue, RTT: a.RTT})
-		b.mu.Unlock()
-	}
-}
-
-// done tells the service's policy that a call to node finished.
-func (c *Client) done(service, node string, latency time.Duration) {
-	if b := c.balancer(service); b != nil {
-		b.mu.Lock()
-		b.policy.Done(c.clock.Now(), node, latency)
 		b.mu.Unlock()
 	}
 }
