@@ -1,7 +1,9 @@
-// Package plot writes the experiments' line charts as SVG or PNG, through
-// gonum.org/v1/plot, so every figure of docs/EXPERIMENTS.md looks the same
-// and no package draws its own.
-package plot
+// Package report is how the lab's experiments report what they measured:
+// summaries of latencies (mean, percentiles), per-interval timelines,
+// tables printed aligned and saved as CSV, and line charts drawn through
+// gonum.org/v1/plot (SVG or PNG), so every figure of docs/EXPERIMENTS.md
+// looks the same and no experiment draws or formats its own.
+package report
 
 import (
 	"fmt"
@@ -21,6 +23,9 @@ type Series struct {
 	Name string
 	X, Y []float64
 }
+
+// Add appends the point (x, y).
+func (s *Series) Add(x, y float64) { s.X, s.Y = append(s.X, x), append(s.Y, y) }
 
 // Chart is a line chart of one or more series.
 type Chart struct {
@@ -43,7 +48,7 @@ func (c Chart) Save(path string) error {
 	format := strings.TrimPrefix(filepath.Ext(path), ".")
 	f, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("plot: %w", err)
+		return fmt.Errorf("report: %w", err)
 	}
 	if err := c.Write(f, format); err != nil {
 		f.Close()
@@ -55,7 +60,7 @@ func (c Chart) Save(path string) error {
 // Write renders the chart in format ("svg" or "png") to w.
 func (c Chart) Write(w io.Writer, format string) error {
 	if format != "svg" && format != "png" {
-		return fmt.Errorf("plot: format %q is neither svg nor png", format)
+		return fmt.Errorf("report: format %q is neither svg nor png", format)
 	}
 	p := gplot.New()
 	p.Title.Text = c.Title
@@ -73,7 +78,7 @@ func (c Chart) Write(w io.Writer, format string) error {
 	nonNegative := true
 	for i, s := range c.Series {
 		if len(s.X) != len(s.Y) {
-			return fmt.Errorf("plot: series %q has %d x and %d y values", s.Name, len(s.X), len(s.Y))
+			return fmt.Errorf("report: series %q has %d x and %d y values", s.Name, len(s.X), len(s.Y))
 		}
 		pts := make(plotter.XYs, 0, len(s.X))
 		for j := range s.X {
@@ -88,7 +93,7 @@ func (c Chart) Write(w io.Writer, format string) error {
 		}
 		line, points, err := plotter.NewLinePoints(pts)
 		if err != nil {
-			return fmt.Errorf("plot: series %q: %w", s.Name, err)
+			return fmt.Errorf("report: series %q: %w", s.Name, err)
 		}
 		line.Color = plotutil.Color(i)
 		line.Dashes = plotutil.Dashes(i / 7)
@@ -102,10 +107,10 @@ func (c Chart) Write(w io.Writer, format string) error {
 	}
 	wt, err := p.WriterTo(width, height, format)
 	if err != nil {
-		return fmt.Errorf("plot: %w", err)
+		return fmt.Errorf("report: %w", err)
 	}
 	if _, err := wt.WriteTo(w); err != nil {
-		return fmt.Errorf("plot: %w", err)
+		return fmt.Errorf("report: %w", err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package plot
+package report
 
 import (
 	"bytes"

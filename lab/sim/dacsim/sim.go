@@ -1,11 +1,17 @@
-package dac
+// Package dacsim simulates Data Aggregation Calls (the DAC paper, PPoPP'03)
+// on the lab's discrete-event engine: the MICRO service on n nodes, every
+// call aggregating over all of them through the real tree builders,
+// deadline functions and dac.Machine the nodes run (`neptune sim dac`).
+package dacsim
 
 import (
-	"container/heap"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/dac"
+	"github.com/neptune-cluster/neptune/lab/report"
+	"github.com/neptune-cluster/neptune/lab/sim"
 )
 
 // SimConfig describes one simulated run of the MICRO service (§5.1 IV):
@@ -25,7 +31,7 @@ type SimConfig struct {
 	Rate float64
 	// Calls arriving in [Warmup, Duration) are measured.
 	Warmup, Duration time.Duration
-	Scheme           Scheme
+	Scheme           dac.Scheme
 	// Deadline is T and Quality ρ of every call.
 	Deadline time.Duration
 	Quality  float64
@@ -52,7 +58,7 @@ func DefaultSimConfig() SimConfig {
 		Local: 25 * time.Millisecond, Reduce: 5 * time.Millisecond,
 		Net:  170 * time.Microsecond,
 		Rate: 30, Warmup: 5 * time.Second, Duration: 35 * time.Second,
-		Scheme: LAT, Deadline: 2 * time.Second, Quality: 1,
+		Scheme: dac.LAT, Deadline: 2 * time.Second, Quality: 1,
 		Slack: 2 * time.Millisecond, StageReduce: 20 * time.Millisecond, Seed: 1,
 	}
 }
@@ -61,29 +67,29 @@ func DefaultSimConfig() SimConfig {
 func (c SimConfig) Validate() error {
 	switch {
 	case c.Nodes < 1:
-		return fmt.Errorf("dac: SimConfig.Nodes %d < 1", c.Nodes)
+		return fmt.Errorf("dacsim: SimConfig.Nodes %d < 1", c.Nodes)
 	case c.Procs < 1:
-		return fmt.Errorf("dac: SimConfig.Procs %d < 1", c.Procs)
+		return fmt.Errorf("dacsim: SimConfig.Procs %d < 1", c.Procs)
 	case c.FastNodes < 0 || c.FastNodes > c.Nodes:
-		return fmt.Errorf("dac: SimConfig.FastNodes %d not in [0, Nodes]", c.FastNodes)
+		return fmt.Errorf("dacsim: SimConfig.FastNodes %d not in [0, Nodes]", c.FastNodes)
 	case c.FastNodes > 0 && c.FastProcs < 1:
-		return fmt.Errorf("dac: SimConfig.FastProcs %d < 1", c.FastProcs)
+		return fmt.Errorf("dacsim: SimConfig.FastProcs %d < 1", c.FastProcs)
 	case c.Local <= 0 || c.Reduce <= 0:
-		return fmt.Errorf("dac: SimConfig.Local %v and Reduce %v must be positive", c.Local, c.Reduce)
+		return fmt.Errorf("dacsim: SimConfig.Local %v and Reduce %v must be positive", c.Local, c.Reduce)
 	case c.Net < 0 || c.Slack < 0 || c.StageReduce < 0:
-		return fmt.Errorf("dac: SimConfig.Net %v, Slack %v and StageReduce %v must not be negative", c.Net, c.Slack, c.StageReduce)
+		return fmt.Errorf("dacsim: SimConfig.Net %v, Slack %v and StageReduce %v must not be negative", c.Net, c.Slack, c.StageReduce)
 	case !(c.Rate > 0):
-		return fmt.Errorf("dac: SimConfig.Rate %v must be positive", c.Rate)
+		return fmt.Errorf("dacsim: SimConfig.Rate %v must be positive", c.Rate)
 	case c.Warmup < 0 || c.Duration <= c.Warmup:
-		return fmt.Errorf("dac: SimConfig.Duration %v must exceed Warmup %v", c.Duration, c.Warmup)
+		return fmt.Errorf("dacsim: SimConfig.Duration %v must exceed Warmup %v", c.Duration, c.Warmup)
 	case c.Deadline <= 0:
-		return fmt.Errorf("dac: SimConfig.Deadline %v must be positive", c.Deadline)
+		return fmt.Errorf("dacsim: SimConfig.Deadline %v must be positive", c.Deadline)
 	case !(c.Quality > 0 && c.Quality <= 1):
-		return fmt.Errorf("dac: SimConfig.Quality %v not in (0, 1]", c.Quality)
+		return fmt.Errorf("dacsim: SimConfig.Quality %v not in (0, 1]", c.Quality)
 	case c.Unresponsive < 0 || c.Unresponsive >= c.Nodes:
-		return fmt.Errorf("dac: SimConfig.Unresponsive %d not in [0, Nodes)", c.Unresponsive)
-	case c.Scheme < 0 || int(c.Scheme) >= len(schemeNames):
-		return fmt.Errorf("dac: SimConfig.Scheme: %w %d", ErrScheme, int(c.Scheme))
+		return fmt.Errorf("dacsim: SimConfig.Unresponsive %d not in [0, Nodes)", c.Unresponsive)
+	case !validScheme(c.Scheme):
+		return fmt.Errorf("dacsim: SimConfig.Scheme: %w %d", dac.ErrScheme, int(c.Scheme))
 	}
 	return nil
 }
@@ -112,12 +118,13 @@ type SimResult struct {
 }
 
 // Simulate runs the configuration to completion. It drives the same tree
-// builders, deadline functions and Machine as the node.
+// builders, deadline functions and dac.Machine as the node.
 func Simulate(c SimConfig) (SimResult, error) {
 	if err := c.Validate(); err != nil {
 		return SimResult{}, err
 	}
-	s := &sim{cfg: c, rng: rand.New(rand.NewPCG(c.Seed, 0x44ac))}
+	eng := sim.New[func()](time.Unix(0, 0), c.Seed)
+	s := &run{cfg: c, eng: eng, rng: eng.Rand(streamDAC)}
 	for i := range c.Nodes + 1 { // the last node is the caller
 		procs := c.Procs
 		if i < c.FastNodes {
@@ -131,19 +138,29 @@ func Simulate(c SimConfig) (SimResult, error) {
 		if at >= c.Duration {
 			break
 		}
-		s.loop.at(at, s.arrive)
+		eng.At(at, s.arrive)
 	}
-	s.loop.run()
+	eng.Run(func(f func()) { f() })
 	if s.err != nil {
 		return SimResult{}, s.err
 	}
 	return s.summary(), nil
 }
 
-type sim struct {
+// streamDAC is the random stream of a run's arrivals, trees and service
+// times.
+const streamDAC = 0x44ac
+
+// validScheme reports whether s is one of dac's tree schemes.
+func validScheme(s dac.Scheme) bool {
+	_, err := dac.ParseScheme(s.String())
+	return err == nil
+}
+
+type run struct {
 	cfg    SimConfig
 	rng    *rand.Rand
-	loop   eventLoop
+	eng    *sim.Engine[func()]
 	nodes  []*simNode
 	caller *simNode
 	calls  []*simCall
@@ -160,7 +177,7 @@ type simNode struct {
 
 type simTask struct {
 	p   *simPart
-	act Action
+	act dac.Action
 }
 
 // simCall is one aggregation call in flight.
@@ -174,56 +191,54 @@ type simCall struct {
 	got      int
 }
 
-// simPart is one node's Machine for one call.
+// simPart is one node's dac.Machine for one call.
 type simPart struct {
 	call   *simCall
-	idx    int // participant index, or Caller
+	idx    int // participant index, or dac.Caller
 	node   *simNode
 	parent int
-	m      *Machine
+	m      *dac.Machine
 	owed   time.Duration // expected work not yet done, part of node.pending
 }
 
-func (s *sim) now() time.Time { return time.Unix(0, 0).Add(s.loop.now) }
-
-func (s *sim) arrive() {
+func (s *run) arrive() {
 	c := s.cfg
-	call := &simCall{arrive: s.loop.now, n: c.Nodes}
+	call := &simCall{arrive: s.eng.Now(), n: c.Nodes}
 	s.calls = append(s.calls, call)
-	servers := make([]Server, c.Nodes)
+	servers := make([]dac.Server, c.Nodes)
 	for i := range servers {
 		nd := s.nodes[i]
 		p := time.Duration(nd.procs)
-		servers[i] = Server{Load: nd.pending / p, Local: c.Local / p, Reduce: c.Reduce / p}
+		servers[i] = dac.Server{Load: nd.pending / p, Local: c.Local / p, Reduce: c.Reduce / p}
 		if nd.dead {
 			servers[i].Load = c.Deadline
 		}
 	}
-	tr, err := Build(c.Scheme, servers, s.rng)
+	tr, err := dac.Build(c.Scheme, servers, s.rng)
 	if err != nil {
 		s.fail(err)
 		return
 	}
-	end := s.now().Add(c.Deadline)
+	end := s.eng.Time().Add(c.Deadline)
 	var dl []time.Time
 	if c.Uniform {
-		dl = UniformDeadlines(tr, end)
+		dl = dac.UniformDeadlines(tr, end)
 	} else {
-		dl = StagedDeadlines(tr, end, c.StageReduce, c.Slack)
+		dl = dac.StagedDeadlines(tr, end, c.StageReduce, c.Slack)
 	}
 	for i := range c.Nodes {
 		p := &simPart{call: call, idx: i, node: s.nodes[i], parent: tr.Parent[i],
-			owed: RequestLoad(c.Local, c.Reduce, tr.Reductions(i))}
+			owed: dac.RequestLoad(c.Local, c.Reduce, tr.Reductions(i))}
 		p.node.pending += p.owed
-		p.m = NewMachine(MachineConfig{Partition: i, Local: true, Children: tr.Children[i], Deadline: dl[i], Grace: c.StageReduce})
+		p.m = dac.NewMachine(dac.MachineConfig{Partition: i, Local: true, Children: tr.Children[i], Deadline: dl[i], Grace: c.StageReduce})
 		call.parts = append(call.parts, p)
 	}
-	call.callerM = &simPart{call: call, idx: Caller, node: s.caller,
-		m: NewMachine(MachineConfig{Local: false, Children: tr.CallerChildren, Deadline: end.Add(c.Slack), Grace: c.StageReduce})}
+	call.callerM = &simPart{call: call, idx: dac.Caller, node: s.caller,
+		m: dac.NewMachine(dac.MachineConfig{Local: false, Children: tr.CallerChildren, Deadline: end.Add(c.Slack), Grace: c.StageReduce})}
 	s.drive(call.callerM)
 	// The caller multicasts the tree with the request. An unresponsive
 	// node never acts on it, not even on its timer.
-	s.loop.after(c.Net, func() {
+	s.eng.After(c.Net, func() {
 		for _, p := range call.parts {
 			if !p.node.dead {
 				s.drive(p)
@@ -232,13 +247,13 @@ func (s *sim) arrive() {
 	})
 }
 
-func (s *sim) fail(err error) {
+func (s *run) fail(err error) {
 	if s.err == nil {
 		s.err = err
 	}
 }
 
-func (s *sim) step(p *simPart, ev Event) {
+func (s *run) step(p *simPart, ev dac.Event) {
 	if p.node.dead {
 		return
 	}
@@ -250,39 +265,39 @@ func (s *sim) step(p *simPart, ev Event) {
 }
 
 // drive carries out the machine's actions.
-func (s *sim) drive(p *simPart) {
+func (s *run) drive(p *simPart) {
 	for _, a := range p.m.Ready() {
 		switch a.Kind {
-		case RunLocal:
+		case dac.RunLocal:
 			p.node.local = append(p.node.local, simTask{p, a})
 			s.serve(p.node)
-		case RunReduce:
+		case dac.RunReduce:
 			p.node.reduce = append(p.node.reduce, simTask{p, a})
 			s.serve(p.node)
-		case SetTimer:
-			s.loop.at(a.At.Sub(time.Unix(0, 0)), func() { s.step(p, Event{Kind: Timeout}) })
-		case Send:
+		case dac.SetTimer:
+			s.eng.After(a.At.Sub(s.eng.Time()), func() { s.step(p, dac.Event{Kind: dac.Timeout}) })
+		case dac.Send:
 			s.sent(p, a.Partial)
 		}
 	}
 }
 
-func (s *sim) sent(p *simPart, out Partial) {
+func (s *run) sent(p *simPart, out dac.Partial) {
 	call := p.call
-	if p.idx == Caller {
-		call.done, call.response, call.got = true, s.loop.now-call.arrive, len(out.Partitions)
+	if p.idx == dac.Caller {
+		call.done, call.response, call.got = true, s.eng.Now()-call.arrive, len(out.Partitions)
 		return
 	}
 	s.charge(p, p.owed)
 	to := call.callerM
-	if p.parent != Caller {
+	if p.parent != dac.Caller {
 		to = call.parts[p.parent]
 	}
-	s.loop.after(s.cfg.Net, func() { s.step(to, Event{Kind: ChildDone, From: p.idx, Partial: out}) })
+	s.eng.After(s.cfg.Net, func() { s.step(to, dac.Event{Kind: dac.ChildDone, From: p.idx, Partial: out}) })
 }
 
 // charge removes expected work from the node's load index.
-func (s *sim) charge(p *simPart, d time.Duration) {
+func (s *run) charge(p *simPart, d time.Duration) {
 	d = min(d, p.owed)
 	p.owed -= d
 	p.node.pending -= d
@@ -290,7 +305,7 @@ func (s *sim) charge(p *simPart, d time.Duration) {
 
 // serve starts queued tasks on idle processors, reductions first; work
 // whose result the machine would drop is skipped.
-func (s *sim) serve(nd *simNode) {
+func (s *run) serve(nd *simNode) {
 	for !nd.dead && nd.busy < nd.procs {
 		var t simTask
 		switch {
@@ -307,12 +322,12 @@ func (s *sim) serve(nd *simNode) {
 		default:
 			return
 		}
-		mean, ev := s.cfg.Local, Event{Kind: LocalDone}
-		if t.act.Kind == RunReduce {
-			mean, ev = s.cfg.Reduce, Event{Kind: ReduceDone, Seq: t.act.Seq}
+		mean, ev := s.cfg.Local, dac.Event{Kind: dac.LocalDone}
+		if t.act.Kind == dac.RunReduce {
+			mean, ev = s.cfg.Reduce, dac.Event{Kind: dac.ReduceDone, Seq: t.act.Seq}
 		}
 		nd.busy++
-		s.loop.after(time.Duration(s.rng.ExpFloat64()*float64(mean)), func() {
+		s.eng.After(time.Duration(s.rng.ExpFloat64()*float64(mean)), func() {
 			nd.busy--
 			s.charge(t.p, mean)
 			s.step(t.p, ev)
@@ -321,13 +336,12 @@ func (s *sim) serve(nd *simNode) {
 	}
 }
 
-func (s *sim) summary() SimResult {
+func (s *run) summary() SimResult {
 	c := s.cfg
 	res := SimResult{MinLost: c.Nodes, ExactlyLost: make([]int, c.Nodes+1)}
 	var rts []time.Duration
-	var sum time.Duration
 	var cov float64
-	need := Request{Partitions: make([]int, c.Nodes), Quality: c.Quality}.Needed()
+	need := dac.Request{Partitions: make([]int, c.Nodes), Quality: c.Quality}.Needed()
 	for _, call := range s.calls {
 		if call.arrive < c.Warmup {
 			continue
@@ -340,61 +354,13 @@ func (s *sim) summary() SimResult {
 		if call.done && call.got >= need {
 			res.Succeeded++
 			rts = append(rts, call.response)
-			sum += call.response
 		}
 	}
 	if res.Calls > 0 {
 		res.Coverage = cov / float64(res.Calls)
 	}
 	res.Throughput = float64(res.Succeeded) / (c.Duration - c.Warmup).Seconds()
-	if len(rts) > 0 {
-		slices.Sort(rts)
-		res.Mean = sum / time.Duration(len(rts))
-		res.P99 = rts[min(len(rts)-1, len(rts)*99/100)]
-	}
+	lat := report.Summarize(rts)
+	res.Mean, res.P99 = lat.Mean, lat.P99
 	return res
-}
-
-// eventLoop is a discrete-event clock: callbacks run in time order, ties in
-// scheduling order.
-type eventLoop struct {
-	now time.Duration
-	seq uint64
-	q   eventHeap
-}
-
-type simEvent struct {
-	at  time.Duration
-	seq uint64
-	fn  func()
-}
-
-func (l *eventLoop) at(t time.Duration, fn func()) {
-	l.seq++
-	heap.Push(&l.q, simEvent{max(t, l.now), l.seq, fn})
-}
-
-func (l *eventLoop) after(d time.Duration, fn func()) { l.at(l.now+d, fn) }
-
-func (l *eventLoop) run() {
-	for len(l.q) > 0 {
-		e := heap.Pop(&l.q).(simEvent)
-		l.now = e.at
-		e.fn()
-	}
-}
-
-type eventHeap []simEvent
-
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
-	return h[i].at < h[j].at || h[i].at == h[j].at && h[i].seq < h[j].seq
-}
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(simEvent)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
 }

@@ -1,4 +1,4 @@
-package dac
+package dacsim
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/dac"
 )
 
 func shortSim() SimConfig {
@@ -40,7 +42,7 @@ func TestSimUnresponsiveStaged(t *testing.T) {
 			t.Errorf("staged, k=%d: %d of %d calls met ρ=0.5", k, r.Succeeded, r.Calls)
 		}
 		// The paper's baseline: random binomial placement, uniform timeouts.
-		c.Uniform, c.Scheme = true, Binomial
+		c.Uniform, c.Scheme = true, dac.Binomial
 		u, err := Simulate(c)
 		if err != nil {
 			t.Fatal(err)
@@ -54,7 +56,7 @@ func TestSimUnresponsiveStaged(t *testing.T) {
 // TestSimSchemes: the caller of Base is the bottleneck well below the
 // capacity the delegated trees sustain, and LAT answers faster than Flat.
 func TestSimSchemes(t *testing.T) {
-	res := map[Scheme]SimResult{}
+	res := map[dac.Scheme]SimResult{}
 	for _, s := range treeSchemes {
 		c := shortSim()
 		c.Scheme, c.Rate, c.FastNodes = s, 55, 4
@@ -64,13 +66,13 @@ func TestSimSchemes(t *testing.T) {
 		}
 		res[s] = r
 	}
-	if b, l := res[Base].Throughput, res[LAT].Throughput; b*2 > l {
+	if b, l := res[dac.Base].Throughput, res[dac.LAT].Throughput; b*2 > l {
 		t.Errorf("Base throughput %.1f not below half of LAT's %.1f", b, l)
 	}
-	if f, l := res[Flat].Mean, res[LAT].Mean; l >= f {
+	if f, l := res[dac.Flat].Mean, res[dac.LAT].Mean; l >= f {
 		t.Errorf("LAT mean %v not below Flat's %v", l, f)
 	}
-	for _, s := range []Scheme{Flat, Binomial, LAT} {
+	for _, s := range []dac.Scheme{dac.Flat, dac.Binomial, dac.LAT} {
 		if res[s].Succeeded < res[s].Calls*9/10 {
 			t.Errorf("%v: %d of %d calls succeeded below capacity", s, res[s].Succeeded, res[s].Calls)
 		}
@@ -112,17 +114,17 @@ func TestSimConfigValidate(t *testing.T) {
 	}
 }
 
-func TestMain_(t *testing.T) {
+func TestRunWritesTablesAndFiles(t *testing.T) {
 	var buf bytes.Buffer
-	if err := Main(context.Background(), []string{"-h"}, &buf); err != nil || !strings.Contains(buf.String(), "-out") {
-		t.Fatalf("-h: %v %q", err, buf.String())
-	}
-	if err := Main(context.Background(), []string{"-exp", "nope", "-out", t.TempDir()}, &buf); err == nil {
-		t.Error("unknown experiment accepted")
+	o := DefaultOptions()
+	o.Out, o.Sections = t.TempDir(), []string{"nope"}
+	if err := Run(context.Background(), o, &buf); err == nil {
+		t.Error("unknown section accepted")
 	}
 	dir := t.TempDir()
 	buf.Reset()
-	if err := Main(context.Background(), []string{"-quick", "-duration", "500ms", "-out", dir}, &buf); err != nil {
+	o = Options{Sections: Sections, Out: dir, Seed: 1, Quick: true, Duration: 500 * time.Millisecond}
+	if err := Run(context.Background(), o, &buf); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"dac_trees.csv", "dac_scale.csv", "dac_scale.svg", "dac_trees_heterogeneous_response.svg"} {

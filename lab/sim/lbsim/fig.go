@@ -1,33 +1,65 @@
-package sim
+package lbsim
 
 import (
 	"context"
-	"encoding/csv"
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/lab/report"
+	"github.com/neptune-cluster/neptune/lab/sim"
 )
 
 // Options are the knobs shared by the figure experiments.
 type Options struct {
+	// Sections lists the parts to run, of Sections.
+	Sections  []string
 	Workloads []Workload
-	Loads     []float64
-	Servers   int
-	Clients   int
-	Requests  int // measured per run; a tenth as many more warm up
-	Seed      uint64
-	Out       string
+	// Loads are the offered loads of the figures (the goals run at 0.9).
+	Loads   []float64
+	Servers int
+	Clients int
+	// Requests are measured per run; a tenth as many more warm up.
+	Requests int
+	// Duration, if set, replaces Requests by the requests of that much
+	// simulated time at the Poisson/Exp rate at 90 % load.
+	Duration time.Duration
+	Seed     uint64
+	// Out is the directory for the CSV and SVG files.
+	Out string
+}
+
+// DefaultOptions are the dissertation's: 16 servers, 16 clients, 100 000
+// requests per run, the Poisson/Exp, fine- and medium-grain workloads at
+// 50 % and 90 % load.
+func DefaultOptions() Options {
+	return Options{Sections: Sections, Workloads: []Workload{PoissonExp, FineGrain, MediumGrain}, Loads: []float64{0.5, 0.9},
+		Servers: 16, Clients: 16, Requests: 100_000, Seed: 1, Out: "out"}
+}
+
+// Validate names the first bad option.
+func (o Options) Validate() error {
+	if o.Servers < 1 || o.Clients < 1 || o.Requests < 10 {
+		return fmt.Errorf("lbsim: servers and clients must be >= 1 and requests >= 10, got %d, %d, %d", o.Servers, o.Clients, o.Requests)
+	}
+	for _, s := range o.Sections {
+		if !slices.Contains(Sections, s) {
+			return fmt.Errorf("lbsim: unknown section %q (want %v)", s, Sections)
+		}
+	}
+	for _, l := range o.Loads {
+		if l <= 0 || l >= 1 {
+			return fmt.Errorf("lbsim: loads must be in (0, 1), got %v", l)
+		}
+	}
+	return nil
 }
 
 func (o Options) config(w Workload, load float64, pol balance.Config) Config {
@@ -46,7 +78,7 @@ func runAll(ctx context.Context, cfgs []Config) ([]Result, error) {
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for i := range next {
-				res[i], errs[i] = Run(cfgs[i])
+				res[i], errs[i] = Simulate(cfgs[i])
 			}
 		})
 	}
@@ -61,7 +93,7 @@ feed:
 	close(next)
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sim: %w", err)
+		return nil, fmt.Errorf("lbsim: %w", err)
 	}
 	for _, err := range errs {
 		if err != nil {
@@ -84,20 +116,22 @@ func policy(name string, edit func(*balance.Config)) balance.Config {
 // under workload w at the given load: the mean of |q(t+Δ) − q(t)| over
 // random t, for each Δ in delays, from n requests.
 func Inaccuracy(w Workload, load float64, delays []time.Duration, n int, seed uint64) []float64 {
-	reqs := trace(w, load, 1, n, seed)
-	arr := make([]time.Duration, n)
-	dep := make([]time.Duration, n)
+	arr := make([]time.Duration, 0, n)
+	dep := make([]time.Duration, 0, n)
 	var free time.Duration
-	for i, r := range reqs {
-		free = max(free, r.arrive) + r.service
-		arr[i], dep[i] = r.arrive, free
+	for r := range Trace(w, load, 1, seed) {
+		if len(arr) == n {
+			break
+		}
+		free = max(free, r.At) + r.Service
+		arr, dep = append(arr, r.At), append(dep, free)
 	}
 	queue := func(t time.Duration) int {
 		a, _ := slices.BinarySearch(arr, t+1)
 		d, _ := slices.BinarySearch(dep, t+1)
 		return a - d
 	}
-	rng := rand.New(rand.NewPCG(seed, 0xf31))
+	rng := sim.Rand(seed, streamInaccuracy)
 	const samples = 50_000
 	out := make([]float64, len(delays))
 	for k, delta := range delays {
@@ -130,36 +164,36 @@ func InaccuracyBound(rho float64) float64 { return 2 * rho / (1 - rho*rho) }
 // fig31 reproduces Fig 3.1: load-index inaccuracy against delay, one server.
 func fig31(ctx context.Context, o Options, stdout io.Writer) error {
 	mults := []float64{0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100}
-	var rows [][]string
+	tb := report.NewTable("workload", "load", "delay_over_service", "inaccuracy", "bound")
 	for _, load := range o.Loads {
-		ch := chart{title: fmt.Sprintf("Fig 3.1: load index inaccuracy, 1 server, %g%% busy", 100*load),
-			xlabel: "delay / mean service time", ylabel: "mean |q(t+Δ) − q(t)|", logX: true}
+		ch := report.Chart{Title: fmt.Sprintf("Fig 3.1: load index inaccuracy, 1 server, %g%% busy", 100*load),
+			XLabel: "delay / mean service time", YLabel: "mean |q(t+Δ) − q(t)|", LogX: true}
 		for _, w := range o.Workloads {
 			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("sim: %w", err)
+				return fmt.Errorf("lbsim: %w", err)
 			}
 			delays := make([]time.Duration, len(mults))
 			for i, m := range mults {
 				delays[i] = time.Duration(m * float64(w.Service.Mean))
 			}
 			inacc := Inaccuracy(w, load, delays, 10*o.Requests, o.Seed)
-			ch.lines = append(ch.lines, series{name: w.Name, x: mults, y: inacc})
+			ch.Series = append(ch.Series, report.Series{Name: w.Name, X: mults, Y: inacc})
 			for i, m := range mults {
-				rows = append(rows, []string{w.Name, ftoa(load), ftoa(m), ftoa(inacc[i]), ftoa(InaccuracyBound(load))})
+				tb.Add(w.Name, ftoa(load), ftoa(m), ftoa(inacc[i]), ftoa(InaccuracyBound(load)))
 			}
 		}
 		bound := make([]float64, len(mults))
 		for i := range bound {
 			bound[i] = InaccuracyBound(load)
 		}
-		ch.lines = append(ch.lines, series{name: "bound 2ρ/(1−ρ²)", x: mults, y: bound})
-		if err := writeSVG(o.Out, fmt.Sprintf("fig3.1-load%02.0f.svg", 100*load), ch); err != nil {
+		ch.Series = append(ch.Series, report.Series{Name: "bound 2ρ/(1−ρ²)", X: mults, Y: bound})
+		if err := ch.Save(filepath.Join(o.Out, fmt.Sprintf("fig3.1-load%02.0f.svg", 100*load))); err != nil {
 			return err
 		}
 	}
 	fmt.Fprintln(stdout, "Fig 3.1 — load-index inaccuracy vs delay (1 server)")
-	printRows(stdout, []string{"workload", "load", "delay/svc", "inaccuracy", "bound"}, rows)
-	return writeCSV(o.Out, "fig3.1.csv", []string{"workload", "load", "delay_over_service", "inaccuracy", "bound"}, rows)
+	tb.WithHeader("workload", "load", "delay/svc", "inaccuracy", "bound").Print(stdout)
+	return tb.Save(filepath.Join(o.Out, "fig3.1.csv"))
 }
 
 // fig32 reproduces Fig 3.2: broadcast at mean intervals of 31.25 ms to 1 s,
@@ -180,33 +214,33 @@ func fig32(ctx context.Context, o Options, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var rows [][]string
+	tb := report.NewTable("workload", "load", "interval_ms", "mean_ms", "oracle_ms", "ratio")
 	xs := make([]float64, len(intervals))
 	for i, iv := range intervals {
 		xs[i] = float64(iv) / float64(time.Millisecond)
 	}
 	k := 0
 	for _, load := range o.Loads {
-		ch := chart{title: fmt.Sprintf("Fig 3.2: broadcast, 16 servers, %g%% busy", 100*load),
-			xlabel: "mean broadcast interval (ms)", ylabel: "mean response / ideal", logX: true}
+		ch := report.Chart{Title: fmt.Sprintf("Fig 3.2: broadcast, 16 servers, %g%% busy", 100*load),
+			XLabel: "mean broadcast interval (ms)", YLabel: "mean response / ideal", LogX: true}
 		for _, w := range o.Workloads {
 			oracle := res[k]
 			k++
 			ys := make([]float64, len(intervals))
 			for i := range intervals {
 				ys[i], _ = res[k].Ratio(oracle)
-				rows = append(rows, []string{w.Name, ftoa(load), ftoa(xs[i]), ms(res[k].Mean), ms(oracle.Mean), ftoa(ys[i])})
+				tb.Add(w.Name, ftoa(load), ftoa(xs[i]), ms(res[k].Mean), ms(oracle.Mean), ftoa(ys[i]))
 				k++
 			}
-			ch.lines = append(ch.lines, series{name: w.Name, x: xs, y: ys})
+			ch.Series = append(ch.Series, report.Series{Name: w.Name, X: xs, Y: ys})
 		}
-		if err := writeSVG(o.Out, fmt.Sprintf("fig3.2-load%02.0f.svg", 100*load), ch); err != nil {
+		if err := ch.Save(filepath.Join(o.Out, fmt.Sprintf("fig3.2-load%02.0f.svg", 100*load))); err != nil {
 			return err
 		}
 	}
 	fmt.Fprintln(stdout, "Fig 3.2 — broadcast interval (mean response normalised to the oracle)")
-	printRows(stdout, []string{"workload", "load", "interval ms", "mean ms", "oracle ms", "ratio"}, rows)
-	return writeCSV(o.Out, "fig3.2.csv", []string{"workload", "load", "interval_ms", "mean_ms", "oracle_ms", "ratio"}, rows)
+	tb.WithHeader("workload", "load", "interval ms", "mean ms", "oracle ms", "ratio").Print(stdout)
+	return tb.Save(filepath.Join(o.Out, "fig3.2.csv"))
 }
 
 // contender is a named policy configuration in a comparison.
@@ -241,30 +275,29 @@ func fig33(ctx context.Context, o Options, stdout io.Writer) error {
 	for i, c := range cons {
 		labels[i], xs[i] = c.name, float64(i)
 	}
-	var rows [][]string
+	tb := report.NewTable("workload", "load", "policy", "mean ms", "p99 ms", "mean/ideal", "polls/req")
 	k := 0
 	for _, load := range o.Loads {
-		ch := chart{title: fmt.Sprintf("Fig 3.3: poll size, 16 servers, %g%% busy", 100*load),
-			xlabel: "policy", ylabel: "mean response / ideal", xticks: labels}
+		ch := report.Chart{Title: fmt.Sprintf("Fig 3.3: poll size, 16 servers, %g%% busy", 100*load),
+			XLabel: "policy", YLabel: "mean response / ideal", XTicks: labels}
 		for _, w := range o.Workloads {
 			oracle := res[k+slices.IndexFunc(cons, func(c contender) bool { return c.name == "ideal" })]
 			ys := make([]float64, len(cons))
 			for i, c := range cons {
 				r := res[k+i]
 				ys[i], _ = r.Ratio(oracle)
-				rows = append(rows, []string{w.Name, ftoa(load), c.name, ms(r.Mean), ms(r.P99), ftoa(ys[i]), ftoa(r.PollsPerRequest)})
+				tb.Add(w.Name, ftoa(load), c.name, ms(r.Mean), ms(r.P99), ftoa(ys[i]), ftoa(r.PollsPerRequest))
 			}
 			k += len(cons)
-			ch.lines = append(ch.lines, series{name: w.Name, x: xs, y: ys})
+			ch.Series = append(ch.Series, report.Series{Name: w.Name, X: xs, Y: ys})
 		}
-		if err := writeSVG(o.Out, fmt.Sprintf("fig3.3-load%02.0f.svg", 100*load), ch); err != nil {
+		if err := ch.Save(filepath.Join(o.Out, fmt.Sprintf("fig3.3-load%02.0f.svg", 100*load))); err != nil {
 			return err
 		}
 	}
 	fmt.Fprintln(stdout, "Fig 3.3 — poll size (mean response normalised to the ideal/oracle)")
-	head := []string{"workload", "load", "policy", "mean ms", "p99 ms", "mean/ideal", "polls/req"}
-	printRows(stdout, head, rows)
-	return writeCSV(o.Out, "fig3.3.csv", head, rows)
+	tb.Print(stdout)
+	return tb.Save(filepath.Join(o.Out, "fig3.3.csv"))
 }
 
 // goals runs issue 3's goals side by side at 90% load and prints every
@@ -297,8 +330,7 @@ func goals(ctx context.Context, o Options, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	head := []string{"workload", "policy", "mean ms", "p99 ms", "mean/oracle", "p99/oracle", "polls/req"}
-	var rows [][]string
+	tb := report.NewTable("workload", "policy", "mean ms", "p99 ms", "mean/oracle", "p99/oracle", "polls/req")
 	byName := map[string]Result{}
 	for i, w := range o.Workloads {
 		oracle := res[i*len(cons)]
@@ -306,7 +338,7 @@ func goals(ctx context.Context, o Options, stdout io.Writer) error {
 			r := res[i*len(cons)+j]
 			byName[w.Name+"/"+c.name] = r
 			m, p := r.Ratio(oracle)
-			rows = append(rows, []string{w.Name, c.name, ms(r.Mean), ms(r.P99), ftoa(m), ftoa(p), ftoa(r.PollsPerRequest)})
+			tb.Add(w.Name, c.name, ms(r.Mean), ms(r.P99), ftoa(m), ftoa(p), ftoa(r.PollsPerRequest))
 		}
 	}
 	slow := res[len(o.Workloads)*len(cons):]
@@ -314,12 +346,12 @@ func goals(ctx context.Context, o Options, stdout io.Writer) error {
 		r := slow[j]
 		byName["exp-slow/"+c.name] = r
 		m, p := r.Ratio(slow[0])
-		rows = append(rows, []string{"exp, 1 replica 10× slower", c.name, ms(r.Mean), ms(r.P99), ftoa(m), ftoa(p), ftoa(r.PollsPerRequest)})
+		tb.Add("exp, 1 replica 10× slower", c.name, ms(r.Mean), ms(r.P99), ftoa(m), ftoa(p), ftoa(r.PollsPerRequest))
 	}
 	fmt.Fprintf(stdout, "Goals — %g%% load, %d servers, %d clients, %d requests per run (ratios to the oracle of the same row group)\n",
 		100*load, o.Servers, o.Clients, o.Requests)
-	printRows(stdout, head, rows)
-	if err := writeCSV(o.Out, "goals.csv", head, rows); err != nil {
+	tb.Print(stdout)
+	if err := tb.Save(filepath.Join(o.Out, "goals.csv")); err != nil {
 		return err
 	}
 	dn := cons[1].name
@@ -360,42 +392,3 @@ func ms(d time.Duration) string {
 }
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', 4, 64) }
-
-func printRows(w io.Writer, head []string, rows [][]string) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	for _, r := range append([][]string{head}, rows...) {
-		for _, c := range r {
-			fmt.Fprint(tw, c, "\t")
-		}
-		fmt.Fprintln(tw)
-	}
-	tw.Flush()
-	fmt.Fprintln(w)
-}
-
-func writeCSV(dir, name string, head []string, rows [][]string) error {
-	f, err := os.Create(filepath.Join(dir, name))
-	if err != nil {
-		return fmt.Errorf("sim: %w", err)
-	}
-	cw := csv.NewWriter(f)
-	cw.Write(head)
-	cw.WriteAll(rows) // flushes
-	if err := cw.Error(); err != nil {
-		f.Close()
-		return fmt.Errorf("sim: write %s: %w", name, err)
-	}
-	return f.Close()
-}
-
-func writeSVG(dir, name string, c chart) error {
-	f, err := os.Create(filepath.Join(dir, name))
-	if err != nil {
-		return fmt.Errorf("sim: %w", err)
-	}
-	if err := c.writeSVG(f); err != nil {
-		f.Close()
-		return fmt.Errorf("sim: write %s: %w", name, err)
-	}
-	return f.Close()
-}

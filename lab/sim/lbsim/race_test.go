@@ -1,6 +1,6 @@
 //go:build race
 
-package sim
+package lbsim
 
 // The race detector slows the simulator about tenfold; tests shrink their
 // runs when it is on.

@@ -1,19 +1,20 @@
-// Package sim is a seeded discrete-event simulator of a replicated service:
+// Package lbsim is a seeded discrete-event simulation of a replicated service:
 // clients, each with its own balance.Policy, send requests over a network
 // with fixed delays to servers that are non-preemptive FIFO queues. It drives
 // the same policy code as the node and reproduces the simulations of
 // dissertation ch. 3 (Figs 3.1–3.3) and the load-balancing goals of issue 3.
-package sim
+package lbsim
 
 import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/lab/report"
+	"github.com/neptune-cluster/neptune/lab/sim"
 )
 
 // Config describes one simulated run.
@@ -69,28 +70,28 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	switch {
 	case c.Workload.Service.sample == nil || c.Workload.Interarrival.sample == nil:
-		return errors.New("sim: Workload must be set (see Workloads)")
+		return errors.New("lbsim: Workload must be set (see Workloads)")
 	case c.Load <= 0:
-		return fmt.Errorf("sim: Load must be > 0, got %g", c.Load)
+		return fmt.Errorf("lbsim: Load must be > 0, got %g", c.Load)
 	case c.Servers < 1:
-		return fmt.Errorf("sim: Servers must be >= 1, got %d", c.Servers)
+		return fmt.Errorf("lbsim: Servers must be >= 1, got %d", c.Servers)
 	case c.Clients < 1:
-		return fmt.Errorf("sim: Clients must be >= 1, got %d", c.Clients)
+		return fmt.Errorf("lbsim: Clients must be >= 1, got %d", c.Clients)
 	case c.Requests < 1:
-		return fmt.Errorf("sim: Requests must be >= 1, got %d", c.Requests)
+		return fmt.Errorf("lbsim: Requests must be >= 1, got %d", c.Requests)
 	case c.Warmup < 0:
-		return fmt.Errorf("sim: Warmup must be >= 0, got %d", c.Warmup)
+		return fmt.Errorf("lbsim: Warmup must be >= 0, got %d", c.Warmup)
 	case c.NetDelay < 0:
-		return fmt.Errorf("sim: NetDelay must be >= 0, got %v", c.NetDelay)
+		return fmt.Errorf("lbsim: NetDelay must be >= 0, got %v", c.NetDelay)
 	case c.PollDelay < 0:
-		return fmt.Errorf("sim: PollDelay must be >= 0, got %v", c.PollDelay)
+		return fmt.Errorf("lbsim: PollDelay must be >= 0, got %v", c.PollDelay)
 	case c.SlowServers < 0 || c.SlowServers > c.Servers:
-		return fmt.Errorf("sim: SlowServers must be in [0, Servers], got %d", c.SlowServers)
+		return fmt.Errorf("lbsim: SlowServers must be in [0, Servers], got %d", c.SlowServers)
 	case c.SlowFactor <= 0:
-		return fmt.Errorf("sim: SlowFactor must be > 0, got %g", c.SlowFactor)
+		return fmt.Errorf("lbsim: SlowFactor must be > 0, got %g", c.SlowFactor)
 	}
 	if err := c.Policy.Validate(); err != nil {
-		return fmt.Errorf("sim: Policy: %w", err)
+		return fmt.Errorf("lbsim: Policy: %w", err)
 	}
 	return nil
 }
@@ -126,64 +127,28 @@ const (
 	evPushArrive                    // the broadcast reaches the clients
 )
 
+// event is what the engine queues; the time is the engine's.
 type event struct {
-	at     time.Duration
-	seq    uint64 // FIFO among simultaneous events, for determinism
 	kind   eventKind
 	server int32
 	req    int32
 	queue  int32
 }
 
-// eventHeap is a binary min-heap on (at, seq).
-type eventHeap []event
-
-func (h eventHeap) less(i, j int) bool {
-	return h[i].at < h[j].at || (h[i].at == h[j].at && h[i].seq < h[j].seq)
-}
-
-func (h *eventHeap) push(e event) {
-	*h = append(*h, e)
-	s := *h
-	for i := len(s) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !s.less(i, p) {
-			break
-		}
-		s[i], s[p] = s[p], s[i]
-		i = p
-	}
-}
-
-func (h *eventHeap) pop() event {
-	s := *h
-	top := s[0]
-	n := len(s) - 1
-	s[0] = s[n]
-	s = s[:n]
-	for i := 0; ; {
-		l, m := 2*i+1, i
-		if l < n && s.less(l, m) {
-			m = l
-		}
-		if l+1 < n && s.less(l+1, m) {
-			m = l + 1
-		}
-		if m == i {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
-	*h = s
-	return top
-}
+// The random streams of a run (see sim.Engine.Rand); each policy instance
+// draws from streamPolicy + its client index.
+const (
+	streamTrace      = 0x7ace
+	streamPush       = 0xb0ad
+	streamInaccuracy = 0xf31
+	streamPolicy     = 1000
+)
 
 type request struct {
 	arrive  time.Duration
 	service time.Duration
 	client  int32
-	server  int32
+	server  int32 // chosen; -1 until then
 	decided bool
 	waiting int // poll answers still expected
 	answers []balance.Load
@@ -198,10 +163,7 @@ type server struct {
 
 type run struct {
 	cfg      Config
-	epoch    time.Time
-	now      time.Duration
-	seq      uint64
-	events   eventHeap
+	eng      *sim.Engine[event]
 	reqs     []request
 	servers  []server
 	names    []string
@@ -215,18 +177,19 @@ type run struct {
 	pollTime time.Duration
 }
 
-// Run simulates cfg and summarises the measured requests.
-func Run(cfg Config) (Result, error) {
+// Simulate simulates cfg and summarises the measured requests.
+func Simulate(cfg Config) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
+	eng := sim.New[event](time.Date(2001, 7, 23, 12, 0, 0, 0, time.UTC), cfg.Seed)
 	r := &run{
 		cfg:     cfg,
-		epoch:   time.Date(2001, 7, 23, 12, 0, 0, 0, time.UTC),
+		eng:     eng,
 		servers: make([]server, cfg.Servers),
 		index:   make(map[string]int32, cfg.Servers),
 		exact:   cfg.Policy.Policy == balance.NameOracle,
-		pushRNG: rand.New(rand.NewPCG(cfg.Seed, 0xb0ad)),
+		pushRNG: eng.Rand(streamPush),
 	}
 	for i := range r.servers {
 		r.servers[i].speed = 1
@@ -238,71 +201,52 @@ func Run(cfg Config) (Result, error) {
 		r.index[name] = int32(i)
 	}
 	for i := range cfg.Clients {
-		p, err := balance.New(cfg.Policy, rand.New(rand.NewPCG(cfg.Seed, uint64(1000+i))))
+		p, err := balance.New(cfg.Policy, eng.Rand(streamPolicy+uint64(i)))
 		if err != nil {
-			return Result{}, fmt.Errorf("sim: %w", err)
+			return Result{}, fmt.Errorf("lbsim: %w", err)
 		}
 		r.policies = append(r.policies, p)
 	}
 	capacity := float64(cfg.Servers-cfg.SlowServers) + float64(cfg.SlowServers)/cfg.SlowFactor
-	r.reqs = trace(cfg.Workload, cfg.Load*capacity, cfg.Clients, cfg.Warmup+cfg.Requests, cfg.Seed)
+	for a := range Trace(cfg.Workload, cfg.Load*capacity, cfg.Clients, cfg.Seed) {
+		if len(r.reqs) == cfg.Warmup+cfg.Requests {
+			break
+		}
+		r.reqs = append(r.reqs, request{arrive: a.At, service: a.Service, client: int32(a.Client), server: -1})
+	}
 	r.lat = make([]time.Duration, 0, cfg.Requests)
 	for i := range r.reqs {
-		r.schedule(event{at: r.reqs[i].arrive, kind: evArrive, req: int32(i)})
+		eng.At(r.reqs[i].arrive, event{kind: evArrive, req: int32(i)})
 	}
 	if cfg.Policy.Policy == balance.NameBroadcast {
 		for s := range r.servers {
-			r.schedule(event{at: r.pushInterval(), kind: evPush, server: int32(s)})
+			eng.At(r.pushInterval(), event{kind: evPush, server: int32(s)})
 		}
 	}
 	for r.done < len(r.reqs) {
-		r.step(r.events.pop())
+		ev, _ := eng.Step()
+		r.step(ev)
 	}
 	return r.result(), nil
 }
-
-// trace draws n requests of workload w that keep busy servers busy (a load
-// in units of servers): arrival times, service demands and clients. It
-// depends only on its arguments, so every policy run with the same seed sees
-// the same requests.
-func trace(w Workload, busy float64, clients, n int, seed uint64) []request {
-	rng := rand.New(rand.NewPCG(seed, 0x7ace))
-	inter := w.Interarrival.Scaled(time.Duration(float64(w.Service.Mean) / busy))
-	reqs := make([]request, n)
-	var t time.Duration
-	for i := range reqs {
-		t += inter.Sample(rng)
-		reqs[i] = request{arrive: t, service: w.Service.Sample(rng), client: int32(rng.IntN(clients)), server: -1}
-	}
-	return reqs
-}
-
-func (r *run) schedule(e event) {
-	e.seq = r.seq
-	r.seq++
-	r.events.push(e)
-}
-
-func (r *run) time() time.Time { return r.epoch.Add(r.now) }
 
 func (r *run) pushInterval() time.Duration {
 	return time.Duration((0.5 + r.pushRNG.Float64()) * float64(r.cfg.Policy.BroadcastInterval))
 }
 
 func (r *run) step(e event) {
-	r.now = e.at
 	switch e.kind {
 	case evArrive:
 		r.arrive(e.req)
 	case evPollAtServer:
-		r.schedule(event{at: r.now + r.cfg.PollDelay, kind: evPollAnswer, server: e.server, req: e.req,
+		r.eng.After(r.cfg.PollDelay, event{kind: evPollAnswer, server: e.server, req: e.req,
 			queue: int32(len(r.servers[e.server].fifo))})
 	case evPollAnswer:
 		q := &r.reqs[e.req]
-		l := balance.Load{Replica: r.names[e.server], Queue: int(e.queue), RTT: r.now - q.arrive}
+		l := balance.Load{Replica: r.names[e.server], Queue: int(e.queue), RTT: r.eng.Now() - q.arrive}
 		if q.decided {
 			// Late answers still carry information for policies that keep it.
-			r.policies[q.client].Report(r.time(), l)
+			r.policies[q.client].Report(r.eng.Time(), l)
 			return
 		}
 		q.answers = append(q.answers, l)
@@ -324,36 +268,36 @@ func (r *run) step(e event) {
 		s := &r.servers[e.server]
 		id := s.fifo[0]
 		s.fifo = s.fifo[1:]
-		r.schedule(event{at: r.now + r.cfg.NetDelay, kind: evResponse, req: id, server: e.server})
+		r.eng.After(r.cfg.NetDelay, event{kind: evResponse, req: id, server: e.server})
 		if len(s.fifo) > 0 {
 			r.startService(e.server)
 		}
 	case evResponse:
 		q := &r.reqs[e.req]
-		lat := r.now - q.arrive
-		r.policies[q.client].Done(r.time(), r.names[q.server], lat)
+		lat := r.eng.Now() - q.arrive
+		r.policies[q.client].Done(r.eng.Time(), r.names[q.server], lat)
 		if int(e.req) >= r.cfg.Warmup {
 			r.lat = append(r.lat, lat)
 			r.pollTime += q.chosen - q.arrive
 		}
 		r.done++
 	case evPush:
-		r.schedule(event{at: r.now + r.cfg.PollDelay, kind: evPushArrive, server: e.server,
+		r.eng.After(r.cfg.PollDelay, event{kind: evPushArrive, server: e.server,
 			queue: int32(len(r.servers[e.server].fifo))})
 		if r.done < len(r.reqs) {
-			r.schedule(event{at: r.now + r.pushInterval(), kind: evPush, server: e.server})
+			r.eng.After(r.pushInterval(), event{kind: evPush, server: e.server})
 		}
 	case evPushArrive:
 		l := balance.Load{Replica: r.names[e.server], Queue: int(e.queue)}
 		for _, p := range r.policies {
-			p.Report(r.time(), l)
+			p.Report(r.eng.Time(), l)
 		}
 	}
 }
 
 func (r *run) arrive(id int32) {
 	q := &r.reqs[id]
-	plan := r.policies[q.client].Plan(r.time(), r.names)
+	plan := r.policies[q.client].Plan(r.eng.Time(), r.names)
 	if len(plan.Poll) == 0 {
 		r.decide(id)
 		return
@@ -365,17 +309,17 @@ func (r *run) arrive(id int32) {
 	for _, name := range plan.Poll {
 		s, ok := r.index[name]
 		if !ok {
-			panic(fmt.Sprintf("sim: policy polled unknown replica %q", name))
+			panic(fmt.Sprintf("lbsim: policy polled unknown replica %q", name))
 		}
-		r.schedule(event{at: r.now + r.cfg.PollDelay, kind: evPollAtServer, server: s, req: id})
+		r.eng.After(r.cfg.PollDelay, event{kind: evPollAtServer, server: s, req: id})
 	}
-	r.schedule(event{at: r.now + plan.Wait, kind: evDeadline, req: id})
+	r.eng.After(plan.Wait, event{kind: evDeadline, req: id})
 }
 
 func (r *run) decide(id int32) {
 	q := &r.reqs[id]
 	p := r.policies[q.client]
-	now := r.time()
+	now := r.eng.Time()
 	if r.exact {
 		for i, s := range r.servers {
 			p.Report(now, balance.Load{Replica: r.names[i], Queue: len(s.fifo) + s.inflight})
@@ -384,31 +328,27 @@ func (r *run) decide(id int32) {
 	name := p.Choose(now, r.names, q.answers)
 	s, ok := r.index[name]
 	if !ok {
-		panic(fmt.Sprintf("sim: policy chose unknown replica %q", name))
+		panic(fmt.Sprintf("lbsim: policy chose unknown replica %q", name))
 	}
 	p.Sent(now, name)
-	q.decided, q.server, q.chosen, q.answers = true, s, r.now, nil
+	q.decided, q.server, q.chosen, q.answers = true, s, r.eng.Now(), nil
 	r.servers[s].inflight++
-	r.schedule(event{at: r.now + r.cfg.NetDelay, kind: evAtServer, server: s, req: id})
+	r.eng.After(r.cfg.NetDelay, event{kind: evAtServer, server: s, req: id})
 }
 
 func (r *run) startService(s int32) {
 	srv := &r.servers[s]
 	d := time.Duration(float64(r.reqs[srv.fifo[0]].service) * srv.speed)
-	r.schedule(event{at: r.now + d, kind: evServiceDone, server: s})
+	r.eng.After(d, event{kind: evServiceDone, server: s})
 }
 
 func (r *run) result() Result {
 	n := len(r.lat)
-	var sum time.Duration
-	for _, l := range r.lat {
-		sum += l
-	}
-	slices.Sort(r.lat)
+	s := report.Summarize(r.lat)
 	return Result{
-		Mean:            sum / time.Duration(n),
-		P50:             r.lat[n/2],
-		P99:             r.lat[min(n-1, n*99/100)],
+		Mean:            s.Mean,
+		P50:             s.P50,
+		P99:             s.P99,
 		MeanPoll:        r.pollTime / time.Duration(n),
 		PollsPerRequest: float64(r.polls) / float64(n),
 		Measured:        n,

@@ -1,4 +1,4 @@
-package sim
+package lbsim
 
 import (
 	"math"
@@ -62,7 +62,7 @@ func TestSingleServerMatchesTheory(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			res, err := Run(queueConfig(1, tc.lambda, tc.svc, balance.NameRandom, 1))
+			res, err := Simulate(queueConfig(1, tc.lambda, tc.svc, balance.NameRandom, 1))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -83,7 +83,7 @@ func TestSupermarketModel(t *testing.T) {
 		want += math.Pow(lambda, (math.Pow(d, float64(i))-d)/(d-1))
 	}
 	cfg := queueConfig(100, lambda, Exp(time.Second), balance.NamePolling, d)
-	res, err := Run(cfg)
+	res, err := Simulate(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,16 +98,16 @@ func TestRunIsDeterministic(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Requests, cfg.Warmup = 5000, 500
 	cfg.Policy.Policy = balance.NamePrequal
-	a, err := Run(cfg)
+	a, err := Simulate(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := Run(cfg)
+	b, _ := Simulate(cfg)
 	if a != b {
 		t.Fatalf("same seed, different results: %+v vs %+v", a, b)
 	}
 	cfg.Seed++
-	if c, _ := Run(cfg); c == a {
+	if c, _ := Simulate(cfg); c == a {
 		t.Fatalf("different seeds, identical results %+v", c)
 	}
 }
@@ -121,7 +121,7 @@ func TestPolicyOrdering(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Requests, cfg.Warmup = size(20_000), size(2000)
 		cfg.Policy.Policy = name
-		res, err := Run(cfg)
+		res, err := Simulate(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func TestBroadcastDegradesWithInterval(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Requests, cfg.Warmup = size(20_000), size(2000)
 		cfg.Policy.Policy, cfg.Policy.BroadcastInterval = balance.NameBroadcast, interval
-		res, err := Run(cfg)
+		res, err := Simulate(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +160,7 @@ func TestPrequalShunsSlowReplica(t *testing.T) {
 		cfg.Requests, cfg.Warmup = size(30_000), size(3000)
 		cfg.SlowServers, cfg.SlowFactor = 1, 10
 		cfg.Policy.Policy, cfg.Policy.PollSize = name, cfg.Policy.ProbeSize
-		res, err := Run(cfg)
+		res, err := Simulate(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +184,7 @@ func TestValidateNamesField(t *testing.T) {
 	} {
 		cfg := DefaultConfig()
 		tc.edit(&cfg)
-		if _, err := Run(cfg); err == nil || !strings.Contains(err.Error(), tc.field) {
+		if _, err := Simulate(cfg); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("Run with bad %s: err %v", tc.field, err)
 		}
 	}

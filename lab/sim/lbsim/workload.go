@@ -1,11 +1,14 @@
-package sim
+package lbsim
 
 import (
 	"fmt"
+	"iter"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/neptune-cluster/neptune/lab/sim"
 )
 
 // Dist samples positive durations with a known mean.
@@ -75,6 +78,41 @@ type Workload struct {
 	Interarrival Dist
 }
 
+// Scaled returns w with every service time multiplied by f (and so, at a
+// given load, every interarrival time too).
+func (w Workload) Scaled(f float64) Workload {
+	w.Service = w.Service.Scaled(time.Duration(float64(w.Service.Mean) * f))
+	return w
+}
+
+// Arrival is one request of a trace.
+type Arrival struct {
+	// At is when it reaches its client, from the start of the trace.
+	At time.Duration
+	// Service is the server time it takes.
+	Service time.Duration
+	// Client is the index of the client that sends it.
+	Client int
+}
+
+// Trace is the endless open-loop arrival trace of workload w that keeps
+// busy servers busy (a load in units of servers), its requests assigned to
+// clients uniformly. It depends only on its arguments, so every policy run
+// with the same seed, simulated or replayed on real nodes (bench lb), sees
+// the same requests.
+func Trace(w Workload, busy float64, clients int, seed uint64) iter.Seq[Arrival] {
+	return func(yield func(Arrival) bool) {
+		rng := sim.Rand(seed, streamTrace)
+		inter := w.Interarrival.Scaled(time.Duration(float64(w.Service.Mean) / busy))
+		for t := time.Duration(0); ; {
+			t += inter.Sample(rng)
+			if !yield(Arrival{At: t, Service: w.Service.Sample(rng), Client: rng.IntN(clients)}) {
+				return
+			}
+		}
+	}
+}
+
 // The workloads of §3.1.1. Poisson/Exp uses the 50 ms mean service time of
 // Figs 3.2–3.3; the trace-like ones use Table 3.1's moments for both the
 // service times and the (rescaled) interarrival times.
@@ -99,7 +137,7 @@ func WorkloadByName(name string) (Workload, error) {
 		for j, w := range Workloads {
 			names[j] = w.Name
 		}
-		return Workload{}, fmt.Errorf("sim: unknown workload %q (want one of %v)", name, names)
+		return Workload{}, fmt.Errorf("lbsim: unknown workload %q (want one of %v)", name, names)
 	}
 	return Workloads[i], nil
 }

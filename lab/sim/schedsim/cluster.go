@@ -1,4 +1,4 @@
-package sched
+package schedsim
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/sched"
+	"github.com/neptune-cluster/neptune/lab/sim"
 )
 
 // Cluster-level request distribution (dissertation §4.5.3–4.5.4): many
@@ -39,7 +41,7 @@ type clusterConfig struct {
 	scheme  scheme
 	nodes   int
 	workers int
-	classes []ClassConfig
+	classes []sched.ClassConfig
 	// cost is each class's mean resource use (s), the partitioning rule's
 	// offline profile.
 	cost []float64
@@ -66,16 +68,11 @@ type clusterResult struct {
 }
 
 type cnode struct {
-	s       *ClassScheduler
-	running []crun
+	s       *sched.ClassScheduler
+	running []*sched.Request
 	// serves[k] is the share of class k in this node's allocation under
 	// partitioning (unused for class-aware).
 	serves []float64
-}
-
-type crun struct {
-	r   *Request
-	end time.Duration
 }
 
 type cjob struct {
@@ -83,16 +80,37 @@ type cjob struct {
 	svc   time.Duration
 }
 
+// clusterEvent is the arrival of a request of class, the completion of r
+// on node, or (repartition) the end of a partitioning interval.
+type clusterEvent struct {
+	kind  int // arrival, completion or repartition
+	class int
+	node  int
+	r     *sched.Request
+}
+
+const (
+	arrival = iota
+	completion
+	repartitionDue
+)
+
+// The random streams of a cluster run.
+const (
+	streamCluster = 0xc1a55 // arrivals and service times
+	streamClient  = 2       // the client's polling policy
+)
+
 // simulateCluster runs cfg on virtual time with every node's
 // ClassScheduler and the client's polling policy as the node and client
 // would run them.
 func simulateCluster(cfg clusterConfig) (clusterResult, error) {
-	rng := rand.New(rand.NewPCG(cfg.seed, 0xc1a55))
+	eng := sim.New[clusterEvent](time.Unix(0, 0), cfg.seed)
+	rng := eng.Rand(streamCluster)
 	nk := len(cfg.classes)
-	base := time.Unix(0, 0)
 	bc := balance.DefaultConfig()
 	bc.Policy = balance.NamePolling // the dissertation's: poll 3, send to the least loaded
-	pol, err := balance.New(bc, rand.New(rand.NewPCG(cfg.seed, 2)))
+	pol, err := balance.New(bc, eng.Rand(streamClient))
 	if err != nil {
 		return clusterResult{}, err
 	}
@@ -138,52 +156,43 @@ func simulateCluster(cfg clusterConfig) (clusterResult, error) {
 		if err := repartition(0); err != nil {
 			return res, err
 		}
+		eng.At(cfg.interval, clusterEvent{kind: repartitionDue})
 	} else {
 		for _, n := range nodes {
-			if n.s, err = NewClassScheduler(Config{Classes: cfg.classes}); err != nil {
+			if n.s, err = sched.NewClassScheduler(sched.Config{Classes: cfg.classes}); err != nil {
 				return res, err
 			}
 		}
 	}
-
-	next := make([]time.Duration, nk)
 	for k := range nk {
-		next[k] = gap(rng, cfg.rate(k, 0), cfg.fixed)
+		eng.At(gap(rng, cfg.rate(k, 0), cfg.fixed), clusterEvent{kind: arrival, class: k})
 	}
-	nextPart := cfg.interval
 	isDown := func(i int, t time.Duration) bool { return cfg.down != nil && cfg.down(i, t) }
 	wasDown := make([]bool, cfg.nodes)
-	dispatch := func(n *cnode, now time.Duration) {
+	dispatch := func(i int) {
+		n := nodes[i]
 		for len(n.running) < cfg.workers && n.s.Len() > 0 {
-			r, _ := n.s.Pop(base.Add(now))
+			r, _ := n.s.Pop(eng.Time())
 			if r == nil {
 				return
 			}
 			j := r.Value.(cjob)
-			n.running = append(n.running, crun{r, now + j.svc})
-			addSpan(res.alloc, j.class, now, now+j.svc)
+			n.running = append(n.running, r)
+			eng.After(j.svc, clusterEvent{kind: completion, node: i, r: r})
+			addSpan(res.alloc, j.class, eng.Now(), eng.Now()+j.svc)
 		}
 	}
-	for {
-		// The next event: an arrival, a completion or a repartition.
-		now, kind, who := time.Duration(math.MaxInt64), 0, 0
-		for k, t := range next {
-			if t < now {
-				now, kind, who = t, 0, k
+	var failed error
+	eng.RunUntil(cfg.duration, func(ev clusterEvent) {
+		now := eng.Now()
+		if failed != nil {
+			return
+		}
+		running := -1
+		if ev.kind == completion {
+			if running = slices.Index(nodes[ev.node].running, ev.r); running < 0 {
+				return // lost with its node
 			}
-		}
-		for i, n := range nodes {
-			for j, r := range n.running {
-				if r.end < now {
-					now, kind, who = r.end, 1, i*cfg.workers+j
-				}
-			}
-		}
-		if cfg.scheme == partitioning && nextPart < now {
-			now, kind = nextPart, 2
-		}
-		if now > cfg.duration {
-			break
 		}
 		// A node that failed loses its queue and running requests (zero
 		// yield) and stops answering polls until it recovers.
@@ -192,15 +201,18 @@ func simulateCluster(cfg clusterConfig) (clusterResult, error) {
 			if d && !wasDown[i] {
 				n.running = nil
 				for n.s.Len() > 0 {
-					_, _ = n.s.Pop(base.Add(cfg.duration + time.Hour)) // drops all
+					_, _ = n.s.Pop(eng.Time().Add(cfg.duration + time.Hour)) // drops all
+				}
+				if i == ev.node && ev.kind == completion {
+					return
 				}
 			}
 			wasDown[i] = d
 		}
-		switch kind {
-		case 0:
-			k := who
-			next[k] = now + gap(rng, cfg.rate(k, now), cfg.fixed)
+		switch ev.kind {
+		case arrival:
+			k := ev.class
+			eng.At(now+gap(rng, cfg.rate(k, now), cfg.fixed), clusterEvent{kind: arrival, class: k})
 			j := cjob{class: k, svc: cfg.service(rng, k)}
 			res.offered += cfg.classes[k].Yield.Full
 			addSpan(res.demand, k, now, now+j.svc)
@@ -212,9 +224,9 @@ func simulateCluster(cfg clusterConfig) (clusterResult, error) {
 				}
 			}
 			if len(cand) == 0 {
-				continue // no server for the class: lost
+				return // no server for the class: lost
 			}
-			plan := pol.Plan(base.Add(now), cand)
+			plan := pol.Plan(eng.Time(), cand)
 			loads := make([]balance.Load, 0, len(plan.Poll))
 			for _, id := range plan.Poll {
 				i, _ := strconv.Atoi(id)
@@ -225,34 +237,32 @@ func simulateCluster(cfg clusterConfig) (clusterResult, error) {
 				}
 				loads = append(loads, balance.Load{Replica: id, Queue: q})
 			}
-			choice := pol.Choose(base.Add(now), cand, loads)
-			pol.Sent(base.Add(now), choice)
+			choice := pol.Choose(eng.Time(), cand, loads)
+			pol.Sent(eng.Time(), choice)
 			i, _ := strconv.Atoi(choice)
-			n := nodes[i]
-			n.s.Push(base.Add(now), &Request{Class: cfg.classes[k].Name, Arrival: base.Add(now), Value: j})
-			dispatch(n, now)
-		case 1:
-			n := nodes[who/cfg.workers]
-			j := who % cfg.workers
-			r := n.running[j]
-			n.running = slices.Delete(n.running, j, j+1)
-			jb := r.r.Value.(cjob)
-			n.s.Finish(base.Add(now), r.r, jb.svc)
-			res.realized += cfg.classes[jb.class].Yield.At(now - r.r.Arrival.Sub(base))
-			dispatch(n, now)
-		case 2:
-			nextPart += cfg.interval
+			nodes[i].s.Push(eng.Time(), &sched.Request{Class: cfg.classes[k].Name, Arrival: eng.Time(), Value: j})
+			dispatch(i)
+		case completion:
+			n := nodes[ev.node]
+			n.running = slices.Delete(n.running, running, running+1)
+			jb := ev.r.Value.(cjob)
+			n.s.Finish(eng.Time(), ev.r, jb.svc)
+			res.realized += cfg.classes[jb.class].Yield.At(eng.Time().Sub(ev.r.Arrival))
+			dispatch(ev.node)
+		case repartitionDue:
+			eng.At(now+cfg.interval, clusterEvent{kind: repartitionDue})
 			if err := repartition(now); err != nil {
-				return res, err
+				failed = err
+				return
 			}
-			for _, n := range nodes {
-				dispatch(n, now)
+			for i := range nodes {
+				dispatch(i)
 			}
 		}
-	}
+	})
 	// Requests still running or queued at the end earn nothing in either
 	// scheme; both see the same arrivals, so the comparison is fair.
-	return res, nil
+	return res, failed
 }
 
 // gap is the time to the next arrival at rate.
@@ -271,7 +281,7 @@ func gap(rng *rand.Rand, rate float64, fixed bool) time.Duration {
 // shared in proportion to demand; under overload each class first gets
 // min(demand, guarantee·n), then the rest goes by full yield per unit of
 // resource, highest first, up to each class's demand.
-func partition(d []float64, classes []ClassConfig, cost []float64, n float64) []float64 {
+func partition(d []float64, classes []sched.ClassConfig, cost []float64, n float64) []float64 {
 	nk := len(d)
 	alloc := make([]float64, nk)
 	total := 0.0
@@ -357,9 +367,9 @@ func assign(nodes []*cnode, alloc []float64, cfg clusterConfig) error {
 				cls[k].Guarantee = n.serves[k] * 0.999
 			}
 		}
-		s, err := NewClassScheduler(Config{Classes: cls})
+		s, err := sched.NewClassScheduler(sched.Config{Classes: cls})
 		if err != nil {
-			return fmt.Errorf("sched: partition scheduler: %w", err)
+			return fmt.Errorf("schedsim: partition scheduler: %w", err)
 		}
 		if n.s != nil { // keep the queued requests across the repartition
 			for n.s.Len() > 0 {
@@ -367,7 +377,7 @@ func assign(nodes []*cnode, alloc []float64, cfg clusterConfig) error {
 				if r == nil {
 					break
 				}
-				s.Push(r.Arrival, &Request{Class: r.Class, Arrival: r.Arrival, Value: r.Value})
+				s.Push(r.Arrival, &sched.Request{Class: r.Class, Arrival: r.Arrival, Value: r.Value})
 			}
 		}
 		n.s = s

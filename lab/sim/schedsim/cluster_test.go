@@ -1,15 +1,17 @@
-package sched
+package schedsim
 
 import (
 	"testing"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/sched"
 )
 
 func TestPartitionRule(t *testing.T) {
-	classes := []ClassConfig{
-		{Name: "gold", Yield: Throughput(4, time.Second), Guarantee: 0.2},
-		{Name: "silver", Yield: Throughput(2, time.Second), Guarantee: 0.2},
-		{Name: "bronze", Yield: Throughput(1, time.Second), Guarantee: 0.2},
+	classes := []sched.ClassConfig{
+		{Name: "gold", Yield: sched.Throughput(4, time.Second), Guarantee: 0.2},
+		{Name: "silver", Yield: sched.Throughput(2, time.Second), Guarantee: 0.2},
+		{Name: "bronze", Yield: sched.Throughput(1, time.Second), Guarantee: 0.2},
 	}
 	cost := []float64{1, 1, 1}
 	tests := []struct {

@@ -1,35 +1,37 @@
-package sched
+package schedsim
 
 import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/sched"
 )
 
 // dispatchConfig is a steady-state scheduler configuration for measuring
 // the cost of a decision: n classes of mixed yield shapes and deadlines,
 // the first 30 % with guarantees summing to 0.6.
-func dispatchConfig(n int, p Policy, seed uint64) Config {
+func dispatchConfig(n int, p sched.Policy, seed uint64) sched.Config {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	cfg := Config{Policy: p}
+	cfg := sched.Config{Policy: p}
 	guaranteed := max(1, n*3/10)
 	for k := range n {
 		c := 1 + 9*rng.Float64()
 		d := seconds(1 + 4*rng.Float64())
-		var y Yield
+		var y sched.Yield
 		switch k % 3 {
 		case 0:
-			y = Throughput(c, d)
+			y = sched.Throughput(c, d)
 		case 1:
-			y = ResponseTime(c, d)
+			y = sched.ResponseTime(c, d)
 		default:
-			y = Hybrid(c, d/2, c/2, d)
+			y = sched.Hybrid(c, d/2, c/2, d)
 		}
 		g := 0.0
 		if k < guaranteed {
 			g = 0.6 / float64(guaranteed)
 		}
-		cfg.Classes = append(cfg.Classes, ClassConfig{
+		cfg.Classes = append(cfg.Classes, sched.ClassConfig{
 			Name: fmt.Sprintf("c%03d", k), Yield: y, Guarantee: g, Estimate: seconds(0.0005 + 0.002*rng.Float64()),
 		})
 	}
@@ -42,14 +44,14 @@ func dispatchConfig(n int, p Policy, seed uint64) Config {
 // finishes, so queues stay long and drops happen as they would at 200 %
 // demand.
 type dispatchLoad struct {
-	s       Scheduler
+	s       sched.Scheduler
 	names   []string
 	now     time.Time
 	step    int
-	running *Request
+	running *sched.Request
 }
 
-func newDispatchLoad(s Scheduler, names []string, depth int) *dispatchLoad {
+func newDispatchLoad(s sched.Scheduler, names []string, depth int) *dispatchLoad {
 	l := &dispatchLoad{s: s, names: names, now: time.Unix(0, 0)}
 	for range depth {
 		l.push()
@@ -59,17 +61,17 @@ func newDispatchLoad(s Scheduler, names []string, depth int) *dispatchLoad {
 
 func (l *dispatchLoad) push() {
 	l.step++
-	l.s.Push(l.now, &Request{Class: l.names[(l.step*37)%len(l.names)], Arrival: l.now, Deadline: l.now.Add(2 * time.Second)})
+	l.s.Push(l.now, &sched.Request{Class: l.names[(l.step*37)%len(l.names)], Arrival: l.now, Deadline: l.now.Add(2 * time.Second)})
 }
 
 // pop makes one decision, timed by the caller.
-func (l *dispatchLoad) pop() *Request {
+func (l *dispatchLoad) pop() *sched.Request {
 	r, _ := l.s.Pop(l.now)
 	return r
 }
 
 // finish completes the previous request and moves time on 1 ms.
-func (l *dispatchLoad) finish(r *Request) {
+func (l *dispatchLoad) finish(r *sched.Request) {
 	if l.running != nil {
 		l.s.Finish(l.now, l.running, time.Millisecond)
 	}

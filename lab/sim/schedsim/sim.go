@@ -1,16 +1,24 @@
-package sched
+// Package schedsim simulates the class scheduling of dissertation ch. 4 on
+// the lab's discrete-event engine: one node whose workers are fed by the
+// real sched.ClassScheduler (Figs 4.8–4.10, `neptune sim sched`), and a
+// cluster of such nodes behind clients running the real polling policy,
+// class-aware versus partitioned (Figs 4.11–4.12, `neptune sim classes`).
+package schedsim
 
 import (
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/sched"
+	"github.com/neptune-cluster/neptune/lab/sim"
 )
 
 // workload is a multi-class request stream for the simulator.
 type workload struct {
 	name    string
-	classes []ClassConfig
+	classes []sched.ClassConfig
 	// mix is each class's fraction of the arrivals.
 	mix []float64
 	// service draws a class-k request's service time (= its resource use).
@@ -21,8 +29,8 @@ type workload struct {
 
 // threeClasses gives gold, silver and bronze the same yield shape at
 // magnitudes 4:2:1, as in both of the dissertation's workloads.
-func threeClasses(shape func(c float64) Yield) []ClassConfig {
-	return []ClassConfig{
+func threeClasses(shape func(c float64) sched.Yield) []sched.ClassConfig {
+	return []sched.ClassConfig{
 		{Name: "gold", Yield: shape(4)},
 		{Name: "silver", Yield: shape(2)},
 		{Name: "bronze", Yield: shape(1)},
@@ -36,8 +44,8 @@ func microBenchmark() workload {
 	means := []float64{0.4, 0.2, 0.1}
 	return workload{
 		name: "micro-hybrid",
-		classes: threeClasses(func(c float64) Yield {
-			return Hybrid(c, time.Second, c/2, 2*time.Second)
+		classes: threeClasses(func(c float64) sched.Yield {
+			return sched.Hybrid(c, time.Second, c/2, 2*time.Second)
 		}),
 		mix: []float64{1.0 / 3, 1.0 / 3, 1.0 / 3},
 		service: func(rng *rand.Rand, k int) time.Duration {
@@ -62,11 +70,11 @@ func searchWorkloads() []workload {
 	const d = 2 * time.Second
 	shapes := []struct {
 		name  string
-		shape func(c float64) Yield
+		shape func(c float64) sched.Yield
 	}{
-		{"throughput", func(c float64) Yield { return Throughput(c, d) }},
-		{"resptime", func(c float64) Yield { return ResponseTime(c, d) }},
-		{"hybrid", func(c float64) Yield { return Hybrid(c, d/2, c/2, d) }},
+		{"throughput", func(c float64) sched.Yield { return sched.Throughput(c, d) }},
+		{"resptime", func(c float64) sched.Yield { return sched.ResponseTime(c, d) }},
+		{"hybrid", func(c float64) sched.Yield { return sched.Hybrid(c, d/2, c/2, d) }},
 	}
 	var ws []workload
 	for _, s := range shapes {
@@ -85,17 +93,17 @@ func seconds(s float64) time.Duration { return time.Duration(s * 1e9) }
 
 // simConfig is one simulated run of a node.
 type simConfig struct {
-	sched    Config // its Classes are replaced by the workload's
-	wl       workload
-	workers  int
-	demand   float64       // offered load: arrival rate × mean service / workers
-	duration time.Duration // arrivals stop then; the queue drains
-	seed     uint64
-	window   time.Duration // > 0 records busy time per class per window
+	scheduler sched.Config // its Classes are replaced by the workload's
+	wl        workload
+	workers   int
+	demand    float64       // offered load: arrival rate × mean service / workers
+	duration  time.Duration // arrivals stop then; the queue drains
+	seed      uint64
+	window    time.Duration // > 0 records busy time per class per window
 }
 
 type simResult struct {
-	stats Stats
+	stats sched.Stats
 	// respSum is the summed response time of each class's completions.
 	respSum []time.Duration
 	// busy[w][k] is the worker time class k used in window w.
@@ -107,30 +115,35 @@ type simJob struct {
 	svc   time.Duration
 }
 
+// nodeEvent is an arrival, or the completion of r.
+type nodeEvent struct {
+	arrival bool
+	r       *sched.Request
+}
+
+// streamNode is the random stream of a node run's arrivals, classes and
+// service times.
+const streamNode = 0x5eed
+
 // simulate runs one node with cfg.workers workers driving the real
 // ClassScheduler on virtual time. Arrivals and service times come from
 // their own seeded stream, so every policy sees the same requests.
 func simulate(cfg simConfig) (simResult, error) {
-	sc := cfg.sched
+	sc := cfg.scheduler
 	sc.Classes = cfg.wl.classes
-	s, err := NewClassScheduler(sc)
+	s, err := sched.NewClassScheduler(sc)
 	if err != nil {
 		return simResult{}, err
 	}
 	if cfg.workers < 1 || !(cfg.demand > 0) {
-		return simResult{}, fmt.Errorf("sched: simulate: need workers ≥ 1 and demand > 0, have %d and %v", cfg.workers, cfg.demand)
+		return simResult{}, fmt.Errorf("schedsim: simulate: need workers ≥ 1 and demand > 0, have %d and %v", cfg.workers, cfg.demand)
 	}
-	rng := rand.New(rand.NewPCG(cfg.seed, 0x5eed))
+	eng := sim.New[nodeEvent](time.Unix(0, 0), cfg.seed)
+	rng := eng.Rand(streamNode)
 	rate := cfg.demand * float64(cfg.workers) / cfg.wl.mean
-	base := time.Unix(0, 0)
 	nk := len(cfg.wl.classes)
 	res := simResult{respSum: make([]time.Duration, nk)}
 
-	type running struct {
-		r   *Request
-		end time.Duration
-	}
-	var busy []running
 	record := func(k int, from, to time.Duration) {
 		for from < to {
 			w := int(from / cfg.window)
@@ -142,51 +155,43 @@ func simulate(cfg simConfig) (simResult, error) {
 			from = end
 		}
 	}
-	dispatch := func(now time.Duration) {
-		for len(busy) < cfg.workers && s.Len() > 0 {
-			r, _ := s.Pop(base.Add(now))
+	busy := 0
+	dispatch := func() {
+		for busy < cfg.workers && s.Len() > 0 {
+			r, _ := s.Pop(eng.Time())
 			if r == nil {
 				return
 			}
 			j := r.Value.(simJob)
-			busy = append(busy, running{r, now + j.svc})
+			busy++
+			eng.After(j.svc, nodeEvent{r: r})
 			if cfg.window > 0 {
-				record(j.class, now, now+j.svc)
+				record(j.class, eng.Now(), eng.Now()+j.svc)
 			}
 		}
 	}
-	nextArrival := seconds(rng.ExpFloat64() / rate)
-	var last time.Duration
-	for {
-		first := -1
-		for i, b := range busy {
-			if first < 0 || b.end < busy[first].end {
-				first = i
-			}
-		}
-		switch {
-		case nextArrival <= cfg.duration && (first < 0 || nextArrival <= busy[first].end):
-			now := nextArrival
-			last = now
+	if first := seconds(rng.ExpFloat64() / rate); first <= cfg.duration {
+		eng.At(first, nodeEvent{arrival: true})
+	}
+	eng.Run(func(ev nodeEvent) {
+		now := eng.Now()
+		if ev.arrival {
 			k := pick(rng, cfg.wl.mix)
 			j := simJob{class: k, svc: cfg.wl.service(rng, k)}
-			s.Push(base.Add(now), &Request{Class: cfg.wl.classes[k].Name, Arrival: base.Add(now), Value: j})
-			nextArrival += seconds(rng.ExpFloat64() / rate)
-			dispatch(now)
-		case first >= 0:
-			b := busy[first]
-			busy[first] = busy[len(busy)-1]
-			busy = busy[:len(busy)-1]
-			last = b.end
-			j := b.r.Value.(simJob)
-			res.respSum[j.class] += b.end - b.r.Arrival.Sub(base)
-			s.Finish(base.Add(b.end), b.r, j.svc)
-			dispatch(b.end)
-		default:
-			res.stats = s.Stats(base.Add(last))
-			return res, nil
+			s.Push(eng.Time(), &sched.Request{Class: cfg.wl.classes[k].Name, Arrival: eng.Time(), Value: j})
+			if next := now + seconds(rng.ExpFloat64()/rate); next <= cfg.duration {
+				eng.At(next, nodeEvent{arrival: true})
+			}
+		} else {
+			busy--
+			j := ev.r.Value.(simJob)
+			res.respSum[j.class] += eng.Time().Sub(ev.r.Arrival)
+			s.Finish(eng.Time(), ev.r, j.svc)
 		}
-	}
+		dispatch()
+	})
+	res.stats = s.Stats(eng.Time())
+	return res, nil
 }
 
 // pick draws an index with probabilities mix.

@@ -1,9 +1,11 @@
-package sched
+package schedsim
 
 import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/sched"
 )
 
 // randomGuaranteeWorkload draws 2–5 classes with random yields, service
@@ -23,18 +25,18 @@ func randomGuaranteeWorkload(rng *rand.Rand) (workload, float64) {
 	for k := range n {
 		means[k] = 0.002 + 0.006*rng.Float64()
 		w.mix[k] = 1 / float64(n)
-		d := sec(0.5 + 2*rng.Float64())
-		var y Yield
+		d := seconds(0.5 + 2*rng.Float64())
+		var y sched.Yield
 		switch rng.IntN(3) {
 		case 0:
-			y = Throughput(1+9*rng.Float64(), d)
+			y = sched.Throughput(1+9*rng.Float64(), d)
 		case 1:
-			y = ResponseTime(1+9*rng.Float64(), d)
+			y = sched.ResponseTime(1+9*rng.Float64(), d)
 		default:
 			c := 1 + 9*rng.Float64()
-			y = Hybrid(c, d/2, c*rng.Float64(), d)
+			y = sched.Hybrid(c, d/2, c*rng.Float64(), d)
 		}
-		w.classes = append(w.classes, ClassConfig{Name: string(rune('a' + k)), Yield: y, Guarantee: gs[k] / sum * total})
+		w.classes = append(w.classes, sched.ClassConfig{Name: string(rune('a' + k)), Yield: y, Guarantee: gs[k] / sum * total})
 	}
 	// Equal arrival rates: class k's demand is rate·means[k]/workers; the
 	// least demanding class alone must exceed the whole node.
@@ -58,9 +60,9 @@ func TestGuaranteesHoldPerSecondUnderRandomArrivals(t *testing.T) {
 	for seed := range uint64(seeds) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		wl, demand := randomGuaranteeWorkload(rng)
-		policy := Policy(rng.IntN(4))
+		policy := sched.Policy(rng.IntN(4))
 		res, err := simulate(simConfig{
-			sched: Config{Policy: policy}, wl: wl, workers: workers, demand: demand,
+			scheduler: sched.Config{Policy: policy}, wl: wl, workers: workers, demand: demand,
 			duration: duration, seed: seed, window: window,
 		})
 		if err != nil {
@@ -90,7 +92,7 @@ func TestRandomOverloadStarvesWithoutGuarantees(t *testing.T) {
 		wl.classes[k].Guarantee = 0
 	}
 	res, err := simulate(simConfig{
-		sched: Config{Policy: Greedy}, wl: wl, workers: 16, demand: demand,
+		scheduler: sched.Config{Policy: sched.Greedy}, wl: wl, workers: 16, demand: demand,
 		duration: 10 * time.Second, seed: 1, window: time.Second,
 	})
 	if err != nil {
@@ -107,7 +109,7 @@ func TestRandomOverloadStarvesWithoutGuarantees(t *testing.T) {
 }
 
 func TestSimulateIsDeterministicAndConservesRequests(t *testing.T) {
-	cfg := simConfig{sched: Config{Policy: Adaptive}, wl: microBenchmark(), workers: 2, demand: 1.5, duration: 60 * time.Second, seed: 3}
+	cfg := simConfig{scheduler: sched.Config{Policy: sched.Adaptive}, wl: microBenchmark(), workers: 2, demand: 1.5, duration: 60 * time.Second, seed: 3}
 	a, err := simulate(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package sim
+package lbsim
 
 import (
 	"bytes"
@@ -10,12 +10,13 @@ import (
 	"time"
 )
 
-func TestMainWritesFigures(t *testing.T) {
+func TestRunWritesFigures(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	var out bytes.Buffer
-	args := []string{"-fig", "all", "-workload", "exp", "-load", "0.9", "-requests", "1000", "-clients", "4", "-out", dir}
-	if err := Main(context.Background(), args, &out); err != nil {
+	o := DefaultOptions()
+	o.Workloads, o.Loads, o.Requests, o.Clients, o.Out = []Workload{PoissonExp}, []float64{0.9}, 1000, 4, dir
+	if err := Run(context.Background(), o, &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"fig3.1.csv", "fig3.1-load90.svg", "fig3.2.csv", "fig3.2-load90.svg", "fig3.3.csv", "fig3.3-load90.svg", "goals.csv"} {
@@ -31,15 +32,21 @@ func TestMainWritesFigures(t *testing.T) {
 	}
 }
 
-func TestMainRejectsBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"-fig", "3.9"}, {"-workload", "nope"}, {"-load", "1.5"}, {"-servers", "0"}} {
-		if err := Main(context.Background(), append(args, "-out", t.TempDir()), &bytes.Buffer{}); err == nil {
-			t.Errorf("Main(%v) succeeded", args)
+func TestRunRejectsBadOptions(t *testing.T) {
+	for name, edit := range map[string]func(*Options){
+		"section": func(o *Options) { o.Sections = []string{"3.9"} },
+		"load":    func(o *Options) { o.Loads = []float64{1.5} },
+		"servers": func(o *Options) { o.Servers = 0 },
+	} {
+		o := DefaultOptions()
+		o.Out = t.TempDir()
+		edit(&o)
+		if err := Run(context.Background(), o, &bytes.Buffer{}); err == nil {
+			t.Errorf("%s: Run succeeded", name)
 		}
 	}
-	var out bytes.Buffer
-	if err := Main(context.Background(), []string{"-h"}, &out); err != nil || !strings.Contains(out.String(), "-fig") {
-		t.Errorf("-h: err %v, usage %q", err, out.String())
+	if _, err := WorkloadByName("nope"); err == nil {
+		t.Error("unknown workload found")
 	}
 }
 

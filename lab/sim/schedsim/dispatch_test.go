@@ -1,13 +1,15 @@
-package sched
+package schedsim
 
 import (
 	"fmt"
 	"testing"
+
+	"github.com/neptune-cluster/neptune/internal/sched"
 )
 
 // BenchmarkDispatch times one scheduling step (two Pushes, a Pop and a
 // Finish at 200 % demand) for FIFO and for the class scheduler with 3 and
-// 100 classes. `neptune sim sched -dispatch` reports the decision's p99.
+// 100 classes. `neptune sim sched --dispatch` reports the decision's p99.
 func BenchmarkDispatch(b *testing.B) {
 	for _, n := range []int{0, 3, 100} {
 		name := "fifo"
@@ -15,15 +17,16 @@ func BenchmarkDispatch(b *testing.B) {
 			name = fmt.Sprintf("adaptive-%d-classes", n)
 		}
 		b.Run(name, func(b *testing.B) {
-			var s Scheduler = NewFIFO()
+			var s sched.Scheduler = sched.NewFIFO()
 			names := []string{""}
 			if n > 0 {
-				cs, err := NewClassScheduler(dispatchConfig(n, Adaptive, 1))
+				cfg := dispatchConfig(n, sched.Adaptive, 1)
+				cs, err := sched.NewClassScheduler(cfg)
 				if err != nil {
 					b.Fatal(err)
 				}
 				s, names = cs, nil
-				for _, c := range cs.cfg.Classes {
+				for _, c := range cfg.Classes {
 					names = append(names, c.Name)
 				}
 			}
@@ -36,12 +39,13 @@ func BenchmarkDispatch(b *testing.B) {
 }
 
 func TestDispatchLoadKeepsQueuesBusy(t *testing.T) {
-	cs, err := NewClassScheduler(dispatchConfig(100, Adaptive, 1))
+	cfg := dispatchConfig(100, sched.Adaptive, 1)
+	cs, err := sched.NewClassScheduler(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
-	for _, c := range cs.cfg.Classes {
+	for _, c := range cfg.Classes {
 		names = append(names, c.Name)
 	}
 	l := newDispatchLoad(cs, names, 1000)

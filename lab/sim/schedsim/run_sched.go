@@ -1,64 +1,73 @@
-package sched
+package schedsim
 
 import (
 	"context"
-	"encoding/csv"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/sched"
+	"github.com/neptune-cluster/neptune/lab/report"
 )
 
-var policies = []Policy{EDF, YID, Greedy, Adaptive}
+var policies = []sched.Policy{sched.EDF, sched.YID, sched.Greedy, sched.Adaptive}
 
-// Main runs the node-scheduling experiments of dissertation §4.5.2 on the
-// real ClassScheduler driven by a discrete-event simulation of one node:
-// LossPercent against arrival demand for EDF, YID, Greedy and Adaptive on
-// the Micro-benchmark (Fig 4.8) and Differentiated-Search-like workloads
-// (Fig 4.9), the per-class breakdown at the highest demand (Fig 4.10), and
-// the cost of a dispatch decision next to FIFO. It writes CSV and SVG files
-// to -out. It is `neptune sim sched`.
-func Main(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("sched", flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	out := fs.String("out", "out", "directory for the CSV and SVG files")
-	workers := fs.Int("workers", 2, "workers on the simulated node")
-	duration := fs.Duration("duration", 600*time.Second, "simulated arrival period per point (the queue then drains)")
-	seeds := fs.Int("seeds", 3, "independent runs per point, pooled")
-	seed := fs.Uint64("seed", 1, "first seed")
-	step := fs.Int("step", 10, "demand step, percent")
-	maxDemand := fs.Int("max", 200, "highest demand, percent")
-	tol := fs.Float64("tolerance", 2, "goal: Adaptive's LossPercent at most this many points above the better of YID and Greedy")
-	decisions := fs.Int("dispatch", 200000, "decisions timed per contender in the dispatch-cost measurement; 0 skips it")
-	fs.Usage = func() {
-		fmt.Fprintln(stdout, "usage: neptune sim sched [flags]\n\nLossPercent vs demand for EDF, YID, Greedy and Adaptive (dissertation Fig 4.8-4.10), and dispatch cost vs FIFO.")
-		fs.PrintDefaults()
+// SchedOptions are the knobs of `neptune sim sched`.
+type SchedOptions struct {
+	// Out is the directory for the CSV and SVG files (it must exist).
+	Out string
+	// Workers on the simulated node.
+	Workers int
+	// Duration is the simulated arrival period per point (the queue then
+	// drains).
+	Duration time.Duration
+	// Seeds independent runs per point are pooled, from Seed on.
+	Seeds int
+	Seed  uint64
+	// Step and Max are the demand levels, in percent: Step, 2·Step, … Max.
+	Step, Max int
+	// Tolerance is the goal: Adaptive's LossPercent at most this many
+	// points above the better of YID and Greedy.
+	Tolerance float64
+	// Dispatch decisions are timed per contender in the dispatch-cost
+	// measurement; 0 skips it.
+	Dispatch int
+}
+
+// DefaultSchedOptions are the defaults of `neptune sim sched`.
+func DefaultSchedOptions() SchedOptions {
+	return SchedOptions{Out: "out", Workers: 2, Duration: 600 * time.Second, Seeds: 3, Seed: 1, Step: 10, Max: 200, Tolerance: 2, Dispatch: 200000}
+}
+
+// Validate names the first bad option.
+func (o SchedOptions) Validate() error {
+	if o.Workers < 1 || o.Seeds < 1 || o.Step < 1 || o.Max < o.Step || o.Duration <= 0 || o.Dispatch < 0 {
+		return fmt.Errorf("schedsim: need workers, seeds, step ≥ 1, max ≥ step, duration > 0 and dispatch ≥ 0")
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	return nil
+}
+
+// RunSched runs the node-scheduling experiments of dissertation §4.5.2 on
+// the real ClassScheduler driven by a discrete-event simulation of one
+// node: LossPercent against arrival demand for EDF, YID, Greedy and
+// Adaptive on the Micro-benchmark (Fig 4.8) and Differentiated-Search-like
+// workloads (Fig 4.9), the per-class breakdown at the highest demand (Fig
+// 4.10), and the cost of a dispatch decision next to FIFO. It writes CSV
+// and SVG files to o.Out. It is `neptune sim sched`.
+func RunSched(ctx context.Context, o SchedOptions, stdout io.Writer) error {
+	if err := o.Validate(); err != nil {
 		return err
 	}
-	if *workers < 1 || *seeds < 1 || *step < 1 || *maxDemand < *step || *duration <= 0 {
-		return fmt.Errorf("sched: need -workers, -seeds, -step ≥ 1, -max ≥ -step and -duration > 0")
-	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return fmt.Errorf("sched: %w", err)
-	}
 	var levels []float64
-	for d := *step; d <= *maxDemand; d += *step {
+	for d := o.Step; d <= o.Max; d += o.Step {
 		levels = append(levels, float64(d)/100)
 	}
 	fmt.Fprintf(stdout, "one node, %d workers, %v of arrivals per point, %d seeds; demand = arrival rate × mean service / workers\n",
-		*workers, *duration, *seeds)
+		o.Workers, o.Duration, o.Seeds)
 
-	lossRows := [][]string{{"workload", "demand_percent", "policy", "loss_percent"}}
+	lossRows := report.NewTable("workload", "demand_percent", "policy", "loss_percent")
 	allOK := true
 	for _, wl := range append([]workload{microBenchmark()}, searchWorkloads()...) {
 		loss := make([][]float64, len(policies)) // [policy][level]
@@ -68,8 +77,8 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 					return err
 				}
 				var off, real float64
-				for s := range *seeds {
-					res, err := simulate(simConfig{sched: Config{Policy: p}, wl: wl, workers: *workers, demand: d, duration: *duration, seed: *seed + uint64(s)})
+				for s := range o.Seeds {
+					res, err := simulate(simConfig{scheduler: sched.Config{Policy: p}, wl: wl, workers: o.Workers, demand: d, duration: o.Duration, seed: o.Seed + uint64(s)})
 					if err != nil {
 						return err
 					}
@@ -78,24 +87,22 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 						real += c.RealizedYield
 					}
 				}
-				l := lossPercent(off, real)
+				l := sched.LossPercent(off, real)
 				loss[pi] = append(loss[pi], l)
-				lossRows = append(lossRows, []string{wl.name, strconv.Itoa(int(d*100 + 0.5)), p.String(), fmt.Sprintf("%.3f", l)})
+				lossRows.Add(wl.name, strconv.Itoa(int(d*100+0.5)), p.String(), fmt.Sprintf("%.3f", l))
 			}
 		}
-		ok := printLossTable(stdout, wl.name, levels, loss, *tol)
+		ok := printLossTable(stdout, wl.name, levels, loss, o.Tolerance)
 		allOK = allOK && ok
 		xs := make([]float64, len(levels))
-		var ss []series
 		for i, d := range levels {
 			xs[i] = d * 100
 		}
+		ch := report.Chart{Title: "LossPercent vs demand: " + wl.name, XLabel: "arrival demand (%)", YLabel: "LossPercent"}
 		for pi, p := range policies {
-			ss = append(ss, series{p.String(), loss[pi]})
+			ch.Series = append(ch.Series, report.Series{Name: p.String(), X: xs, Y: loss[pi]})
 		}
-		if err := writeFile(filepath.Join(*out, "sched_"+wl.name+".svg"), func(w io.Writer) error {
-			return writeLineChart(w, "LossPercent vs demand: "+wl.name, "arrival demand (%)", "LossPercent", xs, ss)
-		}); err != nil {
+		if err := ch.Save(filepath.Join(o.Out, "sched_"+wl.name+".svg")); err != nil {
 			return err
 		}
 	}
@@ -103,24 +110,24 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 	if !allOK {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(stdout, "\ngoal Adaptive within %.1f points of min(YID, Greedy) at every level of every workload: %s\n", *tol, verdict)
-	if err := writeCSV(filepath.Join(*out, "sched_loss.csv"), lossRows); err != nil {
+	fmt.Fprintf(stdout, "\ngoal Adaptive within %.1f points of min(YID, Greedy) at every level of every workload: %s\n", o.Tolerance, verdict)
+	if err := lossRows.Save(filepath.Join(o.Out, "sched_loss.csv")); err != nil {
 		return err
 	}
 
-	classRows, err := breakdown(ctx, stdout, levels[len(levels)-1], *workers, *duration, *seed)
+	classRows, err := breakdown(ctx, stdout, levels[len(levels)-1], o.Workers, o.Duration, o.Seed)
 	if err != nil {
 		return err
 	}
-	if err := writeCSV(filepath.Join(*out, "sched_classes.csv"), classRows); err != nil {
+	if err := classRows.Save(filepath.Join(o.Out, "sched_classes.csv")); err != nil {
 		return err
 	}
-	if *decisions > 0 {
-		if err := dispatchCost(ctx, stdout, *decisions); err != nil {
+	if o.Dispatch > 0 {
+		if err := dispatchCost(ctx, stdout, o.Dispatch); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "\nwrote %s\n", *out)
+	fmt.Fprintf(stdout, "\nwrote %s\n", o.Out)
 	return nil
 }
 
@@ -153,16 +160,16 @@ func printLossTable(w io.Writer, name string, levels []float64, loss [][]float64
 // breakdown prints Fig 4.10: per-class throughput, mean response time,
 // LossPercent and resource share on Differentiated Search with hybrid
 // yields at demand d.
-func breakdown(ctx context.Context, w io.Writer, d float64, workers int, dur time.Duration, seed uint64) ([][]string, error) {
+func breakdown(ctx context.Context, w io.Writer, d float64, workers int, dur time.Duration, seed uint64) (*report.Table, error) {
 	wl := searchWorkloads()[2]
 	fmt.Fprintf(w, "\n%s at %.0f%% demand, per class (Fig 4.10)\n%-9s %-7s %9s %10s %8s %7s\n",
 		wl.name, d*100, "policy", "class", "done/s", "mean resp", "loss%", "share")
-	rows := [][]string{{"workload", "demand_percent", "policy", "class", "completed_per_s", "mean_response_ms", "loss_percent", "resource_share"}}
+	rows := report.NewTable("workload", "demand_percent", "policy", "class", "completed_per_s", "mean_response_ms", "loss_percent", "resource_share")
 	for _, p := range policies {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		res, err := simulate(simConfig{sched: Config{Policy: p}, wl: wl, workers: workers, demand: d, duration: dur, seed: seed, window: dur})
+		res, err := simulate(simConfig{scheduler: sched.Config{Policy: p}, wl: wl, workers: workers, demand: d, duration: dur, seed: seed, window: dur})
 		if err != nil {
 			return nil, err
 		}
@@ -184,8 +191,8 @@ func breakdown(ctx context.Context, w io.Writer, d float64, workers int, dur tim
 			rate := float64(c.Completions) / dur.Seconds()
 			share := float64(used) / float64(busy)
 			fmt.Fprintf(w, "%-9s %-7s %9.2f %10v %8.2f %7.3f\n", p, c.Name, rate, mean.Round(time.Millisecond), c.LossPercent(), share)
-			rows = append(rows, []string{wl.name, strconv.Itoa(int(d*100 + 0.5)), p.String(), c.Name,
-				fmt.Sprintf("%.3f", rate), strconv.FormatInt(mean.Milliseconds(), 10), fmt.Sprintf("%.3f", c.LossPercent()), fmt.Sprintf("%.4f", share)})
+			rows.Add(wl.name, strconv.Itoa(int(d*100+0.5)), p.String(), c.Name,
+				fmt.Sprintf("%.3f", rate), strconv.FormatInt(mean.Milliseconds(), 10), fmt.Sprintf("%.3f", c.LossPercent()), fmt.Sprintf("%.4f", share))
 		}
 	}
 	return rows, nil
@@ -203,11 +210,11 @@ func dispatchCost(ctx context.Context, w io.Writer, decisions int) error {
 	}
 	var cs []*contender
 	for _, n := range []int{0, 3, 100} {
-		var s Scheduler = NewFIFO()
+		var s sched.Scheduler = sched.NewFIFO()
 		names, name := []string{""}, "fifo"
 		if n > 0 {
-			cfg := dispatchConfig(n, Adaptive, 1)
-			c, err := NewClassScheduler(cfg)
+			cfg := dispatchConfig(n, sched.Adaptive, 1)
+			c, err := sched.NewClassScheduler(cfg)
 			if err != nil {
 				return err
 			}
@@ -240,12 +247,8 @@ func dispatchCost(ctx context.Context, w io.Writer, decisions int) error {
 	fmt.Fprintf(w, "%-22s %9s %9s %9s %9s %9s %12s\n", "scheduler", "step", "pop mean", "pop p50", "pop p99", "step/fifo", "extra/1ms req")
 	ok := true
 	for _, c := range cs {
-		slices.Sort(c.pops)
-		var sum time.Duration
-		for _, p := range c.pops {
-			sum += p
-		}
-		mean, p50, p99 := sum/time.Duration(len(c.pops)), c.pops[len(c.pops)/2], c.pops[len(c.pops)*99/100]
+		pops := report.Summarize(c.pops)
+		mean, p50, p99 := pops.Mean, pops.P50, pops.P99
 		extra := float64(perStep(c)-perStep(fifo)) / float64(time.Millisecond) * 100
 		fmt.Fprintf(w, "%-22s %9v %9v %9v %9v %9.2f %11.3f%%\n", c.name, perStep(c), mean, p50, p99,
 			float64(perStep(c))/float64(perStep(fifo)), extra)
@@ -254,30 +257,5 @@ func dispatchCost(ctx context.Context, w io.Writer, decisions int) error {
 		}
 	}
 	fmt.Fprintf(w, "goal 100 classes: decision p99 ≤ 5µs and overhead vs FIFO ≤ 2%% of a 1 ms request: %s\n", map[bool]string{true: "PASS", false: "FAIL"}[ok])
-	return nil
-}
-
-func writeCSV(path string, rows [][]string) error {
-	return writeFile(path, func(w io.Writer) error {
-		cw := csv.NewWriter(w)
-		if err := cw.WriteAll(rows); err != nil {
-			return err
-		}
-		return cw.Error()
-	})
-}
-
-func writeFile(path string, fill func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("sched: %w", err)
-	}
-	if err := fill(f); err != nil {
-		f.Close()
-		return fmt.Errorf("sched: write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("sched: %w", err)
-	}
 	return nil
 }

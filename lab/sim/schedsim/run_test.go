@@ -1,4 +1,4 @@
-package sched
+package schedsim
 
 import (
 	"bytes"
@@ -10,11 +10,12 @@ import (
 	"time"
 )
 
-func TestMainWritesTablesAndFiles(t *testing.T) {
+func TestRunSchedWritesTablesAndFiles(t *testing.T) {
 	dir := t.TempDir()
 	var out bytes.Buffer
-	err := Main(context.Background(), []string{"-out", dir, "-duration", "20s", "-seeds", "1", "-step", "100", "-dispatch", "2000"}, &out)
-	if err != nil {
+	o := DefaultSchedOptions()
+	o.Out, o.Duration, o.Seeds, o.Step, o.Dispatch = dir, 20*time.Second, 1, 100, 2000
+	if err := RunSched(context.Background(), o, &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"micro-hybrid: LossPercent", "search-resptime: LossPercent", "goal Adaptive within", "per class (Fig 4.10)", "adaptive, 100 classes"} {
@@ -34,17 +35,23 @@ func TestMainWritesTablesAndFiles(t *testing.T) {
 	}
 }
 
-func TestMainHelpAndBadFlags(t *testing.T) {
+func TestRunSchedBadOptionsAndCancel(t *testing.T) {
 	var out bytes.Buffer
-	if err := Main(context.Background(), []string{"-h"}, &out); err != nil || !strings.Contains(out.String(), "usage: neptune sim sched") {
-		t.Errorf("-h: err %v, output %q", err, out.String())
-	}
-	if err := Main(context.Background(), []string{"-workers", "0"}, &out); err == nil {
-		t.Error("-workers 0 accepted")
+	o := DefaultSchedOptions()
+	o.Workers = 0
+	if err := RunSched(context.Background(), o, &out); err == nil {
+		t.Error("workers 0 accepted")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := Main(ctx, []string{"-out", t.TempDir(), "-duration", time.Second.String()}, &out); err == nil {
-		t.Error("cancelled context did not stop Main")
+	o = DefaultSchedOptions()
+	o.Out, o.Duration = t.TempDir(), time.Second
+	if err := RunSched(ctx, o, &out); err == nil {
+		t.Error("cancelled context did not stop RunSched")
+	}
+	c := DefaultClassesOptions()
+	c.Duration = 10 * time.Second
+	if err := RunClasses(context.Background(), c, &out); err == nil {
+		t.Error("classes: a duration under two partitioning intervals accepted")
 	}
 }

@@ -1,58 +1,64 @@
-package sched
+package schedsim
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/sched"
+	"github.com/neptune-cluster/neptune/lab/report"
 )
 
-// ClusterMain compares class-aware request distribution with periodic
+// ClassesOptions are the knobs of `neptune sim classes`.
+type ClassesOptions struct {
+	// Out is the directory for the CSV and SVG files (it must exist).
+	Out string
+	// Duration is the simulated time per Fig 4.11 point.
+	Duration time.Duration
+	Seed     uint64
+	// Goal is class-aware's least yield gain over partitioning, in percent,
+	// at 200 % demand on 16 nodes.
+	Goal float64
+}
+
+// DefaultClassesOptions are the defaults of `neptune sim classes`.
+func DefaultClassesOptions() ClassesOptions {
+	return ClassesOptions{Out: "out", Duration: 300 * time.Second, Seed: 1, Goal: 6}
+}
+
+// Validate names the first bad option.
+func (o ClassesOptions) Validate() error {
+	if o.Duration < 20*time.Second {
+		return fmt.Errorf("schedsim: duration must be at least 20s (two partitioning intervals), got %v", o.Duration)
+	}
+	return nil
+}
+
+// RunClasses compares class-aware request distribution with periodic
 // server partitioning (dissertation §4.5.3–4.5.4) in a discrete-event
 // simulation of a cluster whose nodes run the real ClassScheduler and
 // whose clients run internal/balance's polling policy: aggregate yield at
 // 75/125/200 % demand on 4–16 nodes (Fig 4.11) and the allocation timeline
 // through a demand spike and a server failure (Fig 4.12). It writes CSV
-// and SVG files to -out. It is `neptune sim classes`.
-func ClusterMain(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("classes", flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	out := fs.String("out", "out", "directory for the CSV and SVG files")
-	duration := fs.Duration("duration", 300*time.Second, "simulated time per Fig 4.11 point")
-	seed := fs.Uint64("seed", 1, "seed")
-	goal := fs.Float64("goal", 6, "goal: class-aware yield at least this many percent above partitioning at 200% demand on 16 nodes")
-	fs.Usage = func() {
-		fmt.Fprintln(stdout, "usage: neptune sim classes [flags]\n\nClass-aware balancing vs server partitioning (dissertation Fig 4.11, 4.12).")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+// and SVG files to o.Out. It is `neptune sim classes`.
+func RunClasses(ctx context.Context, o ClassesOptions, stdout io.Writer) error {
+	if err := o.Validate(); err != nil {
 		return err
 	}
-	if *duration < 20*time.Second {
-		return fmt.Errorf("sched: -duration must be at least 20s (two partitioning intervals), got %v", *duration)
-	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return fmt.Errorf("sched: %w", err)
-	}
-	ok, err := fig411(ctx, stdout, *out, *duration, *seed, *goal)
+	ok, err := fig411(ctx, stdout, o.Out, o.Duration, o.Seed, o.Goal)
 	if err != nil {
 		return err
 	}
-	if err := fig412(ctx, stdout, *out, *seed); err != nil {
+	if err := fig412(ctx, stdout, o.Out, o.Seed); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "\ngoal class-aware ≥ %.0f%% more yield than partitioning at 200%% demand, 16 nodes: %s\nwrote %s\n",
-		*goal, map[bool]string{true: "PASS", false: "FAIL"}[ok], *out)
+		o.Goal, map[bool]string{true: "PASS", false: "FAIL"}[ok], o.Out)
 	return nil
 }
 
@@ -86,7 +92,7 @@ func (wl workload) classMeans() []float64 {
 }
 
 func fig411(ctx context.Context, w io.Writer, out string, dur time.Duration, seed uint64, goal float64) (bool, error) {
-	rows := [][]string{{"workload", "nodes", "demand_percent", "scheme", "yield", "normalized"}}
+	rows := report.NewTable("workload", "nodes", "demand_percent", "scheme", "yield", "normalized")
 	fmt.Fprintf(w, "Fig 4.11: aggregate yield, normalized to class-aware at 200%% demand on the same nodes (2 workers per node, %v per point)\n", dur)
 	fmt.Fprintf(w, "%-14s %5s %7s %12s %12s %9s\n", "workload", "nodes", "demand", "class-aware", "partitioning", "gain")
 	ok := true
@@ -124,8 +130,8 @@ func fig411(ctx context.Context, w io.Writer, out string, dur time.Duration, see
 					s string
 					v float64
 				}{{"class-aware", p.ca}, {"partitioning", p.part}} {
-					rows = append(rows, []string{wl.name, strconv.Itoa(n), strconv.Itoa(int(demands[i]*100 + 0.5)), r.s,
-						fmt.Sprintf("%.1f", r.v), fmt.Sprintf("%.4f", r.v/norm)})
+					rows.Add(wl.name, strconv.Itoa(n), strconv.Itoa(int(demands[i]*100+0.5)), r.s,
+						fmt.Sprintf("%.1f", r.v), fmt.Sprintf("%.4f", r.v/norm))
 				}
 				if n == 16 && demands[i] == 2 && gain < goal {
 					ok = false
@@ -133,7 +139,7 @@ func fig411(ctx context.Context, w io.Writer, out string, dur time.Duration, see
 			}
 		}
 	}
-	return ok, writeCSV(filepath.Join(out, "classes_fig411.csv"), rows)
+	return ok, rows.Save(filepath.Join(out, "classes_fig411.csv"))
 }
 
 // fig412 is the timeline of §4.5.4: 16 nodes, Differentiated Search with
@@ -145,13 +151,13 @@ func fig412(ctx context.Context, w io.Writer, out string, seed uint64) error {
 	const nodes, workers = 16, 2
 	const svc = 248 * time.Millisecond
 	wl := searchWorkloads()[2]
-	classes := make([]ClassConfig, len(wl.classes))
+	classes := make([]sched.ClassConfig, len(wl.classes))
 	copy(classes, wl.classes)
 	for k := range classes {
 		classes[k].Guarantee = 0.2
 	}
 	base := float64(nodes*workers) / svc.Seconds()
-	rows := [][]string{{"scheme", "time_s", "class", "demand", "allocation"}}
+	rows := report.NewTable("scheme", "time_s", "class", "demand", "allocation")
 	fmt.Fprintf(w, "\nFig 4.12: allocation (share of cluster capacity, 2 s windows); silver spike 50-150 s, node 0 down 200-250 s\n")
 	fmt.Fprintf(w, "%-12s %-7s %13s %13s %13s %15s\n", "scheme", "class", "alloc 20-50s", "alloc 80-150s", "alloc 160-200", "min 200-220s")
 	for _, sc := range []scheme{classAware, partitioning} {
@@ -177,16 +183,16 @@ func fig412(ctx context.Context, w io.Writer, out string, seed uint64) error {
 		if err != nil {
 			return err
 		}
-		xs := make([]float64, 0, len(res.alloc))
-		ss := make([]series, 2*len(classes))
+		ch := report.Chart{Title: "Fig 4.12 " + sc.String() + ": allocation and demand", XLabel: "time (s)", YLabel: "% of cluster capacity",
+			Series: make([]report.Series, 2*len(classes))}
+		for k, c := range classes {
+			ch.Series[k].Name, ch.Series[len(classes)+k].Name = c.Name+" alloc", c.Name+" demand"
+		}
 		for win := range len(res.alloc) - 1 {
-			xs = append(xs, float64(win)*2)
 			for k, c := range classes {
-				ss[k].name, ss[len(classes)+k].name = c.Name+" alloc", c.Name+" demand"
-				ss[k].y = append(ss[k].y, res.alloc[win][k]*100)
-				ss[len(classes)+k].y = append(ss[len(classes)+k].y, res.demand[win][k]*100)
-				rows = append(rows, []string{sc.String(), strconv.Itoa(win * 2), c.Name,
-					fmt.Sprintf("%.4f", res.demand[win][k]), fmt.Sprintf("%.4f", res.alloc[win][k])})
+				ch.Series[k].Add(float64(win)*2, res.alloc[win][k]*100)
+				ch.Series[len(classes)+k].Add(float64(win)*2, res.demand[win][k]*100)
+				rows.Add(sc.String(), strconv.Itoa(win*2), c.Name, fmt.Sprintf("%.4f", res.demand[win][k]), fmt.Sprintf("%.4f", res.alloc[win][k]))
 			}
 		}
 		mean := func(k, from, to int) float64 {
@@ -203,11 +209,9 @@ func fig412(ctx context.Context, w io.Writer, out string, seed uint64) error {
 			}
 			fmt.Fprintf(w, "%-12s %-7s %12.1f%% %12.1f%% %12.1f%% %14.1f%%\n", sc, c.Name, mean(k, 20, 50), mean(k, 80, 150), mean(k, 160, 200), lo)
 		}
-		if err := writeFile(filepath.Join(out, "classes_fig412_"+sc.String()+".svg"), func(f io.Writer) error {
-			return writeLineChart(f, "Fig 4.12 "+sc.String()+": allocation and demand", "time (s)", "% of cluster capacity", xs, ss)
-		}); err != nil {
+		if err := ch.Save(filepath.Join(out, "classes_fig412_"+sc.String()+".svg")); err != nil {
 			return err
 		}
 	}
-	return writeCSV(filepath.Join(out, "classes_fig412.csv"), rows)
+	return rows.Save(filepath.Join(out, "classes_fig412.csv"))
 }

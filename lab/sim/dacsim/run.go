@@ -1,66 +1,81 @@
-package dac
+package dacsim
 
 import (
 	"context"
-	"encoding/csv"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/dac"
+	"github.com/neptune-cluster/neptune/lab/report"
 )
 
-// Main runs the DAC simulations (to become `neptune sim dac`): the tree
-// schemes versus request rate, homogeneous and heterogeneous (Fig 14–17),
-// and LAT from 4 to 512 nodes (Fig 22). It prints side-by-side tables and
-// writes CSV and SVG files to -out.
-func Main(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("sim dac", flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	outDir := fs.String("out", "out", "directory for CSV and SVG output")
-	exps := fs.String("exp", "trees,scale", "experiments to run: trees, scale")
-	seed := fs.Uint64("seed", 1, "random seed")
-	window := fs.Duration("duration", 30*time.Second, "simulated measurement window per point")
-	quick := fs.Bool("quick", false, "fewer points and, unless -duration is given, a 5 s window")
-	fs.Usage = func() {
-		fmt.Fprintln(stdout, "usage: neptune sim dac [flags]\n\nSimulates Data Aggregation Calls on the MICRO service (local ~Exp(25ms), reduce ~Exp(5ms)).")
-		fs.PrintDefaults()
+// Sections are the parts of `neptune sim dac`, in the order they run.
+var Sections = []string{"trees", "scale"}
+
+// Options are the knobs of `neptune sim dac`.
+type Options struct {
+	// Sections lists the parts to run, of Sections.
+	Sections []string
+	// Out is the directory for the CSV and SVG files (it must exist).
+	Out  string
+	Seed uint64
+	// Duration is the simulated measurement window per point; zero means
+	// 30 s, or 5 s if Quick.
+	Duration time.Duration
+	// Quick runs fewer points.
+	Quick bool
+}
+
+// DefaultOptions are the defaults of `neptune sim dac`.
+func DefaultOptions() Options { return Options{Sections: Sections, Out: "out", Seed: 1} }
+
+// Validate names the first bad option.
+func (o Options) Validate() error {
+	if o.Duration < 0 {
+		return fmt.Errorf("dacsim: duration %v must be positive", o.Duration)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	for _, s := range o.Sections {
+		if !slices.Contains(Sections, s) {
+			return fmt.Errorf("dacsim: unknown section %q (want trees or scale)", s)
 		}
+	}
+	return nil
+}
+
+// Run runs the DAC simulations (`neptune sim dac`): the tree schemes
+// versus request rate, homogeneous and heterogeneous (Fig 14–17), and LAT
+// from 4 to 512 nodes (Fig 22). It prints side-by-side tables and writes
+// CSV and SVG files to o.Out.
+func Run(ctx context.Context, o Options, stdout io.Writer) error {
+	if err := o.Validate(); err != nil {
 		return err
 	}
-	windowSet := false
-	fs.Visit(func(f *flag.Flag) { windowSet = windowSet || f.Name == "duration" })
-	if *quick && !windowSet {
-		*window = 5 * time.Second
-	}
-	if *window <= 0 {
-		return fmt.Errorf("dac: -duration %v must be positive", *window)
-	}
-	if err := os.MkdirAll(*outDir, 0o755); err != nil {
-		return fmt.Errorf("dac: %w", err)
+	window := o.Duration
+	if window == 0 {
+		window = 30 * time.Second
+		if o.Quick {
+			window = 5 * time.Second
+		}
 	}
 	base := DefaultSimConfig()
-	base.Seed = *seed
-	base.Warmup = min(5*time.Second, *window/5)
-	base.Duration = base.Warmup + *window
-	for _, e := range strings.Split(*exps, ",") {
+	base.Seed = o.Seed
+	base.Warmup = min(5*time.Second, window/5)
+	base.Duration = base.Warmup + window
+	for _, e := range Sections {
+		if !slices.Contains(o.Sections, e) {
+			continue
+		}
 		var err error
-		switch strings.TrimSpace(e) {
+		switch e {
 		case "trees":
-			err = treesExp(ctx, base, *quick, *outDir, stdout)
+			err = treesExp(ctx, base, o.Quick, o.Out, stdout)
 		case "scale":
-			err = scaleExp(ctx, base, *quick, *outDir, stdout)
-		default:
-			err = fmt.Errorf("dac: -exp: unknown experiment %q (want trees or scale)", e)
+			err = scaleExp(ctx, base, o.Quick, o.Out, stdout)
 		}
 		if err != nil {
 			return err
@@ -69,7 +84,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-var treeSchemes = []Scheme{Base, Flat, Binomial, LAT}
+var treeSchemes = []dac.Scheme{dac.Base, dac.Flat, dac.Binomial, dac.LAT}
 
 // treesExp is Fig 14–17: throughput and response time versus request rate
 // for each scheme on 24 nodes, all dual-processor or with 4 quad-processor.
@@ -79,14 +94,14 @@ func treesExp(ctx context.Context, base SimConfig, quick bool, dir string, w io.
 		fracs = []float64{0.5, 0.8, 1.0, 1.2}
 	}
 	capacity := base.IdealThroughput()
-	rows := [][]string{{"setting", "scheme", "rate", "throughput", "mean_ms", "p99_ms", "coverage"}}
+	rows := report.NewTable("setting", "scheme", "rate", "throughput", "mean_ms", "p99_ms", "coverage")
 	for _, setting := range []struct {
 		name string
 		fast int
 	}{{"homogeneous", 0}, {"heterogeneous", 4}} {
 		fmt.Fprintf(w, "\n== Fig 14-17 (%s): 24 nodes, %d with 4 CPUs, rest 2; ideal throughput %.1f/s; deadline %v, ρ=%v\n",
 			setting.name, setting.fast, func() float64 { c := base; c.FastNodes = setting.fast; return c.IdealThroughput() }(), base.Deadline, base.Quality)
-		res := make(map[Scheme][]SimResult)
+		res := make(map[dac.Scheme][]SimResult)
 		var rates []float64
 		for _, f := range fracs {
 			rate := math.Round(f*capacity*10) / 10
@@ -102,12 +117,12 @@ func treesExp(ctx context.Context, base SimConfig, quick bool, dir string, w io.
 					return err
 				}
 				res[s] = append(res[s], r)
-				rows = append(rows, []string{setting.name, s.String(), ff(rate), ff(r.Throughput), fms(r.Mean), fms(r.P99), ff(r.Coverage)})
+				rows.Add(setting.name, s.String(), ff(rate), ff(r.Throughput), fms(r.Mean), fms(r.P99), ff(r.Coverage))
 			}
 		}
 		fmt.Fprintf(w, "%6s | %-27s | %-31s | %-31s | %s\n", "rate", "throughput/s base flat bin lat", "mean ms base flat bin lat", "p99 ms base flat bin lat", "LAT mean vs flat, bin")
 		for i, rate := range rates {
-			col := func(s Scheme, d func(SimResult) time.Duration) string {
+			col := func(s dac.Scheme, d func(SimResult) time.Duration) string {
 				if res[s][i].Succeeded == 0 {
 					return "-"
 				}
@@ -116,16 +131,16 @@ func treesExp(ctx context.Context, base SimConfig, quick bool, dir string, w io.
 			mean := func(r SimResult) time.Duration { return r.Mean }
 			p99 := func(r SimResult) time.Duration { return r.P99 }
 			fmt.Fprintf(w, "%6.1f | %6.1f %6.1f %6.1f %6.1f | %7s %7s %7s %7s | %7s %7s %7s %7s | %6s %6s\n", rate,
-				res[Base][i].Throughput, res[Flat][i].Throughput, res[Binomial][i].Throughput, res[LAT][i].Throughput,
-				col(Base, mean), col(Flat, mean), col(Binomial, mean), col(LAT, mean),
-				col(Base, p99), col(Flat, p99), col(Binomial, p99), col(LAT, p99),
-				reduction(res[LAT][i], res[Flat][i]), reduction(res[LAT][i], res[Binomial][i]))
+				res[dac.Base][i].Throughput, res[dac.Flat][i].Throughput, res[dac.Binomial][i].Throughput, res[dac.LAT][i].Throughput,
+				col(dac.Base, mean), col(dac.Flat, mean), col(dac.Binomial, mean), col(dac.LAT, mean),
+				col(dac.Base, p99), col(dac.Flat, p99), col(dac.Binomial, p99), col(dac.LAT, p99),
+				reduction(res[dac.LAT][i], res[dac.Flat][i]), reduction(res[dac.LAT][i], res[dac.Binomial][i]))
 		}
 		// At high load: the highest rate at which Flat, Binomial and LAT all
 		// still complete at least half of the calls.
 		for i := len(rates) - 1; i >= 0; i-- {
 			if ok := func() bool {
-				for _, s := range []Scheme{Flat, Binomial, LAT} {
+				for _, s := range []dac.Scheme{dac.Flat, dac.Binomial, dac.LAT} {
 					if res[s][i].Succeeded*2 < res[s][i].Calls {
 						return false
 					}
@@ -133,30 +148,31 @@ func treesExp(ctx context.Context, base SimConfig, quick bool, dir string, w io.
 				return true
 			}(); ok {
 				fmt.Fprintf(w, "high load (%.1f/s, highest rate all three complete ≥50%%): LAT mean %s below Flat, %s below Binomial; throughput LAT/Flat %.2f, LAT/Binomial %.2f\n",
-					rates[i], reduction(res[LAT][i], res[Flat][i]), reduction(res[LAT][i], res[Binomial][i]),
-					res[LAT][i].Throughput/res[Flat][i].Throughput, res[LAT][i].Throughput/res[Binomial][i].Throughput)
+					rates[i], reduction(res[dac.LAT][i], res[dac.Flat][i]), reduction(res[dac.LAT][i], res[dac.Binomial][i]),
+					res[dac.LAT][i].Throughput/res[dac.Flat][i].Throughput, res[dac.LAT][i].Throughput/res[dac.Binomial][i].Throughput)
 				break
 			}
 		}
-		var thr, mean []series
+		thr := report.Chart{Title: "DAC throughput, " + setting.name + " (Fig 14/16)", XLabel: "request rate (/s)", YLabel: "throughput (/s)"}
+		mean := report.Chart{Title: "DAC mean response time, " + setting.name + " (Fig 15/17)", XLabel: "request rate (/s)", YLabel: "mean response (ms)"}
 		for _, s := range treeSchemes {
-			ts, ms := series{name: s.String(), x: rates}, series{name: s.String()}
+			ts, ms := report.Series{Name: s.String()}, report.Series{Name: s.String()}
 			for i, r := range res[s] {
-				ts.y = append(ts.y, r.Throughput)
+				ts.Add(rates[i], r.Throughput)
 				if r.Succeeded > 0 {
-					ms.x, ms.y = append(ms.x, rates[i]), append(ms.y, float64(r.Mean)/1e6)
+					ms.Add(rates[i], report.Ms(r.Mean))
 				}
 			}
-			thr, mean = append(thr, ts), append(mean, ms)
+			thr.Series, mean.Series = append(thr.Series, ts), append(mean.Series, ms)
 		}
-		if err := writeSVG(filepath.Join(dir, "dac_trees_"+setting.name+"_throughput.svg"), "DAC throughput, "+setting.name+" (Fig 14/16)", "request rate (/s)", "throughput (/s)", false, thr); err != nil {
+		if err := thr.Save(filepath.Join(dir, "dac_trees_"+setting.name+"_throughput.svg")); err != nil {
 			return err
 		}
-		if err := writeSVG(filepath.Join(dir, "dac_trees_"+setting.name+"_response.svg"), "DAC mean response time, "+setting.name+" (Fig 15/17)", "request rate (/s)", "mean response (ms)", false, mean); err != nil {
+		if err := mean.Save(filepath.Join(dir, "dac_trees_"+setting.name+"_response.svg")); err != nil {
 			return err
 		}
 	}
-	return writeCSV(filepath.Join(dir, "dac_trees.csv"), rows)
+	return rows.Save(filepath.Join(dir, "dac_trees.csv"))
 }
 
 // scaleExp is Fig 22: LAT from 4 to 512 nodes at 50–90% of the ideal
@@ -174,11 +190,11 @@ func scaleExp(ctx context.Context, base SimConfig, quick bool, dir string, w io.
 		fmt.Fprintf(w, " thr@%2.0f%% mean@%2.0f%% |", d*100, d*100)
 	}
 	fmt.Fprintln(w)
-	rows := [][]string{{"nodes", "demand", "rate", "ideal", "throughput", "mean_ms", "p99_ms", "coverage"}}
-	var lines []series
+	rows := report.NewTable("nodes", "demand", "rate", "ideal", "throughput", "mean_ms", "p99_ms", "coverage")
+	ch := report.Chart{Title: "DAC LAT mean response time vs nodes (Fig 22)", XLabel: "nodes (log scale)", YLabel: "mean response (ms)", LogX: true}
 	means := make([][]float64, len(demands))
 	for _, d := range demands {
-		lines = append(lines, series{name: fmt.Sprintf("%.0f%% demand", d*100)})
+		ch.Series = append(ch.Series, report.Series{Name: fmt.Sprintf("%.0f%% demand", d*100)})
 	}
 	for _, n := range sizes {
 		c := base
@@ -195,10 +211,9 @@ func scaleExp(ctx context.Context, base SimConfig, quick bool, dir string, w io.
 				return err
 			}
 			fmt.Fprintf(w, " %7.1f %8s |", r.Throughput, fms(r.Mean))
-			rows = append(rows, []string{strconv.Itoa(n), ff(d), ff(c.Rate), ff(ideal), ff(r.Throughput), fms(r.Mean), fms(r.P99), ff(r.Coverage)})
-			lines[k].x = append(lines[k].x, float64(n))
-			lines[k].y = append(lines[k].y, float64(r.Mean)/1e6)
-			means[k] = append(means[k], float64(r.Mean)/1e6)
+			rows.Add(strconv.Itoa(n), ff(d), ff(c.Rate), ff(ideal), ff(r.Throughput), fms(r.Mean), fms(r.P99), ff(r.Coverage))
+			ch.Series[k].Add(float64(n), report.Ms(r.Mean))
+			means[k] = append(means[k], report.Ms(r.Mean))
 		}
 		fmt.Fprintln(w)
 	}
@@ -212,10 +227,10 @@ func scaleExp(ctx context.Context, base SimConfig, quick bool, dir string, w io.
 		fmt.Fprintf(w, "demand %.0f%%: mean ≈ %.1f + %.1f·log2(n) ms, R²=%.3f (linear in n: R²=%.3f); mean(%d)/mean(%d) = %.2f for n ×%d\n",
 			d*100, a, b, r2, r2lin, sizes[len(sizes)-1], sizes[0], means[k][len(sizes)-1]/means[k][0], sizes[len(sizes)-1]/sizes[0])
 	}
-	if err := writeSVG(filepath.Join(dir, "dac_scale.svg"), "DAC LAT mean response time vs nodes (Fig 22)", "nodes (log scale)", "mean response (ms)", true, lines); err != nil {
+	if err := ch.Save(filepath.Join(dir, "dac_scale.svg")); err != nil {
 		return err
 	}
-	return writeCSV(filepath.Join(dir, "dac_scale.csv"), rows)
+	return rows.Save(filepath.Join(dir, "dac_scale.csv"))
 }
 
 // fit is the least-squares line y = a + b·x and its R².
@@ -245,16 +260,3 @@ func reduction(a, b SimResult) string {
 
 func fms(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) }
 func ff(v float64) string        { return strconv.FormatFloat(v, 'f', 3, 64) }
-
-func writeCSV(path string, rows [][]string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("dac: %w", err)
-	}
-	cw := csv.NewWriter(f)
-	if err := cw.WriteAll(rows); err != nil {
-		f.Close()
-		return fmt.Errorf("dac: %w", err)
-	}
-	return f.Close()
-}
