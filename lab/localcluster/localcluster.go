@@ -1,6 +1,7 @@
 // Package localcluster runs Neptune nodes as real processes on loopback, for
 // the demo, the benchmarks and the integration tests: start, SIGKILL,
-// SIGSTOP/SIGCONT and restart a node with the same identity and ports.
+// SIGSTOP/SIGCONT and restart a node with the same identity and ports, and
+// wait until the cluster is ready for a workload.
 package localcluster
 
 import (
@@ -22,9 +23,9 @@ import (
 // Spec describes one node process.
 type Spec struct {
 	ID string
-	// Services are -service flag values, e.g. "kv:0-3".
+	// Services are --service flag values, e.g. "kv:0-3".
 	Services []string
-	// Args are extra flags for `neptune node`.
+	// Args are extra flags for `neptune node`, e.g. "--config", path.
 	Args []string
 }
 
@@ -105,12 +106,12 @@ func (c *Cluster) Restart(ctx context.Context, n *Node) error {
 }
 
 func (c *Cluster) launch(ctx context.Context, n *Node, seeds []string) error {
-	args := []string{"node", "-id", n.Spec.ID, "-gossip-port", strconv.Itoa(n.GossipPort), "-log-level", "info"}
+	args := []string{"node", "--id", n.Spec.ID, "--gossip-port", strconv.Itoa(n.GossipPort), "--log-level", "info"}
 	for _, s := range n.Spec.Services {
-		args = append(args, "-service", s)
+		args = append(args, "--service", s)
 	}
 	for _, s := range seeds {
-		args = append(args, "-join", s)
+		args = append(args, "--join", s)
 	}
 	args = append(args, n.Spec.Args...)
 	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

@@ -70,6 +70,14 @@ func (s Summary) Fmt(d time.Duration) string {
 	return d.Round(10 * time.Microsecond).String()
 }
 
+// Verdict is how the check of a goal prints.
+func Verdict(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}
+
 // Ms is d in (fractional) milliseconds, the unit of the tables and CSVs.
 func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 

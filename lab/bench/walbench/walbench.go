@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -41,23 +40,40 @@ var contenders = []opener{
 	{"tidwall/wal", openTidwall},
 }
 
-// Main runs the comparison. It is meant to become `neptune bench wal`.
-func Main(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("walbench", flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	n := fs.Int("n", 2000, "entries to append")
-	size := fs.Int("size", 1024, "entry size in bytes")
-	batch := fs.Int("batch", 1, "entries per synced append")
-	reads := fs.Int("read", 100, "entries per read-from-LSN")
-	rounds := fs.Int("rounds", 3, "rounds; contenders alternate within each round")
-	dir := fs.String("dir", "", "directory for the stores (default: a temp dir; use a real disk)")
-	if err := fs.Parse(args); err != nil {
+// Config are the knobs of `neptune bench wal`.
+type Config struct {
+	// Entries are appended per contender per round.
+	Entries int
+	// Size is an entry's size in bytes.
+	Size int
+	// Batch entries are appended per synced append.
+	Batch int
+	// Read entries are read per read-from-LSN.
+	Read int
+	// Rounds are interleaved: contenders alternate within each round.
+	Rounds int
+	// Dir holds the stores (default: a temporary directory; use a real
+	// disk).
+	Dir string
+}
+
+// DefaultConfig is 2000 synced appends of 1 KiB, reads of 100, 3 rounds.
+func DefaultConfig() Config { return Config{Entries: 2000, Size: 1024, Batch: 1, Read: 100, Rounds: 3} }
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	if c.Entries <= 0 || c.Size <= 0 || c.Batch <= 0 || c.Read <= 0 || c.Rounds <= 0 || c.Read > c.Entries {
+		return errors.New("walbench: entries, size, batch, read and rounds must be positive and read <= entries")
+	}
+	return nil
+}
+
+// Run is `neptune bench wal`: the candidate stores side by side.
+func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if *n <= 0 || *size <= 0 || *batch <= 0 || *reads <= 0 || *rounds <= 0 || *reads > *n {
-		return errors.New("walbench: -n, -size, -batch, -read, -rounds must be positive and -read <= -n")
-	}
-	base := *dir
+	base := cfg.Dir
 	if base == "" {
 		d, err := os.MkdirTemp("", "walbench")
 		if err != nil {
@@ -68,11 +84,11 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	type result struct{ appendDur, readDur, truncDur time.Duration }
 	res := make([]result, len(contenders))
-	val := make([]byte, *size)
+	val := make([]byte, cfg.Size)
 	for i := range val {
 		val[i] = byte(i * 7)
 	}
-	for round := range *rounds {
+	for round := range cfg.Rounds {
 		for ci, c := range contenders {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -83,8 +99,8 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 				return fmt.Errorf("walbench: open %s: %w", c.name, err)
 			}
 			start := time.Now()
-			for lsn := 1; lsn <= *n; lsn += *batch {
-				vals := make([][]byte, min(*batch, *n-lsn+1))
+			for lsn := 1; lsn <= cfg.Entries; lsn += cfg.Batch {
+				vals := make([][]byte, min(cfg.Batch, cfg.Entries-lsn+1))
 				for i := range vals {
 					vals[i] = val
 				}
@@ -95,17 +111,17 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 			res[ci].appendDur += time.Since(start)
 			start = time.Now()
 			got := 0
-			for from := 1; from+*reads-1 <= *n; from += *reads {
-				if err := s.read(uint64(from), *reads, func(b []byte) { got += len(b) }); err != nil {
+			for from := 1; from+cfg.Read-1 <= cfg.Entries; from += cfg.Read {
+				if err := s.read(uint64(from), cfg.Read, func(b []byte) { got += len(b) }); err != nil {
 					return fmt.Errorf("walbench: %s read: %w", c.name, err)
 				}
 			}
 			res[ci].readDur += time.Since(start)
-			if want := (*n / *reads) * *reads * *size; got != want {
+			if want := (cfg.Entries / cfg.Read) * cfg.Read * cfg.Size; got != want {
 				return fmt.Errorf("walbench: %s read %d bytes, want %d", c.name, got, want)
 			}
 			start = time.Now()
-			if err := s.truncate(uint64(*n / 2)); err != nil {
+			if err := s.truncate(uint64(cfg.Entries / 2)); err != nil {
 				return fmt.Errorf("walbench: %s truncate: %w", c.name, err)
 			}
 			res[ci].truncDur += time.Since(start)
@@ -115,9 +131,9 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 			os.RemoveAll(d)
 		}
 	}
-	total := float64(*n * *rounds)
+	total := float64(cfg.Entries * cfg.Rounds)
 	fmt.Fprintf(stdout, "synced appends of %d B entries, %d per sync, %d entries x %d rounds; reads of %d entries from an LSN\n",
-		*size, *batch, *n, *rounds, *reads)
+		cfg.Size, cfg.Batch, cfg.Entries, cfg.Rounds, cfg.Read)
 	fmt.Fprintf(stdout, "%-12s %14s %10s %16s %10s %12s\n", "store", "appends/s", "vs pebble", "read entries/s", "vs pebble", "truncate")
 	for ci, c := range contenders {
 		a := total / res[ci].appendDur.Seconds()
@@ -125,7 +141,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer) error {
 		a0 := total / res[0].appendDur.Seconds()
 		r0 := total / res[0].readDur.Seconds()
 		fmt.Fprintf(stdout, "%-12s %14.0f %9.2fx %16.0f %9.2fx %12v\n", c.name, a, a/a0, r, r/r0,
-			(res[ci].truncDur / time.Duration(*rounds)).Round(time.Microsecond))
+			(res[ci].truncDur / time.Duration(cfg.Rounds)).Round(time.Microsecond))
 	}
 	return nil
 }

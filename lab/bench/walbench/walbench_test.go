@@ -7,9 +7,10 @@ import (
 	"testing"
 )
 
-func TestMainComparesEveryStore(t *testing.T) {
+func TestRunComparesEveryStore(t *testing.T) {
 	var out bytes.Buffer
-	if err := Main(context.Background(), []string{"-n", "40", "-read", "10", "-rounds", "1", "-dir", t.TempDir()}, &out); err != nil {
+	cfg := Config{Entries: 40, Size: 1024, Batch: 1, Read: 10, Rounds: 1, Dir: t.TempDir()}
+	if err := Run(context.Background(), cfg, &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range contenders {
@@ -19,9 +20,10 @@ func TestMainComparesEveryStore(t *testing.T) {
 	}
 }
 
-func TestMainRejectsBadFlags(t *testing.T) {
-	var out bytes.Buffer
-	if err := Main(context.Background(), []string{"-read", "0"}, &out); err == nil {
-		t.Fatal("accepted -read 0")
+func TestRunRejectsBadConfig(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Read = 0
+	if err := Run(context.Background(), cfg, &bytes.Buffer{}); err == nil {
+		t.Fatal("accepted read 0")
 	}
 }

@@ -58,7 +58,7 @@ func RunClasses(ctx context.Context, o ClassesOptions, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "\ngoal class-aware ≥ %.0f%% more yield than partitioning at 200%% demand, 16 nodes: %s\nwrote %s\n",
-		o.Goal, map[bool]string{true: "PASS", false: "FAIL"}[ok], o.Out)
+		o.Goal, report.Verdict(ok), o.Out)
 	return nil
 }
 

@@ -106,11 +106,7 @@ func RunSched(ctx context.Context, o SchedOptions, stdout io.Writer) error {
 			return err
 		}
 	}
-	verdict := "PASS"
-	if !allOK {
-		verdict = "FAIL"
-	}
-	fmt.Fprintf(stdout, "\ngoal Adaptive within %.1f points of min(YID, Greedy) at every level of every workload: %s\n", o.Tolerance, verdict)
+	fmt.Fprintf(stdout, "\ngoal Adaptive within %.1f points of min(YID, Greedy) at every level of every workload: %s\n", o.Tolerance, report.Verdict(allOK))
 	if err := lossRows.Save(filepath.Join(o.Out, "sched_loss.csv")); err != nil {
 		return err
 	}
@@ -256,6 +252,6 @@ func dispatchCost(ctx context.Context, w io.Writer, decisions int) error {
 			ok = p99 <= 5*time.Microsecond && extra <= 2
 		}
 	}
-	fmt.Fprintf(w, "goal 100 classes: decision p99 ≤ 5µs and overhead vs FIFO ≤ 2%% of a 1 ms request: %s\n", map[bool]string{true: "PASS", false: "FAIL"}[ok])
+	fmt.Fprintf(w, "goal 100 classes: decision p99 ≤ 5µs and overhead vs FIFO ≤ 2%% of a 1 ms request: %s\n", report.Verdict(ok))
 	return nil
 }
