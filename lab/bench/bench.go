@@ -174,3 +174,13 @@ func Sleep(ctx context.Context, d time.Duration) {
 
 // MiB formats bytes in mebibytes.
 func MiB(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
+
+// Columns formats each of xs with format, for the header of a table with a
+// column per degree or node: Columns("deg%-7d", []int{1, 2}).
+func Columns(format string, xs []int) string {
+	var b strings.Builder
+	for _, x := range xs {
+		fmt.Fprintf(&b, format, x)
+	}
+	return b.String()
+}

@@ -1,4 +1,7 @@
-package cli
+// Package appsbench is `neptune bench apps`: what the applications cost
+// on their storage and behind the HTTP adapter, and how auction and pcache
+// scale with the replication degree (dissertation Figs 5.5, 5.6).
+package appsbench
 
 import (
 	"context"
@@ -11,35 +14,71 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/forum"
-	"github.com/neptune-cluster/neptune/internal/localcluster"
+	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
-// benchApps is `neptune bench apps`: the forum on SQLite versus
-// PostgreSQL, and an HTTP service called through Neptune's HTTP adapter
-// versus called directly; contenders interleave in rounds in one run.
-// Then auction and pcache throughput versus replication degree (Figs 5.5,
-// 5.6).
-func benchApps(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlags("bench apps", "[-cell 1s] [-rounds 3] [-concurrency 8] [-pg-dsn URL] [-work 1ms]")
-	var (
-		cell        = fs.Duration("cell", time.Second, "measuring time per contender per round")
-		rounds      = fs.Int("rounds", 3, "interleaved rounds")
-		concurrency = fs.Int("concurrency", 8, "callers in the concurrent forum and adapter cells")
-		pgDSN       = fs.String("pg-dsn", os.Getenv("NEPTUNE_TEST_PG_DSN"), "PostgreSQL server for the forum (default $NEPTUNE_TEST_PG_DSN); empty skips PostgreSQL")
-		work        = fs.Duration("work", time.Millisecond, "service time of the adapter's second HTTP route")
-		sections    = fs.String("sections", "storage,adapter,replication", "what to run: storage (forum SQLite vs PostgreSQL), adapter, replication (Figs 5.5/5.6)")
-		degrees     = fs.String("degrees", "1-4", "replication degrees (of 4 nodes) for Figs 5.5/5.6")
-		replCell    = fs.Duration("repl-cell", 2*time.Second, "measuring time per Figs 5.5/5.6 cell")
-		clients     = fs.Int("clients", 16, "closed-loop clients in the Figs 5.5/5.6 cells")
-		out         = fs.String("out", "out", "directory for the Figs 5.5/5.6 CSV and SVG")
-	)
-	if err := parse(fs, args); err != nil {
+// Sections are the parts of `neptune bench apps`, in the order they run:
+// storage (the forum on SQLite vs PostgreSQL), adapter (an HTTP program
+// direct vs through a node), replication (Figs 5.5/5.6).
+var Sections = []string{"storage", "adapter", "replication"}
+
+// Config are the knobs of `neptune bench apps`.
+type Config struct {
+	// Sections lists the parts to run, of Sections.
+	Sections []string
+	// Cell is the measuring time per contender per round of the storage
+	// and adapter sections, which run Rounds interleaved rounds with
+	// Concurrency callers in their concurrent cells.
+	Cell        time.Duration
+	Rounds      int
+	Concurrency int
+	// PGDSN is the PostgreSQL server for the forum; empty skips PostgreSQL.
+	PGDSN string
+	// Work is the service time of the adapter's second HTTP route.
+	Work time.Duration
+	// Degrees (of 4 nodes), ReplCell and Clients shape Figs 5.5/5.6.
+	Degrees  []int
+	ReplCell time.Duration
+	Clients  int
+	// Out is the directory for the Figs 5.5/5.6 CSV and SVG (it must
+	// exist).
+	Out string
+}
+
+// DefaultConfig runs every section; PostgreSQL comes from
+// $NEPTUNE_TEST_PG_DSN.
+func DefaultConfig() Config {
+	return Config{Sections: Sections, Cell: time.Second, Rounds: 3, Concurrency: 8, PGDSN: os.Getenv("NEPTUNE_TEST_PG_DSN"),
+		Work: time.Millisecond, Degrees: []int{1, 2, 3, 4}, ReplCell: 2 * time.Second, Clients: 16, Out: "out"}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	for _, s := range c.Sections {
+		if !slices.Contains(Sections, s) {
+			return fmt.Errorf("appsbench: unknown section %q (want %v)", s, Sections)
+		}
+	}
+	if c.Cell <= 0 || c.ReplCell <= 0 || c.Rounds < 1 || c.Concurrency < 1 || c.Clients < 1 || len(c.Degrees) == 0 {
+		return errors.New("appsbench: cells must be > 0, rounds, concurrency and clients >= 1, degrees not empty")
+	}
+	return nil
+}
+
+// Run is `neptune bench apps`: the forum on SQLite versus PostgreSQL, and
+// an HTTP service called through Neptune's HTTP adapter versus called
+// directly; contenders interleave in rounds in one run. Then auction and
+// pcache throughput versus replication degree (Figs 5.5, 5.6).
+func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "neptune-bench-apps-")
@@ -47,29 +86,19 @@ func benchApps(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	run := map[string]bool{}
-	for _, s := range strings.Split(*sections, ",") {
-		if s = strings.TrimSpace(s); s != "storage" && s != "adapter" && s != "replication" {
-			return usagef("-sections: unknown section %q (storage, adapter, replication)", s)
-		}
-		run[strings.TrimSpace(s)] = true
-	}
-	degs, err := ParsePartitions(*degrees)
-	if err != nil {
-		return usagef("-degrees: %v", err)
-	}
-	if run["storage"] {
-		if err := benchForumStorage(ctx, stdout, dir, *pgDSN, *cell, *rounds, *concurrency); err != nil {
+	run := func(s string) bool { return slices.Contains(cfg.Sections, s) }
+	if run("storage") {
+		if err := benchForumStorage(ctx, stdout, dir, cfg.PGDSN, cfg.Cell, cfg.Rounds, cfg.Concurrency); err != nil {
 			return err
 		}
 	}
-	if run["adapter"] {
-		if err := benchAdapter(ctx, stdout, dir, *work, *cell, *rounds, *concurrency); err != nil {
+	if run("adapter") {
+		if err := benchAdapter(ctx, stdout, dir, cfg.Work, cfg.Cell, cfg.Rounds, cfg.Concurrency); err != nil {
 			return err
 		}
 	}
-	if run["replication"] {
-		return benchAppsReplication(ctx, stdout, dir, *out, degs, *clients, *replCell)
+	if run("replication") {
+		return benchAppsReplication(ctx, stdout, dir, cfg.Out, cfg.Degrees, cfg.Clients, cfg.ReplCell)
 	}
 	return nil
 }
@@ -87,9 +116,9 @@ func benchForumStorage(ctx context.Context, stdout io.Writer, dir, pgDSN string,
 		defer drop()
 		backends = append(backends, struct{ name, dsn string }{"postgres", schemaDSN})
 	} else {
-		fmt.Fprintln(stdout, "bench apps: no -pg-dsn or NEPTUNE_TEST_PG_DSN: the forum runs on SQLite only")
+		fmt.Fprintln(stdout, "bench apps: no --pg-dsn or NEPTUNE_TEST_PG_DSN: the forum runs on SQLite only")
 	}
-	var contenders []contender
+	var contenders []bench.Contender
 	for _, be := range backends {
 		f, err := forum.Open(ctx, be.dsn)
 		if err != nil {
@@ -117,23 +146,24 @@ func benchForumStorage(ctx context.Context, stdout io.Writer, dir, pgDSN string,
 			body   []byte
 		}{{"AddMsg", addBody}, {"ViewHeaders", readBody}} {
 			h := handler[m.method]
-			contenders = append(contenders, contender{be.name + " " + m.method, func(ctx context.Context, _ []byte) error {
+			contenders = append(contenders, bench.Contender{Name: be.name + " " + m.method, Call: func(ctx context.Context, _ []byte) error {
 				_, err := h(ctx, &neptune.Request{Partition: int(n.Add(1) % parts), Body: m.body})
 				return err
 			}})
 		}
 	}
 	fmt.Fprintf(stdout, "bench apps: forum storage, handlers in-process, %d partitions, %d-message topics read, %d-way concurrent, %d rounds of %v\n", parts, preload, conc, rounds, cell)
-	results, err := runRounds(ctx, contenders, nil, conc, cell, rounds)
+	results, err := bench.RunRounds(ctx, contenders, nil, conc, cell, rounds)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%-24s %10s %9s %9s %9s %10s\n", "contender", "calls/s", "mean", "p50", "p99", "tput×sqlite")
 	for _, c := range contenders {
-		res := results[c.name]
-		method := c.name[strings.Index(c.name, " ")+1:]
+		res := results[c.Name]
+		lat := res.Latency()
+		method := c.Name[strings.Index(c.Name, " ")+1:]
 		base := results["sqlite "+method]
-		fmt.Fprintf(stdout, "%-24s %10.0f %9s %9s %9s %10.2f\n", c.name, res.rate(), res.mean(), res.pct(0.5), res.pct(0.99), res.rate()/base.rate())
+		fmt.Fprintf(stdout, "%-24s %10.0f %9s %9s %9s %10.2f\n", c.Name, res.Rate(), lat.Mean, lat.Fmt(lat.P50), lat.Fmt(lat.P99), res.Rate()/base.Rate())
 	}
 	return nil
 }
@@ -143,12 +173,12 @@ func benchForumStorage(ctx context.Context, stdout io.Writer, dir, pgDSN string,
 func pgSchema(ctx context.Context, dsn string) (string, func(), error) {
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
-		return "", nil, fmt.Errorf("bench: -pg-dsn: %w", err)
+		return "", nil, fmt.Errorf("appsbench: PostgreSQL: %w", err)
 	}
 	schema := fmt.Sprintf("bench_%d", time.Now().UnixNano())
 	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
 		db.Close()
-		return "", nil, fmt.Errorf("bench: -pg-dsn: %w", err)
+		return "", nil, fmt.Errorf("appsbench: PostgreSQL: %w", err)
 	}
 	sep := " "
 	if strings.Contains(dsn, "://") {
@@ -163,19 +193,18 @@ func pgSchema(ctx context.Context, dsn string) (string, func(), error) {
 	}, nil
 }
 
-// httpProgram is the program of `bench apps -sections adapter`, run in a
-// process of its own as a real service would be: POST /echo returns the
-// body, POST /work sleeps -work first.
-func httpProgram(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlags("bench http-program", "[-work 1ms]")
-	work := fs.Duration("work", time.Millisecond, "service time of POST /work")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
+// HTTPProgramLine is what HTTPProgram prints when it is up, with its
+// address.
+const HTTPProgramLine = "http program up: %s\n"
+
+// HTTPProgram is the program of the adapter section, the hidden `neptune
+// bench http-program`, run in a process of its own as a real service would
+// be: POST /echo returns the body, POST /work sleeps work first.
+func HTTPProgram(ctx context.Context, work time.Duration, stdout io.Writer) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(w, r.Body) })
 	mux.HandleFunc("POST /work", func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(*work)
+		time.Sleep(work)
 		_, _ = io.Copy(w, r.Body)
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -184,7 +213,7 @@ func httpProgram(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	srv := &http.Server{Handler: mux}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
-	fmt.Fprintf(stdout, "http program up: %s\n", ln.Addr())
+	fmt.Fprintf(stdout, HTTPProgramLine, ln.Addr())
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -202,7 +231,7 @@ func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell 
 	if err != nil {
 		return err
 	}
-	addr, stopProgram, err := startHelper(ctx, exe, "http program up: %s\n", "http-program", "-work", work.String())
+	addr, stopProgram, err := bench.StartHelper(ctx, exe, HTTPProgramLine, "http-program", "--work", work.String())
 	if err != nil {
 		return err
 	}
@@ -215,7 +244,7 @@ func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell 
 	}
 	cl := localcluster.New(exe, dir)
 	defer cl.Close()
-	if _, err := cl.Start(ctx, localcluster.Spec{ID: "adapter1", Services: []string{"echo:0"}, Args: []string{"-config", cfg}}); err != nil {
+	if _, err := cl.Start(ctx, localcluster.Spec{ID: "adapter1", Services: []string{"echo:0"}, Args: []string{"--config", cfg}}); err != nil {
 		return err
 	}
 	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds()})
@@ -223,7 +252,7 @@ func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell 
 		return err
 	}
 	defer c.Close()
-	if err := waitMembers(ctx, c, 1, 10*time.Second); err != nil {
+	if err := localcluster.WaitMembers(ctx, c, 1, 10*time.Second); err != nil {
 		return err
 	}
 	direct := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
@@ -251,48 +280,32 @@ func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell 
 	// Pairs: each contender's latency is divided by the one before it.
 	// The built-in echo (a Go handler in the node) separates Neptune's own
 	// hop from the adapter's HTTP hop.
-	contenders := []contender{
-		{"direct echo", viaDirect("/echo")}, {"neptune echo", viaNeptune("echo")},
-		{"direct " + workName, viaDirect("/work")}, {"neptune " + workName, viaNeptune("work")},
-		{"neptune built-in echo", func(ctx context.Context, b []byte) error {
+	contenders := []bench.Contender{
+		{Name: "direct echo", Call: viaDirect("/echo")}, {Name: "neptune echo", Call: viaNeptune("echo")},
+		{Name: "direct " + workName, Call: viaDirect("/work")}, {Name: "neptune " + workName, Call: viaNeptune("work")},
+		{Name: "neptune built-in echo", Call: func(ctx context.Context, b []byte) error {
 			_, err := c.Call(ctx, nil, "echo", 0, "echo", neptune.Read, b)
 			return err
-		}}, {"neptune echo", viaNeptune("echo")},
+		}}, {Name: "neptune echo", Call: viaNeptune("echo")},
 	}
 	fmt.Fprintf(stdout, "\nbench apps: HTTP service direct vs through a Neptune node (HTTP adapter), 1 KiB body, %d rounds of %v per cell\n", rounds, cell)
 	fmt.Fprintf(stdout, "%-22s %5s %10s %9s %9s %9s %9s\n", "contender", "conc", "calls/s", "mean", "p50", "p99", "lat×prev")
 	body := []byte(strings.Repeat("x", 1024))
 	for _, n := range []int{1, conc} {
-		results, err := runRounds(ctx, contenders, body, n, cell, rounds)
+		results, err := bench.RunRounds(ctx, contenders, body, n, cell, rounds)
 		if err != nil {
 			return err
 		}
 		for i, ct := range contenders {
 			if i == 5 {
-				fmt.Fprintf(stdout, "%-22s %5d %47s %9.2f\n", "adapter×built-in echo", n, "", float64(results["neptune echo"].mean())/float64(results["neptune built-in echo"].mean()))
+				fmt.Fprintf(stdout, "%-22s %5d %47s %9.2f\n", "adapter×built-in echo", n, "", float64(results["neptune echo"].Latency().Mean)/float64(results["neptune built-in echo"].Latency().Mean))
 				continue
 			}
-			res := results[ct.name]
-			baseRes := results[contenders[i&^1].name]
-			fmt.Fprintf(stdout, "%-22s %5d %10.0f %9s %9s %9s %9.2f\n", ct.name, n, res.rate(), res.mean(), res.pct(0.5), res.pct(0.99), float64(res.mean())/float64(baseRes.mean()))
+			res := results[ct.Name]
+			lat := res.Latency()
+			baseLat := results[contenders[i&^1].Name].Latency()
+			fmt.Fprintf(stdout, "%-22s %5d %10.0f %9s %9s %9s %9.2f\n", ct.Name, n, res.Rate(), lat.Mean, lat.Fmt(lat.P50), lat.Fmt(lat.P99), float64(lat.Mean)/float64(baseLat.Mean))
 		}
 	}
 	return nil
-}
-
-// runRounds runs every contender for cell in each of rounds
-// rounds, interleaved, so drift in the machine affects all alike.
-func runRounds(ctx context.Context, cs []contender, body []byte, conc int, cell time.Duration, rounds int) (map[string]*cellResult, error) {
-	results := map[string]*cellResult{}
-	for r := range rounds {
-		for _, c := range cs {
-			if results[c.name] == nil {
-				results[c.name] = &cellResult{}
-			}
-			if err := runCell(ctx, c.call, body, conc, cell, results[c.name]); err != nil {
-				return nil, fmt.Errorf("bench: %s (round %d): %w", c.name, r+1, err)
-			}
-		}
-	}
-	return results, nil
 }

@@ -1,4 +1,4 @@
-package cli
+package appsbench
 
 import (
 	"context"
@@ -16,6 +16,9 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/auction"
 	"github.com/neptune-cluster/neptune/apps/pcache"
+	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
+	"github.com/neptune-cluster/neptune/lab/report"
 )
 
 // appReplWorkload is one service of the Fig 5.5/5.6 sweep.
@@ -28,7 +31,7 @@ type appReplWorkload struct {
 	setup func(ctx context.Context, c *neptune.Client) error
 	// op issues one request; an answer that is an application error (a
 	// bid outbid meanwhile) still counts as served.
-	op func(ctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error
+	op bench.Op
 }
 
 const appReplParts = 4
@@ -40,11 +43,11 @@ const appReplParts = 4
 // starts a fresh cluster; degrees of one service run back to back.
 func benchAppsReplication(ctx context.Context, stdout io.Writer, dir, out string, degs []int, clients int, cell time.Duration) error {
 	fmt.Fprintf(stdout, "\nFigs 5.5/5.6: throughput (ops/s) vs replication degree; 4 in-process nodes, %d partitions, %d clients, %v per cell\n", appReplParts, clients, cell)
-	fmt.Fprintf(stdout, "%-9s %-6s %s\n", "service", "level", strings.Join(mapInts(degs, func(d int) string { return fmt.Sprintf("deg%-7d", d) }), ""))
-	csv := "service,level,degree,ops_per_s\n"
-	var lines []chartLine
+	fmt.Fprintf(stdout, "%-9s %-6s %s\n", "service", "level", bench.Columns("deg%-7d", degs))
+	csv := report.NewTable("service", "level", "degree", "ops_per_s")
+	var lines []report.Series
 	for _, wl := range []appReplWorkload{auctionWorkload(), pcacheWorkload()} {
-		s := chartLine{name: fmt.Sprintf("%s (level %d)", wl.name, wl.level)}
+		s := report.Series{Name: fmt.Sprintf("%s (level %d)", wl.name, wl.level)}
 		row := fmt.Sprintf("%-9s %-6d ", wl.name, wl.level)
 		var ratios []string
 		for _, d := range degs {
@@ -52,22 +55,19 @@ func benchAppsReplication(ctx context.Context, stdout io.Writer, dir, out string
 			if err != nil {
 				return fmt.Errorf("bench apps: %s degree %d: %w", wl.name, d, err)
 			}
-			csv += fmt.Sprintf("%s,%d,%d,%.1f\n", wl.name, wl.level, d, ops)
-			s.x, s.y = append(s.x, float64(d)), append(s.y, ops)
+			csv.Addf("%s,%d,%d,%.1f", wl.name, wl.level, d, ops)
+			s.Add(float64(d), ops)
 			row += fmt.Sprintf("%-10.0f", ops)
-			ratios = append(ratios, fmt.Sprintf("deg%d %.2f", d, ops/s.y[0]))
+			ratios = append(ratios, fmt.Sprintf("deg%d %.2f", d, ops/s.Y[0]))
 		}
 		fmt.Fprintln(stdout, row)
 		fmt.Fprintf(stdout, "  %s relative to degree %d: %s\n", wl.name, degs[0], strings.Join(ratios, ", "))
 		lines = append(lines, s)
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
+	if err := csv.Save(filepath.Join(out, "apps-fig55-56.csv")); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(out, "apps-fig55-56.csv"), []byte(csv), 0o644); err != nil {
-		return err
-	}
-	return saveChart(filepath.Join(out, "apps-fig55-56.svg"), "auction and pcache throughput vs replication degree", "degree", "ops/s", lines)
+	return report.Chart{Title: "auction and pcache throughput vs replication degree", XLabel: "degree", YLabel: "ops/s", Series: lines}.Save(filepath.Join(out, "apps-fig55-56.svg"))
 }
 
 // appReplCell measures one closed-loop cell on a fresh 4-node cluster.
@@ -124,47 +124,17 @@ func appReplCell(ctx context.Context, dir string, wl appReplWorkload, degree, cl
 	if err != nil {
 		return 0, err
 	}
-	return closedLoop(ctx, c, clients, dur, 55, wl.op)
-}
-
-// closedLoop runs clients callers, each with its own session and seeded
-// random source, calling op back to back for dur, and returns the rate of
-// successful calls.
-func closedLoop(ctx context.Context, c *neptune.Client, clients int, dur time.Duration, seed uint64,
-	op func(context.Context, *neptune.Client, *neptune.Session, *rand.Rand) error) (float64, error) {
-	var done atomic.Int64
-	var wg sync.WaitGroup
-	stop := time.Now().Add(dur)
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(i), seed))
-			sess := neptune.NewSession()
-			for time.Now().Before(stop) && ctx.Err() == nil {
-				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				err := op(cctx, c, sess, rng)
-				cancel()
-				if err == nil {
-					done.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return float64(done.Load()) / dur.Seconds(), ctx.Err()
+	return bench.ClosedLoop(ctx, c, clients, dur, 55, wl.op)
 }
 
 // retryWrite retries a write until a primary takes it (a fresh cluster
 // elects its primaries in the first few hundred milliseconds).
-func retryWrite(ctx context.Context, c *neptune.Client, service string, p int, method string, body []byte) (*neptune.Response, error) {
-	for {
-		resp, err := c.Call(ctx, nil, service, p, method, neptune.Write, body)
-		if err == nil || ctx.Err() != nil {
-			return resp, err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+func retryWrite(ctx context.Context, c *neptune.Client, service string, p int, method string, body []byte) (resp *neptune.Response, err error) {
+	err = localcluster.Wait(ctx, 0, func(ctx context.Context) error {
+		resp, err = c.Call(ctx, nil, service, p, method, neptune.Write, body)
+		return err
+	})
+	return resp, err
 }
 
 // auctionWorkload follows §5.4.4's eBay mix: 10 % BidItem, 3 % AddItem,

@@ -1,4 +1,6 @@
-package cli
+// Package dacbench is `neptune bench dac`: the Data Aggregation Call
+// experiments of the DAC paper (§5, issue 6) on real node processes.
+package dacbench
 
 import (
 	"context"
@@ -17,17 +19,12 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/micro"
-	"github.com/neptune-cluster/neptune/internal/localcluster"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
+	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
+	"github.com/neptune-cluster/neptune/lab/report"
 )
-
-// `bench dac` runs the Data Aggregation Call experiments of the DAC paper
-// (§5, issue 6) on real node processes: open-loop Poisson arrivals of
-// aggregations over every partition of the micro service (local ~Exp(25
-// ms), reduce ~Exp(5 ms), emulated by sleeping so 24+ nodes fit on two
-// cores; a node's capacity is its number of workers). Every contender of a
-// row runs on the same cluster, one after the other.
 
 // dacCall is one measured aggregation; times are offsets from the cell's
 // start.
@@ -86,15 +83,8 @@ func (c dacCell) stats(warmup time.Duration) dacStats {
 	if s.n > 0 {
 		s.okFrac = float64(s.ok) / float64(s.n)
 	}
-	if len(lat) > 0 {
-		slices.Sort(lat)
-		var sum time.Duration
-		for _, l := range lat {
-			sum += l
-		}
-		s.mean = sum / time.Duration(len(lat))
-		s.p99 = lat[min(len(lat)*99/100, len(lat)-1)]
-	}
+	sum := report.Summarize(lat)
+	s.mean, s.p99 = sum.Mean, sum.P99
 	return s
 }
 
@@ -121,7 +111,7 @@ type dacBench struct {
 	seed     uint64
 	pause    time.Duration
 	outDir   string
-	csv      map[string]*strings.Builder
+	csv      map[string]*report.Table
 	verbose  bool
 }
 
@@ -169,7 +159,7 @@ func (b *dacBench) startCluster(ctx context.Context, name string, workers func(i
 		if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 			return nil, err
 		}
-		return d.cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfg, "-log-level", "warn"}})
+		return d.cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"--config", cfg, "--log-level", "warn"}})
 	}
 	fail := func(err error) (*dacCluster, error) {
 		d.conns.Close()
@@ -220,7 +210,7 @@ func (b *dacBench) startCluster(ctx context.Context, name string, workers func(i
 	if err != nil {
 		return fail(err)
 	}
-	if err := waitMembers(ctx, d.c, b.nodes, 30*time.Second); err != nil {
+	if err := localcluster.WaitMembers(ctx, d.c, b.nodes, 30*time.Second); err != nil {
 		d.close()
 		return nil, err
 	}
@@ -336,123 +326,141 @@ func sumCounts(m map[string]int) int {
 	return n
 }
 
-func benchDAC(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlags("bench dac", "[-sections trees,ed,fig20,stop,hedge] [-cell 3s] [-rates 20,40,55,65] [-out out/dac]")
-	var (
-		nodes     = fs.Int("nodes", 24, "node processes, one micro partition each")
-		workers   = fs.Int("workers", 2, "workers per node (a dual-CPU node of the paper)")
-		fast      = fs.Int("fast", 4, "heterogeneous setting: nodes with twice the workers")
-		sections  = fs.String("sections", "trees,ed,fig20,stop,hedge", "which experiments to run")
-		cell      = fs.Duration("cell", 3*time.Second, "arrival window per contender per rate")
-		warmup    = fs.Duration("warmup", 500*time.Millisecond, "unmeasured start of each cell")
-		rates     = fs.String("rates", "20,40,55,65", "request rates (aggregations/s) for Fig 14-17")
-		edRates   = fs.String("ed-rates", "5,10,30,65", "request rates for Fig 18-19 (event-driven vs blocking)")
-		deadline  = fs.Duration("deadline", 2*time.Second, "aggregation deadline T")
-		budget    = fs.Duration("budget", 20*time.Millisecond, "staged-timeout budget per reduction rank (a; 4× the mean reduction)")
-		f20Rate   = fs.Float64("fig20-rate", 45, "Fig 20 request rate (75% of capacity in the paper)")
-		f20Len    = fs.Duration("fig20-len", 18*time.Second, "Fig 20 timeline (paper: 60s); node A is slow from len/6 to len/2, node B from len/3 to 2len/3")
-		slow      = fs.Float64("slow", 5, "Fig 20 and hedge: slowdown factor of the slow nodes")
-		stopRate  = fs.Float64("stop-rate", 20, "request rate with SIGSTOPped nodes")
-		stopKs    = fs.String("stop-k", "1,2", "numbers of SIGSTOPped nodes")
-		hedgeRate = fs.Float64("hedge-rate", 40, "request rate of the replication/hedging section")
-		hedgeDur  = fs.Duration("hedge-cell", 8*time.Second, "arrival window per hedging contender")
-		seed      = fs.Uint64("seed", 1, "arrival seed")
-		outDir    = fs.String("out", "out/dac", "directory for CSV and SVG files (empty: none)")
-		verbose   = fs.Bool("v", false, "print the failed calls of every cell by error")
-	)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	parseRates := func(name, s string) ([]float64, error) {
-		var out []float64
-		for _, f := range strings.Split(s, ",") {
-			r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-			if err != nil || r <= 0 {
-				return nil, usagef("%s: %q is not a positive rate", name, f)
-			}
-			out = append(out, r)
+// Sections are the parts of `neptune bench dac`, in the order they run:
+// trees (Figs 14-17), ed (Figs 18-19), fig20, stop (SIGSTOPped nodes) and
+// hedge (replication 2 with hedging).
+var Sections = []string{"trees", "ed", "fig20", "stop", "hedge"}
+
+// Config are the knobs of `neptune bench dac`.
+type Config struct {
+	// Sections lists the parts to run, of Sections.
+	Sections []string
+	// Nodes are node processes, one micro partition each, with Workers
+	// workers (a dual-CPU node of the paper); in the heterogeneous setting
+	// Fast of them have twice the workers.
+	Nodes, Workers, Fast int
+	// Cell is the arrival window per contender per rate, of which Warmup
+	// is not measured.
+	Cell, Warmup time.Duration
+	// Rates are the request rates (aggregations/s) of Figs 14-17, EDRates
+	// those of Figs 18-19 (event-driven vs blocking).
+	Rates, EDRates []float64
+	// Deadline is the aggregation deadline T; Budget the staged-timeout
+	// budget per reduction rank (a; 4× the mean reduction).
+	Deadline, Budget time.Duration
+	// Fig20Rate is Fig 20's request rate (75 % of capacity in the paper)
+	// and Fig20Len its timeline (paper: 60 s): node A is slow from len/6
+	// to len/2, node B from len/3 to 2len/3.
+	Fig20Rate float64
+	Fig20Len  time.Duration
+	// Slow is the slowdown factor of the slow nodes in fig20 and hedge.
+	Slow float64
+	// StopRate is the request rate with StopK (each) SIGSTOPped nodes.
+	StopRate float64
+	StopK    []int
+	// HedgeRate and HedgeCell are the rate and the arrival window per
+	// contender of the hedge section.
+	HedgeRate float64
+	HedgeCell time.Duration
+	// Seed seeds the arrivals.
+	Seed uint64
+	// Out is the directory for CSV and SVG files (empty: none; it must
+	// exist).
+	Out string
+	// Verbose prints the failed calls of every cell by error.
+	Verbose bool
+}
+
+// DefaultConfig is the paper's setting on 24 node processes.
+func DefaultConfig() Config {
+	return Config{Sections: Sections, Nodes: 24, Workers: 2, Fast: 4, Cell: 3 * time.Second, Warmup: 500 * time.Millisecond,
+		Rates: []float64{20, 40, 55, 65}, EDRates: []float64{5, 10, 30, 65}, Deadline: 2 * time.Second, Budget: 20 * time.Millisecond,
+		Fig20Rate: 45, Fig20Len: 18 * time.Second, Slow: 5, StopRate: 20, StopK: []int{1, 2}, HedgeRate: 40, HedgeCell: 8 * time.Second,
+		Seed: 1, Out: "out/dac"}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	for _, r := range append(slices.Clone(c.Rates), c.EDRates...) {
+		if !(r > 0) {
+			return fmt.Errorf("dacbench: rate %v is not positive", r)
 		}
-		return out, nil
 	}
-	treeRates, err := parseRates("-rates", *rates)
-	if err != nil {
-		return err
-	}
-	edR, err := parseRates("-ed-rates", *edRates)
-	if err != nil {
-		return err
-	}
-	var ks []int
-	for _, f := range strings.Split(*stopKs, ",") {
-		k, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || k < 1 || k >= *nodes/2 {
-			return usagef("-stop-k: %q is not a count in 1..%d", f, *nodes/2-1)
+	for _, k := range c.StopK {
+		if k < 1 || k >= c.Nodes/2 {
+			return fmt.Errorf("dacbench: %d stopped nodes is not a count in 1..%d", k, c.Nodes/2-1)
 		}
-		ks = append(ks, k)
 	}
-	secs := strings.Split(*sections, ",")
-	for _, s := range secs {
-		if !slices.Contains([]string{"trees", "ed", "fig20", "stop", "hedge"}, s) {
-			return usagef("-sections: unknown section %q (have trees, ed, fig20, stop, hedge)", s)
+	for _, s := range c.Sections {
+		if !slices.Contains(Sections, s) {
+			return fmt.Errorf("dacbench: unknown section %q (want %v)", s, Sections)
 		}
 	}
 	switch {
-	case *nodes < 4:
-		return usagef("-nodes must be >= 4, got %d", *nodes)
-	case *workers < 1 || *fast < 0 || *fast > *nodes:
-		return usagef("-workers must be >= 1 and -fast in 0..-nodes")
-	case *cell <= *warmup || *hedgeDur <= *warmup:
-		return usagef("-cell and -hedge-cell must exceed -warmup (%v)", *warmup)
-	case *deadline <= 0 || *budget <= 0 || *slow < 1 || *f20Len < 6*time.Second:
-		return usagef("-deadline and -budget must be > 0, -slow >= 1, -fig20-len >= 6s")
+	case c.Nodes < 4:
+		return fmt.Errorf("dacbench: nodes must be >= 4, got %d", c.Nodes)
+	case c.Workers < 1 || c.Fast < 0 || c.Fast > c.Nodes:
+		return errors.New("dacbench: workers must be >= 1 and fast in 0..nodes")
+	case c.Cell <= c.Warmup || c.HedgeCell <= c.Warmup:
+		return fmt.Errorf("dacbench: cell and hedge cell must exceed the warm-up (%v)", c.Warmup)
+	case c.Deadline <= 0 || c.Budget <= 0 || c.Slow < 1 || c.Fig20Len < 6*time.Second:
+		return errors.New("dacbench: deadline and budget must be > 0, slow >= 1, fig20 length >= 6s")
 	}
-	exe, dir, cleanup, err := scratch("neptune-bench-dac-")
+	return nil
+}
+
+// Run is `neptune bench dac`: open-loop Poisson arrivals of aggregations
+// over every partition of the micro service (local ~Exp(25 ms), reduce
+// ~Exp(5 ms), emulated by sleeping so 24+ nodes fit on two cores; a node's
+// capacity is its number of workers). Every contender of a row runs on the
+// same cluster, one after the other.
+func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	secs := cfg.Sections
+	exe, dir, cleanup, err := bench.Scratch("neptune-bench-dac-")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	if *outDir != "" {
-		if err := os.MkdirAll(*outDir, 0o755); err != nil {
-			return err
-		}
-	}
-	b := &dacBench{out: stdout, exe: exe, dir: dir, nodes: *nodes, deadline: *deadline, budget: *budget, warmup: *warmup,
-		seed: *seed, pause: 300 * time.Millisecond, outDir: *outDir, csv: map[string]*strings.Builder{}, verbose: *verbose}
+	b := &dacBench{out: stdout, exe: exe, dir: dir, nodes: cfg.Nodes, deadline: cfg.Deadline, budget: cfg.Budget, warmup: cfg.Warmup,
+		seed: cfg.Seed, pause: 300 * time.Millisecond, outDir: cfg.Out, csv: map[string]*report.Table{}, verbose: cfg.Verbose}
 	began := time.Now()
 	fmt.Fprintf(stdout, "bench dac: %d node processes, micro (local ~Exp(25ms), reduce ~Exp(5ms), sleep-emulated), %d workers per node, deadline %v, staged budget %v, seed %d\n",
-		*nodes, *workers, *deadline, *budget, *seed)
+		cfg.Nodes, cfg.Workers, cfg.Deadline, cfg.Budget, cfg.Seed)
 
 	one := func(i int) []int { return []int{i} }
-	homo := func(int) int { return *workers }
+	homo := func(int) int { return cfg.Workers }
 	if slices.ContainsFunc(secs, func(s string) bool { return s != "hedge" }) {
 		d, err := b.startCluster(ctx, "homogeneous", homo, one)
 		if err != nil {
 			return err
 		}
-		err = b.homogeneous(ctx, d, secs, *workers, treeRates, edR, *f20Rate, *f20Len, *slow, *stopRate, ks, *cell)
+		err = b.homogeneous(ctx, d, secs, cfg.Workers, cfg.Rates, cfg.EDRates, cfg.Fig20Rate, cfg.Fig20Len, cfg.Slow, cfg.StopRate, cfg.StopK, cfg.Cell)
 		d.close()
 		if err != nil {
 			return err
 		}
 	}
-	if slices.Contains(secs, "trees") && *fast > 0 {
+	if slices.Contains(secs, "trees") && cfg.Fast > 0 {
 		// Fast nodes spread over the ids (not the Base coordinator d01).
-		every := *nodes / *fast
+		every := cfg.Nodes / cfg.Fast
 		hetero := func(i int) int {
-			if i%every == every-1 && i/every < *fast {
-				return 2 * *workers
+			if i%every == every-1 && i/every < cfg.Fast {
+				return 2 * cfg.Workers
 			}
-			return *workers
+			return cfg.Workers
 		}
 		d, err := b.startCluster(ctx, "heterogeneous", hetero, one)
 		if err != nil {
 			return err
 		}
 		total := 0
-		for i := range *nodes {
+		for i := range cfg.Nodes {
 			total += hetero(i)
 		}
-		err = b.trees(ctx, d, "heterogeneous", fmt.Sprintf("%d nodes with %d workers, %d with %d", *nodes-*fast, *workers, *fast, 2**workers), total, treeRates, *cell, true)
+		err = b.trees(ctx, d, "heterogeneous", fmt.Sprintf("%d nodes with %d workers, %d with %d", cfg.Nodes-cfg.Fast, cfg.Workers, cfg.Fast, 2*cfg.Workers), total, cfg.Rates, cfg.Cell, true)
 		d.close()
 		if err != nil {
 			return err
@@ -460,37 +468,38 @@ func benchDAC(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if slices.Contains(secs, "hedge") {
 		// Each partition on two nodes: node i hosts i and i+1.
-		two := func(i int) []int { return []int{i, (i + 1) % *nodes} }
+		two := func(i int) []int { return []int{i, (i + 1) % cfg.Nodes} }
 		d, err := b.startCluster(ctx, "replicated", homo, two)
 		if err != nil {
 			return err
 		}
-		err = b.hedge(ctx, d, *hedgeRate, *hedgeDur, *slow)
+		err = b.hedge(ctx, d, cfg.HedgeRate, cfg.HedgeCell, cfg.Slow)
 		d.close()
 		if err != nil {
 			return err
 		}
 	}
-	if *outDir != "" {
-		for name, sb := range b.csv {
-			if err := os.WriteFile(filepath.Join(*outDir, name), []byte(sb.String()), 0o644); err != nil {
+	if cfg.Out != "" {
+		for name, t := range b.csv {
+			if err := t.Save(filepath.Join(cfg.Out, name)); err != nil {
 				return err
 			}
 		}
-		fmt.Fprintf(stdout, "\nwrote CSV and SVG files to %s\n", *outDir)
+		fmt.Fprintf(stdout, "\nwrote CSV and SVG files to %s\n", cfg.Out)
 	}
 	fmt.Fprintf(stdout, "bench dac took %v\n", time.Since(began).Round(time.Second))
 	return nil
 }
 
+// csvf adds a row (see report.Table.Addf) to the CSV file name, with
+// header (comma-separated) if it is new.
 func (b *dacBench) csvf(name, header, format string, args ...any) {
-	sb := b.csv[name]
-	if sb == nil {
-		sb = &strings.Builder{}
-		sb.WriteString(header + "\n")
-		b.csv[name] = sb
+	t := b.csv[name]
+	if t == nil {
+		t = report.NewTable(strings.Split(header, ",")...)
+		b.csv[name] = t
 	}
-	fmt.Fprintf(sb, format+"\n", args...)
+	t.Addf(format, args...)
 }
 
 func (b *dacBench) homogeneous(ctx context.Context, d *dacCluster, secs []string, workers int, treeRates, edRates []float64, f20Rate float64, f20Len time.Duration, slow, stopRate float64, ks []int, cell time.Duration) error {
@@ -537,10 +546,10 @@ func (b *dacBench) trees(ctx context.Context, d *dacCluster, setting, desc strin
 	fmt.Fprintf(b.out, "\n== Fig 14-17 (%s): %s; ideal throughput %.1f/s; ρ=1; %v per cell\n", setting, desc, b.ideal(totalWorkers), cell)
 	fmt.Fprintf(b.out, "  rate | throughput/s base flat bin lat | mean ms base flat bin lat         | p99 ms base flat bin lat          | LAT mean vs flat, bin\n")
 	res := map[float64][]dacStats{}
-	var sThr, sMean []chartLine
+	var sThr, sMean []report.Series
 	for _, s := range dacSchemes {
-		sThr = append(sThr, chartLine{name: s.label})
-		sMean = append(sMean, chartLine{name: s.label})
+		sThr = append(sThr, report.Series{Name: s.label})
+		sMean = append(sMean, report.Series{Name: s.label})
 	}
 	for _, rate := range rates {
 		var row []dacStats
@@ -552,10 +561,10 @@ func (b *dacBench) trees(ctx context.Context, d *dacCluster, setting, desc strin
 			st := c.stats(b.warmup)
 			row = append(row, st)
 			b.csvf("dac_real_trees.csv", "setting,rate,scheme,n,ok,throughput,mean_ms,p99_ms", "%s,%g,%s,%d,%d,%.2f,%.1f,%.1f",
-				setting, rate, con.label, st.n, st.ok, st.thr, msf(st.mean), msf(st.p99))
-			sThr[i].add(rate, st.thr)
+				setting, rate, con.label, st.n, st.ok, st.thr, report.Ms(st.mean), report.Ms(st.p99))
+			sThr[i].Add(rate, st.thr)
 			if st.ok > 0 {
-				sMean[i].add(rate, msf(st.mean))
+				sMean[i].Add(rate, report.Ms(st.mean))
 			}
 		}
 		res[rate] = row
@@ -563,7 +572,7 @@ func (b *dacBench) trees(ctx context.Context, d *dacCluster, setting, desc strin
 			if x.ok == 0 {
 				return "      -"
 			}
-			return fmt.Sprintf("%7.1f", msf(f(x)))
+			return fmt.Sprintf("%7.1f", report.Ms(f(x)))
 		}
 		mean := func(x dacStats) time.Duration { return x.mean }
 		p99 := func(x dacStats) time.Duration { return x.p99 }
@@ -590,7 +599,7 @@ func (b *dacBench) trees(ctx context.Context, d *dacCluster, setting, desc strin
 		line := fmt.Sprintf("high load (%.1f/s, highest rate all three complete ≥50%%): LAT mean %.0f%% below Flat, %.0f%% below Binomial; throughput LAT/Flat %.2f, LAT/Binomial %.2f",
 			hi, vf, vb, r[3].thr/r[1].thr, r[3].thr/r[2].thr)
 		if goal {
-			line = fmt.Sprintf("%s goal LAT mean ≥ 35%% below Flat and Binomial at high load: %s", verdictOf(vf >= 35 && vb >= 35), line)
+			line = fmt.Sprintf("%s goal LAT mean ≥ 35%% below Flat and Binomial at high load: %s", report.Verdict(vf >= 35 && vb >= 35), line)
 		}
 		fmt.Fprintln(b.out, line)
 	}
@@ -614,21 +623,14 @@ func dacBelow(a, b dacStats) float64 {
 	return 100 * (1 - float64(a.mean)/float64(b.mean))
 }
 
-func verdictOf(ok bool) string {
-	if ok {
-		return "PASS"
-	}
-	return "FAIL"
-}
-
 // ed is Fig 18–19: event-driven aggregation against blocking workers
 // (LAT, staged timeouts, ρ = 1).
 func (b *dacBench) ed(ctx context.Context, d *dacCluster, rates []float64, cell time.Duration) error {
 	fmt.Fprintf(b.out, "\n== Fig 18-19: event-driven (ED) vs blocking workers (NoED), LAT, staged timeouts, ρ=1, %v per cell\n", cell)
 	fmt.Fprintf(b.out, "  rate | throughput/s ED NoED | mean ms ED  NoED  | p99 ms ED   NoED   | ED/NoED throughput\n")
 	cons := []dacContender{{"ED", neptune.Aggregation{}}, {"NoED", neptune.Aggregation{Blocking: true}}}
-	sThr := []chartLine{{name: "ED"}, {name: "NoED"}}
-	sMean := []chartLine{{name: "ED"}, {name: "NoED"}}
+	sThr := []report.Series{{Name: "ED"}, {Name: "NoED"}}
+	sMean := []report.Series{{Name: "ED"}, {Name: "NoED"}}
 	for _, rate := range rates {
 		var st [2]dacStats
 		for i, con := range cons {
@@ -637,10 +639,10 @@ func (b *dacBench) ed(ctx context.Context, d *dacCluster, rates []float64, cell 
 				return err
 			}
 			st[i] = c.stats(b.warmup)
-			b.csvf("dac_real_ed.csv", "rate,mode,n,ok,throughput,mean_ms,p99_ms", "%g,%s,%d,%d,%.2f,%.1f,%.1f", rate, con.label, st[i].n, st[i].ok, st[i].thr, msf(st[i].mean), msf(st[i].p99))
-			sThr[i].add(rate, st[i].thr)
+			b.csvf("dac_real_ed.csv", "rate,mode,n,ok,throughput,mean_ms,p99_ms", "%g,%s,%d,%d,%.2f,%.1f,%.1f", rate, con.label, st[i].n, st[i].ok, st[i].thr, report.Ms(st[i].mean), report.Ms(st[i].p99))
+			sThr[i].Add(rate, st[i].thr)
 			if st[i].ok > 0 {
-				sMean[i].add(rate, msf(st[i].mean))
+				sMean[i].Add(rate, report.Ms(st[i].mean))
 			}
 		}
 		ratio := "     -"
@@ -648,7 +650,7 @@ func (b *dacBench) ed(ctx context.Context, d *dacCluster, rates []float64, cell 
 			ratio = fmt.Sprintf("%6.2f", st[0].thr/st[1].thr)
 		}
 		fmt.Fprintf(b.out, "%6.1f | %6.1f %6.1f | %7.1f %7.1f | %7.1f %7.1f | %s\n", rate, st[0].thr, st[1].thr,
-			msf(st[0].mean), msf(st[1].mean), msf(st[0].p99), msf(st[1].p99), ratio)
+			report.Ms(st[0].mean), report.Ms(st[1].mean), report.Ms(st[0].p99), report.Ms(st[1].p99), ratio)
 	}
 	return b.svg("dac_real_ed_throughput.svg", "Fig 18 real nodes: throughput, ED vs NoED", "request rate (/s)", "successful calls/s", sThr,
 		"dac_real_ed_response.svg", "Fig 19 real nodes: mean response, ED vs NoED", "request rate (/s)", "mean ms", sMean)
@@ -683,7 +685,7 @@ func (b *dacBench) fig20(ctx context.Context, d *dacCluster, rate float64, lengt
 	wins := []window{{"healthy", time.Second, aOn}, {"one slow", aOn + 2*time.Second, bOn}, {"both slow", bOn + 2*time.Second, aOff}, {"degraded (A on → B off)", aOn, bOff}, {"healed", bOff + 2*time.Second, length}}
 	avg := make([][]float64, len(cons))
 	lostOne := make([]float64, len(cons))
-	var lines []chartLine
+	var lines []report.Series
 	for i, con := range cons {
 		c, err := b.run(ctx, d, con, rate, length, events)
 		if err := errors.Join(err, set(na, 1)(), set(nb, 1)()); err != nil {
@@ -703,9 +705,9 @@ func (b *dacBench) fig20(ctx context.Context, d *dacCluster, rate float64, lengt
 			}
 		}
 		lostOne[i] = float64(slowLost) / math.Max(float64(slowCalls), 1)
-		l := chartLine{name: con.label}
+		l := report.Series{Name: con.label}
 		for s, v := range series[i] {
-			l.add(float64(s), v)
+			l.Add(float64(s), v)
 			b.csvf("dac_real_fig20.csv", "scheme,second,quality_throughput", "%s,%d,%.2f", con.label, s, v)
 		}
 		lines = append(lines, l)
@@ -748,7 +750,7 @@ func (b *dacBench) fig20(ctx context.Context, d *dacCluster, rate float64, lengt
 	rNone := avg[3][both] / math.Max(avg[0][both], 1e-9)
 	rBase := avg[3][both] / math.Max(avg[4][both], 1e-9)
 	fmt.Fprintf(b.out, "%s goal quality-aware throughput with 2 slow nodes ≥ 1.25× the baselines (EP+ED vs None and vs Base, both-slow window): %s, %s (%.1f vs %.1f and %.1f /s)\n",
-		verdictOf(rNone >= 1.25 && rBase >= 1.25), dacRatio(avg[3][both], avg[0][both]), dacRatio(avg[3][both], avg[4][both]), avg[3][both], avg[0][both], avg[4][both])
+		report.Verdict(rNone >= 1.25 && rBase >= 1.25), dacRatio(avg[3][both], avg[0][both]), dacRatio(avg[3][both], avg[4][both]), avg[3][both], avg[0][both], avg[4][both])
 	return b.svg("dac_real_fig20.svg", "Fig 20 real nodes: quality-aware throughput", "second", "Σ coverage / s", lines, "", "", "", "", nil)
 }
 
@@ -812,7 +814,7 @@ func (b *dacBench) stop(ctx context.Context, d *dacCluster, rate float64, ks []i
 		}
 	}
 	ok := !slices.ContainsFunc(verdicts, func(s string) bool { return strings.HasPrefix(s, "FAIL") })
-	fmt.Fprintf(b.out, "%s goal exactly k nodes' partitions lost in every call (LAT + staged, hedging off): %s\n", verdictOf(ok), strings.Join(verdicts, ", "))
+	fmt.Fprintf(b.out, "%s goal exactly k nodes' partitions lost in every call (LAT + staged, hedging off): %s\n", report.Verdict(ok), strings.Join(verdicts, ", "))
 	return nil
 }
 
@@ -856,7 +858,7 @@ func (b *dacBench) hedge(ctx context.Context, d *dacCluster, rate float64, cell 
 			}
 			n := math.Max(float64(len(ms)), 1)
 			none := 1 - float64(st.lostAny)/n
-			fmt.Fprintf(b.out, "%-26s %-10s %6d %11.2f%% %10.3f %8d %9.1f %9.1f\n", f.label, con.label, len(ms), 100*none, float64(lost)/n, st.hedges, msf(st.mean), msf(st.p99))
+			fmt.Fprintf(b.out, "%-26s %-10s %6d %11.2f%% %10.3f %8d %9.1f %9.1f\n", f.label, con.label, len(ms), 100*none, float64(lost)/n, st.hedges, report.Ms(st.mean), report.Ms(st.p99))
 			if fi == 0 && con.agg.Hedge {
 				onStopped, onCalls = none, len(ms)
 			}
@@ -866,22 +868,22 @@ func (b *dacBench) hedge(ctx context.Context, d *dacCluster, rate float64, cell 
 		}
 	}
 	fmt.Fprintf(b.out, "%s goal with hedging on and replication 2, no partition lost in ≥ 99.9%% of calls (2 nodes SIGSTOPped): %.2f%% of %d calls\n",
-		verdictOf(onStopped >= 0.999), 100*onStopped, onCalls)
+		report.Verdict(onStopped >= 0.999), 100*onStopped, onCalls)
 	return nil
 }
 
 // ---- small SVG line charts ----
 
 // svg writes up to two charts if an output directory was given.
-func (b *dacBench) svg(name1, title1, xl1, yl1 string, s1 []chartLine, name2, title2, xl2, yl2 string, s2 []chartLine) error {
+func (b *dacBench) svg(name1, title1, xl1, yl1 string, s1 []report.Series, name2, title2, xl2, yl2 string, s2 []report.Series) error {
 	if b.outDir == "" {
 		return nil
 	}
-	if err := saveChart(filepath.Join(b.outDir, name1), title1, xl1, yl1, s1); err != nil {
+	if err := (report.Chart{Title: title1, XLabel: xl1, YLabel: yl1, Series: s1}).Save(filepath.Join(b.outDir, name1)); err != nil {
 		return err
 	}
 	if name2 == "" {
 		return nil
 	}
-	return saveChart(filepath.Join(b.outDir, name2), title2, xl2, yl2, s2)
+	return report.Chart{Title: title2, XLabel: xl2, YLabel: yl2, Series: s2}.Save(filepath.Join(b.outDir, name2))
 }

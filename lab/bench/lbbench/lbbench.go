@@ -1,7 +1,14 @@
-package cli
+// Package lbbench is `neptune bench lb`, the real-cluster load-balancing
+// benchmark (dissertation §3.4, issue 3): it starts the server nodes and
+// HAProxy, then for every contender re-executes this binary as hidden
+// `bench lb-client` processes that replay their share of one seeded
+// open-loop arrival trace (the simulator's, lbsim.Trace) and print their
+// measurements as JSON.
+package lbbench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,25 +29,21 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/work"
 	"github.com/neptune-cluster/neptune/internal/balance"
-	"github.com/neptune-cluster/neptune/internal/localcluster"
-	"github.com/neptune-cluster/neptune/internal/sim"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
+	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
+	"github.com/neptune-cluster/neptune/lab/report"
+	"github.com/neptune-cluster/neptune/lab/sim"
+	"github.com/neptune-cluster/neptune/lab/sim/lbsim"
 )
-
-// The real-cluster load-balancing benchmark (dissertation §3.4, issue 3):
-// `bench lb` starts the servers and HAProxy, then for every contender
-// re-executes this binary as `bench lb-client` processes that replay their
-// share of one seeded open-loop arrival trace and print their measurements
-// as JSON.
 
 // lbServer is one node of the benchmark cluster.
 type lbServer struct {
 	ID, RPC, Poll string
 }
 
-// lbCell is one contender run against one trace; its fields are the
-// lb-client flags.
+// lbCell is one contender run against one trace.
 type lbCell struct {
 	Label     string
 	Workload  string
@@ -59,12 +62,12 @@ type lbCell struct {
 	Seed      uint64
 }
 
-// lbResult is what one lb-client process measured (durations in ns).
+// lbResult is what one lb-client process measured.
 type lbResult struct {
-	Lat, Poll []int64
+	Lat, Poll []time.Duration
 	// Lag is how late each measured request left its client process,
 	// against the trace: CPU starvation of the client, not balancing.
-	Lag      []int64
+	Lag      []time.Duration
 	Errors   int
 	FirstErr string
 }
@@ -85,80 +88,100 @@ type lbStats struct {
 }
 
 func (r lbResult) stats() lbStats {
-	s := lbStats{n: len(r.Lat), errors: r.Errors}
-	if len(r.Lat) == 0 {
-		return s
-	}
-	lat := slices.Clone(r.Lat)
-	slices.Sort(lat)
-	var sum, psum, lsum int64
-	for i, l := range lat {
-		sum += l
-		psum += r.Poll[i]
-		lsum += r.Lag[i]
-	}
-	s.mean = time.Duration(sum / int64(len(lat)))
-	s.poll = time.Duration(psum / int64(len(lat)))
-	s.lag = time.Duration(lsum / int64(len(lat)))
-	s.p99 = time.Duration(lat[min(len(lat)*99/100, len(lat)-1)])
-	return s
+	lat := report.Summarize(r.Lat)
+	return lbStats{n: lat.N, errors: r.Errors, mean: lat.Mean, p99: lat.P99, poll: report.Mean(r.Poll), lag: report.Mean(r.Lag)}
 }
 
-func benchLB(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlags("bench lb", "[-duration 3s] [-goal-duration 10s] [-workloads exp,fine] [-loads 0.5,0.9] [-sections main,fig35,goals]")
-	var (
-		servers   = fs.Int("servers", 16, "server nodes, each one FIFO processing unit")
-		clients   = fs.Int("clients", 16, "independent client policy instances")
-		procs     = fs.Int("procs", 4, "client processes the instances are spread over")
-		duration  = fs.Duration("duration", 3*time.Second, "trace length per contender (main table and Fig 3.5)")
-		goalDur   = fs.Duration("goal-duration", 6*time.Second, "trace length per contender per round in the goals section")
-		rounds    = fs.Int("goal-rounds", 3, "goals section: rounds, each a new trace replayed by every contender in turn, pooled")
-		warmup    = fs.Duration("warmup", 500*time.Millisecond, "unmeasured start of each trace")
-		workloads = fs.String("workloads", "exp,fine", "workloads: exp (Poisson/Exp, 50 ms) and/or fine (fine-grain, 22.2 ms ± 10.0 ms)")
-		loads     = fs.String("loads", "0.5,0.9", "offered loads for the main table")
-		sections  = fs.String("sections", "main,fig35,goals", "which parts to run")
-		scale     = fs.Float64("scale", 1, "multiply every service time (and the arrival interval) by this")
-		bcast     = fs.Duration("broadcast", 100*time.Millisecond, "broadcast policy's mean push interval")
-		slow      = fs.Float64("slow", 10, "slowdown of the degraded replica in the goals section")
-		seed      = fs.Uint64("seed", 1, "trace seed (shared by every contender of a row group)")
-		haproxy   = fs.String("haproxy", "haproxy", "HAProxy executable; the peer rows are skipped if it is not found")
-	)
-	if err := parse(fs, args); err != nil {
+// Sections are the parts of `neptune bench lb`, in the order they run.
+var Sections = []string{"main", "fig35", "goals"}
+
+// Config are the knobs of `neptune bench lb`.
+type Config struct {
+	// Sections lists the parts to run, of Sections.
+	Sections []string
+	// Nodes are the server nodes, each one FIFO processing unit.
+	Nodes int
+	// Clients are independent client policy instances, spread over Procs
+	// client processes.
+	Clients, Procs int
+	// Duration is the trace length per contender (main table and Fig 3.5).
+	Duration time.Duration
+	// GoalDuration is the trace length per contender per round in the
+	// goals section, which runs Rounds rounds, each a new trace replayed
+	// by every contender in turn, pooled.
+	GoalDuration time.Duration
+	Rounds       int
+	// Warmup is the unmeasured start of each trace.
+	Warmup time.Duration
+	// Workloads are exp (Poisson/Exp, 50 ms) and/or fine (fine-grain,
+	// 22.2 ms ± 10.0 ms).
+	Workloads []string
+	// Loads are the offered loads of the main table.
+	Loads []float64
+	// Scale multiplies every service time (and the arrival interval).
+	Scale float64
+	// Broadcast is the broadcast policy's mean push interval.
+	Broadcast time.Duration
+	// Slow is the slowdown of the degraded replica in the goals section.
+	Slow float64
+	// Seed is the trace seed, shared by every contender of a row group.
+	Seed uint64
+	// HAProxy is the HAProxy executable; its rows are skipped if it is not
+	// found.
+	HAProxy string
+}
+
+// DefaultConfig is 16 nodes, 16 clients in 4 processes, 3 s traces (6 s
+// in 3 rounds for the goals), exp and fine at 50 % and 90 % load.
+func DefaultConfig() Config {
+	return Config{Sections: Sections, Nodes: 16, Clients: 16, Procs: 4, Duration: 3 * time.Second, GoalDuration: 6 * time.Second,
+		Rounds: 3, Warmup: 500 * time.Millisecond, Workloads: []string{"exp", "fine"}, Loads: []float64{0.5, 0.9}, Scale: 1,
+		Broadcast: 100 * time.Millisecond, Slow: 10, Seed: 1, HAProxy: "haproxy"}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	for _, w := range c.Workloads {
+		if _, err := lbWorkload(w); err != nil {
+			return err
+		}
+	}
+	for _, l := range c.Loads {
+		if l <= 0 || l >= 1 {
+			return fmt.Errorf("lbbench: load %v is not in (0, 1)", l)
+		}
+	}
+	for _, s := range c.Sections {
+		if !slices.Contains(Sections, s) {
+			return fmt.Errorf("lbbench: unknown section %q (want %v)", s, Sections)
+		}
+	}
+	switch {
+	case c.Nodes < 2:
+		return fmt.Errorf("lbbench: nodes must be >= 2, got %d", c.Nodes)
+	case c.Clients < 1 || c.Procs < 1 || c.Rounds < 1:
+		return errors.New("lbbench: clients, procs and rounds must be >= 1")
+	case c.Duration <= c.Warmup || c.GoalDuration <= c.Warmup:
+		return fmt.Errorf("lbbench: duration and goal duration must exceed the warm-up (%v)", c.Warmup)
+	case c.Scale <= 0 || c.Slow < 1:
+		return errors.New("lbbench: scale must be > 0 and slow >= 1")
+	}
+	return nil
+}
+
+// Run is `neptune bench lb`.
+func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	wls := strings.Split(*workloads, ",")
-	for _, w := range wls {
-		if w != "exp" && w != "fine" {
-			return usagef("-workloads: %q is neither exp nor fine", w)
-		}
-	}
-	var loadList []float64
-	for _, s := range strings.Split(*loads, ",") {
-		l, err := strconv.ParseFloat(s, 64)
-		if err != nil || l <= 0 || l >= 1 {
-			return usagef("-loads: %q is not a load in (0, 1)", s)
-		}
-		loadList = append(loadList, l)
-	}
-	secs := strings.Split(*sections, ",")
-	switch {
-	case *servers < 2:
-		return usagef("-servers must be >= 2, got %d", *servers)
-	case *clients < 1 || *procs < 1 || *rounds < 1:
-		return usagef("-clients, -procs and -goal-rounds must be >= 1")
-	case *duration <= *warmup || *goalDur <= *warmup:
-		return usagef("-duration and -goal-duration must exceed -warmup (%v)", *warmup)
-	case *scale <= 0 || *slow < 1:
-		return usagef("-scale must be > 0 and -slow >= 1")
-	}
-	*procs = min(*procs, *clients)
-
-	exe, dir, cleanup, err := scratch("neptune-bench-lb-")
+	cfg.Procs = min(cfg.Procs, cfg.Clients)
+	secs := cfg.Sections
+	exe, dir, cleanup, err := bench.Scratch("neptune-bench-lb-")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	srv, stop, err := startLBCluster(ctx, exe, dir, *servers)
+	srv, stop, err := startLBCluster(ctx, exe, dir, cfg.Nodes)
 	if err != nil {
 		return err
 	}
@@ -166,10 +189,10 @@ func benchLB(ctx context.Context, args []string, stdout io.Writer) error {
 	conns := transport.NewConns()
 	defer conns.Close()
 
-	proxy, err := startHAProxy(ctx, *haproxy, dir, srv)
+	proxy, err := startHAProxy(ctx, cfg.HAProxy, dir, srv)
 	switch {
 	case errors.Is(err, exec.ErrNotFound):
-		fmt.Fprintf(stdout, "HAProxy rows skipped: %q not found (install it with: sudo apt-get install -y haproxy)\n", *haproxy)
+		fmt.Fprintf(stdout, "HAProxy rows skipped: %q not found (install it with: sudo apt-get install -y haproxy)\n", cfg.HAProxy)
 	case err != nil:
 		return err
 	default:
@@ -178,8 +201,8 @@ func benchLB(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	def := balance.DefaultConfig()
-	base := lbCell{Clients: *clients, Procs: *procs, Warmup: *warmup, Scale: *scale, Capacity: float64(len(srv)),
-		Broadcast: *bcast, Seed: *seed, PollSize: def.PollSize, Discard: def.Discard}
+	base := lbCell{Clients: cfg.Clients, Procs: cfg.Procs, Warmup: cfg.Warmup, Scale: cfg.Scale, Capacity: float64(len(srv)),
+		Broadcast: cfg.Broadcast, Seed: cfg.Seed, PollSize: def.PollSize, Discard: def.Discard}
 	runRaw := func(c lbCell) (lbResult, error) {
 		if c.Policy == balance.NameOracle {
 			// Exact join-shortest-queue: one client, the only sender, whose
@@ -212,7 +235,7 @@ func benchLB(ctx context.Context, args []string, stdout io.Writer) error {
 			{Label: "default:" + def.Policy, Policy: def.Policy},
 			{Label: "poll-3 (10ms discard)", Policy: balance.NamePolling},
 			{Label: balance.NameLocalP2C, Policy: balance.NameLocalP2C},
-			{Label: "broadcast-" + bcast.String(), Policy: balance.NameBroadcast},
+			{Label: "broadcast-" + cfg.Broadcast.String(), Policy: balance.NameBroadcast},
 			{Label: balance.NameRoundRobin, Policy: balance.NameRoundRobin},
 			{Label: balance.NameRandom, Policy: balance.NameRandom},
 		}
@@ -225,7 +248,7 @@ func benchLB(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	start := time.Now()
 	fmt.Fprintf(stdout, "bench lb: %d servers (1 worker each, sleep-emulated service ×%g), %d clients in %d processes, seed %d\n",
-		len(srv), *scale, *clients, *procs, *seed)
+		len(srv), cfg.Scale, cfg.Clients, cfg.Procs, cfg.Seed)
 	head := fmt.Sprintf("%-8s %5s %-28s %9s %9s %8s %8s %8s %7s %7s", "workload", "load", "policy", "mean ms", "p99 ms", "poll ms", "mean/or", "p99/or", "n", "lag ms")
 	row := func(c lbCell, s, or lbStats) {
 		warn := ""
@@ -233,17 +256,17 @@ func benchLB(ctx context.Context, args []string, stdout io.Writer) error {
 			warn = "  ← client CPU-starved, rerun on a quieter machine"
 		}
 		fmt.Fprintf(stdout, "%-8s %5.2f %-28s %9.2f %9.2f %8.3f %8.3f %8.3f %7d %7.2f%s\n", c.Workload, c.Load, c.Label,
-			msf(s.mean), msf(s.p99), msf(s.poll), float64(s.mean)/float64(or.mean), float64(s.p99)/float64(or.p99), s.n, msf(s.lag), warn)
+			report.Ms(s.mean), report.Ms(s.p99), report.Ms(s.poll), float64(s.mean)/float64(or.mean), float64(s.p99)/float64(or.p99), s.n, report.Ms(s.lag), warn)
 	}
 
 	// healthy90 keeps the exp/90% results the goals compare against.
 	if slices.Contains(secs, "main") {
-		fmt.Fprintf(stdout, "\nPolicies on one trace per row group (%v each, ratios to the oracle of the group)\n%s\n", *duration, head)
-		for _, w := range wls {
-			for _, l := range loadList {
+		fmt.Fprintf(stdout, "\nPolicies on one trace per row group (%v each, ratios to the oracle of the group)\n%s\n", cfg.Duration, head)
+		for _, w := range cfg.Workloads {
+			for _, l := range cfg.Loads {
 				var or lbStats
 				for i, c := range contenders() {
-					c = mergeCell(base, c, w, l, *duration)
+					c = mergeCell(base, c, w, l, cfg.Duration)
 					s, err := run(c)
 					if err != nil {
 						return err
@@ -257,8 +280,8 @@ func benchLB(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	if slices.Contains(secs, "fig35") {
-		fmt.Fprintf(stdout, "\nFig 3.5 / Table 3.2 — poll size at 90%% load, without discarding (wait for every answer) and with the 10 ms discard (%v each)\n%s\n", *duration, head)
-		for _, w := range wls {
+		fmt.Fprintf(stdout, "\nFig 3.5 / Table 3.2 — poll size at 90%% load, without discarding (wait for every answer) and with the 10 ms discard (%v each)\n%s\n", cfg.Duration, head)
+		for _, w := range cfg.Workloads {
 			var or lbStats
 			cells := []lbCell{{Label: balance.NameOracle, Policy: balance.NameOracle}, {Label: "random (poll 0)", Policy: balance.NameRandom}}
 			for d := 1; d <= 8; d++ {
@@ -266,7 +289,7 @@ func benchLB(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 			cells = append(cells, lbCell{Label: "poll-3 10ms discard", Policy: balance.NamePolling, PollSize: 3, Discard: 10 * time.Millisecond})
 			for i, c := range cells {
-				c = mergeCell(base, c, w, 0.9, *duration)
+				c = mergeCell(base, c, w, 0.9, cfg.Duration)
 				s, err := run(c)
 				if err != nil {
 					return err
@@ -279,7 +302,7 @@ func benchLB(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	if slices.Contains(secs, "goals") {
-		if err := lbGoals(ctx, stdout, conns, srv, base, *goalDur, *rounds, *slow, runRaw, row, head); err != nil {
+		if err := lbGoals(ctx, stdout, conns, srv, base, cfg.GoalDuration, cfg.Rounds, cfg.Slow, runRaw, row, head); err != nil {
 			return err
 		}
 	}
@@ -356,21 +379,15 @@ func lbGoals(ctx context.Context, stdout io.Writer, conns *transport.Conns, srv 
 		dflt    = res["default:"+def]
 	)
 	or, p2c := res[balance.NameOracle], res[balance.NameLocalP2C]
-	verdict := func(ok bool) string {
-		if ok {
-			return "PASS"
-		}
-		return "FAIL"
-	}
 	meanR, p99R := float64(dflt.mean)/float64(or.mean), float64(dflt.p99)/float64(or.p99)
 	p2cR := float64(p2c.mean) / float64(dflt.mean)
 	slowR := float64(slowDef.p99) / float64(dflt.p99)
 	fmt.Fprintf(stdout, "\ngoals (default %s, exp, 90%%):\n", def)
-	fmt.Fprintf(stdout, "  %s mean ≤ 1.2× oracle: %.3f× (%.1f vs %.1f ms)\n", verdict(meanR <= 1.2), meanR, msf(dflt.mean), msf(or.mean))
-	fmt.Fprintf(stdout, "  %s p99 ≤ 1.35× oracle: %.3f× (%.1f vs %.1f ms)\n", verdict(p99R <= 1.35), p99R, msf(dflt.p99), msf(or.p99))
-	fmt.Fprintf(stdout, "  %s mean ≥ 2× better than localp2c with %d clients: %.2f× (%.1f vs %.1f ms)\n", verdict(p2cR >= 2), base.Clients, p2cR, msf(p2c.mean), msf(dflt.mean))
+	fmt.Fprintf(stdout, "  %s mean ≤ 1.2× oracle: %.3f× (%.1f vs %.1f ms)\n", report.Verdict(meanR <= 1.2), meanR, report.Ms(dflt.mean), report.Ms(or.mean))
+	fmt.Fprintf(stdout, "  %s p99 ≤ 1.35× oracle: %.3f× (%.1f vs %.1f ms)\n", report.Verdict(p99R <= 1.35), p99R, report.Ms(dflt.p99), report.Ms(or.p99))
+	fmt.Fprintf(stdout, "  %s mean ≥ 2× better than localp2c with %d clients: %.2f× (%.1f vs %.1f ms)\n", report.Verdict(p2cR >= 2), base.Clients, p2cR, report.Ms(p2c.mean), report.Ms(dflt.mean))
 	fmt.Fprintf(stdout, "  %s one replica %g× slower: p99 ≤ 1.5× healthy p99: %.3f× (%.1f vs %.1f ms)\n",
-		verdict(slowR <= 1.5), slow, slowR, msf(slowDef.p99), msf(dflt.p99))
+		report.Verdict(slowR <= 1.5), slow, slowR, report.Ms(slowDef.p99), report.Ms(dflt.p99))
 	return nil
 }
 
@@ -395,8 +412,6 @@ func setSlowdown(ctx context.Context, conns *transport.Conns, s lbServer, factor
 // numbers then measure the machine, not the policy.
 const starvedLag = 2 * time.Millisecond
 
-func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // startLBCluster starts n nodes hosting work:0 with one worker each and
 // returns their addresses from the yellow pages.
 func startLBCluster(ctx context.Context, exe, dir string, n int) ([]lbServer, func(), error) {
@@ -407,7 +422,7 @@ func startLBCluster(ctx context.Context, exe, dir string, n int) ([]lbServer, fu
 	cl := localcluster.New(exe, dir)
 	stop := cl.Close
 	for i := range n {
-		if _, err := cl.Start(ctx, localcluster.Spec{ID: fmt.Sprintf("s%02d", i+1), Args: []string{"-config", cfg, "-log-level", "warn"}}); err != nil {
+		if _, err := cl.Start(ctx, localcluster.Spec{ID: fmt.Sprintf("s%02d", i+1), Args: []string{"--config", cfg, "--log-level", "warn"}}); err != nil {
 			stop()
 			return nil, nil, err
 		}
@@ -418,7 +433,7 @@ func startLBCluster(ctx context.Context, exe, dir string, n int) ([]lbServer, fu
 		return nil, nil, err
 	}
 	defer c.Close()
-	if err := waitMembers(ctx, c, n, 20*time.Second); err != nil {
+	if err := localcluster.WaitMembers(ctx, c, n, 20*time.Second); err != nil {
 		stop()
 		return nil, nil, err
 	}
@@ -481,7 +496,7 @@ func startHAProxy(ctx context.Context, bin, dir string, srv []lbServer) (*haprox
 		return nil, fmt.Errorf("bench lb: start haproxy: %w", err)
 	}
 	for _, addr := range []string{h.leastconn, h.random2} {
-		if err := waitTCP(ctx, addr, 5*time.Second); err != nil {
+		if err := localcluster.WaitTCP(ctx, addr, 5*time.Second); err != nil {
 			h.stop()
 			out, _ := os.ReadFile(logf.Name())
 			return nil, fmt.Errorf("bench lb: haproxy did not listen on %s: %w\n%s", addr, err, out)
@@ -490,31 +505,9 @@ func startHAProxy(ctx context.Context, bin, dir string, srv []lbServer) (*haprox
 	return h, nil
 }
 
-func waitTCP(ctx context.Context, addr string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-		if err == nil {
-			return c.Close()
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // runLBCell runs one contender: c.Procs client processes replaying the
 // trace from a common start time, and merges what they measured.
 func runLBCell(ctx context.Context, exe string, srv []lbServer, c lbCell) (lbResult, error) {
-	var list []string
-	for _, s := range srv {
-		list = append(list, s.ID+"@"+s.RPC+"@"+s.Poll)
-	}
 	// Give every process time to start before the trace begins.
 	startAt := time.Now().Add(300*time.Millisecond + 50*time.Millisecond*time.Duration(c.Procs))
 	var (
@@ -524,14 +517,12 @@ func runLBCell(ctx context.Context, exe string, srv []lbServer, c lbCell) (lbRes
 		errs   []error
 	)
 	for p := range c.Procs {
-		args := []string{"bench", "lb-client",
-			"-servers", strings.Join(list, ","), "-workload", c.Workload, "-load", ftoa(c.Load),
-			"-policy", c.Policy, "-target", c.Target, "-poll-size", strconv.Itoa(c.PollSize), "-discard", c.Discard.String(),
-			"-clients", strconv.Itoa(c.Clients), "-procs", strconv.Itoa(c.Procs), "-proc", strconv.Itoa(p),
-			"-duration", c.Duration.String(), "-warmup", c.Warmup.String(), "-scale", ftoa(c.Scale),
-			"-capacity", ftoa(c.Capacity), "-broadcast", c.Broadcast.String(), "-seed", strconv.FormatUint(c.Seed, 10),
-			"-start", strconv.FormatInt(startAt.UnixNano(), 10)}
-		cmd := exec.CommandContext(ctx, exe, args...)
+		job, err := json.Marshal(clientJob{Cell: c, Servers: srv, Proc: p, Start: startAt})
+		if err != nil {
+			return lbResult{}, err
+		}
+		cmd := exec.CommandContext(ctx, exe, "bench", ClientVerb)
+		cmd.Stdin = bytes.NewReader(job)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.StdoutPipe()
@@ -560,36 +551,42 @@ func runLBCell(ctx context.Context, exe string, srv []lbServer, c lbCell) (lbRes
 	return merged, errors.Join(errs...)
 }
 
-func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+// ClientVerb is the hidden `neptune bench` verb of the client processes.
+const ClientVerb = "lb-client"
+
+// clientJob is what runLBCell sends a client process on its standard
+// input: the cell, the servers, which share of the clients is this
+// process's, and when the trace starts.
+type clientJob struct {
+	Cell    lbCell
+	Servers []lbServer
+	Proc    int
+	Start   time.Time
+}
 
 // lbWorkload maps the benchmark's workload names to the simulator's
 // distributions, so both sides of issue 3 replay the same shapes.
-func lbWorkload(name string) (sim.Workload, error) {
+func lbWorkload(name string) (lbsim.Workload, error) {
 	switch name {
 	case "exp":
-		return sim.PoissonExp, nil
+		return lbsim.PoissonExp, nil
 	case "fine":
-		return sim.FineGrain, nil
+		return lbsim.FineGrain, nil
 	}
-	return sim.Workload{}, usagef("-workload %q: want exp or fine", name)
+	return lbsim.Workload{}, fmt.Errorf("lbbench: workload %q: want exp or fine", name)
 }
 
-// lbRequest is one request of the trace.
-type lbRequest struct {
-	at, service time.Duration
-	client      int
-}
-
-// lbTrace draws the open-loop trace: arrivals that keep capacity servers
-// busy at load, service times, and the client of each request. It depends
-// only on its arguments, so every contender sees the same requests.
-func lbTrace(w sim.Workload, load, capacity, scale float64, clients int, d time.Duration, seed uint64) []lbRequest {
-	rng := rand.New(rand.NewPCG(seed, 0x7ace))
-	svc := w.Service.Scaled(time.Duration(float64(w.Service.Mean) * scale))
-	inter := w.Interarrival.Scaled(time.Duration(float64(svc.Mean) / (load * capacity)))
-	var out []lbRequest
-	for t := inter.Sample(rng); t < d; t += inter.Sample(rng) {
-		out = append(out, lbRequest{at: t, service: svc.Sample(rng), client: rng.IntN(clients)})
+// lbTrace is the simulator's open-loop trace (lbsim.Trace) for d: arrivals
+// that keep capacity servers busy at load, service times scaled by scale,
+// and the client of each request. It depends only on its arguments, so
+// every contender sees the same requests.
+func lbTrace(w lbsim.Workload, load, capacity, scale float64, clients int, d time.Duration, seed uint64) []lbsim.Arrival {
+	var out []lbsim.Arrival
+	for a := range lbsim.Trace(w.Scaled(scale), load*capacity, clients, seed) {
+		if a.At >= d {
+			break
+		}
+		out = append(out, a)
 	}
 	return out
 }
@@ -605,44 +602,18 @@ type lbInstance struct {
 	poller *transport.Poller
 }
 
-// benchLBClient is the hidden `bench lb-client` process: it replays the
-// requests of its instances (client index ≡ proc mod procs) and prints one
-// JSON lbResult.
-func benchLBClient(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlags("bench lb-client", "(internal to bench lb)")
-	var (
-		servers   = fs.String("servers", "", "id@rpc@poll,...")
-		wname     = fs.String("workload", "exp", "exp or fine")
-		load      = fs.Float64("load", 0.9, "offered load")
-		policy    = fs.String("policy", "", "balance policy or haproxy")
-		target    = fs.String("target", "", "HAProxy frontend for -policy haproxy")
-		pollSize  = fs.Int("poll-size", 3, "polling's poll size")
-		discard   = fs.Duration("discard", 10*time.Millisecond, "poll discard deadline (0: wait for all)")
-		clients   = fs.Int("clients", 16, "instances in all processes")
-		procs     = fs.Int("procs", 1, "client processes")
-		proc      = fs.Int("proc", 0, "this process's index")
-		duration  = fs.Duration("duration", 3*time.Second, "trace length")
-		warmup    = fs.Duration("warmup", 0, "unmeasured start")
-		scale     = fs.Float64("scale", 1, "service time scale")
-		capacity  = fs.Float64("capacity", 16, "capacity in healthy servers")
-		bcast     = fs.Duration("broadcast", 100*time.Millisecond, "broadcast interval")
-		seed      = fs.Uint64("seed", 1, "trace seed")
-		startNano = fs.Int64("start", 0, "trace start, Unix ns")
-	)
-	if err := parse(fs, args); err != nil {
-		return err
+// Client is the hidden `neptune bench lb-client` process: it reads its job
+// (a clientJob, as JSON) from stdin, replays the requests of its instances
+// (client index ≡ proc mod procs) and prints one JSON lbResult.
+func Client(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
+	var job clientJob
+	if err := json.NewDecoder(stdin).Decode(&job); err != nil {
+		return fmt.Errorf("lbbench: read the job: %w", err)
 	}
-	w, err := lbWorkload(*wname)
+	c, srv := job.Cell, job.Servers
+	w, err := lbWorkload(c.Workload)
 	if err != nil {
 		return err
-	}
-	var srv []lbServer
-	for _, s := range strings.Split(*servers, ",") {
-		f := strings.Split(s, "@")
-		if len(f) != 3 {
-			return usagef("-servers: %q is not id@rpc@poll", s)
-		}
-		srv = append(srv, lbServer{ID: f[0], RPC: f[1], Poll: f[2]})
 	}
 	ids := make([]string, len(srv))
 	byID := map[string]lbServer{}
@@ -651,15 +622,15 @@ func benchLBClient(ctx context.Context, args []string, stdout io.Writer) error {
 		byID[s.ID] = s
 	}
 	cfg := balance.DefaultConfig()
-	cfg.PollSize, cfg.Discard, cfg.BroadcastInterval = *pollSize, *discard, *bcast
-	proxied := *policy == "haproxy"
+	cfg.PollSize, cfg.Discard, cfg.BroadcastInterval = c.PollSize, c.Discard, c.Broadcast
+	proxied := c.Policy == "haproxy"
 	if !proxied {
-		cfg.Policy = *policy
+		cfg.Policy = c.Policy
 	}
 	oracle := cfg.Policy == balance.NameOracle
 	insts := map[int]*lbInstance{}
-	for i := *proc; i < *clients; i += *procs {
-		p, err := balance.New(cfg, rand.New(rand.NewPCG(*seed, uint64(1000+i))))
+	for i := job.Proc; i < c.Clients; i += c.Procs {
+		p, err := balance.New(cfg, sim.Rand(c.Seed, uint64(1000+i)))
 		if err != nil {
 			return err
 		}
@@ -690,7 +661,7 @@ func benchLBClient(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var proxy pb.NodeClient
 	if proxied {
-		if proxy, err = conns.Client(*target); err != nil {
+		if proxy, err = conns.Client(c.Target); err != nil {
 			return err
 		}
 	}
@@ -701,15 +672,15 @@ func benchLBClient(ctx context.Context, args []string, stdout io.Writer) error {
 		_, err := stubs[s.ID].Call(warm, &pb.CallRequest{Service: "work", Method: "work", Mode: pb.Mode(neptune.Read), Body: work.Encode(0)})
 		cancelWarm()
 		if err != nil {
-			return fmt.Errorf("bench lb-client: warm up %s: %w", s.ID, err)
+			return fmt.Errorf("lbbench: client: warm up %s: %w", s.ID, err)
 		}
 	}
-	trace := lbTrace(w, *load, *capacity, *scale, *clients, *duration, *seed)
-	start := time.Unix(0, *startNano)
+	trace := lbTrace(w, c.Load, c.Capacity, c.Scale, c.Clients, c.Duration, c.Seed)
+	start := job.Start
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if cfg.Policy == balance.NameBroadcast {
-		go lbPush(ctx, poller, srv, cfg.BroadcastInterval, *seed+uint64(*proc), insts)
+		go lbPush(ctx, poller, srv, cfg.BroadcastInterval, c.Seed+uint64(job.Proc), insts)
 	}
 
 	var (
@@ -727,22 +698,22 @@ func benchLBClient(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 			return
 		}
-		if at >= *warmup {
-			res.Lat = append(res.Lat, int64(lat))
-			res.Poll = append(res.Poll, int64(poll))
-			res.Lag = append(res.Lag, int64(lag))
+		if at >= c.Warmup {
+			res.Lat = append(res.Lat, lat)
+			res.Poll = append(res.Poll, poll)
+			res.Lag = append(res.Lag, lag)
 		}
 	}
-	one := func(r lbRequest, in *lbInstance) {
+	one := func(r lbsim.Arrival, in *lbInstance) {
 		defer wg.Done()
 		t0 := time.Now()
-		lag := t0.Sub(start.Add(r.at))
-		req := &pb.CallRequest{Service: "work", Method: "work", Mode: pb.Mode(neptune.Read), Body: work.Encode(r.service)}
+		lag := t0.Sub(start.Add(r.At))
+		req := &pb.CallRequest{Service: "work", Method: "work", Mode: pb.Mode(neptune.Read), Body: work.Encode(r.Service)}
 		callCtx, cancelCall := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancelCall()
 		if proxied {
 			_, err := proxy.Call(callCtx, req)
-			record(r.at, lag, time.Since(t0), 0, err)
+			record(r.At, lag, time.Since(t0), 0, err)
 			return
 		}
 		in.mu.Lock()
@@ -776,14 +747,14 @@ func benchLBClient(ctx context.Context, args []string, stdout io.Writer) error {
 		in.outstanding[choice]--
 		in.pol.Done(time.Now(), choice, time.Since(sent))
 		in.mu.Unlock()
-		record(r.at, lag, time.Since(t0), poll, err)
+		record(r.At, lag, time.Since(t0), poll, err)
 	}
 	for _, r := range trace {
-		in, ok := insts[r.client]
+		in, ok := insts[r.Client]
 		if !ok {
 			continue
 		}
-		if d := time.Until(start.Add(r.at)); d > 0 {
+		if d := time.Until(start.Add(r.At)); d > 0 {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()

@@ -1,8 +1,7 @@
-package cli
+package lbbench
 
 import (
 	"context"
-	"errors"
 	"io"
 	"math"
 	"slices"
@@ -36,10 +35,10 @@ func TestLBTraceIsSeededAndHitsTheLoad(t *testing.T) {
 		}
 		var work time.Duration
 		for _, r := range a {
-			if r.client < 0 || r.client >= 16 || r.at >= d {
+			if r.Client < 0 || r.Client >= 16 || r.At >= d {
 				t.Fatalf("%s: bad request %+v", tc.workload, r)
 			}
-			work += r.service
+			work += r.Service
 		}
 		// Offered work over the trace, in servers, is load × capacity.
 		got := float64(work) / float64(d) / tc.capacity
@@ -57,25 +56,29 @@ func TestLBTraceScaleShrinksServiceAndInterarrival(t *testing.T) {
 		t.Fatalf("scale 0.5 over half the time: %d requests, want %d", len(half), len(full))
 	}
 	for i := range full {
-		ds, da := half[i].service*2-full[i].service, half[i].at*2-full[i].at
+		ds, da := half[i].Service*2-full[i].Service, half[i].At*2-full[i].At
 		if ds < -2 || ds > 2 || da < -time.Duration(2*(i+1)) || da > time.Duration(2*(i+1)) {
 			t.Fatalf("request %d: %+v at scale 0.5, %+v at 1", i, half[i], full[i])
 		}
 	}
 }
 
-func TestBenchLBRejectsBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"-workloads", "medium"},
-		{"-loads", "1.2"},
-		{"-servers", "1"},
-		{"-duration", "100ms", "-warmup", "1s"},
-		{"-scale", "0"},
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string]func(*Config){
+		"workload": func(c *Config) { c.Workloads = []string{"medium"} },
+		"load":     func(c *Config) { c.Loads = []float64{1.2} },
+		"nodes":    func(c *Config) { c.Nodes = 1 },
+		"warmup":   func(c *Config) { c.Duration, c.Warmup = 100*time.Millisecond, time.Second },
+		"scale":    func(c *Config) { c.Scale = 0 },
+		"section":  func(c *Config) { c.Sections = []string{"fig36"} },
 	} {
-		err := benchLB(context.Background(), args, io.Discard)
-		var ue usageError
-		if !errors.As(err, &ue) {
-			t.Errorf("%v: err = %v, want a usage error", args, err)
+		c := DefaultConfig()
+		edit(&c)
+		if err := Run(context.Background(), c, io.Discard); err == nil {
+			t.Errorf("%s: bad config accepted", name)
 		}
 	}
 }

@@ -1,14 +1,16 @@
-package cli
+// Package overhead is `neptune bench overhead`: what Neptune adds to a
+// call. A raw gRPC echo server in its own process is the baseline; a node
+// process hosting echo is called through neptune.Client with polling off,
+// with the paper's poll-3 and with the default policy, sequentially and
+// concurrently, in interleaved rounds.
+package overhead
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os/exec"
-	"slices"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,59 +18,45 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/balance"
-	"github.com/neptune-cluster/neptune/internal/localcluster"
-	"github.com/neptune-cluster/neptune/internal/replica/wal/walbench"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
+	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
-// benchmarks are the `neptune bench` verbs; each runs its contenders side
-// by side in one run and prints ratios.
-var benchmarks = map[string]func(context.Context, []string, io.Writer) error{
-	"overhead":    benchOverhead,
-	"lb":          benchLB,
-	"replication": benchReplication,
-	"wal":         walbench.Main,
-	"dac":         benchDAC,
-	"apps":        benchApps,
+// Config are the knobs of `neptune bench overhead`.
+type Config struct {
+	// Cell is the measuring time per contender per mode per round.
+	Cell time.Duration
+	// Rounds are interleaved.
+	Rounds int
+	// Payload is the request body in bytes.
+	Payload int
+	// Concurrency is the number of callers in the concurrent mode.
+	Concurrency int
 }
 
-// helperProcesses are hidden verbs the benchmarks re-execute the binary with.
-var helperProcesses = map[string]func(context.Context, []string, io.Writer) error{
-	"echo-server":  rawEchoServer,
-	"http-program": httpProgram,
-	"lb-client":    benchLBClient,
+// DefaultConfig is 3 rounds of 2 s cells of 1 KiB echoes, 64-way in the
+// concurrent mode.
+func DefaultConfig() Config {
+	return Config{Cell: 2 * time.Second, Rounds: 3, Payload: 1024, Concurrency: 64}
 }
 
-func benchNames() string {
-	names := make([]string, 0, len(benchmarks))
-	for n := range benchmarks {
-		names = append(names, n)
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	if c.Cell <= 0 || c.Rounds < 1 || c.Payload < 0 || c.Concurrency < 1 {
+		return errors.New("overhead: cell must be > 0, rounds and concurrency >= 1, payload >= 0")
 	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
+	return nil
 }
 
-func runBench(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return usagef("bench needs a name: %s", benchNames())
-	}
-	if run := benchmarks[args[0]]; run != nil {
-		return run(ctx, args[1:], stdout)
-	}
-	if run := helperProcesses[args[0]]; run != nil {
-		return run(ctx, args[1:], stdout)
-	}
-	return usagef("unknown benchmark %q (have: %s)", args[0], benchNames())
-}
+// EchoServerLine is what EchoServer prints when it is up, with its address.
+const EchoServerLine = "raw echo up: %s\n"
 
-// rawEchoServer is the baseline of `bench overhead`: a bare gRPC server
-// answering the same Call RPC with its request body, nothing else.
-func rawEchoServer(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlags("bench echo-server", "")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
+// EchoServer is the baseline, the hidden `neptune bench echo-server`: a
+// bare gRPC server answering the same Call RPC with its request body,
+// nothing else, until ctx ends.
+func EchoServer(ctx context.Context, stdout io.Writer) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -76,28 +64,8 @@ func rawEchoServer(ctx context.Context, args []string, stdout io.Writer) error {
 	s := grpc.NewServer(transport.ServerOptions()...) // same transport settings as a node
 	pb.RegisterNodeServer(s, rawEcho{})
 	go func() { <-ctx.Done(); s.Stop() }()
-	fmt.Fprintf(stdout, "raw echo up: %s\n", ln.Addr())
+	fmt.Fprintf(stdout, EchoServerLine, ln.Addr())
 	return s.Serve(ln)
-}
-
-// startHelper starts `neptune bench <args>` and returns the address it
-// announces with format, and a function that kills it.
-func startHelper(ctx context.Context, exe, format string, args ...string) (string, func(), error) {
-	cmd := exec.CommandContext(ctx, exe, append([]string{"bench"}, args...)...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return "", nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
-	var addr string
-	if _, err := fmt.Fscanf(out, format, &addr); err != nil {
-		stop()
-		return "", nil, fmt.Errorf("bench: helper %s did not start: %w", args[0], err)
-	}
-	return addr, stop, nil
 }
 
 type rawEcho struct{ pb.UnimplementedNodeServer }
@@ -106,31 +74,19 @@ func (rawEcho) Call(_ context.Context, in *pb.CallRequest) (*pb.CallResponse, er
 	return &pb.CallResponse{Body: in.Body}, nil
 }
 
-// contender is one way of making an echo call.
-type contender struct {
-	name string
-	call func(ctx context.Context, body []byte) error
-}
-
-func benchOverhead(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlags("bench overhead", "[-cell 2s] [-rounds 3] [-payload 1024] [-concurrency 64]")
-	var (
-		cell        = fs.Duration("cell", 2*time.Second, "measuring time per contender per mode per round")
-		rounds      = fs.Int("rounds", 3, "interleaved rounds")
-		payload     = fs.Int("payload", 1024, "request body bytes")
-		concurrency = fs.Int("concurrency", 64, "callers in the concurrent mode")
-	)
-	if err := parse(fs, args); err != nil {
+// Run is `neptune bench overhead`.
+func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	exe, dir, cleanup, err := scratch("neptune-bench-")
+	exe, dir, cleanup, err := bench.Scratch("neptune-bench-")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
 
 	// The baseline: a raw gRPC echo server in its own process.
-	rawAddr, stopRaw, err := startHelper(ctx, exe, "raw echo up: %s\n", "echo-server")
+	rawAddr, stopRaw, err := bench.StartHelper(ctx, exe, EchoServerLine, "echo-server")
 	if err != nil {
 		return err
 	}
@@ -159,7 +115,7 @@ func benchOverhead(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return nil, err
 		}
-		return c, waitMembers(ctx, c, 1, 10*time.Second)
+		return c, localcluster.WaitMembers(ctx, c, 1, 10*time.Second)
 	}
 	clients := map[string]*neptune.Client{}
 	for _, policy := range []string{balance.NameRandom, balance.NamePolling, balance.DefaultConfig().Policy} {
@@ -180,35 +136,35 @@ func benchOverhead(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 	}
-	contenders := []contender{
-		{"raw gRPC", func(ctx context.Context, b []byte) error {
+	contenders := []bench.Contender{
+		{Name: "raw gRPC", Call: func(ctx context.Context, b []byte) error {
 			_, err := rawClient.Call(ctx, &pb.CallRequest{Service: "echo", Method: "echo", Body: b})
 			return err
 		}},
-		{"neptune, polling off", viaNeptune(clients[balance.NameRandom])},
-		{"neptune, poll-3 (paper)", viaNeptune(clients[balance.NamePolling])},
+		{Name: "neptune, polling off", Call: viaNeptune(clients[balance.NameRandom])},
+		{Name: "neptune, poll-3 (paper)", Call: viaNeptune(clients[balance.NamePolling])},
 	}
 	if def := balance.DefaultConfig().Policy; def != balance.NamePolling {
-		contenders = append(contenders, contender{"neptune, default (" + def + ")", viaNeptune(clients[def])})
+		contenders = append(contenders, bench.Contender{Name: "neptune, default (" + def + ")", Call: viaNeptune(clients[def])})
 	}
-	body := make([]byte, *payload)
-	modes := []int{1, *concurrency}
-	results := map[string]*cellResult{}
+	body := make([]byte, cfg.Payload)
+	modes := []int{1, cfg.Concurrency}
+	results := map[string]*bench.Cell{}
 	var peakRSS atomic.Int64
-	fmt.Fprintf(stdout, "bench overhead: %d B echo, %d interleaved rounds of %v per cell, sequential and %d-way concurrent\n", *payload, *rounds, *cell, *concurrency)
-	for r := range *rounds {
+	fmt.Fprintf(stdout, "bench overhead: %d B echo, %d interleaved rounds of %v per cell, sequential and %d-way concurrent\n", cfg.Payload, cfg.Rounds, cfg.Cell, cfg.Concurrency)
+	for r := range cfg.Rounds {
 		for _, conc := range modes {
 			for _, c := range contenders {
-				key := fmt.Sprintf("%s|%d", c.name, conc)
+				key := fmt.Sprintf("%s|%d", c.Name, conc)
 				if results[key] == nil {
-					results[key] = &cellResult{}
+					results[key] = &bench.Cell{}
 				}
 				stop := make(chan struct{})
 				go sampleRSS(node.PID(), &peakRSS, stop)
-				err := runCell(ctx, c.call, body, conc, *cell, results[key])
+				err := bench.RunCell(ctx, c.Call, body, conc, cfg.Cell, results[key])
 				close(stop)
 				if err != nil {
-					return fmt.Errorf("bench: %s (round %d): %w", c.name, r+1, err)
+					return fmt.Errorf("bench: %s (round %d): %w", c.Name, r+1, err)
 				}
 			}
 		}
@@ -216,14 +172,16 @@ func benchOverhead(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "\n%-30s %5s %10s %9s %9s %9s %8s %8s\n", "contender", "conc", "calls/s", "mean", "p50", "p99", "lat×raw", "tput×raw")
 	for _, conc := range modes {
 		base := results["raw gRPC|"+fmt.Sprint(conc)]
+		baseLat := base.Latency()
 		for _, c := range contenders {
-			res := results[fmt.Sprintf("%s|%d", c.name, conc)]
-			fmt.Fprintf(stdout, "%-30s %5d %10.0f %9s %9s %9s %8.2f %8.2f\n", c.name, conc, res.rate(), res.mean(), res.pct(0.5), res.pct(0.99),
-				float64(res.mean())/float64(base.mean()), res.rate()/base.rate())
+			res := results[fmt.Sprintf("%s|%d", c.Name, conc)]
+			lat := res.Latency()
+			fmt.Fprintf(stdout, "%-30s %5d %10.0f %9s %9s %9s %8.2f %8.2f\n", c.Name, conc, res.Rate(), lat.Mean, lat.Fmt(lat.P50), lat.Fmt(lat.P99),
+				float64(lat.Mean)/float64(baseLat.Mean), res.Rate()/base.Rate())
 		}
 	}
-	seqPoll, seqDirect := results["neptune, poll-3 (paper)|1"], results["neptune, polling off|1"]
-	fmt.Fprintf(stdout, "\npolling cost (sequential, poll-3 on every call): %v per call (mean with polling − mean without)\n", seqPoll.mean()-seqDirect.mean())
+	seqPoll, seqDirect := results["neptune, poll-3 (paper)|1"].Latency(), results["neptune, polling off|1"].Latency()
+	fmt.Fprintf(stdout, "\npolling cost (sequential, poll-3 on every call): %v per call (mean with polling − mean without)\n", seqPoll.Mean-seqDirect.Mean)
 	fmt.Fprintf(stdout, "node resident memory: idle %.1f MiB, peak under load %.1f MiB\n", float64(idleRSS)/(1<<20), float64(peakRSS.Load())/(1<<20))
 	return nil
 }
@@ -239,69 +197,4 @@ func sampleRSS(pid int, peak *atomic.Int64, stop <-chan struct{}) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// cellResult accumulates one contender's calls in one mode over rounds.
-type cellResult struct {
-	mu      sync.Mutex
-	lats    []time.Duration
-	elapsed time.Duration
-}
-
-func (c *cellResult) rate() float64 { return float64(len(c.lats)) / c.elapsed.Seconds() }
-
-func (c *cellResult) mean() time.Duration {
-	var sum time.Duration
-	for _, l := range c.lats {
-		sum += l
-	}
-	return sum / time.Duration(max(len(c.lats), 1))
-}
-
-func (c *cellResult) pct(q float64) string {
-	s := slices.Clone(c.lats)
-	slices.Sort(s)
-	return pct(s, q)
-}
-
-// runCell drives conc callers for d and appends their latencies to res.
-func runCell(ctx context.Context, call func(context.Context, []byte) error, body []byte, conc int, d time.Duration, res *cellResult) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	var wg sync.WaitGroup
-	var firstErr error
-	var once sync.Once
-	start := time.Now()
-	end := start.Add(d)
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var local []time.Duration
-			for ctx.Err() == nil {
-				t0 := time.Now()
-				err := call(ctx, body)
-				// The server's copy of the deadline can fire a moment
-				// before ours: an error at the very end is the cell ending.
-				if ctx.Err() != nil || (err != nil && time.Until(end) < 10*time.Millisecond) {
-					break
-				}
-				if err != nil {
-					once.Do(func() { firstErr = err })
-					cancel()
-					break
-				}
-				local = append(local, time.Since(t0))
-			}
-			res.mu.Lock()
-			res.lats = append(res.lats, local...)
-			res.mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	res.elapsed += time.Since(start)
-	if firstErr != nil && !strings.Contains(firstErr.Error(), "context") {
-		return firstErr
-	}
-	return nil
 }

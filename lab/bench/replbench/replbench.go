@@ -1,7 +1,11 @@
-package cli
+// Package replbench is `neptune bench replication`: dissertation §5.4
+// (Figs 5.1-5.4) at laptop scale on the kv service, in-process nodes for
+// the throughput sweeps and node processes for the failure timelines.
+package replbench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,57 +20,79 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/kv"
-	"github.com/neptune-cluster/neptune/internal/localcluster"
+	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
+	"github.com/neptune-cluster/neptune/lab/report"
 )
 
-// benchReplication reproduces dissertation §5.4 at laptop scale on the kv
-// service: throughput versus replication degree for levels 1-3 at 10 % and
-// 50 % writes (Fig 5.1, in-process nodes), and a throughput timeline
-// through a primary SIGKILL and restart of real node processes, with the
-// failover time and the disk and memory sampled during a sustained write
-// load, and a timeline through three node kills and restarts (Fig 5.4).
-func benchReplication(ctx context.Context, args []string, stdout io.Writer) error {
-	fset := newFlags("bench replication", "[flags]")
-	var (
-		out      = fset.String("out", "out", "directory for CSV and SVG outputs")
-		cell     = fset.Duration("cell", 2*time.Second, "measuring time per Fig 5.1 cell")
-		clients  = fset.Int("clients", 16, "closed-loop client goroutines")
-		degrees  = fset.String("degrees", "1-4", "replication degrees (of 4 nodes)")
-		levels   = fset.String("levels", "1-3", "consistency levels")
-		failover = fset.Bool("failover", true, "run the failover timeline with node processes")
-		fig51    = fset.Bool("fig51", true, "run the throughput-versus-degree sweep")
-		sustain  = fset.Duration("sustain", 20*time.Second, "write load after the failover, before measuring disk and memory")
-		sample   = fset.Duration("sample", 5*time.Second, "disk and memory sampling period during -sustain")
-		rounds   = fset.Int("rounds", 3, "interleaved rounds of Fig 5.1 cells, pooled")
-		fig54    = fset.Bool("fig54", false, "run Fig 5.4: throughput through three node kills and restarts")
-		phase    = fset.Duration("phase", 10*time.Second, "Fig 5.4 time between a kill, its restart and the next kill")
-		fig52    = fset.Bool("fig52", false, "run Fig 5.2/5.3: Zipf-skewed load by degree and by level")
-		parts    = fset.Int("partitions", 16, "Fig 5.2/5.3 partitions (imbalance factors 1/partitions to 1)")
-	)
-	if err := parse(fset, args); err != nil {
-		return err
+// Sections are the parts of `neptune bench replication`, in the order
+// they run: fig51 (throughput vs degree), fig52 (Figs 5.2/5.3, Zipf-skewed
+// load), failover (a primary's SIGKILL and restart, then disk and memory
+// under sustained writes) and fig54 (three kills and restarts).
+var Sections = []string{"fig51", "fig52", "failover", "fig54"}
+
+// Config are the knobs of `neptune bench replication`.
+type Config struct {
+	// Sections lists the parts to run, of Sections.
+	Sections []string
+	// Out is the directory for CSV and SVG outputs (it must exist).
+	Out string
+	// Cell is the measuring time per Fig 5.1-5.3 cell.
+	Cell time.Duration
+	// Clients are closed-loop client goroutines.
+	Clients int
+	// Degrees (of 4 nodes) and Levels of Fig 5.1.
+	Degrees, Levels []int
+	// Sustain is the write load after the failover, before measuring disk
+	// and memory, sampled every Sample.
+	Sustain, Sample time.Duration
+	// Rounds of Fig 5.1-5.3 cells are interleaved and pooled.
+	Rounds int
+	// Phase is Fig 5.4's time between a kill, its restart and the next
+	// kill.
+	Phase time.Duration
+	// Partitions of Figs 5.2/5.3 (imbalance factors 1/Partitions to 1).
+	Partitions int
+}
+
+// DefaultConfig runs Fig 5.1 and the failover timeline.
+func DefaultConfig() Config {
+	return Config{Sections: []string{"fig51", "failover"}, Out: "out", Cell: 2 * time.Second, Clients: 16,
+		Degrees: []int{1, 2, 3, 4}, Levels: []int{1, 2, 3}, Sustain: 20 * time.Second, Sample: 5 * time.Second,
+		Rounds: 3, Phase: 10 * time.Second, Partitions: 16}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	for _, s := range c.Sections {
+		if !slices.Contains(Sections, s) {
+			return fmt.Errorf("replbench: unknown section %q (want %v)", s, Sections)
+		}
 	}
-	if *rounds < 1 {
-		return usagef("-rounds must be at least 1")
+	switch {
+	case c.Rounds < 1:
+		return errors.New("replbench: rounds must be at least 1")
+	case c.Sample <= 0:
+		return errors.New("replbench: sample must be positive")
+	case c.Partitions < 2:
+		return errors.New("replbench: partitions must be at least 2")
+	case c.Phase <= 0:
+		return errors.New("replbench: phase must be positive")
+	case len(c.Degrees) == 0 || len(c.Levels) == 0:
+		return errors.New("replbench: degrees and levels must not be empty")
 	}
-	if *sample <= 0 {
-		return usagef("-sample must be positive")
-	}
-	if *parts < 2 {
-		return usagef("-partitions must be at least 2")
-	}
-	if *phase <= 0 {
-		return usagef("-phase must be positive")
-	}
-	degs, err := ParsePartitions(*degrees)
-	if err != nil {
-		return usagef("-degrees: %v", err)
-	}
-	levs, err := ParsePartitions(*levels)
-	if err != nil {
-		return usagef("-levels: %v", err)
-	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	return nil
+}
+
+// Run is `neptune bench replication`: dissertation §5.4 at laptop scale on
+// the kv service: throughput versus replication degree for levels 1-3 at
+// 10 % and 50 % writes (Fig 5.1, in-process nodes), and a throughput
+// timeline through a primary SIGKILL and restart of real node processes,
+// with the failover time and the disk and memory sampled during a
+// sustained write load, and a timeline through three node kills and
+// restarts (Fig 5.4).
+func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	tmp, err := os.MkdirTemp("", "neptune-bench-repl-")
@@ -74,23 +100,24 @@ func benchReplication(ctx context.Context, args []string, stdout io.Writer) erro
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if *fig51 {
-		if err := benchReplThroughput(ctx, stdout, *out, tmp, degs, levs, *clients, *cell, *rounds); err != nil {
+	run := func(s string) bool { return slices.Contains(cfg.Sections, s) }
+	if run("fig51") {
+		if err := benchReplThroughput(ctx, stdout, cfg.Out, tmp, cfg.Degrees, cfg.Levels, cfg.Clients, cfg.Cell, cfg.Rounds); err != nil {
 			return err
 		}
 	}
-	if *fig52 {
-		if err := benchReplSkew(ctx, stdout, *out, tmp, *parts, *clients, *cell, *rounds); err != nil {
+	if run("fig52") {
+		if err := benchReplSkew(ctx, stdout, cfg.Out, tmp, cfg.Partitions, cfg.Clients, cfg.Cell, cfg.Rounds); err != nil {
 			return err
 		}
 	}
-	if *failover {
-		if err := benchReplFailover(ctx, stdout, *out, tmp, *sustain, *sample); err != nil {
+	if run("failover") {
+		if err := benchReplFailover(ctx, stdout, cfg.Out, tmp, cfg.Sustain, cfg.Sample); err != nil {
 			return err
 		}
 	}
-	if *fig54 {
-		return benchReplFailures(ctx, stdout, *out, tmp, *clients, *phase)
+	if run("fig54") {
+		return benchReplFailures(ctx, stdout, cfg.Out, tmp, cfg.Clients, cfg.Phase)
 	}
 	return nil
 }
@@ -108,7 +135,7 @@ type fig51Cell struct{ pct, level, degree int }
 func benchReplThroughput(ctx context.Context, stdout io.Writer, out, tmp string, degs, levs []int, clients int, cell time.Duration, rounds int) error {
 	fmt.Fprintf(stdout, "Fig 5.1: kv throughput (ops/s) vs replication degree; 4 in-process nodes, 4 partitions, %d clients, %v per cell, %d interleaved rounds\n", clients, cell, rounds)
 	samples := map[fig51Cell][]float64{}
-	csv := "round,level,write_pct,degree,ops_per_s\n"
+	csv := report.NewTable("round", "level", "write_pct", "degree", "ops_per_s")
 	for r := range rounds {
 		order := slices.Clone(levs)
 		if r%2 == 1 {
@@ -123,23 +150,23 @@ func benchReplThroughput(ctx context.Context, stdout io.Writer, out, tmp string,
 					}
 					k := fig51Cell{pct, lv, d}
 					samples[k] = append(samples[k], ops)
-					csv += fmt.Sprintf("%d,%d,%d,%d,%.1f\n", r, lv, pct, d, ops)
+					csv.Addf("%d,%d,%d,%d,%.1f", r, lv, pct, d, ops)
 				}
 			}
 		}
 		fmt.Fprintf(stdout, "round %d of %d done\n", r+1, rounds)
 	}
 	fmt.Fprintln(stdout, "mean ± sd over rounds (ops/s)")
-	fmt.Fprintln(stdout, "level  writes  "+strings.Join(mapInts(degs, func(d int) string { return fmt.Sprintf("deg%-12d", d) }), ""))
-	var lines []chartLine
+	fmt.Fprintln(stdout, "level  writes  "+bench.Columns("deg%-12d", degs))
+	var lines []report.Series
 	for _, pct := range []int{10, 50} {
 		for _, lv := range levs {
 			row := fmt.Sprintf("%-6d %-7s ", lv, fmt.Sprintf("%d%%", pct))
-			s := chartLine{name: fmt.Sprintf("level %d, %d%% writes", lv, pct)}
+			s := report.Series{Name: fmt.Sprintf("level %d, %d%% writes", lv, pct)}
 			for _, d := range degs {
-				m, sd := meanSD(samples[fig51Cell{pct, lv, d}])
+				m, sd := report.MeanSD(samples[fig51Cell{pct, lv, d}])
 				row += fmt.Sprintf("%-15s", fmt.Sprintf("%.0f±%.0f", m, sd))
-				s.x, s.y = append(s.x, float64(d)), append(s.y, m)
+				s.Add(float64(d), m)
 			}
 			fmt.Fprintln(stdout, row)
 			lines = append(lines, s)
@@ -151,17 +178,13 @@ func benchReplThroughput(ctx context.Context, stdout io.Writer, out, tmp string,
 		for _, pct := range []int{10, 50} {
 			for _, d := range degs {
 				l2, l3 := samples[fig51Cell{pct, 2, d}], samples[fig51Cell{pct, 3, d}]
-				m2, _ := meanSD(l2)
-				m3, _ := meanSD(l3)
+				m2, _ := report.MeanSD(l2)
+				m3, _ := report.MeanSD(l3)
 				var pairs []float64
 				for i := range l2 {
 					pairs = append(pairs, l3[i]/l2[i])
 				}
-				verdict := "PASS"
-				if m3/m2 < 0.90 {
-					verdict = "FAIL"
-				}
-				fmt.Fprintf(stdout, "  %d%% writes deg%d: %.2f (%.2f-%.2f) %s\n", pct, d, m3/m2, slices.Min(pairs), slices.Max(pairs), verdict)
+				fmt.Fprintf(stdout, "  %d%% writes deg%d: %.2f (%.2f-%.2f) %s\n", pct, d, m3/m2, slices.Min(pairs), slices.Max(pairs), report.Verdict(m3/m2 >= 0.90))
 				for _, x := range pairs {
 					logs = append(logs, math.Log(x))
 				}
@@ -169,43 +192,14 @@ func benchReplThroughput(ctx context.Context, stdout io.Writer, out, tmp string,
 		}
 		// Pool every adjacent pair: the per-cell noise on this shared
 		// machine is larger than the effect, the pooled estimate is not.
-		m, sd := meanSD(logs)
+		m, sd := report.MeanSD(logs)
 		half := 2 * sd / math.Sqrt(float64(len(logs)))
-		verdict := "PASS"
-		if math.Exp(m) < 0.90 {
-			verdict = "FAIL"
-		}
-		fmt.Fprintf(stdout, "  all %d pairs pooled: geometric mean %.2f (approx. 95%% interval %.2f-%.2f) %s\n", len(logs), math.Exp(m), math.Exp(m-half), math.Exp(m+half), verdict)
+		fmt.Fprintf(stdout, "  all %d pairs pooled: geometric mean %.2f (approx. 95%% interval %.2f-%.2f) %s\n", len(logs), math.Exp(m), math.Exp(m-half), math.Exp(m+half), report.Verdict(math.Exp(m) >= 0.90))
 	}
-	if err := os.WriteFile(filepath.Join(out, "replication-fig51.csv"), []byte(csv), 0o644); err != nil {
+	if err := csv.Save(filepath.Join(out, "replication-fig51.csv")); err != nil {
 		return err
 	}
-	return saveChart(filepath.Join(out, "replication-fig51.svg"), "kv throughput vs replication degree (mean of rounds)", "degree", "ops/s", lines)
-}
-
-func meanSD(xs []float64) (mean, sd float64) {
-	if len(xs) == 0 {
-		return 0, 0
-	}
-	for _, x := range xs {
-		mean += x
-	}
-	mean /= float64(len(xs))
-	if len(xs) < 2 {
-		return mean, 0
-	}
-	for _, x := range xs {
-		sd += (x - mean) * (x - mean)
-	}
-	return mean, math.Sqrt(sd / float64(len(xs)-1))
-}
-
-func mapInts(xs []int, f func(int) string) []string {
-	out := make([]string, len(xs))
-	for i, x := range xs {
-		out[i] = f(x)
-	}
-	return out
+	return report.Chart{Title: "kv throughput vs replication degree (mean of rounds)", XLabel: "degree", YLabel: "ops/s", Series: lines}.Save(filepath.Join(out, "replication-fig51.svg"))
 }
 
 // replCell runs one closed-loop measurement on a fresh 4-node cluster with
@@ -254,22 +248,10 @@ func replCell(ctx context.Context, dir string, level, degree int, writeFrac floa
 	}
 	c := nodes[0].Client()
 	// Ready once every partition takes a write.
-	deadline := time.Now().Add(15 * time.Second)
-	for p := range parts {
-		for {
-			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			_, err := c.Call(cctx, nil, "kv", p, "put", neptune.Write, []byte("warm=1"))
-			cancel()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("partition %d not writable: %w", p, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+	if err := localcluster.WaitWritable(ctx, c, "kv", parts, "put", []byte("warm=1"), 15*time.Second); err != nil {
+		return 0, err
 	}
-	return closedLoop(ctx, c, clients, dur, 7, func(cctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error {
+	return bench.ClosedLoop(ctx, c, clients, dur, 7, func(cctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error {
 		p, _ := slices.BinarySearch(cum, rng.Float64()*sum)
 		p = min(p, parts-1)
 		if rng.Float64() < writeFrac {
@@ -307,7 +289,7 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 		}
 		// pprof on the metrics port lets a memory problem be profiled live.
 		maddr := fmt.Sprintf("127.0.0.1:%d", port)
-		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfg, "-data-dir", filepath.Join(dir, id), "-metrics", maddr, "-pprof"}})
+		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"--config", cfg, "--data-dir", filepath.Join(dir, id), "--metrics", maddr, "--pprof"}})
 		if err != nil {
 			return err
 		}
@@ -319,18 +301,9 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 		return err
 	}
 	defer c.Close()
-	primary := ""
-	for deadline := time.Now().Add(15 * time.Second); primary == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		for _, p := range c.Partitions() {
-			for _, r := range p.Replicas {
-				if p.Partition == 0 && r.Role == "primary" {
-					primary = r.Node
-				}
-			}
-		}
-	}
-	if primary == "" {
-		return fmt.Errorf("no primary for partition 0 after 15s")
+	primary, err := localcluster.Primary(ctx, c, "kv", 0, 15*time.Second)
+	if err != nil {
+		return err
 	}
 	victim := nodes[slices.IndexFunc(nodes, func(n *localcluster.Node) bool { return n.Spec.ID == primary })]
 
@@ -363,17 +336,17 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 		}()
 	}
 	start := time.Now()
-	sleepCtx(ctx, 3*time.Second)
+	bench.Sleep(ctx, 3*time.Second)
 	killed := time.Now()
 	if err := victim.Kill(); err != nil {
 		return err
 	}
-	sleepCtx(ctx, 3*time.Second)
+	bench.Sleep(ctx, 3*time.Second)
 	restarted := time.Now()
 	if err := cl.Restart(ctx, victim); err != nil {
 		return err
 	}
-	sleepCtx(ctx, 4*time.Second)
+	bench.Sleep(ctx, 4*time.Second)
 	timelineEnd := time.Now()
 	mu.Lock()
 	tl := slices.Clone(acks)
@@ -388,49 +361,43 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 		}
 	}
 	const bucket = 250 * time.Millisecond
-	nb := int(timelineEnd.Sub(start)/bucket) + 1
-	counts := make([][2]int, nb)
+	counts := report.NewTimeline(bucket, int(timelineEnd.Sub(start)/bucket)+1, 2)
 	for _, a := range tl {
-		if b := int(a.at.Sub(start) / bucket); b >= 0 && b < nb {
-			counts[b][a.p]++
-		}
+		counts.Add(a.at.Sub(start), a.p, 1)
 	}
-	csv := "t_s,p0_ops_per_s,p1_ops_per_s\n"
-	var s0, s1 chartLine
-	s0.name, s1.name = "partition 0 (primary killed)", "partition 1"
-	for b, cnt := range counts {
-		t := float64(b) * bucket.Seconds()
-		csv += fmt.Sprintf("%.2f,%.0f,%.0f\n", t, float64(cnt[0])/bucket.Seconds(), float64(cnt[1])/bucket.Seconds())
-		s0.x, s0.y = append(s0.x, t), append(s0.y, float64(cnt[0])/bucket.Seconds())
-		s1.x, s1.y = append(s1.x, t), append(s1.y, float64(cnt[1])/bucket.Seconds())
+	csv := report.NewTable("t_s", "p0_ops_per_s", "p1_ops_per_s")
+	s0, s1 := report.Series{Name: "partition 0 (primary killed)"}, report.Series{Name: "partition 1"}
+	for b := range counts.Len() {
+		t := counts.Start(b)
+		csv.Addf("%.2f,%.0f,%.0f", t, counts.Rate(b, 0), counts.Rate(b, 1))
+		s0.Add(t, counts.Rate(b, 0))
+		s1.Add(t, counts.Rate(b, 1))
 	}
 	fmt.Fprintf(stdout, "\nFailover timeline: 3 node processes, level 2, degree 3, 4 writers; primary %s of partition 0 SIGKILLed at %.1fs, restarted at %.1fs\n",
 		primary, killed.Sub(start).Seconds(), restarted.Sub(start).Seconds())
 	fmt.Fprintf(stdout, "failover (kill -> first acknowledged write on partition 0): %v\n", failover.Round(time.Millisecond))
 	fmt.Fprintln(stdout, "t(s)   p0 ops/s  p1 ops/s")
-	for b, cnt := range counts {
-		if b%2 == 0 {
-			fmt.Fprintf(stdout, "%-6.2f %-9.0f %-9.0f\n", float64(b)*bucket.Seconds(), float64(cnt[0])/bucket.Seconds(), float64(cnt[1])/bucket.Seconds())
-		}
+	for b := 0; b < counts.Len(); b += 2 {
+		fmt.Fprintf(stdout, "%-6.2f %-9.0f %-9.0f\n", counts.Start(b), counts.Rate(b, 0), counts.Rate(b, 1))
 	}
-	if err := os.WriteFile(filepath.Join(out, "replication-failover.csv"), []byte(csv), 0o644); err != nil {
+	if err := csv.Save(filepath.Join(out, "replication-failover.csv")); err != nil {
 		return err
 	}
-	if err := saveChart(filepath.Join(out, "replication-failover.svg"), "writes through a primary kill (t=3s) and restart (t=6s)", "time (s)", "acknowledged writes/s", []chartLine{s0, s1}); err != nil {
+	if err := (report.Chart{Title: "writes through a primary kill (t=3s) and restart (t=6s)", XLabel: "time (s)", YLabel: "acknowledged writes/s", Series: []report.Series{s0, s1}}).Save(filepath.Join(out, "replication-failover.svg")); err != nil {
 		return err
 	}
 
 	// Sustained load: the log is truncated, so disk stays bounded. Sample
 	// every node's write-log bytes and RSS over time to show the plateau.
 	fmt.Fprintf(stdout, "\nSustained write load for %v (keys cycle through 500 per writer), sampled every %v:\n", sustain, sample)
-	fmt.Fprintln(stdout, "t(s)   writes/s  "+strings.Join(mapInts([]int{1, 2, 3}, func(i int) string { return fmt.Sprintf("r%d wal/store/rss      ", i) }), ""))
+	fmt.Fprintln(stdout, "t(s)   writes/s  "+bench.Columns("r%d wal/store/rss      ", []int{1, 2, 3}))
 	mu.Lock()
 	n0 := len(acks)
 	mu.Unlock()
 	sustStart := time.Now()
 	prevN, prevT := n0, sustStart
 	for t := sample; t <= sustain && ctx.Err() == nil; t += sample {
-		sleepCtx(ctx, time.Until(sustStart.Add(t)))
+		bench.Sleep(ctx, time.Until(sustStart.Add(t)))
 		mu.Lock()
 		n := len(acks)
 		mu.Unlock()
@@ -453,13 +420,6 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 	el := time.Since(sustStart)
 	fmt.Fprintf(stdout, "%d writes acknowledged in %v (%.0f/s)\n", writes, el.Round(time.Second), float64(writes)/el.Seconds())
 	return ctx.Err()
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }
 
 // replDisk returns per node the bytes of its write logs and of its
@@ -523,7 +483,7 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 	defer cl.Close()
 	var nodes []*localcluster.Node
 	for _, id := range ids {
-		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfg, "-data-dir", filepath.Join(dir, id)}})
+		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"--config", cfg, "--data-dir", filepath.Join(dir, id)}})
 		if err != nil {
 			return err
 		}
@@ -534,20 +494,8 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 		return err
 	}
 	defer c.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for p := range parts {
-		for {
-			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			_, err := c.Call(cctx, nil, "kv", p, "put", neptune.Write, []byte("warm=1"))
-			cancel()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return fmt.Errorf("partition %d not writable: %w", p, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+	if err := localcluster.WaitWritable(ctx, c, "kv", parts, "put", []byte("warm=1"), 20*time.Second); err != nil {
+		return err
 	}
 
 	type op struct {
@@ -595,18 +543,18 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 	}
 	start := time.Now()
 	events := []event{{"steady", 0}}
-	sleepCtx(ctx, phase)
+	bench.Sleep(ctx, phase)
 	for _, v := range nodes[:3] {
 		events = append(events, event{v.Spec.ID + " killed", time.Since(start)})
 		if err := v.Kill(); err != nil {
 			return err
 		}
-		sleepCtx(ctx, phase)
+		bench.Sleep(ctx, phase)
 		events = append(events, event{v.Spec.ID + " restarted", time.Since(start)})
 		if err := cl.Restart(ctx, v); err != nil {
 			return err
 		}
-		sleepCtx(ctx, time.Until(start.Add(phase*time.Duration(len(events)))))
+		bench.Sleep(ctx, time.Until(start.Add(phase*time.Duration(len(events)))))
 	}
 	end := time.Since(start)
 	stopClients()
@@ -615,9 +563,7 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 		return err
 	}
 
-	const bucket = time.Second
-	nb := int(end / bucket)
-	okN, errN := make([]float64, nb), make([]float64, nb)
+	perSecond := report.NewTimeline(time.Second, int(end/time.Second), 2) // ok, errors
 	type phaseStat struct {
 		ok, errs int
 		gap      time.Duration
@@ -640,12 +586,10 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 			continue
 		}
 		ph := phaseOf(t)
-		if b := int(t / bucket); b < nb {
-			if o.ok {
-				okN[b]++
-			} else {
-				errN[b]++
-			}
+		if o.ok {
+			perSecond.Add(t, 0, 1)
+		} else {
+			perSecond.Add(t, 1, 1)
 		}
 		if !o.ok {
 			stats[ph].errs++
@@ -660,19 +604,19 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 			lastAck[o.p] = t
 		}
 	}
-	csv := "t_s,ok_ops_per_s,errors_per_s\n"
-	sOK := chartLine{name: "acknowledged ops/s"}
-	sErr := chartLine{name: "errors/s"}
-	for b := range nb {
-		t := float64(b) * bucket.Seconds()
-		csv += fmt.Sprintf("%.0f,%.0f,%.0f\n", t, okN[b], errN[b])
-		sOK.x, sOK.y = append(sOK.x, t), append(sOK.y, okN[b])
-		sErr.x, sErr.y = append(sErr.x, t), append(sErr.y, errN[b])
+	csv := report.NewTable("t_s", "ok_ops_per_s", "errors_per_s")
+	sOK := report.Series{Name: "acknowledged ops/s"}
+	sErr := report.Series{Name: "errors/s"}
+	for b := range perSecond.Len() {
+		t := perSecond.Start(b)
+		csv.Addf("%.0f,%.0f,%.0f", t, perSecond.Sum(b, 0), perSecond.Sum(b, 1))
+		sOK.Add(t, perSecond.Sum(b, 0))
+		sErr.Add(t, perSecond.Sum(b, 1))
 	}
 	fmt.Fprintf(stdout, "\nFig 5.4: 5 node processes, kv partitions 0-%d, level 2, degree 3, %d closed-loop clients (10%% writes, 2 s call timeout); r1, r2, r3 SIGKILLed and restarted in turn, %v apart\n", parts-1, clients, phase)
 	fmt.Fprintln(stdout, "t(s)  ok/s   err/s")
-	for b := range nb {
-		fmt.Fprintf(stdout, "%-5d %-6.0f %-6.0f\n", b, okN[b], errN[b])
+	for b := range perSecond.Len() {
+		fmt.Fprintf(stdout, "%-5d %-6.0f %-6.0f\n", b, perSecond.Sum(b, 0), perSecond.Sum(b, 1))
 	}
 	base := float64(stats[0].ok) / events[1].at.Seconds()
 	fmt.Fprintln(stdout, "phase           from(s)  ok ops/s  vs steady  errors  longest write-ack gap on a partition")
@@ -687,14 +631,14 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 	var rss []string
 	for _, n := range nodes {
 		b, _ := localcluster.RSS(n.PID())
-		rss = append(rss, n.Spec.ID+" "+mib(b))
+		rss = append(rss, n.Spec.ID+" "+bench.MiB(b))
 	}
 	fmt.Fprintf(stdout, "RSS at the end: %s\n", strings.Join(rss, ", "))
-	if err := os.WriteFile(filepath.Join(out, "replication-fig54.csv"), []byte(csv), 0o644); err != nil {
+	if err := csv.Save(filepath.Join(out, "replication-fig54.csv")); err != nil {
 		return err
 	}
-	return saveChart(filepath.Join(out, "replication-fig54.svg"),
-		fmt.Sprintf("kv through 3 kills+restarts (r1,r2,r3; every %v)", phase), "time (s)", "per second", []chartLine{sOK, sErr})
+	return report.Chart{Title: fmt.Sprintf("kv through 3 kills+restarts (r1,r2,r3; every %v)", phase), XLabel: "time (s)", YLabel: "per second",
+		Series: []report.Series{sOK, sErr}}.Save(filepath.Join(out, "replication-fig54.svg"))
 }
 
 // ---- Fig 5.2 and 5.3: Zipf-skewed load ----
@@ -749,7 +693,7 @@ func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts
 	factors = append(factors, 1)
 	fmt.Fprintf(stdout, "\nFig 5.2/5.3: kv throughput (ops/s) under Zipf-skewed load; 4 in-process nodes, %d partitions, 10%% writes, %d clients, %v per cell, %d interleaved rounds\n", parts, clients, cell, rounds)
 	samples := map[[2]int][]float64{} // (cfg index, factor index)
-	csv := "round,level,degree,imbalance,ops_per_s\n"
+	csv := report.NewTable("round", "level", "degree", "imbalance", "ops_per_s")
 	for r := range rounds {
 		for fi, f := range factors {
 			order := slices.Clone(cfgs)
@@ -763,7 +707,7 @@ func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts
 					return fmt.Errorf("level %d degree %d imbalance %.3f: %w", c.level, c.degree, f, err)
 				}
 				samples[[2]int{ci, fi}] = append(samples[[2]int{ci, fi}], ops)
-				csv += fmt.Sprintf("%d,%d,%d,%.4f,%.1f\n", r, c.level, c.degree, f, ops)
+				csv.Addf("%d,%d,%d,%.4f,%.1f", r, c.level, c.degree, f, ops)
 			}
 		}
 		fmt.Fprintf(stdout, "round %d of %d done\n", r+1, rounds)
@@ -774,16 +718,16 @@ func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts
 		hdr += fmt.Sprintf("%-13s", fmt.Sprintf("f=1/%.0f", 1/f))
 	}
 	fmt.Fprintln(stdout, hdr)
-	var fig52, fig53 []chartLine
+	var fig52, fig53 []report.Series
 	means := map[[2]int]float64{}
 	for ci, c := range cfgs {
 		row := fmt.Sprintf("%-5d %-4d ", c.level, c.degree)
-		s := chartLine{name: fmt.Sprintf("level %d, degree %d", c.level, c.degree)}
+		s := report.Series{Name: fmt.Sprintf("level %d, degree %d", c.level, c.degree)}
 		for fi, f := range factors {
-			m, sd := meanSD(samples[[2]int{ci, fi}])
+			m, sd := report.MeanSD(samples[[2]int{ci, fi}])
 			means[[2]int{ci, fi}] = m
 			row += fmt.Sprintf("%-13s", fmt.Sprintf("%.0f±%.0f", m, sd))
-			s.x, s.y = append(s.x, math.Log2(f*float64(parts))), append(s.y, m)
+			s.Add(math.Log2(f*float64(parts)), m)
 		}
 		fmt.Fprintln(stdout, row)
 		if c.level == 2 {
@@ -803,12 +747,12 @@ func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts
 	ratio("deg4/deg1 (level 2)", 3, 0)
 	ratio("level1/level2 (deg 4)", 4, 3)
 	ratio("level3/level2 (deg 4)", 5, 3)
-	if err := os.WriteFile(filepath.Join(out, "replication-fig52-53.csv"), []byte(csv), 0o644); err != nil {
+	if err := csv.Save(filepath.Join(out, "replication-fig52-53.csv")); err != nil {
 		return err
 	}
 	xl := fmt.Sprintf("log2(imbalance x %d): 0 = balanced, %.0f = one partition", parts, math.Log2(float64(parts)))
-	if err := saveChart(filepath.Join(out, "replication-fig52.svg"), "Fig 5.2: skew vs replication degree (level 2, 10% writes)", xl, "ops/s", fig52); err != nil {
+	if err := (report.Chart{Title: "Fig 5.2: skew vs replication degree (level 2, 10% writes)", XLabel: xl, YLabel: "ops/s", Series: fig52}).Save(filepath.Join(out, "replication-fig52.svg")); err != nil {
 		return err
 	}
-	return saveChart(filepath.Join(out, "replication-fig53.svg"), "Fig 5.3: skew vs consistency level (degree 4, 10% writes)", xl, "ops/s", fig53)
+	return report.Chart{Title: "Fig 5.3: skew vs consistency level (degree 4, 10% writes)", XLabel: xl, YLabel: "ops/s", Series: fig53}.Save(filepath.Join(out, "replication-fig53.svg"))
 }

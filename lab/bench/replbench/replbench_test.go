@@ -1,4 +1,4 @@
-package cli
+package replbench
 
 import (
 	"math"
@@ -24,15 +24,5 @@ func TestZipfWeightsHitImbalanceFactor(t *testing.T) {
 		if got := w[0] / sum; math.Abs(got-tc.f) > 1e-6 {
 			t.Errorf("n=%d f=%v: most popular partition draws %v", tc.n, tc.f, got)
 		}
-	}
-}
-
-func TestMeanSD(t *testing.T) {
-	m, sd := meanSD([]float64{2, 4, 4, 4, 5, 5, 7, 9})
-	if m != 5 || math.Abs(sd-2.138) > 1e-3 {
-		t.Fatalf("meanSD = %v, %v; want 5, 2.138", m, sd)
-	}
-	if m, sd := meanSD([]float64{3}); m != 3 || sd != 0 {
-		t.Fatalf("one sample: %v, %v", m, sd)
 	}
 }
