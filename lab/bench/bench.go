@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -19,19 +18,6 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
-
-// Scratch returns this executable (which the demo and the benchmarks
-// re-execute as nodes and helper processes) and a fresh temporary
-// directory for their data and logs, with the function that removes it.
-func Scratch(prefix string) (exe, dir string, cleanup func(), err error) {
-	if exe, err = os.Executable(); err != nil {
-		return "", "", nil, fmt.Errorf("find the neptune executable: %w", err)
-	}
-	if dir, err = os.MkdirTemp("", prefix); err != nil {
-		return "", "", nil, err
-	}
-	return exe, dir, func() { os.RemoveAll(dir) }, nil
-}
 
 // StartHelper starts `neptune bench <args>` (a hidden helper verb) and
 // returns the address it announces on its first line of output with

@@ -1,11 +1,16 @@
-package cli
+// Package demo is `neptune demo`: a local cluster of node processes
+// serving the replicated forum, driven through a node failure and restart,
+// then checked replica by replica.
+package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,63 +19,95 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/balance"
-	"github.com/neptune-cluster/neptune/internal/forumload"
-	"github.com/neptune-cluster/neptune/internal/localcluster"
+	"github.com/neptune-cluster/neptune/lab/forumload"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
+	"github.com/neptune-cluster/neptune/lab/report"
 )
 
-// runDemo clusters the forum (SQLite, level 2) on local node processes,
-// drives readers and writers through a SIGKILL and restart of one node,
-// and ends by reading every replica directly: every acknowledged message
-// must be on every replica, and the replicas of each partition identical.
-func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlags("demo", "[-nodes 4] [-degree 3] [-duration 20s]")
-	var (
-		nodes       = fs.Int("nodes", 4, "nodes in the local cluster")
-		degree      = fs.Int("degree", 3, "replicas per forum partition (>= 2, <= nodes)")
-		duration    = fs.Duration("duration", 20*time.Second, "how long to drive the workload")
-		concurrency = fs.Int("concurrency", 8, "concurrent callers")
-		partitions  = fs.Int("partitions", 8, "forum partitions, two topics each")
-		writes      = fs.Float64("writes", 0.2, "fraction of calls that are AddMsg; the rest are ViewHeaders and ViewMsg")
-		seed        = fs.Uint64("seed", 1, "random seed of the workload")
-		keep        = fs.Bool("keep-logs", false, "keep the nodes' logs and data directories")
-		policy      = fs.String("balance", balance.DefaultConfig().Policy, "load-balancing policy of the demo's client: "+strings.Join(balance.Names, ", "))
-	)
-	if err := parse(fs, args); err != nil {
+// Config are the knobs of `neptune demo`.
+type Config struct {
+	// Nodes in the local cluster.
+	Nodes int
+	// Degree is the number of replicas per forum partition (>= 2, <=
+	// Nodes).
+	Degree int
+	// Duration is how long the workload runs (>= 3 s).
+	Duration time.Duration
+	// Concurrency is the number of concurrent callers.
+	Concurrency int
+	// Partitions of the forum, two topics each.
+	Partitions int
+	// Writes is the fraction of calls that are AddMsg; the rest are
+	// ViewHeaders and ViewMsg.
+	Writes float64
+	// Seed seeds the workload.
+	Seed uint64
+	// KeepLogs keeps the nodes' logs and data directories.
+	KeepLogs bool
+	// Balance is the load-balancing policy of the demo's client.
+	Balance string
+}
+
+// DefaultConfig is 4 nodes, 8 partitions of 3 replicas, 8 callers for
+// 20 s with 20 % writes.
+func DefaultConfig() Config {
+	return Config{Nodes: 4, Degree: 3, Duration: 20 * time.Second, Concurrency: 8, Partitions: 8, Writes: 0.2, Seed: 1,
+		Balance: balance.DefaultConfig().Policy}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.Degree < 2 || c.Degree > c.Nodes:
+		return fmt.Errorf("demo: degree must be in [2, nodes] so that a replica can fail, got %d of %d nodes", c.Degree, c.Nodes)
+	case c.Duration < 3*time.Second:
+		return fmt.Errorf("demo: duration must be >= 3s, got %v", c.Duration)
+	case c.Concurrency < 1 || c.Partitions < 1:
+		return errors.New("demo: concurrency and partitions must be >= 1")
+	}
+	if err := c.load().Validate(); err != nil {
 		return err
 	}
-	if *degree < 2 || *degree > *nodes {
-		return usagef("-degree must be in [2, -nodes] so that a replica can fail, got %d of %d nodes", *degree, *nodes)
-	}
-	if *duration < 3*time.Second {
-		return usagef("-duration must be >= 3s, got %v", *duration)
-	}
-	if *concurrency < 1 || *partitions < 1 {
-		return usagef("-concurrency and -partitions must be >= 1")
-	}
-	lcfg := forumload.DefaultConfig()
-	lcfg.Partitions, lcfg.WriteFraction = *partitions, *writes
-	if err := lcfg.Validate(); err != nil {
-		return usagef("%v", err)
-	}
 	bal := balance.DefaultConfig()
-	bal.Policy = *policy
+	bal.Policy = c.Balance
 	if err := bal.Validate(); err != nil {
-		return usagef("-balance: %v", err)
+		return fmt.Errorf("demo: balance: %w", err)
 	}
-	exe, dir, cleanup, err := scratch("neptune-demo-")
+	return nil
+}
+
+func (c Config) load() forumload.Config {
+	l := forumload.DefaultConfig()
+	l.Partitions, l.WriteFraction = c.Partitions, c.Writes
+	return l
+}
+
+// Run is `neptune demo`: it clusters the forum (SQLite, level 2) on local
+// node processes, drives readers and writers through a SIGKILL and restart
+// of one node, and ends by reading every replica directly: every
+// acknowledged message must be on every replica, and the replicas of each
+// partition identical.
+func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	lcfg := cfg.load()
+	bal := balance.DefaultConfig()
+	bal.Policy = cfg.Balance
+	exe, dir, cleanup, err := localcluster.Scratch("neptune-demo-")
 	if err != nil {
 		return err
 	}
-	if !*keep {
+	if !cfg.KeepLogs {
 		defer cleanup()
 	}
 	var ids []string
-	for i := range *nodes {
+	for i := range cfg.Nodes {
 		ids = append(ids, fmt.Sprintf("node%d", i+1))
 	}
 	cfgPath := filepath.Join(dir, "forum.yaml")
 	yaml := fmt.Sprintf("services:\n  - name: forum\n    partitions: 0-%d\n    replication:\n      level: 2\n      nodes: [%s]\n      degree: %d\n",
-		*partitions-1, strings.Join(ids, ", "), *degree)
+		cfg.Partitions-1, strings.Join(ids, ", "), cfg.Degree)
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
 		return err
 	}
@@ -78,11 +115,11 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	defer cl.Close()
 
 	fmt.Fprintf(stdout, "Starting %d nodes (logs and data in %s): forum on SQLite, partitions 0-%d, level 2, %d replicas each\n",
-		*nodes, dir, *partitions-1, *degree)
+		cfg.Nodes, dir, cfg.Partitions-1, cfg.Degree)
 	var procs []*localcluster.Node
 	for _, id := range ids {
-		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfgPath, "-data-dir", filepath.Join(dir, id),
-			"-metrics", "127.0.0.1:0", "-announce-interval", "200ms", "-announce-ttl", "1s"}})
+		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"--config", cfgPath, "--data-dir", filepath.Join(dir, id),
+			"--metrics", "127.0.0.1:0", "--announce-interval", "200ms", "--announce-ttl", "1s"}})
 		if err != nil {
 			return err
 		}
@@ -93,10 +130,10 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer client.Close()
-	if err := waitMembers(ctx, client, *nodes, 15*time.Second); err != nil {
+	if err := localcluster.WaitMembers(ctx, client, cfg.Nodes, 15*time.Second); err != nil {
 		return err
 	}
-	if err := waitServing(ctx, client, *partitions, *degree, 20*time.Second); err != nil {
+	if err := localcluster.WaitServing(ctx, client, "forum", cfg.Partitions, cfg.Degree, 20*time.Second); err != nil {
 		return err
 	}
 	load, err := forumload.New(client, lcfg)
@@ -109,8 +146,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	printStatus(stdout, client.Members(ctx, 50*time.Millisecond))
-	printPartitions(stdout, client.Partitions())
+	status(ctx, stdout, exe, cl.Seeds())
 
 	// The victim is partition 0's primary, so the run includes a failover
 	// (and, on restart, the bully hand-back of the partitions it prefers).
@@ -120,28 +156,28 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var victimParts []string
 	prim := primaries(client.Partitions())
-	for part := range *partitions {
+	for part := range cfg.Partitions {
 		if prim[part] == victim.Spec.ID {
 			victimParts = append(victimParts, fmt.Sprint(part))
 		}
 	}
-	killAt, restartAt := *duration*3/10, *duration*6/10
+	killAt, restartAt := cfg.Duration*3/10, cfg.Duration*6/10
 	fmt.Fprintf(stdout, "\nDriving %d callers (%.0f%% AddMsg, the rest ViewHeaders/ViewMsg over %d topics) for %v;\nSIGKILL %s (primary of partitions %s) at %v, restart it at %v\n\n",
-		*concurrency, 100**writes, len(load.Topics()), *duration, victim.Spec.ID, strings.Join(victimParts, ","), killAt, restartAt)
+		cfg.Concurrency, 100*cfg.Writes, len(load.Topics()), cfg.Duration, victim.Spec.ID, strings.Join(victimParts, ","), killAt, restartAt)
 
 	// Resident memory is sampled after a warm-up (a tenth of the run) and
 	// at the end: growth between the two would be a leak.
 	rssWarm := map[string]int64{}
 	rec := newRecorder()
 	start := time.Now()
-	runCtx, cancel := context.WithTimeout(ctx, *duration)
+	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	var wg sync.WaitGroup
-	for w := range *concurrency {
+	for w := range cfg.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			load.Run(runCtx, w, rand.New(rand.NewPCG(*seed, uint64(w))), func(op forumload.Op) { rec.add(start, op) })
+			load.Run(runCtx, w, rand.New(rand.NewPCG(cfg.Seed, uint64(w))), func(op forumload.Op) { rec.add(start, op) })
 		}()
 	}
 	events := []struct {
@@ -149,7 +185,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 		what string
 		do   func() error
 	}{
-		{*duration / 10, "resident memory sampled after warm-up", func() error {
+		{cfg.Duration / 10, "resident memory sampled after warm-up", func() error {
 			for _, n := range procs {
 				rssWarm[n.Spec.ID], _ = localcluster.RSS(n.PID())
 			}
@@ -188,8 +224,9 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 
 	fmt.Fprintf(stdout, "\nVerifying: reading every replica directly (Digest, then ViewHeaders of every topic)...\n")
 	t0 := time.Now()
-	reports, verr := load.Verify(ctx, *degree, 20*time.Second)
-	printPartitions(stdout, client.Partitions())
+	reports, verr := load.Verify(ctx, cfg.Degree, 20*time.Second)
+	took := time.Since(t0)
+	status(ctx, stdout, exe, cl.Seeds())
 	if verr != nil {
 		return fmt.Errorf("demo: %w", verr)
 	}
@@ -200,7 +237,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 		acked += r.Acked
 	}
 	fmt.Fprintf(stdout, "\nVerified in %v: all %d acknowledged messages are on all %d replicas of their partition, and the replicas of every partition are identical.\n",
-		time.Since(t0).Round(time.Millisecond), acked, *degree)
+		took.Round(time.Millisecond), acked, cfg.Degree)
 	if r := rec.okRatio(); r < 0.99 {
 		return fmt.Errorf("demo: only %.2f%% of calls succeeded", 100*r)
 	}
@@ -222,46 +259,13 @@ func primaries(parts []neptune.PartitionInfo) map[int]string {
 	return out
 }
 
-// waitServing waits until every forum partition announces degree replicas,
-// none of them recovering, one of them the primary.
-func waitServing(ctx context.Context, c *neptune.Client, partitions, degree int, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		ready := 0
-		for _, pi := range c.Partitions() {
-			if pi.Service == "forum" && len(pi.Replicas) == degree && !slices.ContainsFunc(pi.Replicas, func(r neptune.ReplicaInfo) bool { return r.Role == "recovering" }) &&
-				slices.ContainsFunc(pi.Replicas, func(r neptune.ReplicaInfo) bool { return r.Role == "primary" }) {
-				ready++
-			}
-		}
-		if ready == partitions {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("demo: only %d of %d forum partitions serving on all replicas after %v", ready, partitions, limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func waitMembers(ctx context.Context, c *neptune.Client, n int, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		if len(c.Members(ctx, 0)) >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("demo: only %d of %d nodes announced after %v", len(c.Members(ctx, 0)), n, limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+// status prints the cluster as `neptune status` shows it (nodes,
+// services, partitions and their replicas), by running it.
+func status(ctx context.Context, stdout io.Writer, exe string, seeds []string) {
+	cmd := exec.CommandContext(ctx, exe, "status", "--join", strings.Join(seeds, ","), "--wait", "500ms")
+	cmd.Stdout, cmd.Stderr = stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(stdout, "(neptune status: %v)\n", err)
 	}
 }
 
@@ -329,24 +333,24 @@ func (r *recorder) report(w io.Writer, killAt, restartAt time.Duration) {
 	for _, c := range r.calls {
 		end = max(end, c.at)
 	}
-	for s := time.Duration(0); s <= end; s += time.Second {
-		reads, writes, stale, bad := 0, 0, 0, 0
-		for _, c := range r.calls {
-			if c.at >= s && c.at < s+time.Second {
-				switch {
-				case !c.ok:
-					bad++
-				case c.w:
-					writes++
-				default:
-					reads++
-					if c.stale {
-						stale++
-					}
-				}
+	const reads, writes, stale, bad = 0, 1, 2, 3
+	tl := report.NewTimeline(time.Second, int(end/time.Second)+1, 4)
+	for _, c := range r.calls {
+		switch {
+		case !c.ok:
+			tl.Add(c.at, bad, 1)
+		case c.w:
+			tl.Add(c.at, writes, 1)
+		default:
+			tl.Add(c.at, reads, 1)
+			if c.stale {
+				tl.Add(c.at, stale, 1)
 			}
 		}
-		fmt.Fprintf(w, "  %3ds  reads %6d  writes %5d  stale %3d  errors %3d  %s\n", int(s.Seconds()), reads, writes, stale, bad, strings.Repeat("#", min((reads+writes)/100, 60)))
+	}
+	for s := range tl.Len() {
+		n := int(tl.Sum(s, reads) + tl.Sum(s, writes))
+		fmt.Fprintf(w, "  %3ds  reads %6.0f  writes %5.0f  stale %3.0f  errors %3.0f  %s\n", s, tl.Sum(s, reads), tl.Sum(s, writes), tl.Sum(s, stale), tl.Sum(s, bad), strings.Repeat("#", min(n/100, 60)))
 	}
 	fmt.Fprintln(w, "\nSummary:")
 	fmt.Fprintf(w, "  %-16s %9s %7s %10s %9s %9s %9s %9s\n", "phase", "requests", "errors", "req/s", "writes/s", "p50", "p99", "write p99")
@@ -373,10 +377,9 @@ func (r *recorder) report(w io.Writer, killAt, restartAt time.Duration) {
 				}
 			}
 		}
-		slices.Sort(lats)
-		slices.Sort(wlats)
+		all, wr := report.Summarize(lats), report.Summarize(wlats)
 		secs := (ph.to - ph.from).Seconds()
-		fmt.Fprintf(w, "  %-16s %9d %7d %10.0f %9.0f %9s %9s %9s\n", ph.name, len(lats), errs, float64(len(lats))/secs, float64(len(wlats))/secs, pct(lats, 0.50), pct(lats, 0.99), pct(wlats, 0.99))
+		fmt.Fprintf(w, "  %-16s %9d %7d %10.0f %9.0f %9s %9s %9s\n", ph.name, all.N, errs, float64(all.N)/secs, float64(wr.N)/secs, all.Fmt(all.P50), all.Fmt(all.P99), wr.Fmt(wr.P99))
 	}
 	if len(r.errs) > 0 {
 		fmt.Fprintln(w, "\nErrors:")
@@ -391,11 +394,4 @@ func (r *recorder) report(w io.Writer, killAt, restartAt time.Duration) {
 		}
 	}
 	fmt.Fprintf(w, "\n%d of %d calls succeeded (%.3f%%) through a node failure and restart.\n", ok, len(r.calls), 100*float64(ok)/float64(max(len(r.calls), 1)))
-}
-
-func pct(sorted []time.Duration, q float64) string {
-	if len(sorted) == 0 {
-		return "-"
-	}
-	return sorted[min(int(q*float64(len(sorted))), len(sorted)-1)].Round(10 * time.Microsecond).String()
 }

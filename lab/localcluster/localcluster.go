@@ -20,6 +20,19 @@ import (
 	"time"
 )
 
+// Scratch returns this executable (which the demo and the benchmarks
+// re-execute as nodes and helper processes) and a fresh temporary
+// directory for their data and logs, with the function that removes it.
+func Scratch(prefix string) (exe, dir string, cleanup func(), err error) {
+	if exe, err = os.Executable(); err != nil {
+		return "", "", nil, fmt.Errorf("find the neptune executable: %w", err)
+	}
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", "", nil, err
+	}
+	return exe, dir, func() { os.RemoveAll(dir) }, nil
+}
+
 // Spec describes one node process.
 type Spec struct {
 	ID string

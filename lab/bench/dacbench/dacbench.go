@@ -21,7 +21,6 @@ import (
 	"github.com/neptune-cluster/neptune/apps/micro"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
-	"github.com/neptune-cluster/neptune/lab/bench"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
@@ -419,7 +418,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		return err
 	}
 	secs := cfg.Sections
-	exe, dir, cleanup, err := bench.Scratch("neptune-bench-dac-")
+	exe, dir, cleanup, err := localcluster.Scratch("neptune-bench-dac-")
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,6 @@ import (
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
-	"github.com/neptune-cluster/neptune/lab/bench"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
 	"github.com/neptune-cluster/neptune/lab/report"
 	"github.com/neptune-cluster/neptune/lab/sim"
@@ -176,7 +175,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	}
 	cfg.Procs = min(cfg.Procs, cfg.Clients)
 	secs := cfg.Sections
-	exe, dir, cleanup, err := bench.Scratch("neptune-bench-lb-")
+	exe, dir, cleanup, err := localcluster.Scratch("neptune-bench-lb-")
 	if err != nil {
 		return err
 	}

@@ -79,7 +79,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	exe, dir, cleanup, err := bench.Scratch("neptune-bench-")
+	exe, dir, cleanup, err := localcluster.Scratch("neptune-bench-")
 	if err != nil {
 		return err
 	}
