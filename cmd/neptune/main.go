@@ -1,5 +1,4 @@
-// Command neptune runs Neptune nodes, calls services, shows the cluster,
-// and runs the demo, benchmarks and simulations.
+// Command neptune runs Neptune nodes, calls services and shows the cluster.
 package main
 
 import (
@@ -13,7 +12,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Run(ctx, os.Args[1:], os.Stdout)
+	code := cli.Execute(ctx, os.Args[1:])
 	stop()
 	os.Exit(code)
 }

@@ -1,137 +1,244 @@
-// Package cli implements the neptune command: node, call, status, demo,
-// bench and sim.
+// Package cli implements the neptune command's product commands (node,
+// call, status, partition, version, completion) on cobra. Other command
+// trees, such as the lab's benchmarks and simulations, are passed to
+// Execute and follow the same conventions: help on stdout with exit 0,
+// errors on stderr, exit 2 for usage errors.
 package cli
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"sort"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// command is one subcommand.
-type command struct {
-	summary string
-	run     func(ctx context.Context, args []string, stdout io.Writer) error
+// Exit codes of Execute, documented in the root command's help.
+const (
+	ExitOK     = 0 // the command succeeded, or help was printed
+	ExitFailed = 1 // the command ran and failed
+	ExitUsage  = 2 // bad command line: unknown command or flag, bad or missing argument
+)
+
+const rootLong = `Neptune turns a single-machine service into a partitioned, replicated,
+load-balanced cluster service.
+
+Flags are GNU style (--join host:port); list flags take comma-separated
+values or repeat (--join a,b or --join a --join b). Go-style single-dash
+long flags (-join) are accepted as well.
+
+Exit status:
+  0  success, or help was printed (-h, --help)
+  1  the command ran and failed (a failed call, an unreachable cluster,
+     an invalid config file)
+  2  usage error: unknown command or flag, bad or missing argument`
+
+// Execute builds the neptune command with the product commands and extra,
+// runs it on args (without the program name) and returns the exit code
+// (ExitOK, ExitFailed or ExitUsage).
+func Execute(ctx context.Context, args []string, extra ...*cobra.Command) int {
+	return execute(ctx, args, os.Stdout, os.Stderr, extra...)
 }
 
-func commands() map[string]command {
-	return map[string]command{
-		"node":      {"run a node hosting services", runNode},
-		"call":      {"call one method and print the response", runCall},
-		"status":    {"print the yellow pages: nodes, services, partitions, load", runStatus},
-		"partition": {"operate on replicated partitions (promote)", runPartition},
-		"demo":      {"start a local cluster, drive a workload through a node failure, summarise", runDemo},
-		"bench":     {"run a benchmark: " + benchNames(), runBench},
-		"sim":       {"run a simulation of the papers' experiments: " + simNames(), runSim},
+func execute(ctx context.Context, args []string, stdout, stderr io.Writer, extra ...*cobra.Command) int {
+	root := newRoot(extra...)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	// Add cobra's help and completion commands now rather than during
+	// execution, so prepare gives them the same error handling.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd(args...)
+	prepare(root)
+	root.SetArgs(gnuArgs(root, args))
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	if cmd == nil {
+		cmd = root
+	}
+	var f *failure
+	code := ExitUsage
+	if errors.As(err, &f) {
+		err, code = f.err, ExitFailed
+	}
+	var ue *UsageError
+	if errors.As(err, &ue) {
+		code = ExitUsage
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), err)
+	if code == ExitUsage {
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+	return code
+}
+
+// newRoot builds the root command with the product commands and extra.
+func newRoot(extra ...*cobra.Command) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "neptune",
+		Short: "Neptune: partitioned, replicated, load-balanced cluster services",
+		Long:  rootLong,
+		// Execute prints errors and picks the exit code; usage is printed
+		// for -h only, not after every error.
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{err} })
+	root.AddCommand(newNodeCmd(), newCallCmd(), newStatusCmd(), newPartitionCmd(), newVersionCmd())
+	root.AddCommand(extra...)
+	return root
+}
+
+// UsageError marks bad command-line input; Execute exits 2 for it.
+// Commands return it (via Usagef) for invalid flag values that the flag
+// parser cannot catch.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// Usagef returns a *UsageError with a formatted message.
+func Usagef(format string, args ...any) error {
+	return &UsageError{fmt.Errorf(format, args...)}
+}
+
+// failure wraps an error a command returned while running (exit 1 unless
+// it is a *UsageError). Errors cobra returns itself, from parsing flags,
+// arguments and required flags, are not wrapped: those are usage errors.
+type failure struct{ err error }
+
+func (f *failure) Error() string { return f.err.Error() }
+
+func (f *failure) Unwrap() error { return f.err }
+
+// prepare walks the command tree: it marks errors that commands return
+// while running (see failure), and makes commands that only group others
+// print their help when called bare and reject unknown subcommands.
+func prepare(c *cobra.Command) {
+	c.PersistentPreRunE = ranE(c.PersistentPreRunE)
+	c.PreRunE = ranE(c.PreRunE)
+	c.RunE = ranE(c.RunE)
+	c.PostRunE = ranE(c.PostRunE)
+	c.PersistentPostRunE = ranE(c.PersistentPostRunE)
+	if !c.Runnable() && c.HasSubCommands() && c.HasParent() {
+		c.Args = unknownSubcommand
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
+	for _, sub := range c.Commands() {
+		prepare(sub)
 	}
 }
 
-// Run executes the command line and returns the process exit code.
-func Run(ctx context.Context, args []string, stdout io.Writer) int {
-	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stdout, cmds)
-		return 0
+func ranE(run func(*cobra.Command, []string) error) func(*cobra.Command, []string) error {
+	if run == nil {
+		return nil
 	}
-	cmd, ok := cmds[args[0]]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "neptune: unknown command %q\n", args[0])
-		usage(os.Stderr, cmds)
-		return 2
-	}
-	if err := cmd.run(ctx, args[1:], stdout); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	return func(cmd *cobra.Command, args []string) error {
+		if err := run(cmd, args); err != nil {
+			return &failure{err}
 		}
-		fmt.Fprintf(os.Stderr, "neptune %s: %v\n", args[0], err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			return 2
-		}
-		return 1
+		return nil
 	}
-	return 0
 }
 
-func usage(w io.Writer, cmds map[string]command) {
-	fmt.Fprintln(w, "Neptune turns a single-machine service into a partitioned, replicated, load-balanced cluster service.")
-	fmt.Fprintln(w, "\nUsage: neptune <command> [flags]\n\nCommands:")
-	var names []string
-	for n := range cmds {
-		names = append(names, n)
+// unknownSubcommand rejects any argument of a command that only groups
+// subcommands, suggesting the closest names.
+func unknownSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
 	}
-	fmt.Fprintln(w, "\nRun 'neptune <command> -h' for its flags.")
+	return errors.New(msg)
 }
 
-// usageError marks bad command-line input (exit code 2).
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
-
-// newFlags returns a flag set that reports errors instead of exiting.
-func newFlags(name, synopsis string) *flag.FlagSet {
-	fs := flag.NewFlagSet("neptune "+name, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: neptune %s %s\n\nFlags:\n", name, synopsis)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parse parses args, turning flag errors into usage errors.
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+// noArgs rejects positional arguments of a command that takes none.
+func noArgs(_ *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unexpected argument %q", args[0])
 	}
 	return nil
 }
 
-// listFlag collects a repeatable or comma-separated flag.
-type listFlag []string
+// gnuArgs rewrites Go-style single-dash long flags (-join x) to GNU style
+// (--join x), so scripts and re-launched processes written for the flag
+// package the CLI used before keep working. Only names the selected
+// command defines are rewritten; shorthands (-h), values and everything
+// after "--" are left alone, as are the arguments of commands that parse
+// their own flags.
+func gnuArgs(root *cobra.Command, args []string) []string {
+	out := make([]string, 0, len(args))
+	cmd, positional := root, false
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		out = append(out, a)
+		switch {
+		case a == "--" || cmd.DisableFlagParsing:
+			return append(out, args[i+1:]...)
+		case !strings.HasPrefix(a, "-") || a == "-":
+			if !positional {
+				if sub := subcommand(cmd, a); sub != nil {
+					cmd = sub
+					continue
+				}
+			}
+			positional = true
+			continue
+		}
+		long := strings.HasPrefix(a, "--")
+		name, _, hasValue := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
+		var f *pflag.Flag
+		switch {
+		case long:
+			f = lookupFlag(cmd, name)
+		case len(name) == 1:
+			f = shorthandFlag(cmd, name)
+		default:
+			if f = lookupFlag(cmd, name); f != nil {
+				out[len(out)-1] = "-" + a
+			}
+		}
+		if f == nil {
+			continue
+		}
+		if !hasValue && f.NoOptDefVal == "" && i+1 < len(args) {
+			i++
+			out = append(out, args[i])
+		}
+	}
+	return out
+}
 
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
-
-func (l *listFlag) Set(v string) error {
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*l = append(*l, s)
+func subcommand(cmd *cobra.Command, name string) *cobra.Command {
+	for _, c := range cmd.Commands() {
+		if c.Name() == name || c.HasAlias(name) {
+			return c
 		}
 	}
 	return nil
 }
 
-// repeatFlag collects a repeatable flag whose values may contain commas.
-type repeatFlag []string
-
-func (r *repeatFlag) String() string { return strings.Join(*r, " ") }
-
-func (r *repeatFlag) Set(v string) error {
-	*r = append(*r, v)
-	return nil
+func lookupFlag(cmd *cobra.Command, name string) *pflag.Flag {
+	if name == "help" {
+		cmd.InitDefaultHelpFlag()
+	}
+	if f := cmd.Flags().Lookup(name); f != nil {
+		return f
+	}
+	return cmd.InheritedFlags().Lookup(name)
 }
 
-func newLogger(level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, usagef("-log-level %q: want debug, info, warn or error", level)
+func shorthandFlag(cmd *cobra.Command, name string) *pflag.Flag {
+	if f := cmd.Flags().ShorthandLookup(name); f != nil {
+		return f
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	return cmd.InheritedFlags().ShorthandLookup(name)
 }

@@ -5,84 +5,125 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/membership"
 )
 
-func runNode(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlags("node", "[-config file.yaml] [flags]")
-	var (
-		cfgPath  = fs.String("config", "", "YAML config file; flags below override its fields")
-		id       = fs.String("id", "", "node id (config: id)")
-		host     = fs.String("host", "", "address to bind (config: host, default 127.0.0.1)")
-		gossip   = fs.Int("gossip-port", -1, "memberlist port (config: gossip_port; 0 picks one)")
-		rpc      = fs.Int("rpc-port", -1, "gRPC port (config: rpc_port)")
-		poll     = fs.Int("poll-port", -1, "UDP load poll port (config: poll_port)")
-		metrics  = fs.String("metrics", "", "host:port for Prometheus /metrics (config: metrics)")
-		pprofOn  = fs.Bool("pprof", false, "also serve /debug/pprof/ on the metrics address (config: pprof)")
-		policy   = fs.String("balance", "", "load-balancing policy (config: balance.policy)")
-		interval = fs.Duration("announce-interval", 0, "yellow-page refresh interval (config: announce_interval, default 1s)")
-		ttl      = fs.Duration("announce-ttl", 0, "yellow-page entry lifetime (config: announce_ttl, default 5s)")
-		logLevel = fs.String("log-level", "info", "debug, info, warn or error")
-		dataDir  = fs.String("data-dir", "", "directory for replicated services' write logs and state (config: data_dir)")
-		join     listFlag
-		services repeatFlag
-	)
-	fs.Var(&join, "join", "gossip address of a node to join; repeatable (config: join)")
-	fs.Var(&services, "service", "host a built-in service as name:partitions, e.g. kv:0-3; repeatable (config: services)")
-	if err := parse(fs, args); err != nil {
-		return err
+// nodeOptions are the flags of `neptune node`. Every flag but --log-level
+// overrides a key of the config file, and only when given on the command
+// line, so the defaults shown in help are the node's own.
+type nodeOptions struct {
+	config, id, host, metrics, policy, dataDir, logLevel string
+	gossipPort, rpcPort, pollPort                        int
+	pprof                                                bool
+	interval, ttl                                        time.Duration
+	join, services                                       []string
+}
+
+func newNodeCmd() *cobra.Command {
+	var o nodeOptions
+	cmd := &cobra.Command{
+		Use:   "node [--config file.yaml] [flags]",
+		Short: "Run a node hosting services",
+		Long: `Run a node hosting services until interrupted.
+
+The node is configured by a YAML file (--config, see examples/node.yaml),
+by flags, or both: a flag given on the command line overrides the file's
+key named in its help; --service adds to the file's services.`,
+		Example: `  neptune node --id n1 --gossip-port 7946 --service echo:0 --service kv:0-3
+  neptune node --id n2 --join 127.0.0.1:7946 --service kv:0-3
+  neptune node --config examples/node.yaml --id n3`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fc, err := o.fileConfig(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			log, err := logger(o.logLevel)
+			if err != nil {
+				return err
+			}
+			return runNode(cmd.Context(), cmd.OutOrStdout(), fc, log)
+		},
 	}
+	o.addFlags(cmd.Flags())
+	_ = cmd.MarkFlagFilename("config", "yaml", "yml")
+	_ = cmd.MarkFlagDirname("data-dir")
+	_ = cmd.RegisterFlagCompletionFunc("balance", fixedCompletion(balance.Names...))
+	_ = cmd.RegisterFlagCompletionFunc("log-level", fixedCompletion(logLevels...))
+	return cmd
+}
+
+func (o *nodeOptions) addFlags(fs *pflag.FlagSet) {
+	fs.SortFlags = false
+	fs.StringVar(&o.config, "config", "", "YAML config `file`; flags override its keys")
+	fs.StringVar(&o.id, "id", "", "node id, unique in the cluster (config: id)")
+	fs.StringVar(&o.host, "host", "127.0.0.1", "address every listener binds to (config: host)")
+	fs.IntVar(&o.gossipPort, "gossip-port", 0, "memberlist port, UDP and TCP; 0 picks a free one (config: gossip_port)")
+	fs.IntVar(&o.rpcPort, "rpc-port", 0, "gRPC port; 0 picks a free one (config: rpc_port)")
+	fs.IntVar(&o.pollPort, "poll-port", 0, "UDP load-poll port; 0 picks a free one (config: poll_port)")
+	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of a node to join; list (config: join)")
+	fs.StringArrayVar(&o.services, "service", nil, "host a built-in service as `name:partitions`, e.g. kv:0-3,7; repeatable (config: services)")
+	fs.StringVar(&o.metrics, "metrics", "", "`host:port` serving Prometheus /metrics; empty disables (config: metrics)")
+	fs.BoolVar(&o.pprof, "pprof", false, "also serve /debug/pprof/ on the metrics address (config: pprof)")
+	fs.StringVar(&o.policy, "balance", balance.DefaultConfig().Policy, "load-balancing `policy`: "+strings.Join(balance.Names, ", ")+" (config: balance.policy)")
+	fs.DurationVar(&o.interval, "announce-interval", membership.DefaultAnnounceInterval, "yellow-page refresh interval (config: announce_interval)")
+	fs.DurationVar(&o.ttl, "announce-ttl", membership.DefaultTTL, "yellow-page entry lifetime (config: announce_ttl)")
+	fs.StringVar(&o.dataDir, "data-dir", "", "`directory` for replicated services' write logs and state (config: data_dir)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", "))
+}
+
+// fileConfig reads --config, applies the flags set on the command line
+// (fs says which) and validates the result.
+func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	var fc FileConfig
-	if *cfgPath != "" {
+	if o.config != "" {
 		var err error
-		if fc, err = readConfig(*cfgPath); err != nil {
-			return err
+		if fc, err = readConfig(o.config); err != nil {
+			return fc, err
 		}
 	}
-	override(&fc.ID, *id)
-	override(&fc.Host, *host)
-	override(&fc.Metrics, *metrics)
-	override(&fc.Balance.Policy, *policy)
-	override(&fc.DataDir, *dataDir)
-	fc.Pprof = fc.Pprof || *pprofOn
-	for _, p := range []struct {
-		dst *int
-		v   int
-	}{{&fc.GossipPort, *gossip}, {&fc.RPCPort, *rpc}, {&fc.PollPort, *poll}} {
-		if p.v >= 0 {
-			*p.dst = p.v
+	set := func(name string, apply func()) {
+		if fs.Changed(name) {
+			apply()
 		}
 	}
-	if *interval != 0 {
-		fc.AnnounceInterval = Duration(*interval)
-	}
-	if *ttl != 0 {
-		fc.AnnounceTTL = Duration(*ttl)
-	}
-	if len(join) > 0 {
-		fc.Join = join
-	}
-	for _, s := range services {
+	set("id", func() { fc.ID = o.id })
+	set("host", func() { fc.Host = o.host })
+	set("gossip-port", func() { fc.GossipPort = o.gossipPort })
+	set("rpc-port", func() { fc.RPCPort = o.rpcPort })
+	set("poll-port", func() { fc.PollPort = o.pollPort })
+	set("join", func() { fc.Join = o.join })
+	set("metrics", func() { fc.Metrics = o.metrics })
+	set("pprof", func() { fc.Pprof = o.pprof })
+	set("balance", func() { fc.Balance.Policy = o.policy })
+	set("announce-interval", func() { fc.AnnounceInterval = Duration(o.interval) })
+	set("announce-ttl", func() { fc.AnnounceTTL = Duration(o.ttl) })
+	set("data-dir", func() { fc.DataDir = o.dataDir })
+	for _, s := range o.services {
 		name, parts, ok := strings.Cut(s, ":")
 		if !ok {
-			return usagef("-service %q: want name:partitions, e.g. kv:0-3", s)
+			return fc, Usagef("--service %q: want name:partitions, e.g. kv:0-3", s)
 		}
 		ps, err := ParsePartitions(parts)
 		if err != nil {
-			return usagef("-service %q: %v", s, err)
+			return fc, Usagef("--service %q: %w", s, err)
 		}
 		fc.Services = append(fc.Services, ServiceConfig{Name: name, Partitions: ps})
 	}
-	if err := fc.Validate(); err != nil {
-		return err
-	}
-	log, err := newLogger(*logLevel)
-	if err != nil {
-		return err
-	}
+	return fc, fc.Validate()
+}
+
+// runNode starts a node from a validated config and runs it until ctx ends.
+func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Logger) error {
 	node, err := buildNode(fc, log)
 	if err != nil {
 		return err
@@ -93,6 +134,22 @@ func runNode(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "node %s up: gossip %s, rpc %s\n", fc.ID, node.GossipAddr(), node.RPCAddr())
 	<-ctx.Done()
 	return node.Close()
+}
+
+var logLevels = []string{"debug", "info", "warn", "error"}
+
+// logger returns a text logger on stderr at level.
+func logger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, Usagef("--log-level %q: want one of %s", level, strings.Join(logLevels, ", "))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// fixedCompletion completes a flag's value from a fixed list.
+func fixedCompletion(values ...string) cobra.CompletionFunc {
+	return cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp)
 }
 
 // buildNode creates a node from a validated config with its services.
@@ -146,10 +203,4 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		}
 	}
 	return node, nil
-}
-
-func override(dst *string, v string) {
-	if v != "" {
-		*dst = v
-	}
 }

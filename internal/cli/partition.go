@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/kv"
 )
@@ -93,7 +95,7 @@ func (c FileConfig) validateReplication() error {
 			return err
 		}
 		if c.DataDir == "" {
-			return fmt.Errorf("%s.replication needs data_dir (or -data-dir): where the write logs live", where)
+			return fmt.Errorf("%s.replication needs data_dir (or --data-dir): where the write logs live", where)
 		}
 		for _, p := range s.Partitions {
 			if len(r.ReplicasOf(p)) == 0 {
@@ -166,50 +168,80 @@ func printPartitions(w io.Writer, parts []neptune.PartitionInfo) {
 	tw.Flush()
 }
 
-func runPartition(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 || args[0] != "promote" {
-		return usagef("partition needs a subcommand: promote")
+func newPartitionCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "partition",
+		Short: "Operate on replicated partitions",
 	}
-	fs := newFlags("partition promote", "-join host:port -service name -partition p -node id")
-	var join listFlag
-	fs.Var(&join, "join", "gossip address of any node; repeatable")
-	service := fs.String("service", "", "replicated service")
-	partition := fs.Int("partition", -1, "partition number")
-	node := fs.String("node", "", "node whose replica becomes primary; default: the replica with the newest version")
-	wait := fs.Duration("wait", time.Second, "how long to listen for announcements first")
-	if err := parse(fs, args[1:]); err != nil {
-		return err
+	cmd.AddCommand(newPromoteCmd())
+	return cmd
+}
+
+// promoteOptions are the flags of `neptune partition promote`.
+type promoteOptions struct {
+	join          []string
+	service, node string
+	partition     int
+	wait          time.Duration
+}
+
+func newPromoteCmd() *cobra.Command {
+	var o promoteOptions
+	cmd := &cobra.Command{
+		Use:   "promote --join host:port --service name --partition p [--node id]",
+		Short: "Make a replica the primary of its partition",
+		Long: `Make a replica the primary of its partition: the operator's way out when
+every replica was lost at once and none can prove it holds every
+committed write. Without --node, the replica with the newest version is
+promoted.`,
+		Example: "  neptune partition promote --join 127.0.0.1:7946 --service kv --partition 0",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context(), cmd.OutOrStdout())
+		},
 	}
-	if len(join) == 0 || *service == "" || *partition < 0 {
-		return usagef("-join, -service and -partition are required")
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of any node; list (required)")
+	fs.StringVar(&o.service, "service", "", "replicated service `name` (required)")
+	fs.IntVar(&o.partition, "partition", 0, "partition `number` (required)")
+	fs.StringVar(&o.node, "node", "", "`id` of the node whose replica becomes primary; default: the replica with the newest version")
+	fs.DurationVar(&o.wait, "wait", time.Second, "how long to listen for announcements first")
+	for _, f := range []string{"join", "service", "partition"} {
+		_ = cmd.MarkFlagRequired(f)
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: join})
+	return cmd
+}
+
+func (o *promoteOptions) run(ctx context.Context, stdout io.Writer) error {
+	if o.partition < 0 {
+		return Usagef("--partition must be >= 0, got %d", o.partition)
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: o.join})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(*wait):
+	if err := sleep(ctx, o.wait); err != nil {
+		return err
 	}
-	target := *node
+	target := o.node
 	if target == "" {
 		for _, p := range c.Partitions() {
-			if p.Service != *service || p.Partition != *partition {
+			if p.Service != o.service || p.Partition != o.partition || len(p.Replicas) == 0 {
 				continue
 			}
 			best := slices.MaxFunc(p.Replicas, func(a, b neptune.ReplicaInfo) int { return cmp.Compare(a.Version, b.Version) })
 			target = best.Node
 		}
 		if target == "" {
-			return fmt.Errorf("partition promote: no live replica of %s partition %d in the yellow pages", *service, *partition)
+			return fmt.Errorf("no live replica of %s partition %d in the yellow pages", o.service, o.partition)
 		}
 	}
-	ri, err := c.Promote(ctx, target, *service, *partition)
+	ri, err := c.Promote(ctx, target, o.service, o.partition)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s partition %d: %s is %s at epoch %d, version %d\n", *service, *partition, ri.Node, ri.Role, ri.Epoch, ri.Version)
+	fmt.Fprintf(stdout, "%s partition %d: %s is %s at epoch %d, version %d\n", o.service, o.partition, ri.Node, ri.Role, ri.Epoch, ri.Version)
 	return nil
 }

@@ -8,34 +8,58 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/neptune-cluster/neptune"
 )
 
-func runStatus(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlags("status", "-join host:port")
-	wait := fs.Duration("wait", time.Second, "how long to listen for announcements before printing")
-	var join listFlag
-	fs.Var(&join, "join", "gossip address of any node; repeatable")
-	if err := parse(fs, args); err != nil {
-		return err
+func newStatusCmd() *cobra.Command {
+	var (
+		join []string
+		wait time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "status --join host:port [--wait 1s]",
+		Short: "Print the yellow pages: nodes, services, partitions, load",
+		Long: `Print the yellow pages as a client sees them: every node with its
+services, partitions and polled load, then each replicated partition with
+its primary, epoch and replica versions.`,
+		Example: "  neptune status --join 127.0.0.1:7946",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: join})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := sleep(ctx, wait); err != nil {
+				return err
+			}
+			stdout := cmd.OutOrStdout()
+			printStatus(stdout, c.Members(ctx, 50*time.Millisecond))
+			printPartitions(stdout, c.Partitions())
+			return nil
+		},
 	}
-	if len(join) == 0 {
-		return usagef("-join is required: the gossip address of any node")
-	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: join})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringSliceVar(&join, "join", nil, "gossip `host:port` of any node; list (required)")
+	fs.DurationVar(&wait, "wait", time.Second, "how long to listen for announcements before printing")
+	_ = cmd.MarkFlagRequired("join")
+	return cmd
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(*wait):
+	case <-t.C:
+		return nil
 	}
-	members := c.Members(ctx, 50*time.Millisecond)
-	printStatus(stdout, members)
-	printPartitions(stdout, c.Partitions())
-	return nil
 }
 
 func printStatus(w io.Writer, members []neptune.Member) {

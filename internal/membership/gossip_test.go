@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
@@ -14,17 +15,23 @@ import (
 // of the listener (or it would never announce itself to it) so that the
 // listener's entries stay fresh past the TTL. With memberlist's local profile
 // (2·log10(n+1) retransmits) some members missed the joiner for 15 s.
+//
+// Memberlist's dissemination runs on real time; the announcements and the
+// yellow pages' expiry run on a manual clock that the test steps through
+// two TTLs.
 func TestListenerLearnsEveryMemberAndKeepsThem(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 13 memberlist instances")
 	}
-	ctx := context.Background()
-	const n, ttl = 12, time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n, ttl, interval = 12, time.Second, 100 * time.Millisecond
+	clk := clock.NewManual(time.Unix(1_000_000, 0))
 	var members []*Gossip
 	for i := range n {
 		cfg := Config{
 			NodeID: fmt.Sprintf("m%02d", i), BindAddr: "127.0.0.1",
-			AnnounceInterval: 100 * time.Millisecond, TTL: ttl,
+			AnnounceInterval: interval, TTL: ttl, Clock: clk,
 			Announce: func() *pb.Announcement {
 				return &pb.Announcement{Services: []*pb.HostedService{{Name: "svc", Partitions: []int32{0}}}}
 			},
@@ -39,20 +46,76 @@ func TestListenerLearnsEveryMemberAndKeepsThem(t *testing.T) {
 		defer g.Close()
 		members = append(members, g)
 	}
-	listener, err := Start(ctx, Config{NodeID: "listener", BindAddr: "127.0.0.1", Join: []string{members[n-1].Addr()}, AnnounceInterval: 100 * time.Millisecond, TTL: ttl})
+	listener, err := Start(ctx, Config{NodeID: "listener", BindAddr: "127.0.0.1", Join: []string{members[n-1].Addr()},
+		AnnounceInterval: interval, TTL: ttl, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer listener.Close()
-	// Past two TTLs, every entry the listener holds must have been refreshed
-	// by its member directly.
-	time.Sleep(2*ttl + 200*time.Millisecond)
-	for _, m := range members {
-		if got := m.Members(); got != n+1 {
-			t.Errorf("%s knows %d members, want %d", m.cfg.NodeID, got, n+1)
+
+	// Every member learns of the listener through memberlist within two
+	// (real) push/pull intervals, which memberlist sets to the TTL.
+	allKnow := func() bool {
+		for _, m := range members {
+			if m.Members() != n+1 {
+				return false
+			}
+		}
+		return true
+	}
+	if !eventually(ctx, 2*ttl+200*time.Millisecond, allKnow) {
+		for _, m := range members {
+			if got := m.Members(); got != n+1 {
+				t.Errorf("%s knows %d members, want %d", m.cfg.NodeID, got, n+1)
+			}
+		}
+		t.FailNow()
+	}
+
+	// Step the announcement loops through two TTLs. Each step waits until
+	// every loop is back on the clock (it has broadcast) and, within a
+	// bound (a datagram may be lost), until the listener holds each
+	// member's announcement of this step.
+	fresh := func(now time.Time) func() bool {
+		return func() bool {
+			k := 0
+			for _, e := range listener.Snapshot() {
+				if e.Seen.Equal(now) {
+					k++
+				}
+			}
+			return k == n
 		}
 	}
+	for step := 0; step <= int(2*ttl/interval); step++ {
+		if err := clk.BlockUntilContext(ctx, n+1); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(interval)
+		if !eventually(ctx, time.Second, fresh(clk.Now())) {
+			t.Logf("step %d: not every announcement reached the listener", step)
+		}
+	}
+	// Every entry the listener holds was refreshed by its member directly.
 	if got := len(listener.Replicas("svc", 0).Replicas); got != n {
 		t.Fatalf("listener sees %d of %d members after 2 TTLs", got, n)
 	}
+}
+
+// eventually reports whether cond holds within d of real time, checking
+// every few milliseconds: for what runs on real time (memberlist, UDP
+// delivery), not for what the manual clock drives.
+func eventually(ctx context.Context, d time.Duration, cond func() bool) bool {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return cond()
+		case <-tick.C:
+		}
+	}
+	return true
 }

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
@@ -142,9 +143,10 @@ type PollAnswer struct {
 // Poller sends load polls from one UDP socket and matches the replies (the
 // paper's load polling agent). It is safe for concurrent use.
 type Poller struct {
-	conn *net.UDPConn
-	log  *slog.Logger
-	done chan struct{}
+	conn  *net.UDPConn
+	log   *slog.Logger
+	clock clock.Clock
+	done  chan struct{}
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -176,13 +178,24 @@ type LateFunc func(service string, a PollAnswer)
 // lateHorizon is how long an unanswered poll is remembered for LateFunc.
 const lateHorizon = time.Second
 
+// PollerOption adjusts a Poller.
+type PollerOption func(*Poller)
+
+// WithClock makes the poller take time from c: the poll deadline, answers'
+// round-trip times and when unanswered polls are forgotten. The default is
+// the real clock; tests pass a manual one.
+func WithClock(c clock.Clock) PollerOption { return func(p *Poller) { p.clock = clock.OrReal(c) } }
+
 // NewPoller opens the poller's socket.
-func NewPoller(log *slog.Logger) (*Poller, error) {
+func NewPoller(log *slog.Logger, opts ...PollerOption) (*Poller, error) {
 	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4zero})
 	if err != nil {
 		return nil, fmt.Errorf("transport: open poll socket: %w", err)
 	}
-	p := &Poller{conn: conn, log: log, done: make(chan struct{}), waiting: map[uint64]*pending{}, addrs: map[string]*net.UDPAddr{}}
+	p := &Poller{conn: conn, log: log, clock: clock.Real(), done: make(chan struct{}), waiting: map[uint64]*pending{}, addrs: map[string]*net.UDPAddr{}}
+	for _, o := range opts {
+		o(p)
+	}
 	go p.read()
 	return p, nil
 }
@@ -207,7 +220,7 @@ func (p *Poller) Poll(ctx context.Context, targets []PollTarget, service string,
 func (p *Poller) PollFirst(ctx context.Context, targets []PollTarget, service string, partition int32, class string, wait time.Duration, enough int) []PollAnswer {
 	replies := make(chan PollAnswer, len(targets))
 	ids := make([]uint64, 0, len(targets))
-	now := time.Now()
+	now := p.clock.Now()
 	p.mu.Lock()
 	p.forget(now)
 	for _, t := range targets {
@@ -245,15 +258,29 @@ func (p *Poller) PollFirst(ctx context.Context, targets []PollTarget, service st
 		enough = len(ids)
 	}
 	answers := make([]PollAnswer, 0, len(ids))
-	timer := time.NewTimer(wait)
+	timer := p.clock.NewTimer(wait)
 	defer timer.Stop()
 	for len(answers) < enough {
 		select {
 		case a := <-replies:
 			answers = append(answers, a)
-		case <-timer.C:
-			return answers
+		case <-timer.Chan():
+			return drain(answers, replies, enough)
 		case <-ctx.Done():
+			return drain(answers, replies, enough)
+		}
+	}
+	return answers
+}
+
+// drain adds the answers already delivered when the wait ended: they
+// arrived in time, even if select chose the deadline first.
+func drain(answers []PollAnswer, replies <-chan PollAnswer, enough int) []PollAnswer {
+	for len(answers) < enough {
+		select {
+		case a := <-replies:
+			answers = append(answers, a)
+		default:
 			return answers
 		}
 	}
@@ -311,22 +338,21 @@ func (p *Poller) read() {
 		p.mu.Lock()
 		w, ok := p.waiting[rep.Id]
 		delete(p.waiting, rep.Id)
-		var replies chan<- PollAnswer
-		if ok {
-			replies = w.replies
-		}
-		late := p.late
-		p.mu.Unlock()
 		if !ok || !rep.Known {
+			p.mu.Unlock()
 			continue
 		}
-		a := PollAnswer{Replica: w.replica, Queue: int(rep.Queue), RTT: time.Since(w.sent),
+		a := PollAnswer{Replica: w.replica, Queue: int(rep.Queue), RTT: p.clock.Since(w.sent),
 			Version: Version{Replicated: rep.Replicated, Version: rep.Version, VersionAgo: rep.VersionAgo, Serving: rep.Serving, Primary: rep.Primary},
 			Work:    Work{Pending: time.Duration(rep.WorkNs), Capacity: int(rep.Capacity)}}
-		switch {
-		case replies != nil:
+		// Deliver under the lock: an answer matched before its Poll's
+		// deadline is then in the Poll's channel when the deadline fires.
+		replies, late := w.replies, p.late
+		if replies != nil {
 			replies <- a // buffered for every target: never blocks
-		case late != nil:
+		}
+		p.mu.Unlock()
+		if replies == nil && late != nil {
 			late(w.service, a)
 		}
 	}

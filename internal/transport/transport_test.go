@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -50,59 +54,179 @@ func TestApplicationAndTransportErrors(t *testing.T) {
 	}
 }
 
-func TestPollReturnsAnswersAndDropsLateOnes(t *testing.T) {
-	log := slog.New(slog.DiscardHandler)
-	fast, err := ListenPoll("127.0.0.1:0", func(s string, p int32, _ string) (int, bool) { return int(p) + 7, s == "kv" }, log)
+// pollRig is a poller on a manual clock and the servers it polls, so a
+// test moves time past poll deadlines instead of sleeping.
+type pollRig struct {
+	t     *testing.T
+	ctx   context.Context
+	clock *clock.Manual
+	pl    *Poller
+	late  chan PollAnswer
+}
+
+func newPollRig(t *testing.T) *pollRig {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	r := &pollRig{t: t, ctx: ctx, clock: clock.NewManual(time.Unix(1_000_000, 0)), late: make(chan PollAnswer, 8)}
+	pl, err := NewPoller(slog.New(slog.DiscardHandler), WithClock(r.clock))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fast.Close()
-	// A socket that never answers stands in for a paused node.
-	silent, err := ListenPoll("127.0.0.1:0", func(string, int32, string) (int, bool) { time.Sleep(time.Hour); return 0, true }, log)
+	t.Cleanup(func() { pl.Close() })
+	pl.OnLate(func(service string, a PollAnswer) { r.late <- a })
+	r.pl = pl
+	return r
+}
+
+// server answers polls for service "kv" with queue length p+7.
+func (r *pollRig) server() string {
+	srv, err := ListenPoll("127.0.0.1:0", func(s string, p int32, _ string) (int, bool) { return int(p) + 7, s == "kv" }, slog.New(slog.DiscardHandler))
 	if err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
-	defer silent.conn.Close()
-	late := make(chan PollAnswer, 1)
-	pl, err := NewPoller(log)
+	r.t.Cleanup(func() { srv.Close() })
+	return srv.Addr()
+}
+
+// gated returns a server whose answers (queue 4) wait until open is called.
+func (r *pollRig) gated() (addr string, open func()) {
+	gate := make(chan struct{})
+	var once sync.Once
+	open = func() { once.Do(func() { close(gate) }) }
+	srv, err := ListenPoll("127.0.0.1:0", func(string, int32, string) (int, bool) { <-gate; return 4, true }, slog.New(slog.DiscardHandler))
 	if err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
-	pl.OnLate(func(service string, a PollAnswer) {
-		if service == "kv" {
-			late <- a
+	r.t.Cleanup(func() { open(); srv.Close() })
+	return srv.Addr(), open
+}
+
+// silent returns the address of a socket that never answers, like a
+// paused node.
+func (r *pollRig) silent() string {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { c.Close() })
+	return c.LocalAddr().String()
+}
+
+// poll starts a Poll and returns the channel its answers arrive on, once
+// the poll waits on its deadline.
+func (r *pollRig) poll(targets []PollTarget, service string, partition int32, wait time.Duration) <-chan []PollAnswer {
+	r.t.Helper()
+	done := make(chan []PollAnswer, 1)
+	go func() { done <- r.pl.Poll(r.ctx, targets, service, partition, "", wait) }()
+	if err := r.clock.BlockUntilContext(r.ctx, 1); err != nil {
+		r.t.Fatalf("the poll never waited on its deadline: %v", err)
+	}
+	return done
+}
+
+// outstanding waits until exactly n polls await an answer: the others'
+// replies have reached the poller (UDP delivery takes real time).
+func (r *pollRig) outstanding(n int) {
+	r.t.Helper()
+	for {
+		r.pl.mu.Lock()
+		got := len(r.pl.waiting)
+		r.pl.mu.Unlock()
+		if got == n {
+			return
 		}
-	})
-	defer pl.Close()
-	start := time.Now()
-	got := pl.Poll(context.Background(), []PollTarget{{"fast", fast.Addr()}, {"silent", silent.Addr()}}, "kv", 2, "", 50*time.Millisecond)
-	if len(got) != 1 || got[0].Replica != "fast" || got[0].Queue != 9 {
-		t.Fatalf("answers = %+v, want only fast with queue 9", got)
+		select {
+		case <-r.ctx.Done():
+			r.t.Fatalf("%d polls outstanding, want %d", got, n)
+		default:
+			runtime.Gosched()
+		}
 	}
-	if waited := time.Since(start); waited < 50*time.Millisecond {
-		t.Fatalf("returned after %v, before the deadline, while a poll was outstanding", waited)
+}
+
+func (r *pollRig) answers(done <-chan []PollAnswer) []PollAnswer {
+	r.t.Helper()
+	select {
+	case got := <-done:
+		return got
+	case <-r.ctx.Done():
+		r.t.Fatal("the poll did not return")
+		return nil
 	}
-	// An answer slower than the wait does not count but reaches LateFunc.
-	slow, err := ListenPoll("127.0.0.1:0", func(string, int32, string) (int, bool) { time.Sleep(30 * time.Millisecond); return 4, true }, log)
-	if err != nil {
+}
+
+func TestPollWaitsForItsDeadlineOnTheInjectedClock(t *testing.T) {
+	r := newPollRig(t)
+	done := r.poll([]PollTarget{{"fast", r.server()}, {"silent", r.silent()}}, "kv", 2, 50*time.Millisecond)
+	r.outstanding(1) // fast answered; silent never will
+	r.clock.Advance(49 * time.Millisecond)
+	// The deadline timer is still armed: the poll keeps waiting for silent.
+	if err := r.clock.BlockUntilContext(r.ctx, 1); err != nil {
 		t.Fatal(err)
-	}
-	defer slow.Close()
-	if got := pl.Poll(context.Background(), []PollTarget{{"slow", slow.Addr()}}, "kv", 0, "", 5*time.Millisecond); len(got) != 0 {
-		t.Fatalf("slow answer counted: %+v", got)
 	}
 	select {
-	case a := <-late:
-		if a.Replica != "slow" || a.Queue != 4 || a.RTT < 30*time.Millisecond {
-			t.Fatalf("late answer = %+v", a)
+	case got := <-done:
+		t.Fatalf("returned %+v before its deadline while a poll was outstanding", got)
+	default:
+	}
+	r.clock.Advance(time.Millisecond)
+	got := r.answers(done)
+	if len(got) != 1 || got[0].Replica != "fast" || got[0].Queue != 9 || got[0].RTT != 0 {
+		t.Fatalf("answers = %+v, want only fast with queue 9, answered before the clock moved", got)
+	}
+}
+
+func TestPollMeasuresRoundTripsOnTheInjectedClock(t *testing.T) {
+	r := newPollRig(t)
+	addr, open := r.gated()
+	done := r.poll([]PollTarget{{"gated", addr}}, "kv", 0, 50*time.Millisecond)
+	r.clock.Advance(20 * time.Millisecond)
+	open()
+	if got := r.answers(done); len(got) != 1 || got[0].Queue != 4 || got[0].RTT != 20*time.Millisecond {
+		t.Fatalf("answers = %+v, want one with queue 4 and RTT 20ms", got)
+	}
+}
+
+func TestPollDropsLateAnswersButReportsThem(t *testing.T) {
+	r := newPollRig(t)
+	addr, open := r.gated()
+	done := r.poll([]PollTarget{{"slow", addr}}, "kv", 0, 5*time.Millisecond)
+	r.clock.Advance(5 * time.Millisecond)
+	if got := r.answers(done); len(got) != 0 {
+		t.Fatalf("answers = %+v before any reply", got)
+	}
+	r.clock.Advance(25 * time.Millisecond)
+	open()
+	select {
+	case a := <-r.late:
+		if a.Replica != "slow" || a.Queue != 4 || a.RTT != 30*time.Millisecond {
+			t.Fatalf("late answer = %+v, want slow, queue 4, RTT 30ms", a)
 		}
-	case <-time.After(2 * time.Second):
+	case <-r.ctx.Done():
 		t.Fatal("late answer never reached LateFunc")
 	}
-	// A node that does not host the partition answers "unknown": no answer.
-	if got := pl.Poll(context.Background(), []PollTarget{{"fast", fast.Addr()}}, "other", 0, "", 50*time.Millisecond); len(got) != 0 {
+}
+
+func TestPollIgnoresNodesThatDoNotHostThePartition(t *testing.T) {
+	r := newPollRig(t)
+	done := r.poll([]PollTarget{{"fast", r.server()}}, "other", 0, 50*time.Millisecond)
+	r.outstanding(0) // the "unknown" reply arrived
+	r.clock.Advance(50 * time.Millisecond)
+	if got := r.answers(done); len(got) != 0 {
 		t.Fatalf("unknown service answered: %+v", got)
 	}
+}
+
+func TestPollForgetsUnansweredPollsAfterTheLateHorizon(t *testing.T) {
+	r := newPollRig(t)
+	done := r.poll([]PollTarget{{"silent", r.silent()}}, "kv", 0, 5*time.Millisecond)
+	r.clock.Advance(5 * time.Millisecond)
+	r.answers(done)
+	r.pl.Poll(r.ctx, nil, "kv", 0, "", 0)
+	r.outstanding(1) // still awaited for LateFunc
+	r.clock.Advance(lateHorizon)
+	r.pl.Poll(r.ctx, nil, "kv", 0, "", 0)
+	r.outstanding(0)
 }
 
 func FuzzPollRequestDecode(f *testing.F) {
