@@ -193,9 +193,13 @@ func pgSchema(ctx context.Context, dsn string) (string, func(), error) {
 	}, nil
 }
 
-// HTTPProgramLine is what HTTPProgram prints when it is up, with its
+// HTTPProgramVerb is the hidden `neptune bench` verb that runs
+// HTTPProgram, and HTTPProgramLine what it prints when it is up, with its
 // address.
-const HTTPProgramLine = "http program up: %s\n"
+const (
+	HTTPProgramVerb = "http-program"
+	HTTPProgramLine = "http program up: %s\n"
+)
 
 // HTTPProgram is the program of the adapter section, the hidden `neptune
 // bench http-program`, run in a process of its own as a real service would
@@ -231,7 +235,7 @@ func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell 
 	if err != nil {
 		return err
 	}
-	addr, stopProgram, err := bench.StartHelper(ctx, exe, HTTPProgramLine, "http-program", "--work", work.String())
+	addr, stopProgram, err := bench.StartHelper(ctx, exe, HTTPProgramLine, HTTPProgramVerb, "--work", work.String())
 	if err != nil {
 		return err
 	}

@@ -50,8 +50,12 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// EchoServerLine is what EchoServer prints when it is up, with its address.
-const EchoServerLine = "raw echo up: %s\n"
+// EchoServerVerb is the hidden `neptune bench` verb that runs EchoServer,
+// and EchoServerLine what it prints when it is up, with its address.
+const (
+	EchoServerVerb = "echo-server"
+	EchoServerLine = "raw echo up: %s\n"
+)
 
 // EchoServer is the baseline, the hidden `neptune bench echo-server`: a
 // bare gRPC server answering the same Call RPC with its request body,
@@ -86,7 +90,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	defer cleanup()
 
 	// The baseline: a raw gRPC echo server in its own process.
-	rawAddr, stopRaw, err := bench.StartHelper(ctx, exe, EchoServerLine, "echo-server")
+	rawAddr, stopRaw, err := bench.StartHelper(ctx, exe, EchoServerLine, EchoServerVerb)
 	if err != nil {
 		return err
 	}
