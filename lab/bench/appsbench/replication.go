@@ -26,7 +26,7 @@ type appReplWorkload struct {
 	name  string
 	level int
 	// open builds one node's service on storage under dir.
-	open func(ctx context.Context, dir string) (neptune.Service, io.Closer, error)
+	open bench.OpenService
 	// setup loads the cluster through c before measuring.
 	setup func(ctx context.Context, c *neptune.Client) error
 	// op issues one request; an answer that is an application error (a
@@ -76,50 +76,13 @@ func appReplCell(ctx context.Context, dir string, wl appReplWorkload, degree, cl
 	for i := range 4 {
 		rep.Nodes = append(rep.Nodes, fmt.Sprintf("n%d", i))
 	}
-	var (
-		nodes   []*neptune.Node
-		closers []io.Closer
-	)
-	defer func() {
-		for _, n := range nodes {
-			n.Close()
-		}
-		for _, c := range closers {
-			c.Close()
-		}
-	}()
-	var join []string
-	all := make([]int, appReplParts)
-	for p := range all {
-		all[p] = p
+	c, stop, err := bench.Replicated(ctx, dir, rep, appReplParts, wl.open)
+	if err != nil {
+		return 0, err
 	}
-	for _, id := range rep.Nodes {
-		n, err := neptune.NewNode(neptune.NodeConfig{ID: id, Join: join, AnnounceInterval: 200 * time.Millisecond,
-			AnnounceTTL: time.Second, DataDir: filepath.Join(dir, id)})
-		if err != nil {
-			return 0, err
-		}
-		nodes = append(nodes, n)
-		if ps := rep.PartitionsOn(id, all); len(ps) > 0 {
-			svc, closer, err := wl.open(ctx, filepath.Join(dir, id, "service"))
-			if err != nil {
-				return 0, err
-			}
-			closers = append(closers, closer)
-			r := rep
-			svc.Replication = &r
-			if err := n.Register(svc, ps...); err != nil {
-				return 0, err
-			}
-		}
-		if err := n.Start(ctx); err != nil {
-			return 0, err
-		}
-		join = []string{nodes[0].GossipAddr()}
-	}
-	c := nodes[0].Client()
+	defer stop()
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := wl.setup(setupCtx, c)
+	err = wl.setup(setupCtx, c)
 	cancel()
 	if err != nil {
 		return 0, err

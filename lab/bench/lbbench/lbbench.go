@@ -258,22 +258,29 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 			report.Ms(s.mean), report.Ms(s.p99), report.Ms(s.poll), float64(s.mean)/float64(or.mean), float64(s.p99)/float64(or.p99), s.n, report.Ms(s.lag), warn)
 	}
 
-	// healthy90 keeps the exp/90% results the goals compare against.
+	// rowGroup runs cells on one trace of workload w at load l and prints
+	// a row each, as a ratio to the first (the oracle).
+	rowGroup := func(cells []lbCell, w string, l float64) error {
+		var or lbStats
+		for i, c := range cells {
+			c = mergeCell(base, c, w, l, cfg.Duration)
+			s, err := run(c)
+			if err != nil {
+				return err
+			}
+			if i == 0 {
+				or = s
+			}
+			row(c, s, or)
+		}
+		return nil
+	}
 	if slices.Contains(secs, "main") {
 		fmt.Fprintf(stdout, "\nPolicies on one trace per row group (%v each, ratios to the oracle of the group)\n%s\n", cfg.Duration, head)
 		for _, w := range cfg.Workloads {
 			for _, l := range cfg.Loads {
-				var or lbStats
-				for i, c := range contenders() {
-					c = mergeCell(base, c, w, l, cfg.Duration)
-					s, err := run(c)
-					if err != nil {
-						return err
-					}
-					if i == 0 {
-						or = s
-					}
-					row(c, s, or)
+				if err := rowGroup(contenders(), w, l); err != nil {
+					return err
 				}
 			}
 		}
@@ -281,22 +288,13 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if slices.Contains(secs, "fig35") {
 		fmt.Fprintf(stdout, "\nFig 3.5 / Table 3.2 — poll size at 90%% load, without discarding (wait for every answer) and with the 10 ms discard (%v each)\n%s\n", cfg.Duration, head)
 		for _, w := range cfg.Workloads {
-			var or lbStats
 			cells := []lbCell{{Label: balance.NameOracle, Policy: balance.NameOracle}, {Label: "random (poll 0)", Policy: balance.NameRandom}}
 			for d := 1; d <= 8; d++ {
 				cells = append(cells, lbCell{Label: fmt.Sprintf("poll-%d no discard", d), Policy: balance.NamePolling, PollSize: d, Discard: -1})
 			}
 			cells = append(cells, lbCell{Label: "poll-3 10ms discard", Policy: balance.NamePolling, PollSize: 3, Discard: 10 * time.Millisecond})
-			for i, c := range cells {
-				c = mergeCell(base, c, w, 0.9, cfg.Duration)
-				s, err := run(c)
-				if err != nil {
-					return err
-				}
-				if i == 0 {
-					or = s
-				}
-				row(c, s, or)
+			if err := rowGroup(cells, w, 0.9); err != nil {
+				return err
 			}
 		}
 	}

@@ -205,48 +205,24 @@ func benchReplThroughput(ctx context.Context, stdout io.Writer, out, tmp string,
 // replCell runs one closed-loop measurement on a fresh 4-node cluster with
 // len(weights) partitions; clients pick a partition with these weights.
 func replCell(ctx context.Context, dir string, level, degree int, writeFrac float64, clients int, dur time.Duration, weights []float64) (float64, error) {
-	const nodesN = 4
 	parts := len(weights)
-	all := make([]int, parts)
 	cum := make([]float64, parts)
 	var sum float64
 	for i, w := range weights {
-		all[i] = i
 		sum += w
 		cum[i] = sum
 	}
 	rep := neptune.Replication{Level: level, Degree: degree}
-	for i := range nodesN {
+	for i := range 4 {
 		rep.Nodes = append(rep.Nodes, fmt.Sprintf("n%d", i))
 	}
-	var nodes []*neptune.Node
-	defer func() {
-		for _, n := range nodes {
-			n.Close()
-		}
-	}()
-	var join []string
-	for _, id := range rep.Nodes {
-		n, err := neptune.NewNode(neptune.NodeConfig{ID: id, Join: join, AnnounceInterval: 200 * time.Millisecond,
-			AnnounceTTL: time.Second, DataDir: filepath.Join(dir, id)})
-		if err != nil {
-			return 0, err
-		}
-		svc := kv.New().Service()
-		r := rep
-		svc.Replication = &r
-		if ps := rep.PartitionsOn(id, all); len(ps) > 0 {
-			if err := n.Register(svc, ps...); err != nil {
-				return 0, err
-			}
-		}
-		if err := n.Start(ctx); err != nil {
-			return 0, err
-		}
-		nodes = append(nodes, n)
-		join = []string{nodes[0].GossipAddr()}
+	c, stop, err := bench.Replicated(ctx, dir, rep, parts, func(context.Context, string) (neptune.Service, io.Closer, error) {
+		return kv.New().Service(), nil, nil
+	})
+	if err != nil {
+		return 0, err
 	}
-	c := nodes[0].Client()
+	defer stop()
 	// Ready once every partition takes a write.
 	if err := localcluster.WaitWritable(ctx, c, "kv", parts, "put", []byte("warm=1"), 15*time.Second); err != nil {
 		return 0, err
