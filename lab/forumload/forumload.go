@@ -22,6 +22,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/replica/check"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
 // ErrVerify is returned when replicas disagree or miss an acknowledged
@@ -118,13 +119,12 @@ func (l *Load) Topics() []string { return slices.Concat(l.topics...) }
 // acknowledged or ctx ends, so that reads find every topic.
 func (l *Load) Seed(ctx context.Context) error {
 	for _, t := range l.Topics() {
-		for {
-			if _, err := l.add(ctx, nil, t, 0, "seed", "seed "+t); err == nil {
-				break
-			} else if ctx.Err() != nil {
-				return fmt.Errorf("forumload: seed %s: %w (last error: %v)", t, ctx.Err(), err)
-			}
-			time.Sleep(50 * time.Millisecond)
+		err := localcluster.Wait(ctx, 0, func(ctx context.Context) error {
+			_, err := l.add(ctx, nil, t, 0, "seed", "seed "+t)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("forumload: seed %s: %w", t, err)
 		}
 	}
 	return nil

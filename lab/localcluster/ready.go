@@ -12,7 +12,7 @@ import (
 
 // Wait calls ready every 50 ms until it returns nil, and returns nil then.
 // Past limit (if limit > 0) it returns ready's last error, which should say
-// what is missing; it returns early if ctx ends.
+// what is missing; if ctx ends first, ctx's error with that last error.
 func Wait(ctx context.Context, limit time.Duration, ready func(context.Context) error) error {
 	var deadline time.Time
 	if limit > 0 {
@@ -23,15 +23,12 @@ func Wait(ctx context.Context, limit time.Duration, ready func(context.Context) 
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
 		if !deadline.IsZero() && time.Now().After(deadline) {
 			return fmt.Errorf("%w (after %v)", err, limit)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
