@@ -34,8 +34,14 @@ func Wait(ctx context.Context, limit time.Duration, ready func(context.Context) 
 	}
 }
 
+// Directory is what the waits read of a client: its yellow pages.
+type Directory interface {
+	Members(ctx context.Context, wait time.Duration) []neptune.Member
+	Partitions() []neptune.PartitionInfo
+}
+
 // WaitMembers waits until c's yellow pages list at least n nodes.
-func WaitMembers(ctx context.Context, c *neptune.Client, n int, limit time.Duration) error {
+func WaitMembers(ctx context.Context, c Directory, n int, limit time.Duration) error {
 	return Wait(ctx, limit, func(ctx context.Context) error {
 		if got := len(c.Members(ctx, 0)); got < n {
 			return fmt.Errorf("only %d of %d nodes announced", got, n)
@@ -47,7 +53,7 @@ func WaitMembers(ctx context.Context, c *neptune.Client, n int, limit time.Durat
 // WaitServing waits until each of partitions partitions of the replicated
 // service announces degree replicas, none of them recovering, one of them
 // the primary.
-func WaitServing(ctx context.Context, c *neptune.Client, service string, partitions, degree int, limit time.Duration) error {
+func WaitServing(ctx context.Context, c Directory, service string, partitions, degree int, limit time.Duration) error {
 	return Wait(ctx, limit, func(context.Context) error {
 		ready := 0
 		for _, pi := range c.Partitions() {
@@ -63,15 +69,15 @@ func WaitServing(ctx context.Context, c *neptune.Client, service string, partiti
 	})
 }
 
-// WaitWritable waits until a write (method with body) to each of
-// partitions partitions of service succeeds: a fresh cluster elects its
-// primaries in the first few hundred milliseconds.
-func WaitWritable(ctx context.Context, c *neptune.Client, service string, partitions int, method string, body []byte, limit time.Duration) error {
+// WaitWritable waits until write (a write to the partition) succeeds on
+// each of partitions 0..partitions-1: a fresh cluster elects its primaries
+// in the first few hundred milliseconds. Each try gets a second.
+func WaitWritable(ctx context.Context, partitions int, limit time.Duration, write func(ctx context.Context, partition int) error) error {
 	next := 0 // the partitions before it took the write
 	return Wait(ctx, limit, func(ctx context.Context) error {
 		for ; next < partitions; next++ {
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			_, err := c.Call(cctx, nil, service, next, method, neptune.Write, body)
+			err := write(cctx, next)
 			cancel()
 			if err != nil {
 				return fmt.Errorf("partition %d not writable: %w", next, err)
@@ -94,7 +100,7 @@ func WaitTCP(ctx context.Context, addr string, limit time.Duration) error {
 
 // Primary waits until partition of service announces a primary and
 // returns its node id.
-func Primary(ctx context.Context, c *neptune.Client, service string, partition int, limit time.Duration) (string, error) {
+func Primary(ctx context.Context, c Directory, service string, partition int, limit time.Duration) (string, error) {
 	var primary string
 	err := Wait(ctx, limit, func(context.Context) error {
 		for _, p := range c.Partitions() {

@@ -224,7 +224,7 @@ func replCell(ctx context.Context, dir string, level, degree int, writeFrac floa
 	}
 	defer stop()
 	// Ready once every partition takes a write.
-	if err := localcluster.WaitWritable(ctx, c, "kv", parts, "put", []byte("warm=1"), 15*time.Second); err != nil {
+	if err := localcluster.WaitWritable(ctx, parts, 15*time.Second, warm(c)); err != nil {
 		return 0, err
 	}
 	return bench.ClosedLoop(ctx, c, clients, dur, 7, func(cctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error {
@@ -237,6 +237,14 @@ func replCell(ctx context.Context, dir string, level, degree int, writeFrac floa
 		_, err := c.Call(cctx, sess, "kv", p, "len", neptune.Read, nil)
 		return err
 	})
+}
+
+// warm writes a key to a kv partition through c.
+func warm(c *neptune.Client) func(context.Context, int) error {
+	return func(ctx context.Context, p int) error {
+		_, err := c.Call(ctx, nil, "kv", p, "put", neptune.Write, []byte("warm=1"))
+		return err
+	}
 }
 
 // ---- failover timeline, disk and memory ----
@@ -470,7 +478,7 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 		return err
 	}
 	defer c.Close()
-	if err := localcluster.WaitWritable(ctx, c, "kv", parts, "put", []byte("warm=1"), 20*time.Second); err != nil {
+	if err := localcluster.WaitWritable(ctx, parts, 20*time.Second, warm(c)); err != nil {
 		return err
 	}
 
