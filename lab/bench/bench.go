@@ -1,6 +1,6 @@
-// Package bench is what the benchmarks under it share: a scratch
-// directory and this executable to re-launch, helper processes, and the
-// measuring loops. Each benchmark runs its contenders side by side in one
+// Package bench is what the benchmarks under it share: helper processes
+// (this executable re-launched as a hidden verb), an in-process replicated
+// cluster, and the measuring loops. Each benchmark runs its contenders side by side in one
 // run, interleaved in rounds so drift in the machine affects all alike, and
 // prints ratios.
 package bench

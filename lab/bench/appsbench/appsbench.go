@@ -226,8 +226,8 @@ func HTTPProgram(ctx context.Context, work time.Duration, stdout io.Writer) erro
 
 // benchAdapter compares an HTTP program called directly with the same
 // program called through a Neptune node process hosting it with the HTTP
-// adapter: a no-op echo route and a route that takes -work. The program,
-// the node and the benchmark's callers are three processes, as in a real
+// adapter: a no-op echo route and a route that takes work. The program, the
+// node and the benchmark's callers are three processes, as in a real
 // deployment (a program inside the caller's process would answer the
 // direct calls without a cross-process wakeup and flatter them).
 func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell time.Duration, rounds, conc int) error {
