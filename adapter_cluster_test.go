@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune"
-	"github.com/neptune-cluster/neptune/internal/localcluster"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
 // startPython runs adapter/testdata/pykv.py, a standard-library Python

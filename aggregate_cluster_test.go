@@ -10,7 +10,7 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/micro"
-	"github.com/neptune-cluster/neptune/internal/localcluster"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
 // TestAggregatePausedNodeOnRealProcesses runs four node processes hosting

@@ -13,8 +13,8 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/auction"
-	"github.com/neptune-cluster/neptune/internal/localcluster"
 	"github.com/neptune-cluster/neptune/internal/replica/check"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
 // seen is one price a user's call showed them.

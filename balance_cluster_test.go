@@ -12,7 +12,7 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/work"
-	"github.com/neptune-cluster/neptune/internal/localcluster"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
 // TestPausedReplicaGetsNoRequestsUntilResumed runs four real node processes

@@ -16,7 +16,7 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/work"
-	"github.com/neptune-cluster/neptune/internal/localcluster"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
 // TestFloodCannotStarveAGuaranteedClass runs a real node process hosting

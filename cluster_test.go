@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune"
-	"github.com/neptune-cluster/neptune/internal/localcluster"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
 // neptuneBinary builds cmd/neptune once per test binary.

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune"
-	"github.com/neptune-cluster/neptune/internal/forumload"
-	"github.com/neptune-cluster/neptune/internal/localcluster"
+	"github.com/neptune-cluster/neptune/lab/forumload"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
 // appProcs starts three node processes prefix1..prefix3 hosting service (a

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune"
-	"github.com/neptune-cluster/neptune/internal/localcluster"
 	"github.com/neptune-cluster/neptune/internal/replica/check"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
 // replProcs starts three node processes r1..r3 hosting kv partitions 0-1,

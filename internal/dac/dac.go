@@ -6,10 +6,10 @@
 //
 // The package holds the request description and its result, the tree
 // builders (Base, Flat, Binomial and the load-adaptive tree LAT), staged and
-// uniform timeouts, the per-request aggregation state machine a node steps
-// with events (Machine), and a discrete-event simulator that drives the same
-// code. Nothing here does I/O, starts goroutines or reads the clock; the node
-// runtime and the simulator are the shells around it.
+// uniform timeouts, and the per-request aggregation state machine a node
+// steps with events (Machine). Nothing here does I/O, starts goroutines or
+// reads the clock; the node runtime and the lab's simulator (lab/sim/dacsim)
+// are the shells around it.
 //
 // Reduce operators must be commutative and associative: trees of any shape
 // combine partial results in whatever order they arrive, and the result must

@@ -1,6 +1,6 @@
 // Package sched decides which queued request a node serves next. Schedulers
 // are pure: the dispatcher passes the time in and runs what they return, so
-// the node and the simulator share them.
+// the node and the lab's simulator (lab/sim/schedsim) share them.
 package sched
 
 import "time"

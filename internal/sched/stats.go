@@ -33,7 +33,7 @@ type ClassStats struct {
 }
 
 // LossPercent is the share of offered yield not realized (§4.5.2).
-func (c ClassStats) LossPercent() float64 { return lossPercent(c.OfferedYield, c.RealizedYield) }
+func (c ClassStats) LossPercent() float64 { return LossPercent(c.OfferedYield, c.RealizedYield) }
 
 // MeanWait is the mean queueing time of dispatched requests.
 func (c ClassStats) MeanWait() time.Duration {
@@ -60,10 +60,12 @@ func (s Stats) LossPercent() float64 {
 		off += c.OfferedYield
 		real += c.RealizedYield
 	}
-	return lossPercent(off, real)
+	return LossPercent(off, real)
 }
 
-func lossPercent(offered, realized float64) float64 {
+// LossPercent is the share of the offered yield not realized, in percent
+// (§4.5.2), for sums over several classes or runs.
+func LossPercent(offered, realized float64) float64 {
 	if offered == 0 {
 		return 0
 	}

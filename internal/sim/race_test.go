@@ -1,7 +1,0 @@
-//go:build race
-
-package sim
-
-// The race detector slows the simulator about tenfold; tests shrink their
-// runs when it is on.
-func init() { raceEnabled = true }

@@ -1,0 +1,792 @@
+// Package lbbench is `neptune bench lb`, the real-cluster load-balancing
+// benchmark (dissertation §3.4, issue 3): it starts the server nodes and
+// HAProxy, then for every contender re-executes this binary as hidden
+// `bench lb-client` processes that replay their share of one seeded
+// open-loop arrival trace (the simulator's, lbsim.Trace) and print their
+// measurements as JSON.
+package lbbench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/apps/work"
+	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/transport"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
+	"github.com/neptune-cluster/neptune/lab/report"
+	"github.com/neptune-cluster/neptune/lab/sim"
+	"github.com/neptune-cluster/neptune/lab/sim/lbsim"
+)
+
+// lbServer is one node of the benchmark cluster.
+type lbServer struct {
+	ID, RPC, Poll string
+}
+
+// lbCell is one contender run against one trace.
+type lbCell struct {
+	Label     string
+	Workload  string
+	Load      float64
+	Policy    string // a balance name, or "haproxy"
+	Target    string // HAProxy frontend address for Policy "haproxy"
+	PollSize  int
+	Discard   time.Duration
+	Clients   int // independent policy instances
+	Procs     int // client processes they are spread over
+	Duration  time.Duration
+	Warmup    time.Duration
+	Scale     float64
+	Capacity  float64 // in healthy servers, for the arrival rate
+	Broadcast time.Duration
+	Seed      uint64
+}
+
+// lbResult is what one lb-client process measured.
+type lbResult struct {
+	Lat, Poll []time.Duration
+	// Lag is how late each measured request left its client process,
+	// against the trace: CPU starvation of the client, not balancing.
+	Lag      []time.Duration
+	Errors   int
+	FirstErr string
+}
+
+func (r *lbResult) merge(o lbResult) {
+	r.Lat = append(r.Lat, o.Lat...)
+	r.Poll = append(r.Poll, o.Poll...)
+	r.Lag = append(r.Lag, o.Lag...)
+	r.Errors += o.Errors
+	if r.FirstErr == "" {
+		r.FirstErr = o.FirstErr
+	}
+}
+
+type lbStats struct {
+	mean, p99, poll, lag time.Duration
+	n, errors            int
+}
+
+func (r lbResult) stats() lbStats {
+	lat := report.Summarize(r.Lat)
+	return lbStats{n: lat.N, errors: r.Errors, mean: lat.Mean, p99: lat.P99, poll: report.Mean(r.Poll), lag: report.Mean(r.Lag)}
+}
+
+// Sections are the parts of `neptune bench lb`, in the order they run.
+var Sections = []string{"main", "fig35", "goals"}
+
+// Config are the knobs of `neptune bench lb`.
+type Config struct {
+	// Sections lists the parts to run, of Sections.
+	Sections []string
+	// Nodes are the server nodes, each one FIFO processing unit.
+	Nodes int
+	// Clients are independent client policy instances, spread over Procs
+	// client processes.
+	Clients, Procs int
+	// Duration is the trace length per contender (main table and Fig 3.5).
+	Duration time.Duration
+	// GoalDuration is the trace length per contender per round in the
+	// goals section, which runs Rounds rounds, each a new trace replayed
+	// by every contender in turn, pooled.
+	GoalDuration time.Duration
+	Rounds       int
+	// Warmup is the unmeasured start of each trace.
+	Warmup time.Duration
+	// Workloads are exp (Poisson/Exp, 50 ms) and/or fine (fine-grain,
+	// 22.2 ms ± 10.0 ms).
+	Workloads []string
+	// Loads are the offered loads of the main table.
+	Loads []float64
+	// Scale multiplies every service time (and the arrival interval).
+	Scale float64
+	// Broadcast is the broadcast policy's mean push interval.
+	Broadcast time.Duration
+	// Slow is the slowdown of the degraded replica in the goals section.
+	Slow float64
+	// Seed is the trace seed, shared by every contender of a row group.
+	Seed uint64
+	// HAProxy is the HAProxy executable; its rows are skipped if it is not
+	// found.
+	HAProxy string
+}
+
+// DefaultConfig is 16 nodes, 16 clients in 4 processes, 3 s traces (6 s
+// in 3 rounds for the goals), exp and fine at 50 % and 90 % load.
+func DefaultConfig() Config {
+	return Config{Sections: Sections, Nodes: 16, Clients: 16, Procs: 4, Duration: 3 * time.Second, GoalDuration: 6 * time.Second,
+		Rounds: 3, Warmup: 500 * time.Millisecond, Workloads: []string{"exp", "fine"}, Loads: []float64{0.5, 0.9}, Scale: 1,
+		Broadcast: 100 * time.Millisecond, Slow: 10, Seed: 1, HAProxy: "haproxy"}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	for _, w := range c.Workloads {
+		if _, err := lbWorkload(w); err != nil {
+			return err
+		}
+	}
+	for _, l := range c.Loads {
+		if l <= 0 || l >= 1 {
+			return fmt.Errorf("lbbench: load %v is not in (0, 1)", l)
+		}
+	}
+	for _, s := range c.Sections {
+		if !slices.Contains(Sections, s) {
+			return fmt.Errorf("lbbench: unknown section %q (want %v)", s, Sections)
+		}
+	}
+	switch {
+	case c.Nodes < 2:
+		return fmt.Errorf("lbbench: nodes must be >= 2, got %d", c.Nodes)
+	case c.Clients < 1 || c.Procs < 1 || c.Rounds < 1:
+		return errors.New("lbbench: clients, procs and rounds must be >= 1")
+	case c.Duration <= c.Warmup || c.GoalDuration <= c.Warmup:
+		return fmt.Errorf("lbbench: duration and goal duration must exceed the warm-up (%v)", c.Warmup)
+	case c.Scale <= 0 || c.Slow < 1:
+		return errors.New("lbbench: scale must be > 0 and slow >= 1")
+	}
+	return nil
+}
+
+// Run is `neptune bench lb`.
+func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg.Procs = min(cfg.Procs, cfg.Clients)
+	secs := cfg.Sections
+	exe, dir, cleanup, err := localcluster.Scratch("neptune-bench-lb-")
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	srv, stop, err := startLBCluster(ctx, exe, dir, cfg.Nodes)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	conns := transport.NewConns()
+	defer conns.Close()
+
+	proxy, err := startHAProxy(ctx, cfg.HAProxy, dir, srv)
+	switch {
+	case errors.Is(err, exec.ErrNotFound):
+		fmt.Fprintf(stdout, "HAProxy rows skipped: %q not found (install it with: sudo apt-get install -y haproxy)\n", cfg.HAProxy)
+	case err != nil:
+		return err
+	default:
+		defer proxy.stop()
+		fmt.Fprintf(stdout, "HAProxy %s in front of the same %d gRPC ports (proto h2): leastconn %s, random(2) %s\n", proxy.version, len(srv), proxy.leastconn, proxy.random2)
+	}
+
+	def := balance.DefaultConfig()
+	base := lbCell{Clients: cfg.Clients, Procs: cfg.Procs, Warmup: cfg.Warmup, Scale: cfg.Scale, Capacity: float64(len(srv)),
+		Broadcast: cfg.Broadcast, Seed: cfg.Seed, PollSize: def.PollSize, Discard: def.Discard}
+	runRaw := func(c lbCell) (lbResult, error) {
+		if c.Policy == balance.NameOracle {
+			// Exact join-shortest-queue: one client, the only sender, whose
+			// own outstanding requests per server are the servers' queues.
+			c.Clients, c.Procs = 1, 1
+		}
+		res, err := runLBCell(ctx, exe, srv, c)
+		if err != nil {
+			return lbResult{}, fmt.Errorf("bench lb: %s: %w", c.Label, err)
+		}
+		if res.Errors > 0 {
+			fmt.Fprintf(stdout, "  (%s: %d failed calls, first: %s)\n", c.Label, res.Errors, res.FirstErr)
+		}
+		return res, nil
+	}
+	run := func(c lbCell) (lbStats, error) {
+		res, err := runRaw(c)
+		if err != nil {
+			return lbStats{}, err
+		}
+		st := res.stats()
+		if st.n == 0 {
+			return st, fmt.Errorf("bench lb: %s measured no request (first error: %s)", c.Label, res.FirstErr)
+		}
+		return st, nil
+	}
+	contenders := func() []lbCell {
+		cs := []lbCell{
+			{Label: balance.NameOracle, Policy: balance.NameOracle},
+			{Label: "default:" + def.Policy, Policy: def.Policy},
+			{Label: "poll-3 (10ms discard)", Policy: balance.NamePolling},
+			{Label: balance.NameLocalP2C, Policy: balance.NameLocalP2C},
+			{Label: "broadcast-" + cfg.Broadcast.String(), Policy: balance.NameBroadcast},
+			{Label: balance.NameRoundRobin, Policy: balance.NameRoundRobin},
+			{Label: balance.NameRandom, Policy: balance.NameRandom},
+		}
+		if proxy != nil {
+			cs = append(cs,
+				lbCell{Label: "haproxy leastconn", Policy: "haproxy", Target: proxy.leastconn},
+				lbCell{Label: "haproxy random(2)", Policy: "haproxy", Target: proxy.random2})
+		}
+		return cs
+	}
+	start := time.Now()
+	fmt.Fprintf(stdout, "bench lb: %d servers (1 worker each, sleep-emulated service ×%g), %d clients in %d processes, seed %d\n",
+		len(srv), cfg.Scale, cfg.Clients, cfg.Procs, cfg.Seed)
+	head := fmt.Sprintf("%-8s %5s %-28s %9s %9s %8s %8s %8s %7s %7s", "workload", "load", "policy", "mean ms", "p99 ms", "poll ms", "mean/or", "p99/or", "n", "lag ms")
+	row := func(c lbCell, s, or lbStats) {
+		warn := ""
+		if s.lag > starvedLag {
+			warn = "  ← client CPU-starved, rerun on a quieter machine"
+		}
+		fmt.Fprintf(stdout, "%-8s %5.2f %-28s %9.2f %9.2f %8.3f %8.3f %8.3f %7d %7.2f%s\n", c.Workload, c.Load, c.Label,
+			report.Ms(s.mean), report.Ms(s.p99), report.Ms(s.poll), float64(s.mean)/float64(or.mean), float64(s.p99)/float64(or.p99), s.n, report.Ms(s.lag), warn)
+	}
+
+	// rowGroup runs cells on one trace of workload w at load l and prints
+	// a row each, as a ratio to the first (the oracle).
+	rowGroup := func(cells []lbCell, w string, l float64) error {
+		var or lbStats
+		for i, c := range cells {
+			c = mergeCell(base, c, w, l, cfg.Duration)
+			s, err := run(c)
+			if err != nil {
+				return err
+			}
+			if i == 0 {
+				or = s
+			}
+			row(c, s, or)
+		}
+		return nil
+	}
+	if slices.Contains(secs, "main") {
+		fmt.Fprintf(stdout, "\nPolicies on one trace per row group (%v each, ratios to the oracle of the group)\n%s\n", cfg.Duration, head)
+		for _, w := range cfg.Workloads {
+			for _, l := range cfg.Loads {
+				if err := rowGroup(contenders(), w, l); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if slices.Contains(secs, "fig35") {
+		fmt.Fprintf(stdout, "\nFig 3.5 / Table 3.2 — poll size at 90%% load, without discarding (wait for every answer) and with the 10 ms discard (%v each)\n%s\n", cfg.Duration, head)
+		for _, w := range cfg.Workloads {
+			cells := []lbCell{{Label: balance.NameOracle, Policy: balance.NameOracle}, {Label: "random (poll 0)", Policy: balance.NameRandom}}
+			for d := 1; d <= 8; d++ {
+				cells = append(cells, lbCell{Label: fmt.Sprintf("poll-%d no discard", d), Policy: balance.NamePolling, PollSize: d, Discard: -1})
+			}
+			cells = append(cells, lbCell{Label: "poll-3 10ms discard", Policy: balance.NamePolling, PollSize: 3, Discard: 10 * time.Millisecond})
+			if err := rowGroup(cells, w, 0.9); err != nil {
+				return err
+			}
+		}
+	}
+	if slices.Contains(secs, "goals") {
+		if err := lbGoals(ctx, stdout, conns, srv, base, cfg.GoalDuration, cfg.Rounds, cfg.Slow, runRaw, row, head); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "\nbench lb took %v\n", time.Since(start).Round(time.Second))
+	return nil
+}
+
+// mergeCell fills c's unset fields from base and sets the row group.
+func mergeCell(base, c lbCell, workload string, load float64, d time.Duration) lbCell {
+	out := base
+	out.Label, out.Policy, out.Target = c.Label, c.Policy, c.Target
+	if c.PollSize != 0 {
+		out.PollSize = c.PollSize
+	}
+	switch {
+	case c.Discard < 0:
+		out.Discard = 0 // wait for every answer (capped at balance.WaitAllCap)
+	case c.Discard > 0:
+		out.Discard = c.Discard
+	}
+	if c.Capacity != 0 {
+		out.Capacity = c.Capacity
+	}
+	out.Workload, out.Load, out.Duration = workload, load, d
+	return out
+}
+
+func lbGoals(ctx context.Context, stdout io.Writer, conns *transport.Conns, srv []lbServer, base lbCell, d time.Duration, rounds int, slow float64,
+	run func(lbCell) (lbResult, error), row func(lbCell, lbStats, lbStats), head string) error {
+	def := balance.DefaultConfig().Policy
+	fmt.Fprintf(stdout, "\nGoals — exp, 90%% load, %d servers, %d independent clients (%d rounds of %v per contender, pooled)\n%s\n", len(srv), base.Clients, rounds, d, head)
+	slowLabel := fmt.Sprintf("default, 1 replica %g× slow", slow)
+	cells := []lbCell{
+		{Label: balance.NameOracle, Policy: balance.NameOracle},
+		{Label: "default:" + def, Policy: def},
+		{Label: balance.NameLocalP2C, Policy: balance.NameLocalP2C},
+		// One replica slow: the offered load stays 90% of the degraded
+		// capacity (as in the simulator), so only the balancing differs.
+		{Label: slowLabel, Policy: def, Capacity: float64(len(srv)-1) + 1/slow},
+	}
+	pooled := map[string]*lbResult{}
+	for r := range rounds {
+		for _, c := range cells {
+			c = mergeCell(base, c, "exp", 0.9, d)
+			c.Seed = base.Seed + uint64(r)
+			isSlow := c.Label == slowLabel
+			if isSlow {
+				if err := setSlowdown(ctx, conns, srv[0], slow); err != nil {
+					return err
+				}
+			}
+			res, err := run(c)
+			if isSlow {
+				if serr := setSlowdown(ctx, conns, srv[0], 1); err == nil {
+					err = serr
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if pooled[c.Label] == nil {
+				pooled[c.Label] = &lbResult{}
+			}
+			pooled[c.Label].merge(res)
+		}
+	}
+	res := map[string]lbStats{}
+	for _, c := range cells {
+		res[c.Label] = pooled[c.Label].stats()
+		row(mergeCell(base, c, "exp", 0.9, d), res[c.Label], res[balance.NameOracle])
+	}
+	var (
+		slowDef = res[slowLabel]
+		dflt    = res["default:"+def]
+	)
+	or, p2c := res[balance.NameOracle], res[balance.NameLocalP2C]
+	meanR, p99R := float64(dflt.mean)/float64(or.mean), float64(dflt.p99)/float64(or.p99)
+	p2cR := float64(p2c.mean) / float64(dflt.mean)
+	slowR := float64(slowDef.p99) / float64(dflt.p99)
+	fmt.Fprintf(stdout, "\ngoals (default %s, exp, 90%%):\n", def)
+	fmt.Fprintf(stdout, "  %s mean ≤ 1.2× oracle: %.3f× (%.1f vs %.1f ms)\n", report.Verdict(meanR <= 1.2), meanR, report.Ms(dflt.mean), report.Ms(or.mean))
+	fmt.Fprintf(stdout, "  %s p99 ≤ 1.35× oracle: %.3f× (%.1f vs %.1f ms)\n", report.Verdict(p99R <= 1.35), p99R, report.Ms(dflt.p99), report.Ms(or.p99))
+	fmt.Fprintf(stdout, "  %s mean ≥ 2× better than localp2c with %d clients: %.2f× (%.1f vs %.1f ms)\n", report.Verdict(p2cR >= 2), base.Clients, p2cR, report.Ms(p2c.mean), report.Ms(dflt.mean))
+	fmt.Fprintf(stdout, "  %s one replica %g× slower: p99 ≤ 1.5× healthy p99: %.3f× (%.1f vs %.1f ms)\n",
+		report.Verdict(slowR <= 1.5), slow, slowR, report.Ms(slowDef.p99), report.Ms(dflt.p99))
+	return nil
+}
+
+// setSlowdown calls the work service's slowdown method on one node
+// directly, bypassing the balancer.
+func setSlowdown(ctx context.Context, conns *transport.Conns, s lbServer, factor float64) error {
+	cl, err := conns.Client(s.RPC)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = cl.Call(ctx, &pb.CallRequest{Service: "work", Method: "slowdown", Mode: pb.Mode(neptune.Write), Body: []byte(strconv.FormatFloat(factor, 'g', -1, 64))})
+	if err != nil {
+		return fmt.Errorf("bench lb: slow down %s: %w", s.ID, transport.FromStatus(s.ID, err))
+	}
+	return nil
+}
+
+// starvedLag is the mean dispatch lateness above which a row's client
+// processes did not get the CPU in time (other work on the machine); its
+// numbers then measure the machine, not the policy.
+const starvedLag = 2 * time.Millisecond
+
+// startLBCluster starts n nodes hosting work:0 with one worker each and
+// returns their addresses from the yellow pages.
+func startLBCluster(ctx context.Context, exe, dir string, n int) ([]lbServer, func(), error) {
+	cfg := filepath.Join(dir, "work.yaml")
+	if err := os.WriteFile(cfg, []byte("services:\n  - name: work\n    partitions: [0]\n    workers: 1\n"), 0o644); err != nil {
+		return nil, nil, err
+	}
+	cl := localcluster.New(exe, dir)
+	stop := cl.Close
+	for i := range n {
+		if _, err := cl.Start(ctx, localcluster.Spec{ID: fmt.Sprintf("s%02d", i+1), Args: []string{"--config", cfg, "--log-level", "warn"}}); err != nil {
+			stop()
+			return nil, nil, err
+		}
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds()})
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	defer c.Close()
+	if err := localcluster.WaitMembers(ctx, c, n, 20*time.Second); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	var srv []lbServer
+	for _, m := range c.Members(ctx, 0) {
+		srv = append(srv, lbServer{ID: m.Node, RPC: m.RPCAddr, Poll: m.PollAddr})
+	}
+	slices.SortFunc(srv, func(a, b lbServer) int { return strings.Compare(a.ID, b.ID) })
+	return srv, stop, nil
+}
+
+// haproxyPeer is a running HAProxy with two frontends over the same
+// backends.
+type haproxyPeer struct {
+	version, leastconn, random2 string
+	cmd                         *exec.Cmd
+}
+
+func (h *haproxyPeer) stop() { _ = h.cmd.Process.Kill(); _ = h.cmd.Wait() }
+
+func startHAProxy(ctx context.Context, bin, dir string, srv []lbServer) (*haproxyPeer, error) {
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, err
+	}
+	ver, _ := exec.CommandContext(ctx, path, "-v").Output()
+	h := &haproxyPeer{version: strings.Fields(string(ver) + " ? ?")[2]}
+	var b strings.Builder
+	b.WriteString("global\n  maxconn 4000\n  nbthread 1\n  tune.h2.max-concurrent-streams 2000\n")
+	b.WriteString("defaults\n  mode http\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n")
+	for _, alg := range []string{"leastconn", "random(2)"} {
+		port, err := localcluster.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		name := strings.Trim(strings.NewReplacer("(", "", ")", "").Replace(alg), " ")
+		fmt.Fprintf(&b, "frontend fe_%s\n  bind %s proto h2\n  default_backend be_%s\n", name, addr, name)
+		fmt.Fprintf(&b, "backend be_%s\n  balance %s\n", name, alg)
+		for _, s := range srv {
+			fmt.Fprintf(&b, "  server %s %s proto h2\n", s.ID, s.RPC)
+		}
+		if alg == "leastconn" {
+			h.leastconn = addr
+		} else {
+			h.random2 = addr
+		}
+	}
+	cfg := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "haproxy.log"))
+	if err != nil {
+		return nil, err
+	}
+	h.cmd = exec.Command(path, "-db", "-f", cfg)
+	h.cmd.Stdout, h.cmd.Stderr = logf, logf
+	if err := h.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench lb: start haproxy: %w", err)
+	}
+	for _, addr := range []string{h.leastconn, h.random2} {
+		if err := localcluster.WaitTCP(ctx, addr, 5*time.Second); err != nil {
+			h.stop()
+			out, _ := os.ReadFile(logf.Name())
+			return nil, fmt.Errorf("bench lb: haproxy did not listen on %s: %w\n%s", addr, err, out)
+		}
+	}
+	return h, nil
+}
+
+// runLBCell runs one contender: c.Procs client processes replaying the
+// trace from a common start time, and merges what they measured.
+func runLBCell(ctx context.Context, exe string, srv []lbServer, c lbCell) (lbResult, error) {
+	// Give every process time to start before the trace begins.
+	startAt := time.Now().Add(300*time.Millisecond + 50*time.Millisecond*time.Duration(c.Procs))
+	var (
+		mu     sync.Mutex
+		merged lbResult
+		wg     sync.WaitGroup
+		errs   []error
+	)
+	for p := range c.Procs {
+		job, err := json.Marshal(clientJob{Cell: c, Servers: srv, Proc: p, Start: startAt})
+		if err != nil {
+			return lbResult{}, err
+		}
+		cmd := exec.CommandContext(ctx, exe, "bench", ClientVerb)
+		cmd.Stdin = bytes.NewReader(job)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return lbResult{}, err
+		}
+		if err := cmd.Start(); err != nil {
+			return lbResult{}, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var r lbResult
+			derr := json.NewDecoder(bufio.NewReader(out)).Decode(&r)
+			werr := cmd.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			if err := errors.Join(derr, werr); err != nil {
+				errs = append(errs, fmt.Errorf("client process %d: %w: %s", p, err, stderr.String()))
+				return
+			}
+			merged.merge(r)
+		}()
+	}
+	wg.Wait()
+	return merged, errors.Join(errs...)
+}
+
+// ClientVerb is the hidden `neptune bench` verb of the client processes.
+const ClientVerb = "lb-client"
+
+// clientJob is what runLBCell sends a client process on its standard
+// input: the cell, the servers, which share of the clients is this
+// process's, and when the trace starts.
+type clientJob struct {
+	Cell    lbCell
+	Servers []lbServer
+	Proc    int
+	Start   time.Time
+}
+
+// lbWorkload maps the benchmark's workload names to the simulator's
+// distributions, so both sides of issue 3 replay the same shapes.
+func lbWorkload(name string) (lbsim.Workload, error) {
+	switch name {
+	case "exp":
+		return lbsim.PoissonExp, nil
+	case "fine":
+		return lbsim.FineGrain, nil
+	}
+	return lbsim.Workload{}, fmt.Errorf("lbbench: workload %q: want exp or fine", name)
+}
+
+// lbTrace is the simulator's open-loop trace (lbsim.Trace) for d: arrivals
+// that keep capacity servers busy at load, service times scaled by scale,
+// and the client of each request. It depends only on its arguments, so
+// every contender sees the same requests.
+func lbTrace(w lbsim.Workload, load, capacity, scale float64, clients int, d time.Duration, seed uint64) []lbsim.Arrival {
+	var out []lbsim.Arrival
+	for a := range lbsim.Trace(w.Scaled(scale), load*capacity, clients, seed) {
+		if a.At >= d {
+			break
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// lbInstance is one independent client: its own policy and, for the
+// oracle, its own count of outstanding requests per server.
+type lbInstance struct {
+	mu          sync.Mutex
+	pol         balance.Policy
+	outstanding map[string]int
+	// poller is the instance's own, so answers arriving after a choice
+	// reach this instance's policy (as neptune.Client does).
+	poller *transport.Poller
+}
+
+// Client is the hidden `neptune bench lb-client` process: it reads its job
+// (a clientJob, as JSON) from stdin, replays the requests of its instances
+// (client index ≡ proc mod procs) and prints one JSON lbResult.
+func Client(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
+	var job clientJob
+	if err := json.NewDecoder(stdin).Decode(&job); err != nil {
+		return fmt.Errorf("lbbench: read the job: %w", err)
+	}
+	c, srv := job.Cell, job.Servers
+	w, err := lbWorkload(c.Workload)
+	if err != nil {
+		return err
+	}
+	ids := make([]string, len(srv))
+	byID := map[string]lbServer{}
+	for i, s := range srv {
+		ids[i] = s.ID
+		byID[s.ID] = s
+	}
+	cfg := balance.DefaultConfig()
+	cfg.PollSize, cfg.Discard, cfg.BroadcastInterval = c.PollSize, c.Discard, c.Broadcast
+	proxied := c.Policy == "haproxy"
+	if !proxied {
+		cfg.Policy = c.Policy
+	}
+	oracle := cfg.Policy == balance.NameOracle
+	insts := map[int]*lbInstance{}
+	for i := job.Proc; i < c.Clients; i += c.Procs {
+		p, err := balance.New(cfg, sim.Rand(c.Seed, uint64(1000+i)))
+		if err != nil {
+			return err
+		}
+		in := &lbInstance{pol: p, outstanding: map[string]int{}}
+		if in.poller, err = transport.NewPoller(slog.New(slog.DiscardHandler)); err != nil {
+			return err
+		}
+		defer in.poller.Close()
+		in.poller.OnLate(func(_ string, a transport.PollAnswer) {
+			in.mu.Lock()
+			in.pol.Report(time.Now(), balance.Load{Replica: a.Replica, Queue: a.Queue, RTT: a.RTT})
+			in.mu.Unlock()
+		})
+		insts[i] = in
+	}
+	poller, err := transport.NewPoller(slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer poller.Close()
+	conns := transport.NewConns()
+	defer conns.Close()
+	stubs := map[string]pb.NodeClient{}
+	for _, s := range srv {
+		if stubs[s.ID], err = conns.Client(s.RPC); err != nil {
+			return err
+		}
+	}
+	var proxy pb.NodeClient
+	if proxied {
+		if proxy, err = conns.Client(c.Target); err != nil {
+			return err
+		}
+	}
+	// Warm the connections up (zero work) so no request of the trace pays
+	// for dialling.
+	for _, s := range srv {
+		warm, cancelWarm := context.WithTimeout(ctx, 5*time.Second)
+		_, err := stubs[s.ID].Call(warm, &pb.CallRequest{Service: "work", Method: "work", Mode: pb.Mode(neptune.Read), Body: work.Encode(0)})
+		cancelWarm()
+		if err != nil {
+			return fmt.Errorf("lbbench: client: warm up %s: %w", s.ID, err)
+		}
+	}
+	trace := lbTrace(w, c.Load, c.Capacity, c.Scale, c.Clients, c.Duration, c.Seed)
+	start := job.Start
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if cfg.Policy == balance.NameBroadcast {
+		go lbPush(ctx, poller, srv, cfg.BroadcastInterval, c.Seed+uint64(job.Proc), insts)
+	}
+
+	var (
+		mu  sync.Mutex
+		res lbResult
+		wg  sync.WaitGroup
+	)
+	record := func(at, lag, lat, poll time.Duration, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			res.Errors++
+			if res.FirstErr == "" {
+				res.FirstErr = err.Error()
+			}
+			return
+		}
+		if at >= c.Warmup {
+			res.Lat = append(res.Lat, lat)
+			res.Poll = append(res.Poll, poll)
+			res.Lag = append(res.Lag, lag)
+		}
+	}
+	one := func(r lbsim.Arrival, in *lbInstance) {
+		defer wg.Done()
+		t0 := time.Now()
+		lag := t0.Sub(start.Add(r.At))
+		req := &pb.CallRequest{Service: "work", Method: "work", Mode: pb.Mode(neptune.Read), Body: work.Encode(r.Service)}
+		callCtx, cancelCall := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancelCall()
+		if proxied {
+			_, err := proxy.Call(callCtx, req)
+			record(r.At, lag, time.Since(t0), 0, err)
+			return
+		}
+		in.mu.Lock()
+		plan := in.pol.Plan(t0, ids)
+		in.mu.Unlock()
+		var loads []balance.Load
+		if len(plan.Poll) > 0 {
+			targets := make([]transport.PollTarget, len(plan.Poll))
+			for i, id := range plan.Poll {
+				targets[i] = transport.PollTarget{Replica: id, Addr: byID[id].Poll}
+			}
+			for _, a := range in.poller.PollFirst(callCtx, targets, "work", 0, "", plan.Wait, plan.Enough) {
+				loads = append(loads, balance.Load{Replica: a.Replica, Queue: a.Queue, RTT: a.RTT})
+			}
+		}
+		in.mu.Lock()
+		now := time.Now()
+		if oracle {
+			for _, id := range ids {
+				in.pol.Report(now, balance.Load{Replica: id, Queue: in.outstanding[id]})
+			}
+		}
+		choice := in.pol.Choose(now, ids, loads)
+		in.pol.Sent(now, choice)
+		in.outstanding[choice]++
+		in.mu.Unlock()
+		poll := time.Since(t0)
+		sent := time.Now()
+		_, err := stubs[choice].Call(callCtx, req)
+		in.mu.Lock()
+		in.outstanding[choice]--
+		in.pol.Done(time.Now(), choice, time.Since(sent))
+		in.mu.Unlock()
+		record(r.At, lag, time.Since(t0), poll, err)
+	}
+	for _, r := range trace {
+		in, ok := insts[r.Client]
+		if !ok {
+			continue
+		}
+		if d := time.Until(start.Add(r.At)); d > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(d):
+			}
+		}
+		wg.Add(1)
+		go one(r, in)
+	}
+	wg.Wait()
+	return json.NewEncoder(stdout).Encode(&res)
+}
+
+// lbPush emulates the broadcast policy's server pushes: each server's load
+// is fetched (by a poll) at its own jittered interval of 0.5–1.5× the mean
+// and reported to every instance of this process at once, as a push would.
+func lbPush(ctx context.Context, poller *transport.Poller, srv []lbServer, mean time.Duration, seed uint64, insts map[int]*lbInstance) {
+	for i, s := range srv {
+		rng := rand.New(rand.NewPCG(seed, uint64(i)))
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Duration(float64(mean) * (0.5 + rng.Float64()))):
+				}
+				for _, a := range poller.Poll(ctx, []transport.PollTarget{{Replica: s.ID, Addr: s.Poll}}, "work", 0, "", mean) {
+					now := time.Now()
+					for _, in := range insts {
+						in.mu.Lock()
+						in.pol.Report(now, balance.Load{Replica: a.Replica, Queue: a.Queue})
+						in.mu.Unlock()
+					}
+				}
+			}
+		}()
+	}
+}

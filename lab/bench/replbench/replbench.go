@@ -1,0 +1,742 @@
+// Package replbench is `neptune bench replication`: dissertation §5.4
+// (Figs 5.1-5.4) at laptop scale on the kv service, in-process nodes for
+// the throughput sweeps and node processes for the failure timelines.
+package replbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/apps/kv"
+	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
+	"github.com/neptune-cluster/neptune/lab/report"
+)
+
+// Sections are the parts of `neptune bench replication`, in the order
+// they run: fig51 (throughput vs degree), fig52 (Figs 5.2/5.3, Zipf-skewed
+// load), failover (a primary's SIGKILL and restart, then disk and memory
+// under sustained writes) and fig54 (three kills and restarts).
+var Sections = []string{"fig51", "fig52", "failover", "fig54"}
+
+// Config are the knobs of `neptune bench replication`.
+type Config struct {
+	// Sections lists the parts to run, of Sections.
+	Sections []string
+	// Out is the directory for CSV and SVG outputs (it must exist).
+	Out string
+	// Cell is the measuring time per Fig 5.1-5.3 cell.
+	Cell time.Duration
+	// Clients are closed-loop client goroutines.
+	Clients int
+	// Degrees (of 4 nodes) and Levels of Fig 5.1.
+	Degrees, Levels []int
+	// Sustain is the write load after the failover, before measuring disk
+	// and memory, sampled every Sample.
+	Sustain, Sample time.Duration
+	// Rounds of Fig 5.1-5.3 cells are interleaved and pooled.
+	Rounds int
+	// Phase is Fig 5.4's time between a kill, its restart and the next
+	// kill.
+	Phase time.Duration
+	// Partitions of Figs 5.2/5.3 (imbalance factors 1/Partitions to 1).
+	Partitions int
+}
+
+// DefaultConfig runs Fig 5.1 and the failover timeline.
+func DefaultConfig() Config {
+	return Config{Sections: []string{"fig51", "failover"}, Out: "out", Cell: 2 * time.Second, Clients: 16,
+		Degrees: []int{1, 2, 3, 4}, Levels: []int{1, 2, 3}, Sustain: 20 * time.Second, Sample: 5 * time.Second,
+		Rounds: 3, Phase: 10 * time.Second, Partitions: 16}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	for _, s := range c.Sections {
+		if !slices.Contains(Sections, s) {
+			return fmt.Errorf("replbench: unknown section %q (want %v)", s, Sections)
+		}
+	}
+	switch {
+	case c.Rounds < 1:
+		return errors.New("replbench: rounds must be at least 1")
+	case c.Sample <= 0:
+		return errors.New("replbench: sample must be positive")
+	case c.Partitions < 2:
+		return errors.New("replbench: partitions must be at least 2")
+	case c.Phase <= 0:
+		return errors.New("replbench: phase must be positive")
+	case len(c.Degrees) == 0 || len(c.Levels) == 0:
+		return errors.New("replbench: degrees and levels must not be empty")
+	}
+	return nil
+}
+
+// Run is `neptune bench replication`: dissertation §5.4 at laptop scale on
+// the kv service: throughput versus replication degree for levels 1-3 at
+// 10 % and 50 % writes (Fig 5.1, in-process nodes), and a throughput
+// timeline through a primary SIGKILL and restart of real node processes,
+// with the failover time and the disk and memory sampled during a
+// sustained write load, and a timeline through three node kills and
+// restarts (Fig 5.4).
+func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "neptune-bench-repl-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	run := func(s string) bool { return slices.Contains(cfg.Sections, s) }
+	if run("fig51") {
+		if err := benchReplThroughput(ctx, stdout, cfg.Out, tmp, cfg.Degrees, cfg.Levels, cfg.Clients, cfg.Cell, cfg.Rounds); err != nil {
+			return err
+		}
+	}
+	if run("fig52") {
+		if err := benchReplSkew(ctx, stdout, cfg.Out, tmp, cfg.Partitions, cfg.Clients, cfg.Cell, cfg.Rounds); err != nil {
+			return err
+		}
+	}
+	if run("failover") {
+		if err := benchReplFailover(ctx, stdout, cfg.Out, tmp, cfg.Sustain, cfg.Sample); err != nil {
+			return err
+		}
+	}
+	if run("fig54") {
+		return benchReplFailures(ctx, stdout, cfg.Out, tmp, cfg.Clients, cfg.Phase)
+	}
+	return nil
+}
+
+// ---- Fig 5.1 ----
+
+// fig51Cell names one cell of Fig 5.1.
+type fig51Cell struct{ pct, level, degree int }
+
+// benchReplThroughput measures every cell once per round, rounds times.
+// Within a round the cells run in turn, and the levels of one degree run
+// back to back in an order that alternates between rounds, so a slow phase
+// of the shared machine hits level 2 and level 3 alike; the level-3/level-2
+// ratio is taken per round from such adjacent pairs and pooled.
+func benchReplThroughput(ctx context.Context, stdout io.Writer, out, tmp string, degs, levs []int, clients int, cell time.Duration, rounds int) error {
+	fmt.Fprintf(stdout, "Fig 5.1: kv throughput (ops/s) vs replication degree; 4 in-process nodes, 4 partitions, %d clients, %v per cell, %d interleaved rounds\n", clients, cell, rounds)
+	samples := map[fig51Cell][]float64{}
+	csv := report.NewTable("round", "level", "write_pct", "degree", "ops_per_s")
+	for r := range rounds {
+		order := slices.Clone(levs)
+		if r%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, pct := range []int{10, 50} {
+			for _, d := range degs {
+				for _, lv := range order {
+					ops, err := replCell(ctx, filepath.Join(tmp, fmt.Sprintf("r%dl%dd%dw%d", r, lv, d, pct)), lv, d, float64(pct)/100, clients, cell, []float64{1, 1, 1, 1})
+					if err != nil {
+						return fmt.Errorf("round %d level %d degree %d: %w", r, lv, d, err)
+					}
+					k := fig51Cell{pct, lv, d}
+					samples[k] = append(samples[k], ops)
+					csv.Addf("%d,%d,%d,%d,%.1f", r, lv, pct, d, ops)
+				}
+			}
+		}
+		fmt.Fprintf(stdout, "round %d of %d done\n", r+1, rounds)
+	}
+	fmt.Fprintln(stdout, "mean ± sd over rounds (ops/s)")
+	fmt.Fprintln(stdout, "level  writes  "+bench.Columns("deg%-12d", degs))
+	var lines []report.Series
+	for _, pct := range []int{10, 50} {
+		for _, lv := range levs {
+			row := fmt.Sprintf("%-6d %-7s ", lv, fmt.Sprintf("%d%%", pct))
+			s := report.Series{Name: fmt.Sprintf("level %d, %d%% writes", lv, pct)}
+			for _, d := range degs {
+				m, sd := report.MeanSD(samples[fig51Cell{pct, lv, d}])
+				row += fmt.Sprintf("%-15s", fmt.Sprintf("%.0f±%.0f", m, sd))
+				s.Add(float64(d), m)
+			}
+			fmt.Fprintln(stdout, row)
+			lines = append(lines, s)
+		}
+	}
+	if slices.Contains(levs, 2) && slices.Contains(levs, 3) {
+		fmt.Fprintln(stdout, "level3/level2 (ratio of means; min-max of per-round pairs); goal >= 0.90")
+		var logs []float64
+		for _, pct := range []int{10, 50} {
+			for _, d := range degs {
+				l2, l3 := samples[fig51Cell{pct, 2, d}], samples[fig51Cell{pct, 3, d}]
+				m2, _ := report.MeanSD(l2)
+				m3, _ := report.MeanSD(l3)
+				var pairs []float64
+				for i := range l2 {
+					pairs = append(pairs, l3[i]/l2[i])
+				}
+				fmt.Fprintf(stdout, "  %d%% writes deg%d: %.2f (%.2f-%.2f) %s\n", pct, d, m3/m2, slices.Min(pairs), slices.Max(pairs), report.Verdict(m3/m2 >= 0.90))
+				for _, x := range pairs {
+					logs = append(logs, math.Log(x))
+				}
+			}
+		}
+		// Pool every adjacent pair: the per-cell noise on this shared
+		// machine is larger than the effect, the pooled estimate is not.
+		m, sd := report.MeanSD(logs)
+		half := 2 * sd / math.Sqrt(float64(len(logs)))
+		fmt.Fprintf(stdout, "  all %d pairs pooled: geometric mean %.2f (approx. 95%% interval %.2f-%.2f) %s\n", len(logs), math.Exp(m), math.Exp(m-half), math.Exp(m+half), report.Verdict(math.Exp(m) >= 0.90))
+	}
+	if err := csv.Save(filepath.Join(out, "replication-fig51.csv")); err != nil {
+		return err
+	}
+	return report.Chart{Title: "kv throughput vs replication degree (mean of rounds)", XLabel: "degree", YLabel: "ops/s", Series: lines}.Save(filepath.Join(out, "replication-fig51.svg"))
+}
+
+// replCell runs one closed-loop measurement on a fresh 4-node cluster with
+// len(weights) partitions; clients pick a partition with these weights.
+func replCell(ctx context.Context, dir string, level, degree int, writeFrac float64, clients int, dur time.Duration, weights []float64) (float64, error) {
+	parts := len(weights)
+	cum := make([]float64, parts)
+	var sum float64
+	for i, w := range weights {
+		sum += w
+		cum[i] = sum
+	}
+	rep := neptune.Replication{Level: level, Degree: degree}
+	for i := range 4 {
+		rep.Nodes = append(rep.Nodes, fmt.Sprintf("n%d", i))
+	}
+	c, stop, err := bench.Replicated(ctx, dir, rep, parts, func(context.Context, string) (neptune.Service, io.Closer, error) {
+		return kv.New().Service(), nil, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	// Ready once every partition takes a write.
+	if err := localcluster.WaitWritable(ctx, parts, 15*time.Second, warm(c)); err != nil {
+		return 0, err
+	}
+	return bench.ClosedLoop(ctx, c, clients, dur, 7, func(cctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error {
+		p, _ := slices.BinarySearch(cum, rng.Float64()*sum)
+		p = min(p, parts-1)
+		if rng.Float64() < writeFrac {
+			_, err := c.Call(cctx, "kv", p, "put", fmt.Appendf(nil, "k%d=v", rng.IntN(1000)), neptune.WithSession(sess))
+			return err
+		}
+		_, err := c.Call(cctx, "kv", p, "len", nil, neptune.WithSession(sess))
+		return err
+	})
+}
+
+// warm writes a key to a kv partition through c.
+func warm(c *neptune.Client) func(context.Context, int) error {
+	return func(ctx context.Context, p int) error {
+		_, err := c.Call(ctx, "kv", p, "put", []byte("warm=1"))
+		return err
+	}
+}
+
+// ---- failover timeline, disk and memory ----
+
+func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, sustain, sample time.Duration) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(tmp, "failover")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	cfg := filepath.Join(dir, "kv.yaml")
+	if err := os.WriteFile(cfg, []byte("services:\n  - name: kv\n    partitions: 0-1\n    replication:\n      level: 2\n      nodes: [r1, r2, r3]\n      degree: 3\n"), 0o644); err != nil {
+		return err
+	}
+	cl := localcluster.New(exe, dir)
+	defer cl.Close()
+	var nodes []*localcluster.Node
+	for i := range 3 {
+		id := fmt.Sprintf("r%d", i+1)
+		port, err := localcluster.FreePort()
+		if err != nil {
+			return err
+		}
+		// pprof on the metrics port lets a memory problem be profiled live.
+		maddr := fmt.Sprintf("127.0.0.1:%d", port)
+		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"--config", cfg, "--data-dir", filepath.Join(dir, id), "--metrics", maddr, "--pprof"}})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: pid %d, http://%s/debug/pprof/\n", id, n.PID(), maddr)
+		nodes = append(nodes, n)
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds()})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	primary, err := localcluster.Primary(ctx, c, "kv", 0, 15*time.Second)
+	if err != nil {
+		return err
+	}
+	victim := nodes[slices.IndexFunc(nodes, func(n *localcluster.Node) bool { return n.Spec.ID == primary })]
+
+	type ack struct {
+		at time.Time
+		p  int
+	}
+	var mu sync.Mutex
+	var acks []ack
+	runCtx, stopWriters := context.WithCancel(ctx)
+	defer stopWriters()
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; runCtx.Err() == nil; k++ {
+				p := i % 2
+				cctx, cancel := context.WithTimeout(runCtx, 2*time.Second)
+				_, err := c.Call(cctx, "kv", p, "put", fmt.Appendf(nil, "w%d-%d=v", i, k%500))
+				cancel()
+				if err == nil {
+					mu.Lock()
+					acks = append(acks, ack{time.Now(), p})
+					mu.Unlock()
+				} else {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	start := time.Now()
+	bench.Sleep(ctx, 3*time.Second)
+	killed := time.Now()
+	if err := victim.Kill(); err != nil {
+		return err
+	}
+	bench.Sleep(ctx, 3*time.Second)
+	restarted := time.Now()
+	if err := cl.Restart(ctx, victim); err != nil {
+		return err
+	}
+	bench.Sleep(ctx, 4*time.Second)
+	timelineEnd := time.Now()
+	mu.Lock()
+	tl := slices.Clone(acks)
+	mu.Unlock()
+
+	// Failover: from the kill to the first acknowledged write on partition 0.
+	failover := time.Duration(-1)
+	for _, a := range tl {
+		if a.p == 0 && a.at.After(killed) {
+			failover = a.at.Sub(killed)
+			break
+		}
+	}
+	const bucket = 250 * time.Millisecond
+	counts := report.NewTimeline(bucket, int(timelineEnd.Sub(start)/bucket)+1, 2)
+	for _, a := range tl {
+		counts.Add(a.at.Sub(start), a.p, 1)
+	}
+	csv := report.NewTable("t_s", "p0_ops_per_s", "p1_ops_per_s")
+	s0, s1 := report.Series{Name: "partition 0 (primary killed)"}, report.Series{Name: "partition 1"}
+	for b := range counts.Len() {
+		t := counts.Start(b)
+		csv.Addf("%.2f,%.0f,%.0f", t, counts.Rate(b, 0), counts.Rate(b, 1))
+		s0.Add(t, counts.Rate(b, 0))
+		s1.Add(t, counts.Rate(b, 1))
+	}
+	fmt.Fprintf(stdout, "\nFailover timeline: 3 node processes, level 2, degree 3, 4 writers; primary %s of partition 0 SIGKILLed at %.1fs, restarted at %.1fs\n",
+		primary, killed.Sub(start).Seconds(), restarted.Sub(start).Seconds())
+	fmt.Fprintf(stdout, "failover (kill -> first acknowledged write on partition 0): %v\n", failover.Round(time.Millisecond))
+	fmt.Fprintln(stdout, "t(s)   p0 ops/s  p1 ops/s")
+	for b := 0; b < counts.Len(); b += 2 {
+		fmt.Fprintf(stdout, "%-6.2f %-9.0f %-9.0f\n", counts.Start(b), counts.Rate(b, 0), counts.Rate(b, 1))
+	}
+	if err := csv.Save(filepath.Join(out, "replication-failover.csv")); err != nil {
+		return err
+	}
+	if err := (report.Chart{Title: "writes through a primary kill (t=3s) and restart (t=6s)", XLabel: "time (s)", YLabel: "acknowledged writes/s", Series: []report.Series{s0, s1}}).Save(filepath.Join(out, "replication-failover.svg")); err != nil {
+		return err
+	}
+
+	// Sustained load: the log is truncated, so disk stays bounded. Sample
+	// every node's write-log bytes and RSS over time to show the plateau.
+	fmt.Fprintf(stdout, "\nSustained write load for %v (keys cycle through 500 per writer), sampled every %v:\n", sustain, sample)
+	fmt.Fprintln(stdout, "t(s)   writes/s  "+bench.Columns("r%d wal/store/rss      ", []int{1, 2, 3}))
+	mu.Lock()
+	n0 := len(acks)
+	mu.Unlock()
+	sustStart := time.Now()
+	prevN, prevT := n0, sustStart
+	for t := sample; t <= sustain && ctx.Err() == nil; t += sample {
+		bench.Sleep(ctx, time.Until(sustStart.Add(t)))
+		mu.Lock()
+		n := len(acks)
+		mu.Unlock()
+		now := time.Now()
+		disk := replDisk(dir)
+		row := fmt.Sprintf("%-6.0f %-9.0f ", now.Sub(sustStart).Seconds(), float64(n-prevN)/now.Sub(prevT).Seconds())
+		for _, nd := range nodes {
+			rss, _ := localcluster.RSS(nd.PID())
+			d := disk[nd.Spec.ID]
+			row += fmt.Sprintf("%-22s", fmt.Sprintf("%.1f/%.1f/%.1fMiB", float64(d[0])/(1<<20), float64(d[1])/(1<<20), float64(rss)/(1<<20)))
+		}
+		fmt.Fprintln(stdout, row)
+		prevN, prevT = n, now
+	}
+	stopWriters()
+	wg.Wait()
+	mu.Lock()
+	writes := len(acks) - n0
+	mu.Unlock()
+	el := time.Since(sustStart)
+	fmt.Fprintf(stdout, "%d writes acknowledged in %v (%.0f/s)\n", writes, el.Round(time.Second), float64(writes)/el.Seconds())
+	return ctx.Err()
+}
+
+// replDisk returns per node the bytes of its write logs and of its
+// service store.
+func replDisk(dir string) map[string][2]int64 {
+	out := map[string][2]int64{}
+	for _, id := range []string{"r1", "r2", "r3"} {
+		var v [2]int64
+		_ = filepath.WalkDir(filepath.Join(dir, id), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return nil
+			}
+			info, err := d.Info()
+			if err != nil {
+				return nil
+			}
+			if strings.Contains(path, "service-") {
+				v[1] += info.Size()
+			} else {
+				v[0] += info.Size()
+			}
+			return nil
+		})
+		out[id] = v
+	}
+	return out
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
+
+// ---- a small SVG line chart ----
+
+// ---- Fig 5.4: three node failures and recoveries ----
+
+// benchReplFailures drives a 10 %-write closed-loop load against 5 node
+// processes (kv, 5 partitions, level 2, degree 3) while three nodes are
+// SIGKILLed and restarted one after another, and records acknowledged
+// operations and errors per second. The paper killed three of 8 nodes at
+// once; with degree 3 on 5 nodes and a majority floor, two lost replicas of
+// one partition would stop its writes by design, so the failures are
+// staggered.
+func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, clients int, phase time.Duration) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(tmp, "fig54")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	const nodesN, parts = 5, 5
+	var ids []string
+	for i := range nodesN {
+		ids = append(ids, fmt.Sprintf("r%d", i+1))
+	}
+	cfg := filepath.Join(dir, "kv.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "services:\n  - name: kv\n    partitions: 0-%d\n    replication:\n      level: 2\n      nodes: [%s]\n      degree: 3\n", parts-1, strings.Join(ids, ", ")), 0o644); err != nil {
+		return err
+	}
+	cl := localcluster.New(exe, dir)
+	defer cl.Close()
+	var nodes []*localcluster.Node
+	for _, id := range ids {
+		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"--config", cfg, "--data-dir", filepath.Join(dir, id)}})
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, n)
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds()})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := localcluster.WaitWritable(ctx, parts, 20*time.Second, warm(c)); err != nil {
+		return err
+	}
+
+	type op struct {
+		at        time.Time
+		p         int
+		write, ok bool
+	}
+	var mu sync.Mutex
+	var ops []op
+	runCtx, stopClients := context.WithCancel(ctx)
+	defer stopClients()
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 54))
+			for runCtx.Err() == nil {
+				p, write := rng.IntN(parts), rng.Float64() < 0.1
+				cctx, cancel := context.WithTimeout(runCtx, 2*time.Second)
+				var err error
+				if write {
+					_, err = c.Call(cctx, "kv", p, "put", fmt.Appendf(nil, "k%d=v", rng.IntN(1000)))
+				} else {
+					_, err = c.Call(cctx, "kv", p, "len", nil)
+				}
+				cancel()
+				if runCtx.Err() != nil {
+					return
+				}
+				mu.Lock()
+				ops = append(ops, op{time.Now(), p, write, err == nil})
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}()
+	}
+
+	// Schedule: steady, then for each victim a phase down and a phase back.
+	type event struct {
+		name string
+		at   time.Duration
+	}
+	start := time.Now()
+	events := []event{{"steady", 0}}
+	bench.Sleep(ctx, phase)
+	for _, v := range nodes[:3] {
+		events = append(events, event{v.Spec.ID + " killed", time.Since(start)})
+		if err := v.Kill(); err != nil {
+			return err
+		}
+		bench.Sleep(ctx, phase)
+		events = append(events, event{v.Spec.ID + " restarted", time.Since(start)})
+		if err := cl.Restart(ctx, v); err != nil {
+			return err
+		}
+		bench.Sleep(ctx, time.Until(start.Add(phase*time.Duration(len(events)))))
+	}
+	end := time.Since(start)
+	stopClients()
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	perSecond := report.NewTimeline(time.Second, int(end/time.Second), 2) // ok, errors
+	type phaseStat struct {
+		ok, errs int
+		gap      time.Duration
+	}
+	stats := make([]phaseStat, len(events))
+	phaseOf := func(t time.Duration) int {
+		i := len(events) - 1
+		for i > 0 && t < events[i].at {
+			i--
+		}
+		return i
+	}
+	lastAck := make([]time.Duration, parts)
+	for p := range lastAck {
+		lastAck[p] = -1
+	}
+	for _, o := range ops {
+		t := o.at.Sub(start)
+		if t < 0 || t >= end {
+			continue
+		}
+		ph := phaseOf(t)
+		if o.ok {
+			perSecond.Add(t, 0, 1)
+		} else {
+			perSecond.Add(t, 1, 1)
+		}
+		if !o.ok {
+			stats[ph].errs++
+			continue
+		}
+		stats[ph].ok++
+		if o.write {
+			if lastAck[o.p] >= 0 {
+				gp := phaseOf(lastAck[o.p]) // charge a gap to the phase it starts in
+				stats[gp].gap = max(stats[gp].gap, t-lastAck[o.p])
+			}
+			lastAck[o.p] = t
+		}
+	}
+	csv := report.NewTable("t_s", "ok_ops_per_s", "errors_per_s")
+	sOK := report.Series{Name: "acknowledged ops/s"}
+	sErr := report.Series{Name: "errors/s"}
+	for b := range perSecond.Len() {
+		t := perSecond.Start(b)
+		csv.Addf("%.0f,%.0f,%.0f", t, perSecond.Sum(b, 0), perSecond.Sum(b, 1))
+		sOK.Add(t, perSecond.Sum(b, 0))
+		sErr.Add(t, perSecond.Sum(b, 1))
+	}
+	fmt.Fprintf(stdout, "\nFig 5.4: 5 node processes, kv partitions 0-%d, level 2, degree 3, %d closed-loop clients (10%% writes, 2 s call timeout); r1, r2, r3 SIGKILLed and restarted in turn, %v apart\n", parts-1, clients, phase)
+	fmt.Fprintln(stdout, "t(s)  ok/s   err/s")
+	for b := range perSecond.Len() {
+		fmt.Fprintf(stdout, "%-5d %-6.0f %-6.0f\n", b, perSecond.Sum(b, 0), perSecond.Sum(b, 1))
+	}
+	base := float64(stats[0].ok) / events[1].at.Seconds()
+	fmt.Fprintln(stdout, "phase           from(s)  ok ops/s  vs steady  errors  longest write-ack gap on a partition")
+	for i, e := range events {
+		to := end
+		if i+1 < len(events) {
+			to = events[i+1].at
+		}
+		rate := float64(stats[i].ok) / (to - e.at).Seconds()
+		fmt.Fprintf(stdout, "%-15s %-8.1f %-9.0f %-10.2f %-7d %v\n", e.name, e.at.Seconds(), rate, rate/base, stats[i].errs, stats[i].gap.Round(time.Millisecond))
+	}
+	var rss []string
+	for _, n := range nodes {
+		b, _ := localcluster.RSS(n.PID())
+		rss = append(rss, n.Spec.ID+" "+bench.MiB(b))
+	}
+	fmt.Fprintf(stdout, "RSS at the end: %s\n", strings.Join(rss, ", "))
+	if err := csv.Save(filepath.Join(out, "replication-fig54.csv")); err != nil {
+		return err
+	}
+	return report.Chart{Title: fmt.Sprintf("kv through 3 kills+restarts (r1,r2,r3; every %v)", phase), XLabel: "time (s)", YLabel: "per second",
+		Series: []report.Series{sOK, sErr}}.Save(filepath.Join(out, "replication-fig54.svg"))
+}
+
+// ---- Fig 5.2 and 5.3: Zipf-skewed load ----
+
+// zipfWeights returns partition weights of a Zipf distribution over n
+// partitions whose most popular partition draws the fraction f of the
+// requests (the paper's imbalance factor): 1/n is uniform, 1 is one
+// partition only.
+func zipfWeights(n int, f float64) []float64 {
+	w := make([]float64, n)
+	switch {
+	case f >= 1:
+		w[0] = 1
+		return w
+	case f <= 1/float64(n):
+		for i := range w {
+			w[i] = 1
+		}
+		return w
+	}
+	first := func(s float64) float64 {
+		var h float64
+		for i := range n {
+			h += math.Pow(float64(i+1), -s)
+		}
+		return 1 / h
+	}
+	lo, hi := 0.0, 64.0
+	for range 100 {
+		if mid := (lo + hi) / 2; first(mid) < f {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	for i := range w {
+		w[i] = math.Pow(float64(i+1), -lo)
+	}
+	return w
+}
+
+// benchReplSkew measures Fig 5.2 (level 2, degrees 1-4) and Fig 5.3
+// (degree 4, levels 1-3) under Zipf-skewed partition load at 10 % writes,
+// with the cells of one imbalance factor run in turn, rounds times.
+func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts, clients int, cell time.Duration, rounds int) error {
+	type cfg struct{ level, degree int }
+	cfgs := []cfg{{2, 1}, {2, 2}, {2, 3}, {2, 4}, {1, 4}, {3, 4}}
+	var factors []float64
+	for f := 1 / float64(parts); f < 1; f *= 2 {
+		factors = append(factors, f)
+	}
+	factors = append(factors, 1)
+	fmt.Fprintf(stdout, "\nFig 5.2/5.3: kv throughput (ops/s) under Zipf-skewed load; 4 in-process nodes, %d partitions, 10%% writes, %d clients, %v per cell, %d interleaved rounds\n", parts, clients, cell, rounds)
+	samples := map[[2]int][]float64{} // (cfg index, factor index)
+	csv := report.NewTable("round", "level", "degree", "imbalance", "ops_per_s")
+	for r := range rounds {
+		for fi, f := range factors {
+			order := slices.Clone(cfgs)
+			if r%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, c := range order {
+				ci := slices.Index(cfgs, c)
+				ops, err := replCell(ctx, filepath.Join(tmp, fmt.Sprintf("skew-r%dl%dd%df%d", r, c.level, c.degree, fi)), c.level, c.degree, 0.1, clients, cell, zipfWeights(parts, f))
+				if err != nil {
+					return fmt.Errorf("level %d degree %d imbalance %.3f: %w", c.level, c.degree, f, err)
+				}
+				samples[[2]int{ci, fi}] = append(samples[[2]int{ci, fi}], ops)
+				csv.Addf("%d,%d,%d,%.4f,%.1f", r, c.level, c.degree, f, ops)
+			}
+		}
+		fmt.Fprintf(stdout, "round %d of %d done\n", r+1, rounds)
+	}
+	fmt.Fprintln(stdout, "mean ± sd over rounds (ops/s)")
+	hdr := "level deg  "
+	for _, f := range factors {
+		hdr += fmt.Sprintf("%-13s", fmt.Sprintf("f=1/%.0f", 1/f))
+	}
+	fmt.Fprintln(stdout, hdr)
+	var fig52, fig53 []report.Series
+	means := map[[2]int]float64{}
+	for ci, c := range cfgs {
+		row := fmt.Sprintf("%-5d %-4d ", c.level, c.degree)
+		s := report.Series{Name: fmt.Sprintf("level %d, degree %d", c.level, c.degree)}
+		for fi, f := range factors {
+			m, sd := report.MeanSD(samples[[2]int{ci, fi}])
+			means[[2]int{ci, fi}] = m
+			row += fmt.Sprintf("%-13s", fmt.Sprintf("%.0f±%.0f", m, sd))
+			s.Add(math.Log2(f*float64(parts)), m)
+		}
+		fmt.Fprintln(stdout, row)
+		if c.level == 2 {
+			fig52 = append(fig52, s)
+		}
+		if c.degree == 4 {
+			fig53 = append(fig53, s)
+		}
+	}
+	ratio := func(name string, a, b int) {
+		row := fmt.Sprintf("%-22s", name)
+		for fi := range factors {
+			row += fmt.Sprintf("%-13.2f", means[[2]int{a, fi}]/means[[2]int{b, fi}])
+		}
+		fmt.Fprintln(stdout, row)
+	}
+	ratio("deg4/deg1 (level 2)", 3, 0)
+	ratio("level1/level2 (deg 4)", 4, 3)
+	ratio("level3/level2 (deg 4)", 5, 3)
+	if err := csv.Save(filepath.Join(out, "replication-fig52-53.csv")); err != nil {
+		return err
+	}
+	xl := fmt.Sprintf("log2(imbalance x %d): 0 = balanced, %.0f = one partition", parts, math.Log2(float64(parts)))
+	if err := (report.Chart{Title: "Fig 5.2: skew vs replication degree (level 2, 10% writes)", XLabel: xl, YLabel: "ops/s", Series: fig52}).Save(filepath.Join(out, "replication-fig52.svg")); err != nil {
+		return err
+	}
+	return report.Chart{Title: "Fig 5.3: skew vs consistency level (degree 4, 10% writes)", XLabel: xl, YLabel: "ops/s", Series: fig53}.Save(filepath.Join(out, "replication-fig53.svg"))
+}

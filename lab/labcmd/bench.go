@@ -1,0 +1,200 @@
+package labcmd
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/neptune-cluster/neptune/lab/bench/appsbench"
+	"github.com/neptune-cluster/neptune/lab/bench/dacbench"
+	"github.com/neptune-cluster/neptune/lab/bench/lbbench"
+	"github.com/neptune-cluster/neptune/lab/bench/overhead"
+	"github.com/neptune-cluster/neptune/lab/bench/replbench"
+	"github.com/neptune-cluster/neptune/lab/bench/walbench"
+)
+
+func benchCmd() *cobra.Command {
+	return group("bench", "Run a benchmark: overhead, lb, replication, wal, apps, dac",
+		`Run a benchmark on real node processes (re-executions of this binary) or
+in-process nodes. Each benchmark runs its contenders side by side in one
+run, interleaved in rounds so drift in the machine affects all alike, and
+prints ratios; --sections picks the parts of those that have several.`,
+		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(),
+		echoServerCmd(), httpProgramCmd(), lbClientCmd())
+}
+
+func overheadCmd() *cobra.Command {
+	cfg := overhead.DefaultConfig()
+	cmd := leaf("overhead [flags]", "What Neptune adds to a call, against a raw gRPC echo server",
+		`Call a node process hosting echo through neptune.Client (polling off,
+the paper's poll-3, the default policy) and a raw gRPC echo server in its
+own process, sequentially and concurrently, in interleaved rounds; print
+latency and throughput ratios to the raw server, the cost of polling and
+the node's resident memory.`,
+		experiment(&cfg, nil, nil, overhead.Run))
+	fs := cmd.Flags()
+	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measuring time per contender per mode per round")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds")
+	fs.IntVar(&cfg.Payload, "payload", cfg.Payload, "request body bytes")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "callers in the concurrent mode")
+	return cmd
+}
+
+func lbCmd() *cobra.Command {
+	cfg := lbbench.DefaultConfig()
+	cmd := leaf("lb [flags]", "Load-balancing policies on a real cluster (dissertation §3.4)",
+		`Start --nodes server nodes (one worker each, sleep-emulated service) and,
+if found, HAProxy in front of them; replay one seeded open-loop trace per
+row group from client processes with every policy, and print mean and p99
+response times as ratios to the oracle.
+
+Sections: main (every policy at --loads), fig35 (poll size, Fig 3.5 and
+Table 3.2), goals (issue 3's goals at 90% load, --rounds rounds pooled).`,
+		experiment(&cfg, nil, nil, lbbench.Run))
+	cmd.Example = "  neptune bench lb --sections goals --rounds 5"
+	fs := cmd.Flags()
+	addSections(fs, &cfg.Sections, lbbench.Sections)
+	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "server nodes, each one FIFO processing unit")
+	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "independent client policy instances")
+	fs.IntVar(&cfg.Procs, "procs", cfg.Procs, "client processes the instances are spread over")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "trace length per contender (main and fig35)")
+	fs.DurationVar(&cfg.GoalDuration, "goal-duration", cfg.GoalDuration, "trace length per contender per round in the goals section")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "goals section: rounds, each a new trace replayed by every contender in turn, pooled")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured start of each trace")
+	fs.Var(&choices{dst: &cfg.Workloads, allowed: []string{"exp", "fine"}}, "workloads", "workloads: exp (Poisson/Exp, 50 ms) and/or fine (fine-grain, 22.2 ms ± 10.0 ms)")
+	fs.Var(&numbers[float64]{dst: &cfg.Loads}, "loads", "offered loads of the main section")
+	fs.Float64Var(&cfg.Scale, "scale", cfg.Scale, "multiply every service time (and the arrival interval) by this")
+	fs.DurationVar(&cfg.Broadcast, "broadcast", cfg.Broadcast, "broadcast policy's mean push interval")
+	fs.Float64Var(&cfg.Slow, "slow", cfg.Slow, "slowdown of the degraded replica in the goals section")
+	addSeed(fs, &cfg.Seed, "the traces (shared by every contender of a row group)")
+	fs.StringVar(&cfg.HAProxy, "haproxy", cfg.HAProxy, "HAProxy executable; its rows are skipped if it is not found")
+	return cmd
+}
+
+func replicationCmd() *cobra.Command {
+	cfg := replbench.DefaultConfig()
+	cmd := leaf("replication [flags]", "Replication throughput and failures (dissertation §5.4)",
+		`Dissertation §5.4 at laptop scale on the kv service.
+
+Sections: fig51 (throughput vs degree for each level at 10% and 50%
+writes, in-process nodes), fig52 (Figs 5.2/5.3: Zipf-skewed load by degree
+and by level), failover (a primary's SIGKILL and restart on node
+processes, then disk and memory under sustained writes), fig54 (three node
+kills and restarts). Default: fig51,failover.`,
+		experiment(&cfg, &cfg.Out, nil, replbench.Run))
+	fs := cmd.Flags()
+	addSections(fs, &cfg.Sections, replbench.Sections)
+	addOut(fs, &cfg.Out, "the CSV and SVG files")
+	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measuring time per fig51/fig52 cell")
+	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "closed-loop client goroutines")
+	fs.Var(&ranges{dst: &cfg.Degrees}, "degrees", "replication degrees (of 4 nodes), e.g. 1-4")
+	fs.Var(&ranges{dst: &cfg.Levels}, "levels", "consistency levels, e.g. 1-3")
+	fs.DurationVar(&cfg.Sustain, "sustain", cfg.Sustain, "write load after the failover, before measuring disk and memory")
+	fs.DurationVar(&cfg.Sample, "sample", cfg.Sample, "disk and memory sampling period during --sustain")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds of fig51/fig52 cells, pooled")
+	fs.DurationVar(&cfg.Phase, "phase", cfg.Phase, "fig54: time between a kill, its restart and the next kill")
+	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "fig52 partitions (imbalance factors 1/partitions to 1)")
+	return cmd
+}
+
+func walCmd() *cobra.Command {
+	cfg := walbench.DefaultConfig()
+	cmd := leaf("wal [flags]", "Candidate stores for the replica write log, side by side",
+		`Synced appends of fixed-size entries, reads of a run of entries from an
+LSN, and prefix truncation, on pebble (the write log's store), bbolt and
+tidwall/wal, alternating within each round.`,
+		experiment(&cfg, nil, nil, walbench.Run))
+	fs := cmd.Flags()
+	fs.IntVarP(&cfg.Entries, "entries", "n", cfg.Entries, "entries to append")
+	fs.IntVar(&cfg.Size, "size", cfg.Size, "entry size in bytes")
+	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "entries per synced append")
+	fs.IntVar(&cfg.Read, "read", cfg.Read, "entries per read-from-LSN")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds; contenders alternate within each round")
+	fs.StringVar(&cfg.Dir, "dir", cfg.Dir, "`directory` for the stores (default: a temporary one; use a real disk)")
+	return cmd
+}
+
+func appsCmd() *cobra.Command {
+	cfg := appsbench.DefaultConfig()
+	cmd := leaf("apps [flags]", "The applications on their storage, behind the HTTP adapter, and replicated",
+		`Sections: storage (the forum's handlers in-process on SQLite vs
+PostgreSQL), adapter (an HTTP program called directly vs through a node
+hosting it with the HTTP adapter, three processes), replication (auction
+and pcache throughput vs replication degree, dissertation Figs 5.5/5.6).`,
+		experiment(&cfg, &cfg.Out, nil, appsbench.Run))
+	fs := cmd.Flags()
+	addSections(fs, &cfg.Sections, appsbench.Sections)
+	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measuring time per contender per round (storage, adapter)")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds (storage, adapter)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "callers in the concurrent storage and adapter cells")
+	fs.StringVar(&cfg.PGDSN, "pg-dsn", cfg.PGDSN, "PostgreSQL server for the forum (default $NEPTUNE_TEST_PG_DSN); empty skips PostgreSQL")
+	fs.DurationVar(&cfg.Work, "work", cfg.Work, "service time of the adapter's second HTTP route")
+	fs.Var(&ranges{dst: &cfg.Degrees}, "degrees", "replication degrees (of 4 nodes) of the replication section, e.g. 1-4")
+	fs.DurationVar(&cfg.ReplCell, "repl-cell", cfg.ReplCell, "measuring time per replication cell")
+	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "closed-loop clients in the replication cells")
+	addOut(fs, &cfg.Out, "the replication section's CSV and SVG")
+	return cmd
+}
+
+func dacBenchCmd() *cobra.Command {
+	cfg := dacbench.DefaultConfig()
+	cmd := leaf("dac [flags]", "Data Aggregation Calls on node processes (the DAC paper §5)",
+		`Open-loop Poisson arrivals of aggregations over every partition of the
+micro service on --nodes node processes (local ~Exp(25ms), reduce
+~Exp(5ms), sleep-emulated; a node's capacity is its workers).
+
+Sections: trees (Figs 14-17, homogeneous and heterogeneous), ed (Figs
+18-19, event-driven vs blocking), fig20 (quality-aware throughput through
+slow nodes), stop (SIGSTOPped nodes), hedge (replication 2 with hedging).`,
+		experiment(&cfg, &cfg.Out, nil, dacbench.Run))
+	fs := cmd.Flags()
+	addSections(fs, &cfg.Sections, dacbench.Sections)
+	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "node processes, one micro partition each")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "workers per node (a dual-CPU node of the paper)")
+	fs.IntVar(&cfg.Fast, "fast", cfg.Fast, "heterogeneous setting: nodes with twice the workers")
+	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "arrival window per contender per rate")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured start of each cell")
+	fs.Var(&numbers[float64]{dst: &cfg.Rates}, "rates", "request rates (aggregations/s) of Figs 14-17")
+	fs.Var(&numbers[float64]{dst: &cfg.EDRates}, "ed-rates", "request rates of Figs 18-19 (event-driven vs blocking)")
+	fs.DurationVar(&cfg.Deadline, "deadline", cfg.Deadline, "aggregation deadline T")
+	fs.DurationVar(&cfg.Budget, "budget", cfg.Budget, "staged-timeout budget per reduction rank (a; 4× the mean reduction)")
+	fs.Float64Var(&cfg.Fig20Rate, "fig20-rate", cfg.Fig20Rate, "Fig 20 request rate (75% of capacity in the paper)")
+	fs.DurationVar(&cfg.Fig20Len, "fig20-len", cfg.Fig20Len, "Fig 20 timeline (paper: 60s); node A is slow from len/6 to len/2, node B from len/3 to 2len/3")
+	fs.Float64Var(&cfg.Slow, "slow", cfg.Slow, "fig20 and hedge: slowdown factor of the slow nodes")
+	fs.Float64Var(&cfg.StopRate, "stop-rate", cfg.StopRate, "request rate with SIGSTOPped nodes")
+	fs.Var(&numbers[int]{dst: &cfg.StopK}, "stop-k", "numbers of SIGSTOPped nodes")
+	fs.Float64Var(&cfg.HedgeRate, "hedge-rate", cfg.HedgeRate, "request rate of the hedge section")
+	fs.DurationVar(&cfg.HedgeCell, "hedge-cell", cfg.HedgeCell, "arrival window per hedging contender")
+	addSeed(fs, &cfg.Seed, "the arrivals")
+	addOut(fs, &cfg.Out, "the CSV and SVG files (empty: none)")
+	fs.BoolVarP(&cfg.Verbose, "verbose", "v", cfg.Verbose, "print the failed calls of every cell by error")
+	return cmd
+}
+
+// The hidden verbs the benchmarks re-launch this binary with.
+
+func echoServerCmd() *cobra.Command {
+	cmd := leaf(overhead.EchoServerVerb, "Raw gRPC echo server, the baseline of bench overhead", "", func(cmd *cobra.Command, _ []string) error {
+		return overhead.EchoServer(cmd.Context(), cmd.OutOrStdout())
+	})
+	cmd.Hidden = true
+	return cmd
+}
+
+func httpProgramCmd() *cobra.Command {
+	work := time.Millisecond
+	cmd := leaf(appsbench.HTTPProgramVerb, "HTTP program of bench apps' adapter section", "", func(cmd *cobra.Command, _ []string) error {
+		return appsbench.HTTPProgram(cmd.Context(), work, cmd.OutOrStdout())
+	})
+	cmd.Flags().DurationVar(&work, "work", work, "service time of POST /work")
+	cmd.Hidden = true
+	return cmd
+}
+
+func lbClientCmd() *cobra.Command {
+	cmd := leaf(lbbench.ClientVerb, "Client process of bench lb (reads its job from stdin)", "", func(cmd *cobra.Command, _ []string) error {
+		return lbbench.Client(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout())
+	})
+	cmd.Hidden = true
+	return cmd
+}

@@ -1,0 +1,284 @@
+// Package localcluster runs Neptune nodes as real processes on loopback, for
+// the demo, the benchmarks and the integration tests: start, SIGKILL,
+// SIGSTOP/SIGCONT and restart a node with the same identity and ports, and
+// wait until the cluster is ready for a workload.
+package localcluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Scratch returns this executable (which the demo and the benchmarks
+// re-execute as nodes and helper processes) and a fresh temporary
+// directory for their data and logs, with the function that removes it.
+func Scratch(prefix string) (exe, dir string, cleanup func(), err error) {
+	if exe, err = os.Executable(); err != nil {
+		return "", "", nil, fmt.Errorf("find the neptune executable: %w", err)
+	}
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", "", nil, err
+	}
+	return exe, dir, func() { os.RemoveAll(dir) }, nil
+}
+
+// Spec describes one node process.
+type Spec struct {
+	ID string
+	// Services are --service flag values, e.g. "kv:0-3".
+	Services []string
+	// Args are extra flags for `neptune node`, e.g. "--config", path.
+	Args []string
+}
+
+// Node is a running (or stopped) node process.
+type Node struct {
+	Spec       Spec
+	GossipPort int
+	GossipAddr string
+	LogPath    string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// Cluster owns node processes started from one neptune executable.
+type Cluster struct {
+	exe string
+	dir string
+
+	mu    sync.Mutex
+	nodes []*Node
+}
+
+// New returns a cluster that starts nodes with the neptune binary exe and
+// writes their logs under dir.
+func New(exe, dir string) *Cluster { return &Cluster{exe: exe, dir: dir} }
+
+// Seeds returns the gossip addresses of the first up to three nodes.
+func (c *Cluster) Seeds() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, n := range c.nodes {
+		if len(out) == 3 {
+			break
+		}
+		out = append(out, n.GossipAddr)
+	}
+	return out
+}
+
+// Start launches a node with a fresh gossip port, joining the existing
+// nodes, and waits until it reports that it is up.
+// A port found free can be taken before the node binds it (the kernel
+// hands the same range to outgoing connections), so a start that lost that
+// race is tried again on another port.
+func (c *Cluster) Start(ctx context.Context, spec Spec) (*Node, error) {
+	var n *Node
+	for attempt := 0; ; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		n = &Node{Spec: spec, GossipPort: port, GossipAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), LogPath: filepath.Join(c.dir, spec.ID+".log")}
+		err = c.launch(ctx, n, c.Seeds())
+		if err == nil {
+			break
+		}
+		if attempt == 2 || !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
+	}
+	c.mu.Lock()
+	c.nodes = append(c.nodes, n)
+	c.mu.Unlock()
+	return n, nil
+}
+
+// Restart starts a killed node again with the same id and gossip port.
+func (c *Cluster) Restart(ctx context.Context, n *Node) error {
+	var seeds []string
+	for _, s := range c.Seeds() {
+		if s != n.GossipAddr {
+			seeds = append(seeds, s)
+		}
+	}
+	return c.launch(ctx, n, seeds)
+}
+
+func (c *Cluster) launch(ctx context.Context, n *Node, seeds []string) error {
+	args := []string{"node", "--id", n.Spec.ID, "--gossip-port", strconv.Itoa(n.GossipPort), "--log-level", "info"}
+	for _, s := range n.Spec.Services {
+		args = append(args, "--service", s)
+	}
+	for _, s := range seeds {
+		args = append(args, "--join", s)
+	}
+	args = append(args, n.Spec.Args...)
+	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("localcluster: %w", err)
+	}
+	cmd := exec.Command(c.exe, args...)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return fmt.Errorf("localcluster: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("localcluster: start %s: %w", n.Spec.ID, err)
+	}
+	go func() { _ = cmd.Wait(); logf.Close() }()
+	up := make(chan error, 2)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), " up: ") {
+				up <- nil
+				break
+			}
+		}
+		up <- errors.New("exited before it was up")
+		for sc.Scan() {
+		}
+	}()
+	select {
+	case err = <-up:
+	case <-time.After(15 * time.Second):
+		err = errors.New("not up after 15s")
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		_ = cmd.Process.Kill()
+		tail, _ := os.ReadFile(n.LogPath)
+		return fmt.Errorf("localcluster: node %s %w; log:\n%s", n.Spec.ID, err, lastLines(string(tail), 20))
+	}
+	n.mu.Lock()
+	n.cmd = cmd
+	n.mu.Unlock()
+	return nil
+}
+
+// Kill sends SIGKILL: the node dies without leaving the cluster.
+func (n *Node) Kill() error { return n.signal(syscall.SIGKILL) }
+
+// Pause sends SIGSTOP: the node stops answering but keeps its sockets.
+func (n *Node) Pause() error { return n.signal(syscall.SIGSTOP) }
+
+// Resume sends SIGCONT after Pause.
+func (n *Node) Resume() error { return n.signal(syscall.SIGCONT) }
+
+// PID is the process id, or 0 if not running.
+func (n *Node) PID() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
+func (n *Node) signal(s syscall.Signal) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return fmt.Errorf("localcluster: node %s is not running", n.Spec.ID)
+	}
+	if err := n.cmd.Process.Signal(s); err != nil {
+		return fmt.Errorf("localcluster: signal %s: %w", n.Spec.ID, err)
+	}
+	if s == syscall.SIGKILL {
+		_, _ = n.cmd.Process.Wait()
+		n.cmd = nil
+	}
+	return nil
+}
+
+// Close stops every node: SIGCONT (in case it was paused), SIGTERM, and
+// SIGKILL after a grace period.
+func (c *Cluster) Close() {
+	c.mu.Lock()
+	nodes := c.nodes
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		n.mu.Lock()
+		cmd := n.cmd
+		n.cmd = nil
+		n.mu.Unlock()
+		if cmd == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _, _ = cmd.Process.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(3 * time.Second):
+				_ = cmd.Process.Kill()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// RSS returns the resident set size of pid in bytes, from /proc.
+func RSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, errors.New("localcluster: no VmRSS in /proc status")
+}
+
+// FreePort finds a port free for both TCP and UDP on 127.0.0.1 (memberlist
+// needs both).
+func FreePort() (int, error) {
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("localcluster: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port, nil
+		}
+	}
+	return 0, errors.New("localcluster: no free port")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,138 @@
+package dacsim
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/dac"
+)
+
+func shortSim() SimConfig {
+	c := DefaultSimConfig()
+	c.Warmup, c.Duration = time.Second, 6*time.Second
+	if testing.Short() {
+		c.Duration = 3 * time.Second
+	}
+	return c
+}
+
+// TestSimUnresponsiveStaged: with LAT and staged timeouts, k unresponsive
+// nodes cost exactly their k partitions in every call (§4.4); with uniform
+// timeouts the loss climbs to their ancestors.
+func TestSimUnresponsiveStaged(t *testing.T) {
+	for k := 1; k <= 3; k++ {
+		c := shortSim()
+		c.Unresponsive, c.Rate, c.Quality = k, 20, 0.5
+		r, err := Simulate(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Exponential reduction times occasionally outlast the staged
+		// budget and cut off a subtree, so "every call" is 97% here.
+		if r.Calls == 0 || r.MinLost != k || r.ExactlyLost[k] < r.Calls*97/100 {
+			t.Errorf("staged, k=%d: lost %d..%d partitions, exactly %d in %d of %d calls",
+				k, r.MinLost, r.MaxLost, k, r.ExactlyLost[k], r.Calls)
+		}
+		if r.Succeeded != r.Calls {
+			t.Errorf("staged, k=%d: %d of %d calls met ρ=0.5", k, r.Succeeded, r.Calls)
+		}
+		// The paper's baseline: random binomial placement, uniform timeouts.
+		c.Uniform, c.Scheme = true, dac.Binomial
+		u, err := Simulate(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lost := (1 - u.Coverage) * float64(c.Nodes); lost < float64(k)+1 {
+			t.Errorf("uniform binomial, k=%d: lost %.1f partitions per call, want at least %d", k, lost, k+1)
+		}
+	}
+}
+
+// TestSimSchemes: the caller of Base is the bottleneck well below the
+// capacity the delegated trees sustain, and LAT answers faster than Flat.
+func TestSimSchemes(t *testing.T) {
+	res := map[dac.Scheme]SimResult{}
+	for _, s := range treeSchemes {
+		c := shortSim()
+		c.Scheme, c.Rate, c.FastNodes = s, 55, 4
+		r, err := Simulate(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res[s] = r
+	}
+	if b, l := res[dac.Base].Throughput, res[dac.LAT].Throughput; b*2 > l {
+		t.Errorf("Base throughput %.1f not below half of LAT's %.1f", b, l)
+	}
+	if f, l := res[dac.Flat].Mean, res[dac.LAT].Mean; l >= f {
+		t.Errorf("LAT mean %v not below Flat's %v", l, f)
+	}
+	for _, s := range []dac.Scheme{dac.Flat, dac.Binomial, dac.LAT} {
+		if res[s].Succeeded < res[s].Calls*9/10 {
+			t.Errorf("%v: %d of %d calls succeeded below capacity", s, res[s].Succeeded, res[s].Calls)
+		}
+	}
+}
+
+func TestSimDeterministic(t *testing.T) {
+	c := shortSim()
+	c.Duration = 2 * time.Second
+	a, err := Simulate(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Simulate(c)
+	if a.Mean != b.Mean || a.Succeeded != b.Succeeded || a.P99 != b.P99 {
+		t.Errorf("same seed, different results: %+v vs %+v", a, b)
+	}
+}
+
+func TestSimConfigValidate(t *testing.T) {
+	for field, mut := range map[string]func(*SimConfig){
+		"Nodes":        func(c *SimConfig) { c.Nodes = 0 },
+		"Procs":        func(c *SimConfig) { c.Procs = 0 },
+		"FastNodes":    func(c *SimConfig) { c.FastNodes = 99 },
+		"Rate":         func(c *SimConfig) { c.Rate = 0 },
+		"Duration":     func(c *SimConfig) { c.Duration = c.Warmup },
+		"Quality":      func(c *SimConfig) { c.Quality = 0 },
+		"Unresponsive": func(c *SimConfig) { c.Unresponsive = c.Nodes },
+		"Scheme":       func(c *SimConfig) { c.Scheme = -1 },
+	} {
+		c := DefaultSimConfig()
+		mut(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: Validate() = %v", field, err)
+		}
+	}
+	if err := DefaultSimConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRunWritesTablesAndFiles(t *testing.T) {
+	var buf bytes.Buffer
+	o := DefaultOptions()
+	o.Out, o.Sections = t.TempDir(), []string{"nope"}
+	if err := Run(context.Background(), o, &buf); err == nil {
+		t.Error("unknown section accepted")
+	}
+	dir := t.TempDir()
+	buf.Reset()
+	o = Options{Sections: Sections, Out: dir, Seed: 1, Quick: true, Duration: 500 * time.Millisecond}
+	if err := Run(context.Background(), o, &buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"dac_trees.csv", "dac_scale.csv", "dac_scale.svg", "dac_trees_heterogeneous_response.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if out := buf.String(); !strings.Contains(out, "Fig 22") || !strings.Contains(out, "LAT mean") {
+		t.Errorf("output lacks the tables:\n%s", out)
+	}
+}

@@ -1,0 +1,191 @@
+package lbsim
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/balance"
+)
+
+// queueConfig is a bare queueing model: unit mean service, no network, one
+// client.
+func queueConfig(servers int, lambda float64, service Dist, policy string, d int) Config {
+	cfg := DefaultConfig()
+	cfg.Workload = Workload{Name: "model", Service: service, Interarrival: Exp(time.Second)}
+	cfg.Servers, cfg.Clients, cfg.Load = servers, 1, lambda
+	cfg.NetDelay, cfg.PollDelay = 0, 0
+	cfg.Policy.Policy, cfg.Policy.PollSize = policy, d
+	cfg.Requests, cfg.Warmup = 200_000, 20_000
+	if testing.Short() || raceEnabled {
+		cfg.Requests, cfg.Warmup = 60_000, 6000
+	}
+	return cfg
+}
+
+// raceEnabled is set by race_test.go.
+var raceEnabled bool
+
+// size shrinks a run's request count under -short and -race.
+func size(n int) int {
+	if testing.Short() || raceEnabled {
+		return n / 3
+	}
+	return n
+}
+
+func within(t *testing.T, what string, got, want, tol float64) {
+	t.Helper()
+	if math.Abs(got-want)/want > tol {
+		t.Errorf("%s = %.4f, want %.4f ± %.0f%%", what, got, want, 100*tol)
+	} else {
+		t.Logf("%s = %.4f, theory %.4f", what, got, want)
+	}
+}
+
+// TestSingleServerMatchesTheory checks M/M/1 (1/(μ−λ)) and, through the
+// Pollaczek–Khinchine formula E[T] = E[S] + λE[S²]/(2(1−ρ)), the
+// deterministic and high-variance service-time distributions.
+func TestSingleServerMatchesTheory(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		lambda float64
+		svc    Dist
+		tol    float64
+	}{
+		{"M/M/1 ρ=0.5", 0.5, Exp(time.Second), 0.03},
+		{"M/M/1 ρ=0.8", 0.8, Exp(time.Second), 0.05},
+		{"M/D/1 ρ=0.8", 0.8, Det(time.Second), 0.04},
+		{"M/H2/1 ρ=0.5 cv²=4", 0.5, HyperExp(time.Second, 4), 0.05},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res, err := Simulate(queueConfig(1, tc.lambda, tc.svc, balance.NameRandom, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			es2 := 1 + tc.svc.CV2 // E[S²] for unit mean
+			want := 1 + tc.lambda*es2/(2*(1-tc.lambda))
+			within(t, "mean response (s)", res.Mean.Seconds(), want, tc.tol)
+		})
+	}
+}
+
+// TestSupermarketModel checks random polling with d=2 against Mitzenmacher's
+// limit for n → ∞: E[T] = Σ_{i≥1} λ^((d^i−d)/(d−1)) with μ = 1.
+func TestSupermarketModel(t *testing.T) {
+	t.Parallel()
+	const d, lambda = 2, 0.8
+	want := 0.0
+	for i := 1; i < 20; i++ {
+		want += math.Pow(lambda, (math.Pow(d, float64(i))-d)/(d-1))
+	}
+	cfg := queueConfig(100, lambda, Exp(time.Second), balance.NamePolling, d)
+	res, err := Simulate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	within(t, "JSQ(2) mean response (s)", res.Mean.Seconds(), want, 0.03)
+	if res.PollsPerRequest != d {
+		t.Errorf("polls per request = %g, want %d", res.PollsPerRequest, d)
+	}
+}
+
+func TestRunIsDeterministic(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Requests, cfg.Warmup = 5000, 500
+	cfg.Policy.Policy = balance.NamePrequal
+	a, err := Simulate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Simulate(cfg)
+	if a != b {
+		t.Fatalf("same seed, different results: %+v vs %+v", a, b)
+	}
+	cfg.Seed++
+	if c, _ := Simulate(cfg); c == a {
+		t.Fatalf("different seeds, identical results %+v", c)
+	}
+}
+
+// TestPolicyOrdering is the coarse shape of Fig 3.3: at 90% load the
+// oracle beats polling, which beats random.
+func TestPolicyOrdering(t *testing.T) {
+	t.Parallel()
+	mean := map[string]time.Duration{}
+	for _, name := range []string{balance.NameOracle, balance.NamePolling, balance.NameRandom} {
+		cfg := DefaultConfig()
+		cfg.Requests, cfg.Warmup = size(20_000), size(2000)
+		cfg.Policy.Policy = name
+		res, err := Simulate(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mean[name] = res.Mean
+	}
+	if !(mean[balance.NameOracle] < mean[balance.NamePolling] && mean[balance.NamePolling] < mean[balance.NameRandom]) {
+		t.Fatalf("means %v: want oracle < polling < random", mean)
+	}
+}
+
+func TestBroadcastDegradesWithInterval(t *testing.T) {
+	t.Parallel()
+	mean := func(interval time.Duration) time.Duration {
+		cfg := DefaultConfig()
+		cfg.Requests, cfg.Warmup = size(20_000), size(2000)
+		cfg.Policy.Policy, cfg.Policy.BroadcastInterval = balance.NameBroadcast, interval
+		res, err := Simulate(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Mean
+	}
+	fast, slow := mean(30*time.Millisecond), mean(time.Second)
+	if slow < 3*fast {
+		t.Fatalf("broadcast mean %v at 30 ms, %v at 1 s: want the 1 s interval ≥ 3× worse", fast, slow)
+	}
+}
+
+// TestPrequalShunsSlowReplica: with one replica 10× slower, prequal's
+// service-time scaling keeps the tail below plain polling's.
+func TestPrequalShunsSlowReplica(t *testing.T) {
+	t.Parallel()
+	p99 := map[string]time.Duration{}
+	for _, name := range []string{balance.NamePolling, balance.NamePrequal} {
+		cfg := DefaultConfig()
+		cfg.Requests, cfg.Warmup = size(30_000), size(3000)
+		cfg.SlowServers, cfg.SlowFactor = 1, 10
+		cfg.Policy.Policy, cfg.Policy.PollSize = name, cfg.Policy.ProbeSize
+		res, err := Simulate(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p99[name] = res.P99
+	}
+	if p99[balance.NamePrequal] >= p99[balance.NamePolling] {
+		t.Fatalf("p99 with a slow replica %v: want prequal below polling at equal poll size", p99)
+	}
+}
+
+func TestValidateNamesField(t *testing.T) {
+	for _, tc := range []struct {
+		edit  func(*Config)
+		field string
+	}{
+		{func(c *Config) { c.Load = 0 }, "Load"},
+		{func(c *Config) { c.Servers = 0 }, "Servers"},
+		{func(c *Config) { c.Clients = 0 }, "Clients"},
+		{func(c *Config) { c.SlowServers = 17 }, "SlowServers"},
+		{func(c *Config) { c.Policy.PollSize = 0 }, "PollSize"},
+	} {
+		cfg := DefaultConfig()
+		tc.edit(&cfg)
+		if _, err := Simulate(cfg); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("Run with bad %s: err %v", tc.field, err)
+		}
+	}
+}
