@@ -228,14 +228,12 @@ func (n *Node) registerReplicated(h *hosted) error {
 		n.repl = replication.New(replication.Config{Self: n.cfg.ID, DataDir: n.cfg.DataDir, Directory: (*peers)(n), Sender: (*peers)(n),
 			Logger: n.log, Clock: n.clock})
 	}
-	for _, p := range h.partitions {
-		err := n.repl.Register(replication.Partition{Service: h.svc.Name, Partition: p, Replication: h.svc.Replication,
-			Check: h.svc.Check, Executor: writes{h}})
-		if err != nil {
-			return err
-		}
+	ps := make([]replication.Partition, len(h.partitions))
+	for i, p := range h.partitions {
+		ps[i] = replication.Partition{Service: h.svc.Name, Partition: p, Replication: h.svc.Replication,
+			Check: h.svc.Check, Executor: writes{h}}
 	}
-	return nil
+	return n.repl.Register(ps...)
 }
 
 // Start opens the node's listeners and joins the cluster.

@@ -157,12 +157,30 @@ func New(cfg Config) *Runtime {
 		det: newDetector(clk)}
 }
 
-// Register prepares a replica of p; its loop starts with Start.
-func (rt *Runtime) Register(p Partition) error {
+// Register prepares replicas of ps (typically one service's partitions
+// on this node); their loops start with Start. It registers all of them or,
+// if one is invalid, none.
+func (rt *Runtime) Register(ps ...Partition) error {
+	parts := make([]*part, 0, len(ps))
+	for _, p := range ps {
+		pt, err := rt.prepare(p)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, pt)
+	}
+	for _, pt := range parts {
+		rt.parts[pt.key] = pt
+	}
+	return nil
+}
+
+// prepare checks p's replica set and builds its replica's config.
+func (rt *Runtime) prepare(p Partition) (*part, error) {
 	r := p.Replication
 	specs := r.ReplicasOf(int(p.Partition))
 	if !slices.ContainsFunc(specs, func(s service.ReplicaSpec) bool { return s.Node == rt.cfg.Self }) {
-		return fmt.Errorf("neptune: register %q partition %d: %w %q (replicas: %v)", p.Service, p.Partition, errNoReplicaSet, rt.cfg.Self, specs)
+		return nil, fmt.Errorf("neptune: register %q partition %d: %w %q (replicas: %v)", p.Service, p.Partition, errNoReplicaSet, rt.cfg.Self, specs)
 	}
 	cfg := replica.Config{ID: replica.ID(rt.cfg.Self), Level: replica.Level(r.Level), MinLive: r.MinLive,
 		Heartbeat: r.Heartbeat, AckTimeout: r.AckTimeout, ElectionTimeout: r.ElectionTimeout,
@@ -171,19 +189,17 @@ func (rt *Runtime) Register(p Partition) error {
 		cfg.Replicas = append(cfg.Replicas, replica.Peer{ID: replica.ID(s.Node), Priority: s.Priority})
 	}
 	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("neptune: register %q partition %d: %w", p.Service, p.Partition, err)
+		return nil, fmt.Errorf("neptune: register %q partition %d: %w", p.Service, p.Partition, err)
 	}
 	if cfg.AckTimeout == 0 {
 		cfg.AckTimeout = defaultAckTimeout
 	}
-	k := partKey{p.Service, p.Partition}
-	pt := &part{rt: rt, spec: p, key: k, cfg: cfg,
+	pt := &part{rt: rt, spec: p, key: partKey{p.Service, p.Partition}, cfg: cfg,
 		inbox: make(chan replica.Message, 4096), props: make(chan proposal, 1024),
 		ops: make(chan func(time.Time), 16), done: make(chan struct{}), changed: make(chan struct{})}
 	// Calls may arrive before Start finishes: they see a recovering replica.
 	pt.status.Store(&replica.Status{ID: cfg.ID, Role: replica.Recovering, Phase: replica.PhaseCheck})
-	rt.parts[k] = pt
-	return nil
+	return pt, nil
 }
 
 // Start opens every replica's log and starts its loop.

@@ -124,7 +124,7 @@ type dacCluster struct {
 	nodes []*localcluster.Node
 	rpc   map[string]string // node id → RPC address
 	part  map[string]int    // node id → a partition it hosts
-	c     *client.Client // internal: the experiments select baselines
+	c     *client.Client    // internal: the experiments select baselines
 	conns *transport.Conns
 	parts []int
 }
