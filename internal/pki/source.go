@@ -235,6 +235,10 @@ func (s *Source) Roots() *x509.CertPool { return s.current().roots }
 // never merge.
 func (s *Source) Cluster() string { return s.current().cluster }
 
+// Expires is when this member's current certificate expires, for a
+// metric or a warning ahead of it.
+func (s *Source) Expires() time.Time { return s.current().cert.Leaf.NotAfter }
+
 // Now is the source's clock, for callers verifying certificates with it.
 func (s *Source) Now() time.Time { return s.clock.Now() }
 

@@ -75,8 +75,13 @@ type Config struct {
 	// negative ones turn a limit off.
 	PollRate, StreamRate   float64
 	PollBurst, StreamBurst int
-	Logger                 *slog.Logger
-	Clock                  clock.Clock
+	// PollWindow and MaxAnnouncementAge bound how far the clocks of two
+	// members may disagree before polls, then announcements, between them
+	// are refused; zero values take transport.DefaultPollWindow and
+	// membership.DefaultMaxAnnouncementAge.
+	PollWindow, MaxAnnouncementAge time.Duration
+	Logger                         *slog.Logger
+	Clock                          clock.Clock
 }
 
 // Material is a member's loaded security material.
@@ -134,7 +139,7 @@ func Load(cfg Config) (*Material, error) {
 	}
 	m.PollAuth, err = transport.NewPollAuth(transport.PollAuthConfig{
 		Keys:  func() [][]byte { return *m.keys.Load() },
-		Label: m.Label, Clock: cfg.Clock,
+		Label: m.Label, Window: cfg.PollWindow, Clock: cfg.Clock,
 	})
 	if err != nil {
 		return nil, err
@@ -163,7 +168,7 @@ func (m *Material) Gossip(cfg *membership.Config) {
 	if m.Insecure() {
 		return
 	}
-	cfg.Keyring, cfg.Label, cfg.Certs = m.Keyring, m.Label, m.TLS
+	cfg.Keyring, cfg.Label, cfg.Certs, cfg.MaxAnnouncementAge = m.Keyring, m.Label, m.TLS, m.cfg.MaxAnnouncementAge
 	cfg.StreamRate, cfg.StreamBurst = limit(m.cfg.StreamRate, DefaultStreamRate), burst(m.cfg.StreamBurst, DefaultStreamBurst)
 }
 

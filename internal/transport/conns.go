@@ -127,9 +127,9 @@ func (c *Conns) Forget(addr string) {
 func (c *Conns) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for addr, cc := range c.conns {
+	for k, cc := range c.conns {
 		_ = cc.Close()
-		delete(c.conns, addr)
+		delete(c.conns, k)
 	}
 	return nil
 }
