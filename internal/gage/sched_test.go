@@ -271,3 +271,24 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+// A subscriber that starts sending after another has had the cluster to
+// itself shares from the moment it arrives: the busy one banked nothing
+// by being alone (mClock's P-tag adjustment; for Credit, spare is per
+// cycle), and the newcomer is not made to wait for its share either.
+func TestNewcomerSharesAtOnce(t *testing.T) {
+	for name, mk := range schedulers {
+		t.Run(name, func(t *testing.T) {
+			s := mustSched(t, mk, subs("a", 100.0, "b", 100.0), 500)
+			h := newHarness(t, s, map[string]load{"a": {rate: 1000, use: gru}})
+			h.run(2 * time.Second)
+			h.loads["b"] = load{rate: 1000, use: gru}
+			h.measure()
+			h.run(500 * time.Millisecond)
+			a, b := h.grps("a"), h.grps("b")
+			if !within(a, 250, 0.1) || !within(b, 250, 0.1) {
+				t.Errorf("after b joined: a %.1f, b %.1f GRPS; want 250 each", a, b)
+			}
+		})
+	}
+}
