@@ -16,19 +16,25 @@ type NodeReport struct {
 	// Used is the usage of all requests completed on the node during the
 	// interval, every subscriber together.
 	Used Vector
-	// Utilization is the fraction (0..1) of the interval the node had as
-	// many requests in service as it runs at once: how close to saturated
-	// the measured usage was.
-	Utilization float64
+	// Busy is, per resource, the fraction (0..1) of the interval the
+	// resource was saturated: CPU time over cores, disk busy time (what
+	// iostat calls %util), bytes over link speed.
+	Busy Vector
+	// Declared is the node's own idea of its capacity per second (cores,
+	// disks, link speed), the estimate until it has served something;
+	// zero components are unknown.
+	Declared Vector
 }
 
 // EstimatorOptions tune a CapacityEstimator; zero fields take defaults.
 type EstimatorOptions struct {
 	// Alpha smooths each node's estimate across reports (default 0.8).
 	Alpha float64
-	// MinUtilization is the utilization below which a report does not
-	// change an existing estimate (default 0.5): extrapolating a lightly
-	// loaded node's usage to saturation is mostly noise.
+	// MinUtilization is the busy fraction below which a report only ever
+	// raises an estimate (default 0.5): extrapolating a lightly used
+	// resource to saturation is noisy, but an estimate that could only
+	// be lowered from a saturated node would never recover from a low
+	// start.
 	MinUtilization float64
 	// Headroom is the fraction of the estimate handed to the schedulers
 	// (default 0.95): dispatching at exactly the capacity keeps the nodes'
@@ -38,16 +44,17 @@ type EstimatorOptions struct {
 	TTL time.Duration
 }
 
-// CapacityEstimator turns node reports into the cluster's capacity in GRPS
-// (issue 12 item 7; §3.4's "sums up available resources at the RPNs"). A
-// node's capacity is the GRU rate it served over the interval, divided by
-// its utilization: measured, so it reflects the real mix of requests and
-// what the services actually cost rather than a datasheet.
+// CapacityEstimator turns node reports into the cluster's capacity per
+// resource, and in GRPS (issue 12 item 7; §3.4's "sums up available
+// resources at the RPNs"). A node's capacity in a resource is what it used
+// of it over the interval divided by how busy the resource was: measured,
+// so it reflects what the services really cost and what the node really
+// delivers, not a datasheet.
 //
-// GRPS is taken on the node's bottleneck resource (Unit.Cost of the total
-// usage). That is conservative for complementary mixes (CPU-bound and
-// disk-bound subscribers side by side can together exceed it), which errs
-// on the side of keeping reservations.
+// The loop this closes with the schedulers converges from either side: an
+// estimate too high saturates the nodes, which then report what they
+// really do; too low, they are partly idle and the extrapolation shows the
+// room left.
 type CapacityEstimator struct {
 	unit  Unit
 	opt   EstimatorOptions
@@ -55,11 +62,11 @@ type CapacityEstimator struct {
 }
 
 type nodeEstimate struct {
-	grps float64
-	seen time.Time
+	capacity Vector // per second
+	seen     time.Time
 }
 
-// NewCapacityEstimator returns an estimator measuring in unit u.
+// NewCapacityEstimator returns an estimator for unit u.
 func NewCapacityEstimator(u Unit, opt EstimatorOptions) (*CapacityEstimator, error) {
 	if err := u.Validate(); err != nil {
 		return nil, fmt.Errorf("gage: capacity estimator: unit: %w", err)
@@ -85,47 +92,62 @@ func NewCapacityEstimator(u Unit, opt EstimatorOptions) (*CapacityEstimator, err
 
 // Observe takes a node's report received at now.
 func (e *CapacityEstimator) Observe(now time.Time, r NodeReport) {
-	if r.Node == "" || r.Interval <= 0 || r.Utilization <= 0 {
-		if n, ok := e.nodes[r.Node]; ok {
-			n.seen = now // alive, idle: keep the estimate
-		}
+	if r.Node == "" {
 		return
 	}
-	sample := e.unit.Cost(r.Used) / r.Interval.Seconds() / min(r.Utilization, 1)
 	n, ok := e.nodes[r.Node]
-	switch {
-	case !ok:
-		e.nodes[r.Node] = &nodeEstimate{grps: sample, seen: now}
-		return
-	case r.Utilization >= e.opt.MinUtilization:
-		n.grps = e.opt.Alpha*n.grps + (1-e.opt.Alpha)*sample
+	if !ok {
+		n = &nodeEstimate{}
+		e.nodes[r.Node] = n
 	}
 	n.seen = now
+	for i := range n.capacity {
+		if n.capacity[i] == 0 && r.Declared[i] > 0 {
+			n.capacity[i] = r.Declared[i]
+		}
+		if r.Interval <= 0 || r.Busy[i] <= 0 || r.Used[i] <= 0 {
+			continue // idle in this resource: keep the estimate
+		}
+		sample := r.Used[i] / r.Interval.Seconds() / min(r.Busy[i], 1)
+		switch {
+		case n.capacity[i] == 0:
+			n.capacity[i] = sample
+		case r.Busy[i] >= e.opt.MinUtilization || sample > n.capacity[i]:
+			n.capacity[i] = e.opt.Alpha*n.capacity[i] + (1-e.opt.Alpha)*sample
+		}
+	}
 }
 
 // Forget drops a node at once (it left the membership).
 func (e *CapacityEstimator) Forget(node string) { delete(e.nodes, node) }
 
-// Nodes returns each live node's estimate in GRPS, before headroom.
-func (e *CapacityEstimator) Nodes(now time.Time) map[string]float64 {
-	out := map[string]float64{}
+// Nodes returns each live node's estimate (per second), before headroom.
+func (e *CapacityEstimator) Nodes(now time.Time) map[string]Vector {
+	out := map[string]Vector{}
 	for name, n := range e.nodes {
 		if now.Sub(n.seen) <= e.opt.TTL {
-			out[name] = n.grps
+			out[name] = n.capacity
 		}
 	}
 	return out
 }
 
-// GRPS is the capacity handed to the schedulers: the live nodes' estimates
-// summed, times the headroom.
-func (e *CapacityEstimator) GRPS(now time.Time) float64 {
-	t := 0.0
-	for _, g := range e.Nodes(now) {
-		t += g
+// Capacity is what the schedulers get (Scheduler.SetCapacity): the live
+// nodes' estimates summed, times the headroom.
+func (e *CapacityEstimator) Capacity(now time.Time) Vector {
+	var t Vector
+	for _, c := range e.Nodes(now) {
+		t = t.Add(c)
 	}
-	return t * e.opt.Headroom
+	return t.Scale(e.opt.Headroom)
 }
+
+// GRPS is Capacity in generic requests per second, set by the scarcest
+// resource: what reservations are admitted against. It is conservative
+// for complementary mixes (CPU-bound and network-bound subscribers side by
+// side can together be served more), which errs on the side of keeping
+// reservations.
+func (e *CapacityEstimator) GRPS(now time.Time) float64 { return e.unit.GRPS(e.Capacity(now)) }
 
 // OverbookedError says that reservations exceed the capacity, naming the
 // subscribers that do not fit: taken in config order, the ones whose

@@ -37,27 +37,49 @@ func TestEstimatorFromMeasuredUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Two nodes: one served 40 GRU in 100 ms at 80% busy (50 GRU/s... *10 =
-	// 500 GRPS), one 90 GRU fully busy (900 GRPS).
+	cycle := 100 * time.Millisecond
+	busy := func(x float64) Vector { return Vector{x, x, x} }
+	// n1 used 40 GRU of each resource in 100 ms at 80% busy: 500 GRPS;
+	// n2 90 GRU fully busy: 900 GRPS.
 	now := t0
 	for i := range 20 {
-		now = t0.Add(time.Duration(i) * 100 * time.Millisecond)
-		e.Observe(now, NodeReport{Node: "n1", Interval: 100 * time.Millisecond, Used: gru.Scale(40), Utilization: 0.8})
-		e.Observe(now, NodeReport{Node: "n2", Interval: 100 * time.Millisecond, Used: gru.Scale(90), Utilization: 1})
+		now = t0.Add(time.Duration(i) * cycle)
+		e.Observe(now, NodeReport{Node: "n1", Interval: cycle, Used: gru.Scale(40), Busy: busy(0.8)})
+		e.Observe(now, NodeReport{Node: "n2", Interval: cycle, Used: gru.Scale(90), Busy: busy(1)})
 	}
 	if got := e.GRPS(now); !within(got, 1400, 1e-6) {
 		t.Errorf("capacity %v GRPS, want 1400", got)
 	}
 	// A lightly loaded report does not drag the estimate down.
-	e.Observe(now, NodeReport{Node: "n2", Interval: 100 * time.Millisecond, Used: gru.Scale(1), Utilization: 0.05})
-	if got := e.Nodes(now)["n2"]; !within(got, 900, 1e-6) {
+	e.Observe(now, NodeReport{Node: "n2", Interval: cycle, Used: gru.Scale(1), Busy: busy(0.05)})
+	if got := DefaultUnit.GRPS(e.Nodes(now)["n2"]); !within(got, 900, 1e-6) {
 		t.Errorf("n2 %v GRPS after an idle report, want 900", got)
 	}
+	// Resources are estimated apart: a node whose link is barely used
+	// still has the network it declared, and its CPU is what it measured.
+	e.Observe(now, NodeReport{Node: "n3", Declared: Vector{1, 1, 12.5e6}})
+	for range 30 {
+		e.Observe(now, NodeReport{Node: "n3", Interval: cycle, Used: Vector{0.1, 0, 2000}, Busy: Vector{0.25, 0, 0.0016}})
+	}
+	c := e.Nodes(now)["n3"]
+	if !within(c[CPU], 4, 0.01) || c[Disk] != 1 || !within(c[Net], 12.5e6, 0.01) {
+		t.Errorf("n3 capacity %v, want {cpu 4 (measured) disk 1 (declared) net 12.5e6}", c)
+	}
+	// A low start rises from lightly loaded reports: the extrapolation
+	// shows room.
+	e.Observe(now, NodeReport{Node: "n4", Declared: gru.Scale(10)})
+	for range 30 {
+		e.Observe(now, NodeReport{Node: "n4", Interval: cycle, Used: gru.Scale(1), Busy: busy(0.01)})
+	}
+	if got := DefaultUnit.GRPS(e.Nodes(now)["n4"]); !within(got, 1000, 0.01) {
+		t.Errorf("n4 %v GRPS, want about 1000", got)
+	}
+	e.Forget("n3")
+	e.Forget("n4")
 	// n1 stops reporting: dropped after the TTL.
-	for i := range 15 {
-		now = now.Add(100 * time.Millisecond)
-		e.Observe(now, NodeReport{Node: "n2", Interval: 100 * time.Millisecond, Used: gru.Scale(90), Utilization: 1})
-		_ = i
+	for range 15 {
+		now = now.Add(cycle)
+		e.Observe(now, NodeReport{Node: "n2", Interval: cycle, Used: gru.Scale(90), Busy: busy(1)})
 	}
 	if got := e.GRPS(now); !within(got, 900, 1e-6) {
 		t.Errorf("after n1 went silent: %v GRPS, want 900", got)

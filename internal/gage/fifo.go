@@ -19,11 +19,7 @@ type FIFO struct {
 	out      []inflight
 	lens     []int
 	q        ring
-	capacity float64
-
-	started bool
-	last    time.Time
-	tokens  float64
+	pace     pacer
 }
 
 var _ Scheduler = (*FIFO)(nil)
@@ -35,7 +31,7 @@ func NewFIFO(cfg Config, opt Options) (*FIFO, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &FIFO{opt: opt, unit: u, byName: map[string]int{}}
+	f := &FIFO{opt: opt, unit: u, byName: map[string]int{}, pace: pacer{unit: u, burst: opt.Burst, debt: opt.Debt}}
 	for _, s := range cfg.All() {
 		f.byName[s.Name] = len(f.names)
 		f.names = append(f.names, s.Name)
@@ -46,16 +42,7 @@ func NewFIFO(cfg Config, opt Options) (*FIFO, error) {
 	return f, nil
 }
 
-func (f *FIFO) advance(now time.Time) {
-	if !f.started {
-		f.started, f.last = true, now
-		return
-	}
-	if d := now.Sub(f.last); d > 0 {
-		f.tokens = min(f.tokens+f.capacity*d.Seconds(), f.capacity*seconds(f.opt.Cycle))
-		f.last = now
-	}
-}
+func (f *FIFO) advance(now time.Time) { f.pace.advance(now) }
 
 // Enqueue implements Scheduler.
 func (f *FIFO) Enqueue(now time.Time, r Request) error {
@@ -75,14 +62,14 @@ func (f *FIFO) Enqueue(now time.Time, r Request) error {
 // Next implements Scheduler.
 func (f *FIFO) Next(now time.Time) (Request, bool) {
 	f.advance(now)
-	if f.tokens <= 0 || f.q.len() == 0 {
+	if !f.pace.open() || f.q.len() == 0 {
 		return Request{}, false
 	}
 	r := f.q.pop()
 	i := f.byName[r.Subscriber]
 	f.lens[i]--
 	p := f.pred[i].predict()
-	f.tokens -= f.unit.Cost(p)
+	f.pace.charge(p)
 	f.out[i].add(p)
 	return r, true
 }
@@ -94,20 +81,15 @@ func (f *FIFO) Report(now time.Time, u Usage) error {
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownSubscriber, u.Subscriber)
 	}
-	corr := f.unit.Cost(f.out[i].release(u.Requests)) - f.unit.Cost(u.Used)
-	f.tokens = min(max(f.tokens+corr, -f.capacity*seconds(f.opt.Debt)), f.capacity*seconds(f.opt.Cycle))
+	f.pace.correct(f.out[i].release(u.Requests).Sub(u.Used))
 	f.pred[i].observe(now, u.Used, u.Requests)
 	return nil
 }
 
 // SetCapacity implements Scheduler.
-func (f *FIFO) SetCapacity(now time.Time, grps float64) {
+func (f *FIFO) SetCapacity(now time.Time, capacity Vector) {
 	f.advance(now)
-	grps = max(grps, 0)
-	if !(f.capacity > 0) && f.tokens == 0 {
-		f.tokens = grps * seconds(f.opt.Cycle)
-	}
-	f.capacity = grps
+	f.pace.set(capacity)
 }
 
 // SetShare implements Scheduler; FIFO has no shares, so only the
@@ -125,13 +107,13 @@ func (f *FIFO) SetShare(_ time.Time, subscriber string, fraction float64) error 
 // Wake implements Scheduler.
 func (f *FIFO) Wake(now time.Time) (time.Time, bool) {
 	f.advance(now)
-	if f.q.len() == 0 || f.capacity <= 0 {
+	if f.q.len() == 0 {
 		return time.Time{}, false
 	}
-	if f.tokens > 0 {
+	if f.pace.open() {
 		return now, true
 	}
-	return now.Add(time.Duration(-f.tokens/f.capacity*1e9) + 1), true
+	return f.pace.opensAt(now)
 }
 
 // Queues implements Scheduler.

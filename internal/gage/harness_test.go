@@ -14,6 +14,9 @@ type load struct {
 	use  Vector  // actual usage of each request
 	// useAt, if set, gives the actual usage of the i-th request instead.
 	useAt func(i int) Vector
+	// useNow, if set, gives the actual usage of a request dispatched at
+	// now since t0 instead.
+	useNow func(d time.Duration) Vector
 }
 
 // harness drives a Scheduler on virtual time in 1 ms steps: arrivals at
@@ -82,6 +85,9 @@ func (h *harness) run(d time.Duration) {
 			if l.useAt != nil {
 				u = l.useAt(h.n[r.Subscriber])
 			}
+			if l.useNow != nil {
+				u = l.useNow(h.now.Sub(t0))
+			}
 			h.n[r.Subscriber]++
 			if !h.now.Before(h.from) {
 				h.served[r.Subscriber] = h.served[r.Subscriber].Add(u)
@@ -134,7 +140,7 @@ func mustSched(t *testing.T, mk func(Config, Options) (Scheduler, error), cfg Co
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetCapacity(t0, grps)
+	s.SetCapacity(t0, DefaultUnit.Times(grps))
 	return s
 }
 

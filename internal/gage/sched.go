@@ -44,8 +44,9 @@ type Scheduler interface {
 	// Report accounts for measured usage: it corrects the charges made at
 	// dispatch, which were predictions, and updates the predictions.
 	Report(now time.Time, u Usage) error
-	// SetCapacity sets the capacity this gateway may dispatch, in GRPS.
-	SetCapacity(now time.Time, grps float64)
+	// SetCapacity sets the capacity this gateway may dispatch, in
+	// resources per second (Unit.Times turns GRPS into one).
+	SetCapacity(now time.Time, capacity Vector)
 	// SetShare sets the fraction (0..1, initially 1) of a subscriber's
 	// reservation and limit that this gateway enforces.
 	SetShare(now time.Time, subscriber string, fraction float64) error

@@ -70,6 +70,7 @@ type SplitOptions struct {
 type Splitter struct {
 	self  string
 	opt   SplitOptions
+	unit  Unit
 	res   map[string]float64
 	names []string
 	peers map[string]*peerDemand
@@ -97,7 +98,7 @@ func NewSplitter(self string, cfg Config, opt SplitOptions) (*Splitter, error) {
 	if opt.Floor == 0 {
 		opt.Floor = 0.05
 	}
-	s := &Splitter{self: self, opt: opt, res: map[string]float64{}, peers: map[string]*peerDemand{}}
+	s := &Splitter{self: self, opt: opt, unit: cfg.UnitOrDefault(), res: map[string]float64{}, peers: map[string]*peerDemand{}}
 	for _, sub := range cfg.All() {
 		s.res[sub.Name] = sub.Reservation
 		s.names = append(s.names, sub.Name)
@@ -179,15 +180,16 @@ func (s *Splitter) Fraction(now time.Time, sub string) float64 {
 	return s.fraction(s.Live(now), s.self, sub)
 }
 
-// Capacity is this gateway's part of the cluster's capacity (GRPS) at now:
-// the reservation parts it enforces, plus a part of the spare (capacity
-// less all reservations) proportional to the demand it sees beyond its
-// reservation parts. Splitting capacity by raw demand instead would let a
-// flood at one gateway starve the reservations held at the others.
-func (s *Splitter) Capacity(now time.Time, capacity float64) float64 {
+// CapacityFraction is this gateway's part (0..1) at now of a cluster
+// capacity of grps GRPS: the reservation parts it enforces, plus a part of
+// the spare (capacity less all reservations) proportional to the demand it
+// sees beyond its reservation parts. Splitting capacity by raw demand
+// instead would let a flood at one gateway starve the reservations held
+// at the others.
+func (s *Splitter) CapacityFraction(now time.Time, grps float64) float64 {
 	live := s.Live(now)
-	if len(live) <= 1 {
-		return capacity
+	if len(live) <= 1 || grps <= 0 {
+		return 1
 	}
 	reserved, mine := 0.0, 0.0
 	excess := map[string]float64{}
@@ -205,23 +207,24 @@ func (s *Splitter) Capacity(now time.Time, capacity float64) float64 {
 			sumExcess += e
 		}
 	}
-	spare := max(capacity-reserved, 0)
+	// Overbooked (capacity below the reservations): the reservation parts
+	// shrink together.
+	if reserved > grps {
+		return mine / reserved
+	}
+	spare := grps - reserved
 	if sumExcess > 0 {
 		mine += spare * excess[s.self] / sumExcess
 	} else {
 		mine += spare / float64(len(live))
 	}
-	// Overbooked clusters (capacity below the reservations) scale the
-	// reservation parts down together.
-	if reserved > capacity && reserved > 0 {
-		mine *= capacity / reserved
-	}
-	return mine
+	return mine / grps
 }
 
-// Apply sets sched's share of every subscriber and its capacity from this
-// gateway's view at now, given the cluster's capacity in GRPS.
-func (s *Splitter) Apply(now time.Time, sched Scheduler, capacity float64) error {
+// Apply sets sched's share of every subscriber and its part of the
+// cluster's capacity (resources per second) from this gateway's view at
+// now.
+func (s *Splitter) Apply(now time.Time, sched Scheduler, capacity Vector) error {
 	live := s.Live(now)
 	var errs []error
 	for _, sub := range s.names {
@@ -229,6 +232,6 @@ func (s *Splitter) Apply(now time.Time, sched Scheduler, capacity float64) error
 			errs = append(errs, err)
 		}
 	}
-	sched.SetCapacity(now, s.Capacity(now, capacity))
+	sched.SetCapacity(now, capacity.Scale(s.CapacityFraction(now, s.unit.GRPS(capacity))))
 	return errors.Join(errs...)
 }

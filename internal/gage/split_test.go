@@ -106,7 +106,7 @@ func TestCapacitySplitCoversReservations(t *testing.T) {
 	cfg := subs("site1", 250.0, "site3", 50.0)
 	sp := splitters(t, cfg, "g1", "g2")
 	gossip(t0, sp, map[string]map[string]float64{"g1": {"site3": 4000}, "g2": {"site1": 250}})
-	c1, c2 := sp["g1"].Capacity(t0, 760), sp["g2"].Capacity(t0, 760)
+	c1, c2 := 760*sp["g1"].CapacityFraction(t0, 760), 760*sp["g2"].CapacityFraction(t0, 760)
 	if !within(c1+c2, 760, 1e-9) {
 		t.Fatalf("capacity parts %v + %v != 760", c1, c2)
 	}
@@ -124,7 +124,7 @@ func TestSplitterApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sp["g1"].Apply(t0, s, 200); err != nil {
+	if err := sp["g1"].Apply(t0, s, DefaultUnit.Times(200)); err != nil {
 		t.Fatal(err)
 	}
 	// g1 enforces 0.025+0.95*0.75 of a's reservation: backlogged, it serves that
@@ -133,7 +133,7 @@ func TestSplitterApply(t *testing.T) {
 	h.run(time.Second)
 	h.measure()
 	h.run(2 * time.Second)
-	if got, want := h.grps("a"), sp["g1"].Capacity(t0, 200); !within(got, want, 0.02) {
+	if got, want := h.grps("a"), 200*sp["g1"].CapacityFraction(t0, 200); !within(got, want, 0.02) {
 		t.Errorf("served %.1f GRPS, want g1's capacity part %.1f", got, want)
 	}
 }

@@ -28,20 +28,19 @@ import (
 // The differences from Credit are the point of comparing them: a request's
 // tags are fixed from the prediction at the time it reaches the head, and
 // reported usage only improves later predictions; nothing corrects what was
-// already charged. Capacity is paced the same way in both (a budget
-// refilled at the capacity rate, corrected by reported usage), so the
-// comparison is between the per-subscriber mechanisms.
+// already charged; and a request has one cost, its bottleneck's, where
+// Credit keeps a balance per resource. Capacity is paced the same way in
+// both (see pacer), so the comparison is between the per-subscriber
+// mechanisms.
 type Tag struct {
 	opt      Options
 	unit     Unit
 	queues   []*tagQueue
 	byName   map[string]int
-	capacity float64 // GRPS
+	pace     pacer
 
 	started bool
 	epoch   time.Time
-	last    time.Time
-	tokens  float64 // capacity left, GRU
 }
 
 type tagQueue struct {
@@ -67,7 +66,7 @@ func NewTag(cfg Config, opt Options) (*Tag, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tag{opt: opt, unit: u, byName: map[string]int{}}
+	t := &Tag{opt: opt, unit: u, byName: map[string]int{}, pace: pacer{unit: u, burst: opt.Burst, debt: opt.Debt}}
 	for _, s := range cfg.All() {
 		t.byName[s.Name] = len(t.queues)
 		t.queues = append(t.queues, &tagQueue{
@@ -84,15 +83,10 @@ func (q *tagQueue) weight() float64      { return max(q.reservation(), minWeight
 
 func (t *Tag) secs(now time.Time) float64 { return now.Sub(t.epoch).Seconds() }
 
-// advance refills the capacity budget up to one cycle's worth.
 func (t *Tag) advance(now time.Time) {
+	t.pace.advance(now)
 	if !t.started {
-		t.started, t.epoch, t.last = true, now, now
-		return
-	}
-	if d := now.Sub(t.last); d > 0 {
-		t.tokens = min(t.tokens+t.capacity*d.Seconds(), t.capacity*seconds(t.opt.Cycle))
-		t.last = now
+		t.started, t.epoch = true, now
 	}
 }
 
@@ -154,7 +148,7 @@ func (t *Tag) minBusyP(skip *tagQueue) float64 {
 // Next implements Scheduler.
 func (t *Tag) Next(now time.Time) (Request, bool) {
 	t.advance(now)
-	if t.tokens <= 0 {
+	if !t.pace.open() {
 		return Request{}, false
 	}
 	s := t.secs(now)
@@ -187,7 +181,7 @@ func (t *Tag) dispatch(q *tagQueue) Request {
 		q.l = q.hl
 	}
 	q.p = q.hp
-	t.tokens -= q.hc
+	t.pace.charge(q.hv)
 	q.out.add(q.hv)
 	q.head = false
 	r := q.q.pop()
@@ -204,20 +198,15 @@ func (t *Tag) Report(now time.Time, u Usage) error {
 		return fmt.Errorf("%w %q", ErrUnknownSubscriber, u.Subscriber)
 	}
 	q := t.queues[i]
-	corr := t.unit.Cost(q.out.release(u.Requests)) - t.unit.Cost(u.Used)
-	t.tokens = min(max(t.tokens+corr, -t.capacity*seconds(t.opt.Debt)), t.capacity*seconds(t.opt.Cycle))
+	t.pace.correct(q.out.release(u.Requests).Sub(u.Used))
 	q.pred.observe(now, u.Used, u.Requests)
 	return nil
 }
 
 // SetCapacity implements Scheduler.
-func (t *Tag) SetCapacity(now time.Time, grps float64) {
+func (t *Tag) SetCapacity(now time.Time, capacity Vector) {
 	t.advance(now)
-	grps = max(grps, 0)
-	if !(t.capacity > 0) && t.tokens == 0 {
-		t.tokens = grps * seconds(t.opt.Cycle) // a first capacity applies at once
-	}
-	t.capacity = grps
+	t.pace.set(capacity)
 }
 
 // SetShare implements Scheduler; it applies from the next head's tags.
@@ -248,11 +237,12 @@ func (t *Tag) Wake(now time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	at := t.epoch.Add(time.Duration(math.Ceil(due * 1e9)))
-	if t.tokens <= 0 {
-		if t.capacity <= 0 {
+	if !t.pace.open() {
+		opens, ok := t.pace.opensAt(now)
+		if !ok {
 			return time.Time{}, false
 		}
-		at = later(at, now.Add(time.Duration(math.Ceil(-t.tokens/t.capacity*1e9))+1))
+		at = later(at, opens)
 	}
 	return later(at, now), true
 }

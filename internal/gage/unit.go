@@ -72,6 +72,14 @@ func (v Vector) Min(w Vector) Vector {
 	return v
 }
 
+// Max returns the componentwise maximum of v and w.
+func (v Vector) Max(w Vector) Vector {
+	for i := range v {
+		v[i] = max(v[i], w[i])
+	}
+	return v
+}
+
 // IsZero reports whether every component is zero.
 func (v Vector) IsZero() bool { return v == Vector{} }
 
