@@ -8,36 +8,46 @@ import (
 
 // Credit is the paper's request scheduler (§3.4, with the per-resource
 // balances of §3.5): per-subscriber FIFO queues served by a credit-based
-// weighted round robin on a short cycle.
+// weighted scheduler on a short cycle, reservations first, then the spare.
 //
-// Each cycle:
-//
-//  1. Every queue's balance is credited with its reservation for one cycle
-//     (a vector: reservation × unit × cycle). The scheduler visits the
-//     queues in turn and dispatches from each "as many requests as possible
-//     until the balance becomes negative or ... the queue is empty",
-//     charging each request its predicted usage. A balance may end
-//     negative by at most one request; the debt is paid from the next
+//  1. Reservations. Every cycle each queue's balance is credited with its
+//     reservation for one cycle (a vector: reservation × unit × cycle).
+//     Queues with credit left dispatch, each request charged its
+//     predicted usage, until their balance is spent; a balance may end
+//     negative by at most one request, the debt paid from the next
 //     credits, so over time a subscriber gets its reservation exactly.
-//  2. What is left of the cycle's capacity (the capacity divided evenly
-//     among cycles, §3.4, minus the predicted usage of what was just
-//     dispatched) is the spare, for the queues still non-empty, shared in
-//     proportion to their reservations, not their demand (§4.2.2).
+//  2. Spare. When no queue with credit waits and the capacity allows
+//     more, the rest goes to the queues still non-empty in proportion to
+//     their reservations, not their demand (§4.2.2).
 //
-// The paper's second round credits each non-empty queue its fraction of
-// the spare and dispatches while that credit lasts. At request
-// granularity that either overshoots (every queue with a sliver of credit
-// sends a whole request, so a spare of half a request becomes four) or
-// wastes (a sliver smaller than a request never sends one), and the
-// overshoot is paid by the next cycle's reservations: in simulation it
-// made the served rate jitter by 10% over 100 ms windows. So the spare
-// round keeps the paper's proportion as a running count instead: each
-// queue's spare served so far, divided by its reservation; the spare goes
-// one request at a time to the waiting queue with the least, and a queue
-// that turns busy starts level with the busy ones (it banks nothing by
-// idling). This is start-time fair queueing on the spare: the same shares
-// as the paper's fluid description, overshooting by at most one request
-// per cycle in all, and using the whole spare whenever anyone waits.
+// Where this departs from the paper's text, and why (each found by the
+// simulation in lab/gagesim):
+//
+//   - The capacity is paced continuously (see pacer) rather than a cycle's
+//     worth at the start of each cycle, so the order of dispatches within
+//     a cycle matters. The paper visits the queues in a cyclic order and
+//     drains each "until the balance becomes negative"; with paced
+//     capacity a visit outlasts the cycle, balances pile up to their cap
+//     and each visit becomes a burst (the served rate swung ±10% with a
+//     300 ms period). So round 1 serves the queue most owed (the most
+//     cycles of credit left) first: the same requests per cycle,
+//     interleaved.
+//   - The paper's round 2 credits each non-empty queue its fraction of the
+//     spare and dispatches while that credit lasts. At request granularity
+//     that either overshoots (every queue with a sliver of credit sends a
+//     whole request, so a spare of half a request becomes four) or wastes
+//     (a sliver smaller than a request never sends one), and the overshoot
+//     is paid by the next cycle's reservations (10% jitter over 100 ms).
+//     So round 2 keeps the proportion as a running count instead: each
+//     queue's spare served so far over its reservation; the spare goes one
+//     request at a time to the waiting queue with the least, and a queue
+//     that turns busy starts level with the busy ones (idling banks
+//     nothing). This is start-time fair queueing on the spare: the paper's
+//     shares, overshooting by at most one request in all, and using the
+//     whole spare whenever anyone waits.
+//   - A queue in debt beyond that one-request overshoot (its requests cost
+//     more than predicted) takes no spare until the debt is paid; in the
+//     paper this falls out of having one balance for both rounds.
 //
 // Requests are charged at dispatch with the subscriber's predicted usage
 // (the EWMA M_k of §3.4). When nodes report the actual usage, the
@@ -52,11 +62,11 @@ import (
 // subscribers (the default one) are served from spare only and share it
 // with a weight of 1 GRPS, so they are not starved on an idle cluster.
 type Credit struct {
-	opt      Options
-	unit     Unit
-	queues   []*creditQueue
-	byName   map[string]int
-	pace     pacer
+	opt    Options
+	unit   Unit
+	queues []*creditQueue
+	byName map[string]int
+	pace   pacer
 
 	started    bool
 	cycleStart time.Time

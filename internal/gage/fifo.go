@@ -11,15 +11,15 @@ import (
 // with a queue does) and the mode for measuring what reservations cost.
 // Limits are ignored too.
 type FIFO struct {
-	opt      Options
-	unit     Unit
-	byName   map[string]int
-	names    []string
-	pred     []predictor
-	out      []inflight
-	lens     []int
-	q        ring
-	pace     pacer
+	opt    Options
+	unit   Unit
+	byName map[string]int
+	names  []string
+	pred   []predictor
+	out    []inflight
+	lens   []int
+	q      ring
+	pace   pacer
 }
 
 var _ Scheduler = (*FIFO)(nil)

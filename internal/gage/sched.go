@@ -78,14 +78,15 @@ var (
 // Options tune a scheduler; the zero value of each field means its default.
 type Options struct {
 	// Cycle is the scheduling cycle (default 10 ms, §3.4: "set to be 10
-	// msec for responsiveness"). Credits and capacity are handed out per
-	// cycle.
+	// msec for responsiveness"): reservation and limit credits are handed
+	// out per cycle.
 	Cycle time.Duration
 	// Burst is how much unused reservation a subscriber may bank while
-	// idle, and how far above its limit it may burst, as a duration of its
-	// rate (default 100 ms). The paper leaves this open; without a cap an
-	// idle subscriber would bank credit without bound and later take a
-	// burst from the others' reservations.
+	// idle, how far above its limit it may burst, and how much unused
+	// capacity the gateway may send at once, as a duration of the rate
+	// (default 100 ms). The paper leaves this open; without a cap an idle
+	// subscriber would bank credit without bound and later take a burst
+	// from the others' reservations.
 	Burst time.Duration
 	// Debt is how far a subscriber's balance may go negative from usage
 	// corrections, as a duration of its rate (default 1 s): a bad estimate

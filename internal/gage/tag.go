@@ -33,11 +33,11 @@ import (
 // both (see pacer), so the comparison is between the per-subscriber
 // mechanisms.
 type Tag struct {
-	opt      Options
-	unit     Unit
-	queues   []*tagQueue
-	byName   map[string]int
-	pace     pacer
+	opt    Options
+	unit   Unit
+	queues []*tagQueue
+	byName map[string]int
+	pace   pacer
 
 	started bool
 	epoch   time.Time
