@@ -22,12 +22,14 @@ type GatewayDemand struct {
 
 // SplitOptions tune a Splitter.
 type SplitOptions struct {
-	// TTL is how long a peer's demand counts after the receiver last saw
-	// it change (default 1 s). It is the bound on giving a dead gateway's
-	// share back: the survivors count it at most TTL after its last
-	// message reached them, then split the whole reservation among
-	// themselves. Keep it several gossip periods long, or a slow gossip
-	// round makes a live peer look dead.
+	// TTL is how long a peer's demand counts after the receiver took its
+	// newest message (default 1 s). It sets the bound on giving a dead
+	// gateway's share back: its last message left before it died, so the
+	// survivors stop counting it at most TTL plus one message delay after
+	// the death, and split the whole reservation among themselves from the
+	// next Apply (a shell applies at least every gossip period, so the
+	// bound to state is TTL + gossip period). Keep TTL several gossip
+	// periods long, or a slow gossip round makes a live peer look dead.
 	TTL time.Duration
 	// Floor is the part of each reservation split evenly among the live
 	// gateways whatever their demand (default 0.05), so a gateway that sees
