@@ -18,14 +18,15 @@
 //   - Config, Subscriber, Classifier: who pays for a request (§3.3 picks the
 //     Host; the API key and path prefix are Neptune's additions).
 //   - Scheduler with three implementations: the paper's credit-based
-//     weighted round robin (NewCredit, §3.4–3.5), an mClock-style tag
+//     weighted scheduler (NewCredit, §3.4–3.5), an mClock-style tag
 //     scheduler as a contender (NewTag) and a single FIFO, the
-//     "reservations off" mode (NewFIFO).
+//     "reservations off" mode (NewFIFO). All three pace dispatches to the
+//     capacity per resource the same way (pacer).
 //   - Splitter: each gateway's part of a reservation and of the capacity
 //     when several gateways run, from gossiped demand (beyond the paper,
 //     which had one primary front end).
-//   - CapacityEstimator and Admit: the cluster's capacity in GRPS from
-//     measured usage, and reservations checked against it.
+//   - CapacityEstimator and Admit: the cluster's capacity per resource and
+//     in GRPS from measured usage, and reservations checked against it.
 //   - Meter: an exponentially decaying rate, the demand each gateway
 //     gossips.
 //

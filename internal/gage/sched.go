@@ -88,9 +88,11 @@ type Options struct {
 	// subscriber would bank credit without bound and later take a burst
 	// from the others' reservations.
 	Burst time.Duration
-	// Debt is how far a subscriber's balance may go negative from usage
-	// corrections, as a duration of its rate (default 1 s): a bad estimate
-	// costs it at most that much service, not an unbounded starvation.
+	// Debt bounds what usage corrections may move a balance, either way,
+	// as a duration of its rate (default 1 s): a bad estimate costs a
+	// subscriber at most that much service (no unbounded starvation), and
+	// earns it at most that much. The capacity budget's debt is bounded
+	// the same way.
 	Debt time.Duration
 	// Alpha is the smoothing of the per-subscriber cost prediction, α in
 	// §3.4's M_k = α·M_{k-1} + (1-α)·P_k (default 0.7; the paper gives no

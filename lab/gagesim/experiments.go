@@ -44,7 +44,7 @@ func runAll(ctx context.Context, scs []scenario) ([]*result, error) {
 	return out, nil
 }
 
-func f1(x float64) string  { return strconv.FormatFloat(x, 'f', 1, 64) }
+func f1(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
 func pct(x float64) string {
 	if math.IsNaN(x) {
 		return "-"
