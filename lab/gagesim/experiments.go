@@ -2,18 +2,17 @@ package gagesim
 
 import (
 	"context"
-	"encoding/csv"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/gage"
+	"github.com/neptune-cluster/neptune/lab/report"
 )
 
 // base is a paper-sized run: one gateway, cfg's backends, capacity
@@ -111,7 +110,7 @@ func table1(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 	}
 	for _, r := range rs[1:] {
 		ok, d := isolation(r)
-		fmt.Fprintf(w, "(%s on the same goal: %v; %s)\n", r.sc.kind, verdict(ok), d)
+		fmt.Fprintf(w, "(%s on the same goal: %v; %s)\n", r.sc.kind, report.Verdict(ok), d)
 	}
 	ok, d := isolation(rs[0])
 	return []Goal{{Name: "Table 1 isolation: the two within reservation get >= 99% of what they ask, none dropped; only the flood is dropped", OK: ok, Detail: d}}, nil
@@ -261,6 +260,7 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 			fmt.Fprintf(tw, "%v\t", x)
 		}
 		fmt.Fprintln(tw)
+		chart := report.Chart{Title: fig.name, XLabel: "averaging window (s)", YLabel: "deviation from reservation (%)", LogX: true}
 		worst1, worst4 := 0.0, 0.0
 		var worstRun *result
 		worstLabel := ""
@@ -279,8 +279,10 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 					return nil, err
 				}
 				fmt.Fprintf(tw, "%s\t%s\t", v.label, kind)
+				series := report.Series{Name: v.label + ", " + kind}
 				for _, x := range wins {
 					d := meanDev(r, x)
+					series.Add(x.Seconds(), 100*d)
 					fmt.Fprintf(tw, "%s\t", pct(d))
 					rows = append(rows, []string{fig.name, v.label, kind, sc.acct.String(), x.String(), strconv.FormatFloat(d, 'f', 5, 64)})
 					if kind == "gage" && sc.acct == cfg.AccountingCycle {
@@ -293,9 +295,13 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 					}
 				}
 				fmt.Fprintln(tw)
+				chart.Series = append(chart.Series, series)
 			}
 		}
 		tw.Flush()
+		if err := saveChart(cfg, fmt.Sprintf("deviation_fig%s.svg", fig.name[4:5]), chart); err != nil {
+			return nil, err
+		}
 		if worstRun != nil {
 			fmt.Fprintf(w, "per subscriber, gage, %s (the worst at 1 s), GRPS:\n", worstLabel)
 			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -371,6 +377,18 @@ func failover(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 	}
 	tw.Flush()
 	if err := writeCSV(cfg, "failover.csv", []string{"second", "gage_A_gw0", "gage_A_gw1", "gage_A", "gage_B", "mclock_A"}, rows); err != nil {
+		return nil, err
+	}
+	chart := report.Chart{Title: "Two gateways, gw1 killed at " + (killAt - cfg.Warmup).String(), XLabel: "second", YLabel: "served (GRPS)"}
+	for j, name := range []string{"A via gw0", "A via gw1", "A total", "B", "A total, mclock"} {
+		sr := report.Series{Name: name}
+		for i, row := range rows {
+			y, _ := strconv.ParseFloat(row[j+1], 64)
+			sr.Add(float64(i), y)
+		}
+		chart.Series = append(chart.Series, sr)
+	}
+	if err := saveChart(cfg, "failover.svg", chart); err != nil {
 		return nil, err
 	}
 	killBin := int((killAt - cfg.Warmup) / bin)
@@ -518,29 +536,22 @@ func joinF(xs []float64) string {
 	return s
 }
 
-func verdict(ok bool) string {
-	if ok {
-		return "PASS"
-	}
-	return "FAIL"
-}
-
+// writeCSV saves rows under cfg.Out, if set.
 func writeCSV(cfg Config, name string, header []string, rows [][]string) error {
 	if cfg.Out == "" {
 		return nil
 	}
-	f, err := os.Create(filepath.Join(cfg.Out, name))
-	if err != nil {
-		return err
+	t := report.NewTable(header...)
+	for _, r := range rows {
+		t.Add(r...)
 	}
-	cw := csv.NewWriter(f)
-	if err := cw.Write(header); err != nil {
-		f.Close()
-		return err
+	return t.Save(filepath.Join(cfg.Out, name))
+}
+
+// saveChart draws c under cfg.Out, if set.
+func saveChart(cfg Config, name string, c report.Chart) error {
+	if cfg.Out == "" {
+		return nil
 	}
-	if err := cw.WriteAll(rows); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return c.Save(filepath.Join(cfg.Out, name))
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/gage"
+	"github.com/neptune-cluster/neptune/lab/sim"
 )
 
 // subSpec is one subscriber of a run and the traffic it sends.
@@ -139,7 +140,7 @@ type gateway struct {
 
 type world struct {
 	sc       scenario
-	eng      *engine
+	eng      *sim.Engine[func()]
 	cfg      gage.Config
 	names    []string
 	gws      []*gateway
@@ -155,7 +156,7 @@ func simulate(ctx context.Context, sc scenario) (*result, error) {
 	if sc.bin == 0 {
 		sc.bin = 10 * time.Millisecond
 	}
-	w := &world{sc: sc, eng: newEngine(epoch, sc.seed), from: sc.warmup, to: sc.warmup + sc.duration}
+	w := &world{sc: sc, eng: sim.New[func()](epoch, sc.seed), from: sc.warmup, to: sc.warmup + sc.duration}
 	for _, s := range sc.subs {
 		w.cfg.Subscribers = append(w.cfg.Subscribers, gage.Subscriber{Name: s.name, Reservation: s.res, Limit: s.limit})
 		w.names = append(w.names, s.name)
@@ -232,7 +233,7 @@ func simulate(ctx context.Context, sc scenario) (*result, error) {
 			return nil, err
 		}
 		t = min(t+time.Second, end)
-		w.eng.RunUntil(t)
+		w.eng.RunUntil(t, func(f func()) { f() })
 	}
 	return w.res, nil
 }

@@ -20,6 +20,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/neptune-cluster/neptune/lab/report"
 )
 
 // Sections are the experiments Run can run, in the order it runs them.
@@ -58,7 +60,8 @@ type Config struct {
 	// multi-gateway runs; the stated bound for giving a dead gateway's
 	// share back is TTL + Gossip + AccountingCycle.
 	TTL, Gossip time.Duration
-	// Out, if set, is a directory for CSV files of every table.
+	// Out, if set, is a directory for a CSV file of every table and SVG
+	// charts of the deviation figures and of the failover.
 	Out string
 }
 
@@ -141,11 +144,7 @@ type Goal struct {
 }
 
 func (g Goal) String() string {
-	v := "FAIL"
-	if g.OK {
-		v = "PASS"
-	}
-	return fmt.Sprintf("%s  %s: %s", v, g.Name, g.Detail)
+	return fmt.Sprintf("%s  %s: %s", report.Verdict(g.OK), g.Name, g.Detail)
 }
 
 // Run runs cfg's sections, printing each table and then the goals with

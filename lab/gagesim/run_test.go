@@ -95,9 +95,9 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-func TestCSV(t *testing.T) {
+func TestFiles(t *testing.T) {
 	cfg := short()
-	cfg.Sections = []string{"table2"}
+	cfg.Sections = []string{"table2", "failover"}
 	cfg.Out = t.TempDir()
 	if err := Run(context.Background(), cfg, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
@@ -105,5 +105,8 @@ func TestCSV(t *testing.T) {
 	b, err := readFile(cfg.Out + "/table2.csv")
 	if err != nil || !strings.HasPrefix(b, "subscriber,reserved,demanded,gage_served") {
 		t.Errorf("table2.csv: %q, %v", b, err)
+	}
+	if b, err := readFile(cfg.Out + "/failover.svg"); err != nil || !strings.Contains(b, "<svg") {
+		t.Errorf("failover.svg: %v", err)
 	}
 }
