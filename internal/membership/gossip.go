@@ -2,17 +2,20 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
@@ -42,6 +45,34 @@ type Config struct {
 	Watch  Watcher
 	Logger *slog.Logger
 	Clock  clock.Clock
+
+	// Security. All of it is off when unset (the zero Config gossips in
+	// the clear, as before); the node's wiring turns it on.
+
+	// Keyring, if set, encrypts and authenticates all gossip (AES-GCM,
+	// memberlist's GossipVerifyIncoming and GossipVerifyOutgoing on): a
+	// host without a key can neither read, join nor inject. It stays live:
+	// SetKeys rotates it. See keyring.go for files and rotation.
+	Keyring *memberlist.Keyring
+	// Label is the cluster name. memberlist prefixes every packet and
+	// stream with it and drops those of another label, so two clusters on
+	// one network never merge, even with the same key; it is also bound
+	// into signed announcements.
+	Label string
+	// Certs, if set, signs this member's announcements with its
+	// certificate key and accepts an announcement only when a node
+	// certificate of the cluster CA naming the announced node id signed
+	// it (see annauth.go). An announcing member's certificate must name
+	// its NodeID.
+	Certs *pki.Source
+	// MaxAnnouncementAge bounds the age of a signed announcement (relays
+	// included); 0 is DefaultMaxAnnouncementAge.
+	MaxAnnouncementAge time.Duration
+	// StreamRate and StreamBurst, if StreamRate > 0, limit incoming gossip
+	// stream connections (joins, push/pull, large announcements) per
+	// source address; the excess is closed before memberlist reads it.
+	StreamRate  float64
+	StreamBurst int
 }
 
 // Watcher follows the yellow pages as they change. Its methods run with
@@ -80,7 +111,36 @@ type Gossip struct {
 	pages *Pages
 	seq   uint64
 	inc   int64
+
+	// auth signs and verifies announcements (Config.Certs); sealed keeps
+	// the signed form of each entry in pages, to relay it.
+	auth      *annAuth
+	sealed    map[string]*sealed
+	accepted  atomic.Uint64
+	rejected  atomic.Uint64
+	transport *limitedTransport
 }
+
+// Stats counts signed announcements (direct and relayed) accepted and
+// refused, and gossip streams refused by the rate limit.
+type Stats struct {
+	Accepted, Rejected, StreamsLimited uint64
+}
+
+// Stats returns the member's counters.
+func (g *Gossip) Stats() Stats {
+	st := Stats{Accepted: g.accepted.Load(), Rejected: g.rejected.Load()}
+	if g.transport != nil {
+		st.StreamsLimited = g.transport.limited.Load()
+	}
+	return st
+}
+
+// SetKeys makes the live gossip keyring hold exactly keys, keys[0]
+// primary (see SyncKeyring): how a node applies a rotated keyring file
+// without a restart. The load polls' keys follow, when their PollAuth
+// reads this keyring.
+func (g *Gossip) SetKeys(keys [][]byte) error { return SyncKeyring(g.cfg.Keyring, keys) }
 
 // Start joins the cluster and begins announcing.
 func Start(ctx context.Context, cfg Config) (*Gossip, error) {
@@ -97,11 +157,18 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	g := &Gossip{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		pages: NewPages(cfg.TTL),
-		inc:   cfg.Clock.Now().UnixNano(),
-		done:  make(chan struct{}),
+		cfg:    cfg,
+		log:    cfg.Logger,
+		pages:  NewPages(cfg.TTL),
+		inc:    cfg.Clock.Now().UnixNano(),
+		done:   make(chan struct{}),
+		sealed: map[string]*sealed{},
+	}
+	if cfg.Certs != nil {
+		if want := (pki.Identity{Role: pki.RoleNode, Name: cfg.NodeID}); cfg.Announce != nil && cfg.Certs.Identity() != want {
+			return nil, fmt.Errorf("membership: certificate names %s, but this member announces itself as %s", cfg.Certs.Identity(), want)
+		}
+		g.auth = newAnnAuth(cfg.Certs, cfg.Label, cfg.MaxAnnouncementAge, cfg.Clock)
 	}
 	mc := memberlist.DefaultLocalConfig()
 	mc.Name = cfg.NodeID
@@ -119,8 +186,24 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
 	mc.Logger = slog.NewLogLogger(cfg.Logger.With("component", "memberlist").Handler(), slog.LevelDebug)
+	mc.Label = cfg.Label
+	if cfg.Keyring != nil {
+		mc.Keyring = cfg.Keyring
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
+	if cfg.StreamRate > 0 {
+		t, err := newLimitedTransport(mc, cfg.StreamRate, cfg.StreamBurst)
+		if err != nil {
+			return nil, fmt.Errorf("membership: start memberlist on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
+		}
+		g.transport = t
+		mc.Transport = t
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		if g.transport != nil {
+			_ = g.transport.Shutdown()
+		}
 		return nil, fmt.Errorf("membership: start memberlist on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
 	}
 	g.ml = ml
@@ -228,8 +311,9 @@ func (g *Gossip) loop(ctx context.Context) {
 		}
 		g.mu.Lock()
 		gone := g.pages.Expire(g.cfg.Clock.Now())
-		if g.cfg.Watch != nil {
-			for _, id := range gone {
+		for _, id := range gone {
+			delete(g.sealed, id)
+			if g.cfg.Watch != nil {
 				g.cfg.Watch.Removed(id)
 			}
 		}
@@ -260,7 +344,18 @@ func (g *Gossip) refresh() []byte {
 		g.log.Error("encode announcement", "err", err)
 		return nil
 	}
-	return b
+	if g.auth == nil {
+		return b
+	}
+	s, env, err := g.auth.seal(b, a.Seq)
+	if err != nil {
+		g.log.Error("sign announcement", "err", err)
+		return nil
+	}
+	g.mu.Lock()
+	g.sealed[g.cfg.NodeID] = s
+	g.mu.Unlock()
+	return env
 }
 
 // broadcast sends msg to every other member, or only to to if given.
@@ -288,13 +383,17 @@ func (g *Gossip) broadcast(msg []byte, to *memberlist.Node) {
 	}
 }
 
-func (g *Gossip) receive(now time.Time, a *pb.Announcement) {
+// receive applies an announcement heard at now; s is its signed form
+// when announcements are signed.
+func (g *Gossip) receive(now time.Time, a *pb.Announcement, s *sealed) {
 	if a.NodeId == "" || a.NodeId == g.cfg.NodeID {
 		return
 	}
 	g.mu.Lock()
 	_, had := g.pagesHas(now, a.NodeId)
-	g.apply(now, a)
+	if g.apply(now, a) && s != nil {
+		g.sealed[a.NodeId] = s
+	}
 	g.mu.Unlock()
 	if !had {
 		g.log.Info("node announced", "peer", a.NodeId, "rpc", a.RpcAddr)
@@ -304,11 +403,16 @@ func (g *Gossip) receive(now time.Time, a *pb.Announcement) {
 	}
 }
 
-// apply records a in the pages and tells the watcher; callers hold g.mu.
-func (g *Gossip) apply(now time.Time, a *pb.Announcement) {
-	if g.pages.Apply(now, a) && g.cfg.Watch != nil {
+// apply records a in the pages and tells the watcher if the pages took
+// it (it was newer than what they held); callers hold g.mu.
+func (g *Gossip) apply(now time.Time, a *pb.Announcement) bool {
+	if !g.pages.Apply(now, a) {
+		return false
+	}
+	if g.cfg.Watch != nil {
 		g.cfg.Watch.Applied(*g.pages.entries[a.NodeId])
 	}
+	return true
 }
 
 func (g *Gossip) pagesHas(now time.Time, id string) (*Entry, bool) {
@@ -326,12 +430,35 @@ func (d *delegate) NodeMeta(int) []byte { return nil }
 
 func (d *delegate) NotifyMsg(b []byte) {
 	g := (*Gossip)(d)
+	if g.auth != nil {
+		a, s, err := g.open(b)
+		if err != nil {
+			return
+		}
+		g.receive(g.cfg.Clock.Now(), a, s)
+		return
+	}
 	var a pb.Announcement
 	if err := proto.Unmarshal(b, &a); err != nil {
 		g.log.Warn("drop malformed announcement", "err", err)
 		return
 	}
-	g.receive(g.cfg.Clock.Now(), &a)
+	g.receive(g.cfg.Clock.Now(), &a, nil)
+}
+
+// open verifies a signed announcement, counting the outcome. Refusals log
+// at debug level only: a flood of them must not flood the log.
+func (g *Gossip) open(b []byte) (*pb.Announcement, *sealed, error) {
+	a, s, err := g.auth.open(b)
+	if err != nil {
+		g.rejected.Add(1)
+		if !errors.Is(err, errUnknownCert) {
+			g.log.Debug("drop announcement", "err", err)
+		}
+		return nil, nil, err
+	}
+	g.accepted.Add(1)
+	return a, s, nil
 }
 
 func (d *delegate) GetBroadcasts(int, int) [][]byte { return nil }
@@ -339,6 +466,9 @@ func (d *delegate) GetBroadcasts(int, int) [][]byte { return nil }
 func (d *delegate) LocalState(bool) []byte {
 	g := (*Gossip)(d)
 	now := g.cfg.Clock.Now()
+	if g.auth != nil {
+		return g.signedState(now)
+	}
 	var st pb.PagesState
 	for _, e := range g.Snapshot() {
 		st.Entries = append(st.Entries, &pb.RelayedAnnouncement{Announcement: e.Ann, AgeMs: now.Sub(e.Seen).Milliseconds()})
@@ -349,6 +479,10 @@ func (d *delegate) LocalState(bool) []byte {
 
 func (d *delegate) MergeRemoteState(b []byte, _ bool) {
 	g := (*Gossip)(d)
+	if g.auth != nil {
+		g.mergeSigned(b)
+		return
+	}
 	var st pb.PagesState
 	if err := proto.Unmarshal(b, &st); err != nil {
 		g.log.Warn("drop malformed yellow pages state", "err", err)
@@ -359,7 +493,40 @@ func (d *delegate) MergeRemoteState(b []byte, _ bool) {
 		if r.Announcement == nil || r.AgeMs < 0 {
 			continue
 		}
-		g.receive(now.Add(-time.Duration(r.AgeMs)*time.Millisecond), r.Announcement)
+		g.receive(now.Add(-time.Duration(r.AgeMs)*time.Millisecond), r.Announcement, nil)
+	}
+}
+
+// signedState is the push/pull state with signed announcements: each
+// entry's envelope as its author signed it, its certificate attached.
+func (g *Gossip) signedState(now time.Time) []byte {
+	var entries []stateEntry
+	for _, e := range g.Snapshot() {
+		g.mu.Lock()
+		s := g.sealed[e.Ann.NodeId]
+		g.mu.Unlock()
+		if s == nil {
+			continue
+		}
+		entries = append(entries, stateEntry{ageMs: now.Sub(e.Seen).Milliseconds(), envelope: s.encode(g.auth.certificate(s.fp))})
+	}
+	return encodeState(entries)
+}
+
+func (g *Gossip) mergeSigned(b []byte) {
+	entries, err := decodeState(b)
+	if err != nil {
+		g.rejected.Add(1)
+		g.log.Debug("drop yellow pages state", "err", err)
+		return
+	}
+	now := g.cfg.Clock.Now()
+	for _, e := range entries {
+		a, s, err := g.open(e.envelope)
+		if err != nil {
+			continue
+		}
+		g.receive(now.Add(-time.Duration(e.ageMs)*time.Millisecond), a, s)
 	}
 }
 
@@ -381,6 +548,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	g.mu.Lock()
 	_, had := g.pagesHas(g.cfg.Clock.Now(), n.Name)
 	g.pages.Remove(n.Name)
+	delete(g.sealed, n.Name)
 	if g.cfg.Watch != nil {
 		g.cfg.Watch.Removed(n.Name)
 	}
@@ -397,6 +565,14 @@ func (e *events) NotifyUpdate(*memberlist.Node) {}
 
 func (g *Gossip) currentAnnouncement() []byte {
 	g.mu.Lock()
+	if g.auth != nil {
+		s := g.sealed[g.cfg.NodeID]
+		g.mu.Unlock()
+		if s == nil {
+			return nil
+		}
+		return s.encode(g.auth.certificate(s.fp))
+	}
 	var ann *pb.Announcement
 	if e, ok := g.pages.entries[g.cfg.NodeID]; ok {
 		ann = e.Ann // announcements are never mutated once applied

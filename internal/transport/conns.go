@@ -2,11 +2,14 @@ package transport
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
@@ -14,9 +17,16 @@ import (
 // concurrent use.
 type Conns struct {
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns map[connKey]*grpc.ClientConn
 	opts  []grpc.DialOption
+	// tls, when set, secures every connection with mutual TLS; nil is
+	// plaintext (NewConns).
+	tls *pki.Source
 }
+
+// connKey names a cached connection: the address, and with TLS the node
+// id the server must prove it is ("" accepts any node).
+type connKey struct{ node, addr string }
 
 // MaxMessage is the largest gRPC message a node sends or accepts. gRPC's
 // default of 4 MiB would refuse a large request body or a replication batch
@@ -35,7 +45,9 @@ const window = 4 << 20
 // an adapter's HTTP client): ~17% of a node's CPU in a profile.
 const streamWorkers = 64
 
-// ServerOptions are the gRPC server options every node uses.
+// ServerOptions are the gRPC server options every node uses, for a
+// plaintext server; Security.ServerOptions adds mutual TLS and
+// authorisation to them.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage),
@@ -44,41 +56,69 @@ func ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// NewConns returns an empty connection cache. Extra dial options are
-// appended to the defaults (plaintext, MaxMessage).
+// NewConns returns an empty connection cache of plaintext connections.
+// Extra dial options are appended to the defaults (plaintext,
+// MaxMessage). Secured nodes and clients use Security.NewConns.
 func NewConns(opts ...grpc.DialOption) *Conns {
 	return &Conns{
-		conns: map[string]*grpc.ClientConn{},
-		opts: append([]grpc.DialOption{
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)),
-			grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window),
-		}, opts...),
+		conns: map[connKey]*grpc.ClientConn{},
+		opts:  append(dialDefaults(grpc.WithTransportCredentials(insecure.NewCredentials())), opts...),
+	}
+}
+
+func dialDefaults(creds grpc.DialOption) []grpc.DialOption {
+	return []grpc.DialOption{
+		creds,
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)),
+		grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window),
 	}
 }
 
 // Client returns a Node client for addr, creating the connection once.
+// With TLS, the server must prove it is a node of the cluster, any node;
+// use ClientFor where the node id is known.
 func (c *Conns) Client(addr string) (pb.NodeClient, error) {
+	return c.ClientFor("", addr)
+}
+
+// ClientFor returns a Node client for node at addr, creating the
+// connection once. With TLS, the server must prove it is that node (its
+// certificate names the node id), so an address that now belongs to
+// another process cannot receive node's calls. Without TLS it is Client.
+func (c *Conns) ClientFor(node, addr string) (pb.NodeClient, error) {
+	if c.tls == nil {
+		node = ""
+	}
+	k := connKey{node, addr}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cc, ok := c.conns[addr]; ok {
+	if cc, ok := c.conns[k]; ok {
 		return pb.NewNodeClient(cc), nil
 	}
-	cc, err := grpc.NewClient(addr, c.opts...)
+	opts := c.opts
+	if c.tls != nil {
+		opts = append(slices.Clip(opts), grpc.WithTransportCredentials(credentials.NewTLS(c.tls.ClientConfig(node))))
+	}
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("transport: connect %s: %w", addr, err)
 	}
-	c.conns[addr] = cc
+	c.conns[k] = cc
 	return pb.NewNodeClient(cc), nil
 }
 
-// Forget closes and drops the connection to addr (its node went away).
+// Forget closes and drops the connections to addr (its node went away).
 func (c *Conns) Forget(addr string) {
 	c.mu.Lock()
-	cc, ok := c.conns[addr]
-	delete(c.conns, addr)
+	var gone []*grpc.ClientConn
+	for k, cc := range c.conns {
+		if k.addr == addr {
+			gone = append(gone, cc)
+			delete(c.conns, k)
+		}
+	}
 	c.mu.Unlock()
-	if ok {
+	for _, cc := range gone {
 		_ = cc.Close()
 	}
 }
@@ -87,9 +127,9 @@ func (c *Conns) Forget(addr string) {
 func (c *Conns) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for addr, cc := range c.conns {
+	for k, cc := range c.conns {
 		_ = cc.Close()
-		delete(c.conns, addr)
+		delete(c.conns, k)
 	}
 	return nil
 }

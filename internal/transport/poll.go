@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/ratelimit"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
@@ -53,6 +55,24 @@ func WithVersions(f VersionFunc) PollOption { return func(s *PollServer) { s.ver
 // WithWork makes poll replies carry aggregation load indexes.
 func WithWork(f WorkFunc) PollOption { return func(s *PollServer) { s.work = f } }
 
+// WithPollAuth makes the server answer only authenticated, fresh,
+// never-seen polls and authenticate its replies (see PollAuth). Without
+// it the server answers any well-formed poll.
+func WithPollAuth(a *PollAuth) PollOption { return func(s *PollServer) { s.auth = a } }
+
+// WithPollRateLimit limits how many polls each source address may have
+// answered: perSecond on average, burst at once; the rest are dropped
+// before any other work.
+func WithPollRateLimit(perSecond float64, burst int) PollOption {
+	return func(s *PollServer) { s.limit = ratelimit.New(perSecond, burst) }
+}
+
+// WithServerClock makes the server's rate limit take time from c (the
+// authentication window uses the PollAuth's clock).
+func WithServerClock(c clock.Clock) PollOption {
+	return func(s *PollServer) { s.clock = clock.OrReal(c) }
+}
+
 // PollServer answers load polls over UDP (the paper's load index server).
 type PollServer struct {
 	conn    *net.UDPConn
@@ -61,6 +81,32 @@ type PollServer struct {
 	work    WorkFunc
 	log     *slog.Logger
 	done    chan struct{}
+	clock   clock.Clock
+	auth    *PollAuth
+	guard   replayGuard
+	limit   *ratelimit.PerPeer
+	stats   pollServerCounters
+}
+
+// PollServerStats counts what a poll server did with the datagrams it
+// read, for metrics.
+type PollServerStats struct {
+	Answered uint64
+	// Malformed polls did not decode; Unauthenticated ones carried no
+	// valid HMAC; Replayed ones were stale or seen before; Limited ones
+	// exceeded their source's rate.
+	Malformed, Unauthenticated, Replayed, Limited uint64
+}
+
+type pollServerCounters struct {
+	answered, malformed, unauthenticated, replayed, limited atomic.Uint64
+}
+
+// Stats returns the server's counters.
+func (s *PollServer) Stats() PollServerStats {
+	c := &s.stats
+	return PollServerStats{Answered: c.answered.Load(), Malformed: c.malformed.Load(), Unauthenticated: c.unauthenticated.Load(),
+		Replayed: c.replayed.Load(), Limited: c.limited.Load()}
 }
 
 // ListenPoll starts a poll server on addr ("host:port"; port 0 picks one).
@@ -73,9 +119,12 @@ func ListenPoll(addr string, load LoadFunc, log *slog.Logger, opts ...PollOption
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen for polls on %s: %w", addr, err)
 	}
-	s := &PollServer{conn: conn, load: load, log: log, done: make(chan struct{})}
+	s := &PollServer{conn: conn, load: load, log: log, done: make(chan struct{}), clock: clock.Real()}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.auth != nil {
+		s.guard.window = s.auth.window
 	}
 	go s.serve()
 	return s, nil
@@ -103,7 +152,26 @@ func (s *PollServer) serve() {
 			}
 			continue
 		}
-		if err := proto.Unmarshal(buf[:n], &req); err != nil {
+		if s.limit != nil && !s.limit.Allow(from.Addr(), s.clock.Now()) {
+			s.stats.limited.Add(1)
+			continue
+		}
+		pkt := buf[:n]
+		var nonce pollNonce
+		if s.auth != nil {
+			payload, nn, sent, err := s.auth.open(pollKindRequest, pkt)
+			if err != nil {
+				s.stats.unauthenticated.Add(1)
+				continue
+			}
+			if err := s.guard.admit(s.auth.clock.Now(), sent, nn); err != nil {
+				s.stats.replayed.Add(1)
+				continue
+			}
+			pkt, nonce = payload, nn
+		}
+		if err := proto.Unmarshal(pkt, &req); err != nil {
+			s.stats.malformed.Add(1)
 			s.log.Debug("drop malformed poll", "from", from, "err", err)
 			continue
 		}
@@ -119,6 +187,10 @@ func (s *PollServer) serve() {
 			}
 		}
 		out, _ := proto.Marshal(rep)
+		if s.auth != nil {
+			out = s.auth.seal(pollKindReply, out, nonce)
+		}
+		s.stats.answered.Add(1)
 		_, _ = s.conn.WriteToUDPAddrPort(out, from)
 	}
 }
@@ -156,6 +228,12 @@ type Poller struct {
 	// forgotten after lateHorizon without scanning the map.
 	sentOrder []sentPoll
 	late      LateFunc
+
+	// auth, when set, authenticates polls and replies; instance is this
+	// poller's half of every poll's nonce.
+	auth     *PollAuth
+	instance uint64
+	rejected atomic.Uint64
 }
 
 type pending struct {
@@ -186,13 +264,22 @@ type PollerOption func(*Poller)
 // the real clock; tests pass a manual one.
 func WithClock(c clock.Clock) PollerOption { return func(p *Poller) { p.clock = clock.OrReal(c) } }
 
+// WithPollerAuth makes the poller authenticate its polls and accept only
+// replies that authenticate and answer a poll it sent (see PollAuth).
+func WithPollerAuth(a *PollAuth) PollerOption { return func(p *Poller) { p.auth = a } }
+
+// Rejected is how many replies the poller dropped because they did not
+// authenticate or answered no poll of this poller.
+func (p *Poller) Rejected() uint64 { return p.rejected.Load() }
+
 // NewPoller opens the poller's socket.
 func NewPoller(log *slog.Logger, opts ...PollerOption) (*Poller, error) {
 	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4zero})
 	if err != nil {
 		return nil, fmt.Errorf("transport: open poll socket: %w", err)
 	}
-	p := &Poller{conn: conn, log: log, clock: clock.Real(), done: make(chan struct{}), waiting: map[uint64]*pending{}, addrs: map[string]*net.UDPAddr{}}
+	p := &Poller{conn: conn, log: log, clock: clock.Real(), done: make(chan struct{}), waiting: map[uint64]*pending{}, addrs: map[string]*net.UDPAddr{},
+		instance: randomInstance()}
 	for _, o := range opts {
 		o(p)
 	}
@@ -232,6 +319,9 @@ func (p *Poller) PollFirst(ctx context.Context, targets []PollTarget, service st
 		p.nextID++
 		id := p.nextID
 		msg, _ := proto.Marshal(&pb.PollRequest{Id: id, Service: service, Partition: partition, Class: class})
+		if p.auth != nil {
+			msg = p.auth.seal(pollKindRequest, msg, pollNonce{p.instance, id})
+		}
 		p.waiting[id] = &pending{replica: t.Replica, service: service, sent: now, replies: replies}
 		ids = append(ids, id)
 		if _, err := p.conn.WriteToUDP(msg, ua); err != nil {
@@ -332,7 +422,18 @@ func (p *Poller) read() {
 			}
 			continue
 		}
-		if proto.Unmarshal(buf[:n], &rep) != nil {
+		pkt := buf[:n]
+		if p.auth != nil {
+			payload, nonce, _, err := p.auth.open(pollKindReply, pkt)
+			if err != nil || nonce.instance != p.instance {
+				p.rejected.Add(1)
+				continue
+			}
+			if proto.Unmarshal(payload, &rep) != nil || rep.Id != nonce.counter {
+				p.rejected.Add(1)
+				continue
+			}
+		} else if proto.Unmarshal(pkt, &rep) != nil {
 			continue
 		}
 		p.mu.Lock()
@@ -340,6 +441,9 @@ func (p *Poller) read() {
 		delete(p.waiting, rep.Id)
 		if !ok || !rep.Known {
 			p.mu.Unlock()
+			if !ok && p.auth != nil {
+				p.rejected.Add(1) // authentic, but for no poll waiting: a replay
+			}
 			continue
 		}
 		a := PollAnswer{Replica: w.replica, Queue: int(rep.Queue), RTT: p.clock.Since(w.sent),

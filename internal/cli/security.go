@@ -1,0 +1,310 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/neptune-cluster/neptune/internal/membership"
+	"github.com/neptune-cluster/neptune/internal/pki"
+)
+
+func newTLSCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tls",
+		Short: "Create the cluster CA and certificates for nodes, clients and operators",
+		Long: `Create the cluster's certificate authority and the certificates it issues.
+
+Every node, client and operator holds a certificate signed by the cluster
+CA. The certificate names its holder as a URI, neptune://<role>/<name>:
+neptune://node/n1 for node n1, neptune://client/web for a client,
+neptune://operator/alice for an operator. Nodes accept calls from every
+role, replication only from nodes (and only for the node the certificate
+names), and promote only from operators.
+
+Files (PEM; private keys are written with mode 0600):
+  ca.pem, ca-key.pem                 the CA; keep ca-key.pem off the nodes
+  node-<id>.pem, node-<id>-key.pem   a node's certificate and key
+  client-<name>.pem …                a client's
+  operator-<name>.pem …              an operator's
+Every member also needs ca.pem. Nodes re-read their files when they
+change, so a certificate is renewed by writing new files in place.`,
+		Example: `  neptune tls ca create --dir pki --cluster prod
+  neptune tls cert create --dir pki --node n1
+  neptune tls cert create --dir pki --operator alice`,
+	}
+	ca := &cobra.Command{Use: "ca", Short: "Manage the cluster CA"}
+	ca.AddCommand(newCACreateCmd())
+	cert := &cobra.Command{Use: "cert", Short: "Manage member certificates"}
+	cert.AddCommand(newCertCreateCmd())
+	cmd.AddCommand(ca, cert)
+	return cmd
+}
+
+func newCACreateCmd() *cobra.Command {
+	var (
+		dir, cluster string
+		validFor     time.Duration
+		force        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "create --dir D [--cluster NAME]",
+		Short: "Create a cluster CA (ca.pem, ca-key.pem) in a directory",
+		Long: `Create a cluster CA: a fresh ECDSA P-256 key and a self-signed certificate
+recording the cluster name, written to ca.pem and ca-key.pem (mode 0600)
+in --dir. The cluster name is also the gossip label, so two clusters on
+one network never merge. An existing CA is never replaced without --force:
+replacing it means issuing every certificate again.`,
+		Example: "  neptune tls ca create --dir pki --cluster prod",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if validFor <= 0 {
+				return Usagef("--valid-for must be > 0, got %v", validFor)
+			}
+			if err := pki.ValidateName(cluster); err != nil {
+				return Usagef("--cluster %q: %v", cluster, err)
+			}
+			ca, err := pki.CreateCA(dir, cluster, force, pki.CAOptions{ValidFor: validFor})
+			if errors.Is(err, pki.ErrExists) {
+				return fmt.Errorf("%w; pass --force to replace the CA (every certificate must then be issued again)", err)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "created CA for cluster %q in %s (valid until %s)\n", ca.Cluster(), dir, ca.Cert.NotAfter.Format(time.DateOnly))
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&dir, "dir", "", "`directory` to write ca.pem and ca-key.pem into (required)")
+	fs.StringVar(&cluster, "cluster", "neptune", "cluster `name`, also the gossip label")
+	fs.DurationVar(&validFor, "valid-for", pki.DefaultCAValidity, "how long the CA is valid")
+	fs.BoolVar(&force, "force", false, "replace an existing CA")
+	_ = cmd.MarkFlagRequired("dir")
+	return cmd
+}
+
+func newCertCreateCmd() *cobra.Command {
+	var (
+		dir                    string
+		node, client, operator string
+		hosts                  []string
+		validFor               time.Duration
+		force                  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "create --dir D (--node ID | --client NAME | --operator NAME)",
+		Short: "Issue a node, client or operator certificate signed by the CA in a directory",
+		Long: `Issue a certificate signed by the CA in --dir (ca.pem, ca-key.pem) and
+write it and its key (mode 0600) into --dir: node-<id>.pem and
+node-<id>-key.pem for --node, client-<name>… for --client,
+operator-<name>… for --operator.
+
+A node's certificate names its node id: the node must run with that
+--id, and its peers check the id when they dial it and when it sends
+replication messages or announcements. Names use letters, digits and
+. _ - ~ : @.`,
+		Example: `  neptune tls cert create --dir pki --node n1
+  neptune tls cert create --dir pki --client web
+  neptune tls cert create --dir pki --node n2 --host n2.example.net,10.0.0.2`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var id pki.Identity
+			var flag string
+			switch {
+			case node != "":
+				id, flag = pki.Identity{Role: pki.RoleNode, Name: node}, "--node"
+			case client != "":
+				id, flag = pki.Identity{Role: pki.RoleClient, Name: client}, "--client"
+			default:
+				id, flag = pki.Identity{Role: pki.RoleOperator, Name: operator}, "--operator"
+			}
+			if err := pki.ValidateName(id.Name); err != nil {
+				return Usagef("%s %q: %v", flag, id.Name, err)
+			}
+			if validFor <= 0 {
+				return Usagef("--valid-for must be > 0, got %v", validFor)
+			}
+			ca, err := pki.LoadCA(dir)
+			if err != nil {
+				return fmt.Errorf("--dir %s: %w (create the CA with 'neptune tls ca create --dir %s')", dir, err, dir)
+			}
+			f, err := ca.IssueFiles(dir, id, force, pki.IssueOptions{ValidFor: validFor, Hosts: hosts})
+			if errors.Is(err, pki.ErrExists) {
+				return fmt.Errorf("%w; pass --force to replace the certificate", err)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "issued %s of cluster %q:\n  certificate %s\n  key         %s\n  CA          %s\n", id.URI(), ca.Cluster(), f.Cert, f.Key, f.CA)
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&dir, "dir", "", "`directory` holding the CA; the certificate is written there (required)")
+	fs.StringVar(&node, "node", "", "issue a node certificate for node `id`")
+	fs.StringVar(&client, "client", "", "issue a client certificate for `name`")
+	fs.StringVar(&operator, "operator", "", "issue an operator certificate for `name`")
+	fs.StringSliceVar(&hosts, "host", nil, "extra DNS `names` or IP addresses for tools that check host names; list")
+	fs.DurationVar(&validFor, "valid-for", pki.DefaultCertValidity, "how long the certificate is valid (never beyond the CA)")
+	fs.BoolVar(&force, "force", false, "replace existing files")
+	_ = cmd.MarkFlagRequired("dir")
+	cmd.MarkFlagsOneRequired("node", "client", "operator")
+	cmd.MarkFlagsMutuallyExclusive("node", "client", "operator")
+	return cmd
+}
+
+const keyringLong = `Manage a gossip keyring file: a JSON list of base64 keys, the primary
+first (the one members send with; every listed key is accepted). The
+same keys authenticate load polls. Files are written with mode 0600.
+
+Rotating the key of a live cluster goes through each node, since each
+node reads its own keyring file, in three rounds; finish a round on
+every node before starting the next:
+  1. install the new key         neptune keyring install --file F --key NEW
+  2. make it the primary         neptune keyring use --file F --key NEW
+  3. remove the old key          neptune keyring remove --file F --key OLD
+A node applies its file when it starts, so each round is a rolling
+restart of the nodes. At every step each node accepts the key the
+others send with, so no gossip and no poll is lost.`
+
+func newKeyringCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "keyring",
+		Short: "Generate gossip keys and manage keyring files",
+		Long:  keyringLong,
+		Example: `  neptune keyring generate --file keyring.json
+  neptune keyring list --file keyring.json`,
+	}
+	cmd.AddCommand(newKeyringGenerateCmd(), newKeyringListCmd(),
+		newKeyringEditCmd("install", "Add a key to a keyring file (accepted, not yet sent with)",
+			`Add --key to the keyring file as a secondary key: accepted from others,
+not yet used to send. A missing file is created with the key as its
+primary. Installing a key already there changes nothing.`, membership.InstallKey),
+		newKeyringEditCmd("use", "Make an installed key the primary (the key members send with)",
+			`Make --key, already installed, the keyring's primary: the key this member
+sends with. Install it on every node first.`, membership.UseKey),
+		newKeyringEditCmd("remove", "Remove a secondary key from a keyring file",
+			`Remove --key from the keyring file. The primary cannot be removed; use
+another key first, on every node.`, membership.RemoveKey),
+	)
+	return cmd
+}
+
+func newKeyringGenerateCmd() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "generate [--file F]",
+		Short: "Print a new random gossip key, or create a keyring file with one",
+		Long: `Print a new random 32-byte gossip key (base64). With --file, create that
+keyring file holding the key as its primary instead; an existing file is
+never replaced (use 'keyring install' to add the key to it).`,
+		Example: `  neptune keyring generate
+  neptune keyring generate --file keyring.json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				k, err := membership.GenerateKey()
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), membership.EncodeKey(k))
+				return nil
+			}
+			if _, err := membership.CreateKeyringFile(file); err != nil {
+				if errors.Is(err, membership.ErrKeyringExists) {
+					return fmt.Errorf("--file: %w; add a key with 'neptune keyring install'", err)
+				}
+				return fmt.Errorf("--file: %w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "created keyring %s with a new primary key\n", file)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&file, "file", "", "keyring `file` to create")
+	return cmd
+}
+
+func newKeyringListCmd() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "list --file F",
+		Short: "List the keys of a keyring file, the primary first",
+		Long: `List the keys of a keyring file, the primary first. Keys are secrets:
+the output is for copying a key to another node's keyring.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			keys, err := membership.ReadKeyringFile(file)
+			if err != nil {
+				return fmt.Errorf("--file: %w", err)
+			}
+			for i, k := range keys {
+				role := "secondary"
+				if i == 0 {
+					role = "primary"
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%-9s  %s\n", role, membership.EncodeKey(k))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&file, "file", "", "keyring `file` (required)")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+// newKeyringEditCmd builds install, use and remove: each changes a
+// keyring file with one key.
+func newKeyringEditCmd(name, short, long string, edit func(path string, key []byte) error) *cobra.Command {
+	var file, key string
+	cmd := &cobra.Command{
+		Use:     name + " --file F --key KEY",
+		Short:   short,
+		Long:    long + "\n\n--key - reads the key from standard input, so it stays out of the shell's\nhistory and the process list.",
+		Example: "  neptune keyring " + name + " --file keyring.json --key \"$(cat new.key)\"",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := readKeyFlag(key, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			if err := edit(file, k); err != nil {
+				return fmt.Errorf("--file %s: %w", file, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: done in %s\n", name, file)
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&file, "file", "", "keyring `file` (required)")
+	fs.StringVar(&key, "key", "", "the `key` in base64, or - to read it from standard input (required)")
+	_ = cmd.MarkFlagRequired("file")
+	_ = cmd.MarkFlagRequired("key")
+	return cmd
+}
+
+// readKeyFlag decodes --key, reading the first line of stdin for "-".
+// A bad key is a usage error naming the flag; the key itself is never
+// echoed.
+func readKeyFlag(value string, stdin io.Reader) ([]byte, error) {
+	if value == "-" {
+		line, err := bufio.NewReader(io.LimitReader(stdin, 4096)).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("--key -: read standard input: %w", err)
+		}
+		value = strings.TrimSpace(line)
+	}
+	k, err := membership.DecodeKey(value)
+	if err != nil {
+		return nil, Usagef("--key: %v", err)
+	}
+	return k, nil
+}

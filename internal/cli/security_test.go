@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/neptune-cluster/neptune/internal/membership"
+	"github.com/neptune-cluster/neptune/internal/pki"
+)
+
+func TestTLSCommandsBootstrapACluster(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	if code, stdout, stderr := run(t, []string{"tls", "ca", "create", "--dir", dir, "--cluster", "prod"}); code != ExitOK || !strings.Contains(stdout, `cluster "prod"`) {
+		t.Fatalf("ca create: exit %d, %q, %q", code, stdout, stderr)
+	}
+	for _, tc := range []struct {
+		flag string
+		id   pki.Identity
+	}{
+		{"--node", pki.Identity{Role: pki.RoleNode, Name: "n1"}},
+		{"--client", pki.Identity{Role: pki.RoleClient, Name: "web"}},
+		{"-operator", pki.Identity{Role: pki.RoleOperator, Name: "alice"}}, // Go-style flags still work
+	} {
+		code, stdout, stderr := run(t, []string{"tls", "cert", "create", "--dir", dir, tc.flag, tc.id.Name})
+		if code != ExitOK || !strings.Contains(stdout, tc.id.URI().String()) {
+			t.Fatalf("cert create %s: exit %d, %q, %q", tc.flag, code, stdout, stderr)
+		}
+		src, err := pki.NewSource(pki.SourceConfig{Files: pki.FilesFor(dir, tc.id), Expect: tc.id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if src.Cluster() != "prod" {
+			t.Fatalf("cluster %q", src.Cluster())
+		}
+		if fi, err := os.Stat(pki.FilesFor(dir, tc.id).Key); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("key file: %v, %v", fi.Mode(), err)
+		}
+	}
+}
+
+func TestTLSCommandErrorsNameTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, stderr := run(t, []string{"tls", "ca", "create", "--dir", dir}); code != ExitOK {
+		t.Fatal(stderr)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"tls", "ca", "create"}, ExitUsage, `"dir" not set`},
+		{[]string{"tls", "ca", "create", "--dir", dir}, ExitFailed, "--force"},
+		{[]string{"tls", "ca", "create", "--dir", t.TempDir(), "--cluster", "a b"}, ExitUsage, `--cluster "a b"`},
+		{[]string{"tls", "cert", "create", "--dir", dir}, ExitUsage, "[node client operator]"},
+		{[]string{"tls", "cert", "create", "--dir", dir, "--node", "n1", "--client", "c"}, ExitUsage, "[node client operator]"},
+		{[]string{"tls", "cert", "create", "--dir", dir, "--node", "n/1"}, ExitUsage, `--node "n/1"`},
+		{[]string{"tls", "cert", "create", "--dir", dir, "--client", "c", "--valid-for", "-1h"}, ExitUsage, "--valid-for"},
+		{[]string{"tls", "cert", "create", "--dir", t.TempDir(), "--node", "n1"}, ExitFailed, "--dir"},
+	} {
+		code, stdout, stderr := run(t, tc.args)
+		if code != tc.code || stdout != "" || !strings.Contains(stderr, tc.want) {
+			t.Errorf("neptune %v: exit %d, stdout %q, stderr %q; want %d naming %q", tc.args, code, stdout, stderr, tc.code, tc.want)
+		}
+	}
+	if code, _, _ := run(t, []string{"tls", "cert", "create", "--dir", dir, "--node", "n1"}); code != ExitOK {
+		t.Fatal("first certificate")
+	}
+	if code, _, stderr := run(t, []string{"tls", "cert", "create", "--dir", dir, "--node", "n1"}); code != ExitFailed || !strings.Contains(stderr, "--force") {
+		t.Fatalf("second certificate: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr := run(t, []string{"tls", "cert", "create", "--dir", dir, "--node", "n1", "--force"}); code != ExitOK {
+		t.Fatalf("forced: exit %d, %q", code, stderr)
+	}
+}
+
+func TestKeyringCommandsRotateAKey(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "keyring.json")
+	code, stdout, _ := run(t, []string{"keyring", "generate"})
+	newKey := strings.TrimSpace(stdout)
+	if _, err := membership.DecodeKey(newKey); code != ExitOK || err != nil {
+		t.Fatalf("generate printed %q: %v", stdout, err)
+	}
+	if code, _, stderr := run(t, []string{"keyring", "generate", "--file", file}); code != ExitOK {
+		t.Fatal(stderr)
+	}
+	if code, _, stderr := run(t, []string{"keyring", "generate", "--file", file}); code != ExitFailed || !strings.Contains(stderr, "--file") {
+		t.Fatalf("generate over a file: exit %d, %q", code, stderr)
+	}
+	list := func() []string {
+		t.Helper()
+		code, stdout, stderr := run(t, []string{"keyring", "list", "--file", file})
+		if code != ExitOK {
+			t.Fatal(stderr)
+		}
+		return strings.Split(strings.TrimSpace(stdout), "\n")
+	}
+	oldKey := strings.Fields(list()[0])[1]
+	steps := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"install", "--key", newKey}, []string{"primary    " + oldKey, "secondary  " + newKey}},
+		{[]string{"use", "--key", newKey}, []string{"primary    " + newKey, "secondary  " + oldKey}},
+		{[]string{"remove", "--key", oldKey}, []string{"primary    " + newKey}},
+	}
+	for _, s := range steps {
+		args := append([]string{"keyring"}, append(s.args, "--file", file)...)
+		if code, _, stderr := run(t, args); code != ExitOK {
+			t.Fatalf("%v: exit %d, %q", args, code, stderr)
+		}
+		if got := list(); !slices.Equal(got, s.want) {
+			t.Fatalf("after %v: %q, want %q", s.args, got, s.want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"keyring", "remove", "--file", file, "--key", newKey}, ExitFailed, "primary key cannot be removed"},
+		{[]string{"keyring", "use", "--file", file, "--key", oldKey}, ExitFailed, "not in the keyring"},
+		{[]string{"keyring", "install", "--file", file, "--key", "not-base64!"}, ExitUsage, "--key"},
+		{[]string{"keyring", "install", "--file", file, "--key", "AAAA"}, ExitUsage, "--key"},
+		{[]string{"keyring", "install", "--file", file}, ExitUsage, `"key" not set`},
+		{[]string{"keyring", "list"}, ExitUsage, `"file" not set`},
+		{[]string{"keyring", "list", "--file", filepath.Join(t.TempDir(), "none")}, ExitFailed, "--file"},
+	} {
+		code, _, stderr := run(t, tc.args)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("neptune %v: exit %d, stderr %q; want %d naming %q", tc.args, code, stderr, tc.code, tc.want)
+		}
+		if strings.Contains(stderr, newKey) {
+			t.Errorf("neptune %v echoed the key on stderr", tc.args)
+		}
+	}
+}
+
+func TestKeyFlagReadsStandardInput(t *testing.T) {
+	k, _ := membership.GenerateKey()
+	got, err := readKeyFlag("-", strings.NewReader(membership.EncodeKey(k)+"\n"))
+	if err != nil || !bytes.Equal(got, k) {
+		t.Fatalf("readKeyFlag(-) = %x, %v", got, err)
+	}
+	if _, err := readKeyFlag("-", strings.NewReader("")); err == nil {
+		t.Fatal("empty standard input accepted")
+	}
+}

@@ -1,0 +1,345 @@
+package membership
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/pki"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+func nodeID(name string) pki.Identity { return pki.Identity{Role: pki.RoleNode, Name: name} }
+
+// material is a cluster's PKI directory with certificates for n1…n4, a
+// client, and the sources reading them.
+type material struct {
+	t   testing.TB
+	dir string
+	clk clock.Clock
+}
+
+func newMaterial(t testing.TB, cluster string, clk clock.Clock) *material {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := pki.Bootstrap(dir, cluster, nodeID("n1"), nodeID("n2"), nodeID("n3"), nodeID("n4"), pki.Identity{Role: pki.RoleClient, Name: "web"}); err != nil {
+		t.Fatal(err)
+	}
+	return &material{t: t, dir: dir, clk: clk}
+}
+
+func (m *material) source(id pki.Identity) *pki.Source {
+	m.t.Helper()
+	s, err := pki.NewSource(pki.SourceConfig{Files: pki.FilesFor(m.dir, id), Clock: m.clk})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	return s
+}
+
+func (m *material) auth(id pki.Identity, label string) *annAuth {
+	return newAnnAuth(m.source(id), label, 0, clock.OrReal(m.clk))
+}
+
+func announcement(node string, seq uint64) []byte {
+	b, _ := proto.Marshal(&pb.Announcement{NodeId: node, RpcAddr: "10.0.0.1:7000", Seq: seq, Incarnation: 1,
+		Services: []*pb.HostedService{{Name: "kv", Partitions: []int32{0}}}})
+	return b
+}
+
+func TestSignedAnnouncementsNameTheirAuthor(t *testing.T) {
+	clk := clock.NewManual(time.Now())
+	m := newMaterial(t, "c", clk)
+	n1, n2 := m.auth(nodeID("n1"), "c"), m.auth(nodeID("n2"), "c")
+
+	// Seq 1 is the first after the certificate appeared: it is attached.
+	_, env, err := n1.seal(announcement("n1", 1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, s, err := n2.open(env)
+	if err != nil || a.NodeId != "n1" || s == nil {
+		t.Fatalf("open: %v, %v", a, err)
+	}
+	// Later ones carry only the fingerprint; n2 knows it now, a newcomer
+	// does not until an attached one or push/pull state arrives.
+	var slim []byte
+	for seq := uint64(2); seq <= certRepeat+1; seq++ {
+		_, slim, _ = n1.seal(announcement("n1", seq), seq)
+	}
+	if len(slim) >= len(env)-300 {
+		t.Fatalf("announcement without its certificate is %d bytes, with it %d", len(slim), len(env))
+	}
+	if _, _, err := n2.open(slim); err != nil {
+		t.Fatalf("fingerprint-only from a known certificate: %v", err)
+	}
+	newcomer := m.auth(nodeID("n3"), "c")
+	if _, _, err := newcomer.open(slim); !errors.Is(err, errUnknownCert) {
+		t.Fatalf("fingerprint-only to a newcomer: %v", err)
+	}
+	// Relaying attaches the certificate again, unchanged signature.
+	relayed := s.encode(n2.certificate(s.fp))
+	if _, _, err := newcomer.open(relayed); err != nil {
+		t.Fatalf("relayed: %v", err)
+	}
+}
+
+func TestForgedAnnouncementsAreRefused(t *testing.T) {
+	clk := clock.NewManual(time.Now())
+	m := newMaterial(t, "c", clk)
+	victim := m.auth(nodeID("n2"), "c")
+	n3 := m.auth(nodeID("n3"), "c")
+	other := newMaterial(t, "c", clk)
+
+	mustRefuse := func(name string, env []byte, want error) {
+		t.Helper()
+		if _, _, err := victim.open(env); err == nil || (want != nil && !errors.Is(err, want)) {
+			t.Errorf("%s: %v, want %v", name, err, want)
+		}
+	}
+	// The attack of the issue: a bare protobuf announcement.
+	mustRefuse("unsigned", announcement("n1", 1_000_000), ErrAnnouncementMalformed)
+	// A member with a valid node certificate announcing another node.
+	_, env, _ := n3.seal(announcement("n1", 1), 1)
+	mustRefuse("n3 as n1", env, ErrAnnouncementSigner)
+	// Certificates of another CA, of a client, for another cluster label.
+	_, env, _ = other.auth(nodeID("n1"), "c").seal(announcement("n1", 1), 1)
+	mustRefuse("another CA", env, ErrAnnouncementSigner)
+	_, env, _ = m.auth(pki.Identity{Role: pki.RoleClient, Name: "web"}, "c").seal(announcement("web", 1), 1)
+	mustRefuse("client certificate", env, ErrAnnouncementSigner)
+	_, env, _ = m.auth(nodeID("n1"), "other").seal(announcement("n1", 1), 1)
+	mustRefuse("other label", env, ErrAnnouncementSigner)
+	// Tampering with any part.
+	_, env, _ = m.auth(nodeID("n1"), "c").seal(announcement("n1", 1), 1)
+	if _, _, err := victim.open(env); err != nil {
+		t.Fatal(err)
+	}
+	for i := len(annMagic) + 1; i < len(env); i += 7 {
+		bad := bytes.Clone(env)
+		bad[i] ^= 0x40
+		mustRefuse(fmt.Sprintf("byte %d flipped", i), bad, nil)
+	}
+	// A replay of an old signature.
+	clk.Advance(DefaultMaxAnnouncementAge + time.Second)
+	mustRefuse("stale", env, ErrAnnouncementStale)
+}
+
+// TestGossipAcceptsOnlySignedAnnouncementsOfTheirAuthor runs two secured
+// members and feeds the receiving one forgeries through memberlist's
+// delegate callbacks, as a member holding the gossip key could.
+func TestGossipAcceptsOnlySignedAnnouncementsOfTheirAuthor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := newMaterial(t, "c", nil)
+	key, _ := GenerateKey()
+	a := m.start(ctx, "n1", key, "c", nil)
+	b := m.start(ctx, "n2", key, "c", []string{a.Addr()})
+	if !eventually(ctx, 10*time.Second, func() bool { return len(b.Replicas("kv", 0).Replicas) == 2 && len(a.Replicas("kv", 0).Replicas) == 2 }) {
+		t.Fatalf("secured members do not see each other: %v / %v", a.Replicas("kv", 0), b.Replicas("kv", 0))
+	}
+
+	rejected := b.Stats().Rejected
+	d := (*delegate)(b)
+	d.NotifyMsg(announcement("n1", 1<<40)) // the 86-byte attack
+	_, env, _ := m.auth(nodeID("n3"), "c").seal(announcement("n1", 1<<40), 1)
+	d.NotifyMsg(env) // n3 speaking for n1
+	d.MergeRemoteState(encodeState([]stateEntry{{envelope: env}}), false)
+	var plain pb.PagesState
+	plain.Entries = append(plain.Entries, &pb.RelayedAnnouncement{Announcement: &pb.Announcement{NodeId: "n1", Seq: 1 << 40, Incarnation: 1 << 40}})
+	pstate, _ := proto.Marshal(&plain)
+	d.MergeRemoteState(pstate, false)
+	if got := b.Stats().Rejected - rejected; got != 4 {
+		t.Errorf("rejected %d forgeries, want 4", got)
+	}
+	for _, e := range b.Snapshot() {
+		if e.Ann.Seq >= 1<<40 || e.Ann.RpcAddr == "10.0.0.1:7000" {
+			t.Fatalf("forged entry in the yellow pages: %v", e.Ann)
+		}
+	}
+}
+
+// start runs a secured member announcing "kv" partition 0.
+func (m *material) start(ctx context.Context, id string, key []byte, label string, join []string) *Gossip {
+	m.t.Helper()
+	g, err := Start(ctx, m.config(id, key, label, join))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.t.Cleanup(func() { g.Close() })
+	return g
+}
+
+func (m *material) config(id string, key []byte, label string, join []string) Config {
+	m.t.Helper()
+	kr, err := NewKeyring([][]byte{key})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	return Config{NodeID: id, BindAddr: "127.0.0.1", Join: join, AnnounceInterval: 50 * time.Millisecond, TTL: time.Second,
+		Keyring: kr, Label: label, Certs: m.source(nodeID(id)),
+		Announce: func() *pb.Announcement {
+			return &pb.Announcement{RpcAddr: id + ":1", Services: []*pb.HostedService{{Name: "kv", Partitions: []int32{0}}}}
+		}}
+}
+
+func TestOnlyMembersWithTheKeyAndLabelJoin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := newMaterial(t, "c", nil)
+	key, _ := GenerateKey()
+	wrong, _ := GenerateKey()
+	a := m.start(ctx, "n1", key, "c", nil)
+
+	// Start retries its seeds until its context ends: refusals end in a second.
+	refused := func() context.Context {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		t.Cleanup(cancel)
+		return c
+	}
+	for name, cfg := range map[string]Config{
+		"wrong key":   m.config("n2", wrong, "c", []string{a.Addr()}),
+		"wrong label": m.config("n3", key, "d", []string{a.Addr()}),
+	} {
+		g, err := Start(refused(), cfg)
+		if err == nil {
+			g.Close()
+			t.Errorf("%s: joined", name)
+		}
+	}
+	// Plaintext gossip cannot join either.
+	g, err := Start(refused(), Config{NodeID: "plain", BindAddr: "127.0.0.1", Join: []string{a.Addr()}})
+	if err == nil {
+		g.Close()
+		t.Error("plaintext member joined")
+	}
+	if a.Members() != 1 {
+		t.Fatalf("n1 has %d members", a.Members())
+	}
+	// A member whose certificate names another node does not start.
+	cfg := m.config("n4", key, "c", nil)
+	cfg.Certs = m.source(nodeID("n1"))
+	if g, err := Start(ctx, cfg); err == nil {
+		g.Close()
+		t.Fatal("a member announcing n4 with n1's certificate started")
+	}
+}
+
+// TestKeyRotationOnALiveCluster rotates the keyring of two running members
+// through install, use and remove; they keep each other's announcements
+// throughout, a member with only the new key joins and one with only the
+// old key cannot.
+func TestKeyRotationOnALiveCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	m := newMaterial(t, "c", nil)
+	k1, _ := GenerateKey()
+	k2, _ := GenerateKey()
+	a := m.start(ctx, "n1", k1, "c", nil)
+	b := m.start(ctx, "n2", k1, "c", []string{a.Addr()})
+	both := func() bool {
+		return len(a.Replicas("kv", 0).Replicas) == 2 && len(b.Replicas("kv", 0).Replicas) == 2
+	}
+	if !eventually(ctx, 10*time.Second, both) {
+		t.Fatal("members do not see each other")
+	}
+	for i, step := range [][][]byte{{k1, k2}, {k2, k1}, {k2}} {
+		for _, g := range []*Gossip{a, b} {
+			if err := g.SetKeys(step); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := b.Stats().Accepted
+		if !eventually(ctx, 5*time.Second, func() bool { return b.Stats().Accepted > before+3 && both() }) {
+			t.Fatalf("step %d: announcements stopped", i)
+		}
+	}
+	c := m.start(ctx, "n3", k2, "c", []string{a.Addr()})
+	if !eventually(ctx, 10*time.Second, func() bool { return len(c.Replicas("kv", 0).Replicas) == 3 }) {
+		t.Fatal("a member with the new key did not learn the cluster")
+	}
+	short, stop := context.WithTimeout(ctx, time.Second)
+	defer stop()
+	if g, err := Start(short, m.config("n4", k1, "c", []string{a.Addr()})); err == nil {
+		g.Close()
+		t.Fatal("a member with the removed key joined")
+	}
+}
+
+func TestGossipStreamsAreRateLimitedPerSource(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g, err := Start(ctx, Config{NodeID: "n1", BindAddr: "127.0.0.1", StreamRate: 0.001, StreamBurst: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for range 5 {
+		c, err := net.Dial("tcp", g.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	if !eventually(ctx, 5*time.Second, func() bool { return g.Stats().StreamsLimited == 3 }) {
+		t.Fatalf("limited %d streams, want 3", g.Stats().StreamsLimited)
+	}
+}
+
+// FuzzSignedAnnouncement feeds the announcement decoder (what NotifyMsg
+// runs on a secured member) arbitrary bytes: it must not panic, what
+// decodes re-encodes to the same fields, and what it accepts is signed by
+// the node it names (only n1 signed anything here).
+func FuzzSignedAnnouncement(f *testing.F) {
+	clk := clock.NewManual(time.Now())
+	m := newMaterial(f, "c", clk)
+	n1, victim := m.auth(nodeID("n1"), "c"), m.auth(nodeID("n2"), "c")
+	for seq := uint64(1); seq <= certRepeat+1; seq++ {
+		_, env, err := n1.seal(announcement("n1", seq), seq)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(env)
+	}
+	f.Add(announcement("n1", 1))
+	f.Add([]byte(annMagic))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, cert, err := decodeSealed(b)
+		if err == nil {
+			again, cert2, err := decodeSealed(s.encode(cert))
+			if err != nil || again.fp != s.fp || again.at != s.at || !bytes.Equal(again.sig, s.sig) || !bytes.Equal(again.payload, s.payload) || !bytes.Equal(cert, cert2) {
+				t.Fatalf("re-encoding changed the envelope: %v", err)
+			}
+		}
+		if a, _, err := victim.open(b); err == nil && a.NodeId != "n1" {
+			t.Fatalf("accepted an announcement of %q", a.NodeId)
+		}
+	})
+}
+
+// FuzzSignedState feeds the push/pull state decoder arbitrary bytes.
+func FuzzSignedState(f *testing.F) {
+	f.Add(encodeState([]stateEntry{{ageMs: 5, envelope: []byte("x")}, {ageMs: 0, envelope: nil}}))
+	f.Add([]byte(stateMagic + "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		entries, err := decodeState(b)
+		if err != nil {
+			return
+		}
+		again, err := decodeState(encodeState(entries))
+		if err != nil || len(again) != len(entries) {
+			t.Fatalf("re-encoded state differs: %v", err)
+		}
+		for i := range entries {
+			if again[i].ageMs != entries[i].ageMs || !bytes.Equal(again[i].envelope, entries[i].envelope) {
+				t.Fatalf("entry %d changed", i)
+			}
+		}
+	})
+}

@@ -1,0 +1,167 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/neptune-cluster/neptune/internal/pki"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// Rule says who may call one gRPC method: the roles whose certificates
+// are accepted and, for methods whose messages speak for a node, a check
+// of every request message against the caller's identity.
+type Rule struct {
+	Roles []pki.Role
+	// Check, if set, vets each request message; an error refuses it.
+	Check func(caller pki.Identity, msg any) error
+}
+
+var (
+	anyMember    = []pki.Role{pki.RoleClient, pki.RoleNode, pki.RoleOperator}
+	nodesOnly    = []pki.Role{pki.RoleNode}
+	operatorOnly = []pki.Role{pki.RoleOperator}
+)
+
+// Rules is the authorisation table: every method of the Node service and
+// who may call it. A method missing from it is refused to everyone, so a
+// method added to the service is closed until a rule opens it.
+//
+//   - Call, Stream, Aggregate: any member. Clients call; nodes forward
+//     writes to the primary and aggregation subtrees to their children;
+//     operators use the same client.
+//   - Replicate: nodes only, and the batch and every message in it must
+//     come from the node id the caller's certificate names, so a node
+//     speaks only for its own replicas.
+//   - Promote: operators only. No node calls Promote today (the
+//     replication runtime elects primaries over Replicate); an internal
+//     forward, if one is added, gets its own rule with a check.
+//
+// Future configuration changes (keyring, membership) belong with Promote.
+var Rules = map[string]Rule{
+	pb.Node_Call_FullMethodName:      {Roles: anyMember},
+	pb.Node_Stream_FullMethodName:    {Roles: anyMember},
+	pb.Node_Aggregate_FullMethodName: {Roles: anyMember},
+	pb.Node_Replicate_FullMethodName: {Roles: nodesOnly, Check: replicateFromCaller},
+	pb.Node_Promote_FullMethodName:   {Roles: operatorOnly},
+}
+
+// replicateFromCaller refuses a replication batch that claims to come from
+// a node other than the caller, or carries a message that does.
+func replicateFromCaller(caller pki.Identity, msg any) error {
+	b, ok := msg.(*pb.ReplicaBatch)
+	if !ok {
+		return fmt.Errorf("unexpected message %T", msg)
+	}
+	if b.From != caller.Name {
+		return fmt.Errorf("batch from %q sent by node %q", b.From, caller.Name)
+	}
+	for _, m := range b.Messages {
+		if m.From != caller.Name {
+			return fmt.Errorf("message of %s/%d from %q sent by node %q", m.Service, m.Partition, m.From, caller.Name)
+		}
+	}
+	return nil
+}
+
+type callerKey struct{}
+
+// Caller is the verified identity of the peer that made the call ctx
+// belongs to, when the server runs with mutual TLS.
+func Caller(ctx context.Context) (pki.Identity, bool) {
+	id, ok := ctx.Value(callerKey{}).(pki.Identity)
+	return id, ok
+}
+
+// PeerIdentity reads the identity from the verified client certificate of
+// the gRPC connection ctx came in on.
+func PeerIdentity(ctx context.Context) (pki.Identity, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return pki.Identity{}, fmt.Errorf("%w: no peer", pki.ErrUnverified)
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return pki.Identity{}, fmt.Errorf("%w: not a TLS connection", pki.ErrUnverified)
+	}
+	return pki.PeerIdentity(info.State)
+}
+
+// authorize finds the rule for method and checks the caller against its
+// roles. It returns gRPC status errors: Unauthenticated without a usable
+// certificate, PermissionDenied for a role the rule does not admit.
+func authorize(ctx context.Context, rules map[string]Rule, method string) (pki.Identity, Rule, error) {
+	id, err := PeerIdentity(ctx)
+	if err != nil {
+		return pki.Identity{}, Rule{}, status.Error(codes.Unauthenticated, err.Error())
+	}
+	rule, ok := rules[method]
+	if !ok {
+		return id, Rule{}, status.Errorf(codes.PermissionDenied, "%s: no authorisation rule admits %s", method, id)
+	}
+	if !slices.Contains(rule.Roles, id.Role) {
+		return id, Rule{}, status.Errorf(codes.PermissionDenied, "%s: role %s may not call it (%s)", method, id.Role, id)
+	}
+	return id, rule, nil
+}
+
+func check(rule Rule, id pki.Identity, method string, msg any) error {
+	if rule.Check == nil {
+		return nil
+	}
+	if err := rule.Check(id, msg); err != nil {
+		return status.Errorf(codes.PermissionDenied, "%s: %v", method, err)
+	}
+	return nil
+}
+
+// UnaryAuthorizer enforces rules on unary calls. The handler's context
+// carries the caller (see Caller).
+func UnaryAuthorizer(rules map[string]Rule) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		id, rule, err := authorize(ctx, rules, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		if err := check(rule, id, info.FullMethod, req); err != nil {
+			return nil, err
+		}
+		return handler(context.WithValue(ctx, callerKey{}, id), req)
+	}
+}
+
+// StreamAuthorizer enforces rules on streaming calls, checking every
+// message the client sends.
+func StreamAuthorizer(rules map[string]Rule) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		id, rule, err := authorize(ss.Context(), rules, info.FullMethod)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &authorizedStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), callerKey{}, id), id: id, rule: rule, method: info.FullMethod})
+	}
+}
+
+type authorizedStream struct {
+	grpc.ServerStream
+	ctx    context.Context
+	id     pki.Identity
+	rule   Rule
+	method string
+}
+
+func (s *authorizedStream) Context() context.Context { return s.ctx }
+
+func (s *authorizedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return check(s.rule, s.id, s.method, m)
+}

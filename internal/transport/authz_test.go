@@ -1,0 +1,343 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/neptune-cluster/neptune/internal/pki"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+var (
+	idN1  = pki.Identity{Role: pki.RoleNode, Name: "n1"}
+	idN2  = pki.Identity{Role: pki.RoleNode, Name: "n2"}
+	idWeb = pki.Identity{Role: pki.RoleClient, Name: "web"}
+	idOps = pki.Identity{Role: pki.RoleOperator, Name: "alice"}
+)
+
+// recorder is a Node server that answers every method and records the
+// caller the authorisation layer vouched for.
+type recorder struct {
+	pb.UnimplementedNodeServer
+	callers chan pki.Identity
+}
+
+func (r *recorder) seen(ctx context.Context) {
+	id, _ := Caller(ctx)
+	select {
+	case r.callers <- id:
+	default:
+	}
+}
+
+func (r *recorder) Call(ctx context.Context, _ *pb.CallRequest) (*pb.CallResponse, error) {
+	r.seen(ctx)
+	return &pb.CallResponse{Body: []byte("ok")}, nil
+}
+
+func (r *recorder) Stream(_ *pb.CallRequest, s grpc.ServerStreamingServer[pb.Chunk]) error {
+	r.seen(s.Context())
+	return s.Send(&pb.Chunk{Body: []byte("ok")})
+}
+
+func (r *recorder) Aggregate(ctx context.Context, _ *pb.AggregateRequest) (*pb.AggregateResponse, error) {
+	r.seen(ctx)
+	return &pb.AggregateResponse{}, nil
+}
+
+func (r *recorder) Replicate(ctx context.Context, _ *pb.ReplicaBatch) (*pb.ReplicaBatchAck, error) {
+	r.seen(ctx)
+	return &pb.ReplicaBatchAck{}, nil
+}
+
+func (r *recorder) Promote(ctx context.Context, _ *pb.PromoteRequest) (*pb.PromoteReply, error) {
+	r.seen(ctx)
+	return &pb.PromoteReply{}, nil
+}
+
+// secureRig is node n1 serving with mutual TLS on loopback, and the
+// material of the other members of its cluster and of a stranger's.
+type secureRig struct {
+	t        *testing.T
+	ctx      context.Context
+	dir      string // the cluster's PKI directory
+	stranger string // another cluster's PKI directory
+	addr     string
+	rec      *recorder
+	server   *pki.Source // n1's certificate source
+}
+
+func newSecureRig(t *testing.T, rules map[string]Rule) *secureRig {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	r := &secureRig{t: t, ctx: ctx, dir: t.TempDir(), stranger: t.TempDir(), rec: &recorder{callers: make(chan pki.Identity, 1)}}
+	if _, err := pki.Bootstrap(r.dir, "c", idN1, idN2, idWeb, idOps); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pki.Bootstrap(r.stranger, "c", idN2, idOps); err != nil {
+		t.Fatal(err)
+	}
+	r.server = r.source(r.dir, idN1)
+	opts, err := Security{TLS: r.server, Rules: rules}.ServerOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	pb.RegisterNodeServer(srv, r.rec)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	r.addr = ln.Addr().String()
+	return r
+}
+
+func (r *secureRig) source(dir string, id pki.Identity) *pki.Source {
+	r.t.Helper()
+	s, err := pki.NewSource(pki.SourceConfig{Files: pki.FilesFor(dir, id)})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return s
+}
+
+// as returns a Node client authenticated as id of the cluster, expecting
+// to reach node n1.
+func (r *secureRig) as(id pki.Identity) pb.NodeClient {
+	r.t.Helper()
+	conns, err := Security{TLS: r.source(r.dir, id)}.NewConns()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { conns.Close() })
+	cl, err := conns.ClientFor("n1", r.addr)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return cl
+}
+
+// raw returns a Node client with a hand-made TLS configuration.
+func (r *secureRig) raw(cfg *tls.Config) pb.NodeClient {
+	r.t.Helper()
+	cc, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { cc.Close() })
+	return pb.NewNodeClient(cc)
+}
+
+// call invokes method on cl with a request that is valid for caller.
+func (r *secureRig) call(cl pb.NodeClient, method string, from string) error {
+	ctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+	defer cancel()
+	var err error
+	switch method {
+	case pb.Node_Call_FullMethodName:
+		_, err = cl.Call(ctx, &pb.CallRequest{Service: "kv"})
+	case pb.Node_Stream_FullMethodName:
+		var s grpc.ServerStreamingClient[pb.Chunk]
+		if s, err = cl.Stream(ctx, &pb.CallRequest{Service: "kv"}); err == nil {
+			_, err = s.Recv()
+		}
+	case pb.Node_Aggregate_FullMethodName:
+		_, err = cl.Aggregate(ctx, &pb.AggregateRequest{Service: "kv"})
+	case pb.Node_Replicate_FullMethodName:
+		_, err = cl.Replicate(ctx, &pb.ReplicaBatch{From: from, Messages: []*pb.ReplicaMessage{{Service: "kv", From: from, To: "n1"}}})
+	case pb.Node_Promote_FullMethodName:
+		_, err = cl.Promote(ctx, &pb.PromoteRequest{Service: "kv"})
+	default:
+		r.t.Fatalf("no request for %s", method)
+	}
+	return err
+}
+
+func code(err error) codes.Code { return status.Code(err) }
+
+// TestAuthorisationTable runs every method as every role against a real
+// server: each rule of Rules admits exactly the roles it names.
+func TestAuthorisationTable(t *testing.T) {
+	r := newSecureRig(t, nil)
+	members := map[pki.Role]pki.Identity{pki.RoleNode: idN2, pki.RoleClient: idWeb, pki.RoleOperator: idOps}
+	clients := map[pki.Role]pb.NodeClient{}
+	for role, id := range members {
+		clients[role] = r.as(id)
+	}
+	for method, rule := range Rules {
+		for role, id := range members {
+			admitted := false
+			for _, ok := range rule.Roles {
+				admitted = admitted || ok == role
+			}
+			err := r.call(clients[role], method, id.Name)
+			switch {
+			case admitted && err != nil:
+				t.Errorf("%s as %s: %v, want admitted", method, id, err)
+			case admitted:
+				if got := <-r.rec.callers; got != id {
+					t.Errorf("%s as %s: handler saw caller %s", method, id, got)
+				}
+			case code(err) != codes.PermissionDenied:
+				t.Errorf("%s as %s: %v, want PermissionDenied", method, id, err)
+			}
+		}
+	}
+	if len(Rules) != len(pb.Node_ServiceDesc.Methods)+len(pb.Node_ServiceDesc.Streams) {
+		t.Errorf("Rules has %d entries for %d methods", len(Rules), len(pb.Node_ServiceDesc.Methods)+len(pb.Node_ServiceDesc.Streams))
+	}
+}
+
+func TestReplicateOnlyForTheCertificatesNode(t *testing.T) {
+	r := newSecureRig(t, nil)
+	n2 := r.as(idN2)
+	ctx := r.ctx
+	for name, batch := range map[string]*pb.ReplicaBatch{
+		"batch from another node":   {From: "n3", Messages: []*pb.ReplicaMessage{{From: "n3"}}},
+		"message from another node": {From: "n2", Messages: []*pb.ReplicaMessage{{From: "n2"}, {From: "n3"}}},
+		"empty from":                {Messages: []*pb.ReplicaMessage{{From: "n2"}}},
+	} {
+		if _, err := n2.Replicate(ctx, batch); code(err) != codes.PermissionDenied {
+			t.Errorf("%s: %v, want PermissionDenied", name, err)
+		}
+	}
+	if _, err := n2.Replicate(ctx, &pb.ReplicaBatch{From: "n2", Messages: []*pb.ReplicaMessage{{From: "n2", Entries: []*pb.ReplicaEntry{{Origin: "n3"}}}}}); err != nil {
+		t.Errorf("n2's own batch (relaying n3's write): %v", err)
+	}
+}
+
+func TestConnectionsWithoutAClusterCertificateAreRefused(t *testing.T) {
+	r := newSecureRig(t, nil)
+	for name, cl := range map[string]pb.NodeClient{
+		"no certificate": r.raw(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}),
+		"another CA's node": r.raw(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13,
+			Certificates: []tls.Certificate{*r.source(r.stranger, idN2).Certificate()}}),
+		"another CA's operator": r.raw(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13,
+			Certificates: []tls.Certificate{*r.source(r.stranger, idOps).Certificate()}}),
+	} {
+		for _, m := range []string{pb.Node_Call_FullMethodName, pb.Node_Replicate_FullMethodName, pb.Node_Promote_FullMethodName} {
+			if err := r.call(cl, m, "n2"); err == nil {
+				t.Errorf("%s: %s admitted", name, m)
+			}
+		}
+	}
+	// Plaintext against a TLS server fails too.
+	conns := NewConns()
+	defer conns.Close()
+	cl, _ := conns.Client(r.addr)
+	if err := r.call(cl, pb.Node_Call_FullMethodName, ""); err == nil {
+		t.Error("plaintext call admitted")
+	}
+}
+
+func TestClientRefusesAServerWithAnotherNodeID(t *testing.T) {
+	r := newSecureRig(t, nil)
+	conns, err := Security{TLS: r.source(r.dir, idWeb)}.NewConns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conns.Close()
+	cl, _ := conns.ClientFor("n2", r.addr) // n1 listens there
+	if err := r.call(cl, pb.Node_Call_FullMethodName, ""); code(err) != codes.Unavailable {
+		t.Fatalf("call to n2 at n1's address: %v, want Unavailable (handshake refused)", err)
+	}
+	// Any node will do through Client.
+	cl, _ = conns.Client(r.addr)
+	if err := r.call(cl, pb.Node_Call_FullMethodName, ""); err != nil {
+		t.Fatalf("Client(addr): %v", err)
+	}
+	// And a server of another cluster is refused.
+	other, err := Security{TLS: r.source(r.stranger, idOps)}.NewConns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	cl, _ = other.Client(r.addr)
+	if err := r.call(cl, pb.Node_Call_FullMethodName, ""); err == nil {
+		t.Fatal("a member of another cluster accepted our node")
+	}
+}
+
+func TestMethodsMissingFromTheTableAreRefused(t *testing.T) {
+	rules := map[string]Rule{pb.Node_Call_FullMethodName: {Roles: anyMember}}
+	r := newSecureRig(t, rules)
+	ops := r.as(idOps)
+	if err := r.call(ops, pb.Node_Call_FullMethodName, ""); err != nil {
+		t.Fatal(err)
+	}
+	<-r.rec.callers
+	if err := r.call(ops, pb.Node_Promote_FullMethodName, ""); code(err) != codes.PermissionDenied {
+		t.Fatalf("unlisted Promote: %v, want PermissionDenied", err)
+	}
+}
+
+func TestSecurityMustBeChosen(t *testing.T) {
+	if _, err := (Security{}).ServerOptions(); !errors.Is(err, ErrNoSecurity) {
+		t.Fatalf("zero Security: %v", err)
+	}
+	if _, err := (Security{}).NewConns(); !errors.Is(err, ErrNoSecurity) {
+		t.Fatalf("zero Security: %v", err)
+	}
+	dir := t.TempDir()
+	if _, err := pki.Bootstrap(dir, "c", idN1); err != nil {
+		t.Fatal(err)
+	}
+	src, err := pki.NewSource(pki.SourceConfig{Files: pki.FilesFor(dir, idN1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (Security{Insecure: true, TLS: src}).ServerOptions(); err == nil {
+		t.Fatal("both Insecure and TLS accepted")
+	}
+	if opts, err := (Security{Insecure: true}).ServerOptions(); err != nil || len(opts) != len(ServerOptions()) {
+		t.Fatalf("insecure options: %d, %v", len(opts), err)
+	}
+}
+
+func TestServerPresentsARotatedCertificateWithoutRestart(t *testing.T) {
+	r := newSecureRig(t, nil)
+	web := r.source(r.dir, idWeb)
+	served := func() string {
+		seen := make(chan string, 1)
+		cfg := web.ClientConfig("n1")
+		verify := cfg.VerifyConnection
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			select {
+			case seen <- cs.PeerCertificates[0].SerialNumber.String():
+			default:
+			}
+			return verify(cs)
+		}
+		if err := r.call(r.raw(cfg), pb.Node_Call_FullMethodName, ""); err != nil {
+			t.Fatal(err)
+		}
+		<-r.rec.callers
+		return <-seen
+	}
+	before := served()
+	ca, err := pki.LoadCA(r.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.IssueFiles(r.dir, idN1, true, pki.IssueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.server.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if after := served(); after == before {
+		t.Fatalf("server still presents certificate %s after reload", before)
+	}
+}
