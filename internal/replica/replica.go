@@ -282,7 +282,7 @@ func (r *Replica) Tick(now time.Time) {
 	}
 	if r.shouldElect(now) {
 		r.startElection(now)
-	} else if beat && r.dataless() && r.primary == "" {
+	} else if beat && r.dataless() && !r.primaryLive(now) {
 		r.announceEmpty()
 	}
 }
@@ -496,6 +496,7 @@ func (r *Replica) becomePrimary(now time.Time) {
 		r.logAppend(es)
 	}
 	r.electing = false
+	clear(r.empty) // stale once we lead (see handleAppend)
 	r.role, r.phase, r.primary, r.inSync = Primary, PhaseServing, r.cfg.ID, true
 	r.progress = map[ID]*progress{}
 	for _, p := range r.peers {
@@ -692,6 +693,10 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 	r.lastHeard = now
 	if r.primary != m.From {
 		r.primary = m.From
+		// A new primary's partition runs on data: what peers said of
+		// theirs before is stale (a replica without data says so again).
+		clear(r.empty)
+		r.empty[m.From] = false
 		for _, w := range r.waiting {
 			r.rd.Replies = append(r.rd.Replies, Reply{ReqID: w.w.ReqID, Err: &NotPrimaryError{Primary: m.From}})
 		}
