@@ -223,6 +223,12 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		}
 	}
 	if err := g.checkJoined(); err != nil {
+		if !errors.Is(err, ErrDuplicateID) {
+			// We joined: leave so that our name is free for a corrected
+			// start. Never with a duplicate id: a leave would be taken
+			// for the live holder's.
+			_ = ml.Leave(time.Second)
+		}
 		_ = ml.Shutdown()
 		return nil, err
 	}
