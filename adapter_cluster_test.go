@@ -119,10 +119,10 @@ func TestProgramsClusteredUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	call := func(service string, part int, method string, mode neptune.Mode, body string) (string, error) {
+	call := func(service string, part int, method string, body string) (string, error) {
 		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		resp, err := c.Call(callCtx, nil, service, part, method, mode, []byte(body))
+		resp, err := c.Call(callCtx, service, part, method, []byte(body))
 		if err != nil {
 			return "", err
 		}
@@ -130,7 +130,7 @@ func TestProgramsClusteredUnchanged(t *testing.T) {
 	}
 	waitFor(t, 15*time.Second, func() bool {
 		for p := range 4 {
-			if _, err := call("grep", p, "search", neptune.Read, "x"); err != nil {
+			if _, err := call("grep", p, "search", "x"); err != nil {
 				return false
 			}
 		}
@@ -138,12 +138,12 @@ func TestProgramsClusteredUnchanged(t *testing.T) {
 	})
 
 	for p := range 4 {
-		if _, err := call("pykv", p, "put", neptune.Write, fmt.Sprintf("k=v%d", p)); err != nil {
+		if _, err := call("pykv", p, "put", fmt.Sprintf("k=v%d", p)); err != nil {
 			t.Fatalf("put on partition %d: %v", p, err)
 		}
 	}
 	for p := range 4 {
-		if got, err := call("pykv", p, "get", neptune.Read, "k"); err != nil || got != fmt.Sprintf("v%d", p) {
+		if got, err := call("pykv", p, "get", "k"); err != nil || got != fmt.Sprintf("v%d", p) {
 			t.Fatalf("get on partition %d = %q, %v", p, got, err)
 		}
 	}
@@ -161,10 +161,10 @@ func TestProgramsClusteredUnchanged(t *testing.T) {
 			t.Fatalf("python %d, partition 2: status %s, want %s", i+1, got, want)
 		}
 	}
-	if _, err := call("pykv", 1, "get", neptune.Read, "nokey"); err == nil || !strings.Contains(err.Error(), "status 404") || !strings.Contains(err.Error(), "no key 'nokey'") {
+	if _, err := call("pykv", 1, "get", "nokey"); err == nil || !strings.Contains(err.Error(), "status 404") || !strings.Contains(err.Error(), "no key 'nokey'") {
 		t.Fatalf("missing key: err = %v, want the program's 404 message", err)
 	}
-	if _, err := call("pykv", 2, "put", neptune.Write, "novalue"); err == nil || !strings.Contains(err.Error(), "status 400: put wants key=value") {
+	if _, err := call("pykv", 2, "put", "novalue"); err == nil || !strings.Contains(err.Error(), "status 400: put wants key=value") {
 		t.Fatalf("malformed put: err = %v, want the program's 400 message", err)
 	}
 
@@ -173,7 +173,7 @@ func TestProgramsClusteredUnchanged(t *testing.T) {
 		pattern string
 		want    []string
 	}{{0, "an", []string{"banana"}}, {1, "ap", []string{"apricot"}}, {2, "ap", []string{"grape"}}, {3, "ap", []string{"papaya"}}, {3, "kiwi", nil}} {
-		got, err := call("grep", tc.part, "search", neptune.Read, tc.pattern+"\n")
+		got, err := call("grep", tc.part, "search", tc.pattern+"\n")
 		if err != nil {
 			t.Fatalf("grep %q on partition %d: %v", tc.pattern, tc.part, err)
 		}
@@ -185,7 +185,7 @@ func TestProgramsClusteredUnchanged(t *testing.T) {
 	}
 
 	start := time.Now()
-	_, err = call("hang", 0, "run", neptune.Read, "")
+	_, err = call("hang", 0, "run", "")
 	if !errors.Is(err, neptune.ErrDeadline) || !strings.Contains(err.Error(), "killed after 300ms") {
 		t.Fatalf("hung program: err = %v, want a deadline error naming the timeout", err)
 	}

@@ -1,451 +1,47 @@
 package neptune
 
-import (
-	"cmp"
-	"context"
-	"errors"
-	"fmt"
-	"math/rand/v2"
-	"slices"
-	"sync"
-	"time"
+import "github.com/neptune-cluster/neptune/internal/aggregation"
 
-	"github.com/neptune-cluster/neptune/internal/dac"
-	"github.com/neptune-cluster/neptune/internal/membership"
-	"github.com/neptune-cluster/neptune/internal/nerr"
-	"github.com/neptune-cluster/neptune/internal/transport"
-	"github.com/neptune-cluster/neptune/internal/transport/pb"
-)
+// Aggregation describes one Data Aggregation Call (Client.Aggregate):
+// the service and its participating partitions, the operators and their
+// parameters, the quality ρ and deadline T, the tree Scheme, hedging, the
+// staged timeouts' ReduceBudget and the service class.
+type Aggregation = aggregation.Aggregation
 
-// LocalFunc is an aggregation's local operator: it computes one
-// partition's contribution. It runs on one of the service's workers.
-type LocalFunc func(ctx context.Context, partition int, params []byte) ([]byte, error)
-
-// ReduceFunc combines two partial results into one. It must be commutative
-// and associative: the reduction tree combines partial results in whatever
-// order they arrive, and the result must not depend on it
-// (dactest.CheckReducer checks a reducer on random inputs). Reductions are
-// served before new local work on a node: they finish calls.
-type ReduceFunc func(ctx context.Context, a, b, params []byte) ([]byte, error)
-
-// Aggregator is a service's named aggregation operators, for Client.Aggregate
-// (the Data Aggregation Call): every partition runs a Local operator and the
-// partial results are combined pairwise by a Reduce operator along a
-// reduction tree spread over the nodes.
-type Aggregator struct {
-	Local  map[string]LocalFunc
-	Reduce map[string]ReduceFunc
-}
-
-func (a *Aggregator) validate() error {
-	if len(a.Local) == 0 {
-		return errors.New("Local is empty")
-	}
-	if len(a.Reduce) == 0 {
-		return errors.New("Reduce is empty")
-	}
-	for name, f := range a.Local {
-		if f == nil {
-			return fmt.Errorf("Local[%q] is nil", name)
-		}
-	}
-	for name, f := range a.Reduce {
-		if f == nil {
-			return fmt.Errorf("Reduce[%q] is nil", name)
-		}
-	}
-	return nil
-}
+// AggregateResult is what an aggregation returns.
+type AggregateResult = aggregation.Result
 
 // Scheme selects how an aggregation's reduction tree is formed.
-type Scheme = dac.Scheme
+type Scheme = aggregation.Scheme
 
 // Tree schemes (DAC §4.1–4.2).
 const (
 	// SchemeLAT, the default, is the load-adaptive tree: lightly loaded
 	// nodes do more reductions, loaded ones become leaves; height O(log n).
-	SchemeLAT = dac.LAT
+	SchemeLAT = aggregation.SchemeLAT
 	// SchemeBase: one fixed coordinator (the service's node with the
-	// lowest id) gathers and reduces every partition, as a search front end
-	// does.
-	SchemeBase = dac.Base
+	// lowest id) gathers and reduces every partition.
+	SchemeBase = aggregation.SchemeBase
 	// SchemeFlat delegates all reductions to a random participant per call.
-	SchemeFlat = dac.Flat
+	SchemeFlat = aggregation.SchemeFlat
 	// SchemeBinomial is a binomial tree with nodes placed at random.
-	SchemeBinomial = dac.Binomial
+	SchemeBinomial = aggregation.SchemeBinomial
 )
 
 // ParseScheme maps "lat", "base", "flat" or "binomial" to a Scheme.
-func ParseScheme(name string) (Scheme, error) { return dac.ParseScheme(name) }
+func ParseScheme(name string) (Scheme, error) { return aggregation.ParseScheme(name) }
 
 // AggregateStatus is the outcome of an aggregation.
-type AggregateStatus = dac.Status
+type AggregateStatus = aggregation.Status
 
+// Outcomes of an aggregation.
 const (
-	AggregateFailed  = dac.StatusFailed
-	AggregatePartial = dac.StatusPartial
-	AggregateFull    = dac.StatusFull
+	AggregateFailed  = aggregation.Failed
+	AggregatePartial = aggregation.Partial
+	AggregateFull    = aggregation.Full
 )
 
 // ErrBelowQuality means fewer partitions than the quality guarantee asks
 // for contributed by the deadline. Retrying can help once the slow or
 // failed nodes recover.
-var ErrBelowQuality = dac.ErrBelowQuality
-
-// Aggregation describes one Data Aggregation Call.
-type Aggregation struct {
-	Service string
-	// Partitions are the participating partitions.
-	Partitions []int
-	// Local and Reduce name the service's operators (Aggregator).
-	Local, Reduce             string
-	LocalParams, ReduceParams []byte
-	// Quality is ρ, the fraction of partitions that must contribute, in
-	// (0, 1]. Default 1.
-	Quality float64
-	// Deadline is T: the call returns within about T with whatever met
-	// the guarantee. Required.
-	Deadline time.Duration
-	// Scheme is the reduction tree; default SchemeLAT.
-	Scheme Scheme
-	// UniformTimeouts gives every node the call's deadline instead of the
-	// staged deadlines of §4.4 (the paper's baseline).
-	UniformTimeouts bool
-	// Hedge re-issues a leaf partition slower than the recent p95 to another
-	// replica when the deadline allows; at most about 5% extra executions.
-	Hedge bool
-	// ReduceBudget is the time staged timeouts reserve per reduction (§4.4
-	// a). Zero uses 4× the mean reduction time this client has seen (p98
-	// for exponential costs), or T/40 before any.
-	ReduceBudget time.Duration
-	// Class is the service class the operators run under.
-	Class string
-	// Blocking makes every node hold one worker for its whole part of the
-	// call, waiting for its children included, instead of releasing it
-	// between operators: the paper's NoED baseline (§5.4), for experiments.
-	Blocking bool
-}
-
-// Validate reports the first invalid field.
-func (a Aggregation) Validate() error {
-	switch {
-	case a.Local == "":
-		return errors.New("neptune: Aggregation.Local is empty")
-	case a.Reduce == "":
-		return errors.New("neptune: Aggregation.Reduce is empty")
-	case a.ReduceBudget < 0:
-		return fmt.Errorf("neptune: Aggregation.ReduceBudget %v is negative", a.ReduceBudget)
-	}
-	if err := a.request().Validate(); err != nil {
-		return fmt.Errorf("neptune: Aggregation: %w", err)
-	}
-	return nil
-}
-
-func (a Aggregation) request() dac.Request {
-	q := a.Quality
-	if q == 0 {
-		q = 1
-	}
-	return dac.Request{Service: a.Service, Partitions: a.Partitions, Quality: q, Deadline: a.Deadline, Scheme: a.Scheme}
-}
-
-// AggregateResult is what an aggregation returns.
-type AggregateResult struct {
-	Status AggregateStatus
-	// Data is the reduced result of the contributing partitions.
-	Data []byte
-	// Contributing are the partitions in Data, sorted.
-	Contributing []int
-	// Coverage is len(Contributing) / len(Partitions).
-	Coverage float64
-	// Hedges is how many partitions were re-issued to another replica.
-	Hedges int
-}
-
-// Aggregate runs a Data Aggregation Call: every partition's Local operator
-// on a replica the client picks by polled load, reduced along a tree of the
-// chosen Scheme built from those loads, each node sending what it has by
-// its staged deadline. A failed replica is replaced by another. If fewer
-// than ⌈ρ·n⌉ partitions contribute, Aggregate returns ErrBelowQuality
-// together with a result that reports what did arrive.
-func (c *Client) Aggregate(ctx context.Context, a Aggregation) (*AggregateResult, error) {
-	start := time.Now()
-	if err := a.Validate(); err != nil {
-		return nil, err
-	}
-	req := a.request()
-	meanLocal, meanReduce := c.agg.costs(a.Service, a.Deadline)
-	budget := a.ReduceBudget
-	if budget == 0 {
-		budget = 4 * meanReduce
-	}
-	hop := max(2*time.Millisecond, a.Deadline/100)
-
-	plans, err := c.aggPlan(ctx, a)
-	if err != nil {
-		return nil, err
-	}
-	servers := make([]dac.Server, len(plans))
-	for i, p := range plans {
-		servers[i] = p.server(meanLocal, meanReduce, a.Deadline)
-	}
-	c.mu.Lock()
-	rng := rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64()))
-	c.mu.Unlock()
-	tree, err := dac.Build(a.Scheme, servers, rng)
-	if err != nil {
-		return nil, fmt.Errorf("neptune: aggregate: %w", err)
-	}
-	end := start.Add(a.Deadline)
-	deadlines := dac.StagedDeadlines(tree, end, budget, hop)
-	if a.UniformTimeouts {
-		deadlines = dac.UniformDeadlines(tree, end)
-	}
-	parts := make([]*pb.Participant, len(plans))
-	for i, p := range plans {
-		pp := &pb.Participant{Index: int32(i), Partition: int32(p.partition), Parent: int32(tree.Parent[i]), DeadlineNs: int64(deadlines[i].Sub(start))}
-		for _, r := range p.replicas {
-			pp.Replicas = append(pp.Replicas, &pb.ReplicaAddr{Node: r.Node, RpcAddr: r.RPCAddr})
-		}
-		parts[i] = pp
-	}
-	base := &pb.AggregateRequest{
-		Service: a.Service, Local: a.Local, LocalParams: a.LocalParams, Reduce: a.Reduce, ReduceParams: a.ReduceParams,
-		GraceNs: int64(budget), Hedge: a.Hedge, Class: a.Class, Blocking: a.Blocking, CallId: fmt.Sprintf("%x", rng.Uint64()),
-	}
-	top := parts[tree.CallerChildren[0]]
-	if a.Scheme == dac.Base {
-		top = &pb.Participant{Index: -1, Parent: -1, DeadlineNs: int64(a.Deadline), Replicas: coordinators(plans)}
-	}
-	resp, err := c.aggChild(ctx, start, base, top, parts, hop)
-	var p dac.Partial
-	hedges := 0
-	switch {
-	case err == nil:
-		c.agg.observe(a.Service, resp)
-		p = dac.Partial{Partitions: ints(resp.Partitions), Data: resp.Data}
-		hedges = int(resp.Hedges)
-	case errors.Is(err, nerr.ErrUnknownMethod), errors.Is(err, nerr.ErrUnknownService), ctx.Err() != nil:
-		return nil, fmt.Errorf("neptune: aggregate %s: %w", a.Service, err)
-	}
-	res, ferr := dac.Finish(req, p)
-	out := &AggregateResult{Status: res.Status, Contributing: res.Contributing, Coverage: res.Coverage, Hedges: hedges}
-	if d, ok := res.Data.([]byte); ok {
-		out.Data = d
-	}
-	if ferr != nil {
-		if err != nil {
-			ferr = fmt.Errorf("%w (root: %w)", ferr, err)
-		}
-		return out, fmt.Errorf("neptune: aggregate %s: %w", a.Service, ferr)
-	}
-	return out, nil
-}
-
-func ints(xs []int32) []int {
-	out := make([]int, len(xs))
-	for i, x := range xs {
-		out[i] = int(x)
-	}
-	return out
-}
-
-// plan is the caller's view of one participant: its replicas, best first,
-// and what the poll said of the first.
-type plan struct {
-	partition int
-	replicas  []membership.Replica
-	probe
-}
-
-// probe is what one poll said of a node.
-type probe struct {
-	answer   transport.PollAnswer
-	answered bool
-	// silent is how long the node has not answered a poll (0 if it
-	// answered this one).
-	silent time.Duration
-}
-
-// server is what the tree builder knows of the node, in time per worker
-// (§4.2: a node with twice the workers has half the cost): its ledger of
-// committed aggregation work (§4.5), or, from a node that keeps none, its
-// queue length times s + a. An unanswered poll reads as far more load than
-// any answer, the more the longer the node has been silent, so the node
-// becomes a leaf: when many polls are late (a busy machine), a node that
-// answered the last call is the one made interior, not one that stopped.
-func (p probe) server(local, reduce, deadline time.Duration) dac.Server {
-	switch {
-	case !p.answered:
-		return dac.Server{Load: 10*deadline + min(p.silent, 10*deadline), Local: local, Reduce: reduce}
-	case p.answer.Work.Capacity > 0:
-		k := time.Duration(p.answer.Work.Capacity)
-		return dac.Server{Load: p.answer.Work.Pending / k, Local: local / k, Reduce: reduce / k}
-	}
-	return dac.Server{Load: time.Duration(p.answer.Queue) * (local + reduce), Local: local, Reduce: reduce}
-}
-
-// coordinators lists every node of the service, by id: Base's fixed
-// coordinator first, the others as its replacements.
-func coordinators(plans []plan) []*pb.ReplicaAddr {
-	seen := map[string]bool{}
-	var out []*pb.ReplicaAddr
-	for _, p := range plans {
-		for _, r := range p.replicas {
-			if !seen[r.Node] {
-				seen[r.Node] = true
-				out = append(out, &pb.ReplicaAddr{Node: r.Node, RpcAddr: r.RPCAddr})
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b *pb.ReplicaAddr) int { return cmp.Compare(a.Node, b.Node) })
-	return out
-}
-
-// aggPlan looks every partition up and polls each node hosting one once;
-// replicas are ranked by polled load (unanswered last, ties at random). A
-// partition with no live replica is left out: it cannot contribute.
-func (c *Client) aggPlan(ctx context.Context, a Aggregation) ([]plan, error) {
-	var plans []plan
-	nodes := map[string]membership.Replica{}
-	nodePart := map[string]int32{}
-	for _, part := range a.Partitions {
-		look := c.gossip.Replicas(a.Service, int32(part))
-		switch {
-		case len(look.Replicas) > 0:
-		case look.PartitionKnown:
-			continue // no live replica: the partition cannot contribute
-		case look.ServiceKnown:
-			return nil, fmt.Errorf("%w %d of service %q", nerr.ErrUnknownPartition, part, a.Service)
-		default:
-			return nil, fmt.Errorf("%w %q", nerr.ErrUnknownService, a.Service)
-		}
-		plans = append(plans, plan{partition: part, replicas: look.Replicas})
-		for _, r := range look.Replicas {
-			nodes[r.Node] = r
-			nodePart[r.Node] = int32(part)
-		}
-	}
-	if len(plans) == 0 {
-		return nil, fmt.Errorf("%w for any partition of %s", nerr.ErrNoReplica, a.Service)
-	}
-	ids := make([]string, 0, len(nodes))
-	for id := range nodes {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	wait := c.balance.Discard
-	if wait == 0 {
-		wait = 10 * time.Millisecond
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var answers []transport.PollAnswer
-	for _, id := range ids {
-		wg.Go(func() {
-			r := nodes[id]
-			got := c.poller.Poll(ctx, []transport.PollTarget{{Replica: id, Addr: r.PollAddr}}, a.Service, nodePart[id], a.Class, wait)
-			mu.Lock()
-			answers = append(answers, got...)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	byNode := map[string]transport.PollAnswer{}
-	for _, ans := range answers {
-		byNode[ans.Replica] = ans
-	}
-	meanLocal, meanReduce := c.agg.costs(a.Service, a.Deadline)
-	silent := c.agg.polled(time.Now(), ids, byNode)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i := range plans {
-		rs := slices.Clone(plans[i].replicas)
-		c.rng.Shuffle(len(rs), func(x, y int) { rs[x], rs[y] = rs[y], rs[x] })
-		probeOf := func(r membership.Replica) probe {
-			ans, ok := byNode[r.Node]
-			return probe{answer: ans, answered: ok, silent: silent[r.Node]}
-		}
-		rank := func(r membership.Replica) time.Duration {
-			return probeOf(r).server(meanLocal, meanReduce, a.Deadline).Load
-		}
-		slices.SortStableFunc(rs, func(x, y membership.Replica) int { return cmp.Compare(rank(x), rank(y)) })
-		plans[i].replicas, plans[i].probe = rs, probeOf(rs[0])
-	}
-	return plans, nil
-}
-
-// aggState is what a client learns across aggregations: mean operator
-// costs per service (for tree building and staged timeouts), recent leaf
-// latencies (for hedging) and the hedge budget. The zero value is ready.
-type aggState struct {
-	mu     sync.Mutex
-	local  map[string]time.Duration // EWMA of mean local cost
-	reduce map[string]time.Duration // EWMA of mean reduction cost
-	leaf   map[string]*latencyRing
-	tokens int // leaf calls not yet spent on hedges
-	// heard is when each node last answered a poll in time, or was first
-	// polled if it never answered.
-	heard map[string]time.Time
-}
-
-// polled records which of the polled nodes answered and returns, for each
-// that did not, how long it has been silent (since its last answer, or
-// since it was first polled).
-func (s *aggState) polled(now time.Time, nodes []string, answers map[string]transport.PollAnswer) map[string]time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.heard == nil {
-		s.heard = map[string]time.Time{}
-	}
-	silent := map[string]time.Duration{}
-	for _, id := range nodes {
-		at, seen := s.heard[id]
-		if _, ok := answers[id]; ok || !seen {
-			s.heard[id], at = now, now
-		}
-		if _, ok := answers[id]; !ok {
-			silent[id] = now.Sub(at)
-		}
-	}
-	return silent
-}
-
-// costWeight is the EWMA weight of one call's measured means.
-const costWeight = 0.2
-
-// costs returns the mean local and reduction costs seen for service, or
-// T/20 and T/160 before any (so the default staged budget is T/40).
-func (s *aggState) costs(service string, deadline time.Duration) (local, reduce time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	local, reduce = s.local[service], s.reduce[service]
-	if local == 0 {
-		local = deadline / 20
-	}
-	if reduce == 0 {
-		reduce = deadline / 160
-	}
-	return local, reduce
-}
-
-func (s *aggState) observe(service string, r *pb.AggregateResponse) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.local == nil {
-		s.local, s.reduce = map[string]time.Duration{}, map[string]time.Duration{}
-	}
-	ewma := func(m map[string]time.Duration, total int64, n int32) {
-		if n == 0 {
-			return
-		}
-		mean := time.Duration(total / int64(n))
-		if old, ok := m[service]; ok {
-			mean = time.Duration((1-costWeight)*float64(old) + costWeight*float64(mean))
-		}
-		m[service] = mean
-	}
-	ewma(s.local, r.LocalNs, r.Locals)
-	ewma(s.reduce, r.ReduceNs, r.Reductions)
-}
+var ErrBelowQuality = aggregation.ErrBelowQuality

@@ -60,7 +60,7 @@ func TestAuctionLevel3PricesNeverGoDown(t *testing.T) {
 		cats[p]++
 		for k := range 3 {
 			body, _ := json.Marshal(auction.AddItemRequest{Category: cat, Title: fmt.Sprintf("%s item %d", cat, k), Seller: "s", StartPrice: 100})
-			resp, err := callRetrying(ctx, c, nil, "auction", p, "AddItem", neptune.Write, body)
+			resp, err := callRetrying(ctx, c, nil, "auction", p, "AddItem", body)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,15 +94,15 @@ func TestAuctionLevel3PricesNeverGoDown(t *testing.T) {
 			for n := 0; runCtx.Err() == nil; n++ {
 				it := items[rng.IntN(len(items))]
 				key := fmt.Sprintf("%d/%d", it.part, it.id)
-				kind, mode, method := check.Read, neptune.Read, "ViewItem"
+				kind, method := check.Read, "ViewItem"
 				body, _ := json.Marshal(auction.ViewItemRequest{ID: it.id})
 				if rng.IntN(3) == 0 {
-					kind, mode, method = check.Write, neptune.Write, "BidItem"
+					kind, method = check.Write, "BidItem"
 					body, _ = json.Marshal(auction.BidItemRequest{Item: it.id, Bidder: user, Amount: max(last[key], 100) + 1 + int64(rng.IntN(20))})
 				}
 				start := time.Now()
 				callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				resp, err := c.Call(callCtx, sess, "auction", it.part, method, mode, body)
+				resp, err := c.Call(callCtx, "auction", it.part, method, body, neptune.WithSession(sess))
 				cancel()
 				if err != nil {
 					// Outbid by another user, or a call lost in the
@@ -221,9 +221,9 @@ func countPart[T any](xs []T, p int, part func(T) int) int {
 }
 
 // callRetrying retries a call while its error is retryable (failover).
-func callRetrying(ctx context.Context, c *neptune.Client, sess *neptune.Session, service string, p int, method string, mode neptune.Mode, body []byte) (*neptune.Response, error) {
+func callRetrying(ctx context.Context, c *neptune.Client, sess *neptune.Session, service string, p int, method string, body []byte) (*neptune.Response, error) {
 	for {
-		resp, err := c.Call(ctx, sess, service, p, method, mode, body)
+		resp, err := c.Call(ctx, service, p, method, body, neptune.WithSession(sess))
 		if err == nil || !neptune.Retryable(err) || ctx.Err() != nil {
 			return resp, err
 		}

@@ -74,7 +74,7 @@ func TestPausedReplicaGetsNoRequestsUntilResumed(t *testing.T) {
 				defer wg.Done()
 				for i := 0; i < 10_000 && time.Now().Before(end); i++ {
 					callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-					resp, err := c.Call(callCtx, nil, "work", 0, "work", neptune.Read, work.Encode(2*time.Millisecond))
+					resp, err := c.Call(callCtx, "work", 0, "work", work.Encode(2*time.Millisecond))
 					cancel()
 					mu.Lock()
 					if err == nil {

@@ -15,9 +15,7 @@ import (
 func echoClient(b *testing.B, policy string) *neptune.Client {
 	b.Helper()
 	ctx := context.Background()
-	bal := balance.DefaultConfig()
-	bal.Policy = policy
-	nd, err := neptune.NewNode(neptune.NodeConfig{ID: "b1", Balance: bal})
+	nd, err := neptune.NewNode(neptune.NodeConfig{ID: "b1", Balance: neptune.Balancing{Policy: policy}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,7 +45,7 @@ func BenchmarkCallParallel(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					if _, err := c.Call(context.Background(), nil, "echo", 0, "echo", neptune.Read, body); err != nil {
+					if _, err := c.Call(context.Background(), "echo", 0, "echo", body); err != nil {
 						b.Error(err)
 						return
 					}
@@ -64,7 +62,7 @@ func BenchmarkCallSequential(b *testing.B) {
 	body := make([]byte, 1024)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := c.Call(context.Background(), nil, "echo", 0, "echo", neptune.Read, body); err != nil {
+		if _, err := c.Call(context.Background(), "echo", 0, "echo", body); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -81,7 +81,7 @@ services:
 		// call due at the same instant.
 		for time.Now().Before(to) {
 			callCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			_, err := c.Call(callCtx, nil, "work", 0, "work", neptune.Read, work.Encode(svc), neptune.WithClass(class))
+			_, err := c.Call(callCtx, "work", 0, "work", work.Encode(svc), neptune.WithClass(class))
 			cancel()
 			now := time.Now()
 			switch {

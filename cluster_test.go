@@ -79,7 +79,7 @@ func TestKilledNodeLeavesYellowPagesWithinTTLAndRejoins(t *testing.T) {
 	call := func() error {
 		callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		resp, err := c.Call(callCtx, nil, "echo", 0, "echo", neptune.Read, []byte("ping"))
+		resp, err := c.Call(callCtx, "echo", 0, "echo", []byte("ping"))
 		if err == nil && string(resp.Body) != "ping" {
 			err = fmt.Errorf("echo answered %q", resp.Body)
 		}

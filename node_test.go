@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,16 +79,16 @@ func TestCallsReachEveryPartitionThroughAnyNode(t *testing.T) {
 	sess := neptune.NewSession()
 	for i, nd := range nodes {
 		c := nd.Client()
-		resp, err := c.Call(ctx, sess, "echo", i%2, "echo", neptune.Read, []byte("hello"))
+		resp, err := c.Call(ctx, "echo", i%2, "echo", []byte("hello"), neptune.WithSession(sess))
 		if err != nil || string(resp.Body) != "hello" {
 			t.Fatalf("echo via n%d = %v, %v", i, resp, err)
 		}
 		// kv partition p lives only on node p; any node's client finds it.
 		p := (i + 1) % len(nodes)
-		if _, err := c.Call(ctx, sess, "kv", p, "put", neptune.Write, []byte("k=v"+fmt.Sprint(p))); err != nil {
+		if _, err := c.Call(ctx, "kv", p, "put", []byte("k=v"+fmt.Sprint(p)), neptune.WithSession(sess)); err != nil {
 			t.Fatalf("put via n%d to partition %d: %v", i, p, err)
 		}
-		resp, err = c.Call(ctx, sess, "kv", p, "get", neptune.Read, []byte("k"))
+		resp, err = c.Call(ctx, "kv", p, "get", []byte("k"), neptune.WithSession(sess))
 		if err != nil || string(resp.Body) != "v"+fmt.Sprint(p) {
 			t.Fatalf("get via n%d from partition %d = %v, %v", i, p, resp, err)
 		}
@@ -104,20 +105,19 @@ func TestErrorsAreTypedAcrossTheWire(t *testing.T) {
 		service   string
 		partition int
 		method    string
-		mode      neptune.Mode
 		body      string
 		want      error
 		wantText  string
 	}{
-		{"unknown service", "nope", 0, "echo", neptune.Read, "", neptune.ErrUnknownService, `"nope"`},
-		{"unknown partition", "kv", 7, "get", neptune.Read, "k", neptune.ErrUnknownPartition, "partition 7"},
-		{"unknown method", "echo", 0, "shout", neptune.Read, "", neptune.ErrUnknownMethod, `"shout"`},
-		{"wrong mode", "kv", 1, "put", neptune.Read, "k=v", neptune.ErrWrongMode, "put is write"},
-		{"application error", "kv", 1, "get", neptune.Read, "missing", nil, "kv: key not found"},
+		{"unknown service", "nope", 0, "echo", "", neptune.ErrUnknownService, `"nope"`},
+		{"unknown partition", "kv", 7, "get", "k", neptune.ErrUnknownPartition, "partition 7"},
+		{"unknown method", "echo", 0, "shout", "", neptune.ErrUnknownMethod, `"shout"`},
+		{"stream method through Call", "echo", 0, "chunks", "", neptune.ErrWrongMode, "is a stream method"},
+		{"application error", "kv", 1, "get", "missing", nil, "kv: key not found"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := c.Call(ctx, nil, tt.service, tt.partition, tt.method, tt.mode, []byte(tt.body))
+			_, err := c.Call(ctx, tt.service, tt.partition, tt.method, []byte(tt.body))
 			if err == nil {
 				t.Fatal("call succeeded, want an error")
 			}
@@ -134,11 +134,23 @@ func TestErrorsAreTypedAcrossTheWire(t *testing.T) {
 	}
 }
 
+// TestStreamOfAPlainMethodIsTheWrongMode: Stream names a method that is
+// not a stream method; the client knows from the announced method table.
+func TestStreamOfAPlainMethodIsTheWrongMode(t *testing.T) {
+	nodes := startCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := nodes[0].Client().Stream(ctx, "echo", 0, "echo", nil)
+	if !errors.Is(err, neptune.ErrWrongMode) || !strings.Contains(err.Error(), "not a stream method") {
+		t.Fatalf("Stream of a plain method: %v, want ErrWrongMode", err)
+	}
+}
+
 func TestStreamDeliversEveryChunk(t *testing.T) {
 	nodes := startCluster(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := nodes[1].Client().Stream(ctx, nil, "echo", 0, "chunks", append([]byte{5}, "x"...))
+	s, err := nodes[1].Client().Stream(ctx, "echo", 0, "chunks", append([]byte{5}, "x"...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,12 +182,12 @@ func TestDialedClientSeesClusterAndClosedNodeDisappears(t *testing.T) {
 	waitFor(t, 3*time.Second, func() bool { return len(c.Members(ctx, 50*time.Millisecond)) == 3 })
 	nodes[2].Close()
 	waitFor(t, 3*time.Second, func() bool { return len(c.Members(ctx, 50*time.Millisecond)) == 2 })
-	_, err = c.Call(ctx, nil, "kv", 2, "get", neptune.Read, []byte("k"))
+	_, err = c.Call(ctx, "kv", 2, "get", []byte("k"))
 	if !errors.Is(err, neptune.ErrNoReplica) || !neptune.Retryable(err) {
 		t.Fatalf("call to the closed node's only partition: err = %v, want retryable ErrNoReplica", err)
 	}
 	for range 20 {
-		if _, err := c.Call(ctx, nil, "echo", 1, "echo", neptune.Read, []byte("x")); err != nil {
+		if _, err := c.Call(ctx, "echo", 1, "echo", []byte("x")); err != nil {
 			t.Fatalf("echo after a node left: %v", err)
 		}
 	}
@@ -192,7 +204,7 @@ func TestLargeBodiesCrossTheWire(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	body := bytes.Repeat([]byte("x"), 8<<20) // twice gRPC's default limit
-	resp, err := nodes[0].Client().Call(ctx, nil, "echo", 0, "echo", neptune.Read, body)
+	resp, err := nodes[0].Client().Call(ctx, "echo", 0, "echo", body)
 	if err != nil || len(resp.Body) != len(body) {
 		t.Fatalf("8 MiB echo: %v", err)
 	}

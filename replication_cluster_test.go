@@ -63,7 +63,7 @@ func (w *writer) run(ctx context.Context, stop <-chan struct{}, reads bool) {
 		start := time.Now()
 		for ctx.Err() == nil {
 			callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			resp, err := w.c.Call(callCtx, w.sess, "kv", p, "put", neptune.Write, []byte(key+"=v"))
+			resp, err := w.c.Call(callCtx, "kv", p, "put", []byte(key+"=v"), neptune.WithSession(w.sess))
 			cancel()
 			if err == nil {
 				now := time.Now()
@@ -80,7 +80,7 @@ func (w *writer) run(ctx context.Context, stop <-chan struct{}, reads bool) {
 		if reads && ctx.Err() == nil {
 			start := time.Now()
 			callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			resp, err := w.c.Call(callCtx, w.sess, "kv", p, "get", neptune.Read, []byte(key))
+			resp, err := w.c.Call(callCtx, "kv", p, "get", []byte(key), neptune.WithSession(w.sess))
 			cancel()
 			if err == nil {
 				w.mu.Lock()

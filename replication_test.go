@@ -21,10 +21,10 @@ func TestPlaceIsChainedAndDeterministic(t *testing.T) {
 		partition, degree int
 		want              []neptune.ReplicaSpec
 	}{
-		{0, 3, []neptune.ReplicaSpec{{"a", 3}, {"b", 2}, {"c", 1}}},
-		{1, 3, []neptune.ReplicaSpec{{"b", 3}, {"c", 2}, {"d", 1}}},
-		{3, 2, []neptune.ReplicaSpec{{"d", 2}, {"a", 1}}},
-		{5, 1, []neptune.ReplicaSpec{{"b", 1}}},
+		{0, 3, []neptune.ReplicaSpec{{Node: "a", Priority: 3}, {Node: "b", Priority: 2}, {Node: "c", Priority: 1}}},
+		{1, 3, []neptune.ReplicaSpec{{Node: "b", Priority: 3}, {Node: "c", Priority: 2}, {Node: "d", Priority: 1}}},
+		{3, 2, []neptune.ReplicaSpec{{Node: "d", Priority: 2}, {Node: "a", Priority: 1}}},
+		{5, 1, []neptune.ReplicaSpec{{Node: "b", Priority: 1}}},
 		{0, 5, nil},
 		{0, 0, nil},
 	} {
@@ -32,7 +32,7 @@ func TestPlaceIsChainedAndDeterministic(t *testing.T) {
 			t.Errorf("Place(%d, %v, %d) = %v, want %v", tc.partition, nodes, tc.degree, got, tc.want)
 		}
 	}
-	r := &neptune.Replication{Level: 2, Nodes: nodes, Degree: 2, Replicas: map[int][]neptune.ReplicaSpec{2: {{"a", 1}}}}
+	r := &neptune.Replication{Level: 2, Nodes: nodes, Degree: 2, Replicas: map[int][]neptune.ReplicaSpec{2: {{Node: "a", Priority: 1}}}}
 	if got := r.PartitionsOn("a", []int{0, 1, 2, 3}); !slices.Equal(got, []int{0, 2, 3}) {
 		t.Errorf("PartitionsOn(a) = %v, want [0 2 3]", got)
 	}
@@ -47,8 +47,8 @@ func TestReplicationValidateNamesTheField(t *testing.T) {
 		{neptune.Replication{Level: 2, Nodes: []string{"a"}, Degree: 2}, "Degree"},
 		{neptune.Replication{Level: 2, Nodes: []string{"a", "a"}, Degree: 1}, "Nodes"},
 		{neptune.Replication{Level: 3, Staleness: -1}, "Staleness"},
-		{neptune.Replication{Level: 2, Replicas: map[int][]neptune.ReplicaSpec{0: {{"a", 1}, {"a", 2}}}}, "Replicas[0]"},
-		{neptune.Replication{Level: 2, Replicas: map[int][]neptune.ReplicaSpec{0: {{"a", 1}}}, MinLive: 2}, "MinLive"},
+		{neptune.Replication{Level: 2, Replicas: map[int][]neptune.ReplicaSpec{0: {{Node: "a", Priority: 1}, {Node: "a", Priority: 2}}}}, "Replicas[0]"},
+		{neptune.Replication{Level: 2, Replicas: map[int][]neptune.ReplicaSpec{0: {{Node: "a", Priority: 1}}}, MinLive: 2}, "MinLive"},
 		{neptune.Replication{Level: 1, Nodes: []string{"a", "b"}, Degree: 2}, ""},
 	} {
 		err := tc.r.Validate()
@@ -100,7 +100,7 @@ func replicatedCluster(t *testing.T, n int, rep neptune.Replication, partitions 
 // writeRetrying retries a write while the error is retryable (failover).
 func writeRetrying(ctx context.Context, c *neptune.Client, sess *neptune.Session, p int, body string) (*neptune.Response, error) {
 	for {
-		resp, err := c.Call(ctx, sess, "kv", p, "put", neptune.Write, []byte(body))
+		resp, err := c.Call(ctx, "kv", p, "put", []byte(body), neptune.WithSession(sess))
 		if err == nil || !neptune.Retryable(err) || ctx.Err() != nil {
 			return resp, err
 		}
@@ -131,7 +131,7 @@ func TestReplicatedKVConvergesAtEveryLevel(t *testing.T) {
 			defer cancel()
 			c := nodes[0].Client()
 			waitFor(t, 5*time.Second, func() bool {
-				_, err := c.Call(ctx, nil, "kv", 1, "len", neptune.Read, nil)
+				_, err := c.Call(ctx, "kv", 1, "len", nil)
 				return err == nil
 			})
 			sess := neptune.NewSession()
@@ -143,7 +143,7 @@ func TestReplicatedKVConvergesAtEveryLevel(t *testing.T) {
 				}
 				if level == 3 {
 					// Read-your-writes through the session.
-					got, err := c.Call(ctx, sess, "kv", p, "get", neptune.Read, fmt.Appendf(nil, "k%d", i))
+					got, err := c.Call(ctx, "kv", p, "get", fmt.Appendf(nil, "k%d", i), neptune.WithSession(sess))
 					if err != nil {
 						t.Fatalf("read-your-write k%d: %v", i, err)
 					}

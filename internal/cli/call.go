@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -18,10 +17,6 @@ type callOptions struct {
 	service, method, body, class string
 	partition                    int
 	timeout                      time.Duration
-	// mode is passed to today's Client.Call until the client takes the
-	// mode from the method table the service announces; the flag is
-	// hidden and goes away then.
-	mode string
 }
 
 func newCallCmd() *cobra.Command {
@@ -30,7 +25,8 @@ func newCallCmd() *cobra.Command {
 		Use:   "call --join host:port --service name --method name [flags]",
 		Short: "Call one method and print the response",
 		Long: `Call one method of a service partition through any node of the cluster
-and print the response body.`,
+and print the response body. Whether the method reads or writes is what the
+service declares; the call does not name it.`,
 		Example: `  neptune call --join 127.0.0.1:7946 --service kv --partition 1 --method put --body k=v
   neptune call --join 127.0.0.1:7946 --service kv --partition 1 --method get --body k`,
 		Args: noArgs,
@@ -47,8 +43,6 @@ and print the response body.`,
 	fs.StringVar(&o.body, "body", "", "request body as `text`")
 	fs.StringVar(&o.class, "class", "", "service `class` of the request (see the service's classes)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline for the call")
-	fs.StringVar(&o.mode, "mode", "read", "read or write")
-	_ = fs.MarkHidden("mode")
 	for _, f := range []string{"join", "service", "method"} {
 		_ = cmd.MarkFlagRequired(f)
 	}
@@ -56,10 +50,6 @@ and print the response body.`,
 }
 
 func (o *callOptions) run(ctx context.Context, stdout io.Writer) error {
-	mode, err := neptune.ParseMode(o.mode)
-	if err != nil {
-		return Usagef("--mode: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: o.join})
@@ -70,27 +60,15 @@ func (o *callOptions) run(ctx context.Context, stdout io.Writer) error {
 	if err := waitForService(ctx, c, o.service); err != nil {
 		return err
 	}
-	resp, err := c.Call(ctx, neptune.NewSession(), o.service, o.partition, o.method, mode, []byte(o.body), neptune.WithClass(o.class))
+	resp, err := c.Call(ctx, o.service, o.partition, o.method, []byte(o.body), neptune.WithClass(o.class))
 	if err != nil {
-		switch {
-		case neptune.Retryable(err):
+		if neptune.Retryable(err) {
 			return fmt.Errorf("%w (retryable)", err)
-		case errors.Is(err, neptune.ErrWrongMode):
-			// Until the client takes the mode from the service's method
-			// table, the hidden --mode flag carries it.
-			return fmt.Errorf("%w (pass --mode %s)", err, otherMode(mode))
 		}
 		return err
 	}
 	fmt.Fprintf(stdout, "%s\n", resp.Body)
 	return nil
-}
-
-func otherMode(m neptune.Mode) neptune.Mode {
-	if m == neptune.Read {
-		return neptune.Write
-	}
-	return neptune.Read
 }
 
 // waitForService waits briefly until the yellow pages know some node

@@ -20,7 +20,6 @@ import (
 	"github.com/neptune-cluster/neptune/apps/micro"
 	"github.com/neptune-cluster/neptune/apps/search"
 	"github.com/neptune-cluster/neptune/apps/work"
-	"github.com/neptune-cluster/neptune/internal/balance"
 )
 
 // FileConfig is the node config file (YAML). Field names in errors are the
@@ -244,29 +243,17 @@ func (c FileConfig) Validate() error {
 	return c.validateReplication()
 }
 
-// toBalance converts to the balancer's config, naming the YAML key on error.
-func (b BalanceConfig) toBalance() (balance.Config, error) {
-	cfg := balance.DefaultConfig()
-	if b.Policy != "" {
-		cfg.Policy = b.Policy
+// toBalance converts to the node's balancing settings, naming the YAML key
+// on error.
+func (b BalanceConfig) toBalance() (neptune.Balancing, error) {
+	if b.Policy != "" && !slices.Contains(neptune.BalancingPolicies(), b.Policy) {
+		return neptune.Balancing{}, fmt.Errorf("config: balance.policy: unknown policy %q (one of %s)", b.Policy, strings.Join(neptune.BalancingPolicies(), ", "))
 	}
-	if b.PollSize != 0 {
-		cfg.PollSize = b.PollSize
+	if b.PollSize < 0 {
+		return neptune.Balancing{}, fmt.Errorf("config: balance.poll_size must be >= 1, got %d", b.PollSize)
 	}
-	if b.Discard != 0 {
-		cfg.Discard = time.Duration(b.Discard)
+	if b.Discard < 0 {
+		return neptune.Balancing{}, fmt.Errorf("config: balance.discard must be >= 0, got %v", time.Duration(b.Discard))
 	}
-	if !slices.Contains(balance.Names, cfg.Policy) {
-		return cfg, fmt.Errorf("config: balance.policy: unknown policy %q (one of %s)", cfg.Policy, strings.Join(balance.Names, ", "))
-	}
-	if cfg.PollSize < 1 {
-		return cfg, fmt.Errorf("config: balance.poll_size must be >= 1, got %d", cfg.PollSize)
-	}
-	if cfg.Discard < 0 {
-		return cfg, fmt.Errorf("config: balance.discard must be >= 0, got %v", cfg.Discard)
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("config: balance: %w", err)
-	}
-	return cfg, nil
+	return neptune.Balancing{Policy: b.Policy, PollSize: b.PollSize, Discard: time.Duration(b.Discard)}, nil
 }

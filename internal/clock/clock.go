@@ -9,6 +9,7 @@
 package clock
 
 import (
+	"context"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -42,4 +43,15 @@ func OrReal(c Clock) Clock {
 		return Real()
 	}
 	return c
+}
+
+// WithDeadline is context.WithDeadline on c: with a manual clock the
+// context ends when the clock is advanced past t, not in real time.
+func WithDeadline(parent context.Context, c Clock, t time.Time) (context.Context, context.CancelFunc) {
+	return clockwork.WithDeadline(parent, c, t)
+}
+
+// WithTimeout is context.WithTimeout on c (see WithDeadline).
+func WithTimeout(parent context.Context, c Clock, d time.Duration) (context.Context, context.CancelFunc) {
+	return clockwork.WithTimeout(parent, c, d)
 }

@@ -40,8 +40,11 @@ type Config struct {
 	// OnChange, if set, is called (without locks held) after a node joins
 	// or leaves the yellow pages.
 	OnChange func()
-	Logger   *slog.Logger
-	Clock    clock.Clock
+	// Watch, if set, learns of every change to the yellow pages, in order
+	// (a client keeps its replica views with it).
+	Watch  Watcher
+	Logger *slog.Logger
+	Clock  clock.Clock
 
 	// Security. All of it is off when unset (the zero Config gossips in
 	// the clear, as before); the node's wiring turns it on.
@@ -70,6 +73,18 @@ type Config struct {
 	// source address; the excess is closed before memberlist reads it.
 	StreamRate  float64
 	StreamBurst int
+}
+
+// Watcher follows the yellow pages as they change. Its methods run with
+// the pages' lock held, in the order the changes happen, so they must be
+// quick and must not call back into Gossip.
+type Watcher interface {
+	// Applied: e is node e.Ann.NodeId's entry after an announcement that
+	// the pages accepted (a newer one than they held).
+	Applied(e Entry)
+	// Removed: node left the pages (its entry expired, it left, or
+	// memberlist declared it dead).
+	Removed(node string)
 }
 
 // Defaults from the paper: refresh every second, expire after five.
@@ -256,6 +271,14 @@ func (g *Gossip) Replicas(service string, partition int32) Lookup {
 	return g.pages.Replicas(g.cfg.Clock.Now(), service, partition)
 }
 
+// Lookup is Replicas and Method in one read of the pages: what a call
+// needs to know before it polls anyone.
+func (g *Gossip) Lookup(service string, partition int32, method string) Lookup {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pages.Lookup(g.cfg.Clock.Now(), service, partition, method)
+}
+
 // Method returns the declared method, if any live node announces it.
 func (g *Gossip) Method(service, method string) (*pb.MethodInfo, bool) {
 	g.mu.Lock()
@@ -290,6 +313,9 @@ func (g *Gossip) loop(ctx context.Context) {
 		gone := g.pages.Expire(g.cfg.Clock.Now())
 		for _, id := range gone {
 			delete(g.sealed, id)
+			if g.cfg.Watch != nil {
+				g.cfg.Watch.Removed(id)
+			}
 		}
 		g.mu.Unlock()
 		for _, id := range gone {
@@ -311,7 +337,7 @@ func (g *Gossip) refresh() []byte {
 	g.mu.Lock()
 	g.seq++
 	a.NodeId, a.Seq, a.Incarnation = g.cfg.NodeID, g.seq, g.inc
-	g.pages.Apply(g.cfg.Clock.Now(), a)
+	g.apply(g.cfg.Clock.Now(), a)
 	g.mu.Unlock()
 	b, err := proto.Marshal(a)
 	if err != nil {
@@ -365,7 +391,7 @@ func (g *Gossip) receive(now time.Time, a *pb.Announcement, s *sealed) {
 	}
 	g.mu.Lock()
 	_, had := g.pagesHas(now, a.NodeId)
-	if g.pages.Apply(now, a) && s != nil {
+	if g.apply(now, a) && s != nil {
 		g.sealed[a.NodeId] = s
 	}
 	g.mu.Unlock()
@@ -375,6 +401,18 @@ func (g *Gossip) receive(now time.Time, a *pb.Announcement, s *sealed) {
 			g.cfg.OnChange()
 		}
 	}
+}
+
+// apply records a in the pages and tells the watcher if the pages took
+// it (it was newer than what they held); callers hold g.mu.
+func (g *Gossip) apply(now time.Time, a *pb.Announcement) bool {
+	if !g.pages.Apply(now, a) {
+		return false
+	}
+	if g.cfg.Watch != nil {
+		g.cfg.Watch.Applied(*g.pages.entries[a.NodeId])
+	}
+	return true
 }
 
 func (g *Gossip) pagesHas(now time.Time, id string) (*Entry, bool) {
@@ -511,6 +549,9 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	_, had := g.pagesHas(g.cfg.Clock.Now(), n.Name)
 	g.pages.Remove(n.Name)
 	delete(g.sealed, n.Name)
+	if g.cfg.Watch != nil {
+		g.cfg.Watch.Removed(n.Name)
+	}
 	g.mu.Unlock()
 	if had {
 		g.log.Info("node left yellow pages", "peer", n.Name)

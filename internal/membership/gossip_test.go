@@ -3,6 +3,8 @@ package membership
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,4 +120,57 @@ func eventually(ctx context.Context, d time.Duration, cond func() bool) bool {
 		}
 	}
 	return true
+}
+
+// recorder is a Watcher that records what it is told.
+type recorder struct {
+	mu      sync.Mutex
+	applied []string // node ids, in order
+	removed []string
+}
+
+func (r *recorder) Applied(e Entry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.applied = append(r.applied, e.Ann.NodeId)
+}
+
+func (r *recorder) Removed(node string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removed = append(r.removed, node)
+}
+
+func (r *recorder) saw(applied, removed string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return (applied == "" || slices.Contains(r.applied, applied)) && (removed == "" || slices.Contains(r.removed, removed))
+}
+
+// TestWatcherHearsOfAnnouncementsAndDepartures: a watcher learns of a
+// member's announcement when the pages take it, and of its departure.
+func TestWatcherHearsOfAnnouncementsAndDepartures(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	clk := clock.NewManual(time.Unix(1_000_000, 0))
+	a, err := Start(ctx, Config{NodeID: "a", BindAddr: "127.0.0.1", Clock: clk, Announce: func() *pb.Announcement {
+		return &pb.Announcement{Services: []*pb.HostedService{{Name: "svc", Partitions: []int32{0}}}}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var w recorder
+	b, err := Start(ctx, Config{NodeID: "b", BindAddr: "127.0.0.1", Join: []string{a.Addr()}, Clock: clk, Watch: &w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if !eventually(ctx, 5*time.Second, func() bool { return w.saw("a", "") }) {
+		t.Fatal("watcher never heard a's announcement")
+	}
+	a.Close()
+	if !eventually(ctx, 10*time.Second, func() bool { return w.saw("", "a") }) {
+		t.Fatal("watcher never heard that a left")
+	}
 }

@@ -114,12 +114,22 @@ type Lookup struct {
 	// partition of it, were ever announced: with no replicas, they tell an
 	// unknown name from a dead one.
 	ServiceKnown, PartitionKnown bool
+	// Method is how a live node declares the method Lookup asked for, nil
+	// if none does (Replicas leaves it nil).
+	Method *pb.MethodInfo
 }
 
 // Replicas looks up the nodes serving service's partition.
 func (p *Pages) Replicas(now time.Time, service string, partition int32) Lookup {
+	return p.Lookup(now, service, partition, "")
+}
+
+// Lookup is Replicas plus how service declares method, from one pass over
+// the entries.
+func (p *Pages) Lookup(now time.Time, service string, partition int32, method string) Lookup {
 	parts, serviceKnown := p.ever[service]
 	var rs []Replica
+	var mi *pb.MethodInfo
 	for _, e := range p.entries {
 		if now.After(e.Expires) {
 			continue
@@ -128,6 +138,9 @@ func (p *Pages) Replicas(now time.Time, service string, partition int32) Lookup 
 			if s.Name != service {
 				continue
 			}
+			if mi == nil && method != "" {
+				mi = findMethod(s, method)
+			}
 			if e.excluded || !slices.Contains(s.Partitions, partition) {
 				continue
 			}
@@ -135,7 +148,16 @@ func (p *Pages) Replicas(now time.Time, service string, partition int32) Lookup 
 		}
 	}
 	slices.SortFunc(rs, func(a, b Replica) int { return cmp.Compare(a.Node, b.Node) })
-	return Lookup{Replicas: rs, ServiceKnown: serviceKnown, PartitionKnown: parts[partition]}
+	return Lookup{Replicas: rs, ServiceKnown: serviceKnown, PartitionKnown: parts[partition], Method: mi}
+}
+
+func findMethod(s *pb.HostedService, method string) *pb.MethodInfo {
+	for _, m := range s.Methods {
+		if m.Name == method {
+			return m
+		}
+	}
+	return nil
 }
 
 // Method returns how service declares method, from any live announcement.

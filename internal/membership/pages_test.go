@@ -104,3 +104,27 @@ func TestPagesRemoveAndMethod(t *testing.T) {
 		t.Fatal("removed node still in snapshot")
 	}
 }
+
+func TestLookupAnswersReplicasAndMethodAtOnce(t *testing.T) {
+	now := time.Unix(100, 0)
+	p := NewPages(time.Second)
+	p.Apply(now, &pb.Announcement{NodeId: "a", Seq: 1, Services: []*pb.HostedService{{Name: "kv", Partitions: []int32{0},
+		Methods: []*pb.MethodInfo{{Name: "put", Mode: pb.Mode_MODE_WRITE}}}}})
+	p.Apply(now, &pb.Announcement{NodeId: "b", Seq: 1, Services: []*pb.HostedService{{Name: "kv", Partitions: []int32{1},
+		Methods: []*pb.MethodInfo{{Name: "put", Mode: pb.Mode_MODE_WRITE}}}}})
+	l := p.Lookup(now, "kv", 1, "put")
+	if len(l.Replicas) != 1 || l.Replicas[0].Node != "b" || l.Method == nil || l.Method.Mode != pb.Mode_MODE_WRITE {
+		t.Fatalf("Lookup(kv, 1, put) = %+v", l)
+	}
+	// The method table comes from any live node of the service, even one
+	// that hosts other partitions.
+	if l := p.Lookup(now, "kv", 7, "put"); l.Method == nil || len(l.Replicas) != 0 || !l.ServiceKnown || l.PartitionKnown {
+		t.Fatalf("Lookup(kv, 7, put) = %+v", l)
+	}
+	if l := p.Lookup(now, "kv", 0, "get"); l.Method != nil {
+		t.Fatalf("undeclared method found: %+v", l.Method)
+	}
+	if l := p.Lookup(now.Add(2*time.Second), "kv", 0, "put"); l.Method != nil || len(l.Replicas) != 0 {
+		t.Fatalf("expired entries answered: %+v", l)
+	}
+}

@@ -2,7 +2,10 @@
 // and the public API (which re-exports them) agree on identity.
 package nerr
 
-import "errors"
+import (
+	"context"
+	"errors"
+)
 
 var (
 	ErrUnknownService   = errors.New("neptune: unknown service")
@@ -25,4 +28,26 @@ func Retryable(err error) bool {
 		}
 	}
 	return false
+}
+
+// Label is the metrics label of a call's outcome: "ok", "deadline",
+// "overloaded", "no_replica", "bad_request", "canceled" or "error". Node
+// and client count calls by it.
+func Label(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrDeadline), errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	case errors.Is(err, ErrOverloaded):
+		return "overloaded"
+	case errors.Is(err, ErrNoReplica):
+		return "no_replica"
+	case errors.Is(err, ErrUnknownService), errors.Is(err, ErrUnknownPartition),
+		errors.Is(err, ErrUnknownMethod), errors.Is(err, ErrWrongMode):
+		return "bad_request"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "error"
 }

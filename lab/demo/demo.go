@@ -68,10 +68,8 @@ func (c Config) Validate() error {
 	if err := c.load().Validate(); err != nil {
 		return err
 	}
-	bal := balance.DefaultConfig()
-	bal.Policy = c.Balance
-	if err := bal.Validate(); err != nil {
-		return fmt.Errorf("demo: balance: %w", err)
+	if !slices.Contains(neptune.BalancingPolicies(), c.Balance) {
+		return fmt.Errorf("demo: balance: unknown policy %q (one of %s)", c.Balance, strings.Join(neptune.BalancingPolicies(), ", "))
 	}
 	return nil
 }
@@ -92,8 +90,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		return err
 	}
 	lcfg := cfg.load()
-	bal := balance.DefaultConfig()
-	bal.Policy = cfg.Balance
+	bal := neptune.Balancing{Policy: cfg.Balance}
 	exe, dir, cleanup, err := localcluster.Scratch("neptune-demo-")
 	if err != nil {
 		return err

@@ -158,14 +158,14 @@ func (l *Load) Run(ctx context.Context, worker int, rng *rand.Rand, record func(
 			_, op.Err = l.add(callCtx, sess, topic, reply, fmt.Sprintf("user%d", worker), fmt.Sprintf("w%d-%d", worker, seq))
 		case x < l.cfg.WriteFraction+(1-l.cfg.WriteFraction)/2:
 			op.Method = "ViewHeaders"
-			_, op.Err = l.c.Call(callCtx, sess, "forum", p, "ViewHeaders", neptune.Read, encode(forum.ViewHeadersRequest{Topic: topic}))
+			_, op.Err = l.c.Call(callCtx, "forum", p, "ViewHeaders", encode(forum.ViewHeadersRequest{Topic: topic}), neptune.WithSession(sess))
 		default:
 			op.Method = "ViewMsg"
 			var id int64 = 1
 			if ids := l.topicIDs(topic); len(ids) > 0 {
 				id = ids[rng.IntN(len(ids))]
 			}
-			_, op.Err = l.c.Call(callCtx, sess, "forum", p, "ViewMsg", neptune.Read, encode(forum.ViewMsgRequest{ID: id}))
+			_, op.Err = l.c.Call(callCtx, "forum", p, "ViewMsg", encode(forum.ViewMsgRequest{ID: id}), neptune.WithSession(sess))
 		}
 		op.Latency = time.Since(op.Start)
 		cancel()
@@ -191,7 +191,7 @@ func (l *Load) topicIDs(topic string) []int64 {
 func (l *Load) add(ctx context.Context, sess *neptune.Session, topic string, replyTo int64, author, subject string) (int64, error) {
 	p := forum.Partition(topic, l.cfg.Partitions)
 	body := encode(forum.AddMsgRequest{Topic: topic, ReplyTo: replyTo, Author: author, Subject: subject, Body: "body of " + subject})
-	resp, err := l.c.Call(ctx, sess, "forum", p, "AddMsg", neptune.Write, body)
+	resp, err := l.c.Call(ctx, "forum", p, "AddMsg", body, neptune.WithSession(sess))
 	if err != nil {
 		return 0, err
 	}

@@ -276,7 +276,7 @@ func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell 
 	}
 	viaNeptune := func(method string) func(context.Context, []byte) error {
 		return func(ctx context.Context, b []byte) error {
-			_, err := c.Call(ctx, nil, "web", 0, method, neptune.Read, b)
+			_, err := c.Call(ctx, "web", 0, method, b)
 			return err
 		}
 	}
@@ -288,7 +288,7 @@ func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell 
 		{Name: "direct echo", Call: viaDirect("/echo")}, {Name: "neptune echo", Call: viaNeptune("echo")},
 		{Name: "direct " + workName, Call: viaDirect("/work")}, {Name: "neptune " + workName, Call: viaNeptune("work")},
 		{Name: "neptune built-in echo", Call: func(ctx context.Context, b []byte) error {
-			_, err := c.Call(ctx, nil, "echo", 0, "echo", neptune.Read, b)
+			_, err := c.Call(ctx, "echo", 0, "echo", b)
 			return err
 		}}, {Name: "neptune echo", Call: viaNeptune("echo")},
 	}

@@ -94,7 +94,7 @@ func appReplCell(ctx context.Context, dir string, wl appReplWorkload, degree, cl
 // elects its primaries in the first few hundred milliseconds).
 func retryWrite(ctx context.Context, c *neptune.Client, service string, p int, method string, body []byte) (resp *neptune.Response, err error) {
 	err = localcluster.Wait(ctx, 0, func(ctx context.Context) error {
-		resp, err = c.Call(ctx, nil, service, p, method, neptune.Write, body)
+		resp, err = c.Call(ctx, service, p, method, body)
 		return err
 	})
 	return resp, err
@@ -160,21 +160,20 @@ func auctionWorkload() appReplWorkload {
 			cat := cats[p][rng.IntN(len(cats[p]))]
 			var (
 				method = "ViewItem"
-				mode   = neptune.Read
 				body   any
 			)
 			switch x := rng.IntN(100); {
 			case x < 10:
-				method, mode, body = "BidItem", neptune.Write, auction.BidItemRequest{Item: id, Bidder: "b", Amount: price.Add(1)}
+				method, body = "BidItem", auction.BidItemRequest{Item: id, Bidder: "b", Amount: price.Add(1)}
 			case x < 13:
-				method, mode, body = "AddItem", neptune.Write, auction.AddItemRequest{Category: cat, Title: "new", Seller: "s", StartPrice: 1}
+				method, body = "AddItem", auction.AddItemRequest{Category: cat, Title: "new", Seller: "s", StartPrice: 1}
 			case x < 56:
 				method, body = "ViewCategory", auction.ViewCategoryRequest{Category: cat}
 			default:
 				body = auction.ViewItemRequest{ID: id}
 			}
 			b, _ := json.Marshal(body)
-			_, err := c.Call(ctx, sess, "auction", p, method, mode, b)
+			_, err := c.Call(ctx, "auction", p, method, b, neptune.WithSession(sess))
 			if err != nil && strings.Contains(err.Error(), auction.ErrBidTooLow.Error()) {
 				return nil // served: outbid by a concurrent bid
 			}
@@ -209,16 +208,15 @@ func pcacheWorkload() appReplWorkload {
 			p, key := rng.IntN(appReplParts), fmt.Sprintf("k%d", rng.IntN(1000))
 			var (
 				method = "CacheLookup"
-				mode   = neptune.Read
 				body   []byte
 			)
 			if rng.IntN(10) == 0 {
-				method, mode = "CacheUpdate", neptune.Write
+				method = "CacheUpdate"
 				body, _ = json.Marshal(pcache.UpdateRequest{Key: key, Value: value})
 			} else {
 				body, _ = json.Marshal(pcache.LookupRequest{Key: key})
 			}
-			_, err := c.Call(ctx, sess, "pcache", p, method, mode, body)
+			_, err := c.Call(ctx, "pcache", p, method, body, neptune.WithSession(sess))
 			return err
 		},
 	}

@@ -19,6 +19,8 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/micro"
+	"github.com/neptune-cluster/neptune/internal/aggregation"
+	"github.com/neptune-cluster/neptune/internal/client"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
@@ -93,11 +95,13 @@ type dacEvent struct {
 	do func() error
 }
 
-// dacContender is an aggregation template: scheme, timeouts, blocking,
-// hedging, quality.
+// dacContender is an aggregation template: scheme, hedging, quality, and
+// the paper's baselines (uniform timeouts, blocking workers), which only
+// the internal client can select.
 type dacContender struct {
 	label string
 	agg   neptune.Aggregation
+	x     aggregation.Experiment
 }
 
 type dacBench struct {
@@ -120,7 +124,7 @@ type dacCluster struct {
 	nodes []*localcluster.Node
 	rpc   map[string]string // node id → RPC address
 	part  map[string]int    // node id → a partition it hosts
-	c     *neptune.Client
+	c     *client.Client    // internal: the experiments select baselines
 	conns *transport.Conns
 	parts []int
 }
@@ -205,7 +209,7 @@ func (b *dacBench) startCluster(ctx context.Context, name string, workers func(i
 	for _, n := range d.nodes {
 		seeds = append(seeds, n.GossipAddr)
 	}
-	d.c, err = neptune.Dial(ctx, neptune.ClientConfig{Join: seeds})
+	d.c, err = client.New(ctx, client.Config{Join: seeds})
 	if err != nil {
 		return fail(err)
 	}
@@ -278,7 +282,7 @@ func (b *dacBench) run(ctx context.Context, d *dacCluster, con dacContender, rat
 			cctx, cancel := context.WithTimeout(ctx, b.deadline+3*time.Second)
 			defer cancel()
 			t0 := time.Since(start)
-			res, err := d.c.Aggregate(cctx, agg)
+			res, err := d.c.Aggregate(cctx, agg, con.x)
 			// ok: the call met its quality guarantee by the deadline.
 			x := dacCall{start: t0, end: time.Since(start), ok: err == nil, lost: len(d.parts)}
 			if res != nil {
@@ -526,10 +530,10 @@ func (b *dacBench) homogeneous(ctx context.Context, d *dacCluster, secs []string
 }
 
 var dacSchemes = []dacContender{
-	{"base", neptune.Aggregation{Scheme: neptune.SchemeBase}},
-	{"flat", neptune.Aggregation{Scheme: neptune.SchemeFlat}},
-	{"binomial", neptune.Aggregation{Scheme: neptune.SchemeBinomial}},
-	{"lat", neptune.Aggregation{Scheme: neptune.SchemeLAT}},
+	{label: "base", agg: neptune.Aggregation{Scheme: neptune.SchemeBase}},
+	{label: "flat", agg: neptune.Aggregation{Scheme: neptune.SchemeFlat}},
+	{label: "binomial", agg: neptune.Aggregation{Scheme: neptune.SchemeBinomial}},
+	{label: "lat", agg: neptune.Aggregation{Scheme: neptune.SchemeLAT}},
 }
 
 // ideal is the paper's ideal throughput n·k/(n·s + (n−1)·r) with k the
@@ -627,7 +631,7 @@ func dacBelow(a, b dacStats) float64 {
 func (b *dacBench) ed(ctx context.Context, d *dacCluster, rates []float64, cell time.Duration) error {
 	fmt.Fprintf(b.out, "\n== Fig 18-19: event-driven (ED) vs blocking workers (NoED), LAT, staged timeouts, ρ=1, %v per cell\n", cell)
 	fmt.Fprintf(b.out, "  rate | throughput/s ED NoED | mean ms ED  NoED  | p99 ms ED   NoED   | ED/NoED throughput\n")
-	cons := []dacContender{{"ED", neptune.Aggregation{}}, {"NoED", neptune.Aggregation{Blocking: true}}}
+	cons := []dacContender{{label: "ED"}, {label: "NoED", x: aggregation.Experiment{Blocking: true}}}
 	sThr := []report.Series{{Name: "ED"}, {Name: "NoED"}}
 	sMean := []report.Series{{Name: "ED"}, {Name: "NoED"}}
 	for _, rate := range rates {
@@ -667,11 +671,11 @@ func (b *dacBench) fig20(ctx context.Context, d *dacCluster, rate float64, lengt
 	fmt.Fprintf(b.out, "\n== Fig 20: quality-aware throughput (Σ coverage of calls meeting ρ=0.5, per 1 s of completion), %.0f req/s; %s %g× slow %v–%v, %s %v–%v\n",
 		rate, d.nodes[na].Spec.ID, slow, aOn, aOff, d.nodes[nb].Spec.ID, bOn, bOff)
 	cons := []dacContender{
-		{"None", neptune.Aggregation{Scheme: neptune.SchemeBinomial, UniformTimeouts: true, Blocking: true, Quality: 0.5}},
-		{"EP only", neptune.Aggregation{Scheme: neptune.SchemeLAT, Blocking: true, Quality: 0.5}},
-		{"ED only", neptune.Aggregation{Scheme: neptune.SchemeBinomial, UniformTimeouts: true, Quality: 0.5}},
-		{"EP+ED", neptune.Aggregation{Scheme: neptune.SchemeLAT, Quality: 0.5}},
-		{"Base", neptune.Aggregation{Scheme: neptune.SchemeBase, Quality: 0.5}},
+		{"None", neptune.Aggregation{Scheme: neptune.SchemeBinomial, Quality: 0.5}, aggregation.Experiment{UniformTimeouts: true, Blocking: true}},
+		{"EP only", neptune.Aggregation{Scheme: neptune.SchemeLAT, Quality: 0.5}, aggregation.Experiment{Blocking: true}},
+		{"ED only", neptune.Aggregation{Scheme: neptune.SchemeBinomial, Quality: 0.5}, aggregation.Experiment{UniformTimeouts: true}},
+		{label: "EP+ED", agg: neptune.Aggregation{Scheme: neptune.SchemeLAT, Quality: 0.5}},
+		{label: "Base", agg: neptune.Aggregation{Scheme: neptune.SchemeBase, Quality: 0.5}},
 	}
 	set := func(i int, f float64) func() error { return func() error { return d.slowdown(ctx, i, f) } }
 	events := []dacEvent{{aOn, set(na, slow)}, {bOn, set(nb, slow)}, {aOff, set(na, 1)}, {bOff, set(nb, 1)}}
@@ -760,8 +764,8 @@ func (b *dacBench) stop(ctx context.Context, d *dacCluster, rate float64, ks []i
 	fmt.Fprintf(b.out, "\n== Unresponsive nodes (SIGSTOP), hedging off, one replica per partition, ρ=0.5, %.0f req/s, %v per cell\n", rate, cell)
 	fmt.Fprintf(b.out, "%3s %-22s %6s %10s %10s %10s %9s\n", "k", "scheme", "calls", "lost<k", "lost=k", "lost>k", "mean lost")
 	cons := []dacContender{
-		{"LAT + staged", neptune.Aggregation{Scheme: neptune.SchemeLAT, Quality: 0.5}},
-		{"Binomial + uniform", neptune.Aggregation{Scheme: neptune.SchemeBinomial, UniformTimeouts: true, Quality: 0.5}},
+		{label: "LAT + staged", agg: neptune.Aggregation{Scheme: neptune.SchemeLAT, Quality: 0.5}},
+		{"Binomial + uniform", neptune.Aggregation{Scheme: neptune.SchemeBinomial, Quality: 0.5}, aggregation.Experiment{UniformTimeouts: true}},
 	}
 	var verdicts []string
 	for _, k := range ks {
@@ -824,8 +828,8 @@ func (b *dacBench) hedge(ctx context.Context, d *dacCluster, rate float64, cell 
 	fmt.Fprintf(b.out, "%-26s %-10s %6s %12s %10s %8s %9s %9s\n", "fault", "hedging", "calls", "none lost", "mean lost", "hedges", "mean ms", "p99 ms")
 	na, nb := b.nodes/3, 2*b.nodes/3
 	cons := []dacContender{
-		{"off", neptune.Aggregation{Quality: 0.5}},
-		{"on", neptune.Aggregation{Quality: 0.5, Hedge: true}},
+		{label: "off", agg: neptune.Aggregation{Quality: 0.5}},
+		{label: "on", agg: neptune.Aggregation{Quality: 0.5, Hedge: true}},
 	}
 	var onStopped float64
 	var onCalls int

@@ -113,9 +113,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	idleRSS, _ := localcluster.RSS(node.PID())
 
 	dial := func(policy string) (*neptune.Client, error) {
-		b := balance.DefaultConfig()
-		b.Policy = policy
-		c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), Balance: b})
+		c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), Balance: neptune.Balancing{Policy: policy}})
 		if err != nil {
 			return nil, err
 		}
@@ -136,7 +134,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 
 	viaNeptune := func(c *neptune.Client) func(context.Context, []byte) error {
 		return func(ctx context.Context, b []byte) error {
-			_, err := c.Call(ctx, nil, "echo", 0, "echo", neptune.Read, b)
+			_, err := c.Call(ctx, "echo", 0, "echo", b)
 			return err
 		}
 	}

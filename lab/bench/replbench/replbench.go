@@ -231,10 +231,10 @@ func replCell(ctx context.Context, dir string, level, degree int, writeFrac floa
 		p, _ := slices.BinarySearch(cum, rng.Float64()*sum)
 		p = min(p, parts-1)
 		if rng.Float64() < writeFrac {
-			_, err := c.Call(cctx, sess, "kv", p, "put", neptune.Write, fmt.Appendf(nil, "k%d=v", rng.IntN(1000)))
+			_, err := c.Call(cctx, "kv", p, "put", fmt.Appendf(nil, "k%d=v", rng.IntN(1000)), neptune.WithSession(sess))
 			return err
 		}
-		_, err := c.Call(cctx, sess, "kv", p, "len", neptune.Read, nil)
+		_, err := c.Call(cctx, "kv", p, "len", nil, neptune.WithSession(sess))
 		return err
 	})
 }
@@ -242,7 +242,7 @@ func replCell(ctx context.Context, dir string, level, degree int, writeFrac floa
 // warm writes a key to a kv partition through c.
 func warm(c *neptune.Client) func(context.Context, int) error {
 	return func(ctx context.Context, p int) error {
-		_, err := c.Call(ctx, nil, "kv", p, "put", neptune.Write, []byte("warm=1"))
+		_, err := c.Call(ctx, "kv", p, "put", []byte("warm=1"))
 		return err
 	}
 }
@@ -307,7 +307,7 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 			for k := 0; runCtx.Err() == nil; k++ {
 				p := i % 2
 				cctx, cancel := context.WithTimeout(runCtx, 2*time.Second)
-				_, err := c.Call(cctx, nil, "kv", p, "put", neptune.Write, fmt.Appendf(nil, "w%d-%d=v", i, k%500))
+				_, err := c.Call(cctx, "kv", p, "put", fmt.Appendf(nil, "w%d-%d=v", i, k%500))
 				cancel()
 				if err == nil {
 					mu.Lock()
@@ -502,9 +502,9 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 				cctx, cancel := context.WithTimeout(runCtx, 2*time.Second)
 				var err error
 				if write {
-					_, err = c.Call(cctx, nil, "kv", p, "put", neptune.Write, fmt.Appendf(nil, "k%d=v", rng.IntN(1000)))
+					_, err = c.Call(cctx, "kv", p, "put", fmt.Appendf(nil, "k%d=v", rng.IntN(1000)))
 				} else {
-					_, err = c.Call(cctx, nil, "kv", p, "len", neptune.Read, nil)
+					_, err = c.Call(cctx, "kv", p, "len", nil)
 				}
 				cancel()
 				if runCtx.Err() != nil {

@@ -1,4 +1,4 @@
-package neptune
+package aggregation
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -23,16 +24,16 @@ const (
 	hedgeBurst     = 5
 )
 
-// aggChild runs target's subtree of an aggregation: it asks target's first
+// child runs target's subtree of an aggregation: it asks target's first
 // replica and, if that one fails, the next (a failed replica is replaced
 // while the deadline allows). A leaf slower than the recent p95 is also
 // sent to the next replica when hedging is on, the budget allows and the
 // deadline leaves time for it; the first answer wins.
-func (c *Client) aggChild(ctx context.Context, start time.Time, base *pb.AggregateRequest, target *pb.Participant, sub []*pb.Participant, hop time.Duration) (*pb.AggregateResponse, error) {
+func (c *Caller) child(ctx context.Context, start time.Time, base *pb.AggregateRequest, target *pb.Participant, sub []*pb.Participant, hop time.Duration) (*pb.AggregateResponse, error) {
 	due := start.Add(time.Duration(target.DeadlineNs))
 	// The target sends by due+grace; the slack covers a loaded network
 	// stack. A parent drops late answers anyway and cancels when done.
-	ctx, cancel := context.WithDeadline(ctx, due.Add(time.Duration(base.GraceNs)+5*hop))
+	ctx, cancel := clock.WithDeadline(ctx, c.clock, due.Add(time.Duration(base.GraceNs)+5*hop))
 	defer cancel()
 	leaf := len(sub) == 1 && target.Index >= 0
 	type result struct {
@@ -47,9 +48,9 @@ func (c *Client) aggChild(ctx context.Context, start time.Time, base *pb.Aggrega
 		next++
 		running++
 		go func() {
-			t0 := time.Now()
-			resp, err := c.aggSend(ctx, start, base, target, sub, r)
-			results <- result{resp, err, time.Since(t0)}
+			t0 := c.clock.Now()
+			resp, err := c.send(ctx, start, base, target, sub, r)
+			results <- result{resp, err, c.clock.Since(t0)}
 		}()
 	}
 	if len(target.Replicas) == 0 {
@@ -58,10 +59,10 @@ func (c *Client) aggChild(ctx context.Context, start time.Time, base *pb.Aggrega
 	launch()
 	var hedgeC <-chan time.Time
 	if leaf && base.Hedge && len(target.Replicas) > 1 {
-		if after, typical, ok := c.agg.hedgeDelay(base.Service); ok && time.Now().Add(after+typical).Before(due) {
-			t := time.NewTimer(after)
+		if after, typical, ok := c.st.hedgeDelay(base.Service); ok && c.clock.Now().Add(after+typical).Before(due) {
+			t := c.clock.NewTimer(after)
 			defer t.Stop()
-			hedgeC = t.C
+			hedgeC = t.Chan()
 		}
 	}
 	var last error
@@ -71,7 +72,7 @@ func (c *Client) aggChild(ctx context.Context, start time.Time, base *pb.Aggrega
 			running--
 			if res.err == nil {
 				if leaf {
-					c.agg.leafDone(base.Service, res.took)
+					c.st.leafDone(base.Service, res.took)
 				}
 				res.resp.Hedges += hedges
 				return res.resp, nil
@@ -84,7 +85,7 @@ func (c *Client) aggChild(ctx context.Context, start time.Time, base *pb.Aggrega
 				launch()
 			}
 		case <-hedgeC:
-			if next < len(target.Replicas) && c.agg.takeHedge() {
+			if next < len(target.Replicas) && c.st.takeHedge() {
 				hedges++
 				launch()
 			}
@@ -93,23 +94,23 @@ func (c *Client) aggChild(ctx context.Context, start time.Time, base *pb.Aggrega
 	return nil, last
 }
 
-// aggSend sends target's subtree to replica r.
-func (c *Client) aggSend(ctx context.Context, start time.Time, base *pb.AggregateRequest, target *pb.Participant, sub []*pb.Participant, r *pb.ReplicaAddr) (*pb.AggregateResponse, error) {
-	cl, err := c.conns.Client(r.RpcAddr)
+// send sends target's subtree to replica r.
+func (c *Caller) send(ctx context.Context, start time.Time, base *pb.AggregateRequest, target *pb.Participant, sub []*pb.Participant, r *pb.ReplicaAddr) (*pb.AggregateResponse, error) {
+	cl, err := c.cfg.Dialer.Client(r.RpcAddr)
 	if err != nil {
 		return nil, err
 	}
 	req := &pb.AggregateRequest{
 		CallId: base.CallId, Service: base.Service, Local: base.Local, LocalParams: base.LocalParams,
 		Reduce: base.Reduce, ReduceParams: base.ReduceParams, Self: target.Index,
-		ElapsedNs: int64(time.Since(start)), DeadlineNs: target.DeadlineNs, GraceNs: base.GraceNs,
+		ElapsedNs: int64(c.clock.Since(start)), DeadlineNs: target.DeadlineNs, GraceNs: base.GraceNs,
 		Hedge: base.Hedge, Class: base.Class, Blocking: base.Blocking, Participants: sub,
 	}
 	out, err := cl.Aggregate(ctx, req)
 	if err != nil {
 		err = transport.FromStatus(r.Node, err)
 		if transport.IsTransport(err) && ctx.Err() == nil {
-			c.gossip.Exclude(r.Node)
+			c.cfg.Directory.Exclude(r.Node)
 		}
 		return nil, err
 	}
@@ -122,7 +123,7 @@ type latencyRing struct {
 	next int
 }
 
-func (s *aggState) leafDone(service string, took time.Duration) {
+func (s *state) leafDone(service string, took time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.leaf == nil {
@@ -144,7 +145,7 @@ func (s *aggState) leafDone(service string, took time.Duration) {
 
 // hedgeDelay is when a leaf counts as slow (the recent p95) and how long a
 // typical leaf takes (the median); ok is false until enough samples exist.
-func (s *aggState) hedgeDelay(service string) (after, typical time.Duration, ok bool) {
+func (s *state) hedgeDelay(service string) (after, typical time.Duration, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.leaf[service]
@@ -157,7 +158,7 @@ func (s *aggState) hedgeDelay(service string) (after, typical time.Duration, ok 
 }
 
 // takeHedge spends one hedge from the budget if there is one.
-func (s *aggState) takeHedge() bool {
+func (s *state) takeHedge() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.tokens < leavesPerHedge {

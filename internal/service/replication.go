@@ -1,7 +1,6 @@
-package neptune
+package service
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -142,6 +141,3 @@ func firstDup(xs []string) string {
 	}
 	return ""
 }
-
-// errNoReplicaSet reports a registered partition with no replica here.
-var errNoReplicaSet = errors.New("neptune: partition has no replica on this node")

@@ -1,24 +1,29 @@
-package neptune
+package aggregation
 
 import (
 	"context"
-	"fmt"
 	"maps"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/sched"
+	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
 func TestReduceFirstServesReductionsBeforeLocalWork(t *testing.T) {
 	now := time.Unix(0, 0)
-	s := withReduceFirst(Service{Aggregate: &Aggregator{}}, sched.NewFIFO())
+	s := WithReduceFirst(&service.Service{Aggregate: &service.Aggregator{}}, sched.NewFIFO())
 	local1 := &sched.Request{Class: "", Arrival: now}
-	reduce := &sched.Request{Class: reduceClass, Arrival: now.Add(time.Second)}
+	reduce := &sched.Request{Class: ReduceClass, Arrival: now.Add(time.Second)}
 	local2 := &sched.Request{Class: "gold", Arrival: now.Add(2 * time.Second)}
-	expired := &sched.Request{Class: reduceClass, Arrival: now, Deadline: now.Add(time.Millisecond)}
+	expired := &sched.Request{Class: ReduceClass, Arrival: now, Deadline: now.Add(time.Millisecond)}
 	for _, r := range []*sched.Request{local1, expired, reduce, local2} {
 		s.Push(now, r)
 	}
@@ -35,13 +40,13 @@ func TestReduceFirstServesReductionsBeforeLocalWork(t *testing.T) {
 			t.Fatalf("pop = %+v, want %+v", next, want)
 		}
 	}
-	if _, ok := withReduceFirst(Service{}, sched.NewFIFO()).(*sched.FIFO); !ok {
+	if _, ok := WithReduceFirst(&service.Service{}, sched.NewFIFO()).(*sched.FIFO); !ok {
 		t.Error("a service without aggregation operators should keep its scheduler")
 	}
 }
 
 func TestHedgeBudgetAndDelay(t *testing.T) {
-	var s aggState
+	var s state
 	if _, _, ok := s.hedgeDelay("svc"); ok {
 		t.Fatal("hedge delay known without samples")
 	}
@@ -77,107 +82,11 @@ func TestSubtreeCollectsDescendants(t *testing.T) {
 	}
 }
 
-// TestPollsReportCommittedAggregationWork: while a node waits for a
-// child, its load index counts the reduction it owes (§4.5), which its
-// queue length does not; once the call ends, the ledger is back at 0.
-func TestPollsReportCommittedAggregationWork(t *testing.T) {
-	release := make(chan struct{})
-	agg := &Aggregator{
-		Local: map[string]LocalFunc{"work": func(ctx context.Context, p int, _ []byte) ([]byte, error) {
-			if p == 1 {
-				select { // partition 1 is slow while release is open
-				case <-release:
-				case <-ctx.Done():
-				}
-			}
-			time.Sleep(2 * time.Millisecond)
-			return []byte{1}, nil
-		}},
-		Reduce: map[string]ReduceFunc{"first": func(_ context.Context, a, _ []byte, _ []byte) ([]byte, error) {
-			time.Sleep(time.Millisecond)
-			return a, nil
-		}},
-	}
-	ctx := context.Background()
-	var nodes []*Node
-	for i := range 2 {
-		nd, err := NewNode(NodeConfig{ID: fmt.Sprint("w", i), AnnounceInterval: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := nd.Register(Service{Name: "agg", Workers: 3, Aggregate: agg}, i); err != nil {
-			t.Fatal(err)
-		}
-		if i > 0 {
-			nd.cfg.Join = []string{nodes[0].GossipAddr()}
-		}
-		if err := nd.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nd.Close() })
-		nodes = append(nodes, nd)
-	}
-	call := func() error {
-		_, err := nodes[0].Client().Aggregate(ctx, Aggregation{Service: "agg", Partitions: []int{0, 1}, Local: "work", Reduce: "first",
-			Deadline: 5 * time.Second, Scheme: SchemeFlat})
-		return err
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(nodes[0].Client().gossip.Replicas("agg", 1).Replicas) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("partition 1 never appeared in the yellow pages")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	close(release)
-	measured := func(nd *Node) bool { _, reduce := nd.services["agg"].ledger.Means(); return reduce > 0 }
-	for !measured(nodes[0]) || !measured(nodes[1]) { // Flat's random roots measure a on both nodes
-		if time.Now().After(deadline) {
-			t.Fatal("a node never measured a reduction")
-		}
-		if err := call(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	release = make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- call() }()
-	var owing bool
-	for !owing && time.Now().Before(deadline) {
-		for _, nd := range nodes {
-			w, ok := nd.aggWork("agg")
-			if !ok || w.Capacity != 3 {
-				t.Fatalf("aggWork = %+v, %v; want capacity 3", w, ok)
-			}
-			// More than the work in its queue: a reduction it owes.
-			local, reduce := nd.services["agg"].ledger.Means()
-			queued := time.Duration(nd.services["agg"].pool.Load()) * local
-			owing = owing || reduce > 0 && w.Pending >= queued+reduce
-		}
-		time.Sleep(time.Millisecond)
-	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if !owing {
-		t.Fatal("no node's load index counted the reduction it owed while waiting for its child")
-	}
-	for _, nd := range nodes {
-		if w, _ := nd.aggWork("agg"); w.Pending != 0 {
-			t.Errorf("%s: pending %v after the call ended, want 0", nd.cfg.ID, w.Pending)
-		}
-	}
-	if _, ok := nodes[0].aggWork("nope"); ok {
-		t.Error("aggWork answered for a service the node does not host")
-	}
-}
-
 // TestSilentNodesRankBehindLateOnes: an unanswered poll ranks behind every
 // answer, and a node silent for long behind one that answered the last
 // call, so LAT makes the stopped node the leaf when many polls are late.
 func TestSilentNodesRankBehindLateOnes(t *testing.T) {
-	var s aggState
+	var s state
 	t0 := time.Unix(100, 0)
 	ans := func(ids ...string) map[string]transport.PollAnswer {
 		m := map[string]transport.PollAnswer{}
@@ -204,5 +113,75 @@ func TestSilentNodesRankBehindLateOnes(t *testing.T) {
 	}
 	if got := load("busy"); got != time.Second/2 {
 		t.Fatalf("busy load = %v, want pending / capacity = 500ms", got)
+	}
+}
+
+// nodes answers Aggregate calls by address: "slow" never answers (until
+// the call is cancelled), any other answers at once.
+type nodes struct{ calls map[string]*atomic.Int32 }
+
+func (n nodes) Client(addr string) (pb.NodeClient, error) {
+	return node{addr: addr, calls: n.calls[addr]}, nil
+}
+
+type node struct {
+	pb.NodeClient
+	addr  string
+	calls *atomic.Int32
+}
+
+func (n node) Aggregate(ctx context.Context, in *pb.AggregateRequest, _ ...grpc.CallOption) (*pb.AggregateResponse, error) {
+	n.calls.Add(1)
+	if n.addr == "slow" {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return &pb.AggregateResponse{Partitions: []int32{0}, Data: []byte{1}}, nil
+}
+
+type noDirectory struct{}
+
+func (noDirectory) Replicas(string, int32) membership.Lookup { return membership.Lookup{} }
+func (noDirectory) Exclude(string)                           {}
+
+// TestHedgeFiresAtTheRecentP95OnTheClock: a leaf whose replica does not
+// answer is re-issued to the next replica once the clock passes the recent
+// leaf p95 (96 ms here), not before, however long the test runs.
+func TestHedgeFiresAtTheRecentP95OnTheClock(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1000, 0))
+	calls := map[string]*atomic.Int32{"slow": {}, "fast": {}}
+	c := NewCaller(Config{Directory: noDirectory{}, Dialer: nodes{calls}, Clock: clk})
+	for i := range 100 {
+		c.st.leafDone("svc", time.Duration(i+1)*time.Millisecond)
+	}
+	target := &pb.Participant{Index: 0, Partition: 0, Parent: -1, DeadlineNs: int64(time.Second),
+		Replicas: []*pb.ReplicaAddr{{Node: "n1", RpcAddr: "slow"}, {Node: "n2", RpcAddr: "fast"}}}
+	base := &pb.AggregateRequest{Service: "svc", Hedge: true, GraceNs: int64(10 * time.Millisecond)}
+	type result struct {
+		resp *pb.AggregateResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := c.child(context.Background(), clk.Now(), base, target, []*pb.Participant{target}, 10*time.Millisecond)
+		done <- result{resp, err}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := clk.BlockUntilContext(ctx, 2); err != nil { // the call's deadline and the hedge timer
+		t.Fatal(err)
+	}
+	clk.Advance(95 * time.Millisecond)
+	if n := calls["fast"].Load(); n != 0 {
+		t.Fatalf("hedged after 95ms, before the p95 of 96ms")
+	}
+	clk.Advance(time.Millisecond)
+	select {
+	case r := <-done:
+		if r.err != nil || r.resp.Hedges != 1 || calls["fast"].Load() != 1 {
+			t.Fatalf("hedged leaf: %+v, %v; fast called %d times; want its answer with one hedge", r.resp, r.err, calls["fast"].Load())
+		}
+	case <-ctx.Done():
+		t.Fatal("no answer after the hedge delay")
 	}
 }

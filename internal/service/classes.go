@@ -1,4 +1,4 @@
-package neptune
+package service
 
 import (
 	"fmt"
@@ -129,8 +129,9 @@ func (s *Service) schedConfig() (sched.Config, bool) {
 	return cfg, true
 }
 
-// newScheduler returns the scheduler Register gives the service's pool.
-func (s *Service) newScheduler() (sched.Scheduler, error) {
+// NewScheduler returns the scheduler a node gives the service's pool:
+// the class scheduler for a service with Classes, FIFO otherwise.
+func (s *Service) NewScheduler() (sched.Scheduler, error) {
 	cfg, ok := s.schedConfig()
 	if !ok {
 		return sched.NewFIFO(), nil

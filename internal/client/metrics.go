@@ -1,36 +1,10 @@
-package neptune
+package client
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/neptune-cluster/neptune/internal/metrics"
 )
-
-// serverMetrics are a node's serving-side metrics.
-type serverMetrics struct {
-	calls   *prometheus.CounterVec
-	latency *prometheus.HistogramVec
-	wait    *prometheus.HistogramVec
-}
-
-func newServerMetrics(reg prometheus.Registerer) *serverMetrics {
-	m := &serverMetrics{
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "neptune_server_calls_total",
-			Help: "Calls served by this node, by service, method and outcome.",
-		}, []string{"service", "method", "code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "neptune_server_call_seconds",
-			Help:    "Time from arrival to answer of calls served by this node.",
-			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
-		}, []string{"service", "method"}),
-		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "neptune_server_queue_wait_seconds",
-			Help:    "Time requests spent queued before a worker took them.",
-			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 20),
-		}, []string{"service", "class"}),
-	}
-	reg.MustRegister(m.calls, m.latency, m.wait)
-	return m
-}
 
 // clientMetrics are the calling side's metrics.
 type clientMetrics struct {
@@ -41,7 +15,7 @@ type clientMetrics struct {
 	retries  prometheus.Counter
 }
 
-func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
+func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
 	m := &clientMetrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "neptune_client_calls_total",
@@ -66,6 +40,23 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 			Help: "Call attempts repeated on another replica after a transport failure.",
 		}),
 	}
-	reg.MustRegister(m.calls, m.latency, m.polls, m.pollTime, m.retries)
-	return m
+	return m, metrics.Register(reg, m.all()...)
+}
+
+func (m *clientMetrics) all() []metrics.Metric {
+	return []metrics.Metric{
+		{Name: "neptune_client_calls_total", Collector: m.calls},
+		{Name: "neptune_client_call_seconds", Collector: m.latency},
+		{Name: "neptune_client_polls_total", Collector: m.polls},
+		{Name: "neptune_client_poll_seconds", Collector: m.pollTime},
+		{Name: "neptune_client_retries_total", Collector: m.retries},
+	}
+}
+
+// unregister takes the metrics out of reg again (a client that failed to
+// start).
+func (m *clientMetrics) unregister(reg prometheus.Registerer) {
+	for _, x := range m.all() {
+		reg.Unregister(x.Collector)
+	}
 }

@@ -1,0 +1,193 @@
+// Package client is the call path: a Client looks a call up in its yellow
+// pages once, consults the partition's replica view (kept up to date from
+// membership's changes, not rebuilt per call), lets the service's
+// balancing policy pick a replica (polling a few for their load) and sends
+// the call, retrying on another replica when a node is unreachable and
+// waiting briefly when a partition is between primaries. It also runs
+// aggregations (internal/aggregation) and reports the yellow pages
+// (Members, Partitions). The root package's Client wraps it; a node embeds
+// one.
+package client
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/neptune-cluster/neptune/internal/aggregation"
+	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/membership"
+	"github.com/neptune-cluster/neptune/internal/metrics"
+	"github.com/neptune-cluster/neptune/internal/transport"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// Config configures a client. Zero fields take the documented defaults.
+type Config struct {
+	// ID is the client's gossip member name, unique in the cluster;
+	// default "client-<random>-<n>".
+	ID string
+	// Host and Port are where the gossip listener binds (default
+	// 127.0.0.1, a free port).
+	Host string
+	Port int
+	// Join lists gossip addresses ("host:port") of cluster members.
+	Join []string
+	// AnnounceInterval and AnnounceTTL are the yellow pages' refresh and
+	// expiry (membership's defaults: 1 s and 5 s).
+	AnnounceInterval, AnnounceTTL time.Duration
+	// Announce describes what the member hosts (a node's client); nil for
+	// a client that only listens.
+	Announce func() *pb.Announcement
+	// Balance selects the load-balancing policy (default
+	// balance.DefaultConfig()).
+	Balance balance.Config
+	// Registerer receives the client's metrics (nil: a private registry).
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	// Clock times retries, polls and hedges (default real).
+	Clock clock.Clock
+}
+
+// maxAttempts is how many replicas a call tries when connections fail
+// (the paper retries three times before excluding a node).
+const maxAttempts = 3
+
+// A replica that leaves 3 polls in a row unanswered is not polled for a
+// second (see membership.PollHealth).
+const (
+	maxPollMisses = 3
+	suspectFor    = time.Second
+)
+
+var seq atomic.Int64
+
+// Client calls services anywhere in the cluster. It is safe for concurrent
+// use.
+type Client struct {
+	log     *slog.Logger
+	clock   clock.Clock
+	gossip  *membership.Gossip
+	poller  *transport.Poller
+	conns   *transport.Conns
+	metrics *clientMetrics
+	balance balance.Config
+	agg     *aggregation.Caller
+	// reg and members are for Close, which unregisters the metrics.
+	reg     prometheus.Registerer
+	members prometheus.Collector
+
+	// mu guards views, balancers and rng; a call takes it once per pick.
+	mu        sync.Mutex
+	views     views
+	balancers map[string]*balancer
+	rng       *rand.Rand
+}
+
+// New joins the cluster (as a listener, or announcing cfg.Announce).
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.Balance == (balance.Config{}) {
+		cfg.Balance = balance.DefaultConfig()
+	} else if err := cfg.Balance.Validate(); err != nil {
+		return nil, fmt.Errorf("neptune: balance: %w", err)
+	}
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ID == "" {
+		cfg.ID = fmt.Sprintf("client-%d-%d", rand.Uint32(), seq.Add(1))
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	c := &Client{
+		log:       cfg.Logger,
+		clock:     clock.OrReal(cfg.Clock),
+		conns:     transport.NewConns(),
+		balance:   cfg.Balance,
+		reg:       cfg.Registerer,
+		balancers: map[string]*balancer{},
+		rng:       rand.New(rand.NewPCG(rand.Uint64(), uint64(seq.Add(1)))),
+	}
+	c.views.init()
+	var err error
+	if c.metrics, err = newClientMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	if c.poller, err = transport.NewPoller(cfg.Logger, transport.WithClock(c.clock)); err != nil {
+		c.metrics.unregister(cfg.Registerer)
+		return nil, fmt.Errorf("neptune: %w", err)
+	}
+	c.poller.OnLate(c.reportLate)
+	c.gossip, err = membership.Start(ctx, membership.Config{
+		NodeID:           cfg.ID,
+		BindAddr:         cfg.Host,
+		BindPort:         cfg.Port,
+		Join:             cfg.Join,
+		AnnounceInterval: cfg.AnnounceInterval,
+		TTL:              cfg.AnnounceTTL,
+		Announce:         cfg.Announce,
+		Watch:            (*viewWatcher)(c),
+		Logger:           cfg.Logger,
+		Clock:            c.clock,
+	})
+	if err != nil {
+		_ = c.poller.Close()
+		c.metrics.unregister(cfg.Registerer)
+		return nil, fmt.Errorf("neptune: %w", err)
+	}
+	members := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "neptune_members",
+		Help: "Live gossip members this node sees, itself included.",
+	}, func() float64 { return float64(c.gossip.Members()) })
+	if err := metrics.Register(cfg.Registerer, metrics.Metric{Name: "neptune_members", Collector: members}); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	c.members = members
+	c.agg = aggregation.NewCaller(aggregation.Config{
+		Directory: c.gossip, Poller: c.poller, Dialer: c.conns, PollWait: cfg.Balance.Discard,
+		Rand: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64())), Clock: c.clock,
+	})
+	return c, nil
+}
+
+// Close leaves the cluster, closes connections and takes the client's
+// metrics out of its registry.
+func (c *Client) Close() error {
+	err := c.gossip.Close()
+	_ = c.poller.Close()
+	_ = c.conns.Close()
+	c.metrics.unregister(c.reg)
+	if c.members != nil {
+		c.reg.Unregister(c.members)
+	}
+	return err
+}
+
+// Gossip is the client's membership: its yellow pages, and for a node the
+// announcing member.
+func (c *Client) Gossip() *membership.Gossip { return c.gossip }
+
+// Conns is the client's connection cache, which its node shares.
+func (c *Client) Conns() *transport.Conns { return c.conns }
+
+// Aggregation is the client's aggregation caller, which its node uses to
+// forward subtrees (so both learn from the same leaf latencies).
+func (c *Client) Aggregation() *aggregation.Caller { return c.agg }
+
+// Aggregate runs a Data Aggregation Call (aggregation.Caller.Aggregate); x
+// selects an experiment's baseline, zero for the product's behaviour.
+func (c *Client) Aggregate(ctx context.Context, a aggregation.Aggregation, x aggregation.Experiment) (*aggregation.Result, error) {
+	return c.agg.Aggregate(ctx, a, x)
+}

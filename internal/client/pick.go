@@ -1,0 +1,151 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/membership"
+	"github.com/neptune-cluster/neptune/internal/transport"
+)
+
+// balancer is one service's balancing state: its policy and which
+// replicas answer polls. Policies are not safe for concurrent use; mu is
+// held around each use but never across a poll.
+type balancer struct {
+	mu     sync.Mutex
+	policy balance.Policy
+	health *membership.PollHealth
+}
+
+// pick chooses the replica for one attempt of r, reading forward:
+//
+//  1. one yellow-pages lookup: the live replicas and the method's
+//     declaration (r.resolve turns a wrong call into its precise error);
+//  2. the client's lock, once: the partition's replica view and the
+//     service's balancer;
+//  3. replication's rules (view.go): a level-2/3 write goes straight to
+//     the primary, recovering replicas are no candidates;
+//  4. the policy: replicas that keep missing polls are skipped, the
+//     policy plans its polls, the poller asks them, replication keeps the
+//     fresh enough answers, the policy chooses.
+func (c *Client) pick(ctx context.Context, r *request) (target, error) {
+	in := r.in
+	look := c.gossip.Lookup(in.Service, in.Partition, in.Method)
+	if err := r.resolve(look); err != nil {
+		return target{}, err
+	}
+	ids := make([]string, len(look.Replicas))
+	byID := make(map[string]membership.Replica, len(look.Replicas))
+	for i, rep := range look.Replicas {
+		ids[i] = rep.Node
+		byID[rep.Node] = rep
+	}
+
+	c.mu.Lock()
+	view := c.views.of[partKey{in.Service, in.Partition}]
+	b, err := c.balancerLocked(in.Service)
+	c.mu.Unlock()
+	if err != nil {
+		return target{}, err
+	}
+
+	rt := view.route(c.clock.Now(), in, ids)
+	if rt.direct != "" {
+		return target{byID[rt.direct], b}, nil
+	}
+
+	b.mu.Lock()
+	now := c.clock.Now()
+	ids = b.health.Filter(now, rt.candidates)
+	if len(ids) == 1 { // no choice to make: a poll would only add a round trip
+		b.policy.Sent(now, ids[0])
+		b.mu.Unlock()
+		return target{byID[ids[0]], b}, nil
+	}
+	plan := b.policy.Plan(now, ids)
+	b.mu.Unlock()
+
+	if p := rt.mustPoll(ids); p != "" && !slices.Contains(plan.Poll, p) {
+		plan.Poll = append(plan.Poll, p)
+	}
+	var loads []balance.Load
+	var answers []transport.PollAnswer
+	if len(plan.Poll) > 0 {
+		targets := make([]transport.PollTarget, len(plan.Poll))
+		for i, id := range plan.Poll {
+			targets[i] = transport.PollTarget{Replica: id, Addr: byID[id].PollAddr}
+		}
+		start := c.clock.Now()
+		answers = c.poller.PollFirst(ctx, targets, in.Service, in.Partition, in.Class, plan.Wait, plan.Enough)
+		c.metrics.pollTime.Observe(c.clock.Since(start).Seconds())
+		c.metrics.polls.WithLabelValues("answered").Add(float64(len(answers)))
+		c.metrics.polls.WithLabelValues("late_or_unneeded").Add(float64(len(targets) - len(answers)))
+		loads = make([]balance.Load, len(answers))
+		for i, a := range answers {
+			loads[i] = balance.Load{Replica: a.Replica, Queue: a.Queue, RTT: a.RTT}
+		}
+	}
+	if keep, ok := rt.fresh(ids, answers); ok {
+		ids = keep
+		loads = slices.DeleteFunc(loads, func(l balance.Load) bool { return !slices.Contains(keep, l.Replica) })
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now = c.clock.Now()
+	if len(plan.Poll) > 0 {
+		b.health.Observe(now, plan.Poll, func(id string) bool {
+			return slices.ContainsFunc(answers, func(a transport.PollAnswer) bool { return a.Replica == id })
+		})
+	}
+	choice := b.policy.Choose(now, ids, loads)
+	b.policy.Sent(now, choice)
+	return target{byID[choice], b}, nil
+}
+
+// target is the replica a pick chose and the balancer that chose it,
+// which hears when the call is done.
+type target struct {
+	membership.Replica
+	b *balancer
+}
+
+// done tells the policy that the call to t finished after latency.
+func (t target) done(now time.Time, latency time.Duration) {
+	t.b.mu.Lock()
+	t.b.policy.Done(now, t.Node, latency)
+	t.b.mu.Unlock()
+}
+
+// balancerLocked returns service's balancer, creating it on first use;
+// callers hold c.mu.
+func (c *Client) balancerLocked(service string) (*balancer, error) {
+	if b, ok := c.balancers[service]; ok {
+		return b, nil
+	}
+	p, err := balance.New(c.balance, rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64())))
+	if err != nil {
+		return nil, fmt.Errorf("neptune: balance policy for %q: %w", service, err)
+	}
+	b := &balancer{policy: p, health: membership.NewPollHealth(maxPollMisses, suspectFor)}
+	c.balancers[service] = b
+	return b, nil
+}
+
+// reportLate gives a poll answer that missed its call to the service's
+// policy, which may learn from it (the default poller pools it).
+func (c *Client) reportLate(service string, a transport.PollAnswer) {
+	c.mu.Lock()
+	b := c.balancers[service]
+	c.mu.Unlock()
+	if b != nil {
+		b.mu.Lock()
+		b.policy.Report(c.clock.Now(), balance.Load{Replica: a.Replica, Queue: a.Queue, RTT: a.RTT})
+		b.mu.Unlock()
+	}
+}

@@ -1,0 +1,139 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/replica"
+	"github.com/neptune-cluster/neptune/internal/transport"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// Member is one node in the yellow pages, as Members reports it.
+type Member struct {
+	Node        string
+	RPCAddr     string
+	PollAddr    string
+	MetricsAddr string
+	Age         time.Duration // since the last announcement
+	Services    []HostedService
+}
+
+// HostedService is a service a member hosts.
+type HostedService struct {
+	Name       string
+	Partitions []int
+	// Load is the polled load index per partition (-1 if the poll was late).
+	Load map[int]int
+}
+
+// Members returns the yellow pages, polling each member's load for every
+// partition it hosts (answers later than wait count as -1).
+func (c *Client) Members(ctx context.Context, wait time.Duration) []Member {
+	now := c.clock.Now()
+	var out []Member
+	for _, e := range c.gossip.Snapshot() {
+		a := e.Ann
+		if len(a.Services) == 0 {
+			continue
+		}
+		m := Member{Node: a.NodeId, RPCAddr: a.RpcAddr, PollAddr: a.PollAddr, MetricsAddr: a.MetricsAddr, Age: now.Sub(e.Seen)}
+		for _, s := range a.Services {
+			hs := HostedService{Name: s.Name, Load: map[int]int{}}
+			for _, p := range s.Partitions {
+				hs.Partitions = append(hs.Partitions, int(p))
+				hs.Load[int(p)] = -1
+				for _, ans := range c.poller.Poll(ctx, []transport.PollTarget{{Replica: a.NodeId, Addr: a.PollAddr}}, s.Name, p, "", wait) {
+					hs.Load[int(p)] = ans.Queue
+				}
+			}
+			m.Services = append(m.Services, hs)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// ReplicaInfo is one replica of a partition as the yellow pages show it.
+type ReplicaInfo struct {
+	Node string
+	// Role is "primary", "secondary" or "recovering".
+	Role  string
+	Phase int
+	Epoch uint64
+	// Primary is the primary this replica knows of.
+	Primary string
+	// Version is the highest LSN the replica executed; Commit its commit point.
+	Version, Commit uint64
+}
+
+// PartitionInfo is a replicated partition: its level and replicas.
+type PartitionInfo struct {
+	Service   string
+	Partition int
+	Level     int
+	Replicas  []ReplicaInfo
+}
+
+// Partitions returns the replicated partitions in the yellow pages, sorted,
+// each with its replicas' announced status (as of their last announcement).
+func (c *Client) Partitions() []PartitionInfo {
+	byKey := map[partKey]*PartitionInfo{}
+	for _, e := range c.gossip.Snapshot() {
+		for _, s := range e.Ann.Services {
+			for _, r := range s.Replicas {
+				k := partKey{s.Name, r.Partition}
+				pi := byKey[k]
+				if pi == nil {
+					pi = &PartitionInfo{Service: s.Name, Partition: int(r.Partition), Level: int(r.Level)}
+					byKey[k] = pi
+				}
+				pi.Replicas = append(pi.Replicas, ReplicaInfo{Node: e.Ann.NodeId, Role: replica.Role(r.Role).String(), Phase: int(r.Phase),
+					Epoch: r.Epoch, Primary: r.Primary, Version: r.Version, Commit: r.Commit})
+			}
+		}
+	}
+	out := make([]PartitionInfo, 0, len(byKey))
+	for _, pi := range byKey {
+		slices.SortFunc(pi.Replicas, func(a, b ReplicaInfo) int { return strings.Compare(a.Node, b.Node) })
+		out = append(out, *pi)
+	}
+	slices.SortFunc(out, func(a, b PartitionInfo) int {
+		if c := strings.Compare(a.Service, b.Service); c != 0 {
+			return c
+		}
+		return a.Partition - b.Partition
+	})
+	return out
+}
+
+// Promote makes node's replica of service's partition the primary without
+// an election: the operator's recovery when fewer than a majority of the
+// partition's replicas survive (promote the one with the newest version;
+// the others recover from it). Writes only the lost replicas held are lost.
+func (c *Client) Promote(ctx context.Context, node, service string, partition int) (ReplicaInfo, error) {
+	var addr string
+	for _, e := range c.gossip.Snapshot() {
+		if e.Ann.NodeId == node {
+			addr = e.Ann.RpcAddr
+		}
+	}
+	if addr == "" {
+		return ReplicaInfo{}, fmt.Errorf("%w: node %q is not in the yellow pages", nerr.ErrNoReplica, node)
+	}
+	cl, err := c.conns.Client(addr)
+	if err != nil {
+		return ReplicaInfo{}, err
+	}
+	out, err := cl.Promote(ctx, &pb.PromoteRequest{Service: service, Partition: int32(partition)})
+	if err != nil {
+		return ReplicaInfo{}, transport.FromStatus(node, err)
+	}
+	st := out.Status
+	return ReplicaInfo{Node: node, Role: replica.Role(st.Role).String(), Phase: int(st.Phase), Epoch: st.Epoch, Primary: st.Primary,
+		Version: st.Version, Commit: st.Commit}, nil
+}

@@ -1,0 +1,222 @@
+package client
+
+import (
+	"slices"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/membership"
+	"github.com/neptune-cluster/neptune/internal/replica"
+	"github.com/neptune-cluster/neptune/internal/service"
+	"github.com/neptune-cluster/neptune/internal/transport"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// This file is replication's say in where a call goes: every rule about
+// replicated partitions that the pick applies lives here.
+
+// replicaView is what the yellow pages say about one replicated
+// partition: each replica's announced role, epoch and version. The client
+// keeps one per partition, updated as announcements arrive (viewWatcher);
+// a view is never modified once published, so a pick reads it without a
+// lock.
+type replicaView struct {
+	level int
+	nodes []string // sorted
+	by    map[string]announced
+}
+
+// announced is one replica's status as its node last announced it.
+type announced struct {
+	role       replica.Role
+	epoch      uint64
+	versionAgo uint64
+	expires    time.Time // the announcement's: it no longer counts after
+}
+
+// with returns a copy of v with node's status set (or removed if st is nil).
+func (v *replicaView) with(node string, level int, st *announced) *replicaView {
+	out := &replicaView{level: level, by: map[string]announced{}}
+	if v != nil {
+		for id, a := range v.by {
+			out.by[id] = a
+		}
+		if st == nil {
+			out.level = v.level
+		}
+	}
+	if st == nil {
+		delete(out.by, node)
+	} else {
+		out.by[node] = *st
+	}
+	for id := range out.by {
+		out.nodes = append(out.nodes, id)
+	}
+	slices.Sort(out.nodes)
+	return out
+}
+
+// route is what replication decides for one pick, before the policy.
+type route struct {
+	// direct, if set, is where the call goes without polling: a level-2/3
+	// write goes to the primary (a secondary would forward it).
+	direct string
+	// candidates are the replicas the policy may choose from: recovering
+	// ones are left out unless none is left.
+	candidates []string
+	level      int
+	primary    string // the announced primary of the highest epoch
+	// versionAgo is the announced primary's level-3 version x seconds ago
+	// (stale by up to an announce interval: only a fallback).
+	versionAgo uint64
+	read       bool
+	minVersion uint64
+}
+
+// route applies replication's rules to a call of req among the live
+// replicas ids (the lookup's). A nil view (the partition is not
+// replicated) leaves every replica a candidate.
+func (v *replicaView) route(now time.Time, req *pb.CallRequest, ids []string) route {
+	r := route{candidates: ids, read: service.Mode(req.Mode) == service.Read, minVersion: req.MinVersion}
+	if v == nil {
+		return r
+	}
+	var epoch uint64
+	var recovering []string
+	live := false
+	for _, id := range v.nodes {
+		a := v.by[id]
+		if now.After(a.expires) {
+			continue
+		}
+		live = true
+		if a.role == replica.Recovering {
+			recovering = append(recovering, id)
+		}
+		if a.role == replica.Primary && a.epoch >= epoch {
+			epoch, r.primary, r.versionAgo = a.epoch, id, a.versionAgo
+		}
+	}
+	if !live {
+		return route{candidates: ids, read: r.read, minVersion: r.minVersion}
+	}
+	r.level = v.level
+	if r.level >= 2 && !r.read && slices.Contains(ids, r.primary) {
+		r.direct = r.primary
+		return r
+	}
+	if kept := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return slices.Contains(recovering, id) }); len(kept) > 0 {
+		r.candidates = kept
+	}
+	return r
+}
+
+// mustPoll is who a read must poll besides the policy's choice, among
+// the replicas ids left after poll health: at level 3 the primary, whose
+// reply carries its current version of x seconds ago.
+func (r route) mustPoll(ids []string) string {
+	if r.level == 3 && r.read && slices.Contains(ids, r.primary) {
+		return r.primary
+	}
+	return ""
+}
+
+// fresh keeps the replicas that may serve a read, judged from current poll
+// replies (beyond the paper, which uses announced versions): serving, and
+// at level 3 at or above both the primary's version x seconds ago and the
+// session's floor. If none qualifies, only the primary remains. ok is
+// false when ids should stay as they are (not replicated, a write, no
+// answers).
+func (r route) fresh(ids []string, answers []transport.PollAnswer) (keep []string, ok bool) {
+	if r.level == 0 || !r.read || len(answers) == 0 {
+		return nil, false
+	}
+	var floor uint64
+	if r.level == 3 {
+		floor = r.minVersion
+		ago := r.versionAgo
+		for _, a := range answers {
+			if a.Version.Primary {
+				ago = a.Version.VersionAgo
+			}
+		}
+		floor = max(floor, ago)
+	}
+	for _, a := range answers {
+		if a.Version.Serving && a.Version.Version >= floor {
+			keep = append(keep, a.Replica)
+		}
+	}
+	if len(keep) == 0 {
+		if r.level == 3 && slices.Contains(ids, r.primary) {
+			return []string{r.primary}, true
+		}
+		return nil, false
+	}
+	return keep, true
+}
+
+type partKey struct {
+	service   string
+	partition int32
+}
+
+// views are the client's replica views, by partition; the client's mu
+// guards them.
+type views struct {
+	of map[partKey]*replicaView
+	// in lists the partitions each node's last announcement put it in.
+	in map[string][]partKey
+}
+
+func (vs *views) init() {
+	vs.of, vs.in = map[partKey]*replicaView{}, map[string][]partKey{}
+}
+
+// viewWatcher keeps the client's views as membership changes
+// (membership.Watcher). It runs under the yellow pages' lock and takes the
+// client's; the client never calls membership holding its own.
+type viewWatcher Client
+
+func (w *viewWatcher) Applied(e membership.Entry) {
+	c := (*Client)(w)
+	node := e.Ann.NodeId
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	vs := &c.views
+	var now []partKey
+	for _, s := range e.Ann.Services {
+		for _, r := range s.Replicas {
+			k := partKey{s.Name, r.Partition}
+			now = append(now, k)
+			st := announced{role: replica.Role(r.Role), epoch: r.Epoch, versionAgo: r.VersionAgo, expires: e.Expires}
+			vs.of[k] = vs.of[k].with(node, int(r.Level), &st)
+		}
+	}
+	for _, k := range vs.in[node] {
+		if !slices.Contains(now, k) {
+			vs.drop(k, node)
+		}
+	}
+	vs.in[node] = now
+}
+
+func (w *viewWatcher) Removed(node string) {
+	c := (*Client)(w)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range c.views.in[node] {
+		c.views.drop(k, node)
+	}
+	delete(c.views.in, node)
+}
+
+// drop removes node from k's view, and the view once empty.
+func (vs *views) drop(k partKey, node string) {
+	v := vs.of[k].with(node, 0, nil)
+	if len(v.by) == 0 {
+		delete(vs.of, k)
+		return
+	}
+	vs.of[k] = v
+}

@@ -1,0 +1,104 @@
+package node
+
+import (
+	"context"
+	"slices"
+
+	"github.com/neptune-cluster/neptune/internal/transport"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// announcement describes what this node hosts, for the yellow pages:
+// each service's partitions, its method table (callers take a method's
+// mode from it) and its replicas' status.
+func (n *Node) announcement() *pb.Announcement {
+	a := &pb.Announcement{RpcAddr: n.rpcLn.Addr().String(), PollAddr: n.polls.Addr(), MetricsAddr: n.MetricsAddr()}
+	names := make([]string, 0, len(n.services))
+	for name := range n.services {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		h := n.services[name]
+		hs := &pb.HostedService{Name: name, Partitions: h.partitions}
+		if h.svc.Replication != nil && n.repl != nil {
+			hs.Replicas = n.repl.Status(name, h.partitions)
+		}
+		for _, m := range h.svc.Methods {
+			hs.Methods = append(hs.Methods, &pb.MethodInfo{Name: m.Name, Mode: pb.Mode(m.Mode), Stream: m.Stream != nil})
+		}
+		a.Services = append(a.Services, hs)
+	}
+	return a
+}
+
+// load answers load polls: the load index a new request of class would see
+// (dispatch.Pool.LoadFor).
+func (n *Node) load(service string, partition int32, class string) (int, bool) {
+	h, ok := n.services[service]
+	if !ok || !slices.Contains(h.partitions, partition) {
+		return 0, false
+	}
+	return h.pool.LoadFor(class), true
+}
+
+// pollVersion answers the replication part of a load poll.
+func (n *Node) pollVersion(service string, partition int32) transport.Version {
+	if n.repl == nil {
+		return transport.Version{}
+	}
+	return n.repl.PollVersion(service, partition)
+}
+
+// aggWork answers the aggregation part of a load poll: the service's
+// ledger and worker count.
+func (n *Node) aggWork(service string) (transport.Work, bool) {
+	h, ok := n.services[service]
+	if !ok || h.ledger == nil {
+		return transport.Work{}, false
+	}
+	return transport.Work{Pending: h.ledger.Pending(), Capacity: h.pool.Workers()}, true
+}
+
+// peers is the node as the replication runtime sees it: the yellow pages
+// (replication.Directory) and connections to other nodes
+// (replication.Sender). It reads the node's client, which exists once the
+// runtime runs.
+type peers Node
+
+// RPCAddr finds a node's RPC address in the yellow pages.
+func (p *peers) RPCAddr(node string) string {
+	for _, e := range p.client.Gossip().Snapshot() {
+		if e.Ann.NodeId == node {
+			return e.Ann.RpcAddr
+		}
+	}
+	return ""
+}
+
+// Hosts lists the live nodes announcing service's partition.
+func (p *peers) Hosts(service string, partition int32) []string {
+	look := p.client.Gossip().Replicas(service, partition)
+	ids := make([]string, len(look.Replicas))
+	for i, r := range look.Replicas {
+		ids[i] = r.Node
+	}
+	return ids
+}
+
+func (p *peers) Replicate(ctx context.Context, addr string, batch *pb.ReplicaBatch) error {
+	cl, err := p.client.Conns().Client(addr)
+	if err != nil {
+		return err
+	}
+	_, err = cl.Replicate(ctx, batch)
+	return err
+}
+
+func (p *peers) Forward(ctx context.Context, addr string, in *pb.CallRequest) (*pb.CallResponse, error) {
+	cl, err := p.client.Conns().Client(addr)
+	if err != nil {
+		return nil, err
+	}
+	return cl.Call(ctx, in)
+}

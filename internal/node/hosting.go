@@ -1,0 +1,165 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/aggregation"
+	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/dac"
+	"github.com/neptune-cluster/neptune/internal/dispatch"
+	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/replication"
+	"github.com/neptune-cluster/neptune/internal/service"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// hosted is one service on this node.
+type hosted struct {
+	svc        service.Service
+	partitions []int32
+	methods    map[string]*service.Method
+	pool       *dispatch.Pool
+	// ledger is the aggregation load index (nil without Aggregate).
+	ledger *dac.Ledger
+	clock  clock.Clock
+}
+
+// lookup finds the method a request names, with the precise error if none.
+func (n *Node) lookup(svc string, partition int32, method string, mode service.Mode) (*hosted, *service.Method, error) {
+	h, ok := n.services[svc]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w %q on node %s", nerr.ErrUnknownService, svc, n.cfg.ID)
+	}
+	if !slices.Contains(h.partitions, partition) {
+		return nil, nil, fmt.Errorf("%w %d of service %q on node %s", nerr.ErrUnknownPartition, partition, svc, n.cfg.ID)
+	}
+	m, ok := h.methods[method]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w %q in service %q", nerr.ErrUnknownMethod, method, svc)
+	}
+	if mode != m.Mode {
+		return nil, nil, fmt.Errorf("%w: %s.%s is %s, called as %s", nerr.ErrWrongMode, svc, method, m.Mode, mode)
+	}
+	return h, m, nil
+}
+
+func toRequest(in *pb.CallRequest) *service.Request {
+	return &service.Request{Service: in.Service, Partition: int(in.Partition), Method: in.Method, Mode: service.Mode(in.Mode), Class: in.Class, Body: in.Body}
+}
+
+// serve runs a call: through the replication runtime on a replicated
+// partition, on the service's workers otherwise.
+func (n *Node) serve(ctx context.Context, in *pb.CallRequest) (*service.Response, error) {
+	h, m, err := n.lookup(in.Service, in.Partition, in.Method, service.Mode(in.Mode))
+	if err != nil {
+		return nil, err
+	}
+	if m.Handler == nil {
+		return nil, fmt.Errorf("%w: %s.%s is a stream method; use Client.Stream", nerr.ErrWrongMode, in.Service, in.Method)
+	}
+	if h.svc.Replication != nil {
+		return n.repl.Serve(ctx, in, func(ctx context.Context) (*service.Response, error) { return h.serveLocal(ctx, m, in) })
+	}
+	return h.serveLocal(ctx, m, in)
+}
+
+// serveLocal runs m's handler for in through the service's pool.
+func (h *hosted) serveLocal(ctx context.Context, m *service.Method, in *pb.CallRequest) (*service.Response, error) {
+	var resp *service.Response
+	var herr error
+	if err := h.run(ctx, in.Class, func(ctx context.Context) *service.Response {
+		resp, herr = runHandler(ctx, m.Handler, toRequest(in))
+		return resp
+	}); err != nil {
+		return nil, err
+	}
+	if herr != nil {
+		return nil, herr
+	}
+	if resp == nil {
+		resp = &service.Response{}
+	}
+	return resp, nil
+}
+
+func (n *Node) serveStream(ctx context.Context, in *pb.CallRequest, send func([]byte) error) error {
+	h, m, err := n.lookup(in.Service, in.Partition, in.Method, service.Read)
+	if err != nil {
+		return err
+	}
+	if m.Stream == nil {
+		return fmt.Errorf("%w: %s.%s is not a stream method; use Client.Call", nerr.ErrWrongMode, in.Service, in.Method)
+	}
+	var herr error
+	if err := h.run(ctx, in.Class, func(ctx context.Context) *service.Response {
+		defer recoverInto(&herr)
+		herr = m.Stream(ctx, toRequest(in), send)
+		return nil
+	}); err != nil {
+		return err
+	}
+	return herr
+}
+
+// run runs call holding one of the service's worker slots and charges the
+// request's class its resource use as the service's Accounting says.
+func (h *hosted) run(ctx context.Context, class string, call func(context.Context) *service.Response) error {
+	switch h.svc.Accounting {
+	case service.ThreadCPU:
+		return h.pool.DoCharged(ctx, class, func(ctx context.Context) time.Duration {
+			return threadCPU(h.clock, func() { call(ctx) })
+		})
+	case service.Reported:
+		return h.pool.DoCharged(ctx, class, func(ctx context.Context) time.Duration {
+			start := h.clock.Now()
+			if resp := call(ctx); resp != nil && resp.Cost > 0 {
+				return resp.Cost
+			}
+			return h.clock.Since(start)
+		})
+	}
+	return h.pool.Do(ctx, class, func(ctx context.Context) { call(ctx) })
+}
+
+// runHandler calls f, turning a panic into an error so one bad request
+// cannot take the node down.
+func runHandler(ctx context.Context, f service.Handler, req *service.Request) (resp *service.Response, err error) {
+	defer recoverInto(&err)
+	return f(ctx, req)
+}
+
+func recoverInto(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("neptune: handler panicked: %v", r)
+	}
+}
+
+// writes runs a replicated service's committed writes on its workers
+// (replication.Executor).
+type writes struct{ h *hosted }
+
+func (w writes) Execute(ctx context.Context, req *service.Request) (replication.Result, error) {
+	m := w.h.methods[req.Method]
+	if m == nil || m.Handler == nil {
+		return replication.Result{}, replication.ErrNoHandler
+	}
+	var res replication.Result
+	err := w.h.run(ctx, "", func(ctx context.Context) *service.Response {
+		res.Resp, res.Err = runHandler(ctx, m.Handler, req)
+		return res.Resp
+	})
+	return res, err
+}
+
+// Aggregation gives the aggregation runtime a hosted service
+// (aggregation.Services).
+func (n *Node) Aggregation(svc string) (aggregation.Hosted, bool) {
+	h, ok := n.services[svc]
+	if !ok {
+		return aggregation.Hosted{}, false
+	}
+	return aggregation.Hosted{Operators: h.svc.Aggregate, Partitions: h.partitions, Workers: h.pool, Ledger: h.ledger}, true
+}

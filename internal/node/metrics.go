@@ -1,0 +1,189 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/neptune-cluster/neptune/internal/metrics"
+)
+
+// serverMetrics are a node's serving-side metrics.
+type serverMetrics struct {
+	calls   *prometheus.CounterVec
+	latency *prometheus.HistogramVec
+	wait    *prometheus.HistogramVec
+}
+
+func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
+	m := &serverMetrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "neptune_server_calls_total",
+			Help: "Calls served by this node, by service, method and outcome.",
+		}, []string{"service", "method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "neptune_server_call_seconds",
+			Help:    "Time from arrival to answer of calls served by this node.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
+		}, []string{"service", "method"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "neptune_server_queue_wait_seconds",
+			Help:    "Time requests spent queued before a worker took them.",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 20),
+		}, []string{"service", "class"}),
+	}
+	return m, metrics.Register(reg,
+		metrics.Metric{Name: "neptune_server_calls_total", Collector: m.calls},
+		metrics.Metric{Name: "neptune_server_call_seconds", Collector: m.latency},
+		metrics.Metric{Name: "neptune_server_queue_wait_seconds", Collector: m.wait})
+}
+
+func (m *serverMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.calls, m.latency, m.wait}
+}
+
+// registerStartMetrics registers what exists once services are fixed:
+// each service's queue length and the class schedulers' statistics.
+func (n *Node) registerStartMetrics() error {
+	var ms []metrics.Metric
+	for name, h := range n.services {
+		ms = append(ms, metrics.Metric{Name: fmt.Sprintf("neptune_queue_length{service=%q}", name), Collector: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "neptune_queue_length",
+			Help:        "Load index of a hosted service: active plus queued requests.",
+			ConstLabels: prometheus.Labels{"service": name},
+		}, func() float64 { return float64(h.pool.Load()) })})
+	}
+	ms = append(ms, metrics.Metric{Name: "neptune_class_*", Collector: &classCollector{n: n}})
+	if err := metrics.Register(n.reg.Registerer, ms...); err != nil {
+		return err
+	}
+	for _, m := range ms {
+		n.registered = append(n.registered, m.Collector)
+	}
+	return nil
+}
+
+// unregisterMetrics takes every metric of the node out of its registry,
+// so a node restarted in the same process can register again.
+func (n *Node) unregisterMetrics() {
+	for _, c := range append(n.registered, n.metrics.collectors()...) {
+		n.reg.Registerer.Unregister(c)
+	}
+}
+
+// serveMetrics serves /metrics (the registry, or its private twin) and,
+// with Pprof, /debug/pprof/ on MetricsAddr. The Go and process collectors
+// are registered unless the registry has them already (the default
+// registerer does).
+func (n *Node) serveMetrics() error {
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		err := n.reg.Registerer.Register(c)
+		switch {
+		case err == nil:
+			n.registered = append(n.registered, c)
+		case !errors.As(err, new(prometheus.AlreadyRegisteredError)):
+			return fmt.Errorf("neptune: register the Go and process collectors: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", n.cfg.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("neptune: listen for metrics (MetricsAddr %q): %w", n.cfg.MetricsAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(n.reg.Gatherer, promhttp.HandlerOpts{Registry: n.reg.Registerer}))
+	if n.cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	n.httpLn = ln
+	n.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = n.httpSrv.Serve(ln) }()
+	return nil
+}
+
+// classDescs are the per-class metrics of services with Classes, read from
+// the node schedulers' Stats at scrape time.
+var classDescs = struct {
+	arrivals, dispatched, completions, drops, offered, realized, wait *prometheus.Desc
+	loss, share, windowShare, guarantee, queued, inFlight, mode       *prometheus.Desc
+}{
+	arrivals:    classDesc("neptune_class_arrivals_total", "Requests of the class that reached the node scheduler."),
+	dispatched:  classDesc("neptune_class_dispatched_total", "Requests of the class the scheduler started."),
+	completions: classDesc("neptune_class_completions_total", "Requests of the class that finished."),
+	drops:       classDesc("neptune_class_drops_total", "Requests of the class dropped in the queue because they could no longer earn yield (answered ErrDeadline)."),
+	offered:     classDesc("neptune_class_offered_yield_total", "Full yield of every arrival of the class."),
+	realized:    classDesc("neptune_class_realized_yield_total", "Yield the class's completed requests earned at their response times."),
+	wait:        classDesc("neptune_class_queue_wait_seconds_total", "Time the class's dispatched requests spent queued; divide by dispatched for the mean."),
+	loss:        classDesc("neptune_class_loss_percent", "Share of the class's offered yield not realized (LossPercent)."),
+	share:       classDesc("neptune_class_resource_share", "The class's share of the service's decayed resource use on this node (beta = 0.95/s)."),
+	windowShare: classDesc("neptune_class_window_share", "The class's share of the resource use charged in the last guarantee window (1 s)."),
+	guarantee:   classDesc("neptune_class_guarantee", "The class's guaranteed resource share."),
+	queued:      classDesc("neptune_class_queued", "Requests of the class waiting in the node scheduler."),
+	inFlight:    classDesc("neptune_class_in_flight", "Requests of the class running."),
+	mode: prometheus.NewDesc("neptune_sched_mode", "1 for the policy the service's scheduler applies now (Adaptive resolves to yid or greedy).",
+		[]string{"service", "policy"}, nil),
+}
+
+func classDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, []string{"service", "class"}, nil)
+}
+
+// classCollector exports the class schedulers' statistics. Collecting
+// takes each service's pool lock once, so scrapes cost O(classes).
+type classCollector struct{ n *Node }
+
+func (c *classCollector) Describe(ch chan<- *prometheus.Desc) {
+	d := &classDescs
+	for _, desc := range []*prometheus.Desc{d.arrivals, d.dispatched, d.completions, d.drops, d.offered, d.realized, d.wait,
+		d.loss, d.share, d.windowShare, d.guarantee, d.queued, d.inFlight, d.mode} {
+		ch <- desc
+	}
+}
+
+func (c *classCollector) Collect(ch chan<- prometheus.Metric) {
+	names := make([]string, 0, len(c.n.services))
+	for name := range c.n.services {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	d := &classDescs
+	for _, svc := range names {
+		st, ok := c.n.services[svc].pool.Stats()
+		if !ok {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(d.mode, prometheus.GaugeValue, 1, svc, st.Mode.String())
+		for _, k := range st.Classes {
+			counter := func(desc *prometheus.Desc, v float64) {
+				ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, svc, k.Name)
+			}
+			gauge := func(desc *prometheus.Desc, v float64) {
+				ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, svc, k.Name)
+			}
+			counter(d.arrivals, float64(k.Arrivals))
+			counter(d.dispatched, float64(k.Dispatched))
+			counter(d.completions, float64(k.Completions))
+			counter(d.drops, float64(k.Drops))
+			counter(d.offered, k.OfferedYield)
+			counter(d.realized, k.RealizedYield)
+			counter(d.wait, k.QueueWait.Seconds())
+			gauge(d.loss, k.LossPercent())
+			gauge(d.share, k.Share)
+			gauge(d.windowShare, k.WindowShare)
+			gauge(d.guarantee, k.Guarantee)
+			gauge(d.queued, float64(k.Queued))
+			gauge(d.inFlight, float64(k.InFlight))
+		}
+	}
+}

@@ -1,0 +1,354 @@
+// Package node is the node runtime: it hosts service partitions (a
+// dispatch pool per service, charged as the service's Accounting says),
+// serves them over gRPC (the NodeServer), answers load polls, announces
+// what it hosts to the yellow pages, serves /metrics and wires the
+// replication runtime (internal/replication) and the aggregation runtime
+// (internal/aggregation) in. Every node embeds a client (internal/client)
+// sharing its yellow pages. The root package's Node wraps it.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/neptune-cluster/neptune/internal/aggregation"
+	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/client"
+	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/dac"
+	"github.com/neptune-cluster/neptune/internal/dispatch"
+	"github.com/neptune-cluster/neptune/internal/membership"
+	"github.com/neptune-cluster/neptune/internal/metrics"
+	"github.com/neptune-cluster/neptune/internal/replication"
+	"github.com/neptune-cluster/neptune/internal/service"
+	"github.com/neptune-cluster/neptune/internal/transport"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// Config configures a node. Zero fields take the documented defaults;
+// the field names are NodeConfig's, which errors name.
+type Config struct {
+	// ID names the node; unique in the cluster. Required.
+	ID string
+	// Host is the address every listener binds to. Default 127.0.0.1.
+	Host string
+	// GossipPort, RPCPort and PollPort are the memberlist, gRPC and UDP
+	// load-poll ports; 0 picks a free port.
+	GossipPort, RPCPort, PollPort int
+	// MetricsAddr ("host:port") serves Prometheus /metrics; empty disables.
+	MetricsAddr string
+	// Pprof also serves net/http/pprof under /debug/pprof/ on MetricsAddr.
+	Pprof bool
+	// Join lists gossip addresses ("host:port") of existing nodes.
+	Join []string
+	// AnnounceInterval and AnnounceTTL control the yellow pages' soft
+	// state: refresh every 1 s, expire after 5 s (the paper's values).
+	AnnounceInterval time.Duration
+	AnnounceTTL      time.Duration
+	// Balance selects the load-balancing policy of the node's own client
+	// (default balance.DefaultConfig()).
+	Balance balance.Config
+	// Registerer receives the node's metrics; nil creates a private
+	// registry. /metrics serves it if it is also a Gatherer, else a
+	// private registry that receives every metric too.
+	Registerer prometheus.Registerer
+	// Logger receives the node's logs; every line carries the node id.
+	Logger *slog.Logger
+	// DataDir holds the write logs of replicated partitions.
+	DataDir string
+	// Clock drives every timer of the node, its client and its runtimes
+	// (default real).
+	Clock clock.Clock
+}
+
+func (c Config) withDefaults() Config {
+	if c.Host == "" {
+		c.Host = "127.0.0.1"
+	}
+	if c.AnnounceInterval == 0 {
+		c.AnnounceInterval = membership.DefaultAnnounceInterval
+	}
+	if c.AnnounceTTL == 0 {
+		c.AnnounceTTL = membership.DefaultTTL
+	}
+	if c.Balance == (balance.Config{}) {
+		c.Balance = balance.DefaultConfig()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Clock = clock.OrReal(c.Clock)
+	return c
+}
+
+// Validate reports the first invalid field by its NodeConfig name.
+func (c Config) Validate() error {
+	if c.ID == "" {
+		return errors.New("neptune: NodeConfig.ID is required")
+	}
+	for _, p := range []struct {
+		name string
+		port int
+	}{{"GossipPort", c.GossipPort}, {"RPCPort", c.RPCPort}, {"PollPort", c.PollPort}} {
+		if p.port < 0 || p.port > 65535 {
+			return fmt.Errorf("neptune: NodeConfig.%s must be in 0..65535, got %d", p.name, p.port)
+		}
+	}
+	if c.AnnounceInterval < 0 {
+		return fmt.Errorf("neptune: NodeConfig.AnnounceInterval must be > 0, got %v", c.AnnounceInterval)
+	}
+	if c.AnnounceTTL != 0 && c.AnnounceTTL <= c.AnnounceInterval {
+		return fmt.Errorf("neptune: NodeConfig.AnnounceTTL (%v) must exceed AnnounceInterval (%v)", c.AnnounceTTL, c.AnnounceInterval)
+	}
+	if c.Balance != (balance.Config{}) {
+		if err := c.Balance.Validate(); err != nil {
+			return fmt.Errorf("neptune: NodeConfig.Balance: %w", err)
+		}
+	}
+	return nil
+}
+
+// Node hosts service partitions and serves calls to them. It is also a
+// full client of the cluster, as every node is functionally the same.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	clock   clock.Clock
+	reg     metrics.Registries
+	metrics *serverMetrics
+	// registered are the collectors Start registered, for Close.
+	registered []prometheus.Collector
+
+	mu        sync.Mutex
+	services  map[string]*hosted // fixed after Start
+	started   bool
+	closeOnce sync.Once
+
+	grpc    *grpc.Server
+	rpcLn   net.Listener
+	polls   *transport.PollServer
+	client  *client.Client
+	repl    *replication.Runtime // nil without replicated services
+	agg     *aggregation.Server
+	httpSrv *http.Server
+	httpLn  net.Listener
+}
+
+// New creates a node; Register services, then Start it.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.ID),
+		clock:    cfg.Clock,
+		reg:      metrics.For(cfg.Registerer),
+		services: map[string]*hosted{},
+	}
+	var err error
+	if n.metrics, err = newServerMetrics(n.reg.Registerer); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// Register hosts svc's partitions on this node. Call it before Start.
+func (n *Node) Register(svc service.Service, partitions ...int) error {
+	if err := svc.Validate(); err != nil {
+		return err
+	}
+	if len(partitions) == 0 {
+		return fmt.Errorf("neptune: register %q: no partitions given", svc.Name)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.started {
+		return fmt.Errorf("neptune: register %q: node already started", svc.Name)
+	}
+	if _, dup := n.services[svc.Name]; dup {
+		return fmt.Errorf("neptune: register %q: service already registered", svc.Name)
+	}
+	h := &hosted{svc: svc, methods: map[string]*service.Method{}, clock: n.clock}
+	for _, p := range partitions {
+		if p < 0 || p > 1<<30 {
+			return fmt.Errorf("neptune: register %q: partition %d out of range", svc.Name, p)
+		}
+		h.partitions = append(h.partitions, int32(p))
+	}
+	slices.Sort(h.partitions)
+	h.partitions = slices.Compact(h.partitions)
+	for i := range h.svc.Methods {
+		h.methods[h.svc.Methods[i].Name] = &h.svc.Methods[i]
+	}
+	name := svc.Name
+	sch, err := svc.NewScheduler()
+	if err != nil {
+		return fmt.Errorf("neptune: register %q: %w", svc.Name, err)
+	}
+	pool, err := dispatch.New(dispatch.Config{Workers: svc.Workers, QueueLimit: svc.QueueLimit}, aggregation.WithReduceFirst(&h.svc, sch), n.clock,
+		func(class string, queued, _ time.Duration, _ error) {
+			n.metrics.wait.WithLabelValues(name, class).Observe(queued.Seconds())
+		})
+	if err != nil {
+		return fmt.Errorf("neptune: register %q: %w", svc.Name, err)
+	}
+	h.pool = pool
+	if svc.Aggregate != nil {
+		h.ledger = &dac.Ledger{}
+	}
+	if svc.Replication != nil {
+		if err := n.registerReplicated(h); err != nil {
+			pool.Close()
+			return err
+		}
+	}
+	n.services[svc.Name] = h
+	return nil
+}
+
+// registerReplicated hands h's partitions to the replication runtime.
+func (n *Node) registerReplicated(h *hosted) error {
+	if n.cfg.DataDir == "" {
+		return fmt.Errorf("neptune: register %q: NodeConfig.DataDir is required to host a replicated service", h.svc.Name)
+	}
+	if n.repl == nil {
+		n.repl = replication.New(replication.Config{Self: n.cfg.ID, DataDir: n.cfg.DataDir, Directory: (*peers)(n), Sender: (*peers)(n),
+			Logger: n.log, Clock: n.clock})
+	}
+	ps := make([]replication.Partition, len(h.partitions))
+	for i, p := range h.partitions {
+		ps[i] = replication.Partition{Service: h.svc.Name, Partition: p, Replication: h.svc.Replication,
+			Check: h.svc.Check, Executor: writes{h}}
+	}
+	return n.repl.Register(ps...)
+}
+
+// Start opens the node's listeners and joins the cluster.
+func (n *Node) Start(ctx context.Context) error {
+	n.mu.Lock()
+	if n.started {
+		n.mu.Unlock()
+		return errors.New("neptune: node already started")
+	}
+	n.started = true
+	n.mu.Unlock()
+	if err := n.registerStartMetrics(); err != nil {
+		return err
+	}
+	var err error
+	n.rpcLn, err = net.Listen("tcp", net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.RPCPort)))
+	if err != nil {
+		n.Close()
+		return fmt.Errorf("neptune: listen for calls (RPCPort): %w", err)
+	}
+	n.grpc = grpc.NewServer(transport.ServerOptions()...)
+	pb.RegisterNodeServer(n.grpc, &nodeServer{n: n})
+	go func() { _ = n.grpc.Serve(n.rpcLn) }()
+
+	n.polls, err = transport.ListenPoll(net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.PollPort)), n.load, n.log,
+		transport.WithVersions(n.pollVersion), transport.WithWork(n.aggWork))
+	if err != nil {
+		n.Close()
+		return fmt.Errorf("neptune: listen for polls (PollPort): %w", err)
+	}
+	if n.cfg.MetricsAddr != "" {
+		if err := n.serveMetrics(); err != nil {
+			n.Close()
+			return err
+		}
+	}
+	n.client, err = client.New(ctx, client.Config{
+		ID:               n.cfg.ID,
+		Host:             n.cfg.Host,
+		Port:             n.cfg.GossipPort,
+		Join:             n.cfg.Join,
+		AnnounceInterval: n.cfg.AnnounceInterval,
+		AnnounceTTL:      n.cfg.AnnounceTTL,
+		Balance:          n.cfg.Balance,
+		Announce:         n.announcement,
+		Registerer:       n.reg.Registerer,
+		Logger:           n.log,
+		Clock:            n.clock,
+	})
+	if err != nil {
+		n.Close()
+		return err
+	}
+	n.agg = aggregation.NewServer(aggregation.ServerConfig{Self: n.cfg.ID, Services: n, Caller: n.client.Aggregation(), Clock: n.clock})
+	if n.repl != nil {
+		if err := n.repl.Start(); err != nil {
+			n.Close()
+			return err
+		}
+	}
+	n.log.Info("node started", "rpc", n.rpcLn.Addr().String(), "poll", n.polls.Addr(), "gossip", n.GossipAddr(), "services", len(n.services))
+	return nil
+}
+
+// Client returns the node's own client, which shares its yellow pages
+// (nil before Start).
+func (n *Node) Client() *client.Client { return n.client }
+
+// GossipAddr is the address other nodes and clients join.
+func (n *Node) GossipAddr() string { return n.client.Gossip().Addr() }
+
+// RPCAddr is the gRPC address calls arrive on.
+func (n *Node) RPCAddr() string { return n.rpcLn.Addr().String() }
+
+// MetricsAddr is where /metrics is served, or "".
+func (n *Node) MetricsAddr() string {
+	if n.httpLn == nil {
+		return ""
+	}
+	return n.httpLn.Addr().String()
+}
+
+// Close leaves the cluster, stops serving, fails queued requests and
+// takes the node's metrics out of its registry. It is safe to call more
+// than once.
+func (n *Node) Close() error {
+	n.closeOnce.Do(n.close)
+	return nil
+}
+
+func (n *Node) close() {
+	if n.repl != nil {
+		n.repl.Stop()
+	}
+	if n.client != nil {
+		_ = n.client.Close()
+	}
+	if n.httpSrv != nil {
+		_ = n.httpSrv.Close()
+	}
+	if n.polls != nil {
+		_ = n.polls.Close()
+	}
+	if n.grpc != nil {
+		stopped := make(chan struct{})
+		go func() { n.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-n.clock.After(2 * time.Second):
+			n.grpc.Stop()
+		}
+	}
+	for _, h := range n.services {
+		h.pool.Close()
+	}
+	n.unregisterMetrics()
+	n.log.Info("node stopped")
+}

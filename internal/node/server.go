@@ -1,0 +1,71 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/transport"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// nodeServer adapts the node to the generated gRPC interface.
+type nodeServer struct {
+	pb.UnimplementedNodeServer
+	n *Node
+}
+
+func (s *nodeServer) Call(ctx context.Context, in *pb.CallRequest) (*pb.CallResponse, error) {
+	start := s.n.clock.Now()
+	resp, err := s.n.serve(ctx, in)
+	s.n.observe(in, start, err)
+	if err != nil {
+		return nil, transport.ToStatus(err)
+	}
+	return &pb.CallResponse{Body: resp.Body, Version: resp.Version}, nil
+}
+
+func (s *nodeServer) Stream(in *pb.CallRequest, stream grpc.ServerStreamingServer[pb.Chunk]) error {
+	start := s.n.clock.Now()
+	err := s.n.serveStream(stream.Context(), in, func(b []byte) error { return stream.Send(&pb.Chunk{Body: b}) })
+	s.n.observe(in, start, err)
+	return transport.ToStatus(err)
+}
+
+// Replicate receives replication messages from another node.
+func (s *nodeServer) Replicate(_ context.Context, in *pb.ReplicaBatch) (*pb.ReplicaBatchAck, error) {
+	if s.n.repl == nil {
+		return nil, transport.ToStatus(fmt.Errorf("%w: node %s hosts no replicated service", nerr.ErrUnknownService, s.n.cfg.ID))
+	}
+	s.n.repl.Replicate(in)
+	return &pb.ReplicaBatchAck{}, nil
+}
+
+// Promote is the operator's `neptune partition promote`.
+func (s *nodeServer) Promote(ctx context.Context, in *pb.PromoteRequest) (*pb.PromoteReply, error) {
+	if s.n.repl == nil {
+		return nil, transport.ToStatus(fmt.Errorf("%w %d of replicated service %q on node %s", nerr.ErrUnknownPartition, in.Partition, in.Service, s.n.cfg.ID))
+	}
+	st, err := s.n.repl.Promote(ctx, in.Service, in.Partition)
+	if err != nil {
+		return nil, transport.ToStatus(err)
+	}
+	return &pb.PromoteReply{Status: st}, nil
+}
+
+// Aggregate runs this node's part of an aggregation.
+func (s *nodeServer) Aggregate(ctx context.Context, in *pb.AggregateRequest) (*pb.AggregateResponse, error) {
+	resp, err := s.n.agg.Serve(ctx, in)
+	if err != nil {
+		return nil, transport.ToStatus(err)
+	}
+	return resp, nil
+}
+
+func (n *Node) observe(in *pb.CallRequest, start time.Time, err error) {
+	n.metrics.calls.WithLabelValues(in.Service, in.Method, nerr.Label(err)).Inc()
+	n.metrics.latency.WithLabelValues(in.Service, in.Method).Observe(n.clock.Since(start).Seconds())
+}

@@ -1,0 +1,295 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/replica"
+	"github.com/neptune-cluster/neptune/internal/replica/wal"
+	"github.com/neptune-cluster/neptune/internal/service"
+)
+
+// part is one hosted replica of a partition and its event loop.
+type part struct {
+	rt   *Runtime
+	spec Partition
+	key  partKey
+	cfg  replica.Config
+
+	inbox chan replica.Message
+	props chan proposal
+	ops   chan func(time.Time)
+	done  chan struct{} // closed when the loop exits
+
+	status atomic.Pointer[replica.Status]
+	// changed is closed (and replaced) when the status changes and
+	// someone waits for it (awaitApplied).
+	changedMu sync.Mutex
+	changed   chan struct{}
+	watched   bool
+
+	// Loop-owned.
+	log      *wal.Log
+	core     *replica.Replica
+	pending  map[uint64]chan Result
+	nextReq  uint64
+	results  map[uint64]Result
+	nextTick time.Time
+}
+
+type proposal struct {
+	method string
+	body   []byte
+	reply  chan Result
+}
+
+// run is the partition's event loop: one event (a proposal, a message, an
+// operator action or a clock tick) at a time, then whatever else is
+// queued, then the replica's Ready batches.
+func (p *part) run(ctx context.Context) {
+	defer close(p.done)
+	clk := p.rt.clock
+	tick := clk.NewTicker(tickEvery)
+	defer tick.Stop()
+	p.nextTick = clk.Now().Add(tickEvery)
+	for {
+		select {
+		case <-ctx.Done():
+			p.failPending(nerr.ErrClosed)
+			return
+		case pr := <-p.props:
+			p.propose(pr)
+		case m := <-p.inbox:
+			p.core.Step(clk.Now(), m)
+		case f := <-p.ops:
+			f(clk.Now())
+		case <-tick.Chan():
+		}
+		p.drain()
+		p.tickIfDue()
+		if err := p.process(ctx); err != nil {
+			p.rt.log.Error("replication stopped", "service", p.key.service, "partition", p.key.partition, "err", err)
+			p.failPending(err)
+			return
+		}
+	}
+}
+
+// tickIfDue ticks the replica once the clock has reached the next tick.
+// Ticks follow the clock rather than the ticker's deliveries (the ticker
+// only wakes the loop), so on a manual clock a tick happens exactly when
+// the clock is advanced past it, whatever event the loop handles next.
+func (p *part) tickIfDue() {
+	now := p.rt.clock.Now()
+	if now.Before(p.nextTick) {
+		return
+	}
+	p.feedAlive(now)
+	p.core.Tick(now)
+	if p.nextTick = p.nextTick.Add(tickEvery); !p.nextTick.After(now) {
+		p.nextTick = now.Add(tickEvery)
+	}
+}
+
+// drain takes whatever else is queued so one Ready (one fsync) covers it.
+func (p *part) drain() {
+	for range 512 {
+		select {
+		case pr := <-p.props:
+			p.propose(pr)
+		case m := <-p.inbox:
+			p.core.Step(p.rt.clock.Now(), m)
+		default:
+			return
+		}
+	}
+}
+
+func (p *part) propose(pr proposal) {
+	p.nextReq++
+	p.pending[p.nextReq] = pr.reply
+	p.core.Propose(p.rt.clock.Now(), replica.Write{ReqID: p.nextReq, Method: pr.method, Body: pr.body})
+}
+
+func (p *part) failPending(err error) {
+	for id, ch := range p.pending {
+		ch <- Result{Err: err}
+		delete(p.pending, id)
+	}
+}
+
+// process handles Ready batches. The messages go out as soon as the
+// batch is durable, before the CHECK calls and the writes' handlers, which
+// may take long (or pause while the workers are full): heartbeats and acks
+// promise only durability, so nothing waits on the handlers but the
+// replies to their own callers.
+func (p *part) process(ctx context.Context) error {
+	for range 64 {
+		rd := p.core.Ready()
+		if rd.Empty() {
+			break
+		}
+		if err := p.log.Persist(&rd); err != nil {
+			return err
+		}
+		for _, m := range rd.Messages {
+			p.rt.send(p.key, m)
+		}
+		for _, e := range rd.Check {
+			p.core.Checked(e.LSN, p.check(ctx, e.LSN)) // reissues come in the next Ready
+		}
+		if err := p.apply(ctx, rd.Apply); err != nil {
+			return err
+		}
+		for _, r := range rd.Replies {
+			ch, ok := p.pending[r.ReqID]
+			if !ok {
+				continue
+			}
+			delete(p.pending, r.ReqID)
+			ch <- p.result(r)
+		}
+		clear(p.results)
+		p.core.Advance(rd)
+	}
+	p.publish(p.core.Status())
+	return nil
+}
+
+// publish makes st the status callers and announcements see.
+func (p *part) publish(st replica.Status) {
+	p.status.Store(&st)
+	p.changedMu.Lock()
+	if p.watched {
+		close(p.changed)
+		p.changed, p.watched = make(chan struct{}), false
+	}
+	p.changedMu.Unlock()
+}
+
+// statusChanged returns a channel closed at the next publish.
+func (p *part) statusChanged() <-chan struct{} {
+	p.changedMu.Lock()
+	defer p.changedMu.Unlock()
+	p.watched = true
+	return p.changed
+}
+
+// check asks the service whether it completed the write at lsn. Without a
+// Check callback, or if it keeps failing, the write is reissued (handlers
+// of such services must then tolerate a repeat).
+func (p *part) check(ctx context.Context, lsn replica.LSN) bool {
+	f := p.spec.Check
+	if f == nil {
+		return false
+	}
+	for attempt := range 3 {
+		ok, err := f(ctx, int(p.key.partition), uint64(lsn))
+		if err == nil {
+			return ok
+		}
+		p.rt.log.Warn("CHECK failed", "service", p.key.service, "partition", p.key.partition, "lsn", lsn, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-p.rt.clock.After(checkRetry):
+		}
+	}
+	return false
+}
+
+// apply executes committed writes in order, one at a time, through the
+// service's workers (offering a write again while they refuse it: a write
+// cannot be skipped), and records the executed marker lazily.
+func (p *part) apply(ctx context.Context, es []replica.Entry) error {
+	var last replica.LSN
+	for _, e := range es {
+		last = e.LSN
+		if e.Method == "" {
+			continue
+		}
+		req := &service.Request{Service: p.key.service, Partition: int(p.key.partition), Method: e.Method, Mode: service.Write, Body: e.Body, LSN: uint64(e.LSN)}
+		res, err := p.execute(ctx, req)
+		if errors.Is(err, ErrNoHandler) {
+			p.rt.log.Error("replicated write names no handler", "service", p.key.service, "method", e.Method)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if e.Origin == replica.ID(p.rt.cfg.Self) && e.ReqID != 0 {
+			if p.results == nil {
+				p.results = map[uint64]Result{}
+			}
+			if res.Resp == nil && res.Err == nil {
+				res.Resp = &service.Response{}
+			}
+			if res.Resp != nil {
+				res.Resp.Version = uint64(e.LSN)
+			}
+			p.results[e.ReqID] = res
+		}
+	}
+	if last > 0 {
+		return p.log.SetApplied(last, false)
+	}
+	return nil
+}
+
+// ErrNoHandler is what an Executor returns for a write whose method has
+// no handler: the runtime logs and skips it instead of offering it again.
+var ErrNoHandler = errors.New("replicated write names no handler")
+
+// execute runs req through the Executor, offering it again while the
+// workers refuse it; it fails only when ctx ends or no handler exists.
+func (p *part) execute(ctx context.Context, req *service.Request) (Result, error) {
+	for {
+		res, err := p.spec.Executor.Execute(ctx, req)
+		switch {
+		case err == nil:
+			return res, nil
+		case errors.Is(err, ErrNoHandler):
+			return Result{}, err
+		}
+		select {
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		case <-p.rt.clock.After(applyRetry):
+		}
+	}
+}
+
+func (p *part) result(r replica.Reply) Result {
+	if r.Err != nil {
+		var np *replica.NotPrimaryError
+		if errors.As(r.Err, &np) {
+			return Result{Err: r.Err}
+		}
+		return Result{Err: fmt.Errorf("%w: %w", nerr.ErrNoPrimary, r.Err)}
+	}
+	if res, ok := p.results[r.ReqID]; ok {
+		return res
+	}
+	return Result{Resp: &service.Response{Version: uint64(r.LSN)}}
+}
+
+// feedAlive tells the replica which peers are alive: announced in the
+// yellow pages (or heard from lately) and not suspected by the fast
+// failure detector.
+func (p *part) feedAlive(now time.Time) {
+	hosts := p.rt.cfg.Directory.Hosts(p.key.service, p.key.partition)
+	primary := string(p.status.Load().Primary)
+	for _, peer := range p.cfg.Replicas {
+		id := string(peer.ID)
+		if id == p.rt.cfg.Self {
+			continue
+		}
+		p.core.SetAlive(peer.ID, p.rt.det.alive(id, now, slices.Contains(hosts, id), id == primary, p.cfg.AckTimeout))
+	}
+}
