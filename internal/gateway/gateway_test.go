@@ -419,8 +419,13 @@ routes:
 			t.Errorf("past the wait bound: %+v, want 429 with Retry-After", r)
 		}
 	}
+	if v := value(t, reg, "neptune_gateway_queue_length", "subscriber", gage.DefaultName); v != 0 {
+		t.Errorf("queue length gauge %v after both gave up, want 0", v)
+	}
+	// The two refused keep their places in the scheduler until their
+	// turn, when they go at no charge.
 	go send("/short")
-	queued(t, g, gage.DefaultName, 1)
+	queued(t, g, gage.DefaultName, 3)
 	clk.Advance(100 * time.Millisecond)
 	if r := <-results; r.code != 504 {
 		t.Errorf("past the deadline while queued: %+v, want 504", r)

@@ -142,12 +142,13 @@ func (l *loop) dispatch(now time.Time) {
 		if t == nil {
 			continue // cannot happen: every queued ID is waiting
 		}
-		l.metrics.onQueued(t.sub, -1)
 		if t.grant() {
+			l.metrics.onQueued(t.sub, -1)
 			l.metrics.onServed(t.sub)
 			close(t.turn)
 			continue
 		}
+		// The handler gave up (and took it off the queue-length gauge).
 		l.report(now, gage.Usage{Subscriber: t.sub, Requests: 1})
 	}
 }
@@ -194,6 +195,10 @@ func (l *loop) wait(ctx context.Context, sub string, maxWait time.Duration) erro
 	if !t.abandon() {
 		return nil // granted meanwhile: the turn is ours after all
 	}
+	// The request keeps its place in the scheduler (which cannot take a
+	// request out) until its turn, when the loop drops it at no charge;
+	// the gauge counts only requests still waiting.
+	l.metrics.onQueued(sub, -1)
 	return err
 }
 
