@@ -233,19 +233,42 @@ var Schedulers = []string{"credit", "tag", "fifo"}
 
 // ReadConfig reads and validates a config file.
 func ReadConfig(path string) (Config, error) {
+	c, err := LoadConfig(path)
+	if err != nil {
+		return c, err
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// LoadConfig reads a config file without validating it, for callers that
+// apply overrides (command-line flags) first and validate the result.
+func LoadConfig(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, err
 	}
-	c, err := ParseConfig(b)
+	c, err := DecodeConfig(b)
 	if err != nil {
 		return c, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
 }
 
-// ParseConfig decodes YAML (unknown keys are errors) and validates it.
+// ParseConfig decodes YAML and validates it.
 func ParseConfig(b []byte) (Config, error) {
+	c, err := DecodeConfig(b)
+	if err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// DecodeConfig decodes YAML, unknown keys being errors, without
+// validating the values.
+func DecodeConfig(b []byte) (Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -254,7 +277,7 @@ func ParseConfig(b []byte) (Config, error) {
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		return c, fmt.Errorf("gateway config: %w", err)
 	}
-	return c, c.Validate()
+	return c, nil
 }
 
 // WithDefaults fills the zero fields with their defaults.
