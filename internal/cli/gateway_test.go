@@ -90,7 +90,7 @@ func TestGatewayServes(t *testing.T) {
 	outR, outW := io.Pipe()
 	code := make(chan int, 1)
 	go func() {
-		code <- execute(ctx, []string{"gateway", "--config", path, "--join", nd.GossipAddr(), "--listen", "127.0.0.1:0", "--log-level", "error"}, outW, io.Discard)
+		code <- execute(ctx, []string{"gateway", "--config", path, "--join", nd.GossipAddr(), "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--log-level", "error"}, outW, io.Discard)
 		outW.Close()
 	}()
 	line, err := bufio.NewReader(outR).ReadString('\n')
@@ -98,11 +98,11 @@ func TestGatewayServes(t *testing.T) {
 		t.Fatalf("no start line: %v", err)
 	}
 	go io.Copy(io.Discard, outR)
-	f := strings.Fields(line) // gateway up: http ADDR, ...
-	if len(f) < 4 || f[2] != "http" {
+	f := strings.Fields(line) // gateway up: http ADDR, metrics ADDR, ...
+	if len(f) < 6 || f[2] != "http" || f[4] != "metrics" {
 		t.Fatalf("start line %q", line)
 	}
-	addr := strings.TrimSuffix(f[3], ",")
+	addr, metrics := strings.TrimSuffix(f[3], ","), strings.TrimSuffix(f[5], ",")
 	var body string
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		resp, err := http.Post("http://"+addr+"/", "text/plain", strings.NewReader("hello"))
@@ -121,6 +121,17 @@ func TestGatewayServes(t *testing.T) {
 	}
 	if body != "hello" {
 		t.Errorf("echo through the gateway: %q", body)
+	}
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`neptune_gateway_served_total{subscriber="default"}`, "neptune_gateway_reserved_grps", "neptune_client_calls_total", "go_goroutines"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 	cancel()
 	if c := <-code; c != ExitOK {
