@@ -117,9 +117,6 @@ func newScheduler(kind string, gc gage.Config, opt gage.Options) (gage.Scheduler
 	return gage.NewCredit(gc, opt)
 }
 
-// Config is the gateway's configuration, defaults filled in.
-func (g *Gateway) Config() Config { return g.cfg }
-
 // Run runs the scheduler loop until ctx ends. Requests are only served
 // while it runs; Serve runs it itself.
 func (g *Gateway) Run(ctx context.Context) { g.loop.run(ctx) }
@@ -225,7 +222,15 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, start time.Time)
 	if err != nil {
 		return g.fail(w, http.StatusBadRequest, err.Error())
 	}
+	// A client that trickles its body is held to the request's timeout
+	// (on the socket, so in real time), and the deadline is lifted once
+	// the body is in: left set, it would end the server's background read
+	// and cancel the request as if the client had gone. Recorders in tests
+	// do not support deadlines, which is harmless.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(rt.timeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return g.fail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", limit))
