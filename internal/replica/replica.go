@@ -282,7 +282,9 @@ func (r *Replica) Tick(now time.Time) {
 	}
 	if r.shouldElect(now) {
 		r.startElection(now)
-	} else if beat && r.dataless() && !r.primaryLive(now) {
+	} else if beat && r.dataless() && !r.primaryLive(now) && now.Sub(r.lastHeard) >= r.cfg.ElectionTimeout {
+		// (after the same wait as an election: a running primary usually
+		// reaches a new replica first)
 		r.announceEmpty()
 	}
 }
@@ -855,8 +857,13 @@ func (r *Replica) handleVote(m Message) {
 		return // announceEmpty's probe: noteData took what it says
 	}
 	refuse := Message{Type: MsgVoteResp, To: m.From, LSN: r.last(), Commit: r.commit}
-	if candEmpty := m.LSN == 0 && m.Commit == 0; candEmpty != r.dataless() {
-		r.send(refuse) // data and no data never vote for each other (see dataless)
+	// Data and no data do not vote for each other (see dataless), except
+	// that a replica without data may vote for one that knows of no
+	// committed write: on a fresh partition whose first primary logged
+	// entries nobody else received, refusing would leave it with no
+	// primary for good.
+	if candEmpty, empty := m.LSN == 0 && m.Commit == 0, r.dataless(); candEmpty != empty && !(empty && m.Commit == 0) {
+		r.send(refuse)
 		return
 	}
 	if m.Epoch < r.epoch || (m.Epoch == r.epoch && r.vote != "" && r.vote != m.From) {
