@@ -436,6 +436,10 @@ func (r *Replica) truncateTo(l LSN) {
 		return
 	}
 	r.prevEpoch = r.entry(l).Epoch
+	// Zero the dropped entries: the backing array outlives them until the
+	// next append reallocates it, and after a burst of large writes there
+	// may be none for a long time; their bodies would stay reachable.
+	clear(r.log[:l+1-r.first])
 	r.log = r.log[l+1-r.first:]
 	r.first = l + 1
 	r.truncated = l
@@ -551,6 +555,21 @@ func (r *Replica) batchLen(es []Entry) int {
 	return len(es)
 }
 
+// retransmitAfter is how long a peer may acknowledge nothing new before
+// the primary resends its unacknowledged entries: longer than a heartbeat,
+// so one large batch still in flight is not sent twice, and well inside
+// AckTimeout, so a lost one is repaired before the peer counts as failed.
+func (r *Replica) retransmitAfter() time.Duration {
+	return max(r.cfg.Heartbeat, r.cfg.AckTimeout/2)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // truncPoint is the highest LSN every replica holds and this one executed.
 func (r *Replica) truncPoint() LSN {
 	t := r.applied
@@ -590,7 +609,10 @@ func (r *Replica) tickPrimary(now time.Time, beat bool) {
 		if !r.alive[p] {
 			continue
 		}
-		if pr.match < r.last() && now.Sub(pr.lastAck) >= r.cfg.Heartbeat {
+		// Waiting is counted from the last progress or, after a quiet
+		// spell, from when entries were sent again: an old lastAck alone
+		// would resend a fresh write at the first heartbeat.
+		if since := pr.waitingSince; pr.match < r.last() && now.Sub(later(pr.lastAck, since)) >= r.retransmitAfter() {
 			pr.next = pr.match + 1 // no progress: resend what is unacknowledged
 		}
 		r.sendAppend(now, p)
@@ -703,6 +725,15 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 			r.rd.Replies = append(r.rd.Replies, Reply{ReqID: w.w.ReqID, Err: &NotPrimaryError{Primary: m.From}})
 		}
 		r.waiting = nil
+	}
+	if len(m.Entries) == 0 && m.PrevLSN > r.last() {
+		// A heartbeat that overtook the entries before it (they travel in
+		// another lane, and a large batch takes a while): it proves the
+		// primary live, which is all it is for. A reject would make the
+		// primary send those entries again behind the ones in flight; if
+		// they were lost, its retransmission after retransmitAfter without
+		// progress repairs the gap.
+		return
 	}
 	if !r.matches(m.PrevLSN, m.PrevEpoch) {
 		hint := r.commit

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -13,7 +14,36 @@ import (
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
-// peerQueue holds the messages for one destination node.
+// Replication traffic to a node travels in two lanes, each with its own
+// queue and its own sender goroutine, so each has at most one Replicate
+// call in flight of its own:
+//
+//   - the control lane carries every message without entries: heartbeats
+//     (appends with no entries), acks, rejects, votes, digests. They are
+//     small and they are what failure detection and elections listen to.
+//   - the bulk lane carries messages with entries (appends, gossip, a vote
+//     reply handing over a log tail), in FIFO order.
+//
+// A multi-MiB batch in flight or queued therefore never delays a
+// heartbeat: on one gRPC connection the two calls are separate HTTP/2
+// streams, interleaved frame by frame. A heartbeat may overtake the
+// entries sent before it; the follower takes an empty append ahead of its
+// log as a heartbeat, not as a gap to reject (replica.handleAppend).
+//
+// Only control-lane calls feed the failure detector: a bulk call may take
+// long for its size on a busy link without the peer being dead, and the
+// heartbeats every Heartbeat keep the control lane busy enough to notice a
+// dead peer at once.
+
+// peerLanes is one destination node's two lanes.
+type peerLanes struct {
+	ctrl, bulk *peerQueue
+
+	mu   sync.Mutex
+	sent map[partKey]replica.LSN // highest entry LSN sent per partition
+}
+
+// peerQueue holds the messages of one lane to one destination node.
 type peerQueue struct {
 	mu    sync.Mutex
 	q     []*pb.ReplicaMessage
@@ -22,11 +52,12 @@ type peerQueue struct {
 	wake  chan struct{}
 }
 
+func newPeerQueue() *peerQueue { return &peerQueue{wake: make(chan struct{}, 1)} }
+
 // push queues pm, dropping the oldest messages beyond the count and byte
 // bounds (the newest always stays).
 func (pq *peerQueue) push(pm *pb.ReplicaMessage) {
 	pq.mu.Lock()
-	defer pq.mu.Unlock()
 	n := proto.Size(pm)
 	pq.q, pq.sizes, pq.bytes = append(pq.q, pm), append(pq.sizes, n), pq.bytes+n
 	drop := 0
@@ -35,14 +66,19 @@ func (pq *peerQueue) push(pm *pb.ReplicaMessage) {
 		drop++
 	}
 	if drop > 0 {
-		pq.q = slices.Delete(pq.q, 0, drop)
+		pq.q = slices.Delete(pq.q, 0, drop) // zeroes the tail: no hidden reference stays
 		pq.sizes = slices.Delete(pq.sizes, 0, drop)
+	}
+	pq.mu.Unlock()
+	select {
+	case pq.wake <- struct{}{}:
+	default:
 	}
 }
 
 // take removes the oldest messages totalling at most maxBytes (at least one,
-// if any) for one Replicate call.
-func (pq *peerQueue) take(maxBytes int) []*pb.ReplicaMessage {
+// if any) for one Replicate call, and their size.
+func (pq *peerQueue) take(maxBytes int) ([]*pb.ReplicaMessage, int) {
 	pq.mu.Lock()
 	defer pq.mu.Unlock()
 	n, size := 0, 0
@@ -54,31 +90,74 @@ func (pq *peerQueue) take(maxBytes int) []*pb.ReplicaMessage {
 	pq.q = slices.Delete(pq.q, 0, n)
 	pq.sizes = slices.Delete(pq.sizes, 0, n)
 	pq.bytes -= size
-	return batch
+	if len(pq.q) == 0 {
+		// A burst's backing arrays would otherwise keep their capacity
+		// (and, until overwritten, nothing else) for the node's lifetime.
+		pq.q, pq.sizes = nil, nil
+	}
+	return batch, size
 }
 
-// send queues m for its destination node, starting that node's sender on
-// first use. It never blocks the partition loop.
+// send queues m in its lane to its destination node, starting that node's
+// senders on first use. It never blocks the partition loop.
 func (rt *Runtime) send(k partKey, m replica.Message) {
 	to := string(m.To)
 	rt.mu.Lock()
-	pq, ok := rt.peers[to]
+	pl, ok := rt.peers[to]
 	if !ok {
-		pq = &peerQueue{wake: make(chan struct{}, 1)}
-		rt.peers[to] = pq
-		rt.wg.Add(1)
-		go func() { defer rt.wg.Done(); rt.sender(to, pq) }()
+		pl = &peerLanes{ctrl: newPeerQueue(), bulk: newPeerQueue(), sent: map[partKey]replica.LSN{}}
+		rt.peers[to] = pl
+		rt.wg.Add(2)
+		go func() { defer rt.wg.Done(); rt.sender(to, pl.ctrl, true) }()
+		go func() { defer rt.wg.Done(); rt.sender(to, pl.bulk, false) }()
 	}
 	rt.mu.Unlock()
-	pq.push(toPBMessage(k, m))
-	select {
-	case pq.wake <- struct{}{}:
-	default:
+	if len(m.Entries) == 0 {
+		pl.ctrl.push(toPBMessage(k, m))
+		return
 	}
+	pl.noteSent(k, m.Entries, &rt.resent)
+	pl.bulk.push(toPBMessage(k, m))
 }
 
-// sender delivers one node's queue in FIFO batches, one call at a time.
-func (rt *Runtime) sender(to string, pq *peerQueue) {
+// noteSent counts the entries of es sent to this node before (a
+// retransmission): the figure the burst tests hold at zero.
+func (pl *peerLanes) noteSent(k partKey, es []replica.Entry, c *resendCounter) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	hi := pl.sent[k]
+	for _, e := range es {
+		if e.LSN <= hi {
+			c.add(len(e.Body))
+		}
+	}
+	pl.sent[k] = max(hi, es[len(es)-1].LSN)
+}
+
+// resendCounter counts entries (and their body bytes) sent to a node again.
+type resendCounter struct {
+	mu             sync.Mutex
+	entries, bytes int64
+}
+
+func (c *resendCounter) add(n int) {
+	c.mu.Lock()
+	c.entries++
+	c.bytes += int64(n)
+	c.mu.Unlock()
+}
+
+// Resent reports how many entries, and how many body bytes, this node sent
+// to a peer that had been sent them already: retransmissions after a lost
+// message or a reject. In a healthy cluster it stays near zero.
+func (rt *Runtime) Resent() (entries, bytes int64) {
+	rt.resent.mu.Lock()
+	defer rt.resent.mu.Unlock()
+	return rt.resent.entries, rt.resent.bytes
+}
+
+// sender delivers one lane's queue in FIFO batches, one call at a time.
+func (rt *Runtime) sender(to string, pq *peerQueue, ctrl bool) {
 	for {
 		select {
 		case <-rt.ctx.Done():
@@ -86,26 +165,37 @@ func (rt *Runtime) sender(to string, pq *peerQueue) {
 		case <-pq.wake:
 		}
 		for {
-			batch := pq.take(batchBytes)
+			batch, size := pq.take(batchBytes)
 			if len(batch) == 0 {
 				break
 			}
-			if err := rt.deliver(to, batch); err != nil {
+			err := rt.deliver(to, batch, size)
+			switch {
+			case err != nil && ctrl:
 				rt.det.callFailed(to)
 				rt.log.Debug("replicate failed", "peer", to, "messages", len(batch), "err", err)
-			} else {
+			case err != nil:
+				rt.log.Debug("replicate (bulk) failed", "peer", to, "bytes", size, "err", err)
+			default:
 				rt.det.heardFrom(to)
 			}
 		}
 	}
 }
 
-func (rt *Runtime) deliver(to string, batch []*pb.ReplicaMessage) error {
+// deliver makes one Replicate call. Its timeout grows with the batch: a
+// 16 MiB batch on a busy link is slow, not lost.
+func (rt *Runtime) deliver(to string, batch []*pb.ReplicaMessage, size int) error {
 	addr := rt.cfg.Directory.RPCAddr(to)
 	if addr == "" {
 		return fmt.Errorf("%w: node %q is not in the yellow pages", nerr.ErrNoReplica, to)
 	}
-	ctx, cancel := clock.WithTimeout(rt.ctx, rt.clock, deliverTimeout)
+	timeout := deliverTimeout + time.Duration(int64(size)*int64(time.Second)/bulkBytesPerSecond)
+	ctx, cancel := clock.WithTimeout(rt.ctx, rt.clock, timeout)
 	defer cancel()
 	return rt.cfg.Sender.Replicate(ctx, addr, &pb.ReplicaBatch{From: rt.cfg.Self, Messages: batch})
 }
+
+// bulkBytesPerSecond is the slowest link rate a Replicate call is given
+// time for before it counts as failed.
+const bulkBytesPerSecond = 16 << 20

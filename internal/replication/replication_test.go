@@ -256,7 +256,7 @@ func appendOf(lsn replica.LSN) *pb.ReplicaMessage {
 // The queue to a slow peer must stay bounded in bytes, not only in
 // messages, and each Replicate call must fit gRPC's 4 MiB receive limit.
 func TestPeerQueueBoundsBytesAndBatches(t *testing.T) {
-	pq := &peerQueue{wake: make(chan struct{}, 1)}
+	pq := newPeerQueue()
 	const pushed = 400 // ~100 MiB if kept
 	for i := range pushed {
 		pq.push(appendOf(replica.LSN(1 + 256*i)))
@@ -270,7 +270,7 @@ func TestPeerQueueBoundsBytesAndBatches(t *testing.T) {
 	held := len(pq.q)
 	got := 0
 	for {
-		batch := pq.take(batchBytes)
+		batch, _ := pq.take(batchBytes)
 		if len(batch) == 0 {
 			break
 		}
@@ -291,7 +291,7 @@ func TestPeerQueueBoundsBytesAndBatches(t *testing.T) {
 	big.Entries[0].Body = make([]byte, 2*batchBytes)
 	pq.push(big)
 	pq.push(appendOf(257))
-	if b := pq.take(batchBytes); len(b) != 1 || b[0] != big {
+	if b, _ := pq.take(batchBytes); len(b) != 1 || b[0] != big {
 		t.Fatalf("oversized message: took %d messages", len(b))
 	}
 }

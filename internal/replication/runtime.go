@@ -143,8 +143,9 @@ type Runtime struct {
 
 	det detector
 
-	mu    sync.Mutex
-	peers map[string]*peerQueue
+	mu     sync.Mutex
+	peers  map[string]*peerLanes
+	resent resendCounter
 }
 
 // New returns a runtime with no partitions; Register them, then Start.
@@ -153,7 +154,7 @@ func New(cfg Config) *Runtime {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	clk := clock.OrReal(cfg.Clock)
-	return &Runtime{cfg: cfg, log: cfg.Logger, clock: clk, parts: map[partKey]*part{}, peers: map[string]*peerQueue{},
+	return &Runtime{cfg: cfg, log: cfg.Logger, clock: clk, parts: map[partKey]*part{}, peers: map[string]*peerLanes{},
 		det: newDetector(clk)}
 }
 

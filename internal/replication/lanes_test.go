@@ -1,0 +1,99 @@
+package replication
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/replica"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// blockingSender holds every call that carries entries until its context
+// ends (a multi-MiB batch on a slow link), and reports the others at once.
+type blockingSender struct {
+	bulk    chan int // entries of a bulk call that started
+	control chan *pb.ReplicaMessage
+}
+
+func (s *blockingSender) Replicate(ctx context.Context, _ string, b *pb.ReplicaBatch) error {
+	for _, m := range b.Messages {
+		if len(m.Entries) > 0 {
+			s.bulk <- len(m.Entries)
+			<-ctx.Done()
+			return ctx.Err()
+		}
+	}
+	for _, m := range b.Messages {
+		s.control <- m
+	}
+	return nil
+}
+
+func (s *blockingSender) Forward(context.Context, string, *pb.CallRequest) (*pb.CallResponse, error) {
+	panic("no forwarding in this test")
+}
+
+// A heartbeat queued after a large batch is delivered while that batch is
+// still in flight (its call blocked; the manual clock does not move, so it
+// cannot time out), and the batch's eventual failure does not make the
+// peer look dead: only the control lane feeds the failure detector.
+func TestHeartbeatIsDeliveredWhileALargeBatchIsInFlight(t *testing.T) {
+	clk := clock.NewManual(t0)
+	s := &blockingSender{bulk: make(chan int, 8), control: make(chan *pb.ReplicaMessage, 8)}
+	rt := New(Config{Self: "a", DataDir: t.TempDir(), Directory: &fakeDir{hosts: []string{"a", "b"}}, Sender: s, Clock: clk})
+	if err := rt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Stop)
+	k := partKey{"kv", 0}
+	big := replica.Message{Type: replica.MsgAppend, From: "a", To: "b", Epoch: 1, PrevLSN: 0}
+	for i := range 4 {
+		big.Entries = append(big.Entries, replica.Entry{Epoch: 1, LSN: replica.LSN(i + 1), Method: "put", Body: make([]byte, 4<<20)})
+	}
+	rt.send(k, big)
+	select {
+	case <-s.bulk:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the large batch was never sent")
+	}
+	// The batch is in flight and blocked; a heartbeat and an ack follow.
+	rt.send(k, replica.Message{Type: replica.MsgAppend, From: "a", To: "b", Epoch: 1, PrevLSN: 4, PrevEpoch: 1, Commit: 0})
+	rt.send(k, replica.Message{Type: replica.MsgVote, From: "a", To: "b", Epoch: 2})
+	for _, want := range []replica.MsgType{replica.MsgAppend, replica.MsgVote} {
+		select {
+		case m := <-s.control:
+			if replica.MsgType(m.Type) != want || len(m.Entries) != 0 {
+				t.Fatalf("control lane delivered %v with %d entries, want %v", replica.MsgType(m.Type), len(m.Entries), want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%v not delivered while the large batch is in flight", want)
+		}
+	}
+	// Time passes: the bulk call times out, and so does the
+	// retransmission queued behind it; heartbeats go through meanwhile.
+	rt.send(k, big)
+	for i := range 2 {
+		clk.Advance(time.Minute) // the call in flight (its timer is set before it starts) times out
+		if i == 0 {
+			select {
+			case <-s.bulk: // the retransmission starts
+			case <-time.After(5 * time.Second):
+				t.Fatal("the retransmission was never sent")
+			}
+		}
+		rt.send(k, replica.Message{Type: replica.MsgAppend, From: "a", To: "b", Epoch: 1, PrevLSN: 4, PrevEpoch: 1})
+		select {
+		case <-s.control:
+		case <-time.After(5 * time.Second):
+			t.Fatal("heartbeat not delivered")
+		}
+	}
+	if !rt.det.alive("b", clk.Now(), true, true, 500*time.Millisecond) {
+		t.Fatal("failed bulk calls made the peer look dead while its heartbeats got through")
+	}
+	if e, b := rt.Resent(); e != 4 || b != 4*4<<20 {
+		t.Fatalf("Resent() = %d entries, %d bytes; want the 4 entries sent twice", e, b)
+	}
+}
