@@ -48,6 +48,7 @@ func TestHTTPConfigValidate(t *testing.T) {
 		{"check_route", func(c *adapter.HTTPConfig) { c.CheckRoute = "check" }, "http.check_route"},
 		{"timeout", func(c *adapter.HTTPConfig) { c.Timeout = -1 }, "http.timeout"},
 		{"max_response", func(c *adapter.HTTPConfig) { c.MaxResponse = -1 }, "http.max_response"},
+		{"max_request", func(c *adapter.HTTPConfig) { c.MaxRequest = -1 }, "http.max_request"},
 		{"no methods", func(c *adapter.HTTPConfig) { c.Methods = nil }, "http.methods is empty"},
 		{"no name", func(c *adapter.HTTPConfig) { c.Methods[0].Name = "" }, "http.methods[0].name"},
 		{"twice", func(c *adapter.HTTPConfig) { c.Methods = append(c.Methods, c.Methods[0]) }, "http.methods[1].name"},
@@ -89,6 +90,7 @@ func TestExecConfigValidate(t *testing.T) {
 		{"no data_dir", func(c *adapter.ExecConfig) { c.DataDir = "" }, "exec.data_dir is required"},
 		{"timeout", func(c *adapter.ExecConfig) { c.Timeout = -time.Second }, "exec.timeout"},
 		{"max_response", func(c *adapter.ExecConfig) { c.MaxResponse = -1 }, "exec.max_response"},
+		{"max_request", func(c *adapter.ExecConfig) { c.MaxRequest = -1 }, "exec.max_request"},
 		{"exit code", func(c *adapter.ExecConfig) { c.OKExitCodes = []int{0, 300} }, "exec.ok_exit_codes[1]"},
 		{"no methods", func(c *adapter.ExecConfig) { c.Methods = nil }, "exec.methods is empty"},
 		{"mode", func(c *adapter.ExecConfig) { c.Methods[0].Mode = "" }, "exec.methods[0].mode"},
@@ -345,7 +347,7 @@ func TestExecEnvironmentAndErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := callMethod(t, svc, "m", context.Background(), 0, 0, ""); !errors.Is(err, adapter.ErrProgram) || !strings.Contains(err.Error(), "max_response") {
+	if _, err := callMethod(t, svc, "m", context.Background(), 0, 0, ""); !errors.Is(err, neptune.ErrTooLarge) || !strings.Contains(err.Error(), "max_response") {
 		t.Fatalf("big output: err = %v", err)
 	}
 }

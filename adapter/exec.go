@@ -32,7 +32,10 @@ type ExecConfig struct {
 	// OKExitCodes are the exit codes that mean success (default [0]); grep,
 	// for example, exits 1 when nothing matched.
 	OKExitCodes []int `yaml:"ok_exit_codes"`
-	// MaxResponse caps the bytes kept from stdout (default 64 MiB).
+	// MaxRequest caps the request body written to stdin, MaxResponse the
+	// bytes kept from stdout (default DefaultMaxBody each): larger ones
+	// fail with neptune.ErrTooLarge.
+	MaxRequest  int64          `yaml:"max_request"`
 	MaxResponse int64          `yaml:"max_response"`
 	Methods     []MethodConfig `yaml:"methods"`
 }
@@ -48,6 +51,8 @@ func (c ExecConfig) Validate() error {
 		return fmt.Errorf("exec.timeout must be >= 0, got %v", c.Timeout)
 	case c.MaxResponse < 0:
 		return fmt.Errorf("exec.max_response must be >= 0, got %d", c.MaxResponse)
+	case c.MaxRequest < 0:
+		return fmt.Errorf("exec.max_request must be >= 0, got %d", c.MaxRequest)
 	}
 	for i, code := range c.OKExitCodes {
 		if code < 0 || code > 255 {
@@ -79,9 +84,7 @@ func NewExec(name string, c ExecConfig) (neptune.Service, error) {
 	if len(c.OKExitCodes) == 0 {
 		c.OKExitCodes = []int{0}
 	}
-	if c.MaxResponse == 0 {
-		c.MaxResponse = 64 << 20
-	}
+	c.MaxRequest, c.MaxResponse = orDefault(c.MaxRequest), orDefault(c.MaxResponse)
 	svc := neptune.Service{Name: name}
 	for _, m := range c.Methods {
 		mode, _ := neptune.ParseMode(m.Mode)
@@ -101,6 +104,9 @@ func NewExec(name string, c ExecConfig) (neptune.Service, error) {
 }
 
 func (c ExecConfig) run(ctx context.Context, args []string, r *neptune.Request) ([]byte, error) {
+	if int64(len(r.Body)) > c.MaxRequest {
+		return nil, fmt.Errorf("%w: %s: request body of %d bytes exceeds exec.max_request (%d); not run", neptune.ErrTooLarge, c.Command, len(r.Body), c.MaxRequest)
+	}
 	dir := filepath.Join(c.DataDir, strconv.Itoa(r.Partition))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: %s: data dir: %v", ErrUnreachable, c.Command, err)
@@ -139,7 +145,7 @@ func (c ExecConfig) run(ctx context.Context, args []string, r *neptune.Request) 
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, c.Command, err)
 	}
 	if stdout.over {
-		return nil, fmt.Errorf("%w: %s: output exceeds max_response (%d bytes)", ErrProgram, c.Command, c.MaxResponse)
+		return nil, fmt.Errorf("%w: %s: output exceeds exec.max_response (%d bytes)", neptune.ErrTooLarge, c.Command, c.MaxResponse)
 	}
 	return stdout.buf.Bytes(), nil
 }

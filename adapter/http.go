@@ -26,7 +26,11 @@ type HTTPConfig struct {
 	// Timeout bounds one call when the caller set no earlier deadline
 	// (default 30s).
 	Timeout time.Duration `yaml:"timeout"`
-	// MaxResponse caps the bytes read from a response (default 64 MiB).
+	// MaxRequest caps a request body sent to the program, MaxResponse
+	// the bytes read from its answer (default DefaultMaxBody each, the
+	// node's default MaxMessageBytes): larger ones fail with
+	// neptune.ErrTooLarge.
+	MaxRequest  int64 `yaml:"max_request"`
 	MaxResponse int64 `yaml:"max_response"`
 	// Methods map Neptune methods to routes.
 	Methods []MethodConfig `yaml:"methods"`
@@ -46,6 +50,8 @@ func (c HTTPConfig) Validate() error {
 		return fmt.Errorf("http.timeout must be >= 0, got %v", c.Timeout)
 	case c.MaxResponse < 0:
 		return fmt.Errorf("http.max_response must be >= 0, got %d", c.MaxResponse)
+	case c.MaxRequest < 0:
+		return fmt.Errorf("http.max_request must be >= 0, got %d", c.MaxRequest)
 	}
 	if err := validateMethods("http", c.Methods); err != nil {
 		return err
@@ -108,9 +114,7 @@ func NewHTTP(name string, c HTTPConfig) (neptune.Service, error) {
 	if c.Timeout == 0 {
 		c.Timeout = 30 * time.Second
 	}
-	if c.MaxResponse == 0 {
-		c.MaxResponse = 64 << 20
-	}
+	c.MaxRequest, c.MaxResponse = orDefault(c.MaxRequest), orDefault(c.MaxResponse)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256 // one node's workers all talk to one program
 	rawTr := tr.Clone()
@@ -148,6 +152,9 @@ func NewHTTP(name string, c HTTPConfig) (neptune.Service, error) {
 func (h *httpService) do(ctx context.Context, verb, route, method string, partition int, lsn uint64, body []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
 	defer cancel()
+	if int64(len(body)) > h.cfg.MaxRequest {
+		return nil, fmt.Errorf("%w: %s %s%s: request body of %d bytes exceeds http.max_request (%d); not sent", neptune.ErrTooLarge, verb, h.base, route, len(body), h.cfg.MaxRequest)
+	}
 	var rd io.Reader
 	if len(body) > 0 {
 		rd = bytes.NewReader(body)
@@ -170,15 +177,12 @@ func (h *httpService) do(ctx context.Context, verb, route, method string, partit
 		return nil, fmt.Errorf("%w: %s %s%s: %v", ErrUnreachable, verb, h.base, route, err)
 	}
 	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, h.cfg.MaxResponse+1))
+	out, err := readCapped(resp, h.cfg.MaxResponse)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: %s %s%s: reading the answer: %v", neptune.ErrDeadline, verb, h.base, route, err)
 		}
-		return nil, fmt.Errorf("%w: %s %s%s: reading the answer: %v", ErrProgram, verb, h.base, route, err)
-	}
-	if int64(len(out)) > h.cfg.MaxResponse {
-		return nil, fmt.Errorf("%w: %s %s%s: answer exceeds max_response (%d bytes)", ErrProgram, verb, h.base, route, h.cfg.MaxResponse)
+		return nil, fmt.Errorf("%s %s%s: %w", verb, h.base, route, err)
 	}
 	if err := statusError(resp.StatusCode); err != nil {
 		return nil, fmt.Errorf("%w: %s %s%s: status %d: %s", err, verb, h.base, route, resp.StatusCode, strings.TrimSpace(tail(out, 512)))
@@ -195,6 +199,9 @@ func (h *httpService) passthrough(ctx context.Context, r *neptune.Request) (*nep
 	in, body, err := UnmarshalRequest(r.Body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if int64(len(body)) > h.cfg.MaxRequest {
+		return nil, fmt.Errorf("%w: %s %s: request body of %d bytes exceeds http.max_request (%d); not sent", neptune.ErrTooLarge, in.Method, in.RequestURI, len(body), h.cfg.MaxRequest)
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
 	defer cancel()
@@ -224,15 +231,12 @@ func (h *httpService) passthrough(ctx context.Context, r *neptune.Request) (*nep
 		return nil, fmt.Errorf("%w: %s %s: %v", ErrUnreachable, in.Method, target, err)
 	}
 	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, h.cfg.MaxResponse+1))
+	out, err := readCapped(resp, h.cfg.MaxResponse)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: %s %s: reading the answer: %v", neptune.ErrDeadline, in.Method, target, err)
 		}
-		return nil, fmt.Errorf("%w: %s %s: reading the answer: %v", ErrProgram, in.Method, target, err)
-	}
-	if int64(len(out)) > h.cfg.MaxResponse {
-		return nil, fmt.Errorf("%w: %s %s: answer exceeds max_response (%d bytes)", ErrProgram, in.Method, target, h.cfg.MaxResponse)
+		return nil, fmt.Errorf("%s %s: %w", in.Method, target, err)
 	}
 	RemoveHopHeaders(resp.Header)
 	return &neptune.Response{Body: MarshalResponse(resp.StatusCode, resp.Header, out), Version: r.LSN}, nil
@@ -264,4 +268,34 @@ func (h *httpService) check(ctx context.Context, partition int, lsn uint64) (boo
 		return false, nil
 	}
 	return false, fmt.Errorf("%w: GET %s%s: check answer %q is neither true nor false", ErrProgram, h.base, h.cfg.CheckRoute, tail(out, 64))
+}
+
+// DefaultMaxBody is the default cap on a request or response body an
+// adapter passes: the node's default MaxMessageBytes, which a larger body
+// could not cross anyway.
+const DefaultMaxBody = 16 << 20
+
+func orDefault(n int64) int64 {
+	if n == 0 {
+		return DefaultMaxBody
+	}
+	return n
+}
+
+// readCapped reads resp's body if it fits max: refused by its
+// Content-Length before any byte is read, else read through a limit one
+// byte past max and refused if it got there. Either way the error wraps
+// neptune.ErrTooLarge; a failed read wraps ErrProgram.
+func readCapped(resp *http.Response, max int64) ([]byte, error) {
+	if resp.ContentLength > max {
+		return nil, fmt.Errorf("%w: answer of %d bytes (Content-Length) exceeds max_response (%d)", neptune.ErrTooLarge, resp.ContentLength, max)
+	}
+	out, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading the answer: %v", ErrProgram, err)
+	}
+	if int64(len(out)) > max {
+		return nil, fmt.Errorf("%w: answer exceeds max_response (%d bytes)", neptune.ErrTooLarge, max)
+	}
+	return out, nil
 }
