@@ -62,6 +62,12 @@ func (n *Node) registerStartMetrics() error {
 		}, func() float64 { return float64(h.pool.Load()) })})
 	}
 	ms = append(ms, metrics.Metric{Name: "neptune_class_*", Collector: &classCollector{n: n}})
+	if repl := n.repl; repl != nil {
+		ms = append(ms, metrics.Metric{Name: "neptune_replication_resent_bytes_total", Collector: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "neptune_replication_resent_bytes_total",
+			Help: "Bytes of replicated writes sent again to a replica that had been sent them: retransmissions after a loss or a reject.",
+		}, func() float64 { _, b := repl.Resent(); return float64(b) })})
+	}
 	if err := metrics.Register(n.reg.Registerer, ms...); err != nil {
 		return err
 	}

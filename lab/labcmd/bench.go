@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/neptune-cluster/neptune/lab/bench/appsbench"
+	"github.com/neptune-cluster/neptune/lab/bench/burstbench"
 	"github.com/neptune-cluster/neptune/lab/bench/dacbench"
 	"github.com/neptune-cluster/neptune/lab/bench/lbbench"
 	"github.com/neptune-cluster/neptune/lab/bench/overhead"
@@ -14,12 +15,12 @@ import (
 )
 
 func benchCmd() *cobra.Command {
-	return group("bench", "Run a benchmark: overhead, lb, replication, wal, apps, dac",
+	return group("bench", "Run a benchmark: overhead, lb, replication, wal, apps, dac, burst",
 		`Run a benchmark on real node processes (re-executions of this binary) or
 in-process nodes. Each benchmark runs its contenders side by side in one
 run, interleaved in rounds so drift in the machine affects all alike, and
 prints ratios; --sections picks the parts of those that have several.`,
-		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(),
+		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), burstCmd(),
 		echoServerCmd(), httpProgramCmd(), lbClientCmd())
 }
 
@@ -94,6 +95,29 @@ kills and restarts). Default: fig51,failover.`,
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds of fig51/fig52 cells, pooled")
 	fs.DurationVar(&cfg.Phase, "phase", cfg.Phase, "fig54: time between a kill, its restart and the next kill")
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "fig52 partitions (imbalance factors 1/partitions to 1)")
+	return cmd
+}
+
+func burstCmd() *cobra.Command {
+	cfg := burstbench.DefaultConfig()
+	cmd := leaf("burst [flags]", "Memory, elections and resends through a burst of large writes",
+		`Start three node processes hosting kv at level 2 (degree 3), write
+--writes bodies of --size bytes, --concurrency at a time, and print each
+node's resident memory before, at its peak during and after the burst
+(the lowest sample in the second half of --settle), the epoch before and
+after, and the bytes replication sent a replica twice. The verdict is
+PASS when, on every node, RSS after <= --factor x before + --slack (fixed
+before the run), the epoch did not change and nothing was resent.`,
+		experiment(&cfg, nil, nil, burstbench.Run))
+	cmd.Example = "  neptune bench burst --writes 50 --size 8388608"
+	fs := cmd.Flags()
+	fs.IntVar(&cfg.Writes, "writes", cfg.Writes, "writes in the burst")
+	fs.IntVar(&cfg.Size, "size", cfg.Size, "bytes per write")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "writes in flight")
+	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "idle time after the burst before memory counts as returned")
+	fs.DurationVar(&cfg.Sample, "sample", cfg.Sample, "memory sampling period while settling")
+	fs.Float64Var(&cfg.Factor, "factor", cfg.Factor, "threshold: RSS after <= factor x before + slack")
+	fs.Int64Var(&cfg.Slack, "slack", cfg.Slack, "threshold slack in bytes")
 	return cmd
 }
 
