@@ -50,6 +50,30 @@ type peerQueue struct {
 	sizes []int // encoded size of each q entry
 	bytes int   // sum of sizes
 	wake  chan struct{}
+	// inflight is the batch of the call under way: with q, what is on
+	// its way to the peer.
+	inflight []*pb.ReplicaMessage
+}
+
+// onItsWay reports whether every entry of pm is in a message queued or in
+// flight on this lane: sending it again would be needless (a lost copy is
+// resent once the call is over, at the primary's next retransmission).
+func (pq *peerQueue) onItsWay(pm *pb.ReplicaMessage) bool {
+	lo, hi := pm.Entries[0].Lsn, pm.Entries[len(pm.Entries)-1].Lsn
+	covers := func(m *pb.ReplicaMessage) bool {
+		return len(m.Entries) > 0 && m.Service == pm.Service && m.Partition == pm.Partition && m.Epoch == pm.Epoch &&
+			m.Entries[0].Lsn <= lo && hi <= m.Entries[len(m.Entries)-1].Lsn
+	}
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	return slices.ContainsFunc(pq.q, covers) || slices.ContainsFunc(pq.inflight, covers)
+}
+
+// done ends the call under way.
+func (pq *peerQueue) done() {
+	pq.mu.Lock()
+	pq.inflight = nil
+	pq.mu.Unlock()
 }
 
 func newPeerQueue() *peerQueue { return &peerQueue{wake: make(chan struct{}, 1)} }
@@ -77,7 +101,8 @@ func (pq *peerQueue) push(pm *pb.ReplicaMessage) {
 }
 
 // take removes the oldest messages totalling at most maxBytes (at least one,
-// if any) for one Replicate call, and their size.
+// if any) for one Replicate call, and their size; they are in flight until
+// done.
 func (pq *peerQueue) take(maxBytes int) ([]*pb.ReplicaMessage, int) {
 	pq.mu.Lock()
 	defer pq.mu.Unlock()
@@ -90,6 +115,7 @@ func (pq *peerQueue) take(maxBytes int) ([]*pb.ReplicaMessage, int) {
 	pq.q = slices.Delete(pq.q, 0, n)
 	pq.sizes = slices.Delete(pq.sizes, 0, n)
 	pq.bytes -= size
+	pq.inflight = batch
 	if len(pq.q) == 0 {
 		// A burst's backing arrays would otherwise keep their capacity
 		// (and, until overwritten, nothing else) for the node's lifetime.
@@ -116,8 +142,12 @@ func (rt *Runtime) send(k partKey, m replica.Message) {
 		pl.ctrl.push(toPBMessage(k, m))
 		return
 	}
+	pm := toPBMessage(k, m)
+	if pl.bulk.onItsWay(pm) {
+		return // a retransmission of entries still on their way
+	}
 	pl.noteSent(k, m.Entries, &rt.resent)
-	pl.bulk.push(toPBMessage(k, m))
+	pl.bulk.push(pm)
 }
 
 // noteSent counts the entries of es sent to this node before (a
@@ -170,6 +200,7 @@ func (rt *Runtime) sender(to string, pq *peerQueue, ctrl bool) {
 				break
 			}
 			err := rt.deliver(to, batch, size)
+			pq.done()
 			switch {
 			case err != nil && ctrl:
 				rt.det.callFailed(to)
