@@ -41,6 +41,8 @@ type part struct {
 	nextReq  uint64
 	results  map[uint64]Result
 	nextTick time.Time
+
+	keeper beatKeeper
 }
 
 type proposal struct {
@@ -135,10 +137,12 @@ func (p *part) process(ctx context.Context) error {
 		if rd.Empty() {
 			break
 		}
+		p.keeper.busy(p.rt.clock.Now())
 		if err := p.log.Persist(&rd); err != nil {
 			return err
 		}
 		for _, m := range rd.Messages {
+			p.keeper.note(m)
 			p.rt.send(p.key, m)
 		}
 		for _, e := range rd.Check {
@@ -158,6 +162,7 @@ func (p *part) process(ctx context.Context) error {
 		clear(p.results)
 		p.core.Advance(rd)
 	}
+	p.keeper.busy(time.Time{})
 	p.publish(p.core.Status())
 	return nil
 }

@@ -233,6 +233,8 @@ func (rt *Runtime) Start() error {
 	for _, p := range rt.parts {
 		rt.wg.Add(1)
 		go func() { defer rt.wg.Done(); p.run(rt.ctx) }()
+		rt.wg.Add(1)
+		go func() { defer rt.wg.Done(); p.keepBeats(rt.ctx) }()
 	}
 	return nil
 }
