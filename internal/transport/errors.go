@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -111,6 +112,13 @@ func FromStatus(node string, err error) error {
 		return context.Canceled
 	case codes.Unavailable:
 		return &wireError{sentinel: nerr.ErrNoReplica, node: node, msg: st.Message(), transport: true}
+	case codes.ResourceExhausted:
+		// gRPC's own size limits (the receiver's, on a body far over the
+		// node's MaxMessageBytes) answer before the node sees the call:
+		// the call never ran.
+		if strings.Contains(st.Message(), "larger than max") {
+			return &wireError{sentinel: nerr.ErrTooLarge, node: node, msg: st.Message() + "; the call never ran"}
+		}
 	}
 	return &RemoteError{Node: node, Message: st.Message()}
 }
