@@ -218,6 +218,13 @@ func (rt *Runtime) Start() error {
 		if err == nil {
 			p.core, err = replica.New(p.cfg, rs)
 		}
+		if err == nil {
+			var recs []replica.DedupRecord
+			var high int64
+			if recs, high, err = l.Dedup(); err == nil {
+				p.dedup = replica.NewDedupTable(0, recs, high)
+			}
+		}
 		if err != nil {
 			_ = l.Close()
 			return fmt.Errorf("neptune: %s partition %d: %w", p.key.service, p.key.partition, err)
