@@ -66,7 +66,8 @@ type Session = client.Session
 // NewSession returns an empty session.
 func NewSession() *Session { return client.NewSession() }
 
-// CallOption adjusts one call: WithSession, WithClass, WithTimeout.
+// CallOption adjusts one call: WithSession, WithClass, WithTimeout,
+// WithIdempotencyKey, WithRetryOf.
 type CallOption = client.Option
 
 // WithSession makes the call part of sess: a read of a level-3 partition
@@ -82,6 +83,30 @@ func WithClass(class string) CallOption { return client.WithClass(class) }
 // deadline.
 func WithTimeout(d time.Duration) CallOption { return client.WithTimeout(d) }
 
+// WithIdempotencyKey gives a write the caller's own identity: every call
+// with the same key on the same partition executes at most once, and each
+// returns the first one's result (response or error), for as long as the
+// partition remembers the key (10 minutes of the primary's time; see
+// docs/architecture/replica.md). Without it a write carries the client's
+// random id and a sequence number, which makes the library's own retries
+// safe. Reads ignore it.
+func WithIdempotencyKey(key string) CallOption { return client.WithIdempotencyKey(key) }
+
+// WithRetryOf makes the call a retry of the write that failed with err
+// (an UnknownOutcomeError of an identified write): the retry carries the
+// same identity, so the write executes at most once in all and the retry
+// returns the original result. Any other err, nil included, changes
+// nothing, so a retry loop can always pass its last error:
+//
+//	var err error
+//	for {
+//		resp, err = c.Call(ctx, svc, p, "append", body, neptune.WithRetryOf(err))
+//		if err == nil || !neptune.Retryable(err) {
+//			break
+//		}
+//	}
+func WithRetryOf(err error) CallOption { return client.WithRetryOf(err) }
+
 // Call runs method on partition of service somewhere in the cluster and
 // returns its response. Whether the method reads or writes is what the
 // service declares (its nodes announce their method tables); a service,
@@ -89,7 +114,11 @@ func WithTimeout(d time.Duration) CallOption { return client.WithTimeout(d) }
 // ErrUnknownService, ErrUnknownPartition or ErrUnknownMethod, a stream
 // method with ErrWrongMode. The call goes to the replica the balancing
 // policy picks; if the connection fails, up to three replicas are tried
-// and a failed node is excluded until it announces itself again.
+// and a failed node is excluded until it announces itself again. A write
+// is re-sent after a failure that leaves its outcome open only because it
+// carries an identity (the client's id and a sequence number, or
+// WithIdempotencyKey): a replicated partition executes it at most once and
+// answers the re-send with the first attempt's result.
 func (c *Client) Call(ctx context.Context, service string, partition int, method string, body []byte, opts ...CallOption) (*Response, error) {
 	return c.c.Call(ctx, service, partition, method, body, opts...)
 }

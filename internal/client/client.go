@@ -25,6 +25,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/metrics"
+	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -89,7 +90,28 @@ type Client struct {
 	views     views
 	balancers map[string]*balancer
 	rng       *rand.Rand
+
+	// writeID identifies this client's writes (random per Client), and
+	// writeSeq numbers them; anonymous turns identities off (lab only).
+	writeID   string
+	writeSeq  atomic.Uint64
+	anonymous atomic.Bool
 }
+
+// identify gives a write without an identity the client's id and the next
+// sequence number, once per call (every retry carries the same).
+func (c *Client) identify(r *request) {
+	if r.mode() != service.Write || r.identified() || c.anonymous.Load() {
+		return
+	}
+	r.in.ClientId, r.in.Seq = c.writeID, c.writeSeq.Add(1)
+}
+
+// SetWriteIdentities turns the identities of this client's writes on (the
+// default) or off. Only the lab turns them off, to measure what
+// exactly-once costs; without them a write of unknown outcome is never
+// retried.
+func (c *Client) SetWriteIdentities(on bool) { c.anonymous.Store(!on) }
 
 // New joins the cluster (as a listener, or announcing cfg.Announce).
 func New(ctx context.Context, cfg Config) (*Client, error) {
@@ -118,6 +140,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		reg:       cfg.Registerer,
 		balancers: map[string]*balancer{},
 		rng:       rand.New(rand.NewPCG(rand.Uint64(), uint64(seq.Add(1)))),
+		writeID:   fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
 	}
 	c.views.init()
 	var err error
