@@ -15,6 +15,7 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/kv"
+	"github.com/neptune-cluster/neptune/apps/listappend"
 )
 
 // ReplicationConfig is a service's `replication:` block. Every node hosting
@@ -113,6 +114,13 @@ func (c FileConfig) validateReplication() error {
 var durableBuiltins = map[string]func(dir string) (neptune.Service, error){
 	"kv": func(dir string) (neptune.Service, error) {
 		s, err := kv.Open(dir)
+		if err != nil {
+			return neptune.Service{}, err
+		}
+		return s.Service(), nil
+	},
+	listappend.Name: func(dir string) (neptune.Service, error) {
+		s, err := listappend.Open(dir)
 		if err != nil {
 			return neptune.Service{}, err
 		}
