@@ -29,6 +29,10 @@ type ClientConfig struct {
 	// NodeConfig.Registerer).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// MaxMessageBytes bounds a request body, refused before it is sent
+	// with ErrTooLarge (so the write never ran), and a response (default
+	// 16 MiB).
+	MaxMessageBytes int
 }
 
 // Dial joins a cluster as a client: it learns the yellow pages by gossip but
@@ -43,7 +47,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	c, err := client.New(ctx, client.Config{
 		Host: cfg.Host, Join: cfg.Join, AnnounceTTL: cfg.AnnounceTTL, Balance: bal,
-		Registerer: cfg.Registerer, Logger: cfg.Logger,
+		Registerer: cfg.Registerer, Logger: cfg.Logger, MaxMessageBytes: cfg.MaxMessageBytes,
 	})
 	if err != nil {
 		return nil, err

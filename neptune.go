@@ -138,6 +138,8 @@ type (
 //     safe. Retryable.
 //   - ErrOverloaded: never executed (refused at admission); retrying later
 //     is safe. Retryable.
+//   - ErrTooLarge: never executed (refused before it was sent or logged);
+//     a retry fails the same way.
 //   - ErrUnknownOutcome (an *UnknownOutcomeError): may or may not have
 //     executed: the connection broke after the write was sent, the node's
 //     forward to the primary failed, or the deadline passed while it was
@@ -164,6 +166,9 @@ var (
 	ErrOverloaded       = nerr.ErrOverloaded
 	ErrClosed           = nerr.ErrClosed
 	ErrUnknownOutcome   = nerr.ErrUnknownOutcome
+	// ErrTooLarge: a body over the MaxMessageBytes limit. A request
+	// refused with it was never sent or never ran; not retryable.
+	ErrTooLarge = nerr.ErrTooLarge
 )
 
 // UnknownOutcomeError is a write that may or may not have executed; it

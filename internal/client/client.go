@@ -10,6 +10,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/metrics"
+	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -55,6 +57,12 @@ type Config struct {
 	Logger     *slog.Logger
 	// Clock times retries, polls and hedges (default real).
 	Clock clock.Clock
+	// MaxMessageBytes bounds a request body (refused before sending with
+	// nerr.ErrTooLarge) and a response (default
+	// nerr.DefaultMaxMessageBytes).
+	MaxMessageBytes int
+	// Identity is what the member tells and checks at join (a node's).
+	Identity membership.Identity
 }
 
 // maxAttempts is how many replicas a call tries when connections fail
@@ -73,6 +81,7 @@ var seq atomic.Int64
 // Client calls services anywhere in the cluster. It is safe for concurrent
 // use.
 type Client struct {
+	maxBody int
 	log     *slog.Logger
 	clock   clock.Clock
 	gossip  *membership.Gossip
@@ -135,7 +144,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{
 		log:       cfg.Logger,
 		clock:     clock.OrReal(cfg.Clock),
-		conns:     transport.NewConns(),
+		conns:     transport.NewConns(transport.CallSizeOptions(cmp.Or(cfg.MaxMessageBytes, nerr.DefaultMaxMessageBytes))),
+		maxBody:   cmp.Or(cfg.MaxMessageBytes, nerr.DefaultMaxMessageBytes),
 		balance:   cfg.Balance,
 		reg:       cfg.Registerer,
 		balancers: map[string]*balancer{},
@@ -161,6 +171,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		TTL:              cfg.AnnounceTTL,
 		Announce:         cfg.Announce,
 		Watch:            (*viewWatcher)(c),
+		Identity:         cfg.Identity,
 		Logger:           cfg.Logger,
 		Clock:            c.clock,
 	})
