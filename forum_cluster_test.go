@@ -42,7 +42,7 @@ func appProcs(t *testing.T, ctx context.Context, prefix, service string, parts, 
 		}
 		nodes = append(nodes, n)
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), AnnounceTTL: time.Second})
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds(), AnnounceTTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
