@@ -22,6 +22,7 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/security"
+	"github.com/neptune-cluster/neptune/internal/transport"
 )
 
 // Scratch returns this executable (which the demo and the benchmarks
@@ -122,6 +123,20 @@ func (c *Cluster) SecurityArgs(cert string) []string {
 		args = append(args, "--cert", cert)
 	}
 	return args
+}
+
+// Conns are connections to the cluster's nodes for a lab tool that
+// calls nodes directly, presenting cert when the cluster is secured.
+func (c *Cluster) Conns(cert string) (*transport.Conns, error) {
+	if c.pki == "" {
+		return transport.NewConns(), nil
+	}
+	role, name, _ := strings.Cut(cert, "/")
+	m, err := security.Load(security.Config{Dir: c.pki, Identity: pki.Identity{Role: pki.Role(role), Name: name}})
+	if err != nil {
+		return nil, fmt.Errorf("localcluster: %w", err)
+	}
+	return m.Transport().NewConns()
 }
 
 // nodeCert issues node id's certificate on first use.
