@@ -39,6 +39,14 @@ type MethodConfig struct {
 	Verb string `yaml:"verb"`
 	// Args replace the command's args for this method (Exec only).
 	Args []string `yaml:"args"`
+	// Passthrough (HTTP only) makes the method carry whole HTTP messages:
+	// its request body is a client's request framed as message/http
+	// (MarshalRequest), which is sent to the program as it came (method,
+	// path, query, headers, body; Route and Verb must be empty), and its
+	// response body is the program's answer framed the same way, whatever
+	// its status. This is how a gateway exposes a cluster of unmodified
+	// web programs as one web server.
+	Passthrough bool `yaml:"passthrough"`
 }
 
 // validateMethods checks the common fields; where prefixes messages with

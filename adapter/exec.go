@@ -58,8 +58,8 @@ func (c ExecConfig) Validate() error {
 		return err
 	}
 	for i, m := range c.Methods {
-		if m.Route != "" || m.Verb != "" {
-			return fmt.Errorf("exec.methods[%d]: route and verb are for http services only", i)
+		if m.Route != "" || m.Verb != "" || m.Passthrough {
+			return fmt.Errorf("exec.methods[%d]: route, verb and passthrough are for http services only", i)
 		}
 	}
 	return nil

@@ -52,6 +52,17 @@ func (c HTTPConfig) Validate() error {
 	}
 	for i, m := range c.Methods {
 		at := fmt.Sprintf("http.methods[%d]", i)
+		if m.Passthrough {
+			switch {
+			case m.Route != "":
+				return fmt.Errorf("%s.route must be empty for a passthrough method: the request carries its own path", at)
+			case m.Verb != "":
+				return fmt.Errorf("%s.verb must be empty for a passthrough method: the request carries its own method", at)
+			case len(m.Args) > 0:
+				return fmt.Errorf("%s.args is for exec services only", at)
+			}
+			continue
+		}
 		switch {
 		case !strings.HasPrefix(m.Route, "/"):
 			return fmt.Errorf("%s.route %q must start with /", at, m.Route)
@@ -78,6 +89,10 @@ type httpService struct {
 	cfg    HTTPConfig
 	base   string
 	client *http.Client
+	// raw serves passthrough methods: it follows no redirect and asks for
+	// no compression of its own, so the client sees the program's answer
+	// as the program sent it.
+	raw *http.Client
 }
 
 // NewHTTP returns the service name backed by the HTTP program in c. The
@@ -98,10 +113,19 @@ func NewHTTP(name string, c HTTPConfig) (neptune.Service, error) {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256 // one node's workers all talk to one program
-	h := &httpService{cfg: c, base: strings.TrimRight(c.BaseURL, "/"), client: &http.Client{Transport: tr}}
+	rawTr := tr.Clone()
+	rawTr.DisableCompression = true
+	h := &httpService{
+		cfg: c, base: strings.TrimRight(c.BaseURL, "/"), client: &http.Client{Transport: tr},
+		raw: &http.Client{Transport: rawTr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+	}
 	svc := neptune.Service{Name: name}
 	for _, m := range c.Methods {
 		mode, _ := neptune.ParseMode(m.Mode)
+		if m.Passthrough {
+			svc.Methods = append(svc.Methods, neptune.Method{Name: m.Name, Mode: mode, Handler: h.passthrough})
+			continue
+		}
 		verb := strings.ToUpper(m.Verb)
 		if verb == "" {
 			verb = http.MethodPost
@@ -160,6 +184,58 @@ func (h *httpService) do(ctx context.Context, verb, route, method string, partit
 		return nil, fmt.Errorf("%w: %s %s%s: status %d: %s", err, verb, h.base, route, resp.StatusCode, strings.TrimSpace(tail(out, 512)))
 	}
 	return out, nil
+}
+
+// passthrough forwards a framed request (see MarshalRequest) to the
+// program and returns its framed answer. A status of the program's is its
+// answer, not an error: only a request that cannot be parsed (ErrBadRequest),
+// a program that cannot be reached (ErrUnreachable), an answer too large
+// (ErrProgram) and the deadline (neptune.ErrDeadline) are errors.
+func (h *httpService) passthrough(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
+	in, body, err := UnmarshalRequest(r.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
+	defer cancel()
+	target := h.base + in.RequestURI
+	req, err := http.NewRequestWithContext(ctx, in.Method, target, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %s: %v", ErrBadRequest, in.Method, in.RequestURI, err)
+	}
+	req.ContentLength = int64(len(body))
+	if len(body) == 0 {
+		req.Body = http.NoBody
+	}
+	req.Header = in.Header
+	RemoveHopHeaders(req.Header)
+	if _, ok := req.Header["User-Agent"]; !ok {
+		req.Header.Set("User-Agent", "") // send none rather than Go's own
+	}
+	req.Host = in.Host
+	req.Header.Set(HeaderPartition, strconv.Itoa(r.Partition))
+	req.Header.Set(HeaderLSN, strconv.FormatUint(r.LSN, 10))
+	req.Header.Set(HeaderMethod, r.Method)
+	resp, err := h.raw.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %s %s: %v", neptune.ErrDeadline, in.Method, target, err)
+		}
+		return nil, fmt.Errorf("%w: %s %s: %v", ErrUnreachable, in.Method, target, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, h.cfg.MaxResponse+1))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %s %s: reading the answer: %v", neptune.ErrDeadline, in.Method, target, err)
+		}
+		return nil, fmt.Errorf("%w: %s %s: reading the answer: %v", ErrProgram, in.Method, target, err)
+	}
+	if int64(len(out)) > h.cfg.MaxResponse {
+		return nil, fmt.Errorf("%w: %s %s: answer exceeds max_response (%d bytes)", ErrProgram, in.Method, target, h.cfg.MaxResponse)
+	}
+	RemoveHopHeaders(resp.Header)
+	return &neptune.Response{Body: MarshalResponse(resp.StatusCode, resp.Header, out), Version: r.LSN}, nil
 }
 
 // statusError maps an HTTP status to the error it stands for, nil for 2xx.

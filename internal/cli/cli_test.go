@@ -49,7 +49,7 @@ func commandPaths(extra ...*cobra.Command) [][]string {
 
 func TestHelpOfEveryCommandGoesToStdoutAndExitsZero(t *testing.T) {
 	paths := commandPaths()
-	for _, want := range []string{"node", "call", "status", "partition promote", "version", "completion bash"} {
+	for _, want := range []string{"node", "call", "status", "partition promote", "gateway", "gateway hash-key", "version", "completion bash"} {
 		if !slices.ContainsFunc(paths, func(p []string) bool { return strings.Join(p, " ") == want }) {
 			t.Errorf("no command %q in %v", want, paths)
 		}

@@ -198,7 +198,7 @@ func (c *Credit) Next(now time.Time) (Request, bool) {
 	// to it here and the correction would change nothing.
 	var best *creditQueue
 	for _, q := range c.queues {
-		if c.eligible(q) && c.unit.positive(q.bal.Add(q.pred.predict())) && (best == nil || q.spare < best.spare) {
+		if c.eligible(q) && c.unit.withinOne(q.bal, q.pred.predict()) && (best == nil || q.spare < best.spare) {
 			best = q
 		}
 	}

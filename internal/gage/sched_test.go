@@ -191,6 +191,27 @@ func TestZeroReservationServedFromSpareOnly(t *testing.T) {
 	}
 }
 
+// Requests that use none of a scheduled resource (cached reads: no disk;
+// empty bodies: no network) still get the spare: a zero balance owes
+// nothing in a resource the request does not use.
+func TestSpareServesRequestsThatUseNoneOfAResource(t *testing.T) {
+	for name, mk := range schedulers {
+		t.Run(name, func(t *testing.T) {
+			s := mustSched(t, mk, subs("paid", 100.0), 300)
+			cached := Res(10*time.Millisecond, 0, 0)
+			h := newHarness(t, s, map[string]load{DefaultName: {rate: 200, use: cached}, "paid": {rate: 50, use: cached}})
+			h.run(time.Second)
+			h.measure()
+			h.run(2 * time.Second)
+			for _, sub := range []string{DefaultName, "paid"} {
+				if got, asked := h.count[sub], h.arrived[sub]; float64(got) < 0.99*float64(asked) {
+					t.Errorf("%s served %d of %d requests that use no disk or network", sub, got, asked)
+				}
+			}
+		})
+	}
+}
+
 func TestQueueFullAndUnknownSubscriber(t *testing.T) {
 	for name, mk := range schedulers {
 		t.Run(name, func(t *testing.T) {

@@ -152,6 +152,27 @@ func (u Unit) positive(v Vector) bool {
 	return true
 }
 
+// withinOne reports whether balance bal is in debt by less than one
+// request of predicted usage pred in every scheduled resource: bal+pred > 0
+// where the request uses the resource, and bal >= 0 where it uses none.
+// The second case is why this is not positive(bal+pred): a subscriber
+// whose requests use none of a resource (cached reads, no disk; empty
+// bodies, no network) owes nothing there, and with a zero balance, as a
+// subscriber without reservation always has, it would otherwise never
+// qualify for the spare.
+func (u Unit) withinOne(bal, pred Vector) bool {
+	for r, x := range u {
+		switch {
+		case x <= 0:
+		case pred[r] > 0 && bal[r]+pred[r] <= 0:
+			return false
+		case pred[r] <= 0 && bal[r] < 0:
+			return false
+		}
+	}
+	return true
+}
+
 // clamp bounds each component of v to [lo, hi].
 func clamp(v, lo, hi Vector) Vector {
 	for i := range v {

@@ -59,7 +59,7 @@ func paths() (visible, hidden [][]string) {
 func TestEveryCommandsHelpGoesToStdoutAndExitsZero(t *testing.T) {
 	visible, hidden := paths()
 	for _, want := range []string{"demo", "bench overhead", "bench lb", "bench replication", "bench wal", "bench apps", "bench dac",
-		"sim lb", "sim sched", "sim classes", "sim dac"} {
+		"sim lb", "sim sched", "sim classes", "sim dac", "sim gage"} {
 		if !slices.ContainsFunc(visible, func(p []string) bool { return strings.Join(p, " ") == want }) {
 			t.Errorf("no command %q in %v", want, visible)
 		}
@@ -108,6 +108,9 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		{"sim", "sched", "--workers", "0"},
 		{"sim", "classes", "--duration", "10s"},
 		{"sim", "dac", "--sections", "nope"},
+		{"sim", "gage", "--sections", "table9"},
+		{"sim", "gage", "--duration", "1s"},
+		{"sim", "gage", "--scale-subscribers", "1"},
 		{"sim", "nope"},
 		{"bench", "lb", "extra"},
 	} {
@@ -130,6 +133,14 @@ func TestExperimentsRunFromTheCommandLine(t *testing.T) {
 	code, stdout, stderr = execute(t, "bench", "wal", "-n", "40", "--read", "10", "--rounds", "1", "--dir", t.TempDir())
 	if code != cli.ExitOK || !strings.Contains(stdout, "pebble") {
 		t.Fatalf("bench wal: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	out = t.TempDir()
+	code, stdout, stderr = execute(t, "sim", "gage", "--sections", "table1", "--duration", "2s", "--warmup", "500ms", "--seed", "3", "--out", out)
+	if code != cli.ExitOK || !strings.Contains(stdout, "Table 1: isolation") || strings.Contains(stdout, "Table 2") {
+		t.Fatalf("sim gage --sections table1: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if ents, _ := os.ReadDir(out); len(ents) == 0 {
+		t.Error("sim gage --out wrote nothing")
 	}
 	// --sections replaces the default list.
 	out = t.TempDir()

@@ -3,18 +3,19 @@ package labcmd
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/neptune-cluster/neptune/lab/gagesim"
 	"github.com/neptune-cluster/neptune/lab/sim/dacsim"
 	"github.com/neptune-cluster/neptune/lab/sim/lbsim"
 	"github.com/neptune-cluster/neptune/lab/sim/schedsim"
 )
 
 func simCmd() *cobra.Command {
-	return group("sim", "Run a simulation of the papers' experiments: lb, sched, classes, dac",
+	return group("sim", "Run a simulation of the papers' experiments: lb, sched, classes, dac, gage",
 		`Run a discrete-event simulation of one of the papers' experiments. Every
 simulation drives the same policy code the nodes run, on virtual time, and
 is deterministic for a seed; each prints its tables and writes CSV and SVG
 files to --out.`,
-		simLBCmd(), simSchedCmd(), simClassesCmd(), simDACCmd())
+		simLBCmd(), simSchedCmd(), simClassesCmd(), simDACCmd(), simGageCmd())
 }
 
 func simLBCmd() *cobra.Command {
@@ -109,5 +110,39 @@ heterogeneous, Figs 14-17), scale (LAT from 4 to 512 nodes, Fig 22).`,
 	addSeed(fs, &o.Seed, "the arrivals, trees and service times")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "simulated measurement window per point (default 30s, 5s with --quick)")
 	fs.BoolVar(&o.Quick, "quick", o.Quick, "fewer points")
+	return cmd
+}
+
+func simGageCmd() *cobra.Command {
+	o := gagesim.DefaultConfig()
+	cmd := leaf("gage [flags]", "Guaranteed request rates per subscriber (Gage, issue 12: Tables 1-2, Figs 3-6)",
+		`Simulate Gage gateways in front of backends with a fixed capacity, running
+the schedulers of internal/gage on virtual time: Gage's credit scheduler
+next to an mClock-style tag scheduler and a FIFO gateway (reservations
+off), with the issue's goals judged PASS or FAIL.
+
+Sections: table1 (isolation under a flood), table2 (spare shared in
+proportion to reservations), deviation (Figs 3-6: deviation from the
+reservation against the averaging window), failover (two gateways, one
+dies), scale (many backends, subscribers and gateways).`,
+		experiment(&o, &o.Out, nil, gagesim.Run))
+	fs := cmd.Flags()
+	addSections(fs, &o.Sections, gagesim.Sections)
+	addOut(fs, &o.Out, "the CSV and SVG files")
+	addSeed(fs, &o.Seed, "the arrivals and request sizes")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "measured simulated time of each table and failover run")
+	fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "unmeasured simulated time before each run")
+	fs.DurationVar(&o.DeviationDuration, "deviation-duration", o.DeviationDuration, "measured simulated time of each deviation run")
+	fs.DurationVar(&o.ScaleDuration, "scale-duration", o.ScaleDuration, "measured simulated time of the scale run")
+	fs.DurationVar(&o.Cycle, "cycle", o.Cycle, "scheduling cycle")
+	fs.DurationVar(&o.AccountingCycle, "accounting-cycle", o.AccountingCycle, "period of the nodes' usage reports (the goals are judged at this one)")
+	fs.IntVar(&o.Backends, "nodes", o.Backends, "backends of the paper-sized runs")
+	fs.Float64Var(&o.BackendGRPS, "node-grps", o.BackendGRPS, "CPU and disk capacity of each backend, in generic requests per second")
+	fs.Float64Var(&o.BackendNet, "node-net", o.BackendNet, "link of each backend, bytes per second")
+	fs.IntVar(&o.ScaleBackends, "scale-nodes", o.ScaleBackends, "backends of the scale run")
+	fs.IntVar(&o.ScaleSubscribers, "scale-subscribers", o.ScaleSubscribers, "subscribers of the scale run")
+	fs.IntVar(&o.ScaleGateways, "scale-gateways", o.ScaleGateways, "gateways of the scale run")
+	fs.DurationVar(&o.TTL, "ttl", o.TTL, "how long a gateway counts a silent peer's demand (multi-gateway runs)")
+	fs.DurationVar(&o.Gossip, "gossip", o.Gossip, "gossip period of the gateways' demand (multi-gateway runs)")
 	return cmd
 }

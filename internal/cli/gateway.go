@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/gage"
+	"github.com/neptune-cluster/neptune/internal/gateway"
+)
+
+// gatewayOptions are the flags of `neptune gateway`; each overrides the
+// config file's key of the same name, when given.
+type gatewayOptions struct {
+	config, listen, metrics, host, logLevel string
+	join                                    []string
+}
+
+func newGatewayCmd() *cobra.Command {
+	var o gatewayOptions
+	cmd := &cobra.Command{
+		Use:   "gateway --config file.yaml [--listen :8080] [--join host:port] [flags]",
+		Short: "Run an HTTP gateway with guaranteed rates per subscriber (Gage)",
+		Long: `Run an HTTP/1.1 and HTTP/2 gateway in front of the cluster until
+interrupted, then drain the requests in flight.
+
+The config file (see examples/gateway.yaml) maps host, path prefix and
+method to a service method and a partition, and lists the subscribers:
+their reservations and limits in generic requests per second, and the Host
+and path rules and API keys (stored as SHA-256 digests; see hash-key) that
+classify requests to them. Requests wait for their turn in a Gage scheduler
+(credit, tag or fifo); a subscriber over its share when there is no spare
+capacity is answered 429 with Retry-After.
+
+Status codes: 404 no route, service, method or partition; 405 method not
+routed; 400 bad partition key; 401 unknown or missing API key; 403 key not
+allowed on the route; 413 body too large; 429 over share; 502 the service
+failed; 503 no replica, no primary or overloaded; 504 deadline.`,
+		Example: `  neptune gateway --config examples/gateway.yaml --join 127.0.0.1:7946
+  neptune gateway --config gw.yaml --listen :8443 --metrics 127.0.0.1:9101`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := o.fileConfig(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			log, err := logger(o.logLevel)
+			if err != nil {
+				return err
+			}
+			return runGateway(cmd.Context(), cmd.OutOrStdout(), cfg, o.host, log)
+		},
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&o.config, "config", "", "YAML config `file` (required); flags override its keys")
+	fs.StringVar(&o.listen, "listen", gateway.DefaultListen, "`host:port` of the HTTP listener (config: listen)")
+	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of a node to join; list (config: join)")
+	fs.StringVar(&o.metrics, "metrics", "", "`host:port` serving Prometheus /metrics on its own listener; empty disables (config: metrics)")
+	fs.StringVar(&o.host, "host", "127.0.0.1", "address the gateway's gossip listener binds to")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", "))
+	_ = cmd.MarkFlagRequired("config")
+	_ = cmd.MarkFlagFilename("config", "yaml", "yml")
+	_ = cmd.RegisterFlagCompletionFunc("log-level", fixedCompletion(logLevels...))
+	cmd.AddCommand(newHashKeyCmd())
+	return cmd
+}
+
+// fileConfig reads --config and applies the flags given on the command
+// line. A config that fails validation is an error naming the key (exit
+// 1), as for `neptune node`.
+func (o *gatewayOptions) fileConfig(fs *pflag.FlagSet) (gateway.Config, error) {
+	cfg, err := gateway.LoadConfig(o.config)
+	if err != nil {
+		return cfg, err
+	}
+	if fs.Changed("listen") {
+		cfg.Listen = o.listen
+	}
+	if fs.Changed("join") {
+		cfg.Join = o.join
+	}
+	if fs.Changed("metrics") {
+		cfg.Metrics = o.metrics
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("%s: %w", o.config, err)
+	}
+	if len(cfg.Join) == 0 {
+		return cfg, Usagef("no node to join: give --join host:port or join: in %s", o.config)
+	}
+	return cfg, nil
+}
+
+// runGateway joins the cluster as a client and serves until ctx ends.
+func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host string, log *slog.Logger) error {
+	cfg = cfg.WithDefaults()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cfg.Join, Host: host, Registerer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	g, err := gateway.New(cfg, gateway.Deps{Caller: client, Registerer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("gateway: listen (listen %q): %w", cfg.Listen, err)
+	}
+	metricsAddr := "off"
+	if cfg.Metrics != "" {
+		mln, err := net.Listen("tcp", cfg.Metrics)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("gateway: listen for metrics (metrics %q): %w", cfg.Metrics, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = msrv.Serve(mln) }()
+		defer msrv.Close()
+		metricsAddr = mln.Addr().String()
+	}
+	fmt.Fprintf(stdout, "gateway up: http %s, metrics %s, scheduler %s, %d routes, %d subscribers\n",
+		ln.Addr(), metricsAddr, cfg.Scheduler, len(cfg.Routes), len(cfg.Gage().All()))
+	return g.Serve(ctx, ln)
+}
+
+func newHashKeyCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "hash-key < key",
+		Short: "Print the digest of an API key, for a subscriber's api_keys",
+		Long: `Read an API key from standard input (one line) and print its SHA-256
+digest, the form subscribers[i].api_keys takes: the config never holds a
+key itself. The key is read from stdin rather than the command line so it
+stays out of shell history and process listings.`,
+		Example: `  printf %s "$KEY" | neptune gateway hash-key`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			line, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+			if err != nil && !errors.Is(err, io.EOF) {
+				return err
+			}
+			key := strings.TrimRight(line, "\r\n")
+			if key == "" {
+				return Usagef("no key on standard input")
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), gage.HashKey(key))
+			return nil
+		},
+	}
+}

@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/adapter"
+	"github.com/neptune-cluster/neptune/apps/echo"
+)
+
+// startNode starts one in-process Neptune node hosting svcs (each on
+// partitions 0 and 1) and waits until its own client sees them.
+func startNode(t *testing.T, svcs ...neptune.Service) *neptune.Node {
+	t.Helper()
+	nd, err := neptune.NewNode(neptune.NodeConfig{ID: "n0", AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range svcs {
+		if err := nd.Register(s, 0, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nd.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nd.Close() })
+	ctx := context.Background()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ms := nd.Client().Members(ctx, 50*time.Millisecond)
+		if len(ms) == 1 && len(ms[0].Services) >= len(svcs) {
+			return nd
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node never saw its own services: %+v", ms)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The status codes that come from a real cluster: an in-process node with
+// echo, a service that waits out every deadline, one with a one-request
+// queue, and an unmodified web program behind the HTTP adapter exposed
+// transparently.
+func TestThroughAnInProcessNode(t *testing.T) {
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Seen-Path", r.URL.RequestURI())
+		w.Header().Set("X-Seen-Partition", r.Header.Get(adapter.HeaderPartition))
+		if r.URL.Path == "/teapot" {
+			w.WriteHeader(http.StatusTeapot)
+		}
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s host=%s body=%s", r.Method, r.URL.Path, r.Host, b)
+	}))
+	defer web.Close()
+	websvc, err := adapter.NewHTTP("web", adapter.HTTPConfig{BaseURL: web.URL, Methods: []adapter.MethodConfig{
+		{Name: "http", Mode: "read", Passthrough: true},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	running := make(chan struct{}, 8)
+	wait := func(ctx context.Context, _ *neptune.Request) (*neptune.Response, error) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-release:
+			return &neptune.Response{Body: []byte("done")}, nil
+		}
+	}
+	slow := neptune.Service{Name: "slow", Methods: []neptune.Method{{Name: "wait", Mode: neptune.Read, Handler: wait}}}
+	busy := neptune.Service{Name: "busy", Workers: 1, QueueLimit: 1, Methods: []neptune.Method{{Name: "wait", Mode: neptune.Read,
+		Handler: func(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
+			running <- struct{}{}
+			return wait(ctx, r)
+		}}}}
+	nd := startNode(t, echo.Service(), websvc, slow, busy)
+
+	g, _ := start(t, `
+capacity_grps: 10000
+routes:
+  - {path_prefix: /echo, service: echo, method: echo, partition: {segment: 2}}
+  - {path_prefix: /nosvc, service: nosuch, method: echo}
+  - {path_prefix: /nomethod, service: echo, method: shout}
+  - {path_prefix: /slow, service: slow, method: wait, timeout: 200ms}
+  - {path_prefix: /busy, service: busy, method: wait, timeout: 10s}
+  - {host: shop.example, service: web, method: http, passthrough: true, partition: {hash: true, query: user, count: 2}}
+`, nd.Client(), nil)
+
+	if w := do(g, "POST", "/echo/1", nil, "hello"); w.Code != 200 || w.Body.String() != "hello" {
+		t.Errorf("echo: %d %q", w.Code, w.Body)
+	}
+	for _, tc := range []struct {
+		target string
+		code   int
+	}{
+		{"/echo/7", 404}, // a partition nobody hosts
+		{"/echo/x", 400},
+		{"/nosvc", 404},
+		{"/nomethod", 404},
+		{"/slow", 504},
+	} {
+		if w := do(g, "POST", tc.target, nil, ""); w.Code != tc.code {
+			t.Errorf("%s: %d %q, want %d", tc.target, w.Code, w.Body, tc.code)
+		}
+	}
+
+	// Passthrough: the program sees the request as the client sent it.
+	r := httptest.NewRequest("PUT", "/items/a%2Fb?user=alice", strings.NewReader("data"))
+	r.Host = "shop.example"
+	w := httptest.NewRecorder()
+	g.ServeHTTP(w, r)
+	if w.Code != 200 || w.Body.String() != "PUT /items/a/b host=shop.example body=data" ||
+		w.Header().Get("X-Seen-Path") != "/items/a%2Fb?user=alice" || w.Header().Get("X-Seen-Partition") == "" {
+		t.Errorf("passthrough: %d %v %q", w.Code, w.Header(), w.Body)
+	}
+	r = httptest.NewRequest("GET", "/teapot?user=bob", nil)
+	r.Host = "shop.example"
+	w = httptest.NewRecorder()
+	g.ServeHTTP(w, r)
+	if w.Code != http.StatusTeapot {
+		t.Errorf("the program's own status: %d, want 418", w.Code)
+	}
+
+	// Overload: one running and one queued on the node; a third is
+	// refused there. Which of the last two is refused is up to the race.
+	codes := make(chan int, 3)
+	go func() { codes <- do(g, "POST", "/busy", nil, "").Code }()
+	<-running
+	var retry [2]string
+	for i := range 2 {
+		go func() {
+			w := do(g, "POST", "/busy", nil, "")
+			retry[i] = w.Header().Get("Retry-After")
+			codes <- w.Code
+		}()
+	}
+	if c := <-codes; c != 503 {
+		t.Errorf("node queue full: %d, want 503", c)
+	}
+	close(release)
+	for range 2 {
+		if c := <-codes; c != 200 {
+			t.Errorf("busy: %d, want 200 once released", c)
+		}
+	}
+	if retry[0]+retry[1] != "1" {
+		t.Errorf("Retry-After of the 503 and the 200: %q", retry)
+	}
+}

@@ -1,0 +1,539 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/neptune-cluster/neptune/internal/gage"
+)
+
+// Config is the gateway's config file (YAML; see examples/gateway.yaml).
+// Unknown keys are errors, and every validation error names the key in
+// the file's own spelling, such as "routes[1].partition.count", so an
+// operator finds the line to fix.
+type Config struct {
+	// Listen is the address of the HTTP listener (default ":8080").
+	Listen string `yaml:"listen"`
+	// Metrics, if set, is a separate listener serving /metrics: scrapes
+	// then never compete with client traffic, and the metrics need not be
+	// exposed where the clients are.
+	Metrics string `yaml:"metrics"`
+	// Join lists gossip addresses of cluster nodes.
+	Join []string `yaml:"join"`
+	// TLS serves HTTPS (HTTP/1.1 and HTTP/2 by ALPN) when both files are
+	// set; otherwise the listener speaks plaintext HTTP/1.1 and HTTP/2
+	// with prior knowledge (h2c).
+	TLS TLSConfig `yaml:"tls"`
+	// MaxBody is the largest request body accepted (default 1 MiB).
+	MaxBody ByteSize `yaml:"max_body"`
+	// Timeout bounds a request from its arrival to its answer, the wait
+	// for its turn included (default 10s); a route may set its own.
+	Timeout Duration `yaml:"timeout"`
+	// MaxWait bounds the wait for a request's turn (default 1s): a
+	// request still queued then is answered 429, as its subscriber is
+	// over its share and there is no spare to serve it.
+	MaxWait Duration `yaml:"max_wait"`
+	// RetryAfter is the Retry-After of 429 and 503 answers (default 1s,
+	// rounded up to whole seconds).
+	RetryAfter Duration `yaml:"retry_after"`
+	// Drain bounds the graceful shutdown (default 10s): requests in
+	// flight, queued ones included, have this long to finish.
+	Drain Duration `yaml:"drain"`
+	// APIKey says where requests present their API key.
+	APIKey APIKeyConfig `yaml:"api_key"`
+	// Scheduler is credit (Gage's, the default), tag (mClock-style) or
+	// fifo (reservations off).
+	Scheduler string `yaml:"scheduler"`
+	// Cycle is the scheduling cycle (default 10ms) and Queue the bound of
+	// each subscriber's queue (default 256).
+	Cycle Duration `yaml:"cycle"`
+	Queue int      `yaml:"queue"`
+	// Unit is the generic request (default: 10ms CPU, 10ms disk, 2000
+	// bytes of network, the paper's).
+	Unit *Resources `yaml:"unit"`
+	// CapacityGRPS or Capacity (one of them) is what the cluster serves
+	// per second, until nodes report their measured capacity: in generic
+	// requests per second, or per resource.
+	CapacityGRPS float64    `yaml:"capacity_grps"`
+	Capacity     *Resources `yaml:"capacity"`
+	// Subscribers are the tenants, as internal/gage defines them:
+	// name, reservation and limit in GRPS, Host/path rules, API key
+	// digests.
+	Subscribers []gage.Subscriber `yaml:"subscribers"`
+	// Routes map requests to service methods.
+	Routes []Route `yaml:"routes"`
+}
+
+// TLSConfig names the certificate and key files (PEM).
+type TLSConfig struct {
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// APIKeyConfig says where a request's API key is read from.
+type APIKeyConfig struct {
+	// Header carries the key (default X-API-Key).
+	Header string `yaml:"header"`
+	// Bearer also takes the key from "Authorization: Bearer <key>"
+	// (default true). Turn it off when the programs behind the gateway
+	// use bearer tokens of their own.
+	Bearer *bool `yaml:"bearer"`
+}
+
+// Resources is an amount of each resource Gage schedules: CPU and disk
+// time, network bytes. As Unit it is one generic request; as Capacity it
+// is per second (cpu: 2s is two cores' worth).
+type Resources struct {
+	CPU  Duration `yaml:"cpu"`
+	Disk Duration `yaml:"disk"`
+	Net  ByteSize `yaml:"net"`
+}
+
+// Vector is r as internal/gage counts it.
+func (r Resources) Vector() gage.Vector {
+	return gage.Res(time.Duration(r.CPU), time.Duration(r.Disk), int64(r.Net))
+}
+
+// Route maps requests to one method of one service. A request matches
+// when its Host, path and method all match; the most specific route wins:
+// an exact host before a wildcard (the longer suffix first) before a route
+// without host, then the longer path prefix, then a route naming the
+// request's method before one taking any.
+type Route struct {
+	// Host is an exact host ("api.example.com") or a wildcard over its
+	// subdomains ("*.example.com"); empty matches any. Compared without
+	// port, case and trailing dot.
+	Host string `yaml:"host"`
+	// PathPrefix matches on a segment boundary ("/kv" matches /kv and
+	// /kv/x, not /kvx; "/kv/" matches everything under it); empty is "/".
+	PathPrefix string `yaml:"path_prefix"`
+	// Methods are the HTTP methods routed; empty takes any.
+	Methods []string `yaml:"methods"`
+	// Service and Method are the Neptune service and method called.
+	Service string `yaml:"service"`
+	Method  string `yaml:"method"`
+	// Partition says which partition a request goes to (default 0).
+	Partition PartitionSpec `yaml:"partition"`
+	// Passthrough sends the whole HTTP request (method, path, query,
+	// headers, body) to a passthrough method of an HTTP-adapter service
+	// and answers with the program's whole response; otherwise the request
+	// body is the call's body and the response body the answer's.
+	Passthrough bool `yaml:"passthrough"`
+	// Subscribers, if set, are the only subscribers this route serves;
+	// others get 403 (401 without a key).
+	Subscribers []string `yaml:"subscribers"`
+	// Class is the Neptune service class of the calls ("" is the
+	// service's default class).
+	Class string `yaml:"class"`
+	// Timeout overrides the gateway's Timeout for this route.
+	Timeout Duration `yaml:"timeout"`
+}
+
+// PartitionSpec picks a request's partition: a number read from a path
+// segment, a header or a query parameter, the hash of such a key, or a
+// fixed number. Written as a number (partition: 3) it is Fixed.
+type PartitionSpec struct {
+	// Segment is the 1-based index of a path segment: with segment: 2,
+	// /kv/7/x reads "7".
+	Segment int `yaml:"segment"`
+	// Header and Query name a header or a query parameter.
+	Header string `yaml:"header"`
+	Query  string `yaml:"query"`
+	// Hash makes the value a key: the partition is its FNV-1a hash
+	// modulo Count, the same on every gateway and across restarts.
+	// Without Hash the value is the partition number itself.
+	Hash bool `yaml:"hash"`
+	// Count is the number of partitions: required with Hash; otherwise,
+	// if set, a number at or above it is a bad key (400).
+	Count int `yaml:"count"`
+	// Fixed sends every request to this partition.
+	Fixed *int `yaml:"fixed"`
+}
+
+// UnmarshalYAML accepts a number (a fixed partition) or the mapping.
+func (p *PartitionSpec) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		v, err := strconv.Atoi(n.Value)
+		if err != nil {
+			return fmt.Errorf("line %d: partition %q is neither a number nor a mapping like {segment: 2}", n.Line, n.Value)
+		}
+		*p = PartitionSpec{Fixed: &v}
+		return nil
+	}
+	type plain PartitionSpec
+	return n.Decode((*plain)(p))
+}
+
+// Duration is a time.Duration written as "250ms", "1s", ...
+type Duration time.Duration
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration like 250ms or 1s", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ByteSize is a number of bytes written as 1048576, "1MiB", "64KiB",
+// "2MB" (powers of 1000) or "512B".
+type ByteSize int64
+
+// UnmarshalYAML parses a size.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseByteSize(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*b = v
+	return nil
+}
+
+// ParseByteSize parses "1MiB", "64KiB", "2MB", "512B" or a plain number.
+func ParseByteSize(s string) (ByteSize, error) {
+	t := strings.TrimSpace(s)
+	num := strings.TrimRightFunc(t, func(r rune) bool { return r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' })
+	mult := map[string]float64{"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}[strings.ToLower(strings.TrimSpace(t[len(num):]))]
+	x, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if err != nil || mult == 0 || x < 0 || math.IsInf(x*mult, 0) || x*mult > math.MaxInt64/2 {
+		return 0, fmt.Errorf("%q is not a size like 1048576, 64KiB, 1MiB or 2MB", s)
+	}
+	return ByteSize(x * mult), nil
+}
+
+// Defaults.
+const (
+	DefaultListen     = ":8080"
+	DefaultMaxBody    = 1 << 20
+	DefaultTimeout    = 10 * time.Second
+	DefaultMaxWait    = time.Second
+	DefaultRetryAfter = time.Second
+	DefaultDrain      = 10 * time.Second
+	DefaultKeyHeader  = "X-API-Key"
+	// maxBodyLimit keeps a framed request within what one Neptune call
+	// carries (64 MiB gRPC messages), with room for the headers.
+	maxBodyLimit = 32 << 20
+)
+
+// Schedulers are the values of Config.Scheduler.
+var Schedulers = []string{"credit", "tag", "fifo"}
+
+// ReadConfig reads and validates a config file.
+func ReadConfig(path string) (Config, error) {
+	c, err := LoadConfig(path)
+	if err != nil {
+		return c, err
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// LoadConfig reads a config file without validating it, for callers that
+// apply overrides (command-line flags) first and validate the result.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	c, err := DecodeConfig(b)
+	if err != nil {
+		return c, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig decodes YAML and validates it.
+func ParseConfig(b []byte) (Config, error) {
+	c, err := DecodeConfig(b)
+	if err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// DecodeConfig decodes YAML, unknown keys being errors, without
+// validating the values.
+func DecodeConfig(b []byte) (Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	// An empty document (io.EOF) goes on to Validate, which says what is
+	// missing.
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return c, fmt.Errorf("gateway config: %w", err)
+	}
+	return c, nil
+}
+
+// WithDefaults fills the zero fields with their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = DefaultMaxBody
+	}
+	def := func(d *Duration, v time.Duration) {
+		if *d == 0 {
+			*d = Duration(v)
+		}
+	}
+	def(&c.Timeout, DefaultTimeout)
+	def(&c.MaxWait, DefaultMaxWait)
+	def(&c.RetryAfter, DefaultRetryAfter)
+	def(&c.Drain, DefaultDrain)
+	if c.APIKey.Header == "" {
+		c.APIKey.Header = DefaultKeyHeader
+	}
+	if c.APIKey.Bearer == nil {
+		t := true
+		c.APIKey.Bearer = &t
+	}
+	if c.Scheduler == "" {
+		c.Scheduler = "credit"
+	}
+	return c
+}
+
+// Gage is the subscriber table for internal/gage.
+func (c Config) Gage() gage.Config {
+	g := gage.Config{Subscribers: c.Subscribers}
+	if c.Unit != nil {
+		g.Unit = gage.Unit(c.Unit.Vector())
+	}
+	return g
+}
+
+// CapacityVector is the configured capacity per second, per resource.
+func (c Config) CapacityVector() gage.Vector {
+	if c.Capacity != nil {
+		return c.Capacity.Vector()
+	}
+	return c.Gage().UnitOrDefault().Times(c.CapacityGRPS)
+}
+
+// Validate reports every problem at once (errors.Join of
+// *gage.FieldError, each naming its YAML key).
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &gage.FieldError{Field: field, Err: fmt.Errorf(format, args...)})
+	}
+	for _, a := range []struct{ field, addr string }{{"listen", c.Listen}, {"metrics", c.Metrics}} {
+		if a.addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			bad(a.field, "%q is not host:port (or :port)", a.addr)
+		}
+	}
+	for i, j := range c.Join {
+		if _, _, err := net.SplitHostPort(j); err != nil {
+			bad(fmt.Sprintf("join[%d]", i), "%q is not host:port", j)
+		}
+	}
+	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
+		bad("tls", "set both cert and key, or neither")
+	}
+	if c.MaxBody < 0 || c.MaxBody > maxBodyLimit {
+		bad("max_body", "must be between 0 (default 1MiB) and 32MiB, got %d", c.MaxBody)
+	}
+	for _, d := range []struct {
+		field string
+		v     Duration
+	}{{"timeout", c.Timeout}, {"max_wait", c.MaxWait}, {"retry_after", c.RetryAfter}, {"drain", c.Drain}, {"cycle", c.Cycle}} {
+		if d.v < 0 {
+			bad(d.field, "must be >= 0, got %v", time.Duration(d.v))
+		}
+	}
+	if c.APIKey.Header != "" && !validToken(c.APIKey.Header) {
+		bad("api_key.header", "%q is not a header name", c.APIKey.Header)
+	}
+	if c.Scheduler != "" && !slices.Contains(Schedulers, c.Scheduler) {
+		bad("scheduler", "%q is none of %s", c.Scheduler, strings.Join(Schedulers, ", "))
+	}
+	if c.Queue < 0 {
+		bad("queue", "must be >= 0 (0: default 256), got %d", c.Queue)
+	}
+	if c.Unit != nil {
+		if err := gage.Unit(c.Unit.Vector()).Validate(); err != nil {
+			bad("unit", "%w", err)
+		}
+	}
+	if c.Capacity != nil {
+		if v := c.Capacity.Vector(); v[gage.CPU] < 0 || v[gage.Disk] < 0 || v[gage.Net] < 0 {
+			bad("capacity", "must be >= 0")
+		}
+	}
+	switch {
+	case c.Capacity != nil && c.CapacityGRPS != 0:
+		bad("capacity_grps", "set capacity_grps or capacity, not both")
+	case c.Capacity == nil && (c.CapacityGRPS <= 0 || math.IsInf(c.CapacityGRPS, 0) || math.IsNaN(c.CapacityGRPS)):
+		bad("capacity_grps", "must be > 0 GRPS (or set capacity per resource): until nodes report their capacity, the gateway paces to the configured one")
+	}
+	gc := c.Gage()
+	if err := gc.Validate(); err != nil {
+		errs = append(errs, err)
+	} else if capacity := gc.UnitOrDefault().GRPS(c.CapacityVector()); capacity > 0 {
+		// The configured capacity is the operator's figure, not an
+		// estimate from a cluster still starting: reservations beyond it
+		// cannot be kept, so the config is refused.
+		if err := gage.Admit(gc, capacity); err != nil {
+			var ob *gage.OverbookedError
+			if errors.As(err, &ob) {
+				bad("subscribers", "reservations total %.1f GRPS, over the capacity of %.1f GRPS; not covered: %s",
+					ob.Reserved, ob.Capacity, strings.Join(ob.Over, ", "))
+			}
+		}
+	}
+	subs := map[string]bool{gage.DefaultName: true}
+	for _, s := range c.Subscribers {
+		subs[s.Name] = true
+	}
+	if len(c.Routes) == 0 {
+		bad("routes", "at least one route is needed")
+	}
+	seen := map[string]string{}
+	for i, r := range c.Routes {
+		errs = append(errs, r.validate(fmt.Sprintf("routes[%d]", i), subs, seen)...)
+	}
+	return errors.Join(errs...)
+}
+
+func (r Route) validate(f string, subs map[string]bool, seen map[string]string) []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &gage.FieldError{Field: field, Err: fmt.Errorf(format, args...)})
+	}
+	host, err := normalizeRouteHost(r.Host)
+	if err != nil {
+		bad(f+".host", "%w", err)
+	}
+	if r.PathPrefix != "" && (!strings.HasPrefix(r.PathPrefix, "/") || strings.ContainsAny(r.PathPrefix, "?# \t")) {
+		bad(f+".path_prefix", "%q must start with / and hold no query, fragment or space", r.PathPrefix)
+	}
+	methods := r.Methods
+	if len(methods) == 0 {
+		methods = []string{"*"}
+	}
+	for j, m := range r.Methods {
+		if !validToken(m) || strings.ToUpper(m) != m {
+			bad(fmt.Sprintf("%s.methods[%d]", f, j), "%q is not an HTTP method in capitals, like GET", m)
+		}
+	}
+	if r.Service == "" {
+		bad(f+".service", "is required")
+	}
+	if r.Method == "" {
+		bad(f+".method", "is required")
+	}
+	for j, s := range r.Subscribers {
+		if !subs[s] {
+			bad(fmt.Sprintf("%s.subscribers[%d]", f, j), "%q is no subscriber's name", s)
+		}
+	}
+	if r.Timeout < 0 {
+		bad(f+".timeout", "must be >= 0, got %v", time.Duration(r.Timeout))
+	}
+	errs = append(errs, r.Partition.validate(f+".partition")...)
+	prefix := r.PathPrefix
+	if prefix == "" {
+		prefix = "/"
+	}
+	for _, m := range methods {
+		k := host + " " + prefix + " " + m
+		if prev, dup := seen[k]; dup {
+			bad(f, "same host, path_prefix and method %s as %s", m, prev)
+			continue
+		}
+		seen[k] = f
+	}
+	return errs
+}
+
+func (p PartitionSpec) validate(f string) []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &gage.FieldError{Field: field, Err: fmt.Errorf(format, args...)})
+	}
+	n := 0
+	for _, set := range []bool{p.Segment != 0, p.Header != "", p.Query != "", p.Fixed != nil} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		bad(f, "set one of segment, header, query or fixed, not several")
+	}
+	if p.Segment < 0 {
+		bad(f+".segment", "must be >= 1 (the first path segment is 1), got %d", p.Segment)
+	}
+	if p.Header != "" && !validToken(p.Header) {
+		bad(f+".header", "%q is not a header name", p.Header)
+	}
+	if p.Fixed != nil && *p.Fixed < 0 {
+		bad(f+".fixed", "must be >= 0, got %d", *p.Fixed)
+	}
+	if p.Count < 0 {
+		bad(f+".count", "must be >= 0, got %d", p.Count)
+	}
+	if p.Hash {
+		switch {
+		case p.Fixed != nil || n == 0:
+			bad(f+".hash", "hashes a key: name it with segment, header or query")
+		case p.Count == 0:
+			bad(f+".count", "is required with hash: the number of partitions the key is spread over")
+		}
+	}
+	if p.Fixed != nil && p.Count > 0 && *p.Fixed >= p.Count {
+		bad(f+".fixed", "%d is not below count %d", *p.Fixed, p.Count)
+	}
+	return errs
+}
+
+// normalizeRouteHost returns host lowercased without trailing dot, or why
+// it is not a host name or *.suffix wildcard.
+func normalizeRouteHost(h string) (string, error) {
+	if h == "" {
+		return "", nil
+	}
+	n := strings.TrimSuffix(strings.ToLower(h), ".")
+	name := strings.TrimPrefix(n, "*.")
+	if name == "" || strings.ContainsAny(name, "*/:[] \t?#@") || strings.HasPrefix(name, ".") || strings.Contains(name, "..") {
+		return "", fmt.Errorf("%q is not a host name or *.suffix wildcard", h)
+	}
+	return n, nil
+}
+
+// validToken reports whether s is an RFC 9110 token (a method or a header
+// name).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,418 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/adapter"
+	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/gage"
+)
+
+// Caller is what the gateway needs of a Neptune client, which satisfies
+// it: one call to a method of a service partition, sent to the replica
+// Neptune's own balancer picks (the least loaded by its polls).
+type Caller interface {
+	Call(ctx context.Context, service string, partition int, method string, body []byte, opts ...neptune.CallOption) (*neptune.Response, error)
+}
+
+// Deps are what a gateway is given rather than builds: the cluster, the
+// time source, where metrics go and where logs go.
+type Deps struct {
+	Caller Caller
+	// Clock is the scheduler's and the deadlines' time source (default
+	// the wall clock); tests pass a manual one.
+	Clock clock.Clock
+	// Registerer receives the metrics; nil keeps them in a private
+	// registry.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// Gateway is the HTTP front door: it routes each request to a service
+// method, classifies it to the subscriber that pays for it, waits for its
+// turn in the Gage scheduler and sends it with the Neptune client. It is
+// an http.Handler; Serve runs it on a listener with the scheduler loop.
+//
+// What it measures. Until nodes report per-subscriber usage (issue 12
+// item 5), the gateway charges each request what it can see itself: the
+// bytes of the request and response bodies it carried (framed HTTP
+// messages on passthrough routes) as network, and the wall time of the
+// Neptune call as CPU, which also counts the network round trip and any
+// wait in the node's queue; disk is not measured (zero). The capacity the
+// scheduler paces to is the configured one (capacity_grps or capacity)
+// until node reports give a measured estimate.
+type Gateway struct {
+	cfg      Config // with defaults
+	routes   *routeTable
+	classify *gage.Classifier
+	unit     gage.Unit
+	loop     *loop
+	metrics  *metrics
+	caller   Caller
+	clk      clock.Clock
+	log      *slog.Logger
+
+	retryAfter string
+}
+
+// New builds a gateway from cfg (validated here).
+func New(cfg Config, d Deps) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if d.Caller == nil {
+		return nil, errors.New("gateway: Deps.Caller is nil")
+	}
+	cfg = cfg.WithDefaults()
+	clk := clock.OrReal(d.Clock)
+	log := d.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	reg := d.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	gc := cfg.Gage()
+	cl, err := gage.NewClassifier(gc)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	sched, err := newScheduler(cfg.Scheduler, gc, gage.Options{Cycle: time.Duration(cfg.Cycle), MaxQueue: cfg.Queue})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	sched.SetCapacity(clk.Now(), cfg.CapacityVector())
+	m, err := newMetrics(reg, gc)
+	if err != nil {
+		return nil, err
+	}
+	return &Gateway{
+		cfg: cfg, routes: newRouteTable(cfg.Routes, time.Duration(cfg.Timeout)), classify: cl,
+		unit: gc.UnitOrDefault(), loop: newLoop(clk, sched, m), metrics: m, caller: d.Caller, clk: clk, log: log,
+		retryAfter: strconv.Itoa(max(1, int(math.Ceil(time.Duration(cfg.RetryAfter).Seconds())))),
+	}, nil
+}
+
+func newScheduler(kind string, gc gage.Config, opt gage.Options) (gage.Scheduler, error) {
+	switch kind {
+	case "tag":
+		return gage.NewTag(gc, opt)
+	case "fifo":
+		return gage.NewFIFO(gc, opt)
+	}
+	return gage.NewCredit(gc, opt)
+}
+
+// Run runs the scheduler loop until ctx ends. Requests are only served
+// while it runs; Serve runs it itself.
+func (g *Gateway) Run(ctx context.Context) { g.loop.run(ctx) }
+
+// Serve serves HTTP on ln, with the scheduler loop, until ctx ends; then
+// it drains: it stops accepting, lets the requests in flight (queued ones
+// included) finish within the drain bound, and returns. Requests still
+// running after the bound are cancelled, and Serve says so.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	loopCtx, stopLoop := context.WithCancel(context.Background())
+	loopDone := make(chan struct{})
+	go func() { g.Run(loopCtx); close(loopDone) }()
+	defer func() { stopLoop(); <-loopDone }()
+
+	// Requests do not inherit ctx: its end starts the drain, which must
+	// let them finish. abort cancels them once the drain bound passes.
+	base, abort := context.WithCancel(context.Background())
+	defer abort()
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	tls := g.cfg.TLS.Cert != ""
+	if tls {
+		protos.SetHTTP2(true)
+	} else {
+		protos.SetUnencryptedHTTP2(true) // h2c with prior knowledge
+	}
+	srv := &http.Server{
+		Handler:           g,
+		Protocols:         &protos,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if tls {
+			errc <- srv.ServeTLS(ln, g.cfg.TLS.Cert, g.cfg.TLS.Key)
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("gateway: %w", err)
+	case <-ctx.Done():
+	}
+	g.log.Info("gateway draining", "bound", time.Duration(g.cfg.Drain))
+	dctx, cancel := clock.WithTimeout(context.Background(), g.clk, time.Duration(g.cfg.Drain))
+	defer cancel()
+	err := srv.Shutdown(dctx)
+	<-errc // http.ErrServerClosed, at once
+	if err != nil {
+		abort()
+		srv.Close()
+		return fmt.Errorf("gateway: drain: requests still running after %v were cancelled: %w", time.Duration(g.cfg.Drain), err)
+	}
+	return nil
+}
+
+// statusClientGone is recorded (never sent) for a request whose client
+// went away first, after nginx's convention.
+const statusClientGone = 499
+
+// ServeHTTP serves one request. The checks go from the cheapest and least
+// revealing to the costliest: route (404, 405), key and subscriber (401,
+// 403), declared size (413), partition key (400), the body itself (413),
+// the subscriber's turn (429, 504), then the call (the service's answer,
+// or 404, 502, 503, 504).
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := g.clk.Now()
+	code := g.serve(w, r, start)
+	g.metrics.onResponse(code, g.clk.Since(start).Seconds())
+}
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, start time.Time) int {
+	rt, allow := g.routes.match(r.Host, r.URL.Path, r.Method)
+	if rt == nil {
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			return g.fail(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed here")
+		}
+		return g.fail(w, http.StatusNotFound, "no route for this host and path")
+	}
+	key, bearer := g.apiKey(r)
+	sub, err := g.classify.Classify(r.Host, r.URL.Path, key)
+	if err != nil {
+		return g.fail(w, http.StatusUnauthorized, "unknown API key")
+	}
+	if !rt.allows(sub) {
+		if key == "" {
+			return g.fail(w, http.StatusUnauthorized, "this route needs an API key")
+		}
+		return g.fail(w, http.StatusForbidden, "this API key may not use this route")
+	}
+	g.metrics.onDemand(sub)
+	limit := int64(g.cfg.MaxBody)
+	if r.ContentLength > limit {
+		return g.fail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", limit))
+	}
+	part, err := rt.Partition.partition(r)
+	if err != nil {
+		return g.fail(w, http.StatusBadRequest, err.Error())
+	}
+	// A client that trickles its body is held to the request's timeout
+	// (on the socket, so in real time), and the deadline is lifted once
+	// the body is in: left set, it would end the server's background read
+	// and cancel the request as if the client had gone. Recorders in tests
+	// do not support deadlines, which is harmless.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(rt.timeout))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	_ = rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return g.fail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", limit))
+		}
+		return g.fail(w, http.StatusBadRequest, "could not read the body")
+	}
+	payload := body
+	if rt.Passthrough {
+		if payload, err = g.frame(r, sub, body, bearer); err != nil {
+			return g.fail(w, http.StatusBadRequest, "request cannot be forwarded: "+err.Error())
+		}
+	}
+
+	// The deadline runs from arrival: the wait for the turn counts.
+	ctx, cancel := clock.WithDeadline(r.Context(), g.clk, start.Add(rt.timeout))
+	defer cancel()
+	if err := g.loop.wait(ctx, sub, time.Duration(g.cfg.MaxWait)); err != nil {
+		return g.refused(w, r, rt, sub, err)
+	}
+	sent := g.clk.Now()
+	resp, err := g.caller.Call(ctx, rt.Service, part, rt.Method, payload, neptune.WithClass(rt.Class))
+	used := gage.Res(g.clk.Since(sent), 0, int64(len(payload)))
+	if resp != nil {
+		used[gage.Net] += float64(len(resp.Body))
+	}
+	g.loop.done(gage.Usage{Subscriber: sub, Requests: 1, Used: used})
+	g.metrics.onUsed(sub, g.unit.Cost(used))
+	if err != nil {
+		return g.callFailed(w, r, rt, sub, err)
+	}
+	if rt.Passthrough {
+		return g.relay(w, r, rt, sub, resp.Body)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(resp.Body)
+	return http.StatusOK
+}
+
+// apiKey returns the request's API key, "" if it presents none, and
+// whether it came as a bearer token.
+func (g *Gateway) apiKey(r *http.Request) (key string, bearer bool) {
+	if *g.cfg.APIKey.Bearer {
+		if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+			return strings.TrimSpace(a[7:]), true
+		}
+	}
+	return r.Header.Get(g.cfg.APIKey.Header), false
+}
+
+// HeaderSubscriber tells the program behind a passthrough route which
+// subscriber a request was classified to; a client's own is replaced.
+const HeaderSubscriber = "Neptune-Subscriber"
+
+// frame builds the message/http request a passthrough method takes (see
+// adapter.MarshalRequest): the client's method, target, Host, headers and
+// body, less the hop-by-hop headers and the API key (it authenticates the
+// client to the gateway and is nothing the program should see), plus the
+// usual X-Forwarded-* and the subscriber.
+func (g *Gateway) frame(r *http.Request, sub string, body []byte, bearer bool) ([]byte, error) {
+	h := r.Header.Clone()
+	adapter.RemoveHopHeaders(h)
+	h.Del(g.cfg.APIKey.Header)
+	if bearer {
+		h.Del("Authorization")
+	}
+	h.Set(HeaderSubscriber, sub)
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior := h.Values("X-Forwarded-For"); len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		h.Set("X-Forwarded-For", ip)
+	}
+	h.Set("X-Forwarded-Host", r.Host)
+	proto := "http"
+	if r.TLS != nil {
+		proto = "https"
+	}
+	h.Set("X-Forwarded-Proto", proto)
+	return adapter.MarshalRequest(r.Method, r.URL.RequestURI(), r.Host, h, body)
+}
+
+// relay answers with the program's framed response.
+func (g *Gateway) relay(w http.ResponseWriter, r *http.Request, rt *route, sub string, msg []byte) int {
+	status, h, body, err := adapter.UnmarshalResponse(msg, r.Method)
+	if err != nil {
+		g.log.Warn("gateway: malformed answer from a passthrough method", "route", rt.field, "service", rt.Service, "method", rt.Method, "subscriber", sub, "err", err)
+		return g.fail(w, http.StatusBadGateway, "malformed answer from the service")
+	}
+	adapter.RemoveHopHeaders(h)
+	out := w.Header()
+	for k, vs := range h {
+		out[k] = vs
+	}
+	w.WriteHeader(status)
+	w.Write(body)
+	return status
+}
+
+// refused answers a request that never had its turn.
+func (g *Gateway) refused(w http.ResponseWriter, r *http.Request, rt *route, sub string, err error) int {
+	g.log.Debug("gateway: refused", "route", rt.field, "subscriber", sub, "err", err)
+	switch {
+	case errors.Is(err, gage.ErrQueueFull):
+		g.metrics.onDrop(sub, dropQueueFull)
+		return g.fail(w, http.StatusTooManyRequests, "over the subscriber's share, and no spare capacity: queue full")
+	case errors.Is(err, errOverShare):
+		g.metrics.onDrop(sub, dropOverShare)
+		return g.fail(w, http.StatusTooManyRequests, "over the subscriber's share, and no spare capacity: no turn in time")
+	case errors.Is(err, context.DeadlineExceeded):
+		g.metrics.onDrop(sub, dropDeadline)
+		return g.fail(w, http.StatusGatewayTimeout, "deadline passed while waiting for a turn")
+	case r.Context().Err() != nil:
+		return statusClientGone
+	}
+	return g.fail(w, http.StatusServiceUnavailable, "gateway shutting down")
+}
+
+// StatusOf is the HTTP status a failed call is answered with:
+//
+//	404  ErrUnknownService, ErrUnknownMethod, ErrUnknownPartition
+//	503  ErrNoReplica, ErrNoPrimary, ErrOverloaded, ErrClosed (with Retry-After)
+//	504  ErrDeadline, the request's deadline
+//	502  anything else: the service failed, or the route names a method
+//	     the gateway cannot call (a stream method, ErrWrongMode)
+func StatusOf(err error) int {
+	is := func(targets ...error) bool {
+		for _, t := range targets {
+			if errors.Is(err, t) {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case is(neptune.ErrUnknownService, neptune.ErrUnknownMethod, neptune.ErrUnknownPartition):
+		return http.StatusNotFound
+	case is(neptune.ErrNoReplica, neptune.ErrNoPrimary, neptune.ErrOverloaded, neptune.ErrClosed):
+		return http.StatusServiceUnavailable
+	case is(neptune.ErrDeadline, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusBadGateway
+}
+
+// callFailed answers a request whose call failed.
+func (g *Gateway) callFailed(w http.ResponseWriter, r *http.Request, rt *route, sub string, err error) int {
+	if r.Context().Err() != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, neptune.ErrDeadline) {
+		return statusClientGone
+	}
+	code := StatusOf(err)
+	g.log.Debug("gateway: call failed", "route", rt.field, "service", rt.Service, "method", rt.Method, "subscriber", sub, "status", code, "err", err)
+	var msg string
+	switch code {
+	case http.StatusNotFound:
+		msg = "no such service, method or partition"
+	case http.StatusServiceUnavailable:
+		msg = "service unavailable: no replica, no primary, or overloaded"
+	case http.StatusGatewayTimeout:
+		msg = "deadline passed"
+	default:
+		msg = "the service failed"
+	}
+	return g.fail(w, code, msg)
+}
+
+// fail writes an error answer: a short plain-text reason, and the headers
+// the status calls for. Messages are the gateway's own, never a key or a
+// node's address.
+func (g *Gateway) fail(w http.ResponseWriter, code int, msg string) int {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	switch code {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		h.Set("Retry-After", g.retryAfter)
+	case http.StatusUnauthorized:
+		h.Set("WWW-Authenticate", `Bearer realm="neptune"`)
+	}
+	w.WriteHeader(code)
+	io.WriteString(w, msg+"\n")
+	return code
+}
