@@ -36,6 +36,10 @@ type ClientConfig struct {
 	// certificate to call, an operator's to also Promote) and gossip
 	// keyring, or an explicit Insecure; the zero value is refused.
 	Security Security
+	// MaxMessageBytes bounds a request body, refused before it is sent
+	// with ErrTooLarge (so the write never ran), and a response (default
+	// 16 MiB).
+	MaxMessageBytes int
 }
 
 // Dial joins a cluster as a client: it learns the yellow pages by gossip but
@@ -62,7 +66,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	c, err := client.New(ctx, client.Config{
 		Host: cfg.Host, Join: cfg.Join, AnnounceTTL: cfg.AnnounceTTL, Balance: bal,
-		Registerer: cfg.Registerer, Logger: cfg.Logger, Security: sec,
+		Registerer: cfg.Registerer, Logger: cfg.Logger, Security: sec, MaxMessageBytes: cfg.MaxMessageBytes,
 	})
 	if err != nil {
 		return nil, err

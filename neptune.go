@@ -137,6 +137,9 @@ var (
 	ErrDeadline         = nerr.ErrDeadline
 	ErrOverloaded       = nerr.ErrOverloaded
 	ErrClosed           = nerr.ErrClosed
+	// ErrTooLarge: a body over the MaxMessageBytes limit. A request
+	// refused with it was never sent or never ran; not retryable.
+	ErrTooLarge = nerr.ErrTooLarge
 )
 
 // Retryable reports whether the same call may succeed if tried again:

@@ -60,6 +60,9 @@ func (r *request) resolve(look membership.Lookup) error {
 // picks; if the connection fails, up to three replicas are tried and a
 // failed node is excluded until it announces itself again.
 func (c *Client) Call(ctx context.Context, svc string, partition int, method string, body []byte, opts ...Option) (*service.Response, error) {
+	if len(body) > c.maxBody {
+		return nil, fmt.Errorf("%w: request body of %d bytes exceeds the limit of %d (ClientConfig.MaxMessageBytes); it was not sent, so the write never ran", nerr.ErrTooLarge, len(body), c.maxBody)
+	}
 	o := collect(opts)
 	start := c.clock.Now()
 	if o.timeout > 0 {

@@ -10,6 +10,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/metrics"
+	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/security"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -62,6 +64,12 @@ type Config struct {
 	// labelled and verifies signed announcements, its polls carry an HMAC,
 	// and the client applies changes of the keyring file while it runs.
 	Security *security.Material
+	// MaxMessageBytes bounds a request body (refused before sending with
+	// nerr.ErrTooLarge) and a response (default
+	// nerr.DefaultMaxMessageBytes).
+	MaxMessageBytes int
+	// Identity is what the member tells and checks at join (a node's).
+	Identity membership.Identity
 }
 
 // maxAttempts is how many replicas a call tries when connections fail
@@ -80,6 +88,7 @@ var seq atomic.Int64
 // Client calls services anywhere in the cluster. It is safe for concurrent
 // use.
 type Client struct {
+	maxBody int
 	log     *slog.Logger
 	clock   clock.Clock
 	gossip  *membership.Gossip
@@ -123,7 +132,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Security == nil {
 		return nil, errors.New("neptune: client: no security material (security.Load, or an explicitly insecure one)")
 	}
-	conns, err := cfg.Security.Transport().NewConns()
+	conns, err := cfg.Security.Transport().NewConns(transport.CallSizeOptions(cmp.Or(cfg.MaxMessageBytes, nerr.DefaultMaxMessageBytes)))
 	if err != nil {
 		return nil, fmt.Errorf("neptune: %w", err)
 	}
@@ -131,6 +140,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		log:       cfg.Logger,
 		clock:     clock.OrReal(cfg.Clock),
 		conns:     conns,
+		maxBody:   cmp.Or(cfg.MaxMessageBytes, nerr.DefaultMaxMessageBytes),
 		balance:   cfg.Balance,
 		reg:       cfg.Registerer,
 		balancers: map[string]*balancer{},
@@ -154,6 +164,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		TTL:              cfg.AnnounceTTL,
 		Announce:         cfg.Announce,
 		Watch:            (*viewWatcher)(c),
+		Identity:         cfg.Identity,
 		Logger:           cfg.Logger,
 		Clock:            c.clock,
 	}

@@ -73,6 +73,11 @@ type Config struct {
 	// source address; the excess is closed before memberlist reads it.
 	StreamRate  float64
 	StreamBurst int
+
+	// Identity is told to the other members at join and checked against
+	// theirs (see identity.go); a name already live elsewhere always
+	// refuses the start.
+	Identity Identity
 }
 
 // Watcher follows the yellow pages as they change. Its methods run with
@@ -119,6 +124,7 @@ type Gossip struct {
 	accepted  atomic.Uint64
 	rejected  atomic.Uint64
 	transport *limitedTransport
+	conflicts *conflicts
 }
 
 // Stats counts signed announcements (direct and relayed) accepted and
@@ -185,6 +191,8 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 	mc.PushPullInterval = cfg.TTL
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
+	g.conflicts = &conflicts{self: cfg.NodeID, starting: true, later: cfg.Identity.OnConflict}
+	mc.Conflict = g.conflicts
 	mc.Logger = slog.NewLogLogger(cfg.Logger.With("component", "memberlist").Handler(), slog.LevelDebug)
 	mc.Label = cfg.Label
 	if cfg.Keyring != nil {
@@ -213,6 +221,16 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 			_ = ml.Shutdown()
 			return nil, err
 		}
+	}
+	if err := g.checkJoined(); err != nil {
+		if !errors.Is(err, ErrDuplicateID) {
+			// We joined: leave so that our name is free for a corrected
+			// start. Never with a duplicate id: a leave would be taken
+			// for the live holder's.
+			_ = ml.Leave(time.Second)
+		}
+		_ = ml.Shutdown()
+		return nil, err
 	}
 	ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	go g.loop(ctx)
@@ -426,7 +444,12 @@ func (g *Gossip) pagesHas(now time.Time, id string) (*Entry, bool) {
 // delegate receives memberlist's user messages and push/pull state.
 type delegate Gossip
 
-func (d *delegate) NodeMeta(int) []byte { return nil }
+func (d *delegate) NodeMeta(limit int) []byte {
+	if m := d.cfg.Identity.Meta; len(m) <= limit {
+		return m
+	}
+	return nil // the node trims its meta to memberlist.MetaMaxSize
+}
 
 func (d *delegate) NotifyMsg(b []byte) {
 	g := (*Gossip)(d)

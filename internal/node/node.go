@@ -30,6 +30,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/dispatch"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/metrics"
+	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/replication"
 	"github.com/neptune-cluster/neptune/internal/security"
@@ -76,6 +77,12 @@ type Config struct {
 	// explicit Insecure. Identity is set to this node's id; the zero value
 	// is refused.
 	Security security.Config
+	// Cluster names the cluster (default DefaultCluster); the data
+	// directory records it and a node of another cluster is refused.
+	Cluster string
+	// MaxMessageBytes bounds a request or response body and a replicated
+	// write (default nerr.DefaultMaxMessageBytes).
+	MaxMessageBytes int
 }
 
 func (c Config) withDefaults() Config {
@@ -95,6 +102,12 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	c.Clock = clock.OrReal(c.Clock)
+	if c.Cluster == "" {
+		c.Cluster = DefaultCluster
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = nerr.DefaultMaxMessageBytes
+	}
 	return c
 }
 
@@ -110,6 +123,9 @@ func (c Config) Validate() error {
 		if p.port < 0 || p.port > 65535 {
 			return fmt.Errorf("neptune: NodeConfig.%s must be in 0..65535, got %d", p.name, p.port)
 		}
+	}
+	if c.MaxMessageBytes < 0 || c.MaxMessageBytes > transport.MaxMessage {
+		return fmt.Errorf("neptune: NodeConfig.MaxMessageBytes must be in 0..%d, got %d", transport.MaxMessage, c.MaxMessageBytes)
 	}
 	if c.AnnounceInterval < 0 {
 		return fmt.Errorf("neptune: NodeConfig.AnnounceInterval must be > 0, got %v", c.AnnounceInterval)
@@ -270,6 +286,14 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.registerStartMetrics(); err != nil {
 		return err
 	}
+	if n.cfg.DataDir != "" {
+		id, err := claimIdentity(n.cfg.DataDir, n.cfg.Cluster, n.cfg.ID)
+		if err != nil {
+			n.Close()
+			return err
+		}
+		n.log.Info("data directory claimed", "cluster", id.Cluster, "incarnation", id.Incarnation)
+	}
 	var err error
 	n.rpcLn, err = net.Listen("tcp", net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.RPCPort)))
 	if err != nil {
@@ -284,7 +308,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.Close()
 		return fmt.Errorf("neptune: NodeConfig.Security: %w", err)
 	}
-	n.grpc = grpc.NewServer(grpcOpts...)
+	n.grpc = grpc.NewServer(append(grpcOpts, transport.SizeOptions(n.cfg.MaxMessageBytes)...)...)
 	pb.RegisterNodeServer(n.grpc, &nodeServer{n: n})
 	go func() { _ = n.grpc.Serve(n.rpcLn) }()
 
@@ -313,6 +337,8 @@ func (n *Node) Start(ctx context.Context) error {
 		Logger:           n.log,
 		Clock:            n.clock,
 		Security:         n.sec,
+		MaxMessageBytes:  n.cfg.MaxMessageBytes,
+		Identity:         n.identity(),
 	})
 	if err != nil {
 		n.Close()

@@ -20,7 +20,7 @@ type nodeServer struct {
 
 func (s *nodeServer) Call(ctx context.Context, in *pb.CallRequest) (*pb.CallResponse, error) {
 	start := s.n.clock.Now()
-	resp, err := s.n.serve(ctx, in)
+	resp, err := s.n.serveBounded(ctx, in)
 	s.n.observe(in, start, err)
 	if err != nil {
 		return nil, transport.ToStatus(err)

@@ -222,7 +222,9 @@ type Message struct {
 	Reject bool
 	Hint   LSN
 
-	// Vote: Commit is the candidate's commit point. VoteResp: a grant
+	// Vote: Commit is the candidate's commit point and LSN its last entry
+	// (both 0: it has no data); Reject marks a probe that asks for no
+	// vote (see announceEmpty). VoteResp: a grant
 	// carries the voter's last entry (LSN, LastEpoch) and its log after the
 	// candidate's commit point in Entries.
 	Granted   bool

@@ -28,6 +28,7 @@ var wireErrors = []struct {
 	{nerr.ErrDeadline, codes.DeadlineExceeded, "DEADLINE"},
 	{nerr.ErrOverloaded, codes.ResourceExhausted, "OVERLOADED"},
 	{nerr.ErrClosed, codes.Unavailable, "CLOSED"},
+	{nerr.ErrTooLarge, codes.InvalidArgument, "TOO_LARGE"},
 }
 
 // ToStatus turns a handler or runtime error into a gRPC status error that
