@@ -134,7 +134,7 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 		// A node process of the other CA holding the gossip key joins
 		// memberlist, but its announcements are refused: it never enters
 		// the yellow pages, and its client cannot call.
-		if _, err := cl.Start(ctx, localcluster.Spec{ID: "evil", Services: []string{"kv:0"},
+		if _, err := cl.Start(ctx, localcluster.Spec{ID: "evil", Services: []string{"echo:0"},
 			SecurityArgs: []string{"--tls-dir", outside}, Args: []string{"--announce-interval", "200ms", "--announce-ttl", "1s"}}); err != nil {
 			t.Fatal(err)
 		}
