@@ -3,6 +3,7 @@ package neptune
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/client"
+	"github.com/neptune-cluster/neptune/internal/pki"
+	"github.com/neptune-cluster/neptune/internal/security"
 )
 
 // ClientConfig configures Dial.
@@ -29,6 +32,10 @@ type ClientConfig struct {
 	// NodeConfig.Registerer).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// Security is the client's certificate (Dir and Cert: a client
+	// certificate to call, an operator's to also Promote) and gossip
+	// keyring, or an explicit Insecure; the zero value is refused.
+	Security Security
 	// MaxMessageBytes bounds a request body, refused before it is sent
 	// with ErrTooLarge (so the write never ran), and a response (default
 	// 16 MiB).
@@ -45,9 +52,21 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	sc, err := cfg.Security.config("ClientConfig.Security", pki.Identity{})
+	if err != nil {
+		return nil, err
+	}
+	sc.Logger = cfg.Logger
+	sec, err := security.Load(sc)
+	if err != nil {
+		return nil, fmt.Errorf("neptune: ClientConfig.Security: %w", err)
+	}
+	if sec.Insecure() && cfg.Logger != nil {
+		cfg.Logger.Warn("client running INSECURE: plaintext gRPC and gossip, unauthenticated polls")
+	}
 	c, err := client.New(ctx, client.Config{
 		Host: cfg.Host, Join: cfg.Join, AnnounceTTL: cfg.AnnounceTTL, Balance: bal,
-		Registerer: cfg.Registerer, Logger: cfg.Logger, MaxMessageBytes: cfg.MaxMessageBytes,
+		Registerer: cfg.Registerer, Logger: cfg.Logger, Security: sec, MaxMessageBytes: cfg.MaxMessageBytes,
 	})
 	if err != nil {
 		return nil, err

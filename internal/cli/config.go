@@ -40,6 +40,9 @@ type FileConfig struct {
 	Services         []ServiceConfig `yaml:"services"`
 	// DataDir holds replicated services' write logs and durable state.
 	DataDir string `yaml:"data_dir"`
+	// Security is the node's certificate directory and keyring
+	// (secflags.go); required unless security.insecure is set.
+	Security SecurityConfig `yaml:"security"`
 }
 
 // BalanceConfig selects the load-balancing policy.

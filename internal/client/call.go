@@ -148,7 +148,7 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 			return nil, r.outcome(maybeRan, err)
 		}
 		c.identify(r)
-		cl, err := c.conns.Client(t.RPCAddr)
+		cl, err := c.conns.ClientFor(t.Node, t.RPCAddr)
 		if err != nil {
 			return nil, r.outcome(maybeRan, err)
 		}
@@ -244,7 +244,7 @@ func (c *Client) Stream(ctx context.Context, svc string, partition int, method s
 		cancel()
 		return nil, err
 	}
-	cl, err := c.conns.Client(t.RPCAddr)
+	cl, err := c.conns.ClientFor(t.Node, t.RPCAddr)
 	if err != nil {
 		cancel()
 		return nil, err

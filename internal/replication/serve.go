@@ -108,7 +108,7 @@ func (rt *Runtime) forward(ctx context.Context, primary string, in *pb.CallReque
 	if addr == "" {
 		return nil, fmt.Errorf("%w: primary %q of %s partition %d is not in the yellow pages", nerr.ErrNoPrimary, primary, in.Service, in.Partition)
 	}
-	out, err := rt.cfg.Sender.Forward(metadata.AppendToOutgoingContext(ctx, forwardedKey, rt.cfg.Self), addr, in)
+	out, err := rt.cfg.Sender.Forward(metadata.AppendToOutgoingContext(ctx, forwardedKey, rt.cfg.Self), primary, addr, in)
 	if err != nil {
 		err = transport.FromStatus(primary, err)
 		if transport.IsTransport(err) {
