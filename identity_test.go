@@ -17,7 +17,7 @@ import (
 // id (all of p0 when rep is nil), joining join.
 func startKV(t *testing.T, id, dataDir string, rep *neptune.Replication, join []string, mut func(*neptune.NodeConfig)) (*neptune.Node, error) {
 	t.Helper()
-	cfg := neptune.NodeConfig{ID: id, Join: join, AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second, DataDir: dataDir}
+	cfg := neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: id, Join: join, AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second, DataDir: dataDir}
 	if mut != nil {
 		mut(&cfg)
 	}
@@ -166,7 +166,7 @@ func TestOversizedBodyIsRefusedWithoutElection(t *testing.T) {
 		t.Fatalf("2 MiB put on a 1 MiB node: %v, want ErrTooLarge, not retryable", err)
 	}
 	// A client with a smaller limit refuses before sending.
-	dc, err := neptune.Dial(ctx, neptune.ClientConfig{Join: []string{a.GossipAddr()}, MaxMessageBytes: 1 << 10})
+	dc, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: []string{a.GossipAddr()}, MaxMessageBytes: 1 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/node"
+	"github.com/neptune-cluster/neptune/internal/pki"
 )
 
 // NodeConfig configures a node. Zero fields take the documented defaults.
@@ -52,6 +53,9 @@ type NodeConfig struct {
 	// records the cluster and node id it belongs to (neptune-identity.json)
 	// and a start refuses a directory of another node or cluster.
 	DataDir string
+	// Security is the node's certificate directory and gossip keyring, or
+	// an explicit Insecure; the zero value is refused (see Security).
+	Security Security
 	// Cluster names the cluster (default "neptune"). A node refuses to
 	// join members of another cluster and a data directory of one.
 	Cluster string
@@ -73,11 +77,15 @@ func (c NodeConfig) internal() (node.Config, error) {
 	if err != nil {
 		return node.Config{}, err
 	}
+	sec, err := c.Security.config("NodeConfig.Security", pki.Identity{Role: pki.RoleNode, Name: c.ID})
+	if err != nil {
+		return node.Config{}, err
+	}
 	cfg := node.Config{
 		ID: c.ID, Host: c.Host, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
 		MetricsAddr: c.MetricsAddr, Pprof: c.Pprof, Join: c.Join,
 		AnnounceInterval: c.AnnounceInterval, AnnounceTTL: c.AnnounceTTL,
-		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir,
+		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir, Security: sec,
 		Cluster: c.Cluster, MaxMessageBytes: c.MaxMessageBytes,
 	}
 	return cfg, cfg.Validate()

@@ -17,6 +17,7 @@ func newStatusCmd() *cobra.Command {
 	var (
 		join []string
 		wait time.Duration
+		sf   securityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "status --join host:port [--wait 1s]",
@@ -24,11 +25,15 @@ func newStatusCmd() *cobra.Command {
 		Long: `Print the yellow pages as a client sees them: every node with its
 services, partitions and polled load, then each replicated partition with
 its primary, epoch and replica versions.`,
-		Example: "  neptune status --join 127.0.0.1:7946",
+		Example: "  neptune status --tls-dir pki --join 127.0.0.1:7946",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: join})
+			sec, err := sf.client()
+			if err != nil {
+				return err
+			}
+			c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: join, Security: sec})
 			if err != nil {
 				return err
 			}
@@ -46,6 +51,7 @@ its primary, epoch and replica versions.`,
 	fs.SortFlags = false
 	fs.StringSliceVar(&join, "join", nil, "gossip `host:port` of any node; list (required)")
 	fs.DurationVar(&wait, "wait", time.Second, "how long to listen for announcements before printing")
+	sf.add(fs, "client/client", "your client")
 	_ = cmd.MarkFlagRequired("join")
 	return cmd
 }

@@ -1,6 +1,11 @@
 package client
 
-import "time"
+import (
+	"errors"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/nerr"
+)
 
 // Option adjusts one call.
 type Option func(*options)
@@ -9,6 +14,8 @@ type options struct {
 	session *Session
 	class   string
 	timeout time.Duration
+	key     string
+	retryOf *nerr.UnknownOutcomeError
 }
 
 func collect(opts []Option) options {
@@ -30,3 +37,24 @@ func WithClass(class string) Option { return func(o *options) { o.class = class 
 // WithTimeout bounds the call, retries included, to d (on top of ctx's
 // own deadline).
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithIdempotencyKey gives a write the caller's identity key instead of
+// the client's id and sequence number: every call with the same key to
+// the same partition executes at most once (while the partition remembers
+// it, see docs/architecture/replica.md), and each gets the first one's
+// result. Reads ignore it.
+func WithIdempotencyKey(key string) Option { return func(o *options) { o.key = key } }
+
+// WithRetryOf makes the call a retry of the write that failed with err:
+// if err is an UnknownOutcomeError of an identified write, the call
+// carries the same identity, so the write executes at most once in all
+// and the retry returns the original result. Any other err (nil
+// included) changes nothing, so a retry loop can pass its last error.
+func WithRetryOf(err error) Option {
+	return func(o *options) {
+		var u *nerr.UnknownOutcomeError
+		if errors.As(err, &u) && u.Identified {
+			o.retryOf = u
+		}
+	}
+}

@@ -125,6 +125,13 @@ type Gossip struct {
 	rejected  atomic.Uint64
 	transport *limitedTransport
 	conflicts *conflicts
+
+	// members holds copies of memberlist's live nodes, taken in its event
+	// callbacks (which run under memberlist's own lock): the *Node values
+	// Members() returns are rewritten by memberlist on every alive message,
+	// so reading them later from another goroutine races with it.
+	membersMu sync.Mutex
+	members   map[string]memberlist.Node
 }
 
 // Stats counts signed announcements (direct and relayed) accepted and
@@ -383,7 +390,7 @@ func (g *Gossip) broadcast(msg []byte, to *memberlist.Node) {
 	}
 	targets := []*memberlist.Node{to}
 	if to == nil {
-		targets = g.ml.Members()
+		targets = g.memberCopies()
 	}
 	for _, n := range targets {
 		if n.Name == g.cfg.NodeID {
@@ -559,15 +566,19 @@ type events Gossip
 
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	g := (*Gossip)(e)
+	c := g.noteMember(n)
 	if n.Name == g.cfg.NodeID {
 		return
 	}
 	// Tell the newcomer about us now rather than at the next refresh.
-	go g.broadcast(g.currentAnnouncement(), n)
+	go g.broadcast(g.currentAnnouncement(), c)
 }
 
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	g := (*Gossip)(e)
+	g.membersMu.Lock()
+	delete(g.members, n.Name)
+	g.membersMu.Unlock()
 	g.mu.Lock()
 	_, had := g.pagesHas(g.cfg.Clock.Now(), n.Name)
 	g.pages.Remove(n.Name)
@@ -584,7 +595,32 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	}
 }
 
-func (e *events) NotifyUpdate(*memberlist.Node) {}
+func (e *events) NotifyUpdate(n *memberlist.Node) { (*Gossip)(e).noteMember(n) }
+
+// noteMember keeps a copy of n (called under memberlist's lock) and
+// returns it.
+func (g *Gossip) noteMember(n *memberlist.Node) *memberlist.Node {
+	c := *n
+	c.Meta = append([]byte(nil), n.Meta...)
+	g.membersMu.Lock()
+	if g.members == nil {
+		g.members = map[string]memberlist.Node{}
+	}
+	g.members[c.Name] = c
+	g.membersMu.Unlock()
+	return &c
+}
+
+// memberCopies returns copies of the live members memberlist told us of.
+func (g *Gossip) memberCopies() []*memberlist.Node {
+	g.membersMu.Lock()
+	defer g.membersMu.Unlock()
+	out := make([]*memberlist.Node, 0, len(g.members))
+	for _, n := range g.members {
+		out = append(out, &n)
+	}
+	return out
+}
 
 func (g *Gossip) currentAnnouncement() []byte {
 	g.mu.Lock()

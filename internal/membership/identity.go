@@ -86,7 +86,7 @@ func (g *Gossip) checkJoined() error {
 		return nil
 	}
 	var peers []Peer
-	for _, n := range g.ml.Members() {
+	for _, n := range g.memberCopies() {
 		if n.Name == g.cfg.NodeID {
 			continue
 		}

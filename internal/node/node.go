@@ -31,7 +31,9 @@ import (
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/metrics"
 	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/replication"
+	"github.com/neptune-cluster/neptune/internal/security"
 	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -71,6 +73,10 @@ type Config struct {
 	// Clock drives every timer of the node, its client and its runtimes
 	// (default real).
 	Clock clock.Clock
+	// Security is the node's material (certificate, keyring) or an
+	// explicit Insecure. Identity is set to this node's id; the zero value
+	// is refused.
+	Security security.Config
 	// Cluster names the cluster (default DefaultCluster); the data
 	// directory records it and a node of another cluster is refused.
 	Cluster string
@@ -132,6 +138,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("neptune: NodeConfig.Balance: %w", err)
 		}
 	}
+	if !c.Security.Insecure && c.Security.Dir == "" && c.Security.Files == nil {
+		return errors.New("neptune: NodeConfig.Security.Dir is required (the directory with ca.pem and this node's certificate), or set NodeConfig.Security.Insecure to run without protection")
+	}
 	return nil
 }
 
@@ -143,6 +152,8 @@ type Node struct {
 	clock   clock.Clock
 	reg     metrics.Registries
 	metrics *serverMetrics
+	// sec is the node's security material, shared with its client.
+	sec *security.Material
 	// registered are the collectors Start registered, for Close.
 	registered []prometheus.Collector
 
@@ -174,7 +185,18 @@ func New(cfg Config) (*Node, error) {
 		reg:      metrics.For(cfg.Registerer),
 		services: map[string]*hosted{},
 	}
+	sc := cfg.Security
+	sc.Identity = pki.Identity{Role: pki.RoleNode, Name: cfg.ID}
+	if sc.Logger == nil {
+		sc.Logger = n.log
+	}
+	if sc.Clock == nil {
+		sc.Clock = cfg.Clock
+	}
 	var err error
+	if n.sec, err = security.Load(sc); err != nil {
+		return nil, fmt.Errorf("neptune: NodeConfig.Security: %w", err)
+	}
 	if n.metrics, err = newServerMetrics(n.reg.Registerer); err != nil {
 		return nil, err
 	}
@@ -278,12 +300,20 @@ func (n *Node) Start(ctx context.Context) error {
 		n.Close()
 		return fmt.Errorf("neptune: listen for calls (RPCPort): %w", err)
 	}
-	n.grpc = grpc.NewServer(append(transport.ServerOptions(), transport.SizeOptions(n.cfg.MaxMessageBytes)...)...)
+	if n.sec.Insecure() {
+		n.log.Warn("running INSECURE: plaintext gRPC anyone may call, gossip anyone may join, unauthenticated polls; give the node a certificate directory instead")
+	}
+	grpcOpts, err := n.sec.Transport().ServerOptions()
+	if err != nil {
+		n.Close()
+		return fmt.Errorf("neptune: NodeConfig.Security: %w", err)
+	}
+	n.grpc = grpc.NewServer(append(grpcOpts, transport.SizeOptions(n.cfg.MaxMessageBytes)...)...)
 	pb.RegisterNodeServer(n.grpc, &nodeServer{n: n})
 	go func() { _ = n.grpc.Serve(n.rpcLn) }()
 
 	n.polls, err = transport.ListenPoll(net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.PollPort)), n.load, n.log,
-		transport.WithVersions(n.pollVersion), transport.WithWork(n.aggWork))
+		append([]transport.PollOption{transport.WithVersions(n.pollVersion), transport.WithWork(n.aggWork)}, n.sec.PollServerOptions()...)...)
 	if err != nil {
 		n.Close()
 		return fmt.Errorf("neptune: listen for polls (PollPort): %w", err)
@@ -306,6 +336,7 @@ func (n *Node) Start(ctx context.Context) error {
 		Registerer:       n.reg.Registerer,
 		Logger:           n.log,
 		Clock:            n.clock,
+		Security:         n.sec,
 		MaxMessageBytes:  n.cfg.MaxMessageBytes,
 		Identity:         n.identity(),
 	})

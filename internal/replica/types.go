@@ -130,16 +130,26 @@ type Entry struct {
 	ReqID  uint64
 	// Seq numbers Origin's writes at level 1 (per-origin FIFO); 0 otherwise.
 	Seq uint64
+	// WriteID is the client-scoped identity of the write (empty: none).
+	// The shell executes an identity at most once per partition and
+	// answers a repeat with the first one's result (see DedupTable).
+	WriteID string
+	// Time is when the primary (level 1: the origin) logged the entry, in
+	// Unix nanoseconds of the time Propose was given. The dedup table
+	// expires identities by it, so expiry is a function of the log alone.
+	Time int64
 }
 
 // size is what an entry counts against Config.MaxBatchBytes.
-func (e Entry) size() int { return len(e.Method) + len(e.Body) }
+func (e Entry) size() int { return len(e.Method) + len(e.Body) + len(e.WriteID) }
 
 // Write is a client write handed to Propose.
 type Write struct {
 	ReqID  uint64
 	Method string
 	Body   []byte
+	// ID is the write's client-scoped identity (empty: none).
+	ID string
 }
 
 // Reply is a client write's outcome. A nil Err means the write was executed

@@ -31,7 +31,7 @@ func (s *blockingSender) Replicate(ctx context.Context, _ string, b *pb.ReplicaB
 	return nil
 }
 
-func (s *blockingSender) Forward(context.Context, string, *pb.CallRequest) (*pb.CallResponse, error) {
+func (s *blockingSender) Forward(context.Context, string, string, *pb.CallRequest) (*pb.CallResponse, error) {
 	panic("no forwarding in this test")
 }
 

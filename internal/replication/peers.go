@@ -224,7 +224,7 @@ func (rt *Runtime) deliver(to string, batch []*pb.ReplicaMessage, size int) erro
 	timeout := deliverTimeout + time.Duration(int64(size)*int64(time.Second)/bulkBytesPerSecond)
 	ctx, cancel := clock.WithTimeout(rt.ctx, rt.clock, timeout)
 	defer cancel()
-	return rt.cfg.Sender.Replicate(ctx, addr, &pb.ReplicaBatch{From: rt.cfg.Self, Messages: batch})
+	return rt.cfg.Sender.Replicate(ctx, to, addr, &pb.ReplicaBatch{From: rt.cfg.Self, Messages: batch})
 }
 
 // bulkBytesPerSecond is the slowest link rate a Replicate call is given

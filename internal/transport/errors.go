@@ -20,6 +20,9 @@ var wireErrors = []struct {
 	code   codes.Code
 	reason string
 }{
+	// First: an unknown outcome wraps the failure behind it, which must not
+	// decide the code.
+	{nerr.ErrUnknownOutcome, codes.Unavailable, "UNKNOWN_OUTCOME"},
 	{nerr.ErrUnknownService, codes.NotFound, "UNKNOWN_SERVICE"},
 	{nerr.ErrUnknownPartition, codes.NotFound, "UNKNOWN_PARTITION"},
 	{nerr.ErrUnknownMethod, codes.Unimplemented, "UNKNOWN_METHOD"},

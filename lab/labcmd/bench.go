@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/neptune-cluster/neptune/lab/bench/appendbench"
 	"github.com/neptune-cluster/neptune/lab/bench/appsbench"
 	"github.com/neptune-cluster/neptune/lab/bench/burstbench"
 	"github.com/neptune-cluster/neptune/lab/bench/dacbench"
@@ -15,12 +16,12 @@ import (
 )
 
 func benchCmd() *cobra.Command {
-	return group("bench", "Run a benchmark: overhead, lb, replication, wal, apps, dac, burst",
+	return group("bench", "Run a benchmark: overhead, lb, replication, wal, apps, dac, append, burst",
 		`Run a benchmark on real node processes (re-executions of this binary) or
 in-process nodes. Each benchmark runs its contenders side by side in one
 run, interleaved in rounds so drift in the machine affects all alike, and
 prints ratios; --sections picks the parts of those that have several.`,
-		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), burstCmd(),
+		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(),
 		echoServerCmd(), httpProgramCmd(), lbClientCmd())
 }
 
@@ -118,6 +119,32 @@ before the run), the epoch did not change and nothing was resent.`,
 	fs.DurationVar(&cfg.Sample, "sample", cfg.Sample, "memory sampling period while settling")
 	fs.Float64Var(&cfg.Factor, "factor", cfg.Factor, "threshold: RSS after <= factor x before + slack")
 	fs.Int64Var(&cfg.Slack, "slack", cfg.Slack, "threshold slack in bytes")
+	return cmd
+}
+
+func appendCmd() *cobra.Command {
+	cfg := appendbench.DefaultConfig()
+	cmd := leaf("append [flags]", "Exactly-once writes: list-append through primary kills, and the dedup cost",
+		`Three node processes host the durable list-append service, replicated.
+Concurrent appenders (each element appended once, retried while
+retryable) run while a primary is SIGKILLed and restarted every
+--kill-every; then every replica is read directly and the history is
+checked: appends, kills, duplicates, lost, with a PASS/FAIL verdict
+against the goal (0 duplicates and 0 lost in >= 100,000 appends with
+>= 20 primary kills). Then the dedup cost: append throughput with write
+identities and without, in interleaved rounds on the same cluster
+(goal >= 0.95x).`,
+		experiment(&cfg, nil, nil, appendbench.Run))
+	fs := cmd.Flags()
+	fs.IntVar(&cfg.Level, "level", cfg.Level, "replication level (1-3)")
+	fs.IntVar(&cfg.Parts, "partitions", cfg.Parts, "partitions")
+	fs.IntVar(&cfg.Appenders, "appenders", cfg.Appenders, "concurrent appenders")
+	fs.IntVar(&cfg.Keys, "keys", cfg.Keys, "keys per partition")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the fault phase")
+	fs.DurationVar(&cfg.KillEvery, "kill-every", cfg.KillEvery, "time between primary kills (0: none)")
+	fs.DurationVar(&cfg.Down, "down", cfg.Down, "how long a killed node stays down")
+	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measuring time per throughput cell")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds of the dedup cost (0: skip)")
 	return cmd
 }
 
