@@ -17,7 +17,7 @@ type blockingSender struct {
 	control chan *pb.ReplicaMessage
 }
 
-func (s *blockingSender) Replicate(ctx context.Context, _ string, b *pb.ReplicaBatch) error {
+func (s *blockingSender) Replicate(ctx context.Context, _, _ string, b *pb.ReplicaBatch) error {
 	for _, m := range b.Messages {
 		if len(m.Entries) > 0 {
 			s.bulk <- len(m.Entries)
