@@ -36,7 +36,7 @@ func TestOversizedBodyOnNodeProcessesIsRefusedWithoutElection(t *testing.T) {
 	}
 	before := epoch()
 	// A client allowing 64 MiB sends 20 MiB: the node (16 MiB default) refuses.
-	big, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), MaxMessageBytes: 64 << 20})
+	big, err := neptune.Dial(ctx, neptune.ClientConfig{Security: cl.ClientSecurity("client/client"), Join: cl.Seeds(), MaxMessageBytes: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

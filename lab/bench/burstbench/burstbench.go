@@ -152,7 +152,7 @@ func Measure(ctx context.Context, cfg Config, log io.Writer) (Result, error) {
 		}
 		procs = append(procs, proc{n, maddr})
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), AnnounceTTL: time.Second})
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: cl.ClientSecurity("client/client"), Join: cl.Seeds(), AnnounceTTL: time.Second})
 	if err != nil {
 		return res, err
 	}
