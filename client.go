@@ -82,6 +82,11 @@ func WithClass(class string) CallOption { return client.WithClass(class) }
 // deadline.
 func WithTimeout(d time.Duration) CallOption { return client.WithTimeout(d) }
 
+// WithUsage asks the node that serves the call for what it used and
+// stores it in u (Gage accounting; the node measures calls whose context
+// names a subscriber, as the HTTP gateway's do).
+func WithUsage(u *CallUsage) CallOption { return client.WithUsage(u) }
+
 // Call runs method on partition of service somewhere in the cluster and
 // returns its response. Whether the method reads or writes is what the
 // service declares (its nodes announce their method tables); a service,

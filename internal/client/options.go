@@ -1,6 +1,10 @@
 package client
 
-import "time"
+import (
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/service"
+)
 
 // Option adjusts one call.
 type Option func(*options)
@@ -9,6 +13,7 @@ type options struct {
 	session *Session
 	class   string
 	timeout time.Duration
+	usage   *service.CallUsage
 }
 
 func collect(opts []Option) options {
@@ -30,3 +35,9 @@ func WithClass(class string) Option { return func(o *options) { o.class = class 
 // WithTimeout bounds the call, retries included, to d (on top of ctx's
 // own deadline).
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithUsage asks the node for what the call used (Gage accounting) and
+// stores it in u; u.Node stays empty if the node measured nothing (no
+// subscriber named, or a node that does not measure). The node measures
+// only calls whose context names a subscriber (transport.WithSubscriber).
+func WithUsage(u *service.CallUsage) Option { return func(o *options) { o.usage = u } }

@@ -143,6 +143,9 @@ type Node struct {
 	agg     *aggregation.Server
 	httpSrv *http.Server
 	httpLn  net.Listener
+	// acct is the Gage accounting cycle (usage.go); acctStop ends it.
+	acct     *accounting
+	acctStop chan struct{}
 }
 
 // New creates a node; Register services, then Start it.
@@ -157,6 +160,8 @@ func New(cfg Config) (*Node, error) {
 		clock:    cfg.Clock,
 		reg:      metrics.For(cfg.Registerer),
 		services: map[string]*hosted{},
+		acct:     newAccounting(cfg.Clock, DefaultAccountingCycle),
+		acctStop: make(chan struct{}),
 	}
 	var err error
 	if n.metrics, err = newServerMetrics(n.reg.Registerer); err != nil {
@@ -294,6 +299,7 @@ func (n *Node) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	go n.acct.run(n.acctStop)
 	n.log.Info("node started", "rpc", n.rpcLn.Addr().String(), "poll", n.polls.Addr(), "gossip", n.GossipAddr(), "services", len(n.services))
 	return nil
 }
@@ -325,6 +331,7 @@ func (n *Node) Close() error {
 }
 
 func (n *Node) close() {
+	close(n.acctStop)
 	if n.repl != nil {
 		n.repl.Stop()
 	}
