@@ -123,6 +123,7 @@ func (l *loop) run(ctx context.Context) {
 			l.cl.merge(l.clk.Now(), m)
 		case <-tick.Chan():
 			l.cl.tick(l.clk.Now(), l.sched)
+			l.metrics.onTick(l.cl.status.Load())
 		case <-wake:
 		case <-ctx.Done():
 			return
