@@ -95,7 +95,7 @@ func newMetrics(reg prometheus.Registerer, cfg gage.Config) (*metrics, error) {
 		sm := &subMetrics{
 			demanded: m.demanded.WithLabelValues(s.Name), served: m.served.WithLabelValues(s.Name),
 			servedGRU: m.servedGRU.WithLabelValues(s.Name), queue: m.queue.WithLabelValues(s.Name),
-			dropped: map[string]prometheus.Counter{},
+			dropped:  map[string]prometheus.Counter{},
 			reserved: m.reserved.WithLabelValues(s.Name), share: m.share.WithLabelValues(s.Name), demand: m.demand.WithLabelValues(s.Name),
 			res: s.Reservation,
 		}
@@ -138,7 +138,7 @@ func (m *metrics) onTick(st *clusterStatus) {
 		sm.demand.Set(st.DemandGRPS[name])
 	}
 }
-func (m *metrics) onQueued(sub string, d int)   { m.subs[sub].queue.Add(float64(d)) }
+func (m *metrics) onQueued(sub string, d int) { m.subs[sub].queue.Add(float64(d)) }
 
 func (m *metrics) onResponse(code int, seconds float64) {
 	m.responses.WithLabelValues(strconv.Itoa(code)).Inc()
