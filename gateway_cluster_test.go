@@ -283,12 +283,36 @@ routes: [{path_prefix: /echo, service: echo, method: echo}]
 	load(lctx, &wg, hc, "gold", 25, only, []float64{1}, body, out)
 	load(lctx, &wg, hc, "silver", 15, only, []float64{1}, body, out)
 	load(lctx, &wg, hc, "flood", 100, only, []float64{1}, body, out)
-	time.Sleep(5 * time.Second)
+	// When does ga hold every whole reservation again?
+	var whole time.Duration
+	for whole == 0 && time.Since(killed) < 5*time.Second {
+		time.Sleep(20 * time.Millisecond)
+		st, err := gatewayStatus(a.metrics)
+		all := err == nil
+		for _, s := range st.Subscribers {
+			all = all && s.Share >= 0.999
+		}
+		if all {
+			whole = time.Since(killed)
+		}
+	}
+	time.Sleep(time.Until(killed.Add(5 * time.Second)))
 	stA, _ = gatewayStatus(a.metrics)
 	stopLoad()
 	wg.Wait()
 	phase2 := drain(out)
 	bound := ttl + period
+	t.Logf("ga held the whole reservations %v after gb was killed (bound %v)", whole, bound)
+	// The status is read every 20 ms and ga ticks every period: allow
+	// both, and a loaded machine's scheduling, on top of the bound.
+	switch {
+	case whole == 0:
+		t.Errorf("ga never took the whole reservations back")
+	case whole > bound+300*time.Millisecond:
+		t.Errorf("ga took the whole reservations back %v after the kill, over the bound %v", whole, bound)
+	case whole < ttl-2*period:
+		t.Errorf("ga took the whole reservations back %v after the kill, before peer_ttl %v: it would drop live peers too", whole, ttl)
+	}
 	if len(stA.Gateways) != 1 {
 		t.Errorf("ga still counts gateways %v 5s after gb died", stA.Gateways)
 	}
