@@ -172,7 +172,6 @@ type predictor struct {
 
 func (p *predictor) predict() Vector { return p.m }
 
-//
 // A report of nothing used at all is not a sample: it is how a shell
 // refunds requests that were dropped at their turn (their client gave up)
 // or failed before reaching a node, and averaging those zeros in would
