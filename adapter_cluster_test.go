@@ -114,7 +114,7 @@ func TestProgramsClusteredUnchanged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds()})
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func TestAggregatePausedNodeOnRealProcesses(t *testing.T) {
 		}
 		nodes = append(nodes, n)
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), AnnounceTTL: 10 * time.Second})
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds(), AnnounceTTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

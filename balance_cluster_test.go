@@ -45,7 +45,7 @@ func TestPausedReplicaGetsNoRequestsUntilResumed(t *testing.T) {
 		}
 		nodes = append(nodes, n)
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), AnnounceTTL: ttl})
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds(), AnnounceTTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 func echoClient(b *testing.B, policy string) *neptune.Client {
 	b.Helper()
 	ctx := context.Background()
-	nd, err := neptune.NewNode(neptune.NodeConfig{ID: "b1", Balance: neptune.Balancing{Policy: policy}})
+	nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: "b1", Balance: neptune.Balancing{Policy: policy}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package neptune
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/client"
+	"github.com/neptune-cluster/neptune/internal/pki"
+	"github.com/neptune-cluster/neptune/internal/security"
 )
 
 // ClientConfig configures Dial.
@@ -29,6 +32,14 @@ type ClientConfig struct {
 	// NodeConfig.Registerer).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// Security is the client's certificate (Dir and Cert: a client
+	// certificate to call, an operator's to also Promote) and gossip
+	// keyring, or an explicit Insecure; the zero value is refused.
+	Security Security
+	// MaxMessageBytes bounds a request body, refused before it is sent
+	// with ErrTooLarge (so the write never ran), and a response (default
+	// 16 MiB).
+	MaxMessageBytes int
 }
 
 // Dial joins a cluster as a client: it learns the yellow pages by gossip but
@@ -41,9 +52,21 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	sc, err := cfg.Security.config("ClientConfig.Security", pki.Identity{})
+	if err != nil {
+		return nil, err
+	}
+	sc.Logger = cfg.Logger
+	sec, err := security.Load(sc)
+	if err != nil {
+		return nil, fmt.Errorf("neptune: ClientConfig.Security: %w", err)
+	}
+	if sec.Insecure() && cfg.Logger != nil {
+		cfg.Logger.Warn("client running INSECURE: plaintext gRPC and gossip, unauthenticated polls")
+	}
 	c, err := client.New(ctx, client.Config{
 		Host: cfg.Host, Join: cfg.Join, AnnounceTTL: cfg.AnnounceTTL, Balance: bal,
-		Registerer: cfg.Registerer, Logger: cfg.Logger,
+		Registerer: cfg.Registerer, Logger: cfg.Logger, Security: sec, MaxMessageBytes: cfg.MaxMessageBytes,
 	})
 	if err != nil {
 		return nil, err
@@ -66,7 +89,8 @@ type Session = client.Session
 // NewSession returns an empty session.
 func NewSession() *Session { return client.NewSession() }
 
-// CallOption adjusts one call: WithSession, WithClass, WithTimeout.
+// CallOption adjusts one call: WithSession, WithClass, WithTimeout,
+// WithIdempotencyKey, WithRetryOf.
 type CallOption = client.Option
 
 // WithSession makes the call part of sess: a read of a level-3 partition
@@ -87,6 +111,30 @@ func WithTimeout(d time.Duration) CallOption { return client.WithTimeout(d) }
 // names a subscriber, as the HTTP gateway's do).
 func WithUsage(u *CallUsage) CallOption { return client.WithUsage(u) }
 
+// WithIdempotencyKey gives a write the caller's own identity: every call
+// with the same key on the same partition executes at most once, and each
+// returns the first one's result (response or error), for as long as the
+// partition remembers the key (10 minutes of the primary's time; see
+// docs/architecture/replica.md). Without it a write carries the client's
+// random id and a sequence number, which makes the library's own retries
+// safe. Reads ignore it.
+func WithIdempotencyKey(key string) CallOption { return client.WithIdempotencyKey(key) }
+
+// WithRetryOf makes the call a retry of the write that failed with err
+// (an UnknownOutcomeError of an identified write): the retry carries the
+// same identity, so the write executes at most once in all and the retry
+// returns the original result. Any other err, nil included, changes
+// nothing, so a retry loop can always pass its last error:
+//
+//	var err error
+//	for {
+//		resp, err = c.Call(ctx, svc, p, "append", body, neptune.WithRetryOf(err))
+//		if err == nil || !neptune.Retryable(err) {
+//			break
+//		}
+//	}
+func WithRetryOf(err error) CallOption { return client.WithRetryOf(err) }
+
 // Call runs method on partition of service somewhere in the cluster and
 // returns its response. Whether the method reads or writes is what the
 // service declares (its nodes announce their method tables); a service,
@@ -94,7 +142,11 @@ func WithUsage(u *CallUsage) CallOption { return client.WithUsage(u) }
 // ErrUnknownService, ErrUnknownPartition or ErrUnknownMethod, a stream
 // method with ErrWrongMode. The call goes to the replica the balancing
 // policy picks; if the connection fails, up to three replicas are tried
-// and a failed node is excluded until it announces itself again.
+// and a failed node is excluded until it announces itself again. A write
+// is re-sent after a failure that leaves its outcome open only because it
+// carries an identity (the client's id and a sequence number, or
+// WithIdempotencyKey): a replicated partition executes it at most once and
+// answers the re-send with the first attempt's result.
 func (c *Client) Call(ctx context.Context, service string, partition int, method string, body []byte, opts ...CallOption) (*Response, error) {
 	return c.c.Call(ctx, service, partition, method, body, opts...)
 }

@@ -64,7 +64,7 @@ services:
 	if _, err := cl.Start(ctx, localcluster.Spec{ID: "n1", Args: []string{"-config", cfgPath}}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds()})
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,10 @@ func appProcs(t *testing.T, ctx context.Context, prefix, service string, parts, 
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cl := localcluster.New(neptuneBinary(t), dir)
+	cl, err := localcluster.NewSecure(neptuneBinary(t), dir, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(cl.Close)
 	var nodes []*localcluster.Node
 	for i := range 3 {
@@ -42,7 +45,7 @@ func appProcs(t *testing.T, ctx context.Context, prefix, service string, parts, 
 		}
 		nodes = append(nodes, n)
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), AnnounceTTL: time.Second})
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: cl.ClientSecurity("client/client"), Join: cl.Seeds(), AnnounceTTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +79,12 @@ func TestForumClusterPrimaryKill(t *testing.T) {
 	cl, nodes, c := appProcs(t, ctx, "f", "forum", parts, 2, "")
 	cfg := forumload.DefaultConfig()
 	cfg.Partitions, cfg.WriteFraction = parts, 0.4
+	conns, err := cl.Conns("client/client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conns.Close()
+	cfg.Conns = conns
 	load, err := forumload.New(c, cfg)
 	if err != nil {
 		t.Fatal(err)

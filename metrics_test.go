@@ -24,7 +24,7 @@ func startEchoNodes(t *testing.T, regs ...prometheus.Registerer) []*neptune.Node
 	var nodes []*neptune.Node
 	var join []string
 	for i, reg := range regs {
-		nd, err := neptune.NewNode(neptune.NodeConfig{ID: fmt.Sprint("m", i), Join: join, AnnounceInterval: 100 * time.Millisecond,
+		nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: fmt.Sprint("m", i), Join: join, AnnounceInterval: 100 * time.Millisecond,
 			AnnounceTTL: time.Second, MetricsAddr: "127.0.0.1:0", Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
@@ -88,12 +88,12 @@ func TestTwoNodesInOneProcessEachWithItsOwnRegistry(t *testing.T) {
 // panic); wrapped with a node label, one registry holds both.
 func TestNodesSharingARegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	first, err := neptune.NewNode(neptune.NodeConfig{ID: "s0", Registerer: reg})
+	first, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: "s0", Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Close()
-	_, err = neptune.NewNode(neptune.NodeConfig{ID: "s1", Registerer: reg})
+	_, err = neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: "s1", Registerer: reg})
 	if err == nil || !strings.Contains(err.Error(), "neptune_server_calls_total") || !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 		t.Fatalf("second node in one registry: err = %v, want AlreadyRegisteredError naming the metric", err)
 	}

@@ -133,7 +133,35 @@ type (
 )
 
 // Errors a call can return. Test with errors.Is; Retryable says whether
-// trying again can help.
+// trying again can help, and is safe.
+//
+// For a write, each error says whether it may have run:
+//
+//   - ErrUnknownService, ErrUnknownPartition, ErrUnknownMethod,
+//     ErrWrongMode: never executed (refused before sending); a retry
+//     fails the same way.
+//   - ErrNoReplica, ErrNoPrimary: never executed (no replica reachable, or
+//     the partition had no primary and did not log it); retrying later is
+//     safe. Retryable.
+//   - ErrOverloaded: never executed (refused at admission); retrying later
+//     is safe. Retryable.
+//   - ErrTooLarge: never executed (refused before it was sent or logged);
+//     a retry fails the same way.
+//   - ErrUnknownOutcome (an *UnknownOutcomeError): may or may not have
+//     executed: the connection broke after the write was sent, the node's
+//     forward to the primary failed, or the deadline passed while it was
+//     in flight. Retryable only if the write carried an identity (every
+//     write does by default; see WithIdempotencyKey): pass
+//     WithRetryOf(err) (or the same idempotency key) and the write
+//     executes at most once in all, the retry answering with the original
+//     result. Without an identity a retry may execute it twice.
+//   - ErrDeadline: a read's deadline; a write's deadline surfaces as
+//     ErrUnknownOutcome if the write had been sent, else as itself (never
+//     executed).
+//   - ErrClosed: the client or node is shutting down; a write pending at a
+//     node that stops surfaces as ErrUnknownOutcome.
+//   - any other error is the handler's own: the write executed (or, with
+//     an identity, a retry is answered with that same error).
 var (
 	ErrUnknownService   = nerr.ErrUnknownService
 	ErrUnknownPartition = nerr.ErrUnknownPartition
@@ -144,8 +172,19 @@ var (
 	ErrDeadline         = nerr.ErrDeadline
 	ErrOverloaded       = nerr.ErrOverloaded
 	ErrClosed           = nerr.ErrClosed
+	ErrUnknownOutcome   = nerr.ErrUnknownOutcome
+	// ErrTooLarge: a body over the MaxMessageBytes limit. A request
+	// refused with it was never sent or never ran; not retryable.
+	ErrTooLarge = nerr.ErrTooLarge
 )
 
-// Retryable reports whether the same call may succeed if tried again:
-// overload, a missing replica or primary, or a deadline.
+// UnknownOutcomeError is a write that may or may not have executed; it
+// says whether the write carried an identity (Identified), which makes a
+// retry with WithRetryOf safe.
+type UnknownOutcomeError = nerr.UnknownOutcomeError
+
+// Retryable reports whether the same call may succeed if tried again, and
+// trying again is safe: overload, a missing replica or primary, a read's
+// deadline, or a write of unknown outcome that carried an identity (retry
+// it with WithRetryOf(err)).
 func Retryable(err error) bool { return nerr.Retryable(err) }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/node"
+	"github.com/neptune-cluster/neptune/internal/pki"
 )
 
 // NodeConfig configures a node. Zero fields take the documented defaults.
@@ -48,8 +49,20 @@ type NodeConfig struct {
 	// Logger receives the node's logs; every line carries the node id.
 	Logger *slog.Logger
 	// DataDir holds the write logs of replicated partitions (one pebble
-	// store per partition replica under DataDir/service/partition).
+	// store per partition replica under DataDir/service/partition). It
+	// records the cluster and node id it belongs to (neptune-identity.json)
+	// and a start refuses a directory of another node or cluster.
 	DataDir string
+	// Security is the node's certificate directory and gossip keyring, or
+	// an explicit Insecure; the zero value is refused (see Security).
+	Security Security
+	// Cluster names the cluster (default "neptune"). A node refuses to
+	// join members of another cluster and a data directory of one.
+	Cluster string
+	// MaxMessageBytes bounds every request and response body the node
+	// accepts or returns (default 16 MiB, at most 64 MiB): a larger one
+	// gets ErrTooLarge and never runs or reaches the write log.
+	MaxMessageBytes int
 }
 
 // Validate reports the first invalid field by name.
@@ -64,11 +77,16 @@ func (c NodeConfig) internal() (node.Config, error) {
 	if err != nil {
 		return node.Config{}, err
 	}
+	sec, err := c.Security.config("NodeConfig.Security", pki.Identity{Role: pki.RoleNode, Name: c.ID})
+	if err != nil {
+		return node.Config{}, err
+	}
 	cfg := node.Config{
 		ID: c.ID, Host: c.Host, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
 		MetricsAddr: c.MetricsAddr, Pprof: c.Pprof, Join: c.Join,
 		AnnounceInterval: c.AnnounceInterval, AnnounceTTL: c.AnnounceTTL,
-		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir,
+		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir, Security: sec,
+		Cluster: c.Cluster, MaxMessageBytes: c.MaxMessageBytes,
 	}
 	return cfg, cfg.Validate()
 }

@@ -36,7 +36,7 @@ func startNodes(t *testing.T, n int, prefix string, register func(nd *neptune.No
 	var nodes []*neptune.Node
 	var join []string
 	for i := range n {
-		nd, err := neptune.NewNode(neptune.NodeConfig{ID: fmt.Sprintf("%s%d", prefix, i), Join: join, AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second})
+		nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: fmt.Sprintf("%s%d", prefix, i), Join: join, AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +174,7 @@ func TestDialedClientSeesClusterAndClosedNodeDisappears(t *testing.T) {
 	nodes := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: []string{nodes[0].GossipAddr()}, AnnounceTTL: time.Second})
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: []string{nodes[0].GossipAddr()}, AnnounceTTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/replica/check"
-	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
@@ -92,10 +91,13 @@ func (w *writer) run(ctx context.Context, stop <-chan struct{}, reads bool) {
 }
 
 // present asks one node directly which of keys its replica of p holds.
-func present(ctx context.Context, addr string, p int, keys []string) (map[string]bool, error) {
-	conns := transport.NewConns()
+func present(ctx context.Context, lc *localcluster.Cluster, node, addr string, p int, keys []string) (map[string]bool, error) {
+	conns, err := lc.Conns("client/client")
+	if err != nil {
+		return nil, err
+	}
 	defer conns.Close()
-	cl, err := conns.Client(addr)
+	cl, err := conns.ClientFor(node, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -162,13 +164,13 @@ func TestReplicaKillAndRestartLosesNoAcknowledgedWrite(t *testing.T) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	t.Logf("acknowledged %d+%d writes; longest gap between acknowledgements %v", len(w.acked[0]), len(w.acked[1]), w.gap.Round(time.Millisecond))
-	verifyReplicas(t, ctx, c, w.acked, false)
+	verifyReplicas(t, ctx, cl, c, w.acked, false)
 }
 
 // verifyReplicas waits until every replica of partitions 0 and 1 has the
 // same digest, then checks with the history checker that it holds every
 // acknowledged write.
-func verifyReplicas(t *testing.T, ctx context.Context, c *neptune.Client, acked map[int][]string, local bool) {
+func verifyReplicas(t *testing.T, ctx context.Context, cl *localcluster.Cluster, c *neptune.Client, acked map[int][]string, local bool) {
 	t.Helper()
 	var addrs map[string]string
 	for p := range 2 {
@@ -198,7 +200,7 @@ func verifyReplicas(t *testing.T, ctx context.Context, c *neptune.Client, acked 
 		}
 		have := map[string]map[string]bool{}
 		for id, a := range addrs {
-			got, err := present(ctx, a, p, acked[p])
+			got, err := present(ctx, cl, id, a, p, acked[p])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -265,7 +267,7 @@ func TestLevel3HistoryThroughFailover(t *testing.T) {
 		t.Fatalf("%d staleness violations, first: %v", len(vs), vs[0])
 	}
 	t.Logf("%d operations (%d reads) satisfy read-your-writes, monotonic reads and staleness <= x+eps", len(w.ops), reads)
-	verifyReplicas(t, ctx, c, w.acked, false)
+	verifyReplicas(t, ctx, cl, c, w.acked, false)
 }
 
 // TestLevel1ConvergesAfterAReplicaRestart: write-anywhere replicas converge
@@ -294,5 +296,5 @@ func TestLevel1ConvergesAfterAReplicaRestart(t *testing.T) {
 	<-done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	verifyReplicas(t, ctx, c, w.acked, true)
+	verifyReplicas(t, ctx, cl, c, w.acked, true)
 }

@@ -76,7 +76,7 @@ func replicatedCluster(t *testing.T, n int, rep neptune.Replication, partitions 
 	var join []string
 	for i := range n {
 		id := rep.Nodes[i]
-		nd, err := neptune.NewNode(neptune.NodeConfig{ID: id, Join: join, AnnounceInterval: 100 * time.Millisecond,
+		nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: id, Join: join, AnnounceInterval: 100 * time.Millisecond,
 			AnnounceTTL: time.Second, DataDir: filepath.Join(t.TempDir(), id)})
 		if err != nil {
 			t.Fatal(err)

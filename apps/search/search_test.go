@@ -55,7 +55,7 @@ func TestAggregateEqualsMergedPartitions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nd, err := neptune.NewNode(neptune.NodeConfig{ID: fmt.Sprintf("s%d", i), Join: join, AnnounceInterval: 100 * time.Millisecond})
+		nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: fmt.Sprintf("s%d", i), Join: join, AnnounceInterval: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -120,7 +120,7 @@ func TestSilentNodesRankBehindLateOnes(t *testing.T) {
 // the call is cancelled), any other answers at once.
 type nodes struct{ calls map[string]*atomic.Int32 }
 
-func (n nodes) Client(addr string) (pb.NodeClient, error) {
+func (n nodes) ClientFor(_, addr string) (pb.NodeClient, error) {
 	return node{addr: addr, calls: n.calls[addr]}, nil
 }
 

@@ -32,9 +32,11 @@ type Poller interface {
 	Poll(ctx context.Context, targets []transport.PollTarget, service string, partition int32, class string, wait time.Duration) []transport.PollAnswer
 }
 
-// Dialer returns the RPC client of a node address (transport.Conns).
+// Dialer returns the RPC client of node at addr (transport.Conns); with
+// mutual TLS the connection admits only a server whose certificate names
+// node.
 type Dialer interface {
-	Client(addr string) (pb.NodeClient, error)
+	ClientFor(node, addr string) (pb.NodeClient, error)
 }
 
 // Config configures a Caller.

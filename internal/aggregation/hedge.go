@@ -96,7 +96,7 @@ func (c *Caller) child(ctx context.Context, start time.Time, base *pb.AggregateR
 
 // send sends target's subtree to replica r.
 func (c *Caller) send(ctx context.Context, start time.Time, base *pb.AggregateRequest, target *pb.Participant, sub []*pb.Participant, r *pb.ReplicaAddr) (*pb.AggregateResponse, error) {
-	cl, err := c.cfg.Dialer.Client(r.RpcAddr)
+	cl, err := c.cfg.Dialer.ClientFor(r.Node, r.RpcAddr)
 	if err != nil {
 		return nil, err
 	}

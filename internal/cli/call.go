@@ -17,6 +17,7 @@ type callOptions struct {
 	service, method, body, class string
 	partition                    int
 	timeout                      time.Duration
+	sec                          securityFlags
 }
 
 func newCallCmd() *cobra.Command {
@@ -27,8 +28,8 @@ func newCallCmd() *cobra.Command {
 		Long: `Call one method of a service partition through any node of the cluster
 and print the response body. Whether the method reads or writes is what the
 service declares; the call does not name it.`,
-		Example: `  neptune call --join 127.0.0.1:7946 --service kv --partition 1 --method put --body k=v
-  neptune call --join 127.0.0.1:7946 --service kv --partition 1 --method get --body k`,
+		Example: `  neptune call --tls-dir pki --join 127.0.0.1:7946 --service kv --partition 1 --method put --body k=v
+  neptune call --tls-dir pki --cert client/web --join 127.0.0.1:7946 --service kv --partition 1 --method get --body k`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context(), cmd.OutOrStdout())
@@ -43,6 +44,7 @@ service declares; the call does not name it.`,
 	fs.StringVar(&o.body, "body", "", "request body as `text`")
 	fs.StringVar(&o.class, "class", "", "service `class` of the request (see the service's classes)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline for the call")
+	o.sec.add(fs, "client/client", "your client")
 	for _, f := range []string{"join", "service", "method"} {
 		_ = cmd.MarkFlagRequired(f)
 	}
@@ -50,9 +52,13 @@ service declares; the call does not name it.`,
 }
 
 func (o *callOptions) run(ctx context.Context, stdout io.Writer) error {
+	sec, err := o.sec.client()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: o.join})
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: o.join, Security: sec})
 	if err != nil {
 		return err
 	}

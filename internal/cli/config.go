@@ -17,6 +17,7 @@ import (
 	"github.com/neptune-cluster/neptune/adapter"
 	"github.com/neptune-cluster/neptune/apps/echo"
 	"github.com/neptune-cluster/neptune/apps/kv"
+	"github.com/neptune-cluster/neptune/apps/listappend"
 	"github.com/neptune-cluster/neptune/apps/micro"
 	"github.com/neptune-cluster/neptune/apps/search"
 	"github.com/neptune-cluster/neptune/apps/work"
@@ -39,6 +40,9 @@ type FileConfig struct {
 	Services         []ServiceConfig `yaml:"services"`
 	// DataDir holds replicated services' write logs and durable state.
 	DataDir string `yaml:"data_dir"`
+	// Security is the node's certificate directory and keyring
+	// (secflags.go); required unless security.insecure is set.
+	Security SecurityConfig `yaml:"security"`
 }
 
 // BalanceConfig selects the load-balancing policy.
@@ -166,11 +170,13 @@ func decodeConfig(b []byte) (FileConfig, error) {
 
 // builtins are the services a node can host from a config file.
 var builtins = map[string]func() neptune.Service{
-	"echo":   echo.Service,
-	"kv":     func() neptune.Service { return kv.New().Service() },
-	"micro":  micro.Service,
-	"search": search.Service,
-	"work":   work.Service,
+	"echo": echo.Service,
+	"kv":   func() neptune.Service { return kv.New().Service() },
+	// listappend is the fault suite's workload (durable when replicated).
+	listappend.Name: func() neptune.Service { return listappend.New().Service() },
+	"micro":         micro.Service,
+	"search":        search.Service,
+	"work":          work.Service,
 }
 
 func builtinNames() []string {

@@ -28,6 +28,7 @@ import (
 type gatewayOptions struct {
 	config, listen, metrics, host, logLevel string
 	join                                    []string
+	sec                                     securityFlags
 }
 
 func newGatewayCmd() *cobra.Command {
@@ -50,7 +51,7 @@ Status codes: 404 no route, service, method or partition; 405 method not
 routed; 400 bad partition key; 401 unknown or missing API key; 403 key not
 allowed on the route; 413 body too large; 429 over share; 502 the service
 failed; 503 no replica, no primary or overloaded; 504 deadline.`,
-		Example: `  neptune gateway --config examples/gateway.yaml --join 127.0.0.1:7946
+		Example: `  neptune gateway --config examples/gateway.yaml --tls-dir pki --join 127.0.0.1:7946
   neptune gateway --config gw.yaml --listen :8443 --metrics 127.0.0.1:9101`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -62,7 +63,11 @@ failed; 503 no replica, no primary or overloaded; 504 deadline.`,
 			if err != nil {
 				return err
 			}
-			return runGateway(cmd.Context(), cmd.OutOrStdout(), cfg, o.host, log)
+			sec, err := o.sec.client()
+			if err != nil {
+				return err
+			}
+			return runGateway(cmd.Context(), cmd.OutOrStdout(), cfg, o.host, sec, log)
 		},
 	}
 	fs := cmd.Flags()
@@ -72,6 +77,7 @@ failed; 503 no replica, no primary or overloaded; 504 deadline.`,
 	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of a node to join; list (config: join)")
 	fs.StringVar(&o.metrics, "metrics", "", "`host:port` serving Prometheus /metrics on its own listener; empty disables (config: metrics)")
 	fs.StringVar(&o.host, "host", "127.0.0.1", "address the gateway's gossip listener binds to")
+	o.sec.add(fs, "client/client", "the gateway's client")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", "))
 	_ = cmd.MarkFlagRequired("config")
 	_ = cmd.MarkFlagFilename("config", "yaml", "yml")
@@ -107,11 +113,11 @@ func (o *gatewayOptions) fileConfig(fs *pflag.FlagSet) (gateway.Config, error) {
 }
 
 // runGateway joins the cluster as a client and serves until ctx ends.
-func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host string, log *slog.Logger) error {
+func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host string, sec neptune.Security, log *slog.Logger) error {
 	cfg = cfg.WithDefaults()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cfg.Join, Host: host, Registerer: reg, Logger: log})
+	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cfg.Join, Host: host, Registerer: reg, Logger: log, Security: sec})
 	if err != nil {
 		return err
 	}

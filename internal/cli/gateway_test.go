@@ -37,7 +37,7 @@ func TestGatewayCommandLineErrors(t *testing.T) {
 		{[]string{"gateway"}, ExitUsage, `"config" not set`},
 		{[]string{"gateway", "--config", good}, ExitUsage, "no node to join"},
 		{[]string{"gateway", "--config", bad, "--join", "127.0.0.1:1"}, ExitFailed, "routes[0].partition.count: "},
-		{[]string{"gateway", "--config", good, "--join", "127.0.0.1:1", "--listen", "nowhere"}, ExitFailed, "listen: "},
+		{[]string{"gateway", "--config", good, "--join", "127.0.0.1:1", "--listen", "nowhere", "--insecure"}, ExitFailed, "listen: "},
 		{[]string{"gateway", "--config", filepath.Join(t.TempDir(), "missing.yaml")}, ExitFailed, "missing.yaml"},
 		{[]string{"gateway", "--config", good, "extra"}, ExitUsage, `unexpected argument "extra"`},
 	} {
@@ -73,7 +73,7 @@ func TestGatewayHashKey(t *testing.T) {
 // neptune gateway joins a cluster, serves a route, and drains and exits 0
 // when interrupted.
 func TestGatewayServes(t *testing.T) {
-	nd, err := neptune.NewNode(neptune.NodeConfig{ID: "n0", AnnounceInterval: 100 * time.Millisecond})
+	nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: "n0", AnnounceInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestGatewayServes(t *testing.T) {
 	outR, outW := io.Pipe()
 	code := make(chan int, 1)
 	go func() {
-		code <- execute(ctx, []string{"gateway", "--config", path, "--join", nd.GossipAddr(), "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--log-level", "error"}, outW, io.Discard)
+		code <- execute(ctx, []string{"gateway", "--config", path, "--join", nd.GossipAddr(), "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--log-level", "error", "--insecure"}, outW, io.Discard)
 		outW.Close()
 	}()
 	line, err := bufio.NewReader(outR).ReadString('\n')

@@ -26,6 +26,7 @@ type nodeOptions struct {
 	pprof                                                bool
 	interval, ttl                                        time.Duration
 	join, services                                       []string
+	sec                                                  securityFlags
 }
 
 func newNodeCmd() *cobra.Command {
@@ -37,10 +38,16 @@ func newNodeCmd() *cobra.Command {
 
 The node is configured by a YAML file (--config, see examples/node.yaml),
 by flags, or both: a flag given on the command line overrides the file's
-key named in its help; --service adds to the file's services.`,
-		Example: `  neptune node --id n1 --gossip-port 7946 --service echo:0 --service kv:0-3
-  neptune node --id n2 --join 127.0.0.1:7946 --service kv:0-3
-  neptune node --config examples/node.yaml --id n3`,
+key named in its help; --service adds to the file's services.
+
+A node runs secured: --tls-dir names the directory with the cluster's
+ca.pem and the node's node-<id>.pem and node-<id>-key.pem, and the gossip
+keyring (default <tls-dir>/keyring.json); see neptune tls and neptune
+keyring. --insecure runs without any protection, and must be said.`,
+		Example: `  neptune node --id n1 --tls-dir pki --gossip-port 7946 --service echo:0 --service kv:0-3
+  neptune node --id n2 --tls-dir pki --join 127.0.0.1:7946 --service kv:0-3
+  neptune node --config examples/node.yaml --id n3
+  neptune node --id lab --insecure --service echo:0`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fc, err := o.fileConfig(cmd.Flags())
@@ -57,6 +64,7 @@ key named in its help; --service adds to the file's services.`,
 	o.addFlags(cmd.Flags())
 	_ = cmd.MarkFlagFilename("config", "yaml", "yml")
 	_ = cmd.MarkFlagDirname("data-dir")
+	_ = cmd.MarkFlagDirname("tls-dir")
 	_ = cmd.RegisterFlagCompletionFunc("balance", fixedCompletion(balance.Names...))
 	_ = cmd.RegisterFlagCompletionFunc("log-level", fixedCompletion(logLevels...))
 	return cmd
@@ -78,6 +86,7 @@ func (o *nodeOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.interval, "announce-interval", membership.DefaultAnnounceInterval, "yellow-page refresh interval (config: announce_interval)")
 	fs.DurationVar(&o.ttl, "announce-ttl", membership.DefaultTTL, "yellow-page entry lifetime (config: announce_ttl)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "`directory` for replicated services' write logs and state (config: data_dir)")
+	o.sec.add(fs, "", "the node")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", "))
 }
 
@@ -108,6 +117,7 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	set("announce-interval", func() { fc.AnnounceInterval = Duration(o.interval) })
 	set("announce-ttl", func() { fc.AnnounceTTL = Duration(o.ttl) })
 	set("data-dir", func() { fc.DataDir = o.dataDir })
+	o.sec.apply(fs, &fc.Security)
 	for _, s := range o.services {
 		name, parts, ok := strings.Cut(s, ":")
 		if !ok {
@@ -158,7 +168,12 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	sec, err := fc.Security.toSecurity()
+	if err != nil {
+		return nil, err
+	}
 	node, err := neptune.NewNode(neptune.NodeConfig{
+		Security:         sec,
 		ID:               fc.ID,
 		Host:             fc.Host,
 		GossipPort:       fc.GossipPort,

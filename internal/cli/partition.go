@@ -15,6 +15,7 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/kv"
+	"github.com/neptune-cluster/neptune/apps/listappend"
 )
 
 // ReplicationConfig is a service's `replication:` block. Every node hosting
@@ -118,6 +119,13 @@ var durableBuiltins = map[string]func(dir string) (neptune.Service, error){
 		}
 		return s.Service(), nil
 	},
+	listappend.Name: func(dir string) (neptune.Service, error) {
+		s, err := listappend.Open(dir)
+		if err != nil {
+			return neptune.Service{}, err
+		}
+		return s.Service(), nil
+	},
 }
 
 // replicatedService builds a replicated service for the node named id and
@@ -183,6 +191,7 @@ type promoteOptions struct {
 	service, node string
 	partition     int
 	wait          time.Duration
+	sec           securityFlags
 }
 
 func newPromoteCmd() *cobra.Command {
@@ -193,8 +202,8 @@ func newPromoteCmd() *cobra.Command {
 		Long: `Make a replica the primary of its partition: the operator's way out when
 every replica was lost at once and none can prove it holds every
 committed write. Without --node, the replica with the newest version is
-promoted.`,
-		Example: "  neptune partition promote --join 127.0.0.1:7946 --service kv --partition 0",
+promoted. Only an operator certificate (--cert operator/NAME) may promote.`,
+		Example: "  neptune partition promote --tls-dir pki --cert operator/alice --join 127.0.0.1:7946 --service kv --partition 0",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context(), cmd.OutOrStdout())
@@ -207,6 +216,7 @@ promoted.`,
 	fs.IntVar(&o.partition, "partition", 0, "partition `number` (required)")
 	fs.StringVar(&o.node, "node", "", "`id` of the node whose replica becomes primary; default: the replica with the newest version")
 	fs.DurationVar(&o.wait, "wait", time.Second, "how long to listen for announcements first")
+	o.sec.add(fs, "operator/operator", "your operator")
 	for _, f := range []string{"join", "service", "partition"} {
 		_ = cmd.MarkFlagRequired(f)
 	}
@@ -217,7 +227,11 @@ func (o *promoteOptions) run(ctx context.Context, stdout io.Writer) error {
 	if o.partition < 0 {
 		return Usagef("--partition must be >= 0, got %d", o.partition)
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: o.join})
+	sec, err := o.sec.client()
+	if err != nil {
+		return err
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: o.join, Security: sec})
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ func newStatusCmd() *cobra.Command {
 		join     []string
 		gateways []string
 		wait     time.Duration
+		sf       securityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "status --join host:port [--wait 1s] [--gateway host:port]",
@@ -33,7 +34,7 @@ With --gateway (the metrics address of an HTTP gateway, repeatable), also
 print each subscriber as the gateways see it: its reservation, each
 gateway's share of it and the demand there, and the requests demanded,
 served and dropped, per gateway and in total.`,
-		Example: "  neptune status --join 127.0.0.1:7946\n  neptune status --gateway 127.0.0.1:9101 --gateway 127.0.0.1:9102",
+		Example: "  neptune status --tls-dir pki --join 127.0.0.1:7946\n  neptune status --gateway 127.0.0.1:9101 --gateway 127.0.0.1:9102",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -48,7 +49,11 @@ served and dropped, per gateway and in total.`,
 					return nil
 				}
 			}
-			c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: join})
+			sec, err := sf.client()
+			if err != nil {
+				return err
+			}
+			c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: join, Security: sec})
 			if err != nil {
 				return err
 			}
@@ -67,6 +72,8 @@ served and dropped, per gateway and in total.`,
 	fs.StringSliceVar(&join, "join", nil, "gossip `host:port` of any node; list (this or --gateway is required)")
 	fs.DurationVar(&wait, "wait", time.Second, "how long to listen for announcements before printing")
 	fs.StringSliceVar(&gateways, "gateway", nil, "metrics `host:port` of an HTTP gateway, for its subscribers; repeatable")
+	sf.add(fs, "client/client", "your client")
+	_ = cmd.MarkFlagRequired("join")
 	return cmd
 }
 

@@ -29,6 +29,25 @@ type request struct {
 
 func (r *request) mode() service.Mode { return service.Mode(r.in.Mode) }
 
+// identified reports whether the request carries a write identity.
+func (r *request) identified() bool { return r.in.IdempotencyKey != "" || r.in.ClientId != "" }
+
+// outcome is the error a call ends with: for a write that may have run
+// (maybeRan, or err itself says so), an UnknownOutcomeError carrying the
+// write's identity, unless err is a definite answer (the handler's own
+// error: the write ran, or a retry got the first attempt's result).
+func (r *request) outcome(maybeRan bool, err error) error {
+	if r.mode() != service.Write || !maybeRan && !outcomeOpen(err) {
+		return err
+	}
+	var remote *transport.RemoteError
+	if errors.As(err, &remote) {
+		return err
+	}
+	return &nerr.UnknownOutcomeError{Identified: r.identified(), ClientID: r.in.ClientId, Seq: r.in.Seq,
+		Key: r.in.IdempotencyKey, Cause: err}
+}
+
 // resolve checks what the yellow pages say against the request and
 // completes it, so a wrong call fails with the precise error before any
 // network traffic: an unknown service, partition or method, or a method of
@@ -64,6 +83,9 @@ func (r *request) resolve(look membership.Lookup) error {
 // picks; if the connection fails, up to three replicas are tried and a
 // failed node is excluded until it announces itself again.
 func (c *Client) Call(ctx context.Context, svc string, partition int, method string, body []byte, opts ...Option) (*service.Response, error) {
+	if len(body) > c.maxBody {
+		return nil, fmt.Errorf("%w: request body of %d bytes exceeds the limit of %d (ClientConfig.MaxMessageBytes); it was not sent, so the write never ran", nerr.ErrTooLarge, len(body), c.maxBody)
+	}
 	o := collect(opts)
 	start := c.clock.Now()
 	if o.timeout > 0 {
@@ -71,7 +93,12 @@ func (c *Client) Call(ctx context.Context, svc string, partition int, method str
 		ctx, cancel = clock.WithTimeout(ctx, c.clock, o.timeout)
 		defer cancel()
 	}
-	r := &request{in: &pb.CallRequest{Service: svc, Partition: int32(partition), Method: method, Body: body, Class: o.class}, sess: o.session, usage: o.usage}
+	r := &request{in: &pb.CallRequest{Service: svc, Partition: int32(partition), Method: method, Body: body, Class: o.class,
+		IdempotencyKey: o.key}, sess: o.session, usage: o.usage}
+	if o.retryOf != nil && o.key == "" {
+		// A retry of a write of unknown outcome reuses its identity.
+		r.in.ClientId, r.in.Seq, r.in.IdempotencyKey = o.retryOf.ClientID, o.retryOf.Seq, o.retryOf.Key
+	}
 	resp, err := c.call(ctx, r)
 	c.metrics.calls.WithLabelValues(svc, method, nerr.Label(err)).Inc()
 	c.metrics.latency.WithLabelValues(svc, method).Observe(c.clock.Since(start).Seconds())
@@ -84,21 +111,50 @@ func (c *Client) Call(ctx context.Context, svc string, partition int, method str
 
 // call sends r to the replica pick chooses, and again to another after a
 // transport failure or, while the partition is between primaries, after a
-// pause.
+// pause. A write is sent again after a failure that leaves its outcome
+// open (a broken connection, a failed forward to the primary) only if it
+// carries an identity: the partition then executes it at most once and
+// answers the retry with the first attempt's result. Without one, such a
+// failure ends the call with an UnknownOutcomeError that is not retryable.
 func (c *Client) call(ctx context.Context, r *request) (*service.Response, error) {
 	var last error
 	failed, waited := 0, time.Duration(0)
+	maybeRan := false // an attempt of this write may have executed
+	// pause waits before the next attempt; false when the wait budget
+	// (maxPrimaryWait, or maxIdentifiedWait for an identified write) is
+	// spent or ctx ended.
+	pause := func() bool {
+		budget := maxPrimaryWait
+		if r.mode() == service.Write && r.identified() {
+			budget = maxIdentifiedWait
+		}
+		if waited >= budget {
+			return false
+		}
+		d := min(primaryRetryPause<<min(failed+int(waited/primaryRetryPause), 3), budget-waited)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-c.clock.After(d):
+		}
+		waited += d
+		return true
+	}
 	for {
 		t, err := c.pick(ctx, r)
 		if err != nil {
 			if last != nil && errors.Is(err, nerr.ErrNoReplica) {
-				return nil, fmt.Errorf("%w (after: %w)", err, last)
+				if maybeRan && r.identified() && ctx.Err() == nil && pause() {
+					continue // the excluded nodes come back as they announce
+				}
+				err = fmt.Errorf("%w (after: %w)", err, last)
 			}
-			return nil, err
+			return nil, r.outcome(maybeRan, err)
 		}
-		cl, err := c.conns.Client(t.RPCAddr)
+		c.identify(r)
+		cl, err := c.conns.ClientFor(t.Node, t.RPCAddr)
 		if err != nil {
-			return nil, err
+			return nil, r.outcome(maybeRan, err)
 		}
 		sent := c.clock.Now()
 		var grpcOpts []grpc.CallOption
@@ -115,29 +171,36 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 			return &service.Response{Body: out.Body, Version: out.Version}, nil
 		}
 		err = transport.FromStatus(t.Node, err)
+		write := r.mode() == service.Write
+		maybeRan = maybeRan || write && outcomeOpen(err)
 		if ctx.Err() != nil {
-			return nil, err
+			return nil, r.outcome(maybeRan, err)
 		}
 		last = err
 		switch {
 		case transport.IsTransport(err):
 			// The node is unreachable: exclude it and try another replica.
 			c.gossip.Exclude(t.Node)
-			if failed++; failed >= maxAttempts {
-				return nil, err
+			if write && !r.identified() {
+				return nil, r.outcome(true, err) // it may have run: no blind resend
 			}
-		case betweenPrimaries(err, r.mode()) && waited < maxPrimaryWait:
+			if failed++; failed >= maxAttempts && !(write && pause()) {
+				return nil, r.outcome(maybeRan, err)
+			}
+		case write && r.identified() && errors.Is(err, nerr.ErrUnknownOutcome):
+			// A forward to a dying primary failed: the partition is
+			// electing another. The retry carries the same identity.
+			if !pause() {
+				return nil, r.outcome(maybeRan, err)
+			}
+		case betweenPrimaries(err, r.mode()):
 			// The partition is electing a primary (a write that gets this
 			// answer never ran): wait a little, then ask again.
-			pause := min(primaryRetryPause<<min(failed+int(waited/primaryRetryPause), 3), maxPrimaryWait-waited)
-			select {
-			case <-ctx.Done():
-				return nil, err
-			case <-c.clock.After(pause):
+			if !pause() {
+				return nil, r.outcome(maybeRan, err)
 			}
-			waited += pause
 		default:
-			return nil, err
+			return nil, r.outcome(maybeRan, err)
 		}
 		c.metrics.retries.Inc()
 	}
@@ -145,9 +208,13 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 
 // A call that meets a partition between primaries retries for at most
 // maxPrimaryWait (failover takes well under a second), pausing
-// primaryRetryPause, doubling, between tries.
+// primaryRetryPause, doubling, between tries; an identified write, whose
+// retries are safe, keeps trying for maxIdentifiedWait (a primary killed
+// under load may take a few seconds to be replaced), within the call's
+// deadline.
 const (
 	maxPrimaryWait    = 2 * time.Second
+	maxIdentifiedWait = 8 * time.Second
 	primaryRetryPause = 25 * time.Millisecond
 )
 
@@ -157,10 +224,21 @@ const (
 // which case the old primary may have logged it).
 func betweenPrimaries(err error, mode service.Mode) bool {
 	noPrimary, noReplica := errors.Is(err, nerr.ErrNoPrimary), errors.Is(err, nerr.ErrNoReplica)
+	if errors.Is(err, nerr.ErrUnknownOutcome) {
+		return mode == service.Read
+	}
 	if mode == service.Read {
 		return noPrimary || noReplica // a replica forwarding to a dead primary says the latter
 	}
 	return noPrimary && !noReplica
+}
+
+// outcomeOpen reports whether a write that failed with err may have run:
+// the request may have arrived (transport failure), the node says so, or
+// the deadline passed while it was out.
+func outcomeOpen(err error) bool {
+	return transport.IsTransport(err) || errors.Is(err, nerr.ErrUnknownOutcome) || errors.Is(err, nerr.ErrDeadline) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // Stream calls a read-only stream method; read the chunks with Recv. A
@@ -178,7 +256,7 @@ func (c *Client) Stream(ctx context.Context, svc string, partition int, method s
 		cancel()
 		return nil, err
 	}
-	cl, err := c.conns.Client(t.RPCAddr)
+	cl, err := c.conns.ClientFor(t.Node, t.RPCAddr)
 	if err != nil {
 		cancel()
 		return nil, err

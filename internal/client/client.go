@@ -10,7 +10,9 @@
 package client
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -25,6 +27,9 @@ import (
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/metrics"
+	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/security"
+	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -54,6 +59,18 @@ type Config struct {
 	Logger     *slog.Logger
 	// Clock times retries, polls and hedges (default real).
 	Clock clock.Clock
+	// Security is the member's loaded material (security.Load), or an
+	// insecure one; required. Its connections use mutual TLS and dial each
+	// node by the id its certificate must name, its gossip is keyed,
+	// labelled and verifies signed announcements, its polls carry an HMAC,
+	// and the client applies changes of the keyring file while it runs.
+	Security *security.Material
+	// MaxMessageBytes bounds a request body (refused before sending with
+	// nerr.ErrTooLarge) and a response (default
+	// nerr.DefaultMaxMessageBytes).
+	MaxMessageBytes int
+	// Identity is what the member tells and checks at join (a node's).
+	Identity membership.Identity
 }
 
 // maxAttempts is how many replicas a call tries when connections fail
@@ -72,6 +89,7 @@ var seq atomic.Int64
 // Client calls services anywhere in the cluster. It is safe for concurrent
 // use.
 type Client struct {
+	maxBody int
 	log     *slog.Logger
 	clock   clock.Clock
 	gossip  *membership.Gossip
@@ -83,13 +101,36 @@ type Client struct {
 	// reg and members are for Close, which unregisters the metrics.
 	reg     prometheus.Registerer
 	members prometheus.Collector
+	// stopWatch ends the keyring file watcher.
+	stopWatch context.CancelFunc
 
 	// mu guards views, balancers and rng; a call takes it once per pick.
 	mu        sync.Mutex
 	views     views
 	balancers map[string]*balancer
 	rng       *rand.Rand
+
+	// writeID identifies this client's writes (random per Client), and
+	// writeSeq numbers them; anonymous turns identities off (lab only).
+	writeID   string
+	writeSeq  atomic.Uint64
+	anonymous atomic.Bool
 }
+
+// identify gives a write without an identity the client's id and the next
+// sequence number, once per call (every retry carries the same).
+func (c *Client) identify(r *request) {
+	if r.mode() != service.Write || r.identified() || c.anonymous.Load() {
+		return
+	}
+	r.in.ClientId, r.in.Seq = c.writeID, c.writeSeq.Add(1)
+}
+
+// SetWriteIdentities turns the identities of this client's writes on (the
+// default) or off. Only the lab turns them off, to measure what
+// exactly-once costs; without them a write of unknown outcome is never
+// retried.
+func (c *Client) SetWriteIdentities(on bool) { c.anonymous.Store(!on) }
 
 // New joins the cluster (as a listener, or announcing cfg.Announce).
 func New(ctx context.Context, cfg Config) (*Client, error) {
@@ -110,26 +151,34 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
+	if cfg.Security == nil {
+		return nil, errors.New("neptune: client: no security material (security.Load, or an explicitly insecure one)")
+	}
+	conns, err := cfg.Security.Transport().NewConns(transport.CallSizeOptions(cmp.Or(cfg.MaxMessageBytes, nerr.DefaultMaxMessageBytes)))
+	if err != nil {
+		return nil, fmt.Errorf("neptune: %w", err)
+	}
 	c := &Client{
 		log:       cfg.Logger,
 		clock:     clock.OrReal(cfg.Clock),
-		conns:     transport.NewConns(),
+		conns:     conns,
+		maxBody:   cmp.Or(cfg.MaxMessageBytes, nerr.DefaultMaxMessageBytes),
 		balance:   cfg.Balance,
 		reg:       cfg.Registerer,
 		balancers: map[string]*balancer{},
 		rng:       rand.New(rand.NewPCG(rand.Uint64(), uint64(seq.Add(1)))),
+		writeID:   fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
 	}
 	c.views.init()
-	var err error
 	if c.metrics, err = newClientMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
-	if c.poller, err = transport.NewPoller(cfg.Logger, transport.WithClock(c.clock)); err != nil {
+	if c.poller, err = transport.NewPoller(cfg.Logger, append([]transport.PollerOption{transport.WithClock(c.clock)}, cfg.Security.PollerOptions()...)...); err != nil {
 		c.metrics.unregister(cfg.Registerer)
 		return nil, fmt.Errorf("neptune: %w", err)
 	}
 	c.poller.OnLate(c.reportLate)
-	c.gossip, err = membership.Start(ctx, membership.Config{
+	mcfg := membership.Config{
 		NodeID:           cfg.ID,
 		BindAddr:         cfg.Host,
 		BindPort:         cfg.Port,
@@ -138,9 +187,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		TTL:              cfg.AnnounceTTL,
 		Announce:         cfg.Announce,
 		Watch:            (*viewWatcher)(c),
+		Identity:         cfg.Identity,
 		Logger:           cfg.Logger,
 		Clock:            c.clock,
-	})
+	}
+	cfg.Security.Gossip(&mcfg)
+	c.gossip, err = membership.Start(ctx, mcfg)
 	if err != nil {
 		_ = c.poller.Close()
 		c.metrics.unregister(cfg.Registerer)
@@ -155,6 +207,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.members = members
+	var wctx context.Context
+	wctx, c.stopWatch = context.WithCancel(context.Background())
+	go cfg.Security.WatchKeyring(wctx)
 	c.agg = aggregation.NewCaller(aggregation.Config{
 		Directory: c.gossip, Poller: c.poller, Dialer: c.conns, PollWait: cfg.Balance.Discard,
 		Rand: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64())), Clock: c.clock,
@@ -165,6 +220,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 // Close leaves the cluster, closes connections and takes the client's
 // metrics out of its registry.
 func (c *Client) Close() error {
+	if c.stopWatch != nil {
+		c.stopWatch()
+	}
 	err := c.gossip.Close()
 	_ = c.poller.Close()
 	_ = c.conns.Close()

@@ -1,8 +1,10 @@
 package client
 
 import (
+	"errors"
 	"time"
 
+	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/service"
 )
 
@@ -14,6 +16,8 @@ type options struct {
 	class   string
 	timeout time.Duration
 	usage   *service.CallUsage
+	key     string
+	retryOf *nerr.UnknownOutcomeError
 }
 
 func collect(opts []Option) options {
@@ -41,3 +45,24 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 // subscriber named, or a node that does not measure). The node measures
 // only calls whose context names a subscriber (transport.WithSubscriber).
 func WithUsage(u *service.CallUsage) Option { return func(o *options) { o.usage = u } }
+
+// WithIdempotencyKey gives a write the caller's identity key instead of
+// the client's id and sequence number: every call with the same key to
+// the same partition executes at most once (while the partition remembers
+// it, see docs/architecture/replica.md), and each gets the first one's
+// result. Reads ignore it.
+func WithIdempotencyKey(key string) Option { return func(o *options) { o.key = key } }
+
+// WithRetryOf makes the call a retry of the write that failed with err:
+// if err is an UnknownOutcomeError of an identified write, the call
+// carries the same identity, so the write executes at most once in all
+// and the retry returns the original result. Any other err (nil
+// included) changes nothing, so a retry loop can pass its last error.
+func WithRetryOf(err error) Option {
+	return func(o *options) {
+		var u *nerr.UnknownOutcomeError
+		if errors.As(err, &u) && u.Identified {
+			o.retryOf = u
+		}
+	}
+}

@@ -125,7 +125,7 @@ func (c *Client) Promote(ctx context.Context, node, service string, partition in
 	if addr == "" {
 		return ReplicaInfo{}, fmt.Errorf("%w: node %q is not in the yellow pages", nerr.ErrNoReplica, node)
 	}
-	cl, err := c.conns.Client(addr)
+	cl, err := c.conns.ClientFor(node, addr)
 	if err != nil {
 		return ReplicaInfo{}, err
 	}

@@ -19,7 +19,7 @@ import (
 // partitions 0 and 1) and waits until its own client sees them.
 func startNode(t *testing.T, svcs ...neptune.Service) *neptune.Node {
 	t.Helper()
-	nd, err := neptune.NewNode(neptune.NodeConfig{ID: "n0", AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second})
+	nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: "n0", AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

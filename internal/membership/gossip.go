@@ -73,6 +73,11 @@ type Config struct {
 	// source address; the excess is closed before memberlist reads it.
 	StreamRate  float64
 	StreamBurst int
+
+	// Identity is told to the other members at join and checked against
+	// theirs (see identity.go); a name already live elsewhere always
+	// refuses the start.
+	Identity Identity
 }
 
 // Watcher follows the yellow pages as they change. Its methods run with
@@ -119,6 +124,14 @@ type Gossip struct {
 	accepted  atomic.Uint64
 	rejected  atomic.Uint64
 	transport *limitedTransport
+	conflicts *conflicts
+
+	// members holds copies of memberlist's live nodes, taken in its event
+	// callbacks (which run under memberlist's own lock): the *Node values
+	// Members() returns are rewritten by memberlist on every alive message,
+	// so reading them later from another goroutine races with it.
+	membersMu sync.Mutex
+	members   map[string]memberlist.Node
 }
 
 // Stats counts signed announcements (direct and relayed) accepted and
@@ -185,6 +198,8 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 	mc.PushPullInterval = cfg.TTL
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
+	g.conflicts = &conflicts{self: cfg.NodeID, starting: true, later: cfg.Identity.OnConflict}
+	mc.Conflict = g.conflicts
 	mc.Logger = slog.NewLogLogger(cfg.Logger.With("component", "memberlist").Handler(), slog.LevelDebug)
 	mc.Label = cfg.Label
 	if cfg.Keyring != nil {
@@ -213,6 +228,16 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 			_ = ml.Shutdown()
 			return nil, err
 		}
+	}
+	if err := g.checkJoined(); err != nil {
+		if !errors.Is(err, ErrDuplicateID) {
+			// We joined: leave so that our name is free for a corrected
+			// start. Never with a duplicate id: a leave would be taken
+			// for the live holder's.
+			_ = ml.Leave(time.Second)
+		}
+		_ = ml.Shutdown()
+		return nil, err
 	}
 	ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	go g.loop(ctx)
@@ -365,7 +390,7 @@ func (g *Gossip) broadcast(msg []byte, to *memberlist.Node) {
 	}
 	targets := []*memberlist.Node{to}
 	if to == nil {
-		targets = g.ml.Members()
+		targets = g.memberCopies()
 	}
 	for _, n := range targets {
 		if n.Name == g.cfg.NodeID {
@@ -426,7 +451,12 @@ func (g *Gossip) pagesHas(now time.Time, id string) (*Entry, bool) {
 // delegate receives memberlist's user messages and push/pull state.
 type delegate Gossip
 
-func (d *delegate) NodeMeta(int) []byte { return nil }
+func (d *delegate) NodeMeta(limit int) []byte {
+	if m := d.cfg.Identity.Meta; len(m) <= limit {
+		return m
+	}
+	return nil // the node trims its meta to memberlist.MetaMaxSize
+}
 
 func (d *delegate) NotifyMsg(b []byte) {
 	g := (*Gossip)(d)
@@ -536,15 +566,19 @@ type events Gossip
 
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	g := (*Gossip)(e)
+	c := g.noteMember(n)
 	if n.Name == g.cfg.NodeID {
 		return
 	}
 	// Tell the newcomer about us now rather than at the next refresh.
-	go g.broadcast(g.currentAnnouncement(), n)
+	go g.broadcast(g.currentAnnouncement(), c)
 }
 
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	g := (*Gossip)(e)
+	g.membersMu.Lock()
+	delete(g.members, n.Name)
+	g.membersMu.Unlock()
 	g.mu.Lock()
 	_, had := g.pagesHas(g.cfg.Clock.Now(), n.Name)
 	g.pages.Remove(n.Name)
@@ -561,7 +595,32 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	}
 }
 
-func (e *events) NotifyUpdate(*memberlist.Node) {}
+func (e *events) NotifyUpdate(n *memberlist.Node) { (*Gossip)(e).noteMember(n) }
+
+// noteMember keeps a copy of n (called under memberlist's lock) and
+// returns it.
+func (g *Gossip) noteMember(n *memberlist.Node) *memberlist.Node {
+	c := *n
+	c.Meta = append([]byte(nil), n.Meta...)
+	g.membersMu.Lock()
+	if g.members == nil {
+		g.members = map[string]memberlist.Node{}
+	}
+	g.members[c.Name] = c
+	g.membersMu.Unlock()
+	return &c
+}
+
+// memberCopies returns copies of the live members memberlist told us of.
+func (g *Gossip) memberCopies() []*memberlist.Node {
+	g.membersMu.Lock()
+	defer g.membersMu.Unlock()
+	out := make([]*memberlist.Node, 0, len(g.members))
+	for _, n := range g.members {
+		out = append(out, &n)
+	}
+	return out
+}
 
 func (g *Gossip) currentAnnouncement() []byte {
 	g.mu.Lock()

@@ -17,11 +17,68 @@ var (
 	ErrDeadline         = errors.New("neptune: deadline exceeded")
 	ErrOverloaded       = errors.New("neptune: overloaded")
 	ErrClosed           = errors.New("neptune: closed")
+	// ErrUnknownOutcome: a write may or may not have been executed (the
+	// connection broke after it was sent, a forward to the primary failed,
+	// the deadline passed while it was in flight). It is distinct from the
+	// errors above, which for a write all mean "never executed". Errors
+	// carrying it are *UnknownOutcomeError values.
+	ErrUnknownOutcome = errors.New("neptune: write outcome unknown")
 )
 
+// UnknownOutcomeError is a write whose outcome is unknown. errors.Is(err,
+// ErrUnknownOutcome) holds for it; Unwrap gives the failure behind it.
+type UnknownOutcomeError struct {
+	// Identified: the write carried an identity (a client id and sequence
+	// number, or an idempotency key). A retry with the same identity is
+	// then executed at most once in all, and answered with the original
+	// result if the first attempt ran.
+	Identified bool
+	// ClientID and Seq, or Key, are that identity, for a retry to reuse.
+	ClientID string
+	Seq      uint64
+	Key      string
+	// Cause is the failure that left the outcome open.
+	Cause error
+}
+
+func (e *UnknownOutcomeError) Error() string {
+	id := " (no identity: a retry may execute it twice)"
+	if e.Identified {
+		id = " (identified: a retry with the same identity is safe)"
+	}
+	if e.Cause == nil {
+		return ErrUnknownOutcome.Error() + id
+	}
+	return ErrUnknownOutcome.Error() + id + ": " + e.Cause.Error()
+}
+
+// Is makes errors.Is(err, ErrUnknownOutcome) hold.
+func (e *UnknownOutcomeError) Is(target error) bool { return target == ErrUnknownOutcome }
+
+// Unwrap returns the cause.
+func (e *UnknownOutcomeError) Unwrap() error { return e.Cause }
+
+// UnknownOutcome wraps cause as a write of unknown outcome; an existing
+// UnknownOutcomeError in cause is returned as it is.
+func UnknownOutcome(identified bool, cause error) error {
+	var u *UnknownOutcomeError
+	if errors.As(cause, &u) {
+		return cause
+	}
+	return &UnknownOutcomeError{Identified: identified, Cause: cause}
+}
+
 // Retryable reports whether trying the same call again (perhaps elsewhere,
-// perhaps later) can succeed.
+// perhaps later) can succeed without harm. A write of unknown outcome is
+// retryable only if it carried an identity (and the retry reuses it).
 func Retryable(err error) bool {
+	var u *UnknownOutcomeError
+	if errors.As(err, &u) {
+		return u.Identified
+	}
+	if errors.Is(err, ErrUnknownOutcome) {
+		return false
+	}
 	for _, e := range []error{ErrNoReplica, ErrNoPrimary, ErrOverloaded, ErrDeadline} {
 		if errors.Is(err, e) {
 			return true
@@ -30,13 +87,15 @@ func Retryable(err error) bool {
 	return false
 }
 
-// Label is the metrics label of a call's outcome: "ok", "deadline",
+// Label is the metrics label of a call's outcome: "ok", "unknown_outcome", "deadline",
 // "overloaded", "no_replica", "bad_request", "canceled" or "error". Node
 // and client count calls by it.
 func Label(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
+	case errors.Is(err, ErrUnknownOutcome):
+		return "unknown_outcome"
 	case errors.Is(err, ErrDeadline), errors.Is(err, context.DeadlineExceeded):
 		return "deadline"
 	case errors.Is(err, ErrOverloaded):

@@ -86,8 +86,10 @@ func (p *peers) Hosts(service string, partition int32) []string {
 	return ids
 }
 
-func (p *peers) Replicate(ctx context.Context, addr string, batch *pb.ReplicaBatch) error {
-	cl, err := p.client.Conns().Client(addr)
+// Replicate and Forward dial node by its id: with mutual TLS only a server
+// whose certificate names node is admitted.
+func (p *peers) Replicate(ctx context.Context, node, addr string, batch *pb.ReplicaBatch) error {
+	cl, err := p.client.Conns().ClientFor(node, addr)
 	if err != nil {
 		return err
 	}
@@ -95,8 +97,8 @@ func (p *peers) Replicate(ctx context.Context, addr string, batch *pb.ReplicaBat
 	return err
 }
 
-func (p *peers) Forward(ctx context.Context, addr string, in *pb.CallRequest) (*pb.CallResponse, error) {
-	cl, err := p.client.Conns().Client(addr)
+func (p *peers) Forward(ctx context.Context, node, addr string, in *pb.CallRequest) (*pb.CallResponse, error) {
+	cl, err := p.client.Conns().ClientFor(node, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"github.com/neptune-cluster/neptune/internal/security"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func classService(mod func(*service.Service)) service.Service {
 }
 
 func TestRegisterPicksTheSchedulerByClasses(t *testing.T) {
-	n, err := New(Config{ID: "n"})
+	n, err := New(Config{Security: security.Config{Insecure: true}, ID: "n"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,10 @@ import (
 	"github.com/neptune-cluster/neptune/internal/dispatch"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/metrics"
+	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/replication"
+	"github.com/neptune-cluster/neptune/internal/security"
 	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -70,6 +73,16 @@ type Config struct {
 	// Clock drives every timer of the node, its client and its runtimes
 	// (default real).
 	Clock clock.Clock
+	// Security is the node's material (certificate, keyring) or an
+	// explicit Insecure. Identity is set to this node's id; the zero value
+	// is refused.
+	Security security.Config
+	// Cluster names the cluster (default DefaultCluster); the data
+	// directory records it and a node of another cluster is refused.
+	Cluster string
+	// MaxMessageBytes bounds a request or response body and a replicated
+	// write (default nerr.DefaultMaxMessageBytes).
+	MaxMessageBytes int
 }
 
 func (c Config) withDefaults() Config {
@@ -89,6 +102,12 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	c.Clock = clock.OrReal(c.Clock)
+	if c.Cluster == "" {
+		c.Cluster = DefaultCluster
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = nerr.DefaultMaxMessageBytes
+	}
 	return c
 }
 
@@ -105,6 +124,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("neptune: NodeConfig.%s must be in 0..65535, got %d", p.name, p.port)
 		}
 	}
+	if c.MaxMessageBytes < 0 || c.MaxMessageBytes > transport.MaxMessage {
+		return fmt.Errorf("neptune: NodeConfig.MaxMessageBytes must be in 0..%d, got %d", transport.MaxMessage, c.MaxMessageBytes)
+	}
 	if c.AnnounceInterval < 0 {
 		return fmt.Errorf("neptune: NodeConfig.AnnounceInterval must be > 0, got %v", c.AnnounceInterval)
 	}
@@ -115,6 +137,9 @@ func (c Config) Validate() error {
 		if err := c.Balance.Validate(); err != nil {
 			return fmt.Errorf("neptune: NodeConfig.Balance: %w", err)
 		}
+	}
+	if !c.Security.Insecure && c.Security.Dir == "" && c.Security.Files == nil {
+		return errors.New("neptune: NodeConfig.Security.Dir is required (the directory with ca.pem and this node's certificate), or set NodeConfig.Security.Insecure to run without protection")
 	}
 	return nil
 }
@@ -127,6 +152,8 @@ type Node struct {
 	clock   clock.Clock
 	reg     metrics.Registries
 	metrics *serverMetrics
+	// sec is the node's security material, shared with its client.
+	sec *security.Material
 	// registered are the collectors Start registered, for Close.
 	registered []prometheus.Collector
 
@@ -163,7 +190,18 @@ func New(cfg Config) (*Node, error) {
 		acct:     newAccounting(cfg.Clock, DefaultAccountingCycle),
 		acctStop: make(chan struct{}),
 	}
+	sc := cfg.Security
+	sc.Identity = pki.Identity{Role: pki.RoleNode, Name: cfg.ID}
+	if sc.Logger == nil {
+		sc.Logger = n.log
+	}
+	if sc.Clock == nil {
+		sc.Clock = cfg.Clock
+	}
 	var err error
+	if n.sec, err = security.Load(sc); err != nil {
+		return nil, fmt.Errorf("neptune: NodeConfig.Security: %w", err)
+	}
 	if n.metrics, err = newServerMetrics(n.reg.Registerer); err != nil {
 		return nil, err
 	}
@@ -253,18 +291,34 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.registerStartMetrics(); err != nil {
 		return err
 	}
+	if n.cfg.DataDir != "" {
+		id, err := claimIdentity(n.cfg.DataDir, n.cfg.Cluster, n.cfg.ID)
+		if err != nil {
+			n.Close()
+			return err
+		}
+		n.log.Info("data directory claimed", "cluster", id.Cluster, "incarnation", id.Incarnation)
+	}
 	var err error
 	n.rpcLn, err = net.Listen("tcp", net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.RPCPort)))
 	if err != nil {
 		n.Close()
 		return fmt.Errorf("neptune: listen for calls (RPCPort): %w", err)
 	}
-	n.grpc = grpc.NewServer(transport.ServerOptions()...)
+	if n.sec.Insecure() {
+		n.log.Warn("running INSECURE: plaintext gRPC anyone may call, gossip anyone may join, unauthenticated polls; give the node a certificate directory instead")
+	}
+	grpcOpts, err := n.sec.Transport().ServerOptions()
+	if err != nil {
+		n.Close()
+		return fmt.Errorf("neptune: NodeConfig.Security: %w", err)
+	}
+	n.grpc = grpc.NewServer(append(grpcOpts, transport.SizeOptions(n.cfg.MaxMessageBytes)...)...)
 	pb.RegisterNodeServer(n.grpc, &nodeServer{n: n})
 	go func() { _ = n.grpc.Serve(n.rpcLn) }()
 
 	n.polls, err = transport.ListenPoll(net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.PollPort)), n.load, n.log,
-		transport.WithVersions(n.pollVersion), transport.WithWork(n.aggWork))
+		append([]transport.PollOption{transport.WithVersions(n.pollVersion), transport.WithWork(n.aggWork)}, n.sec.PollServerOptions()...)...)
 	if err != nil {
 		n.Close()
 		return fmt.Errorf("neptune: listen for polls (PollPort): %w", err)
@@ -287,6 +341,9 @@ func (n *Node) Start(ctx context.Context) error {
 		Registerer:       n.reg.Registerer,
 		Logger:           n.log,
 		Clock:            n.clock,
+		Security:         n.sec,
+		MaxMessageBytes:  n.cfg.MaxMessageBytes,
+		Identity:         n.identity(),
 	})
 	if err != nil {
 		n.Close()

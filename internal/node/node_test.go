@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"github.com/neptune-cluster/neptune/internal/security"
 	"strings"
 	"testing"
 
@@ -12,7 +13,7 @@ import (
 // partitions has no replica on this node is refused whole; none of its
 // partitions is left to the replication runtime.
 func TestReplicatedRegisterIsAllOrNothing(t *testing.T) {
-	n, err := New(Config{ID: "a", DataDir: t.TempDir()})
+	n, err := New(Config{Security: security.Config{Insecure: true}, ID: "a", DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func (s *nodeServer) Call(ctx context.Context, in *pb.CallRequest) (*pb.CallResp
 		acc = &reqUsage{}
 		ctx = withReqUsage(ctx, acc)
 	}
-	resp, err := s.n.serve(ctx, in)
+	resp, err := s.n.serveBounded(ctx, in)
 	s.n.observe(in, start, err)
 	var out *pb.CallResponse
 	if err == nil {

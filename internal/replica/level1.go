@@ -19,7 +19,8 @@ func (r *Replica) proposeL1(now time.Time, w Write) {
 		return
 	}
 	r.seq++
-	e := Entry{LSN: r.last() + 1, Method: w.Method, Body: w.Body, Origin: r.cfg.ID, ReqID: w.ReqID, Seq: r.seq}
+	e := Entry{LSN: r.last() + 1, Method: w.Method, Body: w.Body, Origin: r.cfg.ID, ReqID: w.ReqID, Seq: r.seq,
+		WriteID: w.ID, Time: now.UnixNano()}
 	if w.ReqID != 0 {
 		r.pending[w.ReqID] = true
 	}

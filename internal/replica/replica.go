@@ -50,6 +50,11 @@ type Replica struct {
 	electDeadline time.Time
 	grants        map[ID]Message
 
+	// empty records, per peer, whether it last showed itself without any
+	// data (no log, no commit point: a brand-new or wiped replica) or with
+	// some; absent means not known yet. See dataless.
+	empty map[ID]bool
+
 	// Clients.
 	pending map[uint64]bool // ReqIDs of writes this replica logged
 	waiting []waiter
@@ -110,6 +115,7 @@ func New(cfg Config, rs Restore) (*Replica, error) {
 		log:      slices.Clone(rs.Entries),
 		pending:  map[uint64]bool{},
 		progress: map[ID]*progress{},
+		empty:    map[ID]bool{},
 		vv:       maps.Clone(rs.Base),
 		synced:   map[ID]bool{},
 		peerVV:   map[ID]map[ID]uint64{},
@@ -276,6 +282,22 @@ func (r *Replica) Tick(now time.Time) {
 	}
 	if r.shouldElect(now) {
 		r.startElection(now)
+	} else if beat && r.dataless() && !r.primaryLive(now) && now.Sub(r.lastHeard) >= r.cfg.ElectionTimeout {
+		// (after the same wait as an election: a running primary usually
+		// reaches a new replica first)
+		r.announceEmpty()
+	}
+}
+
+// announceEmpty tells the live peers that this replica has no data, so the
+// highest-priority replica with data stops deferring to it (shouldElect).
+// It is a vote request marked Reject (a probe: no vote is asked for), so
+// it changes no epoch, vote or timer anywhere.
+func (r *Replica) announceEmpty() {
+	for _, p := range r.peers {
+		if r.alive[p] {
+			r.send(Message{Type: MsgVote, To: p, Reject: true})
+		}
 	}
 }
 
@@ -298,6 +320,7 @@ func (r *Replica) Step(now time.Time, m Message) {
 		r.epoch, r.vote, r.hsDirty = m.Epoch, "", true
 		r.stepDown()
 	}
+	r.noteData(m)
 	switch m.Type {
 	case MsgAppend:
 		r.handleAppend(now, m)
@@ -445,7 +468,8 @@ func (r *Replica) stepDown() {
 // ---- primary ----
 
 func (r *Replica) appendLocal(now time.Time, w Write) {
-	e := Entry{Epoch: r.epoch, LSN: r.last() + 1, Method: w.Method, Body: w.Body, Origin: r.cfg.ID, ReqID: w.ReqID}
+	e := Entry{Epoch: r.epoch, LSN: r.last() + 1, Method: w.Method, Body: w.Body, Origin: r.cfg.ID, ReqID: w.ReqID,
+		WriteID: w.ID, Time: now.UnixNano()}
 	if w.ReqID != 0 {
 		r.pending[w.ReqID] = true
 	}
@@ -475,6 +499,7 @@ func (r *Replica) becomePrimary(now time.Time) {
 		r.logAppend(es)
 	}
 	r.electing = false
+	clear(r.empty) // stale once we lead (see handleAppend)
 	r.role, r.phase, r.primary, r.inSync = Primary, PhaseServing, r.cfg.ID, true
 	r.progress = map[ID]*progress{}
 	for _, p := range r.peers {
@@ -612,6 +637,12 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 		// Back off below the rejected probe, never below what is known to
 		// match; pipelined appends would otherwise keep undoing each other.
 		pr.next = max(pr.match+1, min(m.Hint+1, m.LSN, r.last()+1))
+		if pr.next < r.first {
+			// It needs entries this log no longer holds (it lost its data
+			// after they were truncated): resending at once would only
+			// repeat the reject; the heartbeat keeps probing.
+			return
+		}
 		r.sendAppend(now, m.From)
 		return
 	}
@@ -665,6 +696,10 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 	r.lastHeard = now
 	if r.primary != m.From {
 		r.primary = m.From
+		// A new primary's partition runs on data: what peers said of
+		// theirs before is stale (a replica without data says so again).
+		clear(r.empty)
+		r.empty[m.From] = false
 		for _, w := range r.waiting {
 			r.rd.Replies = append(r.rd.Replies, Reply{ReqID: w.w.ReqID, Err: &NotPrimaryError{Primary: m.From}})
 		}
@@ -718,12 +753,55 @@ func (r *Replica) shouldElect(now time.Time) bool {
 	if r.primary == "" && now.Sub(r.lastHeard) < r.cfg.ElectionTimeout {
 		return false // give a running primary time to reach us first
 	}
+	dataless := r.dataless()
 	for _, q := range r.peers {
-		if r.alive[q] && r.prio[q] > self {
+		if !r.alive[q] {
+			continue
+		}
+		empty, known := r.empty[q]
+		if dataless && known && !empty {
+			// A replica without data never leads a partition that has
+			// data elsewhere: it waits for that peer's primary.
+			return false
+		}
+		if r.prio[q] > self && !(known && empty && !dataless) {
+			// A higher-priority peer without data cannot win against us
+			// (we refuse it our vote), so it does not hold us back.
 			return false
 		}
 	}
 	return true
+}
+
+// dataless reports whether this replica holds no data at all: no log
+// entry, no commit point, nothing executed. That is a brand-new replica,
+// or one whose data directory was lost. Such a replica may only be elected
+// by, and only vote for, replicas without data either: on a fresh
+// partition all of them are, so one is still elected, but once a partition
+// has data a replica that lost it neither leads (it would serve empty
+// state and overwrite acknowledged writes) nor counts as a voter (a vote
+// promises the voter holds every write it acknowledged, §5.2.2's
+// intersection argument).
+func (r *Replica) dataless() bool {
+	return r.last() == 0 && r.commit == 0 && r.applied == 0
+}
+
+// noteData records what a message shows of its sender's data.
+func (r *Replica) noteData(m Message) {
+	switch m.Type {
+	case MsgAppend:
+		r.empty[m.From] = false
+	case MsgAppendResp:
+		if m.LSN > 0 && !m.Reject {
+			r.empty[m.From] = false
+		}
+	case MsgVote:
+		r.empty[m.From] = m.LSN == 0 && m.Commit == 0
+	case MsgVoteResp:
+		if !m.Granted && (m.LSN > 0 || m.Commit > 0) {
+			r.empty[m.From] = false
+		}
+	}
 }
 
 // primaryLive reports whether a primary is known, alive per membership and,
@@ -744,16 +822,51 @@ func (r *Replica) startElection(now time.Time) {
 	r.grants = map[ID]Message{}
 	for _, p := range r.peers {
 		if r.alive[p] {
-			r.send(Message{Type: MsgVote, To: p, Commit: r.commit})
+			r.send(Message{Type: MsgVote, To: p, Commit: r.commit, LSN: r.last()})
 		}
 	}
-	if 1 >= r.cfg.MinLive {
+	if r.mayLead() {
 		r.becomePrimary(now)
 	}
 }
 
+// mayLead reports whether the candidate has the votes it needs: MinLive of
+// them, its own included; and a candidate without data also needs a grant
+// from every live peer (all of them without data too, see dataless), so
+// that it never leads over a peer holding data that it simply has not
+// heard from yet. Alone in its partition it needs nothing more.
+func (r *Replica) mayLead() bool {
+	if 1+len(r.grants) < r.cfg.MinLive {
+		return false
+	}
+	if !r.dataless() {
+		return true
+	}
+	heard := 0
+	for _, p := range r.peers {
+		if _, ok := r.grants[p]; ok {
+			heard++
+		} else if r.alive[p] {
+			return false
+		}
+	}
+	return heard > 0 || len(r.peers) == 0
+}
+
 func (r *Replica) handleVote(m Message) {
-	refuse := Message{Type: MsgVoteResp, To: m.From}
+	if m.Reject {
+		return // announceEmpty's probe: noteData took what it says
+	}
+	refuse := Message{Type: MsgVoteResp, To: m.From, LSN: r.last(), Commit: r.commit}
+	// Data and no data do not vote for each other (see dataless), except
+	// that a replica without data may vote for one that knows of no
+	// committed write: on a fresh partition whose first primary logged
+	// entries nobody else received, refusing would leave it with no
+	// primary for good.
+	if candEmpty, empty := m.LSN == 0 && m.Commit == 0, r.dataless(); candEmpty != empty && !(empty && m.Commit == 0) {
+		r.send(refuse)
+		return
+	}
 	if m.Epoch < r.epoch || (m.Epoch == r.epoch && r.vote != "" && r.vote != m.From) {
 		r.send(refuse)
 		return
@@ -778,7 +891,7 @@ func (r *Replica) handleVoteResp(now time.Time, m Message) {
 		return
 	}
 	r.grants[m.From] = m
-	if 1+len(r.grants) >= r.cfg.MinLive {
+	if r.mayLead() {
 		r.becomePrimary(now)
 	}
 }

@@ -130,16 +130,26 @@ type Entry struct {
 	ReqID  uint64
 	// Seq numbers Origin's writes at level 1 (per-origin FIFO); 0 otherwise.
 	Seq uint64
+	// WriteID is the client-scoped identity of the write (empty: none).
+	// The shell executes an identity at most once per partition and
+	// answers a repeat with the first one's result (see DedupTable).
+	WriteID string
+	// Time is when the primary (level 1: the origin) logged the entry, in
+	// Unix nanoseconds of the time Propose was given. The dedup table
+	// expires identities by it, so expiry is a function of the log alone.
+	Time int64
 }
 
 // size is what an entry counts against Config.MaxBatchBytes.
-func (e Entry) size() int { return len(e.Method) + len(e.Body) }
+func (e Entry) size() int { return len(e.Method) + len(e.Body) + len(e.WriteID) }
 
 // Write is a client write handed to Propose.
 type Write struct {
 	ReqID  uint64
 	Method string
 	Body   []byte
+	// ID is the write's client-scoped identity (empty: none).
+	ID string
 }
 
 // Reply is a client write's outcome. A nil Err means the write was executed
@@ -222,7 +232,9 @@ type Message struct {
 	Reject bool
 	Hint   LSN
 
-	// Vote: Commit is the candidate's commit point. VoteResp: a grant
+	// Vote: Commit is the candidate's commit point and LSN its last entry
+	// (both 0: it has no data); Reject marks a probe that asks for no
+	// vote (see announceEmpty). VoteResp: a grant
 	// carries the voter's last entry (LSN, LastEpoch) and its log after the
 	// candidate's commit point in Entries.
 	Granted   bool

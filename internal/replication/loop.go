@@ -41,11 +41,13 @@ type part struct {
 	nextReq  uint64
 	results  map[uint64]Result
 	nextTick time.Time
+	dedup    *replica.DedupTable
 }
 
 type proposal struct {
 	method string
 	body   []byte
+	id     string // the write's identity (WriteID); empty: none
 	reply  chan Result
 }
 
@@ -75,7 +77,7 @@ func (p *part) run(ctx context.Context) {
 		p.tickIfDue()
 		if err := p.process(ctx); err != nil {
 			p.rt.log.Error("replication stopped", "service", p.key.service, "partition", p.key.partition, "err", err)
-			p.failPending(err)
+			p.failPending(fmt.Errorf("%w: %w", errStopped, err))
 			return
 		}
 	}
@@ -112,9 +114,12 @@ func (p *part) drain() {
 }
 
 func (p *part) propose(pr proposal) {
+	if p.proposeKnown(pr) {
+		return
+	}
 	p.nextReq++
 	p.pending[p.nextReq] = pr.reply
-	p.core.Propose(p.rt.clock.Now(), replica.Write{ReqID: p.nextReq, Method: pr.method, Body: pr.body})
+	p.core.Propose(p.rt.clock.Now(), replica.Write{ReqID: p.nextReq, Method: pr.method, Body: pr.body, ID: pr.id})
 }
 
 func (p *part) failPending(err error) {
@@ -142,7 +147,11 @@ func (p *part) process(ctx context.Context) error {
 			p.rt.send(p.key, m)
 		}
 		for _, e := range rd.Check {
-			p.core.Checked(e.LSN, p.check(ctx, e.LSN)) // reissues come in the next Ready
+			done := p.check(ctx, e.LSN)
+			if done {
+				p.recordChecked(e)
+			}
+			p.core.Checked(e.LSN, done) // reissues come in the next Ready
 		}
 		if err := p.apply(ctx, rd.Apply); err != nil {
 			return err
@@ -211,7 +220,7 @@ func (p *part) apply(ctx context.Context, es []replica.Entry) error {
 	var last replica.LSN
 	for _, e := range es {
 		last = e.LSN
-		if e.Method == "" {
+		if e.Method == "" || p.skipExecuted(e) {
 			continue
 		}
 		req := &service.Request{Service: p.key.service, Partition: int(p.key.partition), Method: e.Method, Mode: service.Write, Body: e.Body, LSN: uint64(e.LSN)}
@@ -223,24 +232,22 @@ func (p *part) apply(ctx context.Context, es []replica.Entry) error {
 		if err != nil {
 			return err
 		}
+		p.recordExecuted(e, res)
 		if e.Origin == replica.ID(p.rt.cfg.Self) && e.ReqID != 0 {
-			if p.results == nil {
-				p.results = map[uint64]Result{}
-			}
 			if res.Resp == nil && res.Err == nil {
 				res.Resp = &service.Response{}
 			}
 			if res.Resp != nil {
 				res.Resp.Version = uint64(e.LSN)
 			}
-			p.results[e.ReqID] = res
+			p.setResult(e.ReqID, res)
 		}
 	}
-	if last > 0 {
-		return p.log.SetApplied(last, false)
-	}
-	return nil
+	return p.storeApplied(last)
 }
+
+// errStopped: the partition's loop stopped on an error.
+var errStopped = errors.New("neptune: replication stopped")
 
 // ErrNoHandler is what an Executor returns for a write whose method has
 // no handler: the runtime logs and skips it instead of offering it again.

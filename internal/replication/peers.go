@@ -107,5 +107,5 @@ func (rt *Runtime) deliver(to string, batch []*pb.ReplicaMessage) error {
 	}
 	ctx, cancel := clock.WithTimeout(rt.ctx, rt.clock, deliverTimeout)
 	defer cancel()
-	return rt.cfg.Sender.Replicate(ctx, addr, &pb.ReplicaBatch{From: rt.cfg.Self, Messages: batch})
+	return rt.cfg.Sender.Replicate(ctx, to, addr, &pb.ReplicaBatch{From: rt.cfg.Self, Messages: batch})
 }

@@ -41,11 +41,11 @@ func (d *fakeDir) Hosts(string, int32) []string {
 // the sender goroutine got to it.
 type fakeSender struct{}
 
-func (fakeSender) Replicate(context.Context, string, *pb.ReplicaBatch) error {
+func (fakeSender) Replicate(context.Context, string, string, *pb.ReplicaBatch) error {
 	return errors.New("peer does not answer")
 }
 
-func (fakeSender) Forward(context.Context, string, *pb.CallRequest) (*pb.CallResponse, error) {
+func (fakeSender) Forward(context.Context, string, string, *pb.CallRequest) (*pb.CallResponse, error) {
 	return nil, errors.New("no forwarding in this test")
 }
 

@@ -43,12 +43,15 @@ type Directory interface {
 	Hosts(service string, partition int32) []string
 }
 
-// Sender carries replication traffic to another node's RPC address.
+// Sender carries replication traffic to node at its RPC address addr.
+// Both are given so that a secured connection admits only the server whose
+// certificate names node: an address now held by another process never
+// receives node's replication messages.
 type Sender interface {
 	// Replicate delivers one batch of replication messages.
-	Replicate(ctx context.Context, addr string, batch *pb.ReplicaBatch) error
+	Replicate(ctx context.Context, node, addr string, batch *pb.ReplicaBatch) error
 	// Forward sends a call on to another replica (the primary).
-	Forward(ctx context.Context, addr string, in *pb.CallRequest) (*pb.CallResponse, error)
+	Forward(ctx context.Context, node, addr string, in *pb.CallRequest) (*pb.CallResponse, error)
 }
 
 // Result is a handler's outcome for one write.
@@ -217,6 +220,13 @@ func (rt *Runtime) Start() error {
 		rs, err := l.Restore()
 		if err == nil {
 			p.core, err = replica.New(p.cfg, rs)
+		}
+		if err == nil {
+			var recs []replica.DedupRecord
+			var high int64
+			if recs, high, err = l.Dedup(); err == nil {
+				p.dedup = replica.NewDedupTable(0, recs, high)
+			}
 		}
 		if err != nil {
 			_ = l.Close()

@@ -82,7 +82,7 @@ func (p *part) awaitApplied(ctx context.Context, v uint64) (*replica.Status, err
 func (p *part) write(ctx context.Context, in *pb.CallRequest) (*service.Response, error) {
 	reply := make(chan Result, 1)
 	select {
-	case p.props <- proposal{method: in.Method, body: in.Body, reply: reply}:
+	case p.props <- proposal{method: in.Method, body: in.Body, id: WriteID(in), reply: reply}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-p.done:
@@ -90,9 +90,10 @@ func (p *part) write(ctx context.Context, in *pb.CallRequest) (*service.Response
 	}
 	select {
 	case r := <-reply:
-		return r.Resp, r.Err
+		return r.Resp, outcome(in, r.Err)
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		// The write is in the replica's hands: it may still run.
+		return nil, nerr.UnknownOutcome(WriteID(in) != "", fmt.Errorf("%w: %w", nerr.ErrDeadline, ctx.Err()))
 	}
 }
 
@@ -107,16 +108,21 @@ func (rt *Runtime) forward(ctx context.Context, primary string, in *pb.CallReque
 	if addr == "" {
 		return nil, fmt.Errorf("%w: primary %q of %s partition %d is not in the yellow pages", nerr.ErrNoPrimary, primary, in.Service, in.Partition)
 	}
-	out, err := rt.cfg.Sender.Forward(metadata.AppendToOutgoingContext(ctx, forwardedKey, rt.cfg.Self), addr, in)
+	out, err := rt.cfg.Sender.Forward(metadata.AppendToOutgoingContext(ctx, forwardedKey, rt.cfg.Self), primary, addr, in)
 	if err != nil {
 		err = transport.FromStatus(primary, err)
 		if transport.IsTransport(err) {
 			// Suspect at once, not after suspectAfter failures: each write
-			// forwarded to a dead primary fails with an outcome the client
-			// cannot retry, so the next ones must find the partition
-			// between primaries (retryable) instead.
+			// forwarded to a dead primary fails with an unknown outcome
+			// (the primary may have logged it before it died), so the next
+			// ones must find the partition between primaries (never
+			// executed) instead.
 			rt.det.unreachable(primary)
-			return nil, fmt.Errorf("%w: primary %q unreachable: %w", nerr.ErrNoPrimary, primary, err)
+			err = fmt.Errorf("%w: primary %q unreachable: %w", nerr.ErrNoPrimary, primary, err)
+			if service.Mode(in.Mode) == service.Write {
+				return nil, nerr.UnknownOutcome(WriteID(in) != "", err)
+			}
+			return nil, err
 		}
 		return nil, err
 	}

@@ -18,7 +18,7 @@ func toPBMessage(k partKey, m replica.Message) *pb.ReplicaMessage {
 		Granted: m.Granted, LastEpoch: uint64(m.LastEpoch)}
 	for _, e := range m.Entries {
 		pm.Entries = append(pm.Entries, &pb.ReplicaEntry{Epoch: uint64(e.Epoch), Lsn: uint64(e.LSN), Method: e.Method,
-			Body: e.Body, Origin: string(e.Origin), ReqId: e.ReqID, Seq: e.Seq})
+			Body: e.Body, Origin: string(e.Origin), ReqId: e.ReqID, Seq: e.Seq, WriteId: e.WriteID, Time: e.Time})
 	}
 	if len(m.Versions) > 0 {
 		pm.Versions = make(map[string]uint64, len(m.Versions))
@@ -36,7 +36,7 @@ func fromPBMessage(pm *pb.ReplicaMessage) replica.Message {
 		Reject: pm.Reject, Hint: replica.LSN(pm.Hint), Granted: pm.Granted, LastEpoch: replica.Epoch(pm.LastEpoch)}
 	for _, e := range pm.Entries {
 		m.Entries = append(m.Entries, replica.Entry{Epoch: replica.Epoch(e.Epoch), LSN: replica.LSN(e.Lsn), Method: e.Method,
-			Body: e.Body, Origin: replica.ID(e.Origin), ReqID: e.ReqId, Seq: e.Seq})
+			Body: e.Body, Origin: replica.ID(e.Origin), ReqID: e.ReqId, Seq: e.Seq, WriteID: e.WriteId, Time: e.Time})
 	}
 	if len(pm.Versions) > 0 {
 		m.Versions = make(map[replica.ID]uint64, len(pm.Versions))

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -54,6 +55,18 @@ func ServerOptions() []grpc.ServerOption {
 		grpc.InitialWindowSize(window), grpc.InitialConnWindowSize(window),
 		grpc.NumStreamWorkers(streamWorkers),
 	}
+}
+
+// SizeOptions set a server's message limits to a body of max bytes plus
+// the call's envelope (nerr.WireOverhead); they override ServerOptions'
+// MaxMessage when appended after them.
+func SizeOptions(max int) []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(max + nerr.WireOverhead), grpc.MaxSendMsgSize(max + nerr.WireOverhead)}
+}
+
+// CallSizeOptions are SizeOptions for a dialer.
+func CallSizeOptions(max int) grpc.DialOption {
+	return grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(max+nerr.WireOverhead), grpc.MaxCallSendMsgSize(max+nerr.WireOverhead))
 }
 
 // NewConns returns an empty connection cache of plaintext connections.

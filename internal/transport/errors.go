@@ -19,6 +19,9 @@ var wireErrors = []struct {
 	code   codes.Code
 	reason string
 }{
+	// First: an unknown outcome wraps the failure behind it, which must not
+	// decide the code.
+	{nerr.ErrUnknownOutcome, codes.Unavailable, "UNKNOWN_OUTCOME"},
 	{nerr.ErrUnknownService, codes.NotFound, "UNKNOWN_SERVICE"},
 	{nerr.ErrUnknownPartition, codes.NotFound, "UNKNOWN_PARTITION"},
 	{nerr.ErrUnknownMethod, codes.Unimplemented, "UNKNOWN_METHOD"},
@@ -28,6 +31,7 @@ var wireErrors = []struct {
 	{nerr.ErrDeadline, codes.DeadlineExceeded, "DEADLINE"},
 	{nerr.ErrOverloaded, codes.ResourceExhausted, "OVERLOADED"},
 	{nerr.ErrClosed, codes.Unavailable, "CLOSED"},
+	{nerr.ErrTooLarge, codes.InvalidArgument, "TOO_LARGE"},
 }
 
 // ToStatus turns a handler or runtime error into a gRPC status error that

@@ -53,6 +53,17 @@ type Cell struct {
 	elapsed time.Duration
 }
 
+// Add merges o's calls into c (a round into the run's total).
+func (c *Cell) Add(o *Cell) {
+	o.mu.Lock()
+	lats, elapsed := o.lats, o.elapsed
+	o.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lats = append(c.lats, lats...)
+	c.elapsed += elapsed
+}
+
 // Rate is the cell's completed calls per second.
 func (c *Cell) Rate() float64 { return float64(len(c.lats)) / c.elapsed.Seconds() }
 

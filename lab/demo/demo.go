@@ -46,6 +46,10 @@ type Config struct {
 	KeepLogs bool
 	// Balance is the load-balancing policy of the demo's client.
 	Balance string
+	// Insecure runs the cluster without TLS, gossip key or poll
+	// authentication; by default it runs secured with throwaway material
+	// in its scratch directory.
+	Insecure bool
 }
 
 // DefaultConfig is 4 nodes, 8 partitions of 3 replicas, 8 callers for
@@ -109,7 +113,19 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		return err
 	}
 	cl := localcluster.New(exe, dir)
+	if !cfg.Insecure {
+		if cl, err = localcluster.NewSecure(exe, dir, "demo"); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "Secured: mutual TLS, keyed gossip and authenticated polls with throwaway material in %s (--insecure turns it off)\n", cl.PKIDir())
+	} else {
+		fmt.Fprintln(stdout, "INSECURE: plaintext gRPC, gossip without key, unauthenticated polls (as asked by --insecure)")
+	}
 	defer cl.Close()
+	if lcfg.Conns, err = cl.Conns("client/client"); err != nil {
+		return err
+	}
+	defer lcfg.Conns.Close()
 
 	fmt.Fprintf(stdout, "Starting %d nodes (logs and data in %s): forum on SQLite, partitions 0-%d, level 2, %d replicas each\n",
 		cfg.Nodes, dir, cfg.Partitions-1, cfg.Degree)
@@ -122,7 +138,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		}
 		procs = append(procs, n)
 	}
-	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), Balance: bal, AnnounceTTL: time.Second})
+	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), Balance: bal, AnnounceTTL: time.Second, Security: cl.ClientSecurity("client/client")})
 	if err != nil {
 		return err
 	}
@@ -143,7 +159,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	status(ctx, stdout, exe, cl.Seeds())
+	status(ctx, stdout, exe, cl)
 
 	// The victim is partition 0's primary, so the run includes a failover
 	// (and, on restart, the bully hand-back of the partitions it prefers).
@@ -223,7 +239,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	t0 := time.Now()
 	reports, verr := load.Verify(ctx, cfg.Degree, 20*time.Second)
 	took := time.Since(t0)
-	status(ctx, stdout, exe, cl.Seeds())
+	status(ctx, stdout, exe, cl)
 	if verr != nil {
 		return fmt.Errorf("demo: %w", verr)
 	}
@@ -258,8 +274,9 @@ func primaries(parts []neptune.PartitionInfo) map[int]string {
 
 // status prints the cluster as `neptune status` shows it (nodes,
 // services, partitions and their replicas), by running it.
-func status(ctx context.Context, stdout io.Writer, exe string, seeds []string) {
-	cmd := exec.CommandContext(ctx, exe, "status", "--join", strings.Join(seeds, ","), "--wait", "500ms")
+func status(ctx context.Context, stdout io.Writer, exe string, cl *localcluster.Cluster) {
+	args := append([]string{"status", "--join", strings.Join(cl.Seeds(), ","), "--wait", "500ms"}, cl.SecurityArgs("client/client")...)
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stdout, cmd.Stderr = stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(stdout, "(neptune status: %v)\n", err)

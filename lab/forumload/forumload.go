@@ -40,6 +40,10 @@ type Config struct {
 	WriteFraction float64
 	// CallTimeout bounds each call.
 	CallTimeout time.Duration
+	// Conns reach each replica directly for Verify; nil is plaintext
+	// connections (an insecure cluster). A secured cluster's come from
+	// localcluster.Cluster.Conns.
+	Conns *transport.Conns
 }
 
 // DefaultConfig is 8 partitions of 2 topics each, 20 % writes.
@@ -231,8 +235,11 @@ type PartitionReport struct {
 // on every replica. Call it after the workload stopped. Errors wrap
 // ErrVerify when the data is wrong.
 func (l *Load) Verify(ctx context.Context, degree int, wait time.Duration) ([]PartitionReport, error) {
-	conns := transport.NewConns()
-	defer conns.Close()
+	conns := l.cfg.Conns
+	if conns == nil {
+		conns = transport.NewConns()
+		defer conns.Close()
+	}
 	deadline := time.Now().Add(wait)
 	var (
 		reports []PartitionReport

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/neptune-cluster/neptune/lab/bench/appendbench"
 	"github.com/neptune-cluster/neptune/lab/bench/appsbench"
 	"github.com/neptune-cluster/neptune/lab/bench/dacbench"
 	"github.com/neptune-cluster/neptune/lab/bench/lbbench"
@@ -14,12 +15,12 @@ import (
 )
 
 func benchCmd() *cobra.Command {
-	return group("bench", "Run a benchmark: overhead, lb, replication, wal, apps, dac",
+	return group("bench", "Run a benchmark: overhead, lb, replication, wal, apps, dac, append",
 		`Run a benchmark on real node processes (re-executions of this binary) or
 in-process nodes. Each benchmark runs its contenders side by side in one
 run, interleaved in rounds so drift in the machine affects all alike, and
 prints ratios; --sections picks the parts of those that have several.`,
-		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(),
+		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(),
 		echoServerCmd(), httpProgramCmd(), lbClientCmd())
 }
 
@@ -94,6 +95,32 @@ kills and restarts). Default: fig51,failover.`,
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds of fig51/fig52 cells, pooled")
 	fs.DurationVar(&cfg.Phase, "phase", cfg.Phase, "fig54: time between a kill, its restart and the next kill")
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "fig52 partitions (imbalance factors 1/partitions to 1)")
+	return cmd
+}
+
+func appendCmd() *cobra.Command {
+	cfg := appendbench.DefaultConfig()
+	cmd := leaf("append [flags]", "Exactly-once writes: list-append through primary kills, and the dedup cost",
+		`Three node processes host the durable list-append service, replicated.
+Concurrent appenders (each element appended once, retried while
+retryable) run while a primary is SIGKILLed and restarted every
+--kill-every; then every replica is read directly and the history is
+checked: appends, kills, duplicates, lost, with a PASS/FAIL verdict
+against the goal (0 duplicates and 0 lost in >= 100,000 appends with
+>= 20 primary kills). Then the dedup cost: append throughput with write
+identities and without, in interleaved rounds on the same cluster
+(goal >= 0.95x).`,
+		experiment(&cfg, nil, nil, appendbench.Run))
+	fs := cmd.Flags()
+	fs.IntVar(&cfg.Level, "level", cfg.Level, "replication level (1-3)")
+	fs.IntVar(&cfg.Parts, "partitions", cfg.Parts, "partitions")
+	fs.IntVar(&cfg.Appenders, "appenders", cfg.Appenders, "concurrent appenders")
+	fs.IntVar(&cfg.Keys, "keys", cfg.Keys, "keys per partition")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the fault phase")
+	fs.DurationVar(&cfg.KillEvery, "kill-every", cfg.KillEvery, "time between primary kills (0: none)")
+	fs.DurationVar(&cfg.Down, "down", cfg.Down, "how long a killed node stays down")
+	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measuring time per throughput cell")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds of the dedup cost (0: skip)")
 	return cmd
 }
 

@@ -28,6 +28,7 @@ be on every replica and the replicas of each partition identical.`,
 	fs.Float64Var(&cfg.Writes, "writes", cfg.Writes, "fraction of calls that are AddMsg; the rest are ViewHeaders and ViewMsg")
 	addSeed(fs, &cfg.Seed, "the workload")
 	fs.BoolVar(&cfg.KeepLogs, "keep-logs", cfg.KeepLogs, "keep the nodes' logs and data directories")
+	fs.BoolVar(&cfg.Insecure, "insecure", false, "run the cluster without TLS, gossip key or poll authentication (default: secured with throwaway material)")
 	fs.StringVar(&cfg.Balance, "balance", cfg.Balance, "load-balancing policy of the demo's client: "+strings.Join(balance.Names, ", "))
 	return cmd
 }

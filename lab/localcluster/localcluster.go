@@ -18,6 +18,11 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/pki"
+	"github.com/neptune-cluster/neptune/internal/security"
+	"github.com/neptune-cluster/neptune/internal/transport"
 )
 
 // Scratch returns this executable (which the demo and the benchmarks
@@ -40,6 +45,9 @@ type Spec struct {
 	Services []string
 	// Args are extra flags for `neptune node`, e.g. "--config", path.
 	Args []string
+	// SecurityArgs, if not nil, replace the cluster's security flags
+	// (--insecure, or --tls-dir and --keyring): a test's outsider.
+	SecurityArgs []string
 }
 
 // Node is a running (or stopped) node process.
@@ -57,14 +65,98 @@ type Node struct {
 type Cluster struct {
 	exe string
 	dir string
+	// pki is the directory of the cluster's throwaway CA, certificates and
+	// keyring; "" runs the nodes with --insecure.
+	pki string
 
 	mu    sync.Mutex
 	nodes []*Node
 }
 
 // New returns a cluster that starts nodes with the neptune binary exe and
-// writes their logs under dir.
+// writes their logs under dir. Its nodes run with --insecure; NewSecure
+// gives them certificates and a gossip key.
 func New(exe, dir string) *Cluster { return &Cluster{exe: exe, dir: dir} }
+
+// NewSecure returns a cluster whose nodes run secured with throwaway
+// material in dir/pki (security.Scratch): a CA for cluster, a node
+// certificate for each node as it is first started, a client certificate
+// "client/client", an operator's "operator/operator" and a keyring file
+// (KeyringFile) every node watches.
+func NewSecure(exe, dir, cluster string) (*Cluster, error) {
+	c := &Cluster{exe: exe, dir: dir, pki: filepath.Join(dir, "pki")}
+	if err := security.Scratch(c.pki, cluster); err != nil {
+		return nil, fmt.Errorf("localcluster: %w", err)
+	}
+	return c, nil
+}
+
+// PKIDir is the directory of the cluster's CA, certificates and keyring,
+// "" for an insecure cluster.
+func (c *Cluster) PKIDir() string { return c.pki }
+
+// KeyringFile is the gossip keyring every node watches, "" if insecure.
+func (c *Cluster) KeyringFile() string {
+	if c.pki == "" {
+		return ""
+	}
+	return filepath.Join(c.pki, security.KeyringFileName)
+}
+
+// ClientSecurity is the Security of a client of this cluster presenting
+// cert ("client/client" or "operator/operator"), or Insecure.
+func (c *Cluster) ClientSecurity(cert string) neptune.Security {
+	if c.pki == "" {
+		return neptune.Security{Insecure: true}
+	}
+	return neptune.Security{Dir: c.pki, Cert: cert}
+}
+
+// SecurityArgs are the security flags of a neptune command joining this
+// cluster; cert is its --cert ("" for a node).
+func (c *Cluster) SecurityArgs(cert string) []string {
+	if c.pki == "" {
+		return []string{"--insecure"}
+	}
+	args := []string{"--tls-dir", c.pki, "--keyring", c.KeyringFile()}
+	if cert != "" {
+		args = append(args, "--cert", cert)
+	}
+	return args
+}
+
+// Conns are connections to the cluster's nodes for a lab tool that
+// calls nodes directly, presenting cert when the cluster is secured.
+func (c *Cluster) Conns(cert string) (*transport.Conns, error) {
+	if c.pki == "" {
+		return transport.NewConns(), nil
+	}
+	role, name, _ := strings.Cut(cert, "/")
+	m, err := security.Load(security.Config{Dir: c.pki, Identity: pki.Identity{Role: pki.Role(role), Name: name}})
+	if err != nil {
+		return nil, fmt.Errorf("localcluster: %w", err)
+	}
+	return m.Transport().NewConns()
+}
+
+// nodeCert issues node id's certificate on first use.
+func (c *Cluster) nodeCert(id string) error {
+	if c.pki == "" {
+		return nil
+	}
+	nid := pki.Identity{Role: pki.RoleNode, Name: id}
+	if _, err := os.Stat(pki.FilesFor(c.pki, nid).Cert); err == nil {
+		return nil
+	}
+	ca, err := pki.LoadCA(c.pki)
+	if err != nil {
+		return fmt.Errorf("localcluster: %w", err)
+	}
+	if _, err := ca.IssueFiles(c.pki, nid, false, pki.IssueOptions{}); err != nil {
+		return fmt.Errorf("localcluster: %w", err)
+	}
+	return nil
+}
 
 // Seeds returns the gossip addresses of the first up to three nodes.
 func (c *Cluster) Seeds() []string {
@@ -120,6 +212,14 @@ func (c *Cluster) Restart(ctx context.Context, n *Node) error {
 
 func (c *Cluster) launch(ctx context.Context, n *Node, seeds []string) error {
 	args := []string{"node", "--id", n.Spec.ID, "--gossip-port", strconv.Itoa(n.GossipPort), "--log-level", "info"}
+	if n.Spec.SecurityArgs != nil {
+		args = append(args, n.Spec.SecurityArgs...)
+	} else {
+		if err := c.nodeCert(n.Spec.ID); err != nil {
+			return err
+		}
+		args = append(args, c.SecurityArgs("")...)
+	}
 	for _, s := range n.Spec.Services {
 		args = append(args, "--service", s)
 	}

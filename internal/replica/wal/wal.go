@@ -31,7 +31,18 @@ var (
 	hardStateKey = []byte("h")
 	appliedKey   = []byte("a")
 	baseKey      = []byte("b")
+	// formatKey holds the entry encoding's version: absent in logs written
+	// before entries carried a write identity and time (version 1).
+	formatKey = []byte("v")
+	// dedupHighKey holds the dedup table's high-water entry time, and
+	// dedupKey(id) one executed identity's record (see replica.DedupTable).
+	dedupHighKey = []byte("t")
 )
+
+// entryFormat is the version of encodeEntry written now.
+const entryFormat = 2
+
+func dedupKey(id string) []byte { return append([]byte{'d'}, id...) }
 
 func entryKey(l replica.LSN) []byte { return binary.BigEndian.AppendUint64([]byte{'e'}, uint64(l)) }
 
@@ -58,6 +69,9 @@ func open(dir string, fs vfs.FS) (*Log, error) {
 }
 
 func (l *Log) load() error {
+	if err := l.upgrade(); err != nil {
+		return err
+	}
 	if v, closer, err := l.db.Get(appliedKey); err == nil {
 		l.applied = replica.LSN(binary.BigEndian.Uint64(v))
 		closer.Close()
@@ -274,22 +288,29 @@ func decodeBase(b []byte) (map[replica.ID]uint64, error) {
 }
 
 func encodeEntry(e replica.Entry) []byte {
-	b := make([]byte, 0, 32+len(e.Method)+len(e.Origin)+len(e.Body))
+	b := make([]byte, 0, 48+len(e.Method)+len(e.Origin)+len(e.WriteID)+len(e.Body))
 	for _, u := range []uint64{uint64(e.Epoch), uint64(e.LSN), e.ReqID, e.Seq} {
 		b = binary.AppendUvarint(b, u)
 	}
-	for _, s := range []string{e.Method, string(e.Origin)} {
+	for _, s := range []string{e.Method, string(e.Origin), e.WriteID} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
+	b = binary.AppendUvarint(b, uint64(e.Time))
 	return append(b, e.Body...)
 }
 
-func decodeEntry(b []byte) (replica.Entry, error) {
+func decodeEntry(b []byte) (replica.Entry, error) { return decodeEntryFormat(b, entryFormat) }
+
+func decodeEntryFormat(b []byte, format int) (replica.Entry, error) {
 	d := decoder{b: b}
 	e := replica.Entry{Epoch: replica.Epoch(d.uvarint()), LSN: replica.LSN(d.uvarint()), ReqID: d.uvarint(), Seq: d.uvarint()}
 	e.Method = d.str()
 	e.Origin = replica.ID(d.str())
+	if format >= 2 {
+		e.WriteID = d.str()
+		e.Time = int64(d.uvarint())
+	}
 	if d.err != nil {
 		return e, d.err
 	}

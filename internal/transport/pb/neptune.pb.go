@@ -87,9 +87,18 @@ type CallRequest struct {
 	// min_version is the lowest partition version (LSN) a replica may serve
 	// this read at (the session's floor at consistency level 3); a replica
 	// behind it forwards the read to the primary.
-	MinVersion    uint64 `protobuf:"varint,7,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MinVersion uint64 `protobuf:"varint,7,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
+	// client_id and seq identify a write for exactly-once execution: a
+	// random id per client and a sequence number per write of that client,
+	// the same on every retry of the write. idempotency_key replaces them
+	// when the caller supplies its own identity (WithIdempotencyKey). A
+	// replicated partition executes each identified write at most once and
+	// answers a retry with the original result (docs/architecture/replica.md).
+	ClientId       string `protobuf:"bytes,8,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Seq            uint64 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
+	IdempotencyKey string `protobuf:"bytes,10,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CallRequest) Reset() {
@@ -169,6 +178,27 @@ func (x *CallRequest) GetMinVersion() uint64 {
 		return x.MinVersion
 	}
 	return 0
+}
+
+func (x *CallRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *CallRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *CallRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 type CallResponse struct {
@@ -1293,14 +1323,20 @@ func (x *AggregateResponse) GetHedges() int32 {
 
 // ReplicaEntry is one write of a partition's REDO log (replica.Entry).
 type ReplicaEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Lsn           uint64                 `protobuf:"varint,2,opt,name=lsn,proto3" json:"lsn,omitempty"`
-	Method        string                 `protobuf:"bytes,3,opt,name=method,proto3" json:"method,omitempty"`
-	Body          []byte                 `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
-	Origin        string                 `protobuf:"bytes,5,opt,name=origin,proto3" json:"origin,omitempty"`
-	ReqId         uint64                 `protobuf:"varint,6,opt,name=req_id,json=reqId,proto3" json:"req_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,7,opt,name=seq,proto3" json:"seq,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Epoch  uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Lsn    uint64                 `protobuf:"varint,2,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	Method string                 `protobuf:"bytes,3,opt,name=method,proto3" json:"method,omitempty"`
+	Body   []byte                 `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
+	Origin string                 `protobuf:"bytes,5,opt,name=origin,proto3" json:"origin,omitempty"`
+	ReqId  uint64                 `protobuf:"varint,6,opt,name=req_id,json=reqId,proto3" json:"req_id,omitempty"`
+	Seq    uint64                 `protobuf:"varint,7,opt,name=seq,proto3" json:"seq,omitempty"`
+	// write_id is the client-scoped identity of the write (empty: none);
+	// replicas execute an identity at most once.
+	WriteId string `protobuf:"bytes,8,opt,name=write_id,json=writeId,proto3" json:"write_id,omitempty"`
+	// time is when the primary (level 1: the origin) logged the entry, in
+	// Unix nanoseconds; the dedup table expires identities by it.
+	Time          int64 `protobuf:"varint,9,opt,name=time,proto3" json:"time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1380,6 +1416,20 @@ func (x *ReplicaEntry) GetReqId() uint64 {
 func (x *ReplicaEntry) GetSeq() uint64 {
 	if x != nil {
 		return x.Seq
+	}
+	return 0
+}
+
+func (x *ReplicaEntry) GetWriteId() string {
+	if x != nil {
+		return x.WriteId
+	}
+	return ""
+}
+
+func (x *ReplicaEntry) GetTime() int64 {
+	if x != nil {
+		return x.Time
 	}
 	return 0
 }
@@ -1754,7 +1804,7 @@ var File_neptune_proto protoreflect.FileDescriptor
 const file_neptune_proto_rawDesc = "" +
 	"\n" +
 	"\rneptune.proto\x12\n" +
-	"neptune.v1\"\xce\x01\n" +
+	"neptune.v1\"\xa6\x02\n" +
 	"\vCallRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
@@ -1763,7 +1813,11 @@ const file_neptune_proto_rawDesc = "" +
 	"\x04body\x18\x05 \x01(\fR\x04body\x12\x14\n" +
 	"\x05class\x18\x06 \x01(\tR\x05class\x12\x1f\n" +
 	"\vmin_version\x18\a \x01(\x04R\n" +
-	"minVersion\"<\n" +
+	"minVersion\x12\x1b\n" +
+	"\tclient_id\x18\b \x01(\tR\bclientId\x12\x10\n" +
+	"\x03seq\x18\t \x01(\x04R\x03seq\x12'\n" +
+	"\x0fidempotency_key\x18\n" +
+	" \x01(\tR\x0eidempotencyKey\"<\n" +
 	"\fCallResponse\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\x1b\n" +
@@ -1865,7 +1919,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\n" +
 	"reductions\x18\x06 \x01(\x05R\n" +
 	"reductions\x12\x16\n" +
-	"\x06hedges\x18\a \x01(\x05R\x06hedges\"\xa3\x01\n" +
+	"\x06hedges\x18\a \x01(\x05R\x06hedges\"\xd2\x01\n" +
 	"\fReplicaEntry\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03lsn\x18\x02 \x01(\x04R\x03lsn\x12\x16\n" +
@@ -1873,7 +1927,9 @@ const file_neptune_proto_rawDesc = "" +
 	"\x04body\x18\x04 \x01(\fR\x04body\x12\x16\n" +
 	"\x06origin\x18\x05 \x01(\tR\x06origin\x12\x15\n" +
 	"\x06req_id\x18\x06 \x01(\x04R\x05reqId\x12\x10\n" +
-	"\x03seq\x18\a \x01(\x04R\x03seq\"\xc5\x04\n" +
+	"\x03seq\x18\a \x01(\x04R\x03seq\x12\x19\n" +
+	"\bwrite_id\x18\b \x01(\tR\awriteId\x12\x12\n" +
+	"\x04time\x18\t \x01(\x03R\x04time\"\xc5\x04\n" +
 	"\x0eReplicaMessage\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x12\n" +

@@ -251,7 +251,7 @@ func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell 
 	if _, err := cl.Start(ctx, localcluster.Spec{ID: "adapter1", Services: []string{"echo:0"}, Args: []string{"--config", cfg}}); err != nil {
 		return err
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds()})
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds()})
 	if err != nil {
 		return err
 	}

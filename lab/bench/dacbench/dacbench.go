@@ -21,6 +21,7 @@ import (
 	"github.com/neptune-cluster/neptune/apps/micro"
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/client"
+	"github.com/neptune-cluster/neptune/internal/security"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
@@ -209,7 +210,11 @@ func (b *dacBench) startCluster(ctx context.Context, name string, workers func(i
 	for _, n := range d.nodes {
 		seeds = append(seeds, n.GossipAddr)
 	}
-	d.c, err = client.New(ctx, client.Config{Join: seeds})
+	insecure, err := security.Load(security.Config{Insecure: true})
+	if err != nil {
+		return fail(err)
+	}
+	d.c, err = client.New(ctx, client.Config{Join: seeds, Security: insecure})
 	if err != nil {
 		return fail(err)
 	}

@@ -21,7 +21,7 @@ func TestClientReplaysItsShareOfTheTrace(t *testing.T) {
 	defer cancel()
 	var join []string
 	for _, id := range []string{"s01", "s02"} {
-		n, err := neptune.NewNode(neptune.NodeConfig{ID: id, Join: join, AnnounceInterval: 100 * time.Millisecond})
+		n, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: id, Join: join, AnnounceInterval: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,7 +36,7 @@ func TestClientReplaysItsShareOfTheTrace(t *testing.T) {
 		defer n.Close()
 		join = []string{n.GossipAddr()}
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: join})
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: join})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -424,7 +424,7 @@ func startLBCluster(ctx context.Context, exe, dir string, n int) ([]lbServer, fu
 			return nil, nil, err
 		}
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds()})
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds()})
 	if err != nil {
 		stop()
 		return nil, nil, err

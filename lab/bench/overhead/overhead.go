@@ -2,7 +2,10 @@
 // call. A raw gRPC echo server in its own process is the baseline; a node
 // process hosting echo is called through neptune.Client with polling off,
 // with the paper's poll-3 and with the default policy, sequentially and
-// concurrently, in interleaved rounds.
+// concurrently, in interleaved rounds. A second node process runs secured
+// (mutual TLS, keyed gossip, authenticated polls) and is called the same
+// way, so the cost of security is measured in the same run against the
+// same plaintext rows: goal latency ≤ 1.1× and throughput ≥ 0.9×.
 package overhead
 
 import (
@@ -11,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -109,27 +113,49 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The same, secured: its own cluster, so plaintext and mTLS clients
+	// never share a node.
+	scl, err := localcluster.NewSecure(exe, filepath.Join(dir, "secured"), "bench")
+	if err != nil {
+		return err
+	}
+	defer scl.Close()
+	if _, err := scl.Start(ctx, localcluster.Spec{ID: "bench2", Services: []string{"echo:0"}}); err != nil {
+		return err
+	}
 	time.Sleep(500 * time.Millisecond)
 	idleRSS, _ := localcluster.RSS(node.PID())
 
-	dial := func(policy string) (*neptune.Client, error) {
-		c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), Balance: neptune.Balancing{Policy: policy}})
+	dial := func(cl *localcluster.Cluster, policy string) (*neptune.Client, error) {
+		c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), Balance: neptune.Balancing{Policy: policy}, Security: cl.ClientSecurity("client/client")})
 		if err != nil {
 			return nil, err
 		}
 		return c, localcluster.WaitMembers(ctx, c, 1, 10*time.Second)
 	}
-	clients := map[string]*neptune.Client{}
-	for _, policy := range []string{balance.NameRandom, balance.NamePolling, balance.DefaultConfig().Policy} {
+	def := balance.DefaultConfig().Policy
+	clients, secured := map[string]*neptune.Client{}, map[string]*neptune.Client{}
+	for _, policy := range []string{balance.NameRandom, balance.NamePolling, def} {
 		if clients[policy] != nil {
 			continue
 		}
-		c, err := dial(policy)
+		c, err := dial(cl, policy)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
 		clients[policy] = c
+	}
+	for _, policy := range []string{balance.NameRandom, def} {
+		if secured[policy] != nil {
+			continue
+		}
+		c, err := dial(scl, policy)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		secured[policy] = c
 	}
 
 	viaNeptune := func(c *neptune.Client) func(context.Context, []byte) error {
@@ -146,12 +172,26 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		{Name: "neptune, polling off", Call: viaNeptune(clients[balance.NameRandom])},
 		{Name: "neptune, poll-3 (paper)", Call: viaNeptune(clients[balance.NamePolling])},
 	}
-	if def := balance.DefaultConfig().Policy; def != balance.NamePolling {
+	if def != balance.NamePolling {
 		contenders = append(contenders, bench.Contender{Name: "neptune, default (" + def + ")", Call: viaNeptune(clients[def])})
+	}
+	// The security pairs: each mTLS row against its plaintext twin.
+	pairs := []securityPair{{plain: "neptune, polling off", secure: "neptune+mTLS, polling off"}}
+	contenders = append(contenders, bench.Contender{Name: pairs[0].secure, Call: viaNeptune(secured[balance.NameRandom])})
+	if def != balance.NameRandom {
+		plain := "neptune, default (" + def + ")"
+		if def == balance.NamePolling {
+			plain = "neptune, poll-3 (paper)"
+		}
+		pairs = append(pairs, securityPair{plain: plain, secure: "neptune+mTLS, default (" + def + ")"})
+		contenders = append(contenders, bench.Contender{Name: pairs[1].secure, Call: viaNeptune(secured[def])})
 	}
 	body := make([]byte, cfg.Payload)
 	modes := []int{1, cfg.Concurrency}
 	results := map[string]*bench.Cell{}
+	// perRound keeps each round's cells too, to see whether the verdict
+	// holds round by round or only on the average.
+	perRound := map[string][]*bench.Cell{}
 	var peakRSS atomic.Int64
 	fmt.Fprintf(stdout, "bench overhead: %d B echo, %d interleaved rounds of %v per cell, sequential and %d-way concurrent\n", cfg.Payload, cfg.Rounds, cfg.Cell, cfg.Concurrency)
 	for r := range cfg.Rounds {
@@ -163,11 +203,14 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 				}
 				stop := make(chan struct{})
 				go sampleRSS(node.PID(), &peakRSS, stop)
-				err := bench.RunCell(ctx, c.Call, body, conc, cfg.Cell, results[key])
+				round := &bench.Cell{}
+				err := bench.RunCell(ctx, c.Call, body, conc, cfg.Cell, round)
 				close(stop)
 				if err != nil {
 					return fmt.Errorf("bench: %s (round %d): %w", c.Name, r+1, err)
 				}
+				results[key].Add(round)
+				perRound[key] = append(perRound[key], round)
 			}
 		}
 	}
@@ -185,7 +228,56 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	seqPoll, seqDirect := results["neptune, poll-3 (paper)|1"].Latency(), results["neptune, polling off|1"].Latency()
 	fmt.Fprintf(stdout, "\npolling cost (sequential, poll-3 on every call): %v per call (mean with polling − mean without)\n", seqPoll.Mean-seqDirect.Mean)
 	fmt.Fprintf(stdout, "node resident memory: idle %.1f MiB, peak under load %.1f MiB\n", float64(idleRSS)/(1<<20), float64(peakRSS.Load())/(1<<20))
+	securityVerdict(stdout, pairs, modes, results, perRound)
 	return nil
+}
+
+// securityPair is an mTLS contender and its plaintext twin.
+type securityPair struct{ plain, secure string }
+
+// Goals of security's cost against plaintext.
+const (
+	maxLatencyRatio = 1.1
+	minRateRatio    = 0.9
+)
+
+// securityVerdict prints mTLS ÷ plaintext for each pair and mode, and a
+// verdict: PASS when the goals hold on the whole run and in every round,
+// FAIL when they fail on the whole run and in every round, INCONCLUSIVE
+// when rounds disagree (the difference is within the run's noise).
+func securityVerdict(w io.Writer, pairs []securityPair, modes []int, all map[string]*bench.Cell, rounds map[string][]*bench.Cell) {
+	fmt.Fprintf(w, "\nmTLS vs plaintext (goal: latency ≤ %.1f×, throughput ≥ %.1f×)\n", maxLatencyRatio, minRateRatio)
+	fmt.Fprintf(w, "%-36s %5s %8s %8s %14s\n", "pair", "conc", "lat×", "tput×", "rounds passing")
+	ok := func(p, s *bench.Cell) (float64, float64, bool) {
+		lat := float64(s.Latency().Mean) / float64(p.Latency().Mean)
+		rate := s.Rate() / p.Rate()
+		return lat, rate, lat <= maxLatencyRatio && rate >= minRateRatio
+	}
+	pass, fail := true, true
+	for _, pr := range pairs {
+		for _, conc := range modes {
+			pk, sk := fmt.Sprintf("%s|%d", pr.plain, conc), fmt.Sprintf("%s|%d", pr.secure, conc)
+			lat, rate, good := ok(all[pk], all[sk])
+			passing := 0
+			for r := range rounds[pk] {
+				if _, _, g := ok(rounds[pk][r], rounds[sk][r]); g {
+					passing++
+				}
+			}
+			n := len(rounds[pk])
+			pass = pass && good && passing == n
+			fail = fail && !good && passing == 0
+			fmt.Fprintf(w, "%-36s %5d %8.2f %8.2f %11d/%d\n", pr.secure, conc, lat, rate, passing, n)
+		}
+	}
+	verdict := "INCONCLUSIVE (rounds disagree: the difference is within this run's noise; run more rounds)"
+	switch {
+	case pass:
+		verdict = "PASS"
+	case fail:
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(w, "security overhead verdict: %s\n", verdict)
 }
 
 func sampleRSS(pid int, peak *atomic.Int64, stop <-chan struct{}) {

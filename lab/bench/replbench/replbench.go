@@ -280,7 +280,7 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 		fmt.Fprintf(stdout, "%s: pid %d, http://%s/debug/pprof/\n", id, n.PID(), maddr)
 		nodes = append(nodes, n)
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds()})
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds()})
 	if err != nil {
 		return err
 	}
@@ -473,7 +473,7 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 		}
 		nodes = append(nodes, n)
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds()})
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds()})
 	if err != nil {
 		return err
 	}

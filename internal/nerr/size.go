@@ -1,0 +1,17 @@
+package nerr
+
+import "errors"
+
+// ErrTooLarge: a request or response body exceeds the configured message
+// limit (NodeConfig/ClientConfig MaxMessageBytes). A request refused with
+// it never ran; it is not retryable (the same body is refused again).
+var ErrTooLarge = errors.New("neptune: message too large")
+
+// DefaultMaxMessageBytes is the default limit on a request or response
+// body.
+const DefaultMaxMessageBytes = 16 << 20
+
+// WireOverhead is what a call's envelope may add to its body; gRPC's
+// message limits are the body limit plus this, so a body just over the
+// limit gets ErrTooLarge rather than a transport error.
+const WireOverhead = 64 << 10

@@ -1,0 +1,45 @@
+package node
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestClaimIdentity(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	for want := uint64(1); want <= 3; want++ {
+		id, err := claimIdentity(dir, "c1", "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id != (Identity{Cluster: "c1", Node: "a", Incarnation: want}) {
+			t.Fatalf("start %d: identity %+v", want, id)
+		}
+	}
+	for _, tt := range []struct{ cluster, node, names string }{
+		{"c1", "b", `node "a"`},
+		{"c2", "a", `cluster "c1"`},
+	} {
+		_, err := claimIdentity(dir, tt.cluster, tt.node)
+		if !errors.Is(err, ErrForeignDataDir) || !strings.Contains(err.Error(), tt.names) {
+			t.Fatalf("claim as %s/%s: %v, want ErrForeignDataDir naming %s", tt.cluster, tt.node, err, tt.names)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("data directory holds %d files, want only the identity (no temp files left)", len(entries))
+	}
+}
+
+func TestClaimIdentityRefusesGarbage(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, IdentityFile), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claimIdentity(dir, "c", "a"); err == nil {
+		t.Fatal("a corrupt identity file was accepted")
+	}
+}
