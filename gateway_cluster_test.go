@@ -31,7 +31,7 @@ type gatewayProc struct {
 
 var gatewayUp = regexp.MustCompile(`gateway up: http (\S+), metrics (\S+), gossip (\S+) as`)
 
-func startGateway(t *testing.T, ctx context.Context, dir, name, config string) *gatewayProc {
+func startGateway(t *testing.T, ctx context.Context, dir, name, config string, args ...string) *gatewayProc {
 	t.Helper()
 	path := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
@@ -41,7 +41,7 @@ func startGateway(t *testing.T, ctx context.Context, dir, name, config string) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(neptuneBinary(t), "gateway", "--config", path, "--log-level", "info")
+	cmd := exec.Command(neptuneBinary(t), append([]string{"gateway", "--config", path, "--log-level", "info"}, args...)...)
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -157,10 +157,11 @@ func TestTwoGatewaysKeepReservationsAndSurviveAKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts node and gateway processes")
 	}
+	bin := neptuneBinary(t) // built before the clock starts
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	cl := localcluster.New(neptuneBinary(t), dir)
+	cl := localcluster.New(bin, dir)
 	defer cl.Close()
 	for i := range 2 {
 		if _, err := cl.Start(ctx, localcluster.Spec{ID: fmt.Sprint("n", i), Services: []string{"echo:0"},
@@ -189,8 +190,8 @@ subscribers:
 routes: [{path_prefix: /echo, service: echo, method: echo}]
 `, name, peers, ttl, period, strings.Join(cl.Seeds(), ", "), gage.HashKey("gold-key"), gage.HashKey("silver-key"), gage.HashKey("flood-key"))
 	}
-	a := startGateway(t, ctx, dir, "ga", config("ga", ""))
-	b := startGateway(t, ctx, dir, "gb", config("gb", "peers: ["+a.goss+"]"))
+	a := startGateway(t, ctx, dir, "ga", config("ga", ""), cl.SecurityArgs("client/client")...)
+	b := startGateway(t, ctx, dir, "gb", config("gb", "peers: ["+a.goss+"]"), cl.SecurityArgs("client/client")...)
 
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	body := bytes.Repeat([]byte{'x'}, 480) // ~490 bytes each way: about one GRU

@@ -73,7 +73,6 @@ served and dropped, per gateway and in total.`,
 	fs.DurationVar(&wait, "wait", time.Second, "how long to listen for announcements before printing")
 	fs.StringSliceVar(&gateways, "gateway", nil, "metrics `host:port` of an HTTP gateway, for its subscribers; repeatable")
 	sf.add(fs, "client/client", "your client")
-	_ = cmd.MarkFlagRequired("join")
 	return cmd
 }
 
