@@ -26,6 +26,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/client"
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/replica/check"
+	"github.com/neptune-cluster/neptune/internal/security"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
@@ -83,7 +84,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 		cl.Nodes = append(cl.Nodes, n)
 	}
-	c, err := client.New(ctx, client.Config{Join: cl.lc.Seeds(), AnnounceTTL: time.Second})
+	insecure, err := security.Load(security.Config{Insecure: true})
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	c, err := client.New(ctx, client.Config{Join: cl.lc.Seeds(), AnnounceTTL: time.Second, Security: insecure})
 	if err != nil {
 		cl.Close()
 		return nil, err
