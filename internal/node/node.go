@@ -190,6 +190,9 @@ type Node struct {
 	agg     *aggregation.Server
 	httpSrv *http.Server
 	httpLn  net.Listener
+	// acct is the Gage accounting cycle (usage.go); acctStop ends it.
+	acct     *accounting
+	acctStop chan struct{}
 }
 
 // New creates a node; Register services, then Start it.
@@ -204,6 +207,8 @@ func New(cfg Config) (*Node, error) {
 		clock:    cfg.Clock,
 		reg:      metrics.For(cfg.Registerer),
 		services: map[string]*hosted{},
+		acct:     newAccounting(cfg.Clock, DefaultAccountingCycle),
+		acctStop: make(chan struct{}),
 	}
 	sc := cfg.Security
 	sc.Identity = pki.Identity{Role: pki.RoleNode, Name: cfg.ID}
@@ -378,6 +383,7 @@ func (n *Node) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	go n.acct.run(n.acctStop)
 	n.log.Info("node started", "rpc", n.rpcLn.Addr().String(), "poll", n.polls.Addr(), "gossip", n.GossipAddr(), "services", len(n.services))
 	return nil
 }
@@ -409,6 +415,7 @@ func (n *Node) Close() error {
 }
 
 func (n *Node) close() {
+	close(n.acctStop)
 	if n.repl != nil {
 		n.repl.Stop()
 	}
