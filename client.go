@@ -106,6 +106,11 @@ func WithClass(class string) CallOption { return client.WithClass(class) }
 // deadline.
 func WithTimeout(d time.Duration) CallOption { return client.WithTimeout(d) }
 
+// WithUsage asks the node that serves the call for what it used and
+// stores it in u (Gage accounting; the node measures calls whose context
+// names a subscriber, as the HTTP gateway's do).
+func WithUsage(u *CallUsage) CallOption { return client.WithUsage(u) }
+
 // WithIdempotencyKey gives a write the caller's own identity: every call
 // with the same key on the same partition executes at most once, and each
 // returns the first one's result (response or error), for as long as the

@@ -30,6 +30,13 @@ type (
 	Request = service.Request
 	// Response is a handler's answer.
 	Response = service.Response
+	// Usage is what one request used of a node (Gage accounting); a
+	// handler reports what it used outside its thread in Response.Used.
+	Usage = service.Usage
+	// NodeLoad is a node's figures over its last accounting cycle.
+	NodeLoad = service.NodeLoad
+	// CallUsage is what WithUsage returns about a call.
+	CallUsage = service.CallUsage
 	// Handler serves one method call on one of the service's workers.
 	Handler = service.Handler
 	// StreamHandler serves a read-only method whose answer is a sequence

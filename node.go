@@ -56,8 +56,13 @@ type NodeConfig struct {
 	// Security is the node's certificate directory and gossip keyring, or
 	// an explicit Insecure; the zero value is refused (see Security).
 	Security Security
-	// Cluster names the cluster (default "neptune"). A node refuses to
-	// join members of another cluster and a data directory of one.
+	// Cluster names the cluster. A node refuses to join members of
+	// another cluster and a data directory of one, and it is the gossip
+	// label. A node has one cluster name: Security.Cluster, if also set,
+	// must be the same (either alone sets both), and a secured node's CA
+	// must record that name (`neptune tls ca create --cluster`), else
+	// NewNode fails naming both. Default: the name the CA records, or
+	// "neptune" for an insecure node.
 	Cluster string
 	// MaxMessageBytes bounds every request and response body the node
 	// accepts or returns (default 16 MiB, at most 64 MiB): a larger one

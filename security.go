@@ -40,7 +40,9 @@ type Security struct {
 	// without a restart.
 	KeyringFile string
 	// Cluster is the gossip label, so two clusters on one network never
-	// merge; default the cluster name the CA records.
+	// merge; default the cluster name the CA records. For a node it is
+	// the same name as NodeConfig.Cluster (set either; if both, equal),
+	// and a CA recording another name is refused.
 	Cluster string
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -404,5 +405,28 @@ func TestExecHungProgramKilledAtDeadline(t *testing.T) {
 	defer cancel()
 	if _, err := callMethod(t, svc, "m", ctx, 0, 0, ""); !errors.Is(err, neptune.ErrDeadline) {
 		t.Fatalf("caller deadline: err = %v", err)
+	}
+}
+
+// The program's own CPU time (and its children's) comes back in
+// Response.Used, for the node to charge the request: the handler's
+// thread only waits for it.
+func TestExecReportsChildUsage(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	svc, err := adapter.NewExec("busy", adapter.ExecConfig{
+		Command: "sh", Args: []string{"-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; echo done"},
+		DataDir: t.TempDir(), Methods: []adapter.MethodConfig{{Name: "m", Mode: "read"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := svc.Methods[0].Handler(context.Background(), &neptune.Request{Method: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Used.CPU < 10*time.Millisecond {
+		t.Fatalf("Used.CPU = %v after a 200,000-step shell loop, want the child's CPU time", resp.Used.CPU)
 	}
 }

@@ -93,27 +93,48 @@ func NewExec(name string, c ExecConfig) (neptune.Service, error) {
 			args = m.Args
 		}
 		svc.Methods = append(svc.Methods, neptune.Method{Name: m.Name, Mode: mode, Handler: func(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
-			out, err := c.run(ctx, args, r)
+			out, used, err := c.run(ctx, args, r)
 			if err != nil {
 				return nil, err
 			}
-			return &neptune.Response{Body: out, Version: r.LSN}, nil
+			return &neptune.Response{Body: out, Version: r.LSN, Used: used}, nil
 		}})
 	}
 	return svc, nil
 }
 
-func (c ExecConfig) run(ctx context.Context, args []string, r *neptune.Request) ([]byte, error) {
+// run runs the program once. Besides its output it returns what the
+// program used (childUsage: its rusage, its own waited-for children
+// included), which the node adds to the request's Gage usage: the
+// handler's thread only waits for the program and would otherwise be
+// charged next to nothing.
+func (c ExecConfig) run(ctx context.Context, args []string, r *neptune.Request) ([]byte, neptune.Usage, error) {
+	out, err := c.runCmd(ctx, args, r)
+	var used neptune.Usage
+	if out.cmd != nil && out.cmd.ProcessState != nil {
+		used = childUsage(out.cmd.ProcessState)
+	}
+	return out.stdout, used, err
+}
+
+type execResult struct {
+	cmd    *exec.Cmd
+	stdout []byte
+}
+
+func (c ExecConfig) runCmd(ctx context.Context, args []string, r *neptune.Request) (execResult, error) {
+	var res execResult
 	if int64(len(r.Body)) > c.MaxRequest {
-		return nil, fmt.Errorf("%w: %s: request body of %d bytes exceeds exec.max_request (%d); not run", neptune.ErrTooLarge, c.Command, len(r.Body), c.MaxRequest)
+		return res, fmt.Errorf("%w: %s: request body of %d bytes exceeds exec.max_request (%d); not run", neptune.ErrTooLarge, c.Command, len(r.Body), c.MaxRequest)
 	}
 	dir := filepath.Join(c.DataDir, strconv.Itoa(r.Partition))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("%w: %s: data dir: %v", ErrUnreachable, c.Command, err)
+		return res, fmt.Errorf("%w: %s: data dir: %v", ErrUnreachable, c.Command, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.Command, args...)
+	res.cmd = cmd
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
 		"NEPTUNE_PARTITION="+strconv.Itoa(r.Partition),
@@ -132,22 +153,23 @@ func (c ExecConfig) run(ctx context.Context, args []string, r *neptune.Request) 
 	cmd.WaitDelay = time.Second
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("%w: %s killed after %v: %s", neptune.ErrDeadline, c.Command, c.Timeout, strings.TrimSpace(tail(stderr.buf.Bytes(), 512)))
+		return res, fmt.Errorf("%w: %s killed after %v: %s", neptune.ErrDeadline, c.Command, c.Timeout, strings.TrimSpace(tail(stderr.buf.Bytes(), 512)))
 	}
 	var exitErr *exec.ExitError
 	switch {
 	case errors.As(err, &exitErr):
 		code := exitErr.ExitCode()
 		if code < 0 || !slices.Contains(c.OKExitCodes, code) {
-			return nil, fmt.Errorf("%w: %s: %v: %s", ErrProgram, c.Command, exitErr, strings.TrimSpace(tail(stderr.buf.Bytes(), 512)))
+			return res, fmt.Errorf("%w: %s: %v: %s", ErrProgram, c.Command, exitErr, strings.TrimSpace(tail(stderr.buf.Bytes(), 512)))
 		}
 	case err != nil:
-		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, c.Command, err)
+		return res, fmt.Errorf("%w: %s: %v", ErrUnreachable, c.Command, err)
 	}
 	if stdout.over {
-		return nil, fmt.Errorf("%w: %s: output exceeds exec.max_response (%d bytes)", neptune.ErrTooLarge, c.Command, c.MaxResponse)
+		return res, fmt.Errorf("%w: %s: output exceeds exec.max_response (%d bytes)", neptune.ErrTooLarge, c.Command, c.MaxResponse)
 	}
-	return stdout.buf.Bytes(), nil
+	res.stdout = stdout.buf.Bytes()
+	return res, nil
 }
 
 // capped keeps the first max bytes written and notes whether more came;

@@ -111,7 +111,7 @@ func TestBadArgumentsAreUsageErrors(t *testing.T) {
 	}{
 		{[]string{"call"}, `required flag(s) "join", "service", "method" not set`},
 		{[]string{"call", "--join", "127.0.0.1:1", "--service", "kv"}, `"method" not set`},
-		{[]string{"status"}, `"join" not set`},
+		{[]string{"status"}, `one of --join or --gateway is required`},
 		{[]string{"partition", "promote", "--join", "a:1", "--service", "kv"}, `"partition" not set`},
 		{[]string{"partition", "promote", "--join", "a:1", "--service", "kv", "--partition", "-1"}, "--partition must be >= 0"},
 		{[]string{"call", "--join", "a:1", "--service", "kv", "--method", "get", "--partition", "one"}, `invalid argument "one"`},

@@ -139,13 +139,18 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host 
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		mux.Handle(gateway.StatusPath, g.StatusHandler())
 		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = msrv.Serve(mln) }()
 		defer msrv.Close()
 		metricsAddr = mln.Addr().String()
 	}
-	fmt.Fprintf(stdout, "gateway up: http %s, metrics %s, scheduler %s, %d routes, %d subscribers\n",
-		ln.Addr(), metricsAddr, cfg.Scheduler, len(cfg.Routes), len(cfg.Gage().All()))
+	gossip := "off"
+	if a := g.GossipAddr(); a != "" {
+		gossip = a + " as " + g.Name()
+	}
+	fmt.Fprintf(stdout, "gateway up: http %s, metrics %s, gossip %s, scheduler %s, %d routes, %d subscribers\n",
+		ln.Addr(), metricsAddr, gossip, cfg.Scheduler, len(cfg.Routes), len(cfg.Gage().All()))
 	return g.Serve(ctx, ln)
 }
 

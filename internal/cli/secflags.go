@@ -20,7 +20,9 @@ type SecurityConfig struct {
 	// Keyring is the gossip keyring file (default tls_dir/keyring.json),
 	// watched for changes.
 	Keyring string `yaml:"keyring"`
-	// Cluster is the gossip label (default: the cluster the CA names).
+	// Cluster is the cluster's name: the gossip label and, for a node,
+	// the name its data directory records; it must match the CA's
+	// (default: the cluster the CA names).
 	Cluster string `yaml:"cluster"`
 }
 
@@ -48,7 +50,7 @@ type securityFlags struct {
 func (o *securityFlags) add(fs *pflag.FlagSet, cert, what string) {
 	fs.StringVar(&o.dir, "tls-dir", "", "`directory` with ca.pem and "+what+"'s certificate and key (config: security.tls_dir)")
 	fs.StringVar(&o.keyring, "keyring", "", "gossip keyring `file`, watched for changes; default <tls-dir>/"+security.KeyringFileName+" (config: security.keyring)")
-	fs.StringVar(&o.cluster, "cluster", "", "cluster `name`, the gossip label; default the one the CA records (config: security.cluster)")
+	fs.StringVar(&o.cluster, "cluster", "", "cluster `name` (gossip label; a node's data directory records it); must match the CA's, default the one it records (config: security.cluster)")
 	if cert != "" {
 		fs.StringVar(&o.cert, "cert", cert, "certificate to present, as `role/name` (files <role>-<name>.pem in --tls-dir)")
 	}

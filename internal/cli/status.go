@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -11,24 +13,42 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/gateway"
 )
 
 func newStatusCmd() *cobra.Command {
 	var (
-		join []string
-		wait time.Duration
-		sf   securityFlags
+		join     []string
+		gateways []string
+		wait     time.Duration
+		sf       securityFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "status --join host:port [--wait 1s]",
+		Use:   "status --join host:port [--wait 1s] [--gateway host:port]",
 		Short: "Print the yellow pages: nodes, services, partitions, load",
 		Long: `Print the yellow pages as a client sees them: every node with its
 services, partitions and polled load, then each replicated partition with
-its primary, epoch and replica versions.`,
-		Example: "  neptune status --tls-dir pki --join 127.0.0.1:7946",
+its primary, epoch and replica versions.
+
+With --gateway (the metrics address of an HTTP gateway, repeatable), also
+print each subscriber as the gateways see it: its reservation, each
+gateway's share of it and the demand there, and the requests demanded,
+served and dropped, per gateway and in total.`,
+		Example: "  neptune status --tls-dir pki --join 127.0.0.1:7946\n  neptune status --gateway 127.0.0.1:9101 --gateway 127.0.0.1:9102",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if len(join) == 0 && len(gateways) == 0 {
+				return Usagef("one of --join or --gateway is required")
+			}
+			if len(gateways) > 0 {
+				if err := printGateways(ctx, cmd.OutOrStdout(), gateways); err != nil {
+					return err
+				}
+				if len(join) == 0 {
+					return nil
+				}
+			}
 			sec, err := sf.client()
 			if err != nil {
 				return err
@@ -49,10 +69,10 @@ its primary, epoch and replica versions.`,
 	}
 	fs := cmd.Flags()
 	fs.SortFlags = false
-	fs.StringSliceVar(&join, "join", nil, "gossip `host:port` of any node; list (required)")
+	fs.StringSliceVar(&join, "join", nil, "gossip `host:port` of any node; list (this or --gateway is required)")
 	fs.DurationVar(&wait, "wait", time.Second, "how long to listen for announcements before printing")
+	fs.StringSliceVar(&gateways, "gateway", nil, "metrics `host:port` of an HTTP gateway, for its subscribers; repeatable")
 	sf.add(fs, "client/client", "your client")
-	_ = cmd.MarkFlagRequired("join")
 	return cmd
 }
 
@@ -94,4 +114,61 @@ func printStatus(w io.Writer, members []neptune.Member) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d nodes\n", len(members))
+}
+
+// printGateways fetches each gateway's /api/subscribers and prints the
+// subscribers per gateway, then summed over the gateways.
+func printGateways(ctx context.Context, w io.Writer, addrs []string) error {
+	type row struct {
+		gw string
+		s  gateway.SubscriberStatus
+	}
+	var rows []row
+	total := map[string]*gateway.SubscriberStatus{}
+	var order []string
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for _, a := range addrs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a+gateway.StatusPath, nil)
+		if err != nil {
+			return fmt.Errorf("gateway %s: %w", a, err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("gateway %s: %w", a, err)
+		}
+		var st gateway.Status
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("gateway %s: %s: not a gateway status (%s, %v)", a, gateway.StatusPath, resp.Status, err)
+		}
+		for _, s := range st.Subscribers {
+			rows = append(rows, row{a, s})
+			t := total[s.Name]
+			if t == nil {
+				t = &gateway.SubscriberStatus{Name: s.Name, Reserved: s.Reserved, Limit: s.Limit}
+				total[s.Name] = t
+				order = append(order, s.Name)
+			}
+			t.Share += s.Share
+			t.DemandGRPS += s.DemandGRPS
+			t.Demanded += s.Demanded
+			t.Served += s.Served
+			t.Dropped += s.Dropped
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GATEWAY\tSUBSCRIBER\tRESERVED\tSHARE\tDEMAND/S\tDEMANDED\tSERVED\tDROPPED")
+	line := func(gw string, s gateway.SubscriberStatus) {
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.2f\t%.1f\t%d\t%d\t%d\n", gw, s.Name, s.Reserved, s.Share, s.DemandGRPS, s.Demanded, s.Served, s.Dropped)
+	}
+	for _, r := range rows {
+		line(r.gw, r.s)
+	}
+	if len(addrs) > 1 {
+		for _, name := range order {
+			line("total", *total[name])
+		}
+	}
+	return tw.Flush()
 }

@@ -7,6 +7,9 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/nerr"
@@ -21,6 +24,7 @@ type request struct {
 	in     *pb.CallRequest
 	stream bool // Stream, not Call
 	sess   *Session
+	usage  *service.CallUsage // filled from the answer's trailer if set
 }
 
 func (r *request) mode() service.Mode { return service.Mode(r.in.Mode) }
@@ -90,7 +94,7 @@ func (c *Client) Call(ctx context.Context, svc string, partition int, method str
 		defer cancel()
 	}
 	r := &request{in: &pb.CallRequest{Service: svc, Partition: int32(partition), Method: method, Body: body, Class: o.class,
-		IdempotencyKey: o.key}, sess: o.session}
+		IdempotencyKey: o.key}, sess: o.session, usage: o.usage}
 	if o.retryOf != nil && o.key == "" {
 		// A retry of a write of unknown outcome reuses its identity.
 		r.in.ClientId, r.in.Seq, r.in.IdempotencyKey = o.retryOf.ClientID, o.retryOf.Seq, o.retryOf.Key
@@ -153,8 +157,16 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 			return nil, r.outcome(maybeRan, err)
 		}
 		sent := c.clock.Now()
-		out, err := cl.Call(ctx, r.in)
+		var grpcOpts []grpc.CallOption
+		var trailer metadata.MD
+		if r.usage != nil {
+			grpcOpts = append(grpcOpts, grpc.Trailer(&trailer))
+		}
+		out, err := cl.Call(ctx, r.in, grpcOpts...)
 		t.done(c.clock.Now(), c.clock.Since(sent))
+		if r.usage != nil {
+			*r.usage, _ = transport.UsageFromTrailer(trailer)
+		}
 		if err == nil {
 			return &service.Response{Body: out.Body, Version: out.Version}, nil
 		}

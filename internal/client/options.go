@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/service"
 )
 
 // Option adjusts one call.
@@ -14,6 +15,7 @@ type options struct {
 	session *Session
 	class   string
 	timeout time.Duration
+	usage   *service.CallUsage
 	key     string
 	retryOf *nerr.UnknownOutcomeError
 }
@@ -37,6 +39,12 @@ func WithClass(class string) Option { return func(o *options) { o.class = class 
 // WithTimeout bounds the call, retries included, to d (on top of ctx's
 // own deadline).
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithUsage asks the node for what the call used (Gage accounting) and
+// stores it in u; u.Node stays empty if the node measured nothing (no
+// subscriber named, or a node that does not measure). The node measures
+// only calls whose context names a subscriber (transport.WithSubscriber).
+func WithUsage(u *service.CallUsage) Option { return func(o *options) { o.usage = u } }
 
 // WithIdempotencyKey gives a write the caller's identity key instead of
 // the client's id and sequence number: every call with the same key to

@@ -131,3 +131,17 @@ func TestPredictorEWMA(t *testing.T) {
 		t.Errorf("prediction %v, want 4", got)
 	}
 }
+
+// A report of nothing used refunds; it is not a sample of the cost.
+func TestPredictorIgnoresEmptyReports(t *testing.T) {
+	gru := Vector(DefaultUnit)
+	p := predictor{alpha: 0.5, period: 100 * time.Millisecond, m: gru}
+	t0 := time.Unix(0, 0)
+	p.observe(t0, gru.Scale(3), 1)
+	for i := range 10 {
+		p.observe(t0.Add(time.Duration(i+1)*100*time.Millisecond), Vector{}, 1)
+	}
+	if got := p.predict(); got != gru.Scale(3) {
+		t.Fatalf("prediction %v after empty reports, want %v", got, gru.Scale(3))
+	}
+}

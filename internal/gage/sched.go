@@ -172,8 +172,13 @@ type predictor struct {
 
 func (p *predictor) predict() Vector { return p.m }
 
+// A report of nothing used at all is not a sample: it is how a shell
+// refunds requests that were dropped at their turn (their client gave up)
+// or failed before reaching a node, and averaging those zeros in would
+// make a subscriber whose requests are often abandoned, a flooding one,
+// look cheap: charged too little at dispatch and its demand undercounted.
 func (p *predictor) observe(now time.Time, used Vector, n int) {
-	if n <= 0 {
+	if n <= 0 || used.IsZero() {
 		return
 	}
 	if !p.open {

@@ -73,7 +73,38 @@ type Config struct {
 	Subscribers []gage.Subscriber `yaml:"subscribers"`
 	// Routes map requests to service methods.
 	Routes []Route `yaml:"routes"`
+
+	// DiskBandwidth converts the disk bytes nodes report per request into
+	// disk time, the GRU's disk dimension (default 100MB, per second).
+	DiskBandwidth ByteSize `yaml:"disk_bandwidth"`
+	// Measured: node reports (thread CPU, disk, network per request, and
+	// each node's accounting cycle) replace the gateway's own wall-time
+	// stand-in and drive the capacity estimate; the configured capacity
+	// is then the declared one, used until reports arrive and for any
+	// resource they say nothing of. Default true; false keeps the
+	// gateway's own measure and the configured capacity.
+	Measured *bool `yaml:"measured"`
+
+	// Several gateways: Name identifies this one to its peers (default
+	// the gossip address as bound); Gossip is the UDP address it exchanges demand
+	// on; Peers are other gateways' gossip addresses (a peer that sends
+	// to this one is answered too, so one side listing the other is
+	// enough). Every GossipPeriod (default 100ms) each gateway sends its
+	// demand per subscriber and re-splits the reservations; a peer not
+	// heard from for PeerTTL (default 1s) is dead and its share returns.
+	Name         string   `yaml:"name"`
+	Gossip       string   `yaml:"gossip"`
+	Peers        []string `yaml:"peers"`
+	GossipPeriod Duration `yaml:"gossip_period"`
+	PeerTTL      Duration `yaml:"peer_ttl"`
 }
+
+// Defaults of the multi-gateway and accounting settings.
+const (
+	DefaultDiskBandwidth = 100_000_000
+	DefaultGossipPeriod  = 100 * time.Millisecond
+	DefaultPeerTTL       = time.Second
+)
 
 // TLSConfig names the certificate and key files (PEM).
 type TLSConfig struct {
@@ -307,6 +338,16 @@ func (c Config) WithDefaults() Config {
 	if c.Scheduler == "" {
 		c.Scheduler = "credit"
 	}
+	if c.DiskBandwidth == 0 {
+		c.DiskBandwidth = DefaultDiskBandwidth
+	}
+	if c.Measured == nil {
+		t := true
+		c.Measured = &t
+	}
+	def(&c.GossipPeriod, DefaultGossipPeriod)
+	def(&c.PeerTTL, DefaultPeerTTL)
+
 	return c
 }
 
@@ -341,6 +382,24 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
 			bad(a.field, "%q is not host:port (or :port)", a.addr)
 		}
+	}
+	for i, p := range c.Peers {
+		if _, _, err := net.SplitHostPort(p); err != nil {
+			bad(fmt.Sprintf("peers[%d]", i), "%q is not host:port", p)
+		}
+	}
+	if len(c.Peers) > 0 && c.Gossip == "" {
+		bad("gossip", "is required with peers: the UDP address this gateway gossips on")
+	}
+	if c.DiskBandwidth < 0 {
+		bad("disk_bandwidth", "must be >= 0, got %d", c.DiskBandwidth)
+	}
+	gp := c.GossipPeriod
+	if gp == 0 {
+		gp = Duration(DefaultGossipPeriod)
+	}
+	if c.GossipPeriod < 0 || c.PeerTTL < 0 || (c.PeerTTL > 0 && c.PeerTTL < 2*gp) {
+		bad("peer_ttl", "must be at least two gossip periods (%v), or a live peer looks dead after one lost datagram", time.Duration(2*gp))
 	}
 	for i, j := range c.Join {
 		if _, _, err := net.SplitHostPort(j); err != nil {

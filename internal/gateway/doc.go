@@ -32,9 +32,11 @@
 // scheduler's Wake, so the same code runs on the wall clock and, in tests,
 // on a manual clock stepped without sleeps.
 //
-// What is left for later (issue 12): usage reported by the nodes per
-// subscriber (the gateway measures only what it sees, see Gateway), the
-// capacity estimated from node reports (gage.CapacityEstimator), and the
-// split of reservations among several gateways by gossiped demand
-// (gage.Splitter with Scheduler.SetShare).
+// Beyond the request path: every call names its subscriber and the node
+// answers with what the request used (see Gateway), which is what the
+// scheduler is told; the nodes' accounting cycles, carried on the same
+// answers, feed a gage.CapacityEstimator (cluster); and with peers the
+// gateways gossip each subscriber's demand over UDP (gossiper) and split
+// reservations and capacity with a gage.Splitter every gossip period.
+// Status and /api/subscribers report it all per subscriber.
 package gateway

@@ -19,6 +19,7 @@ import (
 	"github.com/neptune-cluster/neptune/adapter"
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/gage"
+	"github.com/neptune-cluster/neptune/internal/transport"
 )
 
 // Caller is what the gateway needs of a Neptune client, which satisfies
@@ -46,20 +47,25 @@ type Deps struct {
 // turn in the Gage scheduler and sends it with the Neptune client. It is
 // an http.Handler; Serve runs it on a listener with the scheduler loop.
 //
-// What it measures. Until nodes report per-subscriber usage (issue 12
-// item 5), the gateway charges each request what it can see itself: the
-// bytes of the request and response bodies it carried (framed HTTP
-// messages on passthrough routes) as network, and the wall time of the
-// Neptune call as CPU, which also counts the network round trip and any
-// wait in the node's queue; disk is not measured (zero). The capacity the
-// scheduler paces to is the configured one (capacity_grps or capacity)
-// until node reports give a measured estimate.
+// What it measures. Each call names its subscriber (gRPC metadata) and
+// the node answers, in the call's trailer, what the request used there:
+// its handler thread's CPU time and storage bytes (converted to disk time
+// at disk_bandwidth), the request and response message bytes, and an exec
+// program's rusage; that is what Scheduler.Report is given. The trailer
+// also carries the node's last accounting cycle (100 ms), from which
+// gage.CapacityEstimator measures the cluster's capacity; the configured
+// capacity is the declared one, used until reports arrive and for any
+// resource they do not cover. A node that answers without usage (an older
+// node) is charged what the gateway sees: the call's wall time as CPU and
+// the bodies' bytes as network.
 type Gateway struct {
 	cfg      Config // with defaults
 	routes   *routeTable
 	classify *gage.Classifier
 	unit     gage.Unit
 	loop     *loop
+	cluster  *cluster
+	gossip   *gossiper // nil without peers
 	metrics  *metrics
 	caller   Caller
 	clk      clock.Clock
@@ -100,9 +106,27 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	var gsp *gossiper
+	if cfg.Gossip != "" {
+		if gsp, err = newGossiper(cfg, clk); err != nil {
+			return nil, fmt.Errorf("gateway: gossip %q: %w", cfg.Gossip, err)
+		}
+		if cfg.Name == "" {
+			cfg.Name = gsp.Addr()
+			gsp.self = cfg.Name
+		}
+	}
+	view, err := newCluster(cfg, gc, log)
+	if err != nil {
+		if gsp != nil {
+			gsp.conn.Close()
+		}
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	return &Gateway{
 		cfg: cfg, routes: newRouteTable(cfg.Routes, time.Duration(cfg.Timeout)), classify: cl,
-		unit: gc.UnitOrDefault(), loop: newLoop(clk, sched, m), metrics: m, caller: d.Caller, clk: clk, log: log,
+		unit: gc.UnitOrDefault(), loop: newLoop(clk, sched, m, view, time.Duration(cfg.GossipPeriod)), cluster: view,
+		gossip: gsp, metrics: m, caller: d.Caller, clk: clk, log: log,
 		retryAfter: strconv.Itoa(max(1, int(math.Ceil(time.Duration(cfg.RetryAfter).Seconds())))),
 	}, nil
 }
@@ -117,9 +141,34 @@ func newScheduler(kind string, gc gage.Config, opt gage.Options) (gage.Scheduler
 	return gage.NewCredit(gc, opt)
 }
 
-// Run runs the scheduler loop until ctx ends. Requests are only served
-// while it runs; Serve runs it itself.
-func (g *Gateway) Run(ctx context.Context) { g.loop.run(ctx) }
+// Run runs the scheduler loop, and the demand gossip with the peers,
+// until ctx ends. Requests are only served while it runs; Serve runs it
+// itself.
+func (g *Gateway) Run(ctx context.Context) {
+	if g.gossip != nil {
+		gctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { g.gossip.run(gctx, g.cluster.out, g.loop.merge); close(done) }()
+		defer func() { stop(); <-done }()
+	}
+	g.loop.run(ctx)
+}
+
+// Name is this gateway's name among its peers ("" without gossip).
+func (g *Gateway) Name() string {
+	if g.gossip == nil {
+		return ""
+	}
+	return g.gossip.self
+}
+
+// GossipAddr is the UDP address this gateway gossips on ("" without).
+func (g *Gateway) GossipAddr() string {
+	if g.gossip == nil {
+		return ""
+	}
+	return g.gossip.Addr()
+}
 
 // Serve serves HTTP on ln, with the scheduler loop, until ctx ends; then
 // it drains: it stops accepting, lets the requests in flight (queued ones
@@ -251,10 +300,19 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, start time.Time)
 		return g.refused(w, r, rt, sub, err)
 	}
 	sent := g.clk.Now()
-	resp, err := g.caller.Call(ctx, rt.Service, part, rt.Method, payload, neptune.WithClass(rt.Class))
-	used := gage.Res(g.clk.Since(sent), 0, int64(len(payload)))
-	if resp != nil {
-		used[gage.Net] += float64(len(resp.Body))
+	var cu neptune.CallUsage
+	resp, err := g.caller.Call(transport.WithSubscriber(ctx, sub), rt.Service, part, rt.Method, payload,
+		neptune.WithClass(rt.Class), neptune.WithUsage(&cu))
+	var used gage.Vector
+	if cu.Node != "" && *g.cfg.Measured {
+		// What the node measured (see Gateway's doc), and its cycle.
+		used = g.cluster.usage(cu.Usage)
+		g.loop.load(nodeLoad{node: cu.Node, load: cu.Load})
+	} else {
+		used = gage.Res(g.clk.Since(sent), 0, int64(len(payload)))
+		if resp != nil {
+			used[gage.Net] += float64(len(resp.Body))
+		}
 	}
 	g.loop.done(gage.Usage{Subscriber: sub, Requests: 1, Used: used})
 	g.metrics.onUsed(sub, g.unit.Cost(used))

@@ -36,6 +36,12 @@ type loop struct {
 	usage    chan gage.Usage
 	snaps    chan chan []gage.QueueState
 	stopped  chan struct{} // closed when run returns
+	// cl is the cluster view (capacity, peers' demand), ticked every
+	// period; loads and gossip feed it.
+	cl     *cluster
+	period time.Duration
+	loads  chan nodeLoad
+	gossip chan gage.GatewayDemand
 
 	// Owned by the run goroutine.
 	nextID  uint64
@@ -66,9 +72,11 @@ type arrival struct {
 	reply chan error
 }
 
-func newLoop(clk clock.Clock, s gage.Scheduler, m *metrics) *loop {
+func newLoop(clk clock.Clock, s gage.Scheduler, m *metrics, cl *cluster, period time.Duration) *loop {
 	return &loop{
-		clk: clk, sched: s, metrics: m,
+		clk: clk, sched: s, metrics: m, cl: cl, period: period,
+		loads:    make(chan nodeLoad, 256),
+		gossip:   make(chan gage.GatewayDemand, 64),
 		arrivals: make(chan arrival),
 		usage:    make(chan gage.Usage, 4096),
 		snaps:    make(chan chan []gage.QueueState),
@@ -88,6 +96,8 @@ func (l *loop) run(ctx context.Context) {
 	timer := l.clk.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	tick := l.clk.NewTicker(l.period)
+	defer tick.Stop()
 	for {
 		now := l.clk.Now()
 		l.dispatch(now)
@@ -107,6 +117,13 @@ func (l *loop) run(ctx context.Context) {
 			// time and then read the state).
 			l.dispatch(l.clk.Now())
 			s <- l.sched.Queues()
+		case ld := <-l.loads:
+			l.cl.observe(l.clk.Now(), ld)
+		case m := <-l.gossip:
+			l.cl.merge(l.clk.Now(), m)
+		case <-tick.Chan():
+			l.cl.tick(l.clk.Now(), l.sched)
+			l.metrics.onTick(l.cl.status.Load())
 		case <-wake:
 		case <-ctx.Done():
 			return
@@ -118,6 +135,7 @@ func (l *loop) run(ctx context.Context) {
 func (l *loop) arrive(now time.Time, a arrival) {
 	id := l.nextID
 	l.nextID++
+	l.cl.arrived(now, a.t.sub)
 	if err := l.sched.Enqueue(now, gage.Request{ID: id, Subscriber: a.t.sub, Arrived: now}); err != nil {
 		a.reply <- err
 		return
@@ -222,4 +240,22 @@ func (l *loop) queues(ctx context.Context) []gage.QueueState {
 	case <-l.stopped:
 	}
 	return nil
+}
+
+// load hands a node's accounting cycle to the loop; it never blocks (a
+// cycle comes again with the next answer).
+func (l *loop) load(ld nodeLoad) {
+	select {
+	case l.loads <- ld:
+	default:
+	}
+}
+
+// merge hands a peer's gossip to the loop, dropping it if the loop is
+// behind (the peer sends again next period).
+func (l *loop) merge(m gage.GatewayDemand) {
+	select {
+	case l.gossip <- m:
+	default:
+	}
 }

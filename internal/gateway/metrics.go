@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,6 +25,9 @@ type metrics struct {
 	queue     *prometheus.GaugeVec
 	responses *prometheus.CounterVec
 	latency   prometheus.Histogram
+	share     *prometheus.GaugeVec
+	demand    *prometheus.GaugeVec
+	capacity  prometheus.Gauge
 
 	subs map[string]*subMetrics
 }
@@ -32,6 +36,12 @@ type subMetrics struct {
 	demanded, served, servedGRU prometheus.Counter
 	queue                       prometheus.Gauge
 	dropped                     map[string]prometheus.Counter
+	reserved, share, demand     prometheus.Gauge
+	res                         float64
+
+	// The same counts for /api/subscribers, which reads them without
+	// going through a Prometheus gather.
+	nDemanded, nServed, nDropped atomic.Int64
 }
 
 // Reasons a request is dropped, the reason label of dropped_total.
@@ -62,9 +72,15 @@ func newMetrics(reg prometheus.Registerer, cfg gage.Config) (*metrics, error) {
 			Help: "Responses by HTTP status code."}, []string{"code"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "neptune_gateway_request_seconds",
 			Help: "Time from a request's arrival to its answer, the wait for its turn included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		share: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "neptune_gateway_share",
+			Help: "This gateway's fraction (0..1) of each subscriber's reservation and limit, split among the gateways by demand."}, sub),
+		demand: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "neptune_gateway_demand_grps",
+			Help: "Demand each subscriber puts on this gateway, generic requests per second (decaying average, what it gossips)."}, sub),
+		capacity: prometheus.NewGauge(prometheus.GaugeOpts{Name: "neptune_gateway_capacity_grps",
+			Help: "Cluster capacity the gateway schedules to, generic requests per second: measured by the nodes, else the configured one."}),
 		subs: map[string]*subMetrics{},
 	}
-	for _, c := range []prometheus.Collector{m.reserved, m.limit, m.demanded, m.served, m.servedGRU, m.dropped, m.queue, m.responses, m.latency} {
+	for _, c := range []prometheus.Collector{m.reserved, m.limit, m.demanded, m.served, m.servedGRU, m.dropped, m.queue, m.responses, m.latency, m.share, m.demand, m.capacity} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -79,8 +95,11 @@ func newMetrics(reg prometheus.Registerer, cfg gage.Config) (*metrics, error) {
 		sm := &subMetrics{
 			demanded: m.demanded.WithLabelValues(s.Name), served: m.served.WithLabelValues(s.Name),
 			servedGRU: m.servedGRU.WithLabelValues(s.Name), queue: m.queue.WithLabelValues(s.Name),
-			dropped: map[string]prometheus.Counter{},
+			dropped:  map[string]prometheus.Counter{},
+			reserved: m.reserved.WithLabelValues(s.Name), share: m.share.WithLabelValues(s.Name), demand: m.demand.WithLabelValues(s.Name),
+			res: s.Reservation,
 		}
+		sm.share.Set(1)
 		for _, r := range []string{dropQueueFull, dropOverShare, dropDeadline} {
 			sm.dropped[r] = m.dropped.WithLabelValues(s.Name, r)
 		}
@@ -92,11 +111,34 @@ func newMetrics(reg prometheus.Registerer, cfg gage.Config) (*metrics, error) {
 // The subscriber names passed below are always the config's (the
 // classifier answers nothing else).
 
-func (m *metrics) onDemand(sub string)          { m.subs[sub].demanded.Inc() }
-func (m *metrics) onServed(sub string)          { m.subs[sub].served.Inc() }
+func (m *metrics) onDemand(sub string) {
+	m.subs[sub].demanded.Inc()
+	m.subs[sub].nDemanded.Add(1)
+}
+
+func (m *metrics) onServed(sub string) {
+	m.subs[sub].served.Inc()
+	m.subs[sub].nServed.Add(1)
+}
+
 func (m *metrics) onUsed(sub string, g float64) { m.subs[sub].servedGRU.Add(g) }
-func (m *metrics) onDrop(sub, why string)       { m.subs[sub].dropped[why].Inc() }
-func (m *metrics) onQueued(sub string, d int)   { m.subs[sub].queue.Add(float64(d)) }
+
+func (m *metrics) onDrop(sub, why string) {
+	m.subs[sub].dropped[why].Inc()
+	m.subs[sub].nDropped.Add(1)
+}
+
+// onTick records what the cluster view decided.
+func (m *metrics) onTick(st *clusterStatus) {
+	m.capacity.Set(st.CapacityGRU)
+	for name, sm := range m.subs {
+		sh := st.Share[name]
+		sm.share.Set(sh)
+		sm.reserved.Set(sm.res * sh)
+		sm.demand.Set(st.DemandGRPS[name])
+	}
+}
+func (m *metrics) onQueued(sub string, d int) { m.subs[sub].queue.Add(float64(d)) }
 
 func (m *metrics) onResponse(code int, seconds float64) {
 	m.responses.WithLabelValues(strconv.Itoa(code)).Inc()

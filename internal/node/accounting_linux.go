@@ -1,12 +1,17 @@
 package node
 
 import (
+	"bufio"
+	"bytes"
+	"os"
 	"runtime"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/service"
 )
 
 // threadCPU runs f with the goroutine locked to its OS thread and returns
@@ -25,4 +30,76 @@ func threadCPU(clk clock.Clock, f func()) time.Duration {
 		return clk.Since(start)
 	}
 	return time.Duration(b.Nano() - a.Nano())
+}
+
+// threadUsage runs f locked to its OS thread, as threadCPU does, and
+// returns what that thread used: its CPU time, and its storage I/O in
+// bytes from /proc/thread-self/io (read_bytes, write_bytes; zero where the
+// kernel has no per-task I/O accounting).
+func threadUsage(clk clock.Clock, f func()) service.Usage {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	r0, w0, okIO := threadIO()
+	cpu := threadCPU(clk, f)
+	u := service.Usage{CPU: cpu}
+	if r1, w1, ok := threadIO(); ok && okIO {
+		u.DiskRead, u.DiskWrite = max(r1-r0, 0), max(w1-w0, 0)
+	}
+	return u
+}
+
+// threadIO reads the calling thread's read_bytes and write_bytes.
+func threadIO() (read, write int64, ok bool) {
+	b, err := os.ReadFile("/proc/thread-self/io")
+	if err != nil {
+		return 0, 0, false
+	}
+	n := 0
+	for line := range bytes.Lines(b) {
+		k, v, found := bytes.Cut(bytes.TrimSpace(line), []byte(": "))
+		if !found {
+			continue
+		}
+		switch string(k) {
+		case "read_bytes":
+			read, _ = strconv.ParseInt(string(v), 10, 64)
+			n++
+		case "write_bytes":
+			write, _ = strconv.ParseInt(string(v), 10, 64)
+			n++
+		}
+	}
+	return read, write, n == 2
+}
+
+// processCPU is the CPU time of this process and its waited-for children.
+func processCPU() time.Duration {
+	var self, kids unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &self) != nil || unix.Getrusage(unix.RUSAGE_CHILDREN, &kids) != nil {
+		return 0
+	}
+	tv := func(t unix.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return tv(self.Utime) + tv(self.Stime) + tv(kids.Utime) + tv(kids.Stime)
+}
+
+// diskTicks is the largest io_ticks (milliseconds a device had I/O in
+// flight) over the block devices of /proc/diskstats, per device name.
+func diskTicks() map[string]int64 {
+	f, err := os.Open("/proc/diskstats")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	out := map[string]int64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := bytes.Fields(sc.Bytes())
+		if len(fs) < 13 {
+			continue
+		}
+		if t, err := strconv.ParseInt(string(fs[12]), 10, 64); err == nil {
+			out[string(fs[2])] = t
+		}
+	}
+	return out
 }

@@ -106,7 +106,11 @@ func (n *Node) serveStream(ctx context.Context, in *pb.CallRequest, send func([]
 
 // run runs call holding one of the service's worker slots and charges the
 // request's class its resource use as the service's Accounting says.
+//
+// A request measured for Gage (see usage.go) is also charged its thread's
+// usage into the accumulator its context carries.
 func (h *hosted) run(ctx context.Context, class string, call func(context.Context) *service.Response) error {
+	call = measured(h.clock, ctx, call)
 	switch h.svc.Accounting {
 	case service.ThreadCPU:
 		return h.pool.DoCharged(ctx, class, func(ctx context.Context) time.Duration {

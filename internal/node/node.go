@@ -77,8 +77,12 @@ type Config struct {
 	// explicit Insecure. Identity is set to this node's id; the zero value
 	// is refused.
 	Security security.Config
-	// Cluster names the cluster (default DefaultCluster); the data
-	// directory records it and a node of another cluster is refused.
+	// Cluster names the cluster: the data directory records it, a member
+	// of another cluster is refused at join, and it is the gossip label.
+	// A node has one cluster name: Security.Label, if set, must equal it
+	// (either one alone sets both), and a secured node's CA must record
+	// the same name (its organisation). Default: the CA's name, or
+	// DefaultCluster for an insecure node.
 	Cluster string
 	// MaxMessageBytes bounds a request or response body and a replicated
 	// write (default nerr.DefaultMaxMessageBytes).
@@ -102,9 +106,6 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	c.Clock = clock.OrReal(c.Clock)
-	if c.Cluster == "" {
-		c.Cluster = DefaultCluster
-	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = nerr.DefaultMaxMessageBytes
 	}
@@ -138,10 +139,29 @@ func (c Config) Validate() error {
 			return fmt.Errorf("neptune: NodeConfig.Balance: %w", err)
 		}
 	}
+	if c.Cluster != "" && c.Security.Label != "" && c.Cluster != c.Security.Label {
+		return fmt.Errorf("neptune: NodeConfig.Cluster %q and NodeConfig.Security.Cluster %q disagree: a node has one cluster name; set one of them", c.Cluster, c.Security.Label)
+	}
 	if !c.Security.Insecure && c.Security.Dir == "" && c.Security.Files == nil {
 		return errors.New("neptune: NodeConfig.Security.Dir is required (the directory with ca.pem and this node's certificate), or set NodeConfig.Security.Insecure to run without protection")
 	}
 	return nil
+}
+
+// clusterName is the node's one cluster name: the configured one (""
+// if none), which a secured node's CA must agree with.
+func clusterName(configured string, m *security.Material) (string, error) {
+	if m.Insecure() {
+		if configured == "" {
+			return DefaultCluster, nil
+		}
+		return configured, nil
+	}
+	ca := m.TLS.Cluster()
+	if configured != "" && configured != ca {
+		return "", fmt.Errorf("neptune: NodeConfig.Cluster (or NodeConfig.Security.Cluster) %q disagrees with %q, the cluster name of the CA in NodeConfig.Security.Dir: a node's certificate authority is its cluster's", configured, ca)
+	}
+	return ca, nil
 }
 
 // Node hosts service partitions and serves calls to them. It is also a
@@ -170,6 +190,9 @@ type Node struct {
 	agg     *aggregation.Server
 	httpSrv *http.Server
 	httpLn  net.Listener
+	// acct is the Gage accounting cycle (usage.go); acctStop ends it.
+	acct     *accounting
+	acctStop chan struct{}
 }
 
 // New creates a node; Register services, then Start it.
@@ -184,6 +207,8 @@ func New(cfg Config) (*Node, error) {
 		clock:    cfg.Clock,
 		reg:      metrics.For(cfg.Registerer),
 		services: map[string]*hosted{},
+		acct:     newAccounting(cfg.Clock, DefaultAccountingCycle),
+		acctStop: make(chan struct{}),
 	}
 	sc := cfg.Security
 	sc.Identity = pki.Identity{Role: pki.RoleNode, Name: cfg.ID}
@@ -193,9 +218,16 @@ func New(cfg Config) (*Node, error) {
 	if sc.Clock == nil {
 		sc.Clock = cfg.Clock
 	}
+	if cfg.Cluster == "" {
+		cfg.Cluster = sc.Label
+	}
+	sc.Label = cfg.Cluster
 	var err error
 	if n.sec, err = security.Load(sc); err != nil {
 		return nil, fmt.Errorf("neptune: NodeConfig.Security: %w", err)
+	}
+	if n.cfg.Cluster, err = clusterName(cfg.Cluster, n.sec); err != nil {
+		return nil, err
 	}
 	if n.metrics, err = newServerMetrics(n.reg.Registerer); err != nil {
 		return nil, err
@@ -351,6 +383,7 @@ func (n *Node) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	go n.acct.run(n.acctStop)
 	n.log.Info("node started", "rpc", n.rpcLn.Addr().String(), "poll", n.polls.Addr(), "gossip", n.GossipAddr(), "services", len(n.services))
 	return nil
 }
@@ -382,6 +415,7 @@ func (n *Node) Close() error {
 }
 
 func (n *Node) close() {
+	close(n.acctStop)
 	if n.repl != nil {
 		n.repl.Stop()
 	}

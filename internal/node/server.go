@@ -6,8 +6,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -20,12 +23,38 @@ type nodeServer struct {
 
 func (s *nodeServer) Call(ctx context.Context, in *pb.CallRequest) (*pb.CallResponse, error) {
 	start := s.n.clock.Now()
+	var acc *reqUsage
+	if transport.SubscriberOf(ctx) != "" {
+		acc = &reqUsage{}
+		ctx = withReqUsage(ctx, acc)
+	}
 	resp, err := s.n.serveBounded(ctx, in)
 	s.n.observe(in, start, err)
+	var out *pb.CallResponse
+	if err == nil {
+		out = &pb.CallResponse{Body: resp.Body, Version: resp.Version}
+	}
+	if acc != nil {
+		s.n.reportUsage(ctx, in, out, acc)
+	}
 	if err != nil {
 		return nil, transport.ToStatus(err)
 	}
-	return &pb.CallResponse{Body: resp.Body, Version: resp.Version}, nil
+	return out, nil
+}
+
+// reportUsage completes a measured request's usage with its network
+// bytes, counts it in the accounting cycle and sends it back in the
+// call's trailer (with the node's last cycle), failed calls included.
+func (n *Node) reportUsage(ctx context.Context, in *pb.CallRequest, out *pb.CallResponse, acc *reqUsage) {
+	u := acc.get()
+	u.NetIn += int64(proto.Size(in))
+	if out != nil {
+		u.NetOut += int64(proto.Size(out))
+	}
+	n.acct.add(u)
+	cu := service.CallUsage{Node: n.cfg.ID, Usage: u, Load: n.acct.load()}
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(transport.MetaUsage, transport.EncodeUsage(cu)))
 }
 
 func (s *nodeServer) Stream(in *pb.CallRequest, stream grpc.ServerStreamingServer[pb.Chunk]) error {

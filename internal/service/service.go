@@ -80,6 +80,10 @@ type Response struct {
 	// node charges it to the request's class when the service's Accounting
 	// is Reported. Not sent to the caller.
 	Cost time.Duration
+	// Used is what the handler used outside its own thread (child
+	// processes it ran, work it handed to other goroutines), which the
+	// node adds to the usage it measures for Gage. Not sent as is.
+	Used Usage
 }
 
 // Handler serves one method call. It runs on one of the service's workers;

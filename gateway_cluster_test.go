@@ -1,0 +1,350 @@
+package neptune_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/gage"
+	"github.com/neptune-cluster/neptune/internal/gateway"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
+)
+
+// gatewayProc is a `neptune gateway` child process.
+type gatewayProc struct {
+	cmd                 *exec.Cmd
+	http, metrics, goss string
+}
+
+var gatewayUp = regexp.MustCompile(`gateway up: http (\S+), metrics (\S+), gossip (\S+) as`)
+
+func startGateway(t *testing.T, ctx context.Context, dir, name, config string, args ...string) *gatewayProc {
+	t.Helper()
+	path := filepath.Join(dir, name+".yaml")
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(neptuneBinary(t), append([]string{"gateway", "--config", path, "--log-level", "info"}, args...)...)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); logf.Close() })
+	up := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := gatewayUp.FindStringSubmatch(sc.Text()); m != nil {
+				up <- m
+			}
+		}
+		close(up)
+	}()
+	select {
+	case m, ok := <-up:
+		if !ok {
+			b, _ := os.ReadFile(logf.Name())
+			t.Fatalf("gateway %s exited before it was up:\n%s", name, b)
+		}
+		return &gatewayProc{cmd: cmd, http: m[1], metrics: m[2], goss: m[3]}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("gateway %s not up after 15s", name)
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	return nil
+}
+
+func gatewayStatus(addr string) (gateway.Status, error) {
+	var st gateway.Status
+	resp, err := http.Get("http://" + addr + gateway.StatusPath)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// outcome is one request of the load: who sent it, through which gateway,
+// when, and the answer.
+type outcome struct {
+	sub, gw string
+	at      time.Time
+	code    int
+}
+
+// load sends rate requests per second of sub through the gateways, with
+// weights (one per gateway), until ctx ends; outcomes go to out.
+func load(ctx context.Context, wg *sync.WaitGroup, hc *http.Client, sub string, rate float64, gws []string, weights []float64, body []byte, out chan<- outcome) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer tick.Stop()
+		credit := make([]float64, len(gws))
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			// Weighted round robin over the gateways still listed.
+			best := 0
+			for i := range gws {
+				credit[i] += weights[i]
+				if credit[i] > credit[best] {
+					best = i
+				}
+			}
+			credit[best]--
+			gw := gws[best]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				at := time.Now()
+				req, _ := http.NewRequest("POST", "http://"+gw+"/echo", bytes.NewReader(body))
+				req.Header.Set("X-API-Key", sub+"-key")
+				code := 0
+				if resp, err := hc.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					code = resp.StatusCode
+				}
+				out <- outcome{sub, gw, at, code}
+			}()
+		}
+	}()
+}
+
+// TestTwoGatewaysKeepReservationsAndSurviveAKill is issue 12's process
+// test: two node processes hosting echo, two `neptune gateway` processes
+// gossiping demand, three subscribers. The capacity is set to the sum of
+// the reservations (no spare), and a request moves about 1,000 bytes (one
+// GRU of unit {net: 1000}, as the nodes measure it), so what a subscriber
+// gets is what the split of its reservation gives it:
+//
+//   - phase 1: gold sends 25 GRPS of its 30, 90% of it through gateway B;
+//     silver 15 of 20, evenly; flood 100 against a reservation of 10.
+//     Gold and silver are served in full, flood is dropped (429).
+//   - B is SIGKILLed; all traffic goes to A. Gold's part at A was about
+//     0.12 of 30 GRPS, under the 25 it now sends there, and there is no
+//     spare: it is served in full only once A takes the whole reservation,
+//     which it must do within the stated bound (peer_ttl 1s + one gossip
+//     period). Requests sent after the bound (plus max_wait for those
+//     queued across it) must all be served.
+func TestTwoGatewaysKeepReservationsAndSurviveAKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts node and gateway processes")
+	}
+	bin := neptuneBinary(t) // built before the clock starts
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	cl := localcluster.New(bin, dir)
+	defer cl.Close()
+	for i := range 2 {
+		if _, err := cl.Start(ctx, localcluster.Spec{ID: fmt.Sprint("n", i), Services: []string{"echo:0"},
+			Args: []string{"--announce-interval", "200ms", "--announce-ttl", "2s"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const ttl, period = time.Second, 100 * time.Millisecond
+	config := func(name, peers string) string {
+		return fmt.Sprintf(`
+name: %s
+listen: 127.0.0.1:0
+metrics: 127.0.0.1:0
+gossip: 127.0.0.1:0
+%s
+peer_ttl: %v
+gossip_period: %v
+join: [%s]
+unit: {net: 1000}
+capacity_grps: 60
+max_wait: 1s
+subscribers:
+  - {name: gold, reservation: 30, api_keys: [%s]}
+  - {name: silver, reservation: 20, api_keys: [%s]}
+  - {name: flood, reservation: 10, api_keys: [%s]}
+routes: [{path_prefix: /echo, service: echo, method: echo}]
+`, name, peers, ttl, period, strings.Join(cl.Seeds(), ", "), gage.HashKey("gold-key"), gage.HashKey("silver-key"), gage.HashKey("flood-key"))
+	}
+	a := startGateway(t, ctx, dir, "ga", config("ga", ""), cl.SecurityArgs("client/client")...)
+	b := startGateway(t, ctx, dir, "gb", config("gb", "peers: ["+a.goss+"]"), cl.SecurityArgs("client/client")...)
+
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	body := bytes.Repeat([]byte{'x'}, 480) // ~490 bytes each way: about one GRU
+	// Ready: echo answers through both, and each gateway hears the other.
+	for {
+		okA, okB := false, false
+		for _, g := range []*gatewayProc{a, b} {
+			req, _ := http.NewRequest("POST", "http://"+g.http+"/echo", bytes.NewReader(body))
+			req.Header.Set("X-API-Key", "gold-key")
+			resp, err := hc.Do(req)
+			st, serr := gatewayStatus(g.metrics)
+			ready := err == nil && resp.StatusCode == 200 && serr == nil && len(st.Gateways) == 2
+			if err == nil {
+				resp.Body.Close()
+			}
+			if g == a {
+				okA = ready
+			} else {
+				okB = ready
+			}
+		}
+		if okA && okB {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the gateways never served echo and heard each other")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	out := make(chan outcome, 1<<16)
+	var wg sync.WaitGroup
+	lctx, stopLoad := context.WithCancel(ctx)
+	both := []string{a.http, b.http}
+	load(lctx, &wg, hc, "gold", 25, both, []float64{0.1, 0.9}, body, out)
+	load(lctx, &wg, hc, "silver", 15, both, []float64{0.5, 0.5}, body, out)
+	load(lctx, &wg, hc, "flood", 50, both, []float64{0.5, 0.5}, body, out)
+	load(lctx, &wg, hc, "flood", 50, both, []float64{0.5, 0.5}, body, out)
+	time.Sleep(5 * time.Second)
+	stA, _ := gatewayStatus(a.metrics)
+	stB, _ := gatewayStatus(b.metrics)
+	stopLoad()
+	wg.Wait()
+	phase1 := drain(out)
+	// The first second is the demand estimates' warm-up.
+	start := phase1[0].at
+	for _, o := range phase1 {
+		start = minTime(start, o.at)
+	}
+	check := func(what string, os []outcome, from time.Time, sub string, wantAll bool) {
+		t.Helper()
+		n, ok := 0, 0
+		for _, o := range os {
+			if o.sub == sub && !o.at.Before(from) {
+				n++
+				if o.code == 200 {
+					ok++
+				}
+			}
+		}
+		switch {
+		case n == 0:
+			t.Errorf("%s: no request of %s", what, sub)
+		case wantAll && ok != n:
+			t.Errorf("%s: %s served %d of %d", what, sub, ok, n)
+		case !wantAll && ok == n:
+			t.Errorf("%s: %s (flooding) served all %d: nothing was held back", what, sub, n)
+		}
+		t.Logf("%s: %s served %d of %d", what, sub, ok, n)
+	}
+	check("phase 1", phase1, start.Add(time.Second), "gold", true)
+	check("phase 1", phase1, start.Add(time.Second), "silver", true)
+	check("phase 1", phase1, start.Add(time.Second), "flood", false)
+	for _, st := range []gateway.Status{stA, stB} {
+		for _, s := range st.Subscribers {
+			t.Logf("phase 1 at %s: %s share %.2f demand %.1f GRPS", st.Gateway, s.Name, s.Share, s.DemandGRPS)
+			if s.Name == "gold" && st.Gateway == "ga" && s.Share > 0.3 {
+				t.Errorf("gold's share at ga is %.2f with 10%% of its demand there", s.Share)
+			}
+		}
+	}
+
+	// Kill B; everything goes through A.
+	if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	lctx, stopLoad = context.WithCancel(ctx)
+	only := []string{a.http}
+	load(lctx, &wg, hc, "gold", 25, only, []float64{1}, body, out)
+	load(lctx, &wg, hc, "silver", 15, only, []float64{1}, body, out)
+	load(lctx, &wg, hc, "flood", 100, only, []float64{1}, body, out)
+	// When does ga hold every whole reservation again?
+	var whole time.Duration
+	for whole == 0 && time.Since(killed) < 5*time.Second {
+		time.Sleep(20 * time.Millisecond)
+		st, err := gatewayStatus(a.metrics)
+		all := err == nil
+		for _, s := range st.Subscribers {
+			all = all && s.Share >= 0.999
+		}
+		if all {
+			whole = time.Since(killed)
+		}
+	}
+	time.Sleep(time.Until(killed.Add(5 * time.Second)))
+	stA, _ = gatewayStatus(a.metrics)
+	stopLoad()
+	wg.Wait()
+	phase2 := drain(out)
+	bound := ttl + period
+	t.Logf("ga held the whole reservations %v after gb was killed (bound %v)", whole, bound)
+	// The status is read every 20 ms and ga ticks every period: allow
+	// both, and a loaded machine's scheduling, on top of the bound.
+	switch {
+	case whole == 0:
+		t.Errorf("ga never took the whole reservations back")
+	case whole > bound+300*time.Millisecond:
+		t.Errorf("ga took the whole reservations back %v after the kill, over the bound %v", whole, bound)
+	case whole < ttl-2*period:
+		t.Errorf("ga took the whole reservations back %v after the kill, before peer_ttl %v: it would drop live peers too", whole, ttl)
+	}
+	if len(stA.Gateways) != 1 {
+		t.Errorf("ga still counts gateways %v 5s after gb died", stA.Gateways)
+	}
+	for _, s := range stA.Subscribers {
+		if s.Share < 0.999 {
+			t.Errorf("ga's share of %s is %.3f 5s after gb died, want 1", s.Name, s.Share)
+		}
+	}
+	// Requests sent after the bound, and after max_wait for those that
+	// queued before it, must all be served.
+	after := killed.Add(bound + time.Second)
+	check("after the kill", phase2, after, "gold", true)
+	check("after the kill", phase2, after, "silver", true)
+	check("after the kill", phase2, after, "flood", false)
+}
+
+func drain(c chan outcome) []outcome {
+	var out []outcome
+	for {
+		select {
+		case o := <-c:
+			out = append(out, o)
+		default:
+			return out
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
