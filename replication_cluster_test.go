@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/apps/kv"
 	"github.com/neptune-cluster/neptune/internal/replica/check"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
@@ -103,8 +104,25 @@ func present(ctx context.Context, lc *localcluster.Cluster, node, addr string, p
 	}
 	out := map[string]bool{}
 	for _, k := range keys {
-		_, err := cl.Call(ctx, &pb.CallRequest{Service: "kv", Partition: int32(p), Method: "get", Mode: pb.Mode_MODE_READ, Body: []byte(k)})
-		out[k] = err == nil
+		// Only the store's own "not found" says a key is absent; any other
+		// error (a connection still being set up on a loaded machine) is
+		// retried, and reported if it persists, never counted as a loss.
+		var err error
+		for try := 0; try < 20; try++ {
+			_, err = cl.Call(ctx, &pb.CallRequest{Service: "kv", Partition: int32(p), Method: "get", Mode: pb.Mode_MODE_READ, Body: []byte(k)})
+			if err == nil || strings.Contains(err.Error(), kv.ErrNotFound.Error()) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		switch {
+		case err == nil:
+			out[k] = true
+		case strings.Contains(err.Error(), kv.ErrNotFound.Error()):
+			out[k] = false
+		default:
+			return nil, fmt.Errorf("read %q at %s (%s): %w", k, node, addr, err)
+		}
 	}
 	return out, nil
 }
