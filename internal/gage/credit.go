@@ -1,7 +1,6 @@
 package gage
 
 import (
-	"fmt"
 	"math"
 	"time"
 )
@@ -65,7 +64,7 @@ type Credit struct {
 	opt    Options
 	unit   Unit
 	queues []*creditQueue
-	byName map[string]int
+	byName subscriberIndex
 	pace   pacer
 
 	started    bool
@@ -73,14 +72,10 @@ type Credit struct {
 }
 
 type creditQueue struct {
-	sub   Subscriber
-	share float64
-	q     ring
+	subQueue
 	bal   Vector  // reservation credit
 	spare float64 // spare served (GRU, predicted) divided by weight
 	lim   Vector  // limit credit
-	pred  predictor
-	out   inflight
 }
 
 // minWeight is the spare-sharing weight, in GRPS, of a subscriber without
@@ -96,20 +91,13 @@ func NewCredit(cfg Config, opt Options) (*Credit, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Credit{opt: opt, unit: u, byName: map[string]int{}, pace: pacer{unit: u, burst: opt.Burst, debt: opt.Debt}}
+	c := &Credit{opt: opt, unit: u, byName: subscriberIndex{}, pace: pacer{unit: u, burst: opt.Burst, debt: opt.Debt}}
 	for _, s := range cfg.All() {
 		c.byName[s.Name] = len(c.queues)
-		c.queues = append(c.queues, &creditQueue{
-			sub: s, share: 1,
-			pred: predictor{alpha: opt.Alpha, period: opt.AccountingCycle, m: opt.Initial},
-		})
+		c.queues = append(c.queues, &creditQueue{subQueue: newSubQueue(s, opt)})
 	}
 	return c, nil
 }
-
-func (q *creditQueue) reservation() float64 { return q.sub.Reservation * q.share }
-func (q *creditQueue) limit() float64       { return q.sub.Limit * q.share }
-func (q *creditQueue) weight() float64      { return max(q.reservation(), minWeight) }
 
 // rate turns a rate in GRPS and a duration into a resource vector.
 func (c *Credit) rate(grps float64, d time.Duration) Vector {
@@ -151,9 +139,9 @@ func (c *Credit) newCycles(k int64) {
 // Enqueue implements Scheduler.
 func (c *Credit) Enqueue(now time.Time, r Request) error {
 	c.advance(now)
-	i, ok := c.byName[r.Subscriber]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownSubscriber, r.Subscriber)
+	i, err := c.byName.find(r.Subscriber)
+	if err != nil {
+		return err
 	}
 	q := c.queues[i]
 	if q.q.len() >= c.opt.MaxQueue {
@@ -264,9 +252,9 @@ func (c *Credit) dispatch(q *creditQueue) Vector {
 // Report implements Scheduler.
 func (c *Credit) Report(now time.Time, u Usage) error {
 	c.advance(now)
-	i, ok := c.byName[u.Subscriber]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownSubscriber, u.Subscriber)
+	i, err := c.byName.find(u.Subscriber)
+	if err != nil {
+		return err
 	}
 	q := c.queues[i]
 	corr := q.out.release(u.Requests).Sub(u.Used)
@@ -296,9 +284,9 @@ func (c *Credit) SetShare(now time.Time, subscriber string, fraction float64) er
 	if err := checkFraction(fraction); err != nil {
 		return err
 	}
-	i, ok := c.byName[subscriber]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownSubscriber, subscriber)
+	i, err := c.byName.find(subscriber)
+	if err != nil {
+		return err
 	}
 	c.queues[i].share = fraction
 	return nil
@@ -334,7 +322,7 @@ func (c *Credit) Wake(now time.Time) (time.Time, bool) {
 func (c *Credit) Queues() []QueueState {
 	out := make([]QueueState, len(c.queues))
 	for i, q := range c.queues {
-		out[i] = QueueState{Subscriber: q.sub.Name, Len: q.q.len(), Predicted: c.unit.Cost(q.pred.predict()), Outstanding: q.out.n}
+		out[i] = q.state(c.unit)
 	}
 	return out
 }

@@ -1,7 +1,6 @@
 package gage
 
 import (
-	"fmt"
 	"time"
 )
 
@@ -13,7 +12,7 @@ import (
 type FIFO struct {
 	opt    Options
 	unit   Unit
-	byName map[string]int
+	byName subscriberIndex
 	names  []string
 	pred   []predictor
 	out    []inflight
@@ -31,7 +30,7 @@ func NewFIFO(cfg Config, opt Options) (*FIFO, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &FIFO{opt: opt, unit: u, byName: map[string]int{}, pace: pacer{unit: u, burst: opt.Burst, debt: opt.Debt}}
+	f := &FIFO{opt: opt, unit: u, byName: subscriberIndex{}, pace: pacer{unit: u, burst: opt.Burst, debt: opt.Debt}}
 	for _, s := range cfg.All() {
 		f.byName[s.Name] = len(f.names)
 		f.names = append(f.names, s.Name)
@@ -47,9 +46,9 @@ func (f *FIFO) advance(now time.Time) { f.pace.advance(now) }
 // Enqueue implements Scheduler.
 func (f *FIFO) Enqueue(now time.Time, r Request) error {
 	f.advance(now)
-	i, ok := f.byName[r.Subscriber]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownSubscriber, r.Subscriber)
+	i, err := f.byName.find(r.Subscriber)
+	if err != nil {
+		return err
 	}
 	if f.q.len() >= f.opt.MaxQueue*len(f.names) {
 		return ErrQueueFull
@@ -77,9 +76,9 @@ func (f *FIFO) Next(now time.Time) (Request, bool) {
 // Report implements Scheduler.
 func (f *FIFO) Report(now time.Time, u Usage) error {
 	f.advance(now)
-	i, ok := f.byName[u.Subscriber]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownSubscriber, u.Subscriber)
+	i, err := f.byName.find(u.Subscriber)
+	if err != nil {
+		return err
 	}
 	f.pace.correct(f.out[i].release(u.Requests).Sub(u.Used))
 	f.pred[i].observe(now, u.Used, u.Requests)
@@ -98,8 +97,8 @@ func (f *FIFO) SetShare(_ time.Time, subscriber string, fraction float64) error 
 	if err := checkFraction(fraction); err != nil {
 		return err
 	}
-	if _, ok := f.byName[subscriber]; !ok {
-		return fmt.Errorf("%w %q", ErrUnknownSubscriber, subscriber)
+	if _, err := f.byName.find(subscriber); err != nil {
+		return err
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package gage
 
 import (
-	"fmt"
 	"math"
 	"time"
 )
@@ -36,7 +35,7 @@ type Tag struct {
 	opt    Options
 	unit   Unit
 	queues []*tagQueue
-	byName map[string]int
+	byName subscriberIndex
 	pace   pacer
 
 	started bool
@@ -44,17 +43,13 @@ type Tag struct {
 }
 
 type tagQueue struct {
-	sub   Subscriber
-	share float64
-	q     ring
+	subQueue
 	// Tags of the last request dispatched, seconds since epoch.
 	r, l, p float64
 	// The head's tags and cost, valid while head is true.
 	head           bool
 	hr, hl, hp, hc float64
 	hv             Vector // the head's predicted usage
-	pred           predictor
-	out            inflight
 }
 
 var _ Scheduler = (*Tag)(nil)
@@ -66,20 +61,13 @@ func NewTag(cfg Config, opt Options) (*Tag, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tag{opt: opt, unit: u, byName: map[string]int{}, pace: pacer{unit: u, burst: opt.Burst, debt: opt.Debt}}
+	t := &Tag{opt: opt, unit: u, byName: subscriberIndex{}, pace: pacer{unit: u, burst: opt.Burst, debt: opt.Debt}}
 	for _, s := range cfg.All() {
 		t.byName[s.Name] = len(t.queues)
-		t.queues = append(t.queues, &tagQueue{
-			sub: s, share: 1, r: math.Inf(-1), l: math.Inf(-1), p: math.Inf(-1),
-			pred: predictor{alpha: opt.Alpha, period: opt.AccountingCycle, m: opt.Initial},
-		})
+		t.queues = append(t.queues, &tagQueue{subQueue: newSubQueue(s, opt), r: math.Inf(-1), l: math.Inf(-1), p: math.Inf(-1)})
 	}
 	return t, nil
 }
-
-func (q *tagQueue) reservation() float64 { return q.sub.Reservation * q.share }
-func (q *tagQueue) limit() float64       { return q.sub.Limit * q.share }
-func (q *tagQueue) weight() float64      { return max(q.reservation(), minWeight) }
 
 func (t *Tag) secs(now time.Time) float64 { return now.Sub(t.epoch).Seconds() }
 
@@ -113,9 +101,9 @@ func (t *Tag) tagHead(q *tagQueue, minP float64) {
 // Enqueue implements Scheduler.
 func (t *Tag) Enqueue(now time.Time, r Request) error {
 	t.advance(now)
-	i, ok := t.byName[r.Subscriber]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownSubscriber, r.Subscriber)
+	i, err := t.byName.find(r.Subscriber)
+	if err != nil {
+		return err
 	}
 	q := t.queues[i]
 	if q.q.len() >= t.opt.MaxQueue {
@@ -193,9 +181,9 @@ func (t *Tag) dispatch(q *tagQueue) Request {
 // prediction updated; tags already given stay.
 func (t *Tag) Report(now time.Time, u Usage) error {
 	t.advance(now)
-	i, ok := t.byName[u.Subscriber]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownSubscriber, u.Subscriber)
+	i, err := t.byName.find(u.Subscriber)
+	if err != nil {
+		return err
 	}
 	q := t.queues[i]
 	t.pace.correct(q.out.release(u.Requests).Sub(u.Used))
@@ -215,9 +203,9 @@ func (t *Tag) SetShare(now time.Time, subscriber string, fraction float64) error
 	if err := checkFraction(fraction); err != nil {
 		return err
 	}
-	i, ok := t.byName[subscriber]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownSubscriber, subscriber)
+	i, err := t.byName.find(subscriber)
+	if err != nil {
+		return err
 	}
 	t.queues[i].share = fraction
 	return nil
@@ -258,7 +246,7 @@ func later(a, b time.Time) time.Time {
 func (t *Tag) Queues() []QueueState {
 	out := make([]QueueState, len(t.queues))
 	for i, q := range t.queues {
-		out[i] = QueueState{Subscriber: q.sub.Name, Len: q.q.len(), Predicted: t.unit.Cost(q.pred.predict()), Outstanding: q.out.n}
+		out[i] = q.state(t.unit)
 	}
 	return out
 }
