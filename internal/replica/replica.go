@@ -179,6 +179,7 @@ func (r *Replica) Status() Status {
 		if r.cfg.Level == Level3 {
 			s.VersionAgo = r.versionAgo(r.now)
 		}
+		s.LeaseUntil = r.now.Add(r.cfg.Lease) // TODO(issue 14): majority lease
 	}
 	return s
 }
@@ -217,7 +218,8 @@ func (r *Replica) Checked(lsn LSN, completed bool) {
 // for the catastrophic case where fewer than MinLive replicas survive: the
 // operator promotes the replica with the newest version and the others
 // recover from it. Writes committed only on lost replicas are lost.
-func (r *Replica) Promote(now time.Time) {
+// TODO(issue 14): without force, an election that needs a majority.
+func (r *Replica) Promote(now time.Time, force bool) {
 	r.now = now
 	if r.phase == PhaseCheck || r.cfg.Level == Level1 {
 		return

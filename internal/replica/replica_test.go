@@ -330,7 +330,7 @@ func TestPromoteAfterCatastrophe(t *testing.T) {
 	if c.primary() != "" {
 		t.Fatal("a lone replica elected itself below MinLive")
 	}
-	c.nodes["c"].r.Promote(c.now)
+	c.nodes["c"].r.Promote(c.now, true)
 	c.process(c.nodes["c"])
 	w := c.write("c")
 	c.start(c.nodes["b"])

@@ -293,6 +293,15 @@ type Status struct {
 	VersionAgo LSN
 	// Live (primary) lists the replicas in the live set, itself included.
 	Live []ID
+	// LeaseUntil (primary) is when its majority lease lapses, by this
+	// replica's clock; zero when it holds none or has not yet committed an
+	// entry of its own epoch. Only a primary with now < LeaseUntil may serve
+	// linearizable or level-3 reads.
+	LeaseUntil time.Time
+	// Diverged reports that this replica found its log differs from the
+	// primary's at or below its own commit point (after a forced promote):
+	// it serves nothing until repaired.
+	Diverged bool
 }
 
 // Peer is one replica of the partition with its static priority; the
@@ -321,6 +330,10 @@ type Config struct {
 	ElectionTimeout time.Duration
 	// WriteWait bounds how long a write waits for a primary.
 	WriteWait time.Duration
+	// Lease is how long a majority's acknowledgement lets a primary act
+	// alone, and how long a replica that heard from a primary refuses to
+	// help elect another (see docs/architecture/replica.md, Leases).
+	Lease time.Duration
 	// Staleness is level 3's bound x.
 	Staleness time.Duration
 	// MaxBatch bounds the entries per message, and MaxBatchBytes their
@@ -346,6 +359,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WriteWait == 0 {
 		c.WriteWait = time.Second
+	}
+	if c.Lease == 0 {
+		c.Lease = 400 * time.Millisecond
 	}
 	if c.Staleness == 0 {
 		c.Staleness = time.Second
@@ -389,7 +405,7 @@ func (c Config) Validate() error {
 		name string
 		d    time.Duration
 	}{{"Heartbeat", c.Heartbeat}, {"AckTimeout", c.AckTimeout}, {"ElectionTimeout", c.ElectionTimeout},
-		{"WriteWait", c.WriteWait}, {"Staleness", c.Staleness}} {
+		{"WriteWait", c.WriteWait}, {"Staleness", c.Staleness}, {"Lease", c.Lease}} {
 		if d.d < 0 {
 			return fmt.Errorf("replica: Config.%s is negative", d.name)
 		}

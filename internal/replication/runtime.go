@@ -188,7 +188,7 @@ func (rt *Runtime) prepare(p Partition) (*part, error) {
 	}
 	cfg := replica.Config{ID: replica.ID(rt.cfg.Self), Level: replica.Level(r.Level), MinLive: r.MinLive,
 		Heartbeat: r.Heartbeat, AckTimeout: r.AckTimeout, ElectionTimeout: r.ElectionTimeout,
-		WriteWait: r.WriteWait, Staleness: r.Staleness}
+		WriteWait: r.WriteWait, Staleness: r.Staleness, Lease: r.Lease}
 	for _, s := range specs {
 		cfg.Replicas = append(cfg.Replicas, replica.Peer{ID: replica.ID(s.Node), Priority: s.Priority})
 	}

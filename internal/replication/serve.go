@@ -156,7 +156,7 @@ func (rt *Runtime) Promote(ctx context.Context, service string, partition int32)
 	}
 	done := make(chan replica.Status, 1)
 	op := func(now time.Time) {
-		p.core.Promote(now)
+		p.core.Promote(now, true)
 		done <- p.core.Status()
 	}
 	select {

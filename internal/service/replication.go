@@ -38,6 +38,14 @@ type Replication struct {
 	// protocol (defaults 50 ms, 500 ms, 300 ms and 1 s; see
 	// internal/replica.Config). AckTimeout also bounds failure detection.
 	Heartbeat, AckTimeout, ElectionTimeout, WriteWait time.Duration
+	// Lease is how long a majority's acknowledgement lets a primary serve
+	// alone (default 400 ms); a new primary is elected only after the old
+	// lease must have lapsed, so failover takes at least this long.
+	Lease time.Duration
+	// Linearizable makes reads and writes linearizable (beyond the
+	// papers): reads go to the primary and run only while it holds its
+	// lease and has executed everything committed.
+	Linearizable bool
 }
 
 // ReplicaSpec is one replica of a partition: the node hosting it and its
