@@ -242,6 +242,14 @@ type Message struct {
 
 	// Digest: the sender's version vector (origin -> contiguous Seq).
 	Versions map[ID]uint64
+
+	// Sent (Append) is the primary's clock when it sent the message, in
+	// Unix nanoseconds; an AppendResp echoes it, so the primary knows which
+	// of its sends a majority has answered (its lease runs from there).
+	Sent int64
+	// Transfer (Vote) marks an election the primary itself handed over
+	// (leadership transfer): voters need not wait out its lease.
+	Transfer bool
 }
 
 // Ready is a batch of work for the shell. Process it in this order: persist

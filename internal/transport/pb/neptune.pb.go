@@ -1455,6 +1455,8 @@ type ReplicaMessage struct {
 	Granted       bool                   `protobuf:"varint,16,opt,name=granted,proto3" json:"granted,omitempty"`
 	LastEpoch     uint64                 `protobuf:"varint,17,opt,name=last_epoch,json=lastEpoch,proto3" json:"last_epoch,omitempty"`
 	Versions      map[string]uint64      `protobuf:"bytes,18,rep,name=versions,proto3" json:"versions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Sent          int64                  `protobuf:"varint,19,opt,name=sent,proto3" json:"sent,omitempty"`
+	Transfer      bool                   `protobuf:"varint,20,opt,name=transfer,proto3" json:"transfer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1613,6 +1615,20 @@ func (x *ReplicaMessage) GetVersions() map[string]uint64 {
 		return x.Versions
 	}
 	return nil
+}
+
+func (x *ReplicaMessage) GetSent() int64 {
+	if x != nil {
+		return x.Sent
+	}
+	return 0
+}
+
+func (x *ReplicaMessage) GetTransfer() bool {
+	if x != nil {
+		return x.Transfer
+	}
+	return false
 }
 
 type ReplicaBatch struct {
@@ -1929,7 +1945,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\x06req_id\x18\x06 \x01(\x04R\x05reqId\x12\x10\n" +
 	"\x03seq\x18\a \x01(\x04R\x03seq\x12\x19\n" +
 	"\bwrite_id\x18\b \x01(\tR\awriteId\x12\x12\n" +
-	"\x04time\x18\t \x01(\x03R\x04time\"\xc5\x04\n" +
+	"\x04time\x18\t \x01(\x03R\x04time\"\xf5\x04\n" +
 	"\x0eReplicaMessage\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x12\n" +
@@ -1951,7 +1967,9 @@ const file_neptune_proto_rawDesc = "" +
 	"\agranted\x18\x10 \x01(\bR\agranted\x12\x1d\n" +
 	"\n" +
 	"last_epoch\x18\x11 \x01(\x04R\tlastEpoch\x12D\n" +
-	"\bversions\x18\x12 \x03(\v2(.neptune.v1.ReplicaMessage.VersionsEntryR\bversions\x1a;\n" +
+	"\bversions\x18\x12 \x03(\v2(.neptune.v1.ReplicaMessage.VersionsEntryR\bversions\x12\x12\n" +
+	"\x04sent\x18\x13 \x01(\x03R\x04sent\x12\x1a\n" +
+	"\btransfer\x18\x14 \x01(\bR\btransfer\x1a;\n" +
 	"\rVersionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"Z\n" +
