@@ -73,6 +73,10 @@ type cluster struct {
 	paused  map[ID]time.Time
 	rate    map[ID]float64
 	t0      time.Time
+	// silentSince is when each link (from, to) fell silent (blocked, or
+	// from paused); after AckTimeout the recipient's failure detector
+	// reports the sender dead, as the shell's does, until it is heard.
+	silentSince map[[2]ID]time.Time
 
 	// Checkers run at every step: never two replicas that both believe
 	// they hold a valid lease at one global instant; at level 3 a leased
@@ -96,7 +100,7 @@ type cluster struct {
 func newCluster(t *testing.T, seed uint64, level Level, prios []int, tweak func(*Config)) *cluster {
 	t.Helper()
 	c := &cluster{t: t, rng: rand.New(rand.NewPCG(seed, 7)), now: time.Unix(1000, 0), nodes: map[ID]*node{},
-		blocked: map[[2]ID]bool{}, paused: map[ID]time.Time{}, rate: map[ID]float64{},
+		blocked: map[[2]ID]bool{}, paused: map[ID]time.Time{}, rate: map[ID]float64{}, silentSince: map[[2]ID]time.Time{},
 		acked: map[uint64]LSN{}, replied: map[uint64]bool{}, failed: map[uint64]error{},
 		canonical: map[LSN]string{}, primaries: map[Epoch]ID{}, prop: map[uint64]string{}, origin: map[uint64][2]int{}}
 	c.fatalf = t.Fatalf
@@ -264,12 +268,14 @@ func (c *cluster) checkLeases() {
 	var holders []ID
 	maxCommit := LSN(0)
 	for _, id := range c.up() {
-		s := c.nodes[id].r.Status()
-		maxCommit = max(maxCommit, s.Commit)
-		if _, p := c.paused[id]; p || s.LeaseUntil.IsZero() || !c.local(id, c.now).Before(s.LeaseUntil) {
+		r := c.nodes[id].r // (what Status reports, without its allocations)
+		maxCommit = max(maxCommit, r.commit)
+		if _, p := c.paused[id]; p || r.role != Primary {
 			continue
 		}
-		holders = append(holders, id)
+		if until := r.leaseUntil(); !until.IsZero() && c.local(id, c.now).Before(until) {
+			holders = append(holders, id)
+		}
 	}
 	if n := len(c.commits); n == 0 || uint64(maxCommit) > c.commits[n-1].Version {
 		c.commits = append(c.commits, check.Point{At: c.now, Version: uint64(maxCommit)})
@@ -316,6 +322,36 @@ func (c *cluster) split(groups ...[]ID) {
 }
 
 func (c *cluster) heal() { clear(c.blocked) }
+
+// detect plays the shell's failure detector for partitions and pauses:
+// a peer silent for AckTimeout is reported dead, and alive again once its
+// link works (crashes are reported at once by crash and start).
+func (c *cluster) detect() {
+	if len(c.blocked) == 0 && len(c.paused) == 0 && len(c.silentSince) == 0 {
+		return
+	}
+	for _, from := range c.order {
+		for _, to := range c.order {
+			if from == to || c.nodes[to].r == nil {
+				continue
+			}
+			key := [2]ID{from, to}
+			_, paused := c.paused[from]
+			since, was := c.silentSince[key]
+			switch {
+			case c.blocked[key] || paused:
+				if !was {
+					c.silentSince[key] = c.now
+				} else if c.now.Sub(since) >= c.cfg.AckTimeout {
+					c.nodes[to].r.SetAlive(from, false)
+				}
+			case was:
+				delete(c.silentSince, key)
+				c.nodes[to].r.SetAlive(from, c.nodes[from].r != nil)
+			}
+		}
+	}
+}
 
 // pause stops id taking any input for d.
 func (c *cluster) pause(id ID, d time.Duration) { c.paused[id] = c.now.Add(d) }
@@ -450,6 +486,7 @@ func (c *cluster) flush() {
 func (c *cluster) tick(d time.Duration) {
 	c.now = c.now.Add(d)
 	c.release()
+	c.detect()
 	for _, id := range c.up() {
 		if c.isPaused(id) {
 			continue
