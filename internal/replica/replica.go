@@ -123,9 +123,11 @@ type progress struct {
 	inSync       bool
 	waitingSince time.Time // oldest unacknowledged send, zero if none
 	lastAck      time.Time
-	// ackSent is the Sent of the newest append it answered (lease), and
-	// applied the highest LSN it reported executed (transfer).
+	// ackSent is the Sent of the newest append it answered (lease),
+	// heard when its last answer arrived (check-quorum), and applied the
+	// highest LSN it reported executed (transfer).
 	ackSent time.Time
+	heard   time.Time
 	applied LSN
 }
 
@@ -455,7 +457,11 @@ func (r *Replica) observe(now time.Time) {
 	if !r.started {
 		r.started = true
 		r.lastHeard = now
-		r.contactAt = now
+		if r.epoch > 0 || !r.dataless() {
+			// Restarted: it may have helped grant a lease just before.
+			// (A brand-new replica has granted none, so it needs no grace.)
+			r.contactAt = now
+		}
 		r.unknownUntil = now.Add(r.cfg.Lease)
 	}
 }
@@ -761,6 +767,7 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 		return
 	}
 	pr := r.progress[m.From]
+	pr.heard = now
 	if t := time.Unix(0, m.Sent); m.Sent != 0 && t.After(pr.ackSent) && !t.Before(r.leaseFloor) && !t.After(now) {
 		pr.ackSent = t
 		if r.forced && !r.leaseBase().IsZero() {
@@ -848,19 +855,38 @@ func (r *Replica) leaseUntil() time.Time {
 	return b.Add(leaseFor(r.cfg.Lease))
 }
 
-// quorumLost reports that the lease this primary could still renew has
-// lapsed: no MinLive replicas answered a send within the lease (counted
-// from when it became primary if none has yet). It must stop acting as
-// primary, since a majority may be electing another. A forced primary is
-// exempt until a quorum first answers it (it was promoted because fewer
-// than MinLive replicas survive), and so is one handing over, whose
-// transfer ends within ElectionTimeout.
+// quorumLost reports check-quorum's verdict: MinLive replicas, itself
+// included, have not all been heard from within Lease (counted from when
+// it became primary if not yet). Its lease lapsed before that (an answer
+// arrives after the send it echoes, and the lease is 10% shorter), so a
+// cut-off primary steps down at most Lease·ClockDrift plus a round trip
+// after LeaseUntil: a majority may be electing another. Receive times,
+// not Sent, are what counts here, so a primary whose loop was busy (it
+// sent nothing new for a while) keeps the role though it lost the lease
+// until its next heartbeat is answered. A forced primary is exempt until a
+// quorum first answers it (it was promoted because fewer than MinLive
+// replicas survive), and so is one handing over, whose transfer ends
+// within ElectionTimeout.
 func (r *Replica) quorumLost(now time.Time) bool {
 	if r.role != Primary || r.forced || !r.timeoutSent.IsZero() {
 		return false
 	}
-	base := later(r.leaseBase(), r.became)
-	return !now.Before(base.Add(leaseFor(r.cfg.Lease)))
+	need := r.cfg.MinLive - 1
+	if need <= 0 {
+		return false
+	}
+	var ts []time.Time
+	for _, p := range r.peers {
+		if h := r.progress[p].heard; !h.IsZero() {
+			ts = append(ts, h)
+		}
+	}
+	base := r.became
+	if len(ts) >= need {
+		slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
+		base = later(base, ts[need-1])
+	}
+	return !now.Before(base.Add(r.cfg.Lease))
 }
 
 // inGrace reports whether this replica heard from a primary within Lease:

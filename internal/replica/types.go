@@ -14,8 +14,11 @@
 // keep at least MinLive members) has acknowledged durable receipt; secondaries
 // execute committed writes in LSN order. Failover elects the live replica with
 // the highest priority; it adopts the most recent log among MinLive voters
-// before serving, so it holds every committed write. Level 1 replicates
-// commutative writes from any replica by gossip.
+// before serving, so it holds every committed write. A primary acts alone
+// (serves reads) only within a lease a majority renews, voters wait out any
+// lease before electing another, a pre-vote keeps a cut-off replica from
+// raising its epoch, and priority is applied by leadership transfer. Level 1
+// replicates commutative writes from any replica by gossip.
 package replica
 
 import (
