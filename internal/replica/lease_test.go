@@ -583,3 +583,30 @@ func TestFaultCheckersCanFail(t *testing.T) {
 		t.Fatal("the lease checker never fired without the voter grace")
 	}
 }
+
+// TestPausedPrimaryResumesWithoutLease: the issue's SIGSTOP/SIGCONT. The
+// primary takes no input for longer than the lease; the others elect a
+// new one. When it resumes with its old state it holds no valid lease (its
+// clock moved on), and its first tick steps it down (check-quorum), before
+// it hears of the new epoch: it never announces itself beside the new
+// primary for seconds, as the issue saw.
+func TestPausedPrimaryResumesWithoutLease(t *testing.T) {
+	c := settled(t, Level3, []int{3, 2, 1})
+	c.write("a")
+	c.settle(50 * time.Millisecond)
+	c.pause("a", 4*c.cfg.Lease)
+	for range 120 {
+		c.step()
+	}
+	p := c.primary()
+	if p == "" || p == "a" {
+		t.Fatalf("primary %q while a is paused", p)
+	}
+	c.step() // a resumes: the pause is over
+	a := c.nodes["a"].r
+	if s := a.Status(); s.Role == Primary {
+		t.Fatalf("resumed a still primary: %+v", s)
+	}
+	c.settle(time.Second)
+	c.checkConverged()
+}
