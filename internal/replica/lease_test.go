@@ -159,9 +159,14 @@ func TestIsolatedReplicaNeverRaisesItsEpoch(t *testing.T) {
 // twoLeases runs the false-suspicion scenario: the primary a is cut off,
 // and the others' failure detectors wrongly report it dead at once (a
 // one-off transport error). It reports how many instants the lease
-// checker found two leased primaries.
-func twoLeases(t *testing.T) int {
-	c := settled(t, Level2, []int{3, 2, 1})
+// checker found two leased primaries. rates are the nodes' clock rates.
+func twoLeases(t *testing.T, rates map[ID]float64) int {
+	c := newCluster(t, 1, Level2, []int{3, 2, 1}, nil)
+	c.rate = rates
+	c.settle(time.Second)
+	if c.primary() != "a" {
+		t.Fatalf("primary %q, want a", c.primary())
+	}
 	c.fatalf = func(string, ...any) {}
 	c.split([]ID{"a"}, []ID{"b", "c"})
 	for _, id := range []ID{"b", "c"} {
@@ -180,13 +185,28 @@ func twoLeases(t *testing.T) int {
 // side elects only after a's lease lapsed; with the grace turned off
 // (a test-only knob), the lease checker catches two leased primaries.
 func TestVoterGraceKeepsLeasesDisjoint(t *testing.T) {
-	if n := twoLeases(t); n != 0 {
+	if n := twoLeases(t, map[ID]float64{}); n != 0 {
 		t.Fatalf("%d instants with two leases", n)
 	}
 	noGrace = true
 	defer func() { noGrace = false }()
-	if n := twoLeases(t); n == 0 {
+	if n := twoLeases(t, map[ID]float64{}); n == 0 {
 		t.Fatal("without the voter grace the checker found no two leases: it does not check")
+	}
+}
+
+// TestLeasesHoldWithinTheClockDrift: the stated clock assumption is
+// needed and enough. With the primary's clock 4% slow and the others' 4%
+// fast (rates 8% apart, within ClockDrift) leases stay disjoint; with the
+// primary's clock 25% slow they overlap.
+func TestLeasesHoldWithinTheClockDrift(t *testing.T) {
+	within := map[ID]float64{"a": 0.96, "b": 1.04, "c": 1.04}
+	if n := twoLeases(t, within); n != 0 {
+		t.Fatalf("rates within the drift: %d instants with two leases", n)
+	}
+	beyond := map[ID]float64{"a": 0.75, "b": 1, "c": 1}
+	if n := twoLeases(t, beyond); n == 0 {
+		t.Fatal("a primary clock 25% slow gave no overlapping leases: the checker misses clock rates")
 	}
 }
 
