@@ -45,9 +45,10 @@ func StartLagProbe(period time.Duration) *LagProbe {
 			select {
 			case <-p.stop:
 				return
-			case now := <-t.C:
+			case <-t.C:
+				late := max(time.Since(want), 0)
 				p.mu.Lock()
-				p.sum += max(now.Sub(want), 0)
+				p.sum += late
 				p.n++
 				p.mu.Unlock()
 			}
