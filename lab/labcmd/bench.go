@@ -51,7 +51,10 @@ row group from client processes with every policy, and print mean and p99
 response times as ratios to the oracle.
 
 Sections: main (every policy at --loads), fig35 (poll size, Fig 3.5 and
-Table 3.2), goals (issue 3's goals at 90% load, --rounds rounds pooled).`,
+Table 3.2), goals (issue 3's goals at --goal-load, --rounds rounds pooled).
+Every goal's load and threshold is a flag, fixed before the run; a goal is
+PASS, FAIL or INCONCLUSIVE (a row it compares was CPU-starved in any round,
+or its baseline was unhealthy), with the reason printed.`,
 		experiment(&cfg, nil, nil, lbbench.Run))
 	cmd.Example = "  neptune bench lb --sections goals --rounds 5"
 	fs := cmd.Flags()
@@ -68,6 +71,11 @@ Table 3.2), goals (issue 3's goals at 90% load, --rounds rounds pooled).`,
 	fs.Float64Var(&cfg.Scale, "scale", cfg.Scale, "multiply every service time (and the arrival interval) by this")
 	fs.DurationVar(&cfg.Broadcast, "broadcast", cfg.Broadcast, "broadcast policy's mean push interval")
 	fs.Float64Var(&cfg.Slow, "slow", cfg.Slow, "slowdown of the degraded replica in the goals section")
+	fs.Float64Var(&cfg.GoalLoad, "goal-load", cfg.GoalLoad, "goals section: offered load")
+	fs.Float64Var(&cfg.GoalMean, "goal-mean", cfg.GoalMean, "goal: default's mean at most this × the oracle's")
+	fs.Float64Var(&cfg.GoalP99, "goal-p99", cfg.GoalP99, "goal: default's p99 at most this × the oracle's")
+	fs.Float64Var(&cfg.GoalP2C, "goal-p2c", cfg.GoalP2C, "goal: default's mean at least this × better than localp2c's")
+	fs.Float64Var(&cfg.GoalSlow, "goal-slow", cfg.GoalSlow, "goal: with one replica --slow× slow, p99 at most this × the healthy p99")
 	addSeed(fs, &cfg.Seed, "the traces (shared by every contender of a row group)")
 	fs.StringVar(&cfg.HAProxy, "haproxy", cfg.HAProxy, "HAProxy executable; its rows are skipped if it is not found")
 	return cmd

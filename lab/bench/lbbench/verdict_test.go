@@ -1,0 +1,94 @@
+package lbbench
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune/lab/report"
+)
+
+func ms(x float64) time.Duration { return time.Duration(x * float64(time.Millisecond)) }
+
+func quietLB() lbGoalInput {
+	return lbGoalInput{
+		oracle: lbStats{n: 1000, mean: ms(60), p99: ms(300)},
+		dflt:   lbStats{n: 1000, mean: ms(70), p99: ms(360)},
+		p2c:    lbStats{n: 1000, mean: ms(200), p99: ms(900)},
+		slow:   lbStats{n: 1000, mean: ms(75), p99: ms(400)},
+		lag:    [4]time.Duration{ms(0.2), ms(0.2), ms(0.2), ms(0.2)},
+	}
+}
+
+func outcomes(cs []*report.Check) []report.Outcome {
+	var out []report.Outcome
+	for _, c := range cs {
+		out = append(out, c.Outcome())
+	}
+	return out
+}
+
+func TestLBVerdictsPassOnAQuietRun(t *testing.T) {
+	for i, c := range lbVerdicts(DefaultConfig(), 16, quietLB()) {
+		if c.Outcome() != report.Pass {
+			t.Errorf("goal %d: %s", i, c)
+		}
+	}
+}
+
+func TestLBVerdictsCanFail(t *testing.T) {
+	in := quietLB()
+	in.dflt.mean, in.dflt.p99 = ms(80), ms(450) // 1.33× and 1.5× oracle
+	in.p2c.mean = ms(120)                       // 1.5× the default
+	in.slow.p99 = ms(900)                       // 2× healthy
+	for i, c := range lbVerdicts(DefaultConfig(), 16, in) {
+		if c.Outcome() != report.Fail {
+			t.Errorf("goal %d: %s", i, c)
+		}
+	}
+}
+
+// The case: on a contended machine the slow-replica goal "passed"
+// at 0.24× because the healthy p99 it divides by had blown up, on rows
+// flagged CPU-starved. Starved rows and an unhealthy baseline are
+// INCONCLUSIVE, never PASS.
+func TestLBSlowReplicaNotPassOnStarvedRows(t *testing.T) {
+	in := quietLB()
+	in.dflt.p99 = ms(4000) // 13× oracle: the baseline blew up
+	in.slow.p99 = ms(960)  // 0.24× of it
+	in.lag[1], in.lag[3] = ms(6), ms(5)
+	got := lbVerdicts(DefaultConfig(), 16, in)
+	slow := got[3]
+	if slow.Outcome() != report.Inconclusive {
+		t.Fatalf("slow-replica goal: %s", slow)
+	}
+	if s := slow.String(); !strings.Contains(s, "CPU-starved") || !strings.Contains(s, "unhealthy") {
+		t.Errorf("no reasons printed: %s", s)
+	}
+	// Starvation alone (a healthy-looking baseline) is enough.
+	in = quietLB()
+	in.lag[3] = ms(3)
+	if c := lbVerdicts(DefaultConfig(), 16, in)[3]; c.Outcome() != report.Inconclusive {
+		t.Errorf("starved slow row: %s", c)
+	}
+	// An unhealthy baseline alone is enough.
+	in = quietLB()
+	in.dflt.p99, in.slow.p99 = ms(900), ms(700)
+	if c := lbVerdicts(DefaultConfig(), 16, in)[3]; c.Outcome() != report.Inconclusive {
+		t.Errorf("unhealthy baseline: %s", c)
+	}
+	// A starved oracle decides none of the ratios to it.
+	in = quietLB()
+	in.lag[0] = ms(4)
+	if o := outcomes(lbVerdicts(DefaultConfig(), 16, in)); o[0] != report.Inconclusive || o[1] != report.Inconclusive || o[2] != report.Pass {
+		t.Errorf("starved oracle: %v", o)
+	}
+}
+
+func TestLBGoalThresholdsAreInputs(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.GoalMean = 1.1 // quietLB's 1.167× now misses
+	if c := lbVerdicts(cfg, 16, quietLB())[0]; c.Outcome() != report.Fail || !strings.Contains(c.Goal, "1.1×") {
+		t.Errorf("mean goal at 1.1: %s", c)
+	}
+}
