@@ -204,7 +204,10 @@ micro service on --nodes node processes (local ~Exp(25ms), reduce
 
 Sections: trees (Figs 14-17, homogeneous and heterogeneous), ed (Figs
 18-19, event-driven vs blocking), fig20 (quality-aware throughput through
-slow nodes), stop (SIGSTOPped nodes), hedge (replication 2 with hedging).`,
+slow nodes), stop (SIGSTOPped nodes), hedge (replication 2 with hedging).
+Every goal's rate and threshold is a flag, fixed before the run; a goal is
+PASS, FAIL or INCONCLUSIVE (a cell's client was CPU-starved, or a baseline
+was unhealthy at the goal's rate), with the reason printed.`,
 		experiment(&cfg, &cfg.Out, nil, dacbench.Run))
 	fs := cmd.Flags()
 	addSections(fs, &cfg.Sections, dacbench.Sections)
@@ -215,9 +218,12 @@ slow nodes), stop (SIGSTOPped nodes), hedge (replication 2 with hedging).`,
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured start of each cell")
 	fs.Var(&numbers[float64]{dst: &cfg.Rates}, "rates", "request rates (aggregations/s) of Figs 14-17")
 	fs.Var(&numbers[float64]{dst: &cfg.EDRates}, "ed-rates", "request rates of Figs 18-19 (event-driven vs blocking)")
+	fs.Float64Var(&cfg.TreesGoalRate, "trees-goal-rate", cfg.TreesGoalRate, "trees goal: the high-load rate it is judged at (added to --rates if missing)")
+	fs.Float64Var(&cfg.TreesGoal, "trees-goal", cfg.TreesGoal, "trees goal: LAT's mean at least this many percent below Flat's and Binomial's")
 	fs.DurationVar(&cfg.Deadline, "deadline", cfg.Deadline, "aggregation deadline T")
 	fs.DurationVar(&cfg.Budget, "budget", cfg.Budget, "staged-timeout budget per reduction rank (a; 4× the mean reduction)")
 	fs.Float64Var(&cfg.Fig20Rate, "fig20-rate", cfg.Fig20Rate, "Fig 20 request rate (75% of capacity in the paper)")
+	fs.Float64Var(&cfg.Fig20Goal, "fig20-goal", cfg.Fig20Goal, "Fig 20 goal: EP+ED's quality-aware throughput with both nodes slow at least this × None's and Base's")
 	fs.DurationVar(&cfg.Fig20Len, "fig20-len", cfg.Fig20Len, "Fig 20 timeline (paper: 60s); node A is slow from len/6 to len/2, node B from len/3 to 2len/3")
 	fs.Float64Var(&cfg.Slow, "slow", cfg.Slow, "fig20 and hedge: slowdown factor of the slow nodes")
 	fs.Float64Var(&cfg.StopRate, "stop-rate", cfg.StopRate, "request rate with SIGSTOPped nodes")

@@ -24,6 +24,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/security"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
+	"github.com/neptune-cluster/neptune/lab/bench"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
@@ -32,10 +33,13 @@ import (
 // start.
 type dacCall struct {
 	start, end time.Duration
-	ok         bool
-	coverage   float64
-	lost       int // partitions missing from the result
-	hedges     int
+	// lag is how late the call left against its arrival time: CPU
+	// starvation of this (the client) process, not aggregation.
+	lag      time.Duration
+	ok       bool
+	coverage float64
+	lost     int // partitions missing from the result
+	hedges   int
 }
 
 // dacCell is one contender at one rate.
@@ -62,6 +66,7 @@ type dacStats struct {
 	mean, p99       time.Duration
 	okFrac          float64
 	hedges, lostAny int
+	lag             time.Duration // mean dispatch lateness (bench.StarvedLag)
 }
 
 func (c dacCell) stats(warmup time.Duration) dacStats {
@@ -69,7 +74,9 @@ func (c dacCell) stats(warmup time.Duration) dacStats {
 	s := dacStats{n: len(ms)}
 	var lat []time.Duration
 	var cov float64
+	var lags []time.Duration
 	for _, x := range ms {
+		lags = append(lags, x.lag)
 		s.hedges += x.hedges
 		if x.lost > 0 {
 			s.lostAny++
@@ -87,6 +94,7 @@ func (c dacCell) stats(warmup time.Duration) dacStats {
 	}
 	sum := report.Summarize(lat)
 	s.mean, s.p99 = sum.Mean, sum.P99
+	s.lag = report.Mean(lags)
 	return s
 }
 
@@ -113,6 +121,7 @@ type dacBench struct {
 	budget   time.Duration
 	warmup   time.Duration
 	seed     uint64
+	goals    Config // the goals' rates and thresholds, fixed before the run
 	pause    time.Duration
 	outDir   string
 	csv      map[string]*report.Table
@@ -283,13 +292,14 @@ func (b *dacBench) run(ctx context.Context, d *dacCluster, con dacContender, rat
 			wg.Wait()
 			return dacCell{}, ctx.Err()
 		}
+		at := next
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, b.deadline+3*time.Second)
 			defer cancel()
 			t0 := time.Since(start)
 			res, err := d.c.Aggregate(cctx, agg, con.x)
 			// ok: the call met its quality guarantee by the deadline.
-			x := dacCall{start: t0, end: time.Since(start), ok: err == nil, lost: len(d.parts)}
+			x := dacCall{start: t0, end: time.Since(start), lag: max(t0-at, 0), ok: err == nil, lost: len(d.parts)}
 			if res != nil {
 				x.coverage, x.lost, x.hedges = res.Coverage, len(d.parts)-len(res.Contributing), res.Hedges
 			}
@@ -356,11 +366,19 @@ type Config struct {
 	// Deadline is the aggregation deadline T; Budget the staged-timeout
 	// budget per reduction rank (a; 4× the mean reduction).
 	Deadline, Budget time.Duration
+	// TreesGoalRate is the "high load" rate of the trees goal (LAT's mean
+	// response at least TreesGoal percent below Flat's and Binomial's,
+	// heterogeneous setting), fixed before the run; it is added to Rates
+	// if missing.
+	TreesGoalRate, TreesGoal float64
 	// Fig20Rate is Fig 20's request rate (75 % of capacity in the paper)
 	// and Fig20Len its timeline (paper: 60 s): node A is slow from len/6
-	// to len/2, node B from len/3 to 2len/3.
+	// to len/2, node B from len/3 to 2len/3. Fig20Goal is the goal's
+	// least ratio of EP+ED's quality-aware throughput to None's and Base's
+	// while both nodes are slow.
 	Fig20Rate float64
 	Fig20Len  time.Duration
+	Fig20Goal float64
 	// Slow is the slowdown factor of the slow nodes in fig20 and hedge.
 	Slow float64
 	// StopRate is the request rate with StopK (each) SIGSTOPped nodes.
@@ -383,13 +401,13 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Sections: Sections, Nodes: 24, Workers: 2, Fast: 4, Cell: 3 * time.Second, Warmup: 500 * time.Millisecond,
 		Rates: []float64{20, 40, 55, 65}, EDRates: []float64{5, 10, 30, 65}, Deadline: 2 * time.Second, Budget: 20 * time.Millisecond,
-		Fig20Rate: 45, Fig20Len: 18 * time.Second, Slow: 5, StopRate: 20, StopK: []int{1, 2}, HedgeRate: 40, HedgeCell: 8 * time.Second,
+		TreesGoalRate: 65, TreesGoal: 35, Fig20Goal: 1.25, Fig20Rate: 45, Fig20Len: 18 * time.Second, Slow: 5, StopRate: 20, StopK: []int{1, 2}, HedgeRate: 40, HedgeCell: 8 * time.Second,
 		Seed: 1, Out: "out/dac"}
 }
 
 // Validate names the first bad field.
 func (c Config) Validate() error {
-	for _, r := range append(slices.Clone(c.Rates), c.EDRates...) {
+	for _, r := range append(slices.Clone(c.Rates), append(c.EDRates, c.TreesGoalRate, c.Fig20Rate, c.StopRate, c.HedgeRate)...) {
 		if !(r > 0) {
 			return fmt.Errorf("dacbench: rate %v is not positive", r)
 		}
@@ -411,6 +429,8 @@ func (c Config) Validate() error {
 		return errors.New("dacbench: workers must be >= 1 and fast in 0..nodes")
 	case c.Cell <= c.Warmup || c.HedgeCell <= c.Warmup:
 		return fmt.Errorf("dacbench: cell and hedge cell must exceed the warm-up (%v)", c.Warmup)
+	case !(c.TreesGoal > 0 && c.Fig20Goal > 0):
+		return errors.New("dacbench: goal thresholds must be > 0")
 	case c.Deadline <= 0 || c.Budget <= 0 || c.Slow < 1 || c.Fig20Len < 6*time.Second:
 		return errors.New("dacbench: deadline and budget must be > 0, slow >= 1, fig20 length >= 6s")
 	}
@@ -427,13 +447,17 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		return err
 	}
 	secs := cfg.Sections
+	if !slices.Contains(cfg.Rates, cfg.TreesGoalRate) {
+		cfg.Rates = append(slices.Clone(cfg.Rates), cfg.TreesGoalRate)
+		slices.Sort(cfg.Rates)
+	}
 	exe, dir, cleanup, err := localcluster.Scratch("neptune-bench-dac-")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
 	b := &dacBench{out: stdout, exe: exe, dir: dir, nodes: cfg.Nodes, deadline: cfg.Deadline, budget: cfg.Budget, warmup: cfg.Warmup,
-		seed: cfg.Seed, pause: 300 * time.Millisecond, outDir: cfg.Out, csv: map[string]*report.Table{}, verbose: cfg.Verbose}
+		seed: cfg.Seed, goals: cfg, pause: 300 * time.Millisecond, outDir: cfg.Out, csv: map[string]*report.Table{}, verbose: cfg.Verbose}
 	began := time.Now()
 	fmt.Fprintf(stdout, "bench dac: %d node processes, micro (local ~Exp(25ms), reduce ~Exp(5ms), sleep-emulated), %d workers per node, deadline %v, staged budget %v, seed %d\n",
 		cfg.Nodes, cfg.Workers, cfg.Deadline, cfg.Budget, cfg.Seed)
@@ -590,29 +614,51 @@ func (b *dacBench) trees(ctx context.Context, d *dacCluster, setting, desc strin
 			ms(row[0], p99), ms(row[1], p99), ms(row[2], p99), ms(row[3], p99),
 			dacBelow(row[3], row[1]), dacBelow(row[3], row[2]))
 	}
-	// High load: the highest rate at which Flat, Binomial and LAT all
-	// complete at least half of their calls (the simulator's rule).
-	hi := -1.0
-	for _, rate := range rates {
-		r := res[rate]
-		if r[1].okFrac >= 0.5 && r[2].okFrac >= 0.5 && r[3].okFrac >= 0.5 {
-			hi = max(hi, rate)
-		}
-	}
-	if hi < 0 {
-		fmt.Fprintf(b.out, "no rate at which Flat, Binomial and LAT all complete ≥ 50%% of calls\n")
+	// High load is an input (TreesGoalRate), not chosen from the results.
+	c := treesVerdict(b.goals.TreesGoalRate, b.goals.TreesGoal, res[b.goals.TreesGoalRate])
+	if goal {
+		fmt.Fprintf(b.out, "%s\n", c)
 	} else {
-		r := res[hi]
-		vf, vb := dacBelow(r[3], r[1]), dacBelow(r[3], r[2])
-		line := fmt.Sprintf("high load (%.1f/s, highest rate all three complete ≥50%%): LAT mean %.0f%% below Flat, %.0f%% below Binomial; throughput LAT/Flat %.2f, LAT/Binomial %.2f",
-			hi, vf, vb, r[3].thr/r[1].thr, r[3].thr/r[2].thr)
-		if goal {
-			line = fmt.Sprintf("%s goal LAT mean ≥ 35%% below Flat and Binomial at high load: %s", report.Verdict(vf >= 35 && vb >= 35), line)
-		}
-		fmt.Fprintln(b.out, line)
+		fmt.Fprintf(b.out, "(not judged in this setting) %s: %s\n", c.Goal, c.Measured)
 	}
 	return b.svg("dac_real_"+setting+"_throughput.svg", "Fig 14/16 real nodes ("+setting+"): throughput", "request rate (/s)", "successful calls/s", sThr,
 		"dac_real_"+setting+"_response.svg", "Fig 15/17 real nodes ("+setting+"): mean response", "request rate (/s)", "mean ms", sMean)
+}
+
+// healthyFrac is the least fraction of calls a baseline must complete at
+// a goal's operating point: a baseline that collapsed there is not one to
+// compare against (its successful calls are survivors; its throughput is
+// ~0, so any ratio to it is ∞).
+const healthyFrac = 0.5
+
+// treesVerdict judges "LAT's mean response ≥ goal % below Flat's and
+// Binomial's at rate" on the row of that rate (base, flat, binomial,
+// lat). LAT itself completing under healthyFrac is a FAIL; a baseline
+// doing so, or a starved cell, makes it INCONCLUSIVE.
+func treesVerdict(rate, goal float64, row []dacStats) *report.Check {
+	c := &report.Check{Goal: fmt.Sprintf("LAT mean ≥ %g%% below Flat and Binomial at %g/s (high load, fixed before the run)", goal, rate)}
+	if len(row) < 4 {
+		return c.Doubt(true, "no cell ran at %g/s", rate)
+	}
+	flat, bin, lat := row[1], row[2], row[3]
+	vf, vb := dacBelow(lat, flat), dacBelow(lat, bin)
+	c.Met = lat.okFrac >= healthyFrac && vf >= goal && vb >= goal
+	c.Measured = fmt.Sprintf("%.0f%% below Flat, %.0f%% below Binomial; completed LAT %.0f%%, Flat %.0f%%, Binomial %.0f%%; throughput LAT/Flat %.2f, LAT/Binomial %.2f",
+		vf, vb, 100*lat.okFrac, 100*flat.okFrac, 100*bin.okFrac, lat.thr/flat.thr, lat.thr/bin.thr)
+	for _, x := range []struct {
+		name string
+		s    dacStats
+	}{{"Flat", flat}, {"Binomial", bin}} {
+		c.Doubt(x.s.okFrac < healthyFrac, "baseline %s is unhealthy at %g/s: it completed %.0f%% of calls (< %.0f%%); choose a lower --trees-goal-rate", x.name, rate, 100*x.s.okFrac, 100*healthyFrac)
+	}
+	for _, x := range []struct {
+		name string
+		s    dacStats
+	}{{"Flat", flat}, {"Binomial", bin}, {"LAT", lat}} {
+		cond, why := bench.Starved("the "+x.name+" cell's client", x.s.lag)
+		c.Doubt(cond, "%s", why)
+	}
+	return c
 }
 
 // dacRatio prints a/b, or "∞×" when b is zero.
@@ -693,6 +739,7 @@ func (b *dacBench) fig20(ctx context.Context, d *dacCluster, rate float64, lengt
 	wins := []window{{"healthy", time.Second, aOn}, {"one slow", aOn + 2*time.Second, bOn}, {"both slow", bOn + 2*time.Second, aOff}, {"degraded (A on → B off)", aOn, bOff}, {"healed", bOff + 2*time.Second, length}}
 	avg := make([][]float64, len(cons))
 	lostOne := make([]float64, len(cons))
+	lags := make([]time.Duration, len(cons))
 	var lines []report.Series
 	for i, con := range cons {
 		c, err := b.run(ctx, d, con, rate, length, events)
@@ -713,6 +760,7 @@ func (b *dacBench) fig20(ctx context.Context, d *dacCluster, rate float64, lengt
 			}
 		}
 		lostOne[i] = float64(slowLost) / math.Max(float64(slowCalls), 1)
+		lags[i] = c.stats(0).lag
 		l := report.Series{Name: con.label}
 		for s, v := range series[i] {
 			l.Add(float64(s), v)
@@ -754,12 +802,48 @@ func (b *dacBench) fig20(ctx context.Context, d *dacCluster, rate float64, lengt
 		fmt.Fprintf(b.out, " %s %.2f", con.label, lostOne[i])
 	}
 	fmt.Fprintln(b.out)
-	both := 2 // index of "both slow" in wins
-	rNone := avg[3][both] / math.Max(avg[0][both], 1e-9)
-	rBase := avg[3][both] / math.Max(avg[4][both], 1e-9)
-	fmt.Fprintf(b.out, "%s goal quality-aware throughput with 2 slow nodes ≥ 1.25× the baselines (EP+ED vs None and vs Base, both-slow window): %s, %s (%.1f vs %.1f and %.1f /s)\n",
-		report.Verdict(rNone >= 1.25 && rBase >= 1.25), dacRatio(avg[3][both], avg[0][both]), dacRatio(avg[3][both], avg[4][both]), avg[3][both], avg[0][both], avg[4][both])
+	const healthy, both = 0, 2 // indices of "healthy" and "both slow" in wins
+	var f20 []fig20Score
+	for i, con := range cons {
+		f20 = append(f20, fig20Score{label: con.label, healthy: avg[i][healthy], both: avg[i][both], lag: lags[i]})
+	}
+	fmt.Fprintf(b.out, "%s\n", fig20Verdict(rate, b.goals.Fig20Goal, f20[3], f20[0], f20[4]))
 	return b.svg("dac_real_fig20.svg", "Fig 20 real nodes: quality-aware throughput", "second", "Σ coverage / s", lines, "", "", "", "", nil)
+}
+
+// fig20Score is one Fig 20 contender's mean quality-aware throughput in
+// the healthy and the both-slow windows, and its cell's mean dispatch
+// lateness.
+type fig20Score struct {
+	label         string
+	healthy, both float64
+	lag           time.Duration
+}
+
+// fig20Verdict judges "EP+ED's quality-aware throughput while both nodes
+// are slow ≥ goal× each baseline's". A baseline is healthy at rate only
+// if, before any node is slow, it delivers at least healthyFrac of the
+// offered rate: one that scores ~0 even then is overloaded at this rate
+// (blocking workers), the ratio to it is ∞ and measures nothing, so the
+// goal is INCONCLUSIVE with the reason, never PASS.
+func fig20Verdict(rate, goal float64, epED fig20Score, baselines ...fig20Score) *report.Check {
+	c := &report.Check{Goal: fmt.Sprintf("quality-aware throughput with 2 slow nodes ≥ %g× the baselines at %g/s (EP+ED vs", goal, rate), Met: true}
+	var ms []string
+	for _, bl := range baselines {
+		c.Goal += " " + bl.label
+		r := epED.both / bl.both
+		c.Met = c.Met && r >= goal
+		ms = append(ms, fmt.Sprintf("%s vs %s", dacRatio(epED.both, bl.both), bl.label))
+		c.Doubt(bl.healthy < healthyFrac*rate, "baseline %s is unhealthy at %g/s: %.1f/s before any node is slow (< %.0f%% of the offered rate), so the ratio to it measures its overload; choose a lower --fig20-rate",
+			bl.label, rate, bl.healthy, 100*healthyFrac)
+		cond, why := bench.Starved("the "+bl.label+" cell's client", bl.lag)
+		c.Doubt(cond, "%s", why)
+	}
+	c.Goal += ", both-slow window)"
+	c.Measured = fmt.Sprintf("%s (EP+ED %.1f/s)", strings.Join(ms, ", "), epED.both)
+	cond, why := bench.Starved("the EP+ED cell's client", epED.lag)
+	c.Doubt(cond, "%s", why)
+	return c
 }
 
 // stop SIGSTOPs k nodes and counts, per call, the partitions lost: with
@@ -773,6 +857,7 @@ func (b *dacBench) stop(ctx context.Context, d *dacCluster, rate float64, ks []i
 		{"Binomial + uniform", neptune.Aggregation{Scheme: neptune.SchemeBinomial, Quality: 0.5}, aggregation.Experiment{UniformTimeouts: true}},
 	}
 	var verdicts []string
+	var worstLag time.Duration
 	for _, k := range ks {
 		var stopped []*localcluster.Node
 		for j := range k {
@@ -805,6 +890,7 @@ func (b *dacBench) stop(ctx context.Context, d *dacCluster, rate float64, ks []i
 			fmt.Fprintf(b.out, "%3d %-22s %6d %9.1f%% %9.1f%% %9.1f%% %9.2f\n", k, con.label, len(ms), 100*float64(less)/n, 100*float64(eq)/n, 100*float64(more)/n, float64(sum)/n)
 			if i == 0 {
 				exact = float64(eq) / n
+				worstLag = max(worstLag, c.stats(b.warmup).lag)
 			}
 		}
 		for _, n := range stopped {
@@ -822,7 +908,9 @@ func (b *dacBench) stop(ctx context.Context, d *dacCluster, rate float64, ks []i
 		}
 	}
 	ok := !slices.ContainsFunc(verdicts, func(s string) bool { return strings.HasPrefix(s, "FAIL") })
-	fmt.Fprintf(b.out, "%s goal exactly k nodes' partitions lost in every call (LAT + staged, hedging off): %s\n", report.Verdict(ok), strings.Join(verdicts, ", "))
+	c := &report.Check{Goal: "exactly k nodes' partitions lost in every call (LAT + staged, hedging off)", Met: ok, Measured: strings.Join(verdicts, ", ")}
+	cond, why := bench.Starved("the LAT cells' client", worstLag)
+	fmt.Fprintf(b.out, "%s\n", c.Doubt(cond, "%s", why))
 	return nil
 }
 
@@ -838,6 +926,7 @@ func (b *dacBench) hedge(ctx context.Context, d *dacCluster, rate float64, cell 
 	}
 	var onStopped float64
 	var onCalls int
+	var onLag time.Duration
 	faults := []struct {
 		label   string
 		on, off func() error
@@ -868,15 +957,17 @@ func (b *dacBench) hedge(ctx context.Context, d *dacCluster, rate float64, cell 
 			none := 1 - float64(st.lostAny)/n
 			fmt.Fprintf(b.out, "%-26s %-10s %6d %11.2f%% %10.3f %8d %9.1f %9.1f\n", f.label, con.label, len(ms), 100*none, float64(lost)/n, st.hedges, report.Ms(st.mean), report.Ms(st.p99))
 			if fi == 0 && con.agg.Hedge {
-				onStopped, onCalls = none, len(ms)
+				onStopped, onCalls, onLag = none, len(ms), st.lag
 			}
 		}
 		if err := f.off(); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(b.out, "%s goal with hedging on and replication 2, no partition lost in ≥ 99.9%% of calls (2 nodes SIGSTOPped): %.2f%% of %d calls\n",
-		report.Verdict(onStopped >= 0.999), 100*onStopped, onCalls)
+	c := report.AtLeast("with hedging on and replication 2, no partition lost in ≥ 99.9% of calls (2 nodes SIGSTOPped)", onStopped, 0.999,
+		fmt.Sprintf("%.2f%% of %d calls", 100*onStopped, onCalls))
+	cond, why := bench.Starved("the hedging cell's client", onLag)
+	fmt.Fprintf(b.out, "%s\n", c.Doubt(cond, "%s", why).Doubt(onCalls == 0, "no call was measured"))
 	return nil
 }
 
