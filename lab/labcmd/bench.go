@@ -28,17 +28,21 @@ prints ratios; --sections picks the parts of those that have several.`,
 func overheadCmd() *cobra.Command {
 	cfg := overhead.DefaultConfig()
 	cmd := leaf("overhead [flags]", "What Neptune adds to a call, against a raw gRPC echo server",
-		`Call a node process hosting echo through neptune.Client (polling off,
-the paper's poll-3, the default policy) and a raw gRPC echo server in its
-own process, sequentially and concurrently, in interleaved rounds; print
-latency and throughput ratios to the raw server, the cost of polling and
-the node's resident memory.`,
+		`Call two node processes hosting echo through neptune.Client (polling
+off, the paper's poll-3, the default policy) and a raw gRPC echo server in
+its own process, sequentially and concurrently, in interleaved rounds;
+print latency and throughput ratios to the raw server, the cost of
+polling per sequential call with two eligible replicas (goal: the default
+policy at most --poll-goal over polling off; PASS, FAIL, or INCONCLUSIVE
+when rounds disagree or the client was CPU-starved), the same with mutual
+TLS, and the first node's resident memory.`,
 		experiment(&cfg, nil, nil, overhead.Run))
 	fs := cmd.Flags()
 	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measuring time per contender per mode per round")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds")
 	fs.IntVar(&cfg.Payload, "payload", cfg.Payload, "request body bytes")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "callers in the concurrent mode")
+	fs.DurationVar(&cfg.PollGoal, "poll-goal", cfg.PollGoal, "goal: the default policy adds at most this to a sequential call over polling off")
 	return cmd
 }
 
