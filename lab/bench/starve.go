@@ -2,8 +2,13 @@ package bench
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/neptune-cluster/neptune/lab/report"
 )
 
 // StarvedLag is the mean lateness above which a measuring process did not
@@ -24,17 +29,26 @@ func Starved(what string, lag time.Duration) (bool, string) {
 // sleep took. It is the starvation flag of benchmarks whose calls have no
 // schedule of their own to be late against (closed loops, the failover
 // timeline); open-loop benchmarks measure each arrival's lateness instead.
+//
+// It also reads the machine's CPU pressure (Linux PSI) at its start and
+// stop: a sleeping probe wakes promptly even on a machine whose cores are
+// all taken (the scheduler favours sleepers), so the lateness alone flags
+// a process starved by its own load, the pressure one starved by others.
 type LagProbe struct {
-	stop chan struct{}
-	done chan struct{}
-	mu   sync.Mutex
-	sum  time.Duration
-	n    int
+	stop  chan struct{}
+	done  chan struct{}
+	mu    sync.Mutex
+	sum   time.Duration
+	n     int
+	psi0  time.Duration
+	psiOK bool
+	t0    time.Time
 }
 
 // StartLagProbe starts a probe that wakes every period.
 func StartLagProbe(period time.Duration) *LagProbe {
-	p := &LagProbe{stop: make(chan struct{}), done: make(chan struct{})}
+	p := &LagProbe{stop: make(chan struct{}), done: make(chan struct{}), t0: time.Now()}
+	p.psi0, p.psiOK = cpuStall()
 	go func() {
 		defer close(p.done)
 		t := time.NewTimer(period)
@@ -67,9 +81,65 @@ func (p *LagProbe) Mean() time.Duration {
 	return p.sum / time.Duration(p.n)
 }
 
-// Stop ends the probe and returns its mean lateness.
-func (p *LagProbe) Stop() time.Duration {
+// Stop ends the probe and returns what it saw.
+func (p *LagProbe) Stop() Starvation {
 	close(p.stop)
 	<-p.done
-	return p.Mean()
+	st := Starvation{Lag: p.Mean(), Pressure: -1}
+	if stall, ok := cpuStall(); ok && p.psiOK {
+		if el := time.Since(p.t0); el > 0 {
+			st.Pressure = float64(stall-p.psi0) / float64(el)
+		}
+	}
+	return st
+}
+
+// BusyMachine is the CPU pressure above which the machine counts as
+// starved: some task waited for a CPU more than this fraction of the
+// time. A benchmark's sequential cells (one caller, one server) add
+// little; the rest is other work on the machine.
+const BusyMachine = 0.2
+
+// Starvation is what a LagProbe saw over a cell: this process's mean
+// wake-up lateness, and the machine's CPU pressure (the fraction of the
+// time some task waited for a CPU; -1 if unknown, e.g. not Linux).
+type Starvation struct {
+	Lag      time.Duration
+	Pressure float64
+}
+
+// Worse is the worse of s and o in each measure, for a verdict over
+// several cells.
+func (s Starvation) Worse(o Starvation) Starvation {
+	return Starvation{Lag: max(s.Lag, o.Lag), Pressure: max(s.Pressure, o.Pressure)}
+}
+
+// Doubt adds to c the reasons s makes its cells undecidable: what (the
+// client process) was late to wake, or the machine was busy.
+func (s Starvation) Doubt(c *report.Check, what string) *report.Check {
+	cond, why := Starved(what, s.Lag)
+	c.Doubt(cond, "%s", why)
+	return c.Doubt(s.Pressure > BusyMachine, "machine CPU-starved (some task waited for a CPU %.0f%% of the time > %.0f%%): rerun on a quieter machine",
+		100*s.Pressure, 100*BusyMachine)
+}
+
+// cpuStall is the machine's cumulative time some task waited for a CPU
+// (the "some total" of /proc/pressure/cpu), if the kernel reports it.
+func cpuStall() (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/pressure/cpu")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "some ") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "total="); ok {
+				us, err := strconv.ParseInt(v, 10, 64)
+				return time.Duration(us) * time.Microsecond, err == nil
+			}
+		}
+	}
+	return 0, false
 }

@@ -92,9 +92,10 @@ func AtLeast(goal string, value, limit float64, measured string) *Check {
 	return c.Doubt(math.IsNaN(value) || math.IsInf(value, 0), "the measured value is %v: a baseline is zero or missing", value)
 }
 
-// Rounds judges a goal checked on the whole run (whole) and on each
-// round alone (rounds): the run decides only if every round agrees with
-// it; otherwise the difference is within the run's noise.
+// Rounds judges a goal checked on the whole run (c) and on each round
+// alone (rounds): the run decides only if it has at least two rounds and
+// every round agrees with it; otherwise the difference may be within the
+// run's noise.
 func Rounds(c *Check, rounds []bool) *Check {
 	passing := 0
 	for _, ok := range rounds {
@@ -104,6 +105,7 @@ func Rounds(c *Check, rounds []bool) *Check {
 	}
 	c.Measured += fmt.Sprintf(" (%d/%d rounds meet it)", passing, len(rounds))
 	agree := (c.Met && passing == len(rounds)) || (!c.Met && passing == 0)
+	c.Doubt(len(rounds) < 2, "one round cannot show the run's noise; run at least 2")
 	return c.Doubt(!agree, "rounds disagree: the difference is within this run's noise; run more rounds on a quieter machine")
 }
 

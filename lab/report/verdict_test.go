@@ -43,6 +43,8 @@ func TestRoundsMustAgree(t *testing.T) {
 		{2, []bool{false, false}, Fail},
 		{0.5, []bool{true, false, true}, Inconclusive},
 		{2, []bool{false, true}, Inconclusive},
+		{0.5, []bool{true}, Inconclusive}, // one round shows no noise
+		{2, []bool{false}, Inconclusive},
 	} {
 		c := Rounds(AtMost("x ≤ 1", tc.whole, 1, "x"), tc.rounds)
 		if c.Outcome() != tc.want {

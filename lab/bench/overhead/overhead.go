@@ -23,7 +23,6 @@ import (
 	"io"
 	"net"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -219,9 +218,10 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	// perRound keeps each round's cells too, to see whether the verdict
 	// holds round by round or only on the average.
 	perRound := map[string][]*bench.Cell{}
-	// lag is each cell's (per round) mean wake-up lateness of this, the
-	// client, process: the starvation flag of the sequential verdicts.
-	lag := map[string][]time.Duration{}
+	// starved is, per cell, the worst a probe saw over its rounds: the
+	// client's wake-up lateness and the machine's CPU pressure, the
+	// starvation flags of the sequential verdicts.
+	starved := map[string]bench.Starvation{}
 	var peakRSS atomic.Int64
 	fmt.Fprintf(stdout, "bench overhead: %d B echo, %d echo replicas per cluster, %d interleaved rounds of %v per cell, sequential and %d-way concurrent\n",
 		cfg.Payload, replicas, cfg.Rounds, cfg.Cell, cfg.Concurrency)
@@ -237,7 +237,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 				round := &bench.Cell{}
 				probe := bench.StartLagProbe(5 * time.Millisecond)
 				err := bench.RunCell(ctx, c.Call, body, conc, cfg.Cell, round)
-				lag[key] = append(lag[key], probe.Stop())
+				starved[key] = starved[key].Worse(probe.Stop())
 				close(stop)
 				if err != nil {
 					return fmt.Errorf("bench: %s (round %d): %w", c.Name, r+1, err)
@@ -274,7 +274,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 			rounds = append(rounds, perRound[key][r].Latency().Mean-perRound[off][r].Latency().Mean)
 		}
 		cost := results[key].Latency().Mean - results[off].Latency().Mean
-		c := pollVerdict(strings.TrimPrefix(name, "neptune, "), cfg.PollGoal, cost, rounds, slices.Max(append(slices.Clone(lag[key]), lag[off]...)))
+		c := pollVerdict(strings.TrimPrefix(name, "neptune, "), cfg.PollGoal, cost, rounds, starved[key].Worse(starved[off]))
 		if name != defName {
 			fmt.Fprintf(stdout, "  (not judged) %s: %s\n", c.Goal, c.Measured)
 			continue
@@ -282,7 +282,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "  %s\n", c)
 	}
 	fmt.Fprintf(stdout, "node resident memory: idle %.1f MiB, peak under load %.1f MiB\n", float64(idleRSS)/(1<<20), float64(peakRSS.Load())/(1<<20))
-	securityVerdict(stdout, pairs, modes, results, perRound, lag)
+	securityVerdict(stdout, pairs, modes, results, perRound, starved)
 	return nil
 }
 
@@ -293,8 +293,8 @@ const replicas = 2
 // pollVerdict judges "policy's sequential mean ≤ goal above polling
 // off's" on the whole run's difference cost and each round's (rounds),
 // INCONCLUSIVE when rounds disagree or either cell's client was starved
-// (lag, the worst round's mean lateness).
-func pollVerdict(policy string, goal, cost time.Duration, rounds []time.Duration, lag time.Duration) *report.Check {
+// or the machine was (starved, the worst either cell saw).
+func pollVerdict(policy string, goal, cost time.Duration, rounds []time.Duration, starved bench.Starvation) *report.Check {
 	var each []bool
 	var rs []string
 	for _, r := range rounds {
@@ -303,9 +303,7 @@ func pollVerdict(policy string, goal, cost time.Duration, rounds []time.Duration
 	}
 	c := &report.Check{Goal: fmt.Sprintf("%s polling ≤ %v per sequential call over polling off", policy, goal), Met: cost <= goal,
 		Measured: fmt.Sprintf("%v (rounds: %s)", cost.Round(time.Microsecond), strings.Join(rs, ", "))}
-	c = report.Rounds(c, each)
-	cond, why := bench.Starved("the client", lag)
-	return c.Doubt(cond, "%s", why)
+	return starved.Doubt(report.Rounds(c, each), "the client")
 }
 
 // securityPair is an mTLS contender and its plaintext twin.
@@ -323,7 +321,7 @@ const (
 // INCONCLUSIVE when rounds disagree (the difference is within the run's
 // noise) or, sequentially, when the client was starved in a cell of the
 // pair (64-way, the client saturates its cores by design).
-func securityVerdict(w io.Writer, pairs []securityPair, modes []int, all map[string]*bench.Cell, rounds map[string][]*bench.Cell, lag map[string][]time.Duration) {
+func securityVerdict(w io.Writer, pairs []securityPair, modes []int, all map[string]*bench.Cell, rounds map[string][]*bench.Cell, starved map[string]bench.Starvation) {
 	fmt.Fprintf(w, "\nmTLS vs plaintext (goal: latency ≤ %.1f×, throughput ≥ %.1f×)\n", maxLatencyRatio, minRateRatio)
 	fmt.Fprintf(w, "%-36s %5s %8s %8s\n", "pair", "conc", "lat×", "tput×")
 	ok := func(p, s *bench.Cell) (float64, float64, bool) {
@@ -344,8 +342,7 @@ func securityVerdict(w io.Writer, pairs []securityPair, modes []int, all map[str
 			fmt.Fprintf(w, "%-36s %5d %8.2f %8.2f\n", pr.secure, conc, lat, rate)
 			c := report.Rounds(&report.Check{Goal: fmt.Sprintf("%s, %d-way", pr.secure, conc), Met: good, Measured: fmt.Sprintf("latency %.2f×, throughput %.2f×", lat, rate)}, each)
 			if conc == 1 {
-				cond, why := bench.Starved("the client", slices.Max(append(slices.Clone(lag[pk]), lag[sk]...)))
-				c.Doubt(cond, "%s", why)
+				starved[pk].Worse(starved[sk]).Doubt(c, "the client")
 			}
 			checks = append(checks, c)
 		}

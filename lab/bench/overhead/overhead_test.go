@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/neptune-cluster/neptune/lab/bench"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
 
@@ -21,10 +22,11 @@ func TestPollVerdict(t *testing.T) {
 		// The measurement with two replicas: +179 to +192 µs.
 		{"synchronous poll", 185 * us, []time.Duration{179 * us, 192 * us, 184 * us}, 100 * us, report.Fail},
 		{"rounds disagree", 45 * us, []time.Duration{20 * us, 70 * us}, 100 * us, report.Inconclusive},
-		{"starved client", 20 * us, []time.Duration{20 * us}, 3 * time.Millisecond, report.Inconclusive},
-		{"starved and slow", 185 * us, []time.Duration{185 * us}, 3 * time.Millisecond, report.Inconclusive},
+		{"starved client", 20 * us, []time.Duration{20 * us, 25 * us}, 3 * time.Millisecond, report.Inconclusive},
+		{"starved and slow", 185 * us, []time.Duration{185 * us, 180 * us}, 3 * time.Millisecond, report.Inconclusive},
+		{"one round", 20 * us, []time.Duration{20 * us}, 100 * us, report.Inconclusive},
 	} {
-		c := pollVerdict("default (prequal)", 50*us, tc.cost, tc.rounds, tc.lag)
+		c := pollVerdict("default (prequal)", 50*us, tc.cost, tc.rounds, bench.Starvation{Lag: tc.lag, Pressure: -1})
 		if c.Outcome() != tc.want {
 			t.Errorf("%s: %s", tc.name, c)
 		}
