@@ -92,9 +92,11 @@ func replicationCmd() *cobra.Command {
 
 Sections: fig51 (throughput vs degree for each level at 10% and 50%
 writes, in-process nodes), fig52 (Figs 5.2/5.3: Zipf-skewed load by degree
-and by level), failover (a primary's SIGKILL and restart on node
-processes, then disk and memory under sustained writes), fig54 (three node
-kills and restarts). Default: fig51,failover.`,
+and by level), failover (--kills SIGKILLs of a primary on node processes,
+each restarted after --down: failover p50/p99 and the longest write pause
+while the old primary returns, judged PASS, FAIL or INCONCLUSIVE against
+goals fixed by flags; then disk and memory under sustained writes), fig54
+(three node kills and restarts). Default: fig51,failover.`,
 		experiment(&cfg, &cfg.Out, nil, replbench.Run))
 	fs := cmd.Flags()
 	addSections(fs, &cfg.Sections, replbench.Sections)
@@ -108,6 +110,12 @@ kills and restarts). Default: fig51,failover.`,
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds of fig51/fig52 cells, pooled")
 	fs.DurationVar(&cfg.Phase, "phase", cfg.Phase, "fig54: time between a kill, its restart and the next kill")
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "fig52 partitions (imbalance factors 1/partitions to 1)")
+	fs.IntVar(&cfg.Kills, "kills", cfg.Kills, "failover: SIGKILLs of partition 0's primary")
+	fs.DurationVar(&cfg.Down, "down", cfg.Down, "failover: how long a killed primary stays down")
+	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "failover: time from a restart to the next kill")
+	fs.DurationVar(&cfg.FailoverP50, "failover-p50", cfg.FailoverP50, "goal: failover p50 over the kills at most this")
+	fs.DurationVar(&cfg.FailoverP99, "failover-p99", cfg.FailoverP99, "goal: failover p99 over the kills at most this")
+	fs.DurationVar(&cfg.ReturnGoal, "return-goal", cfg.ReturnGoal, "goal: partition 0's longest write pause while an old primary returns at most this")
 	return cmd
 }
 

@@ -53,13 +53,25 @@ type Config struct {
 	Phase time.Duration
 	// Partitions of Figs 5.2/5.3 (imbalance factors 1/Partitions to 1).
 	Partitions int
+	// Kills is how many times the failover section SIGKILLs partition 0's
+	// current primary; each stays down for Down and is then restarted,
+	// and the next kill comes Settle after the restart.
+	Kills        int
+	Down, Settle time.Duration
+	// FailoverP50 and FailoverP99 are the failover goals over the kills
+	// (issue 14): from a kill to the first write on partition 0 sent after
+	// it and acknowledged. ReturnGoal bounds the longest write pause of
+	// partition 0 while the old primary returns.
+	FailoverP50, FailoverP99, ReturnGoal time.Duration
 }
 
 // DefaultConfig runs Fig 5.1 and the failover timeline.
 func DefaultConfig() Config {
 	return Config{Sections: []string{"fig51", "failover"}, Out: "out", Cell: 2 * time.Second, Clients: 16,
 		Degrees: []int{1, 2, 3, 4}, Levels: []int{1, 2, 3}, Sustain: 20 * time.Second, Sample: 5 * time.Second,
-		Rounds: 3, Phase: 10 * time.Second, Partitions: 16}
+		Rounds: 3, Phase: 10 * time.Second, Partitions: 16,
+		Kills: 8, Down: 2 * time.Second, Settle: 3 * time.Second, FailoverP50: 500 * time.Millisecond, FailoverP99: 1500 * time.Millisecond,
+		ReturnGoal: 500 * time.Millisecond}
 }
 
 // Validate names the first bad field.
@@ -80,6 +92,10 @@ func (c Config) Validate() error {
 		return errors.New("replbench: phase must be positive")
 	case len(c.Degrees) == 0 || len(c.Levels) == 0:
 		return errors.New("replbench: degrees and levels must not be empty")
+	case c.Kills < 1 || c.Down <= 0 || c.Settle <= 0:
+		return errors.New("replbench: kills must be >= 1, down and settle positive")
+	case c.FailoverP50 <= 0 || c.FailoverP99 <= 0 || c.ReturnGoal <= 0:
+		return errors.New("replbench: failover and return goals must be positive")
 	}
 	return nil
 }
@@ -112,7 +128,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		}
 	}
 	if run("failover") {
-		if err := benchReplFailover(ctx, stdout, cfg.Out, tmp, cfg.Sustain, cfg.Sample); err != nil {
+		if err := benchReplFailover(ctx, stdout, cfg, tmp); err != nil {
 			return err
 		}
 	}
@@ -249,7 +265,14 @@ func warm(c *neptune.Client) func(context.Context, int) error {
 
 // ---- failover timeline, disk and memory ----
 
-func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, sustain, sample time.Duration) error {
+// benchReplFailover SIGKILLs partition 0's primary cfg.Kills times under
+// a closed-loop write load (3 node processes, level 2, degree 3, 4
+// writers on partitions 0 and 1), restarting each victim after cfg.Down,
+// and judges the failover times and the write pauses of the old primaries'
+// returns (failoverVerdicts); then it measures disk and memory under
+// sustained writes.
+func benchReplFailover(ctx context.Context, stdout io.Writer, rc Config, tmp string) error {
+	out, sustain, sample := rc.Out, rc.Sustain, rc.Sample
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -262,6 +285,11 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 	if err := os.WriteFile(cfg, []byte("services:\n  - name: kv\n    partitions: 0-1\n    replication:\n      level: 2\n      nodes: [r1, r2, r3]\n      degree: 3\n"), 0o644); err != nil {
 		return err
 	}
+	// The machine before this benchmark loads it: busy already, and no
+	// timing below can be trusted.
+	idle := bench.StartLagProbe(5 * time.Millisecond)
+	bench.Sleep(ctx, time.Second)
+	before := idle.Stop()
 	cl := localcluster.New(exe, dir)
 	defer cl.Close()
 	var nodes []*localcluster.Node
@@ -285,18 +313,12 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 		return err
 	}
 	defer c.Close()
-	primary, err := localcluster.Primary(ctx, c, "kv", 0, 15*time.Second)
-	if err != nil {
+	if _, err := localcluster.Primary(ctx, c, "kv", 0, 15*time.Second); err != nil {
 		return err
 	}
-	victim := nodes[slices.IndexFunc(nodes, func(n *localcluster.Node) bool { return n.Spec.ID == primary })]
 
-	type ack struct {
-		at time.Time
-		p  int
-	}
 	var mu sync.Mutex
-	var acks []ack
+	var acks []writeAck
 	runCtx, stopWriters := context.WithCancel(ctx)
 	defer stopWriters()
 	var wg sync.WaitGroup
@@ -307,11 +329,12 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 			for k := 0; runCtx.Err() == nil; k++ {
 				p := i % 2
 				cctx, cancel := context.WithTimeout(runCtx, 2*time.Second)
+				sent := time.Now()
 				_, err := c.Call(cctx, "kv", p, "put", fmt.Appendf(nil, "w%d-%d=v", i, k%500))
 				cancel()
 				if err == nil {
 					mu.Lock()
-					acks = append(acks, ack{time.Now(), p})
+					acks = append(acks, writeAck{sent: sent, at: time.Now(), p: p})
 					mu.Unlock()
 				} else {
 					time.Sleep(5 * time.Millisecond)
@@ -320,30 +343,39 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 		}()
 	}
 	start := time.Now()
-	bench.Sleep(ctx, 3*time.Second)
-	killed := time.Now()
-	if err := victim.Kill(); err != nil {
-		return err
+	bench.Sleep(ctx, 2*time.Second)
+	var kills []killCycle
+	for k := range rc.Kills {
+		primary, err := localcluster.Primary(ctx, c, "kv", 0, 15*time.Second)
+		if err != nil {
+			return fmt.Errorf("bench replication: kill %d: %w", k+1, err)
+		}
+		victim := nodes[slices.IndexFunc(nodes, func(n *localcluster.Node) bool { return n.Spec.ID == primary })]
+		probe := bench.StartLagProbe(5 * time.Millisecond)
+		kc := killCycle{primary: primary, killed: time.Now()}
+		if err := victim.Kill(); err != nil {
+			return err
+		}
+		bench.Sleep(ctx, rc.Down)
+		kc.restarted = time.Now()
+		if err := cl.Restart(ctx, victim); err != nil {
+			return err
+		}
+		bench.Sleep(ctx, rc.Settle)
+		kc.settled = time.Now()
+		kc.starved = probe.Stop()
+		kills = append(kills, kc)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 	}
-	bench.Sleep(ctx, 3*time.Second)
-	restarted := time.Now()
-	if err := cl.Restart(ctx, victim); err != nil {
-		return err
-	}
-	bench.Sleep(ctx, 4*time.Second)
 	timelineEnd := time.Now()
 	mu.Lock()
 	tl := slices.Clone(acks)
 	mu.Unlock()
+	// Writers append under a lock taken after they read the clock.
+	slices.SortFunc(tl, func(a, b writeAck) int { return a.at.Compare(b.at) })
 
-	// Failover: from the kill to the first acknowledged write on partition 0.
-	failover := time.Duration(-1)
-	for _, a := range tl {
-		if a.p == 0 && a.at.After(killed) {
-			failover = a.at.Sub(killed)
-			break
-		}
-	}
 	const bucket = 250 * time.Millisecond
 	counts := report.NewTimeline(bucket, int(timelineEnd.Sub(start)/bucket)+1, 2)
 	for _, a := range tl {
@@ -357,17 +389,39 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 		s0.Add(t, counts.Rate(b, 0))
 		s1.Add(t, counts.Rate(b, 1))
 	}
-	fmt.Fprintf(stdout, "\nFailover timeline: 3 node processes, level 2, degree 3, 4 writers; primary %s of partition 0 SIGKILLed at %.1fs, restarted at %.1fs\n",
-		primary, killed.Sub(start).Seconds(), restarted.Sub(start).Seconds())
-	fmt.Fprintf(stdout, "failover (kill -> first acknowledged write on partition 0): %v\n", failover.Round(time.Millisecond))
+	fmt.Fprintf(stdout, "\nFailover: 3 node processes, level 2, degree 3, 4 writers; partition 0's primary SIGKILLed %d times, each restarted after %v, next kill %v after the restart\n",
+		rc.Kills, rc.Down, rc.Settle)
+	fmt.Fprintf(stdout, "%4s %-8s %8s %9s %14s %14s %10s\n", "kill", "primary", "at s", "failover", "return pause", "client lag ms", "cpu press.")
+	p0 := func(a writeAck) bool { return a.p == 0 }
+	var results []failoverResult
+	for k, kc := range kills {
+		r := measureKill(tl, p0, kc)
+		results = append(results, r)
+		fo := r.failover.Round(time.Millisecond).String()
+		if !r.resumed {
+			fo = ">" + fo
+		}
+		press := "?"
+		if kc.starved.Pressure >= 0 {
+			press = fmt.Sprintf("%.0f%%", 100*kc.starved.Pressure)
+		}
+		fmt.Fprintf(stdout, "%4d %-8s %8.1f %9s %14v %14.2f %10s\n", k+1, kc.primary, kc.killed.Sub(start).Seconds(), fo, r.pause.Round(time.Millisecond),
+			report.Ms(kc.starved.Lag), press)
+	}
+	fmt.Fprintln(stdout, "(failover: from the kill to the first write on partition 0 sent after it and acknowledged; with leases it cannot be shorter than the 400 ms lease.")
+	fmt.Fprintln(stdout, " return pause: partition 0's longest time without an acknowledged write from the restart, or the failover if later, to the next kill)")
+	for _, c := range failoverVerdicts(rc, results, kills, before) {
+		fmt.Fprintf(stdout, "  %s\n", c)
+	}
 	fmt.Fprintln(stdout, "t(s)   p0 ops/s  p1 ops/s")
-	for b := 0; b < counts.Len(); b += 2 {
+	for b := 0; b < counts.Len(); b += 4 {
 		fmt.Fprintf(stdout, "%-6.2f %-9.0f %-9.0f\n", counts.Start(b), counts.Rate(b, 0), counts.Rate(b, 1))
 	}
 	if err := csv.Save(filepath.Join(out, "replication-failover.csv")); err != nil {
 		return err
 	}
-	if err := (report.Chart{Title: "writes through a primary kill (t=3s) and restart (t=6s)", XLabel: "time (s)", YLabel: "acknowledged writes/s", Series: []report.Series{s0, s1}}).Save(filepath.Join(out, "replication-failover.svg")); err != nil {
+	title := fmt.Sprintf("writes through %d primary kills (each restarted after %v)", rc.Kills, rc.Down)
+	if err := (report.Chart{Title: title, XLabel: "time (s)", YLabel: "acknowledged writes/s", Series: []report.Series{s0, s1}}).Save(filepath.Join(out, "replication-failover.svg")); err != nil {
 		return err
 	}
 
@@ -404,6 +458,109 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, out, tmp string, s
 	el := time.Since(sustStart)
 	fmt.Fprintf(stdout, "%d writes acknowledged in %v (%.0f/s)\n", writes, el.Round(time.Second), float64(writes)/el.Seconds())
 	return ctx.Err()
+}
+
+// writeAck is one acknowledged write: when it was sent, when its
+// acknowledgement arrived, and its partition.
+type writeAck struct {
+	sent, at time.Time
+	p        int
+}
+
+// killCycle is one SIGKILL of a primary: when it was killed, restarted,
+// and when the cycle ended (the next kill), and what the starvation probe
+// saw over it.
+type killCycle struct {
+	primary                    string
+	killed, restarted, settled time.Time
+	starved                    bench.Starvation
+}
+
+// failoverResult is what one kill cost partition 0's writes.
+type failoverResult struct {
+	// failover is from the kill to the first write sent after it and
+	// acknowledged (a write already in flight at the kill may be
+	// acknowledged just after it without any failover having happened);
+	// if none was before the cycle's end, resumed is false and failover
+	// the whole cycle.
+	failover time.Duration
+	resumed  bool
+	// pause is the longest time without an acknowledged write from the
+	// restart (or the failover, if later) to the cycle's end: what the
+	// old primary's return costs.
+	pause time.Duration
+}
+
+// measureKill reads one kill cycle off the acknowledged writes acks
+// (in order of acknowledgement) of the partition in.
+func measureKill(acks []writeAck, in func(writeAck) bool, kc killCycle) failoverResult {
+	r := failoverResult{failover: kc.settled.Sub(kc.killed)}
+	var resumedAt time.Time
+	for _, a := range acks {
+		if in(a) && a.sent.After(kc.killed) && !a.at.After(kc.settled) {
+			r.failover, r.resumed, resumedAt = a.at.Sub(kc.killed), true, a.at
+			break
+		}
+	}
+	if !r.resumed {
+		return r
+	}
+	from := kc.restarted
+	if resumedAt.After(from) {
+		from = resumedAt
+	}
+	last := from
+	for _, a := range acks {
+		if !in(a) || !a.at.After(from) || a.at.After(kc.settled) {
+			continue
+		}
+		r.pause = max(r.pause, a.at.Sub(last))
+		last = a.at
+	}
+	r.pause = max(r.pause, kc.settled.Sub(last))
+	return r
+}
+
+// failoverVerdicts judges the failover goals (p50 and p99 over the kills)
+// and the longest return pause, fixed before the run (rc). A kill whose
+// writes never resumed counts as its whole cycle. The checks are
+// INCONCLUSIVE if the machine was busy before the run (before) or this,
+// the client, process was starved in any kill's cycle; the CPU pressure
+// during the cycles is printed but not judged, as this benchmark's own
+// writers add to it.
+func failoverVerdicts(rc Config, rs []failoverResult, kills []killCycle, before bench.Starvation) []*report.Check {
+	var fos []time.Duration
+	var worstPause time.Duration
+	var worstLag time.Duration
+	for i, r := range rs {
+		fos = append(fos, r.failover)
+		worstPause = max(worstPause, r.pause)
+		if i < len(kills) {
+			worstLag = max(worstLag, kills[i].starved.Lag)
+		}
+	}
+	slices.Sort(fos)
+	p50, p99 := report.Percentile(fos, 50), report.Percentile(fos, 99)
+	n := len(fos)
+	checks := []*report.Check{
+		{Goal: fmt.Sprintf("failover p50 ≤ %v over %d kills", rc.FailoverP50, n), Met: p50 <= rc.FailoverP50,
+			Measured: fmt.Sprintf("p50 %v (min %v)", p50.Round(time.Millisecond), fos[0].Round(time.Millisecond))},
+		{Goal: fmt.Sprintf("failover p99 ≤ %v over %d kills", rc.FailoverP99, n), Met: p99 <= rc.FailoverP99,
+			Measured: fmt.Sprintf("p99 %v (max %v)", p99.Round(time.Millisecond), fos[n-1].Round(time.Millisecond))},
+		{Goal: fmt.Sprintf("longest write pause of partition 0 while the old primary returns ≤ %v", rc.ReturnGoal), Met: worstPause <= rc.ReturnGoal,
+			Measured: worstPause.Round(time.Millisecond).String()},
+	}
+	for _, c := range checks {
+		c.Doubt(before.Pressure > bench.BusyMachine, "machine CPU-starved before the run (some task waited for a CPU %.0f%% of the time > %.0f%%): rerun on a quieter machine",
+			100*before.Pressure, 100*bench.BusyMachine)
+		cond, why := bench.Starved("the client", worstLag)
+		c.Doubt(cond, "%s", why)
+	}
+	// p99 of fewer than 100 kills is their maximum: say so.
+	if n < 100 {
+		checks[1].Measured += fmt.Sprintf("; of %d kills p99 is the maximum", n)
+	}
+	return checks
 }
 
 // replDisk returns per node the bytes of its write logs and of its
