@@ -49,7 +49,9 @@ func TestMeasureKill(t *testing.T) {
 	}
 }
 
-func sortAcks(a []writeAck) { slices.SortFunc(a, func(x, y writeAck) int { return x.at.Compare(y.at) }) }
+func sortAcks(a []writeAck) {
+	slices.SortFunc(a, func(x, y writeAck) int { return x.at.Compare(y.at) })
+}
 
 func TestFailoverVerdicts(t *testing.T) {
 	rc := DefaultConfig()
