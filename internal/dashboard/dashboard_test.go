@@ -252,7 +252,7 @@ func TestDeadNodeGreysOut(t *testing.T) {
 // epoch; lag and staleness against it.
 func TestPrimaryEpochLagAndStaleness(t *testing.T) {
 	parts := []Partition{{Service: "kv", Partition: 0, Level: 3, Replicas: []Replica{
-		{Node: "a", Role: "primary", Epoch: 1, Version: 50},                  // old primary, still announced
+		{Node: "a", Role: "primary", Epoch: 1, Version: 50},                 // old primary, still announced
 		{Node: "b", Role: "primary", Epoch: 2, Version: 60, VersionAgo: 55}, // new primary
 		{Node: "c", Role: "secondary", Epoch: 2, Version: 52},
 	}}, {Service: "kv", Partition: 1, Level: 2, Replicas: []Replica{{Node: "a", Role: "recovering", Epoch: 1}}}}

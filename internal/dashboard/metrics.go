@@ -92,8 +92,8 @@ type rater struct {
 }
 
 const (
-	minWindow = time.Second      // a rate covers at least this much
-	maxWindow = 30 * time.Second // and samples older than this are dropped
+	minWindow  = time.Second      // a rate covers at least this much
+	maxWindow  = 30 * time.Second // and samples older than this are dropped
 	maxSamples = 8
 )
 
