@@ -112,6 +112,7 @@ func New(cfg Config) (*Server, error) {
 		"q":    func(f Filter) template.URL { return template.URL(f.Query()) },
 		"pct":  func(n Num) string { return pct(n) },
 		"ms":   fmtMs,
+		"num":  num,
 	}).ParseFS(files, "templates/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: templates: %w", err)
