@@ -256,7 +256,9 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("partitions: %d rows, want 4", n)
 	}
 	open(base + "/traffic")
-	waitPage("traffic shows calls/s", 10*time.Second, func() bool { return strings.Contains(text("#view"), "put") && strings.Contains(text("h2"), "rates over") })
+	waitPage("traffic shows calls/s", 10*time.Second, func() bool {
+		return strings.Contains(text("#view"), "put") && strings.Contains(text("h2"), "rates over")
+	})
 	shot("traffic")
 	open(base + "/classes")
 	waitPage("classes shows gold and bronze", 10*time.Second, func() bool {
