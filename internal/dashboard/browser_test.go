@@ -216,7 +216,9 @@ func TestBrowser(t *testing.T) {
 	}
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
+		// One evaluation in the page: the live script may swap the content
+		// between a node query and a read of its text.
+		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {}).innerText || ""`, sel)))
 		if err != nil {
 			t.Fatalf("text of %s: %v", sel, err)
 		}
@@ -320,15 +322,19 @@ func TestBrowser(t *testing.T) {
 	open(base + "/partitions?service=kv")
 	var newPrimary, newEpoch string
 	waitPage("partition 0 has a new primary", 20*time.Second, func() bool {
-		attrs, err := chromedp.Run(bctx, chromedp.Attributes(chromedp.CSS(`tr.partition[data-partition="0"]`)))
+		attrs, err := chromedp.Run(bctx, chromedp.Evaluate[map[string]string](
+			`Object.assign({}, (document.querySelector('tr.partition[data-partition="0"]') || {dataset: {}}).dataset)`))
 		if err != nil {
 			return false
 		}
-		newPrimary, newEpoch = attrs["data-primary"], attrs["data-epoch"]
+		newPrimary, newEpoch = attrs["primary"], attrs["epoch"]
 		e, _ := strconv.ParseUint(newEpoch, 10, 64)
 		return newPrimary != "" && newPrimary != victim && e > e0
 	})
 	t.Logf("partition 0: primary %s epoch %d -> %s epoch %s, %v after SIGKILL", victim, e0, newPrimary, newEpoch, time.Since(killed).Round(10*time.Millisecond))
+	if n := count(fmt.Sprintf(`tr.partition[data-partition="0"] .rep.gone[data-node=%q]`, victim)); n != 1 {
+		t.Errorf("partition 0 does not show %s's replica as gone", victim)
+	}
 	shot("partitions")
 	checkConsole("failover")
 	t.Logf("browser test took %v", time.Since(started).Round(100*time.Millisecond))

@@ -81,6 +81,66 @@ type Server struct {
 	members   []Member
 	rss       map[string]int64
 	membersAt time.Time
+	// replicas remembers every replica seen, to show the gone ones.
+	replicas map[replicaKey]seenReplica
+}
+
+// replicaKey names one replica of one partition.
+type replicaKey struct {
+	service   string
+	partition int
+	node      string
+}
+
+// seenReplica is a replica's last announced status and when it was seen.
+type seenReplica struct {
+	r    Replica
+	last time.Time
+}
+
+// withGone adds to ps, as role "gone", the replicas seen in earlier
+// views that are no longer announced (a killed node's), for Forget, so a
+// failover shows which replica left rather than a shorter list.
+func (s *Server) withGone(now time.Time, ps []Partition) []Partition {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.replicas == nil {
+		s.replicas = map[replicaKey]seenReplica{}
+	}
+	type partKey struct {
+		service   string
+		partition int
+	}
+	byPart := map[partKey][]Replica{}
+	for i := range ps {
+		for _, r := range ps[i].Replicas {
+			s.replicas[replicaKey{ps[i].Service, ps[i].Partition, r.Node}] = seenReplica{r: r, last: now}
+		}
+	}
+	for k, sr := range s.replicas {
+		if now.Sub(sr.last) > s.cfg.Forget {
+			delete(s.replicas, k)
+			continue
+		}
+		if sr.last.Equal(now) {
+			continue
+		}
+		g := sr.r
+		g.Role, g.HasLease = RoleGone, false
+		pk := partKey{k.service, k.partition}
+		byPart[pk] = append(byPart[pk], g)
+	}
+	if len(byPart) == 0 {
+		return ps
+	}
+	out := make([]Partition, len(ps))
+	for i, p := range ps {
+		if gone := byPart[partKey{p.Service, p.Partition}]; len(gone) > 0 {
+			p.Replicas = append(slices.Clone(p.Replicas), gone...)
+		}
+		out[i] = p
+	}
+	return out
 }
 
 // seenMember is the last time a member was in the yellow pages.
@@ -185,7 +245,7 @@ func (s *Server) View(ctx context.Context, view string, f Filter) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		v := buildPartitions(s.cfg.Self, now, f, ps)
+		v := buildPartitions(s.cfg.Self, now, f, s.withGone(now, ps))
 		if len(ps) == 0 {
 			v.Note = "no replicated partition is announced"
 		}

@@ -404,3 +404,26 @@ func TestNoWorkWithoutViewers(t *testing.T) {
 		t.Errorf("%d goroutines after the viewers left, %d before:\n%s", n, base, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// A replica that stops being announced stays in its partition's row as
+// gone, without counting as the primary or as stale.
+func TestGoneReplicaStays(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1e9, 0))
+	fc := newFakeCluster(3, 1)
+	s, _ := New(Config{Self: "n01", Partitions: fc, Clock: clk})
+	var pv PartitionsView
+	mustJSON(t, get(t, s, APIPrefix+"partitions"), &pv)
+	fc.mu.Lock()
+	fc.parts[0].Replicas = fc.parts[0].Replicas[1:] // n00, the primary, is gone
+	fc.parts[0].Replicas[0].Role, fc.parts[0].Replicas[0].Epoch = "primary", 2
+	fc.mu.Unlock()
+	clk.Advance(time.Second)
+	mustJSON(t, get(t, s, APIPrefix+"partitions"), &pv)
+	p := pv.Partitions[0]
+	if p.Primary != "n01" || p.Epoch != 2 || len(p.Replicas) != 3 || p.Replicas[0].Role != RoleGone || pv.Stale != 0 {
+		t.Errorf("after the primary left: %+v, %d stale", p, pv.Stale)
+	}
+	if page := get(t, s, "/partitions"); !strings.Contains(page, `class="rep gone" data-node="n00"`) {
+		t.Error("gone replica not shown struck out")
+	}
+}

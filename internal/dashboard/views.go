@@ -58,6 +58,10 @@ const (
 	StateDead    = "dead"
 )
 
+// RoleGone is the role shown for a replica no longer announced: its node
+// died or it moved. Its version is the last one announced.
+const RoleGone = "gone"
+
 // ClusterView is the Cluster view and its JSON twin.
 type ClusterView struct {
 	Self    string      `json:"self"`
@@ -238,6 +242,9 @@ func buildPartitions(self string, now time.Time, f Filter, parts []Partition) Pa
 		var prim *Replica
 		for i := range p.Replicas {
 			r := &p.Replicas[i]
+			if r.Role == RoleGone {
+				continue
+			}
 			row.Epoch = max(row.Epoch, r.Epoch)
 			if r.Role == "primary" && (prim == nil || r.Epoch > prim.Epoch) {
 				prim = r
@@ -253,6 +260,10 @@ func buildPartitions(self string, now time.Time, f Filter, parts []Partition) Pa
 		}
 		for _, r := range p.Replicas {
 			rr := ReplicaRow{Node: r.Node, Role: r.Role, Epoch: r.Epoch, Version: r.Version, Commit: r.Commit}
+			if r.Role == RoleGone {
+				row.Replicas = append(row.Replicas, rr)
+				continue
+			}
 			if prim != nil && prim.Version > r.Version {
 				rr.Lag = prim.Version - r.Version
 			}
