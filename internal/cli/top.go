@@ -144,11 +144,7 @@ func isTerminal(w io.Writer) bool {
 // mountGatewayDashboard serves the dashboard on a gateway's metrics
 // listener: its client's yellow pages, its registry and its subscribers.
 func mountGatewayDashboard(mux *http.ServeMux, g *gateway.Gateway, c *neptune.Client, reg prometheus.Gatherer) error {
-	self := g.Name()
-	if self == "" {
-		self = "gateway"
-	}
-	d, err := dashboard.New(dashboard.Config{Self: self, Role: "gateway", Gatherer: reg, RSS: dashboard.PeerRSS{},
+	d, err := dashboard.New(dashboard.Config{Self: g.Name(), // "" for a gateway without gossip Role: "gateway", Gatherer: reg, RSS: dashboard.PeerRSS{},
 		Members: dashboard.MembersFunc(func(ctx context.Context) ([]dashboard.Member, error) {
 			return dashboard.FromClientMembers(c.Members(ctx, 20*time.Millisecond)), nil
 		}),
