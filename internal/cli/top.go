@@ -144,7 +144,8 @@ func isTerminal(w io.Writer) bool {
 // mountGatewayDashboard serves the dashboard on a gateway's metrics
 // listener: its client's yellow pages, its registry and its subscribers.
 func mountGatewayDashboard(mux *http.ServeMux, g *gateway.Gateway, c *neptune.Client, reg prometheus.Gatherer) error {
-	d, err := dashboard.New(dashboard.Config{Self: g.Name(), // "" for a gateway without gossip Role: "gateway", Gatherer: reg, RSS: dashboard.PeerRSS{},
+	// g.Name() is "" for a gateway without demand gossip.
+	d, err := dashboard.New(dashboard.Config{Self: g.Name(), Role: "gateway", Gatherer: reg, RSS: dashboard.PeerRSS{},
 		Members: dashboard.MembersFunc(func(ctx context.Context) ([]dashboard.Member, error) {
 			return dashboard.FromClientMembers(c.Members(ctx, 20*time.Millisecond)), nil
 		}),

@@ -271,8 +271,10 @@ func TestBrowser(t *testing.T) {
 	open(base + "/aggregation")
 	shot("aggregation")
 	open("http://" + gwDash.metrics + "/subscribers")
-	waitPage("subscribers shows what shop was served", 10*time.Second, func() bool {
-		return strings.Contains(text("#subscribers"), "shop") && strings.Contains(text("h2"), "served over the last")
+	var heading string
+	waitPage("subscribers shows what shop was served (a rate window)", 10*time.Second, func() bool {
+		heading = text("h2")
+		return strings.Contains(text("#subscribers"), "shop") && strings.Contains(heading, "served over the last")
 	})
 	shot("subscribers")
 	checkConsole("views")
