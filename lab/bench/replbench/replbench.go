@@ -391,6 +391,10 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, rc Config, tmp str
 	}
 	fmt.Fprintf(stdout, "\nFailover: 3 node processes, level 2, degree 3, 4 writers; partition 0's primary SIGKILLed %d times, each restarted after %v, next kill %v after the restart\n",
 		rc.Kills, rc.Down, rc.Settle)
+	if before.Pressure >= 0 {
+		fmt.Fprintf(stdout, "machine CPU pressure in the second before the nodes started: %.0f%% (judged: > %.0f%% makes the goals INCONCLUSIVE); during the kills it includes this benchmark's writers and is not judged\n",
+			100*before.Pressure, 100*bench.BusyMachine)
+	}
 	fmt.Fprintf(stdout, "%4s %-8s %8s %9s %14s %14s %10s\n", "kill", "primary", "at s", "failover", "return pause", "client lag ms", "cpu press.")
 	p0 := func(a writeAck) bool { return a.p == 0 }
 	var results []failoverResult
