@@ -366,6 +366,7 @@ func lbGoals(ctx context.Context, stdout io.Writer, conns *transport.Conns, srv 
 	// cell here (and in contenders()), judged by the same lbVerdicts, with
 	// the paper's synchronous polling kept as a contender.
 	pooled := map[string]*lbResult{}
+	perRound := make([]map[string]lbStats, rounds)
 	// worstLag is each contender's largest per-round mean lateness: one
 	// starved round is diluted by the pooled mean but can decide it.
 	worstLag := map[string]time.Duration{}
@@ -392,6 +393,10 @@ func lbGoals(ctx context.Context, stdout io.Writer, conns *transport.Conns, srv 
 				pooled[c.Label] = &lbResult{}
 			}
 			pooled[c.Label].merge(res)
+			if perRound[r] == nil {
+				perRound[r] = map[string]lbStats{}
+			}
+			perRound[r][c.Label] = res.stats()
 			worstLag[c.Label] = max(worstLag[c.Label], res.stats().lag)
 		}
 	}
@@ -403,11 +408,17 @@ func lbGoals(ctx context.Context, stdout io.Writer, conns *transport.Conns, srv 
 		row(mergeCell(base, c, "exp", load, d), s, res[balance.NameOracle])
 	}
 	fmt.Fprintf(stdout, "\ngoals (default %s, exp, %g%% load; thresholds fixed before the run):\n", def, 100*load)
-	g := lbGoalInput{
-		oracle: res[balance.NameOracle], dflt: res["default:"+def], p2c: res[balance.NameLocalP2C], slow: res[slowLabel],
-		lag: [4]time.Duration{worstLag[balance.NameOracle], worstLag["default:"+def], worstLag[balance.NameLocalP2C], worstLag[slowLabel]},
+	input := func(st map[string]lbStats) lbGoalInput {
+		return lbGoalInput{
+			oracle: st[balance.NameOracle], dflt: st["default:"+def], p2c: st[balance.NameLocalP2C], slow: st[slowLabel],
+			lag: [4]time.Duration{worstLag[balance.NameOracle], worstLag["default:"+def], worstLag[balance.NameLocalP2C], worstLag[slowLabel]},
+		}
 	}
-	for _, c := range lbVerdicts(cfg, base.Clients, g) {
+	var rs []lbGoalInput
+	for _, st := range perRound {
+		rs = append(rs, input(st))
+	}
+	for _, c := range lbVerdicts(cfg, base.Clients, input(res), rs) {
 		fmt.Fprintf(stdout, "  %s\n", c)
 	}
 	return nil
@@ -421,11 +432,28 @@ type lbGoalInput struct {
 	lag                     [4]time.Duration
 }
 
-// lbVerdicts judges issue 3's goals. A goal is INCONCLUSIVE when a row it
-// compares was CPU-starved in any round, or when the baseline it divides
-// by is not healthy (no requests, or, for the slow-replica goal, a healthy
-// p99 beyond healthyP99 × the oracle's).
-func lbVerdicts(cfg Config, clients int, in lbGoalInput) []*report.Check {
+// lbVerdicts judges issue 3's goals on the pooled rounds and on each
+// round alone (rounds): a goal is INCONCLUSIVE when the rounds disagree
+// with the pooled verdict (or there is only one), when a row it compares
+// was CPU-starved in any round, or when the baseline it divides by is not
+// healthy (no requests, or, for the slow-replica goal, a healthy p99
+// beyond healthyP99 × the oracle's).
+func lbVerdicts(cfg Config, clients int, pooled lbGoalInput, rounds []lbGoalInput) []*report.Check {
+	checks := lbChecks(cfg, clients, pooled)
+	each := make([][]bool, len(checks))
+	for _, r := range rounds {
+		for i, c := range lbChecks(cfg, clients, r) {
+			each[i] = append(each[i], c.Met)
+		}
+	}
+	for i, c := range checks {
+		report.Rounds(c, each[i])
+	}
+	return checks
+}
+
+// lbChecks are lbVerdicts' checks on one set of rows.
+func lbChecks(cfg Config, clients int, in lbGoalInput) []*report.Check {
 	or, dflt, p2c, slowDef := in.oracle, in.dflt, in.p2c, in.slow
 	ratio := func(a, b time.Duration) float64 { return float64(a) / float64(b) }
 	starved := func(c *report.Check, names ...string) *report.Check {

@@ -29,7 +29,7 @@ func outcomes(cs []*report.Check) []report.Outcome {
 }
 
 func TestLBVerdictsPassOnAQuietRun(t *testing.T) {
-	for i, c := range lbVerdicts(DefaultConfig(), 16, quietLB()) {
+	for i, c := range lbVerdicts(DefaultConfig(), 16, quietLB(), []lbGoalInput{quietLB(), quietLB()}) {
 		if c.Outcome() != report.Pass {
 			t.Errorf("goal %d: %s", i, c)
 		}
@@ -41,7 +41,7 @@ func TestLBVerdictsCanFail(t *testing.T) {
 	in.dflt.mean, in.dflt.p99 = ms(80), ms(450) // 1.33× and 1.5× oracle
 	in.p2c.mean = ms(120)                       // 1.5× the default
 	in.slow.p99 = ms(900)                       // 2× healthy
-	for i, c := range lbVerdicts(DefaultConfig(), 16, in) {
+	for i, c := range lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in}) {
 		if c.Outcome() != report.Fail {
 			t.Errorf("goal %d: %s", i, c)
 		}
@@ -57,7 +57,7 @@ func TestLBSlowReplicaNotPassOnStarvedRows(t *testing.T) {
 	in.dflt.p99 = ms(4000) // 13× oracle: the baseline blew up
 	in.slow.p99 = ms(960)  // 0.24× of it
 	in.lag[1], in.lag[3] = ms(6), ms(5)
-	got := lbVerdicts(DefaultConfig(), 16, in)
+	got := lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in})
 	slow := got[3]
 	if slow.Outcome() != report.Inconclusive {
 		t.Fatalf("slow-replica goal: %s", slow)
@@ -68,27 +68,40 @@ func TestLBSlowReplicaNotPassOnStarvedRows(t *testing.T) {
 	// Starvation alone (a healthy-looking baseline) is enough.
 	in = quietLB()
 	in.lag[3] = ms(3)
-	if c := lbVerdicts(DefaultConfig(), 16, in)[3]; c.Outcome() != report.Inconclusive {
+	if c := lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in})[3]; c.Outcome() != report.Inconclusive {
 		t.Errorf("starved slow row: %s", c)
 	}
 	// An unhealthy baseline alone is enough.
 	in = quietLB()
 	in.dflt.p99, in.slow.p99 = ms(900), ms(700)
-	if c := lbVerdicts(DefaultConfig(), 16, in)[3]; c.Outcome() != report.Inconclusive {
+	if c := lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in})[3]; c.Outcome() != report.Inconclusive {
 		t.Errorf("unhealthy baseline: %s", c)
 	}
 	// A starved oracle decides none of the ratios to it.
 	in = quietLB()
 	in.lag[0] = ms(4)
-	if o := outcomes(lbVerdicts(DefaultConfig(), 16, in)); o[0] != report.Inconclusive || o[1] != report.Inconclusive || o[2] != report.Pass {
+	if o := outcomes(lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in})); o[0] != report.Inconclusive || o[1] != report.Inconclusive || o[2] != report.Pass {
 		t.Errorf("starved oracle: %v", o)
+	}
+}
+
+// The pooled run decides only if every round agrees with it.
+func TestLBRoundsMustAgree(t *testing.T) {
+	in := quietLB()
+	noisy := quietLB()
+	noisy.dflt.mean = ms(90) // 1.5× oracle in this round alone
+	if c := lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, noisy})[0]; c.Outcome() != report.Inconclusive {
+		t.Errorf("rounds disagree: %s", c)
+	}
+	if c := lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in})[0]; c.Outcome() != report.Inconclusive {
+		t.Errorf("one round: %s", c)
 	}
 }
 
 func TestLBGoalThresholdsAreInputs(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.GoalMean = 1.1 // quietLB's 1.167× now misses
-	if c := lbVerdicts(cfg, 16, quietLB())[0]; c.Outcome() != report.Fail || !strings.Contains(c.Goal, "1.1×") {
+	if c := lbVerdicts(cfg, 16, quietLB(), []lbGoalInput{quietLB(), quietLB()})[0]; c.Outcome() != report.Fail || !strings.Contains(c.Goal, "1.1×") {
 		t.Errorf("mean goal at 1.1: %s", c)
 	}
 }
