@@ -370,6 +370,9 @@ func lbGoals(ctx context.Context, stdout io.Writer, conns *transport.Conns, srv 
 	// worstLag is each contender's largest per-round mean lateness: one
 	// starved round is diluted by the pooled mean but can decide it.
 	worstLag := map[string]time.Duration{}
+	// press is each contender's worst round's machine CPU pressure (the
+	// fraction of the time some task waited for a CPU; -1 unknown).
+	press := map[string]float64{}
 	for r := range rounds {
 		for _, c := range cells {
 			c = mergeCell(base, c, "exp", load, d)
@@ -380,7 +383,9 @@ func lbGoals(ctx context.Context, stdout io.Writer, conns *transport.Conns, srv 
 					return err
 				}
 			}
+			probe := bench.StartLagProbe(5 * time.Millisecond)
 			res, err := run(c)
+			press[c.Label] = max(press[c.Label], probe.Stop().Pressure)
 			if isSlow {
 				if serr := setSlowdown(ctx, conns, srv[0], 1); err == nil {
 					err = serr
@@ -407,11 +412,16 @@ func lbGoals(ctx context.Context, stdout io.Writer, conns *transport.Conns, srv 
 		s.lag = max(s.lag, worstLag[c.Label]) // the row flags a starved round too
 		row(mergeCell(base, c, "exp", load, d), s, res[balance.NameOracle])
 	}
+	fmt.Fprintf(stdout, "\nmachine CPU pressure, worst round (judged: > %.0f%% makes a goal on the row INCONCLUSIVE):", 100*bench.BusyMachine)
+	for _, c := range cells {
+		fmt.Fprintf(stdout, " %s %.0f%%", c.Label, 100*press[c.Label])
+	}
 	fmt.Fprintf(stdout, "\ngoals (default %s, exp, %g%% load; thresholds fixed before the run):\n", def, 100*load)
 	input := func(st map[string]lbStats) lbGoalInput {
 		return lbGoalInput{
 			oracle: st[balance.NameOracle], dflt: st["default:"+def], p2c: st[balance.NameLocalP2C], slow: st[slowLabel],
-			lag: [4]time.Duration{worstLag[balance.NameOracle], worstLag["default:"+def], worstLag[balance.NameLocalP2C], worstLag[slowLabel]},
+			lag:   [4]time.Duration{worstLag[balance.NameOracle], worstLag["default:"+def], worstLag[balance.NameLocalP2C], worstLag[slowLabel]},
+			press: [4]float64{press[balance.NameOracle], press["default:"+def], press[balance.NameLocalP2C], press[slowLabel]},
 		}
 	}
 	var rs []lbGoalInput
@@ -425,11 +435,13 @@ func lbGoals(ctx context.Context, stdout io.Writer, conns *transport.Conns, srv 
 }
 
 // lbGoalInput is what the goals are judged on: each contender's pooled
-// statistics and its worst round's mean dispatch lateness (oracle,
-// default, localp2c, slow).
+// statistics, its worst round's mean dispatch lateness and the machine's
+// CPU pressure in its worst round (oracle, default, localp2c, slow; -1
+// unknown).
 type lbGoalInput struct {
 	oracle, dflt, p2c, slow lbStats
 	lag                     [4]time.Duration
+	press                   [4]float64
 }
 
 // lbVerdicts judges issue 3's goals on the pooled rounds and on each
@@ -459,8 +471,7 @@ func lbChecks(cfg Config, clients int, in lbGoalInput) []*report.Check {
 	starved := func(c *report.Check, names ...string) *report.Check {
 		idx := map[string]int{"oracle": 0, "default": 1, "localp2c": 2, "slow-replica": 3}
 		for _, n := range names {
-			cond, why := bench.Starved("the "+n+" row's client", in.lag[idx[n]])
-			c.Doubt(cond, "%s", why)
+			bench.Starvation{Lag: in.lag[idx[n]], Pressure: in.press[idx[n]]}.Doubt(c, "the "+n+" row's client")
 		}
 		return c
 	}

@@ -17,6 +17,7 @@ func quietLB() lbGoalInput {
 		p2c:    lbStats{n: 1000, mean: ms(200), p99: ms(900)},
 		slow:   lbStats{n: 1000, mean: ms(75), p99: ms(400)},
 		lag:    [4]time.Duration{ms(0.2), ms(0.2), ms(0.2), ms(0.2)},
+		press:  [4]float64{0.05, 0.05, -1, 0.05},
 	}
 }
 
@@ -76,6 +77,12 @@ func TestLBSlowReplicaNotPassOnStarvedRows(t *testing.T) {
 	in.dflt.p99, in.slow.p99 = ms(900), ms(700)
 	if c := lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in})[3]; c.Outcome() != report.Inconclusive {
 		t.Errorf("unhealthy baseline: %s", c)
+	}
+	// A busy machine during the slow row's run is enough.
+	in = quietLB()
+	in.press[3] = 0.6
+	if c := lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in})[3]; c.Outcome() != report.Inconclusive || !strings.Contains(c.String(), "machine") {
+		t.Errorf("busy machine: %s", c)
 	}
 	// A starved oracle decides none of the ratios to it.
 	in = quietLB()
