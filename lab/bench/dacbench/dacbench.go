@@ -405,6 +405,10 @@ func DefaultConfig() Config {
 		Seed: 1, Out: "out/dac"}
 }
 
+// minFig20Len is the shortest Fig 20 timeline whose judged windows hold
+// at least one whole second each.
+const minFig20Len = 18 * time.Second
+
 // Validate names the first bad field.
 func (c Config) Validate() error {
 	for _, r := range append(slices.Clone(c.Rates), append(c.EDRates, c.TreesGoalRate, c.Fig20Rate, c.StopRate, c.HedgeRate)...) {
@@ -431,8 +435,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("dacbench: cell and hedge cell must exceed the warm-up (%v)", c.Warmup)
 	case !(c.TreesGoal > 0 && c.Fig20Goal > 0):
 		return errors.New("dacbench: goal thresholds must be > 0")
-	case c.Deadline <= 0 || c.Budget <= 0 || c.Slow < 1 || c.Fig20Len < 6*time.Second:
-		return errors.New("dacbench: deadline and budget must be > 0, slow >= 1, fig20 length >= 6s")
+	case c.Deadline <= 0 || c.Budget <= 0 || c.Slow < 1 || c.Fig20Len < minFig20Len:
+		// Shorter, the healthy (1 s–len/6) or both-slow (len/3+2 s–len/2)
+		// window of whole seconds is empty and the goal judges nothing.
+		return fmt.Errorf("dacbench: deadline and budget must be > 0, slow >= 1, fig20 length >= %v", minFig20Len)
 	}
 	return nil
 }

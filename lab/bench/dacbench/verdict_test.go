@@ -82,6 +82,11 @@ func TestDACGoalConfigValidate(t *testing.T) {
 		t.Error("zero threshold accepted")
 	}
 	cfg = DefaultConfig()
+	cfg.Fig20Len = 12 * time.Second // its both-slow window would be empty
+	if err := cfg.Validate(); err == nil {
+		t.Error("12 s Fig 20 accepted")
+	}
+	cfg = DefaultConfig()
 	cfg.TreesGoalRate = -1
 	if err := cfg.Validate(); err == nil {
 		t.Error("negative goal rate accepted")
