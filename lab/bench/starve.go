@@ -114,13 +114,13 @@ func (s Starvation) Worse(o Starvation) Starvation {
 	return Starvation{Lag: max(s.Lag, o.Lag), Pressure: max(s.Pressure, o.Pressure)}
 }
 
-// Doubt adds to c the reasons s makes its cells undecidable: what (the
-// client process) was late to wake, or the machine was busy.
-func (s Starvation) Doubt(c *report.Check, what string) *report.Check {
-	cond, why := Starved(what, s.Lag)
+// Doubt adds to c the reasons s makes cells (e.g. "the oracle row")
+// undecidable: their client was late to wake, or the machine was busy.
+func (s Starvation) Doubt(c *report.Check, cells string) *report.Check {
+	cond, why := Starved("the client of "+cells, s.Lag)
 	c.Doubt(cond, "%s", why)
-	return c.Doubt(s.Pressure > BusyMachine, "machine CPU-starved (some task waited for a CPU %.0f%% of the time > %.0f%%): rerun on a quieter machine",
-		100*s.Pressure, 100*BusyMachine)
+	return c.Doubt(s.Pressure > BusyMachine, "machine CPU-starved during %s (some task waited for a CPU %.0f%% of the time > %.0f%%): rerun on a quieter machine",
+		cells, 100*s.Pressure, 100*BusyMachine)
 }
 
 // cpuStall is the machine's cumulative time some task waited for a CPU

@@ -17,12 +17,12 @@ func TestStarvationDoubts(t *testing.T) {
 		{Starvation{Lag: 3 * time.Millisecond, Pressure: 0.05}, report.Inconclusive},
 		{Starvation{Lag: 100 * time.Microsecond, Pressure: 0.8}, report.Inconclusive},
 	} {
-		c := tc.s.Doubt(report.AtMost("x ≤ 1", 0.5, 1, "0.5"), "the client")
+		c := tc.s.Doubt(report.AtMost("x ≤ 1", 0.5, 1, "0.5"), "the sequential cells")
 		if c.Outcome() != tc.want {
 			t.Errorf("%+v: %s", tc.s, c)
 		}
 		// A starved cell that missed the goal is no FAIL either.
-		if c := tc.s.Doubt(report.AtMost("x ≤ 1", 2, 1, "2"), "the client"); tc.want == report.Inconclusive && c.Outcome() != report.Inconclusive {
+		if c := tc.s.Doubt(report.AtMost("x ≤ 1", 2, 1, "2"), "the sequential cells"); tc.want == report.Inconclusive && c.Outcome() != report.Inconclusive {
 			t.Errorf("%+v, missed: %s", tc.s, c)
 		}
 	}

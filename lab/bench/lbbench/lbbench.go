@@ -471,7 +471,7 @@ func lbChecks(cfg Config, clients int, in lbGoalInput) []*report.Check {
 	starved := func(c *report.Check, names ...string) *report.Check {
 		idx := map[string]int{"oracle": 0, "default": 1, "localp2c": 2, "slow-replica": 3}
 		for _, n := range names {
-			bench.Starvation{Lag: in.lag[idx[n]], Pressure: in.press[idx[n]]}.Doubt(c, "the "+n+" row's client")
+			bench.Starvation{Lag: in.lag[idx[n]], Pressure: in.press[idx[n]]}.Doubt(c, "the "+n+" row")
 		}
 		return c
 	}

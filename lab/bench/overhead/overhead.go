@@ -303,7 +303,7 @@ func pollVerdict(policy string, goal, cost time.Duration, rounds []time.Duration
 	}
 	c := &report.Check{Goal: fmt.Sprintf("%s polling ≤ %v per sequential call over polling off", policy, goal), Met: cost <= goal,
 		Measured: fmt.Sprintf("%v (rounds: %s)", cost.Round(time.Microsecond), strings.Join(rs, ", "))}
-	return starved.Doubt(report.Rounds(c, each), "the client")
+	return starved.Doubt(report.Rounds(c, each), "these sequential cells")
 }
 
 // securityPair is an mTLS contender and its plaintext twin.
@@ -342,7 +342,7 @@ func securityVerdict(w io.Writer, pairs []securityPair, modes []int, all map[str
 			fmt.Fprintf(w, "%-36s %5d %8.2f %8.2f\n", pr.secure, conc, lat, rate)
 			c := report.Rounds(&report.Check{Goal: fmt.Sprintf("%s, %d-way", pr.secure, conc), Met: good, Measured: fmt.Sprintf("latency %.2f×, throughput %.2f×", lat, rate)}, each)
 			if conc == 1 {
-				starved[pk].Worse(starved[sk]).Doubt(c, "the client")
+				starved[pk].Worse(starved[sk]).Doubt(c, "this pair's sequential cells")
 			}
 			checks = append(checks, c)
 		}
