@@ -117,8 +117,9 @@ const (
 	// between offers of a write the workers refused.
 	checkRetry = 50 * time.Millisecond
 	applyRetry = time.Millisecond
-	// maxApplyWait bounds how long a primary holds a read that needs
-	// writes it has committed but not yet applied.
+	// maxApplyWait bounds how long a read waits for this replica to be
+	// able to serve it (a primary to get its lease or apply what it
+	// committed) when the partition sets no WriteWait.
 	maxApplyWait = time.Second
 	// defaultAckTimeout is replica's default, which the failure detector
 	// needs to know.
@@ -201,6 +202,7 @@ func (rt *Runtime) prepare(p Partition) (*part, error) {
 	pt := &part{rt: rt, spec: p, key: partKey{p.Service, p.Partition}, cfg: cfg,
 		inbox: make(chan replica.Message, 4096), props: make(chan proposal, 1024),
 		ops: make(chan func(time.Time), 16), done: make(chan struct{}), changed: make(chan struct{})}
+	pt.ask = pt.current
 	// Calls may arrive before Start finishes: they see a recovering replica.
 	pt.status.Store(&replica.Status{ID: cfg.ID, Role: replica.Recovering, Phase: replica.PhaseCheck})
 	return pt, nil

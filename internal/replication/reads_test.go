@@ -1,0 +1,262 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/replica"
+	"github.com/neptune-cluster/neptune/internal/service"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// The read gating tests stand in for the replica's status: they publish
+// statuses themselves (the loop publishes only when the manual clock moves
+// or an event arrives, so a published status stays until then) and answer
+// for the loop when a linearizable read asks for the read index. They test
+// the shell's rules, whatever the core does to reach those statuses.
+
+// forwardSender records forwarded calls and answers them.
+type forwardSender struct {
+	fakeSender
+	mu  sync.Mutex
+	got []string // the nodes forwarded to
+}
+
+func (s *forwardSender) Forward(_ context.Context, node, _ string, _ *pb.CallRequest) (*pb.CallResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, node)
+	return &pb.CallResponse{Body: []byte("from " + node), Version: 7}, nil
+}
+
+func (s *forwardSender) forwarded() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.got...)
+}
+
+// startGated runs b's replica of kv partition 0 (replicas a, b, c) at
+// level with linearizable set, on a manual clock, and settles it.
+func startGated(t *testing.T, level int, linearizable bool) (*Runtime, *part, *clock.Manual, *forwardSender) {
+	t.Helper()
+	clk := clock.NewManual(t0)
+	snd := &forwardSender{}
+	rt := New(Config{Self: "b", DataDir: t.TempDir(), Directory: &fakeDir{hosts: []string{"a", "b", "c"}}, Sender: snd, Clock: clk})
+	rep := &service.Replication{Level: level, Linearizable: linearizable, WriteWait: time.Second,
+		Replicas: map[int][]service.ReplicaSpec{0: {{Node: "a", Priority: 3}, {Node: "b", Priority: 2}, {Node: "c", Priority: 1}}}}
+	err := rt.Register(Partition{Service: "kv", Partition: 0, Replication: rep, Executor: execFunc(func(context.Context, *service.Request) (Result, error) {
+		return Result{Resp: &service.Response{}}, nil
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Stop)
+	p := rt.parts[partKey{"kv", 0}]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := clk.BlockUntilContext(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, p)
+	return rt, p, clk, snd
+}
+
+// readResult is a read's outcome and whether the replica ran it.
+type readResult struct {
+	resp  *service.Response
+	err   error
+	local bool
+}
+
+// read starts a read of kv partition 0 at rt; the result arrives on the
+// channel. It forgets earlier reads' waits, so that waiting sees this one.
+func read(rt *Runtime, minVersion uint64) <-chan readResult {
+	p := rt.parts[partKey{"kv", 0}]
+	p.changedMu.Lock()
+	p.watched = false
+	p.changedMu.Unlock()
+	out := make(chan readResult, 1)
+	go func() {
+		ran := false
+		resp, err := rt.Serve(context.Background(), &pb.CallRequest{Service: "kv", Partition: 0, Method: "get", Mode: pb.Mode_MODE_READ, MinVersion: minVersion},
+			func(context.Context) (*service.Response, error) {
+				ran = true
+				return &service.Response{Body: []byte("local")}, nil
+			})
+		out <- readResult{resp, err, ran}
+	}()
+	return out
+}
+
+// waiting returns once the read started last waits for p's status to
+// change (it has set its timer by then).
+func waiting(t *testing.T, p *part) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.changedMu.Lock()
+		w := p.watched
+		p.changedMu.Unlock()
+		if w {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the read never waited")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func result(t *testing.T, ch <-chan readResult) readResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatal("read still pending")
+		return readResult{}
+	}
+}
+
+func pending(t *testing.T, ch <-chan readResult) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("read answered early: %+v", r)
+	default:
+	}
+}
+
+// Which replica may serve a read, by status.
+func TestMayRead(t *testing.T) {
+	now := t0.Add(time.Hour)
+	primary := func(lease time.Time) *replica.Status {
+		return &replica.Status{Role: replica.Primary, Primary: "b", Applied: 10, Commit: 10, LeaseUntil: lease}
+	}
+	for _, c := range []struct {
+		name  string
+		level replica.Level
+		st    *replica.Status
+		min   uint64
+		want  bool
+	}{
+		{"recovering", replica.Level2, &replica.Status{Role: replica.Recovering, Applied: 10}, 0, false},
+		{"diverged secondary", replica.Level2, &replica.Status{Role: replica.Secondary, Applied: 10, Diverged: true}, 0, false},
+		{"level-2 secondary", replica.Level2, &replica.Status{Role: replica.Secondary, Applied: 10}, 0, true},
+		{"level-2 primary without lease", replica.Level2, primary(time.Time{}), 0, true},
+		{"level-3 primary with lease", replica.Level3, primary(now.Add(time.Millisecond)), 10, true},
+		{"level-3 primary, lease lapsing now", replica.Level3, primary(now), 0, false},
+		{"level-3 primary without lease", replica.Level3, primary(time.Time{}), 0, false},
+		{"level-3 secondary at the session's version", replica.Level3, &replica.Status{Role: replica.Secondary, Applied: 10}, 10, true},
+		{"level-3 secondary behind the session", replica.Level3, &replica.Status{Role: replica.Secondary, Applied: 10}, 11, false},
+	} {
+		if got := mayRead(c.level, c.st, now, c.min); got != c.want {
+			t.Errorf("%s: mayRead = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestLevel3PrimaryServesOnlyWithItsLease: a level-3 primary whose lease
+// lapsed (it may be cut off while a newer primary commits) does not serve
+// a read; it waits for its lease and, if none comes within WriteWait,
+// fails with the retryable ErrNoPrimary, never having read.
+func TestLevel3PrimaryServesOnlyWithItsLease(t *testing.T) {
+	rt, p, clk, _ := startGated(t, 3, false)
+	p.publish(replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 4, Commit: 4, LeaseUntil: clk.Now()})
+	r := read(rt, 0)
+	waiting(t, p)
+	pending(t, r)
+	// The lease comes back (a majority acknowledged): the read runs.
+	p.publish(replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 4, Commit: 4, LeaseUntil: clk.Now().Add(400 * time.Millisecond)})
+	if got := result(t, r); got.err != nil || !got.local || got.resp.Version != 4 {
+		t.Fatalf("leased primary: %+v", got)
+	}
+
+	p.publish(replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 4, Commit: 4})
+	r = read(rt, 0)
+	waiting(t, p)
+	advance(t, p, clk, time.Second) // WriteWait; the loop publishes the core's own (unleased) status
+	got := result(t, r)
+	if got.local || !errors.Is(got.err, nerr.ErrNoPrimary) || !nerr.Retryable(got.err) {
+		t.Fatalf("primary without a lease: %+v, want the retryable ErrNoPrimary and no read", got)
+	}
+}
+
+// TestDivergedReplicaServesNothing: a replica that found its log differs
+// from the primary's forwards reads to the primary.
+func TestDivergedReplicaServesNothing(t *testing.T) {
+	rt, p, _, snd := startGated(t, 2, false)
+	p.publish(replica.Status{ID: "b", Role: replica.Secondary, Primary: "a", Applied: 9, Commit: 9, Diverged: true})
+	got := result(t, read(rt, 0))
+	if got.err != nil || got.local || string(got.resp.Body) != "from a" {
+		t.Fatalf("diverged secondary: %+v, want the read forwarded to a", got)
+	}
+	p.publish(replica.Status{ID: "b", Role: replica.Secondary, Primary: "a", Applied: 9, Commit: 9})
+	if got := result(t, read(rt, 0)); got.err != nil || !got.local {
+		t.Fatalf("healthy level-2 secondary: %+v, want a local read", got)
+	}
+	if f := snd.forwarded(); len(f) != 1 || f[0] != "a" {
+		t.Fatalf("forwarded to %v, want [a]", f)
+	}
+}
+
+// TestLinearizableReadsGoToTheLeasedPrimaryAndWaitForTheReadIndex: with
+// Linearizable, a secondary forwards every read to the primary; the
+// primary takes its commit point at the read's arrival (from the loop) as
+// the read index and reads only once it has executed that far, and only
+// while it holds its lease.
+func TestLinearizableReadsGoToTheLeasedPrimaryAndWaitForTheReadIndex(t *testing.T) {
+	rt, p, clk, snd := startGated(t, 2, true)
+
+	// A secondary, even fully caught up, forwards.
+	p.publish(replica.Status{ID: "b", Role: replica.Secondary, Primary: "a", Applied: 9, Commit: 9})
+	p.ask = func(context.Context) (replica.Status, time.Time, error) { return *p.status.Load(), clk.Now(), nil }
+	if got := result(t, read(rt, 0)); got.err != nil || got.local || string(got.resp.Body) != "from a" {
+		t.Fatalf("linearizable read at a secondary: %+v, want it forwarded to a", got)
+	}
+
+	// The primary: the loop's commit point is 12, it has executed 10.
+	var mu sync.Mutex
+	loop := replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 10, Commit: 12, LeaseUntil: clk.Now().Add(400 * time.Millisecond)}
+	p.ask = func(context.Context) (replica.Status, time.Time, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return loop, clk.Now(), nil
+	}
+	p.publish(replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 10, Commit: 10, LeaseUntil: loop.LeaseUntil})
+	r := read(rt, 0)
+	waiting(t, p)
+	pending(t, r)
+	p.publish(replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 11, Commit: 12, LeaseUntil: loop.LeaseUntil})
+	waiting(t, p)
+	pending(t, r)
+	p.publish(replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 12, Commit: 12, LeaseUntil: loop.LeaseUntil})
+	if got := result(t, r); got.err != nil || !got.local || got.resp.Version != 12 {
+		t.Fatalf("linearizable read at the primary: %+v, want a local read at version 12", got)
+	}
+
+	// Without a lease (lapsed, or not yet won) the primary waits for one,
+	// at most WriteWait, then fails with the retryable ErrNoPrimary.
+	mu.Lock()
+	loop.LeaseUntil = clk.Now()
+	mu.Unlock()
+	r = read(rt, 0)
+	waiting(t, p)
+	pending(t, r)
+	advance(t, p, clk, time.Second)
+	got := result(t, r)
+	if got.local || !errors.Is(got.err, nerr.ErrNoPrimary) || !nerr.Retryable(got.err) {
+		t.Fatalf("linearizable read without a lease: %+v, want the retryable ErrNoPrimary and no read", got)
+	}
+	if f := snd.forwarded(); len(f) != 1 {
+		t.Fatalf("forwarded %v, want only the secondary's read", f)
+	}
+}
