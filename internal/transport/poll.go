@@ -464,7 +464,7 @@ func (p *Poller) read() {
 		a := PollAnswer{Replica: w.replica, Queue: int(rep.Queue), RTT: p.clock.Since(w.sent),
 			Version: Version{Replicated: rep.Replicated, Version: rep.Version, VersionAgo: rep.VersionAgo, Serving: rep.Serving, Primary: rep.Primary,
 				Lease: time.Duration(rep.LeaseMs) * time.Millisecond},
-			Work:    Work{Pending: time.Duration(rep.WorkNs), Capacity: int(rep.Capacity)}}
+			Work: Work{Pending: time.Duration(rep.WorkNs), Capacity: int(rep.Capacity)}}
 		// Deliver under the lock: an answer matched before its Poll's
 		// deadline is then in the Poll's channel when the deadline fires.
 		replies, late := w.replies, p.late
