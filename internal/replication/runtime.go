@@ -187,6 +187,9 @@ func (rt *Runtime) prepare(p Partition) (*part, error) {
 	if !slices.ContainsFunc(specs, func(s service.ReplicaSpec) bool { return s.Node == rt.cfg.Self }) {
 		return nil, fmt.Errorf("neptune: register %q partition %d: %w %q (replicas: %v)", p.Service, p.Partition, errNoReplicaSet, rt.cfg.Self, specs)
 	}
+	if r.Linearizable && r.Level == int(replica.Level1) {
+		return nil, fmt.Errorf("neptune: register %q: Replication.Linearizable needs level 2 or 3", p.Service)
+	}
 	cfg := replica.Config{ID: replica.ID(rt.cfg.Self), Level: replica.Level(r.Level), MinLive: r.MinLive,
 		Heartbeat: r.Heartbeat, AckTimeout: r.AckTimeout, ElectionTimeout: r.ElectionTimeout,
 		WriteWait: r.WriteWait, Staleness: r.Staleness, Lease: r.Lease}
