@@ -155,6 +155,8 @@ func TestMayRead(t *testing.T) {
 		{"level-3 primary with lease", replica.Level3, primary(now.Add(time.Millisecond)), 10, true},
 		{"level-3 primary, lease lapsing now", replica.Level3, primary(now), 0, false},
 		{"level-3 primary without lease", replica.Level3, primary(time.Time{}), 0, false},
+		{"level-3 leased primary behind its version x ago", replica.Level3,
+			&replica.Status{Role: replica.Primary, Applied: 10, Commit: 30, VersionAgo: 20, LeaseUntil: now.Add(time.Second)}, 0, false},
 		{"level-3 secondary at the session's version", replica.Level3, &replica.Status{Role: replica.Secondary, Applied: 10}, 10, true},
 		{"level-3 secondary behind the session", replica.Level3, &replica.Status{Role: replica.Secondary, Applied: 10}, 11, false},
 	} {
@@ -210,9 +212,9 @@ func TestDivergedReplicaServesNothing(t *testing.T) {
 
 // TestLinearizableReadsGoToTheLeasedPrimaryAndWaitForTheReadIndex: with
 // Linearizable, a secondary forwards every read to the primary; the
-// primary takes its commit point at the read's arrival (from the loop) as
-// the read index and reads only once it has executed that far, and only
-// while it holds its lease.
+// primary takes its last entry at the read's arrival (from the loop; at
+// or above its commit point) as the read index and reads only once it has
+// executed that far, and only while it holds its lease.
 func TestLinearizableReadsGoToTheLeasedPrimaryAndWaitForTheReadIndex(t *testing.T) {
 	rt, p, clk, snd := startGated(t, 2, true)
 
@@ -223,9 +225,11 @@ func TestLinearizableReadsGoToTheLeasedPrimaryAndWaitForTheReadIndex(t *testing.
 		t.Fatalf("linearizable read at a secondary: %+v, want it forwarded to a", got)
 	}
 
-	// The primary: the loop's commit point is 12, it has executed 10.
+	// The primary: the loop's commit point is 12 and its last entry 13
+	// (a new primary's commit point lags the log it adopted); it has
+	// executed 10.
 	var mu sync.Mutex
-	loop := replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 10, Commit: 12, LeaseUntil: clk.Now().Add(400 * time.Millisecond)}
+	loop := replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 10, Commit: 12, Last: 13, LeaseUntil: clk.Now().Add(400 * time.Millisecond)}
 	p.ask = func(context.Context) (replica.Status, time.Time, error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -239,8 +243,11 @@ func TestLinearizableReadsGoToTheLeasedPrimaryAndWaitForTheReadIndex(t *testing.
 	waiting(t, p)
 	pending(t, r)
 	p.publish(replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 12, Commit: 12, LeaseUntil: loop.LeaseUntil})
-	if got := result(t, r); got.err != nil || !got.local || got.resp.Version != 12 {
-		t.Fatalf("linearizable read at the primary: %+v, want a local read at version 12", got)
+	waiting(t, p)
+	pending(t, r)
+	p.publish(replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 13, Commit: 13, LeaseUntil: loop.LeaseUntil})
+	if got := result(t, r); got.err != nil || !got.local || got.resp.Version != 13 {
+		t.Fatalf("linearizable read at the primary: %+v, want a local read at version 13", got)
 	}
 
 	// Without a lease (lapsed, or not yet won) the primary waits for one,

@@ -59,14 +59,18 @@ func (rt *Runtime) Serve(ctx context.Context, in *pb.CallRequest, local func(con
 // read whose session has seen minVersion: not while it recovers or has
 // diverged (it serves nothing); at level 3 only at or above the session's
 // version and, on the primary, only while it holds its majority lease (a
-// primary without one may be cut off from a newer primary: not fresh).
+// primary without one may be cut off from a newer primary: not fresh) and
+// has executed its committed version x ago.
 func mayRead(level replica.Level, st *replica.Status, now time.Time, minVersion uint64) bool {
 	switch {
 	case st.Role == replica.Recovering || st.Diverged:
 		return false
 	case level != replica.Level3:
 		return true
-	case st.Role == replica.Primary && !leased(st, now):
+	case st.Role == replica.Primary && (!leased(st, now) || st.Applied < st.VersionAgo):
+		// A primary is fresh only with its lease, and like any replica only
+		// once it has executed its own committed version x ago (a new
+		// primary may still be executing a backlog it adopted).
 		return false
 	}
 	return uint64(st.Applied) >= minVersion
@@ -89,16 +93,22 @@ func (p *part) serveLocal(ctx context.Context, st *replica.Status, local func(co
 }
 
 // readLinearizable serves a read of a Linearizable service (read-index):
-// only the primary serves, only while it holds its majority lease, which
-// no other primary can have committed anything under. It takes the commit
-// point at the read's arrival as the read index, from the loop (not the
-// published status, which may lag a write already acknowledged), waits
-// until it has executed that far, then reads. Every write acknowledged
-// before the read arrived is at or below the index, and the state read
-// holds only committed writes: the read is linearizable. A replica that
-// is not the primary forwards the read to the one it knows; the read
-// fails with the retryable ErrNoPrimary (never executed) when no primary
-// with a lease is found within the read's wait.
+// only the primary serves, only while it holds its majority lease, under
+// which no other primary can have committed anything. At the read's
+// arrival it takes, from the loop (not the published status, which may
+// lag a write already acknowledged), the read index: its last log entry,
+// which is at or above its commit point. A new primary's commit point lags
+// the log it adopted from a majority until an entry of its own epoch
+// commits, but that log holds every write any earlier primary
+// acknowledged; so the last entry covers them whatever the core's lease
+// rule, at the cost of waiting for the writes in flight to commit. The
+// read waits until this replica has executed that far, then runs: every
+// write acknowledged before it arrived is in the state read, and that
+// state holds only committed writes, so the read is linearizable. A
+// replica that is not the primary forwards the read to the one it knows;
+// the read fails with the retryable ErrNoPrimary (never executed) when no
+// primary with a lease is found, or the index is not executed, within
+// readWait.
 func (p *part) readLinearizable(ctx context.Context, in *pb.CallRequest, local func(context.Context) (*service.Response, error)) (*service.Response, error) {
 	rt := p.rt
 	expired := rt.clock.After(p.readWait())
@@ -113,7 +123,7 @@ func (p *part) readLinearizable(ctx context.Context, in *pb.CallRequest, local f
 			return rt.forward(ctx, string(st.Primary), in)
 		}
 		if leased(&st, now) && !st.Diverged {
-			index = st.Commit
+			index = max(st.Commit, st.Last)
 			break
 		}
 		select {
