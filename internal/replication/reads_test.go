@@ -62,7 +62,7 @@ func startGated(t *testing.T, level int, linearizable bool) (*Runtime, *part, *c
 	p := rt.parts[partKey{"kv", 0}]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := clk.BlockUntilContext(ctx, 2); err != nil {
+	if err := clk.BlockUntilContext(ctx, 3); err != nil { // the loop's, the keeper's and the prober's tickers
 		t.Fatal(err)
 	}
 	settle(t, p)
@@ -265,5 +265,117 @@ func TestLinearizableReadsGoToTheLeasedPrimaryAndWaitForTheReadIndex(t *testing.
 	}
 	if f := snd.forwarded(); len(f) != 1 {
 		t.Fatalf("forwarded %v, want only the secondary's read", f)
+	}
+}
+
+// gonePagesDir lists a node until it is told the node left the yellow
+// pages (a partition longer than the announcement TTL).
+type gonePagesDir struct {
+	fakeDir
+	mu   sync.Mutex
+	gone bool
+}
+
+func (d *gonePagesDir) RPCAddr(node string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gone {
+		return ""
+	}
+	return "addr-" + node
+}
+
+// addrSender records the addresses Replicate calls go to.
+type addrSender struct {
+	fakeSender
+	mu    sync.Mutex
+	addrs []string
+}
+
+func (s *addrSender) Replicate(_ context.Context, _, addr string, _ *pb.ReplicaBatch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addrs = append(s.addrs, addr)
+	return nil
+}
+
+// TestReplicationOutlivesTheYellowPages: once a peer has been reached, a
+// node keeps calling its last address after the yellow pages drop it, so
+// replication heals with the network, not with gossip.
+func TestReplicationOutlivesTheYellowPages(t *testing.T) {
+	dir := &gonePagesDir{}
+	snd := &addrSender{}
+	rt := New(Config{Self: "a", DataDir: t.TempDir(), Directory: dir, Sender: snd, Clock: clock.NewManual(t0)})
+	rt.ctx = context.Background()
+	batch := []*pb.ReplicaMessage{{Service: "kv"}}
+	if err := rt.deliver("b", batch, 10); err != nil {
+		t.Fatal(err)
+	}
+	dir.mu.Lock()
+	dir.gone = true
+	dir.mu.Unlock()
+	if err := rt.deliver("b", batch, 10); err != nil {
+		t.Fatalf("delivery to a peer the pages dropped: %v", err)
+	}
+	if err := rt.deliver("c", batch, 10); !errors.Is(err, nerr.ErrNoReplica) {
+		t.Fatalf("delivery to a peer never listed: %v, want ErrNoReplica", err)
+	}
+	snd.mu.Lock()
+	defer snd.mu.Unlock()
+	if len(snd.addrs) != 2 || snd.addrs[1] != "addr-b" {
+		t.Fatalf("calls went to %v, want addr-b twice", snd.addrs)
+	}
+}
+
+// TestLostPeersAreProbedAtTheirLastAddress: a peer replica the yellow
+// pages dropped (a partition longer than the announcement TTL) and not
+// heard from is sent an empty Replicate call at its last address every
+// probeEvery; the answer makes it alive again, without waiting for gossip.
+func TestLostPeersAreProbedAtTheirLastAddress(t *testing.T) {
+	clk := clock.NewManual(t0)
+	dir := &gonePagesDir{}
+	snd := &addrSender{}
+	rt := New(Config{Self: "a", DataDir: t.TempDir(), Directory: dir, Sender: snd, Clock: clk})
+	rep := &service.Replication{Level: 2, Replicas: map[int][]service.ReplicaSpec{0: {{Node: "a", Priority: 3}, {Node: "b", Priority: 2}, {Node: "c", Priority: 1}}}}
+	if err := rt.Register(Partition{Service: "kv", Partition: 0, Replication: rep, Executor: execFunc(func(context.Context, *service.Request) (Result, error) {
+		return Result{Resp: &service.Response{}}, nil
+	})}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Stop)
+	p := rt.parts[partKey{"kv", 0}]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := clk.BlockUntilContext(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	probes := func() int {
+		snd.mu.Lock()
+		defer snd.mu.Unlock()
+		return len(snd.addrs)
+	}
+	advance(t, p, clk, probeEvery) // the prober learns b's and c's addresses
+	for known := false; !known; time.Sleep(time.Millisecond) {
+		rt.mu.Lock()
+		known = rt.addrs["b"] != "" && rt.addrs["c"] != ""
+		rt.mu.Unlock()
+	}
+	dir.mu.Lock()
+	dir.gone = true
+	dir.mu.Unlock()
+	before := probes()
+	if rt.det.alive("b", clk.Now().Add(suspectFor), false, false, time.Second) {
+		t.Fatal("b alive though neither listed nor heard from")
+	}
+	advance(t, p, clk, suspectFor+probeEvery)
+	deadline := time.Now().Add(5 * time.Second)
+	for !rt.det.alive("b", clk.Now(), false, false, time.Second) || !rt.det.alive("c", clk.Now(), false, false, time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("b and c not probed back to life; %d calls after the pages dropped them", probes()-before)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -75,7 +75,7 @@ func startPart(t *testing.T, self string, hosts ...string) (*Runtime, *part, *cl
 	p := rt.parts[partKey{"kv", 0}]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := clk.BlockUntilContext(ctx, 2); err != nil { // the loop's ticker and the heartbeat keeper's
+	if err := clk.BlockUntilContext(ctx, 3); err != nil { // the loop's ticker, the heartbeat keeper's and the prober's
 		t.Fatal(err)
 	}
 	return rt, p, clk

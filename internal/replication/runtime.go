@@ -149,6 +149,7 @@ type Runtime struct {
 
 	mu     sync.Mutex
 	peers  map[string]*peerLanes
+	addrs  map[string]string // last known RPC address per node (addrOf)
 	resent resendCounter
 }
 
@@ -158,7 +159,7 @@ func New(cfg Config) *Runtime {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	clk := clock.OrReal(cfg.Clock)
-	return &Runtime{cfg: cfg, log: cfg.Logger, clock: clk, parts: map[partKey]*part{}, peers: map[string]*peerLanes{},
+	return &Runtime{cfg: cfg, log: cfg.Logger, clock: clk, parts: map[partKey]*part{}, peers: map[string]*peerLanes{}, addrs: map[string]string{},
 		det: newDetector(clk)}
 }
 
@@ -245,6 +246,8 @@ func (rt *Runtime) Start() error {
 		p.nextReq = uint64(rt.clock.Now().UnixNano())
 		p.publish(p.core.Status())
 	}
+	rt.wg.Add(1)
+	go func() { defer rt.wg.Done(); rt.probeLost(rt.ctx) }()
 	for _, p := range rt.parts {
 		rt.wg.Add(1)
 		go func() { defer rt.wg.Done(); p.run(rt.ctx) }()

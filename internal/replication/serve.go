@@ -240,7 +240,7 @@ func (rt *Runtime) forward(ctx context.Context, primary string, in *pb.CallReque
 	if primary == "" || primary == rt.cfg.Self || len(md.Get(forwardedKey)) > 0 {
 		return nil, fmt.Errorf("%w for %s partition %d at node %s", nerr.ErrNoPrimary, in.Service, in.Partition, rt.cfg.Self)
 	}
-	addr := rt.cfg.Directory.RPCAddr(primary)
+	addr := rt.addrOf(primary)
 	if addr == "" {
 		return nil, fmt.Errorf("%w: primary %q of %s partition %d is not in the yellow pages", nerr.ErrNoPrimary, primary, in.Service, in.Partition)
 	}
