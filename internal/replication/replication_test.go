@@ -44,6 +44,9 @@ func (d *fakeDir) Hosts(string, int32) []string {
 type fakeSender struct {
 	mu        sync.Mutex
 	campaigns int
+	// delivers: calls succeed, but the peers never reply (reachable and
+	// silent), so the failure detector does not suspect them.
+	delivers bool
 }
 
 func (s *fakeSender) Replicate(_ context.Context, _, _ string, b *pb.ReplicaBatch) error {
@@ -53,6 +56,9 @@ func (s *fakeSender) Replicate(_ context.Context, _, _ string, b *pb.ReplicaBatc
 			s.campaigns++
 			s.mu.Unlock()
 		}
+	}
+	if s.delivers {
+		return nil
 	}
 	return errors.New("peer does not answer")
 }
@@ -79,9 +85,13 @@ func (f execFunc) Execute(ctx context.Context, req *service.Request) (Result, er
 // startPart runs self's replica of kv partition 0 (replicas a, b, c with
 // priorities 3, 2, 1, level 2) on a manual clock.
 func startPart(t *testing.T, self string, hosts ...string) (*Runtime, *part, *clock.Manual) {
+	return startPartWith(t, &fakeSender{}, self, hosts...)
+}
+
+func startPartWith(t *testing.T, snd Sender, self string, hosts ...string) (*Runtime, *part, *clock.Manual) {
 	t.Helper()
 	clk := clock.NewManual(t0)
-	rt := New(Config{Self: self, DataDir: t.TempDir(), Directory: &fakeDir{hosts: hosts}, Sender: &fakeSender{}, Clock: clk})
+	rt := New(Config{Self: self, DataDir: t.TempDir(), Directory: &fakeDir{hosts: hosts}, Sender: snd, Clock: clk})
 	rep := &service.Replication{Level: 2, Replicas: map[int][]service.ReplicaSpec{0: {{Node: "a", Priority: 3}, {Node: "b", Priority: 2}, {Node: "c", Priority: 1}}}}
 	err := rt.Register(Partition{Service: "kv", Partition: 0, Replication: rep, Executor: execFunc(func(context.Context, *service.Request) (Result, error) {
 		return Result{Resp: &service.Response{}}, nil
@@ -136,11 +146,13 @@ func epoch(p *part) replica.Epoch { return p.status.Load().Epoch }
 
 // TestElectionTimeoutFiresOnlyAfterTheClockAdvances: a fresh replica with
 // the highest priority waits ElectionTimeout (300 ms) for a running
-// primary to reach it before it calls an election (asks its peers for
-// votes or pre-votes), however long it runs in real time.
+// primary to reach it, and the lease (400 ms) that any primary it might
+// not have heard of could hold, before it calls an election (asks its
+// reachable but silent peers for votes or pre-votes), however long it
+// runs in real time.
 func TestElectionTimeoutFiresOnlyAfterTheClockAdvances(t *testing.T) {
-	rt, p, clk := startPart(t, "a", "a", "b", "c")
-	snd := rt.cfg.Sender.(*fakeSender)
+	snd := &fakeSender{delivers: true}
+	_, p, clk := startPartWith(t, snd, "a", "a", "b", "c")
 	advance(t, p, clk, tickEvery) // first tick: the replica starts counting
 	for range 50 {
 		settle(t, p) // real time passes; the clock does not
@@ -149,9 +161,9 @@ func TestElectionTimeoutFiresOnlyAfterTheClockAdvances(t *testing.T) {
 	if e := epoch(p); e != 0 || snd.campaigned() {
 		t.Fatalf("election (epoch %d) %v after start, before ElectionTimeout", e, clk.Since(t0))
 	}
-	advance(t, p, clk, tickEvery)
+	advance(t, p, clk, 100*time.Millisecond+tickEvery)
 	if !snd.campaigned() {
-		t.Fatalf("no election at ElectionTimeout: epoch %d, no vote asked for", epoch(p))
+		t.Fatalf("no election %v after start (ElectionTimeout and Lease passed): epoch %d, no vote asked for", clk.Since(t0), epoch(p))
 	}
 }
 
