@@ -171,7 +171,7 @@ func TestMayRead(t *testing.T) {
 // a read; it waits for its lease and, if none comes within WriteWait,
 // fails with the retryable ErrNoPrimary, never having read.
 func TestLevel3PrimaryServesOnlyWithItsLease(t *testing.T) {
-	rt, p, clk, _ := startGated(t, 3, false)
+	rt, p, clk, snd := startGated(t, 3, false)
 	p.publish(replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 4, Commit: 4, LeaseUntil: clk.Now()})
 	r := read(rt, 0)
 	waiting(t, p)
@@ -180,6 +180,18 @@ func TestLevel3PrimaryServesOnlyWithItsLease(t *testing.T) {
 	p.publish(replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 4, Commit: 4, LeaseUntil: clk.Now().Add(400 * time.Millisecond)})
 	if got := result(t, r); got.err != nil || !got.local || got.resp.Version != 4 {
 		t.Fatalf("leased primary: %+v", got)
+	}
+
+	// Deposed while the read waits: the read goes to the new primary.
+	p.publish(replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 4, Commit: 4})
+	r = read(rt, 0)
+	waiting(t, p)
+	p.publish(replica.Status{ID: "b", Role: replica.Secondary, Primary: "a", Epoch: 2, Applied: 4, Commit: 4})
+	if got := result(t, r); got.err != nil || got.local || string(got.resp.Body) != "from a" {
+		t.Fatalf("read at a primary deposed while it waited: %+v, want it forwarded to a", got)
+	}
+	if f := snd.forwarded(); len(f) != 1 {
+		t.Fatalf("forwarded to %v, want [a]", f)
 	}
 
 	p.publish(replica.Status{ID: "b", Role: replica.Primary, Primary: "b", Applied: 4, Commit: 4})

@@ -48,8 +48,17 @@ func (rt *Runtime) Serve(ctx context.Context, in *pb.CallRequest, local func(con
 		// primary until it commits an entry of its epoch), or it may still
 		// be applying the writes it committed: a session's read must not
 		// see less than it already saw (read-your-writes, monotonic reads).
-		if st, err = p.await(ctx, func(st *replica.Status, now time.Time) bool { return mayRead(p.cfg.Level, st, now, in.MinVersion) }); err != nil {
+		// If it steps down meanwhile, the read goes to the new primary.
+		deposed := func(st *replica.Status) bool {
+			return st.Role != replica.Primary && st.Primary != "" && string(st.Primary) != rt.cfg.Self
+		}
+		if st, err = p.await(ctx, func(st *replica.Status, now time.Time) bool {
+			return deposed(st) || mayRead(p.cfg.Level, st, now, in.MinVersion)
+		}); err != nil {
 			return nil, err
+		}
+		if deposed(st) {
+			return rt.forward(ctx, string(st.Primary), in)
 		}
 	}
 	return p.serveLocal(ctx, st, local)
