@@ -193,10 +193,11 @@ func (c *Client) Promote(ctx context.Context, node, service string, partition in
 // ForcePromote makes node's replica of service's partition the primary at
 // once, without votes: the operator's recovery when fewer than a majority
 // of the partition's replicas survive (promote the one with the newest
-// version; the others recover from it, and a replica whose log differs
-// below its commit point repairs it). Acknowledged writes the promoted
+// version; the others recover from it). Acknowledged writes the promoted
 // replica lacks are lost: versions above its Last up to the highest
-// commit point any replica reached.
+// commit point any replica reached. A replica whose log then differs
+// below its commit point reports Diverged and serves nothing; there is no
+// automatic repair yet: the operator rebuilds it (a fresh data directory).
 func (c *Client) ForcePromote(ctx context.Context, node, service string, partition int) (ReplicaInfo, error) {
 	return c.c.Promote(ctx, node, service, partition, true)
 }

@@ -74,7 +74,7 @@ type ReplicaInfo struct {
 	// announced (or answered); 0: it holds none and is not fresh.
 	Lease time.Duration
 	// Diverged: the replica found its log differs from the primary's below
-	// its commit point; it serves nothing until repaired.
+	// its commit point; it serves nothing until rebuilt.
 	Diverged bool
 }
 
@@ -131,8 +131,9 @@ func (c *Client) Partitions() []PartitionInfo {
 // replicas: it may not win (the status then shows another role), and no
 // acknowledged write is lost. With force it becomes primary at once: the
 // operator's recovery when fewer than a majority survive (promote the one
-// with the newest version; the others recover from it, and those whose
-// logs differ repair them). Acknowledged writes it lacks are lost.
+// with the newest version; the others recover from it, except those whose
+// logs now differ below their commit point: they report Diverged and serve
+// nothing until rebuilt). Acknowledged writes it lacks are lost.
 func (c *Client) Promote(ctx context.Context, node, service string, partition int, force bool) (ReplicaInfo, error) {
 	var addr string
 	for _, e := range c.gossip.Snapshot() {
