@@ -117,4 +117,3 @@ func TestReplicationPromoteNeedsAMajorityUnlessForced(t *testing.T) {
 		}
 	}
 }
-
