@@ -383,6 +383,7 @@ func TestForcedPromoteDivergenceIsDetected(t *testing.T) {
 	c.nodes["c"].r.Promote(c.now, true)
 	c.process(c.nodes["c"])
 	c.write("c")
+	c.holdSnaps = true // (TestDivergedReplicaIsRepairedBySnapshot lets it through)
 	c.start(c.nodes["b"])
 	c.settle(time.Second)
 	s := c.nodes["b"].r.Status()

@@ -129,7 +129,13 @@ type progress struct {
 	ackSent time.Time
 	heard   time.Time
 	applied LSN
+	// snapUntil: a snapshot to this peer is in flight until then (asked
+	// for in a Ready.Snapshots); meanwhile it gets heartbeats only.
+	snapUntil time.Time
 }
+
+// snapshotting reports whether a snapshot to this peer is in flight.
+func (pr *progress) snapshotting(now time.Time) bool { return now.Before(pr.snapUntil) }
 
 type waiter struct {
 	w        Write
@@ -634,6 +640,14 @@ func (r *Replica) becomePrimary(now time.Time) {
 
 func (r *Replica) sendAppend(now time.Time, to ID) {
 	pr := r.progress[to]
+	if pr.snapshotting(now) {
+		// Only a heartbeat (it keeps the peer following us and renews our
+		// lease): the entries it needs come after the snapshot.
+		r.send(Message{Type: MsgAppend, To: to, PrevLSN: r.last(), PrevEpoch: r.term(r.last()),
+			Commit: r.commit, LastEpoch: r.term(r.commit), Trunc: r.truncPoint(), InSync: pr.inSync,
+			Sent: now.UnixNano(), Transfer: !r.timeoutSent.IsZero()})
+		return
+	}
 	next := max(pr.next, r.first)
 	end := min(r.last(), next+LSN(r.cfg.MaxBatch)-1)
 	var es []Entry
@@ -708,6 +722,9 @@ func (r *Replica) tickPrimary(now time.Time, beat bool) {
 	r.tickTransfer(now)
 	for _, p := range r.peers {
 		pr := r.progress[p]
+		if !pr.snapUntil.IsZero() && !pr.snapshotting(now) {
+			pr.snapUntil = time.Time{} // timed out: asked again at the next sign it needs one
+		}
 		late := !pr.waitingSince.IsZero() && now.Sub(pr.waitingSince) >= r.cfg.AckTimeout
 		if pr.inSync && (!r.alive[p] || late) && r.liveCount()-1 >= r.cfg.MinLive {
 			pr.inSync = false // failed: it must catch up before rejoining
@@ -780,6 +797,13 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 			return // contact only
 		}
 	}
+	if m.Reject && pr.snapshotting(now) {
+		return // a snapshot is on its way
+	}
+	if m.Reject && m.Snapshot {
+		r.peerVoid(now, m)
+		return
+	}
 	if m.Reject {
 		if m.LSN <= pr.match {
 			return // about an append sent before we learned more: stale
@@ -788,13 +812,18 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 		// match; pipelined appends would otherwise keep undoing each other.
 		pr.next = max(pr.match+1, min(m.Hint+1, m.LSN, r.last()+1))
 		if pr.next < r.first {
-			// It needs entries this log no longer holds (it lost its data
-			// after they were truncated): resending at once would only
-			// repeat the reject; the heartbeat keeps probing.
+			// It needs entries this log no longer holds: only a snapshot
+			// brings it up to our log's start.
+			r.askShellForSnapshot(now, m.From)
 			return
 		}
 		r.sendAppend(now, m.From)
 		return
+	}
+	if !pr.snapUntil.IsZero() && m.LSN > pr.match {
+		// The snapshot's install acknowledgement: appends resume after it.
+		pr.snapUntil = time.Time{}
+		pr.next = m.LSN + 1
 	}
 	if m.LSN > pr.match {
 		pr.match = m.LSN
@@ -811,6 +840,89 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 	r.maybeCommit(now)
 	if pr.next <= r.last() {
 		r.sendAppend(now, m.From)
+	}
+}
+
+// peerVoid handles a follower's request for a snapshot (Message.Snapshot):
+// everything we knew of its log is void, so it leaves the live set and
+// holds truncation back; it gets the log from 1 if it has no data and our
+// log still starts there, and a snapshot otherwise.
+func (r *Replica) peerVoid(now time.Time, m Message) {
+	pr := r.progress[m.From]
+	if m.LSN < pr.match {
+		return // stale: sent before the entries it acknowledged since
+	}
+	if pr.match > 0 || m.Hint != 0 {
+		// It lost entries it acknowledged, or its log diverged: it holds
+		// none of ours, so it leaves the live set. (A replica that never
+		// acknowledged any, such as a voter on a fresh partition whose
+		// first entries a heartbeat overtook, keeps its place.)
+		pr.inSync = false
+	}
+	pr.match, pr.waitingSince, pr.applied = 0, time.Time{}, 0
+	if m.Hint == 0 && r.first <= 1 {
+		pr.next = 1
+		r.sendAppend(now, m.From)
+		return
+	}
+	pr.next = r.first
+	r.askShellForSnapshot(now, m.From)
+}
+
+// askShellForSnapshot puts a snapshot to peer id in the next Ready, unless
+// one is already in flight.
+func (r *Replica) askShellForSnapshot(now time.Time, id ID) {
+	pr := r.progress[id]
+	if pr.snapshotting(now) {
+		return
+	}
+	pr.inSync = false
+	pr.snapUntil = now.Add(r.cfg.SnapshotTimeout)
+	r.rd.Snapshots = append(r.rd.Snapshots, id)
+}
+
+// SnapshotFailed tells the primary that the snapshot it asked for peer id
+// was not installed (the transfer failed, or the peer refused it): it asks
+// again the next time the peer shows it needs one, not after
+// SnapshotTimeout.
+func (r *Replica) SnapshotFailed(id ID) {
+	if pr := r.progress[id]; pr != nil && r.role == Primary {
+		pr.snapUntil = time.Time{}
+	}
+}
+
+// WantsSnapshot reports whether this replica would install a snapshot
+// that covers writes up to lsn, sent by primary from in epoch. The shell
+// asks before it restores the service (InstallSnapshot must follow a
+// restore): only a follower of that primary in that epoch, out of recovery
+// phase 1, whose log diverged or that has not executed lsn yet.
+func (r *Replica) WantsSnapshot(from ID, epoch Epoch, lsn LSN) bool {
+	return r.cfg.Level != Level1 && r.phase != PhaseCheck && r.role != Primary && !r.electing &&
+		epoch == r.epoch && from == r.primary && (r.diverged || lsn > r.applied)
+}
+
+// InstallSnapshot tells the replica that the shell replaced the service's
+// state with a snapshot from its primary (after WantsSnapshot agreed) that
+// covers every write up to lsn, whose entry had epoch lsnEpoch (0:
+// unknown). The log restarts after lsn: everything before is executed,
+// committed and dropped (including a diverged suffix: the service no
+// longer reflects it). The next Ready carries Installed, for the wal, and
+// the acknowledgement with which the primary resumes its appends at
+// lsn+1.
+func (r *Replica) InstallSnapshot(now time.Time, lsn LSN, lsnEpoch Epoch) {
+	r.observe(now)
+	clear(r.log)
+	r.log = nil
+	r.first, r.prevEpoch = lsn+1, lsnEpoch
+	r.stable, r.truncated = lsn, lsn
+	r.commit, r.applied, r.handed = lsn, lsn, lsn
+	r.hsDirty = true
+	r.diverged = false
+	r.role, r.phase, r.inSync = Recovering, PhaseCatchUp, false
+	r.rd.Entries, r.rd.Apply, r.rd.Check, r.rd.Truncate = nil, nil, nil, 0
+	r.rd.Installed = &Installed{LSN: lsn, Epoch: lsnEpoch}
+	if r.primary != "" {
+		r.send(Message{Type: MsgAppendResp, To: r.primary, LSN: lsn, Hint: lsn})
 	}
 }
 
@@ -998,12 +1110,21 @@ func (r *Replica) matches(l LSN, ep Epoch) (ok, diverged bool) {
 }
 
 // diverge marks this replica's log as differing from its primary's below
-// its commit point: it stops serving and acknowledging, and says so.
-// TODO(issue 17): repair by a snapshot transfer from the primary; until
-// then the operator must rebuild this replica.
+// its commit point: it stops serving and acknowledging entries, and asks
+// its primary for a snapshot, which repairs it (InstallSnapshot).
 func (r *Replica) diverge() {
 	r.diverged = true
 	r.role, r.phase, r.inSync = Recovering, PhaseCatchUp, false
+}
+
+// askSnapshot answers the primary's append m with a request for a
+// snapshot (see Message.Snapshot).
+func (r *Replica) askSnapshot(m Message) {
+	hint := LSN(0)
+	if r.diverged {
+		hint = max(r.commit, 1)
+	}
+	r.send(Message{Type: MsgAppendResp, To: m.From, Reject: true, Snapshot: true, LSN: m.PrevLSN, Hint: hint, Sent: m.Sent})
 }
 
 func (r *Replica) handleAppend(now time.Time, m Message) {
@@ -1043,8 +1164,13 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		}
 		r.waiting = nil
 	}
-	if r.diverged {
-		return // acknowledges nothing: see diverge
+	if r.diverged || (r.dataless() && m.PrevLSN > 0) {
+		// Nothing of ours can be acknowledged (diverged), or we hold
+		// nothing while the primary holds data: void what it knows of us.
+		// A heartbeat that overtook a fresh partition's first entries
+		// lands here too; the primary then resends them from 1.
+		r.askSnapshot(m)
+		return
 	}
 	if len(m.Entries) == 0 && m.PrevLSN > r.last() {
 		// A heartbeat that overtook the entries before it (they travel in
@@ -1061,12 +1187,14 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 	if m.Commit <= r.commit && m.LastEpoch != 0 {
 		if t := r.term(m.Commit); t != 0 && t != m.LastEpoch {
 			r.diverge()
+			r.askSnapshot(m)
 			return
 		}
 	}
 	ok, diverged := r.matches(m.PrevLSN, m.PrevEpoch)
 	if diverged {
 		r.diverge()
+		r.askSnapshot(m)
 		return
 	}
 	if !ok {
@@ -1082,6 +1210,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		if len(es) == 0 && e.LSN <= r.commit {
 			if t := r.term(e.LSN); t != 0 && t != e.Epoch {
 				r.diverge() // a committed entry of ours differs
+				r.askSnapshot(m)
 				return
 			}
 			continue // already held
