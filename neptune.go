@@ -45,6 +45,10 @@ type (
 	// CheckFunc is the CHECK callback of replicated services: whether the
 	// write with an LSN was applied to a partition's data.
 	CheckFunc = service.CheckFunc
+	// Snapshotter is the snapshot callback pair of a replicated service
+	// (Service.Snapshots): a replica that cannot catch up from the log,
+	// or whose log diverged, gets the primary's state from it.
+	Snapshotter = service.Snapshotter
 	// Method is one entry point of a service.
 	Method = service.Method
 	// Service is what a team writes: a name and its methods, and
