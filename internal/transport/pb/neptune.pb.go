@@ -1770,6 +1770,165 @@ func (*ReplicaBatchAck) Descriptor() ([]byte, []int) {
 	return file_neptune_proto_rawDescGZIP(), []int{18}
 }
 
+// SnapshotChunk is one piece of a snapshot stream. Every chunk names its
+// sender (from, checked against the caller's certificate); the first one
+// also the partition, the recipient replica, the primary's epoch and the
+// LSN the snapshot covers with that entry's epoch (0: unknown).
+type SnapshotChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Service       string                 `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	Partition     int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	To            string                 `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Lsn           uint64                 `protobuf:"varint,6,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	LsnEpoch      uint64                 `protobuf:"varint,7,opt,name=lsn_epoch,json=lsnEpoch,proto3" json:"lsn_epoch,omitempty"`
+	Data          []byte                 `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_neptune_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SnapshotChunk) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *SnapshotChunk) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *SnapshotChunk) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *SnapshotChunk) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetLsnEpoch() uint64 {
+	if x != nil {
+		return x.LsnEpoch
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// SnapshotAck says whether the follower installed the snapshot; if not,
+// reason says why (not wanted: it no longer needs it or follows another
+// primary).
+type SnapshotAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Installed     bool                   `protobuf:"varint,1,opt,name=installed,proto3" json:"installed,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotAck) Reset() {
+	*x = SnapshotAck{}
+	mi := &file_neptune_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotAck) ProtoMessage() {}
+
+func (x *SnapshotAck) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotAck.ProtoReflect.Descriptor instead.
+func (*SnapshotAck) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SnapshotAck) GetInstalled() bool {
+	if x != nil {
+		return x.Installed
+	}
+	return false
+}
+
+func (x *SnapshotAck) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type PromoteRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Service   string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -1784,7 +1943,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_neptune_proto_msgTypes[19]
+	mi := &file_neptune_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +1955,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[19]
+	mi := &file_neptune_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +1968,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{19}
+	return file_neptune_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PromoteRequest) GetService() string {
@@ -1842,7 +2001,7 @@ type PromoteReply struct {
 
 func (x *PromoteReply) Reset() {
 	*x = PromoteReply{}
-	mi := &file_neptune_proto_msgTypes[20]
+	mi := &file_neptune_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +2013,7 @@ func (x *PromoteReply) String() string {
 func (*PromoteReply) ProtoMessage() {}
 
 func (x *PromoteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[20]
+	mi := &file_neptune_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2026,7 @@ func (x *PromoteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteReply.ProtoReflect.Descriptor instead.
 func (*PromoteReply) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{20}
+	return file_neptune_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PromoteReply) GetStatus() *ReplicaStatus {
@@ -2044,7 +2203,19 @@ const file_neptune_proto_rawDesc = "" +
 	"\fReplicaBatch\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x126\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1a.neptune.v1.ReplicaMessageR\bmessages\"\x11\n" +
-	"\x0fReplicaBatchAck\"^\n" +
+	"\x0fReplicaBatchAck\"\xc4\x01\n" +
+	"\rSnapshotChunk\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x18\n" +
+	"\aservice\x18\x02 \x01(\tR\aservice\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x0e\n" +
+	"\x02to\x18\x04 \x01(\tR\x02to\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12\x10\n" +
+	"\x03lsn\x18\x06 \x01(\x04R\x03lsn\x12\x1b\n" +
+	"\tlsn_epoch\x18\a \x01(\x04R\blsnEpoch\x12\x12\n" +
+	"\x04data\x18\b \x01(\fR\x04data\"C\n" +
+	"\vSnapshotAck\x12\x1c\n" +
+	"\tinstalled\x18\x01 \x01(\bR\tinstalled\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"^\n" +
 	"\x0ePromoteRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
@@ -2055,13 +2226,14 @@ const file_neptune_proto_rawDesc = "" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tMODE_READ\x10\x01\x12\x0e\n" +
 	"\n" +
-	"MODE_WRITE\x10\x022\xc8\x02\n" +
+	"MODE_WRITE\x10\x022\x91\x03\n" +
 	"\x04Node\x129\n" +
 	"\x04Call\x12\x17.neptune.v1.CallRequest\x1a\x18.neptune.v1.CallResponse\x126\n" +
 	"\x06Stream\x12\x17.neptune.v1.CallRequest\x1a\x11.neptune.v1.Chunk0\x01\x12H\n" +
 	"\tAggregate\x12\x1c.neptune.v1.AggregateRequest\x1a\x1d.neptune.v1.AggregateResponse\x12B\n" +
 	"\tReplicate\x12\x18.neptune.v1.ReplicaBatch\x1a\x1b.neptune.v1.ReplicaBatchAck\x12?\n" +
-	"\aPromote\x12\x1a.neptune.v1.PromoteRequest\x1a\x18.neptune.v1.PromoteReplyB:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
+	"\aPromote\x12\x1a.neptune.v1.PromoteRequest\x1a\x18.neptune.v1.PromoteReply\x12G\n" +
+	"\x0fInstallSnapshot\x12\x19.neptune.v1.SnapshotChunk\x1a\x17.neptune.v1.SnapshotAck(\x01B:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
 
 var (
 	file_neptune_proto_rawDescOnce sync.Once
@@ -2076,7 +2248,7 @@ func file_neptune_proto_rawDescGZIP() []byte {
 }
 
 var file_neptune_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_neptune_proto_goTypes = []any{
 	(Mode)(0),                   // 0: neptune.v1.Mode
 	(*CallRequest)(nil),         // 1: neptune.v1.CallRequest
@@ -2098,9 +2270,11 @@ var file_neptune_proto_goTypes = []any{
 	(*ReplicaMessage)(nil),      // 17: neptune.v1.ReplicaMessage
 	(*ReplicaBatch)(nil),        // 18: neptune.v1.ReplicaBatch
 	(*ReplicaBatchAck)(nil),     // 19: neptune.v1.ReplicaBatchAck
-	(*PromoteRequest)(nil),      // 20: neptune.v1.PromoteRequest
-	(*PromoteReply)(nil),        // 21: neptune.v1.PromoteReply
-	nil,                         // 22: neptune.v1.ReplicaMessage.VersionsEntry
+	(*SnapshotChunk)(nil),       // 20: neptune.v1.SnapshotChunk
+	(*SnapshotAck)(nil),         // 21: neptune.v1.SnapshotAck
+	(*PromoteRequest)(nil),      // 22: neptune.v1.PromoteRequest
+	(*PromoteReply)(nil),        // 23: neptune.v1.PromoteReply
+	nil,                         // 24: neptune.v1.ReplicaMessage.VersionsEntry
 }
 var file_neptune_proto_depIdxs = []int32{
 	0,  // 0: neptune.v1.CallRequest.mode:type_name -> neptune.v1.Mode
@@ -2113,21 +2287,23 @@ var file_neptune_proto_depIdxs = []int32{
 	13, // 7: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
 	14, // 8: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
 	16, // 9: neptune.v1.ReplicaMessage.entries:type_name -> neptune.v1.ReplicaEntry
-	22, // 10: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
+	24, // 10: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
 	17, // 11: neptune.v1.ReplicaBatch.messages:type_name -> neptune.v1.ReplicaMessage
 	6,  // 12: neptune.v1.PromoteReply.status:type_name -> neptune.v1.ReplicaStatus
 	1,  // 13: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
 	1,  // 14: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
 	12, // 15: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
 	18, // 16: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
-	20, // 17: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
-	2,  // 18: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
-	3,  // 19: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
-	15, // 20: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
-	19, // 21: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
-	21, // 22: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
+	22, // 17: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
+	20, // 18: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
+	2,  // 19: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
+	3,  // 20: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
+	15, // 21: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
+	19, // 22: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
+	23, // 23: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
+	21, // 24: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
+	19, // [19:25] is the sub-list for method output_type
+	13, // [13:19] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -2144,7 +2320,7 @@ func file_neptune_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_neptune_proto_rawDesc), len(file_neptune_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
