@@ -73,6 +73,19 @@ func (s *nodeServer) Replicate(_ context.Context, in *pb.ReplicaBatch) (*pb.Repl
 	return &pb.ReplicaBatchAck{}, nil
 }
 
+// InstallSnapshot receives a snapshot of a replicated partition from its
+// primary's node.
+func (s *nodeServer) InstallSnapshot(stream grpc.ClientStreamingServer[pb.SnapshotChunk, pb.SnapshotAck]) error {
+	if s.n.repl == nil {
+		return transport.ToStatus(fmt.Errorf("%w: node %s hosts no replicated service", nerr.ErrUnknownService, s.n.cfg.ID))
+	}
+	ack, err := s.n.repl.InstallSnapshot(stream.Context(), stream.Recv)
+	if err != nil {
+		return transport.ToStatus(err)
+	}
+	return stream.SendAndClose(ack)
+}
+
 // Promote is the operator's `neptune partition promote`.
 func (s *nodeServer) Promote(ctx context.Context, in *pb.PromoteRequest) (*pb.PromoteReply, error) {
 	if s.n.repl == nil {

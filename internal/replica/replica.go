@@ -476,6 +476,10 @@ func (r *Replica) last() LSN { return r.first + LSN(len(r.log)) - 1 }
 
 func (r *Replica) entry(l LSN) Entry { return r.log[l-r.first] }
 
+// Term is the epoch of the log entry at l, or 0 if this replica no
+// longer knows it: a snapshot that covers l carries it (InstallSnapshot).
+func (r *Replica) Term(l LSN) Epoch { return r.term(l) }
+
 // term is the epoch of the entry at l (0 if unknown).
 func (r *Replica) term(l LSN) Epoch {
 	switch {

@@ -42,6 +42,10 @@ type part struct {
 	results  map[uint64]Result
 	nextTick time.Time
 	dedup    *replica.DedupTable
+	// snapSending: peers a snapshot is being streamed to (snapshot.go);
+	// installed: the dedup table that came with a snapshot just installed.
+	snapSending map[replica.ID]bool
+	installed   *installedDedup
 
 	keeper beatKeeper
 	// ask is the replica's status now and the loop's time (current; a
@@ -146,7 +150,7 @@ func (p *part) process(ctx context.Context) error {
 			break
 		}
 		p.keeper.busy(p.rt.clock.Now())
-		if err := p.log.Persist(&rd); err != nil {
+		if err := p.persist(&rd); err != nil {
 			return err
 		}
 		for _, m := range rd.Messages {
@@ -173,6 +177,9 @@ func (p *part) process(ctx context.Context) error {
 		}
 		clear(p.results)
 		p.core.Advance(rd)
+		if len(rd.Snapshots) > 0 {
+			p.sendSnapshots(ctx, rd.Snapshots) // after the batch's writes: the image is the executed state
+		}
 	}
 	p.keeper.busy(time.Time{})
 	p.publish(p.core.Status())

@@ -90,6 +90,9 @@ type Partition struct {
 	// log cannot prove applied).
 	Check    service.CheckFunc
 	Executor Executor
+	// Snapshots is the service's snapshot pair (nil: a replica that
+	// cannot catch up from the log stays recovering; see snapshot.go).
+	Snapshots service.Snapshotter
 }
 
 const (

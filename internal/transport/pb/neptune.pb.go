@@ -1487,27 +1487,30 @@ func (x *ReplicaEntry) GetTime() int64 {
 
 // ReplicaMessage is one replica.Message of a partition.
 type ReplicaMessage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
-	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	Type          int32                  `protobuf:"varint,3,opt,name=type,proto3" json:"type,omitempty"`
-	From          string                 `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
-	To            string                 `protobuf:"bytes,5,opt,name=to,proto3" json:"to,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	PrevLsn       uint64                 `protobuf:"varint,7,opt,name=prev_lsn,json=prevLsn,proto3" json:"prev_lsn,omitempty"`
-	PrevEpoch     uint64                 `protobuf:"varint,8,opt,name=prev_epoch,json=prevEpoch,proto3" json:"prev_epoch,omitempty"`
-	Entries       []*ReplicaEntry        `protobuf:"bytes,9,rep,name=entries,proto3" json:"entries,omitempty"`
-	Commit        uint64                 `protobuf:"varint,10,opt,name=commit,proto3" json:"commit,omitempty"`
-	Trunc         uint64                 `protobuf:"varint,11,opt,name=trunc,proto3" json:"trunc,omitempty"`
-	InSync        bool                   `protobuf:"varint,12,opt,name=in_sync,json=inSync,proto3" json:"in_sync,omitempty"`
-	Lsn           uint64                 `protobuf:"varint,13,opt,name=lsn,proto3" json:"lsn,omitempty"`
-	Reject        bool                   `protobuf:"varint,14,opt,name=reject,proto3" json:"reject,omitempty"`
-	Hint          uint64                 `protobuf:"varint,15,opt,name=hint,proto3" json:"hint,omitempty"`
-	Granted       bool                   `protobuf:"varint,16,opt,name=granted,proto3" json:"granted,omitempty"`
-	LastEpoch     uint64                 `protobuf:"varint,17,opt,name=last_epoch,json=lastEpoch,proto3" json:"last_epoch,omitempty"`
-	Versions      map[string]uint64      `protobuf:"bytes,18,rep,name=versions,proto3" json:"versions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	Sent          int64                  `protobuf:"varint,19,opt,name=sent,proto3" json:"sent,omitempty"`
-	Transfer      bool                   `protobuf:"varint,20,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Service   string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Type      int32                  `protobuf:"varint,3,opt,name=type,proto3" json:"type,omitempty"`
+	From      string                 `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
+	To        string                 `protobuf:"bytes,5,opt,name=to,proto3" json:"to,omitempty"`
+	Epoch     uint64                 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	PrevLsn   uint64                 `protobuf:"varint,7,opt,name=prev_lsn,json=prevLsn,proto3" json:"prev_lsn,omitempty"`
+	PrevEpoch uint64                 `protobuf:"varint,8,opt,name=prev_epoch,json=prevEpoch,proto3" json:"prev_epoch,omitempty"`
+	Entries   []*ReplicaEntry        `protobuf:"bytes,9,rep,name=entries,proto3" json:"entries,omitempty"`
+	Commit    uint64                 `protobuf:"varint,10,opt,name=commit,proto3" json:"commit,omitempty"`
+	Trunc     uint64                 `protobuf:"varint,11,opt,name=trunc,proto3" json:"trunc,omitempty"`
+	InSync    bool                   `protobuf:"varint,12,opt,name=in_sync,json=inSync,proto3" json:"in_sync,omitempty"`
+	Lsn       uint64                 `protobuf:"varint,13,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	Reject    bool                   `protobuf:"varint,14,opt,name=reject,proto3" json:"reject,omitempty"`
+	Hint      uint64                 `protobuf:"varint,15,opt,name=hint,proto3" json:"hint,omitempty"`
+	Granted   bool                   `protobuf:"varint,16,opt,name=granted,proto3" json:"granted,omitempty"`
+	LastEpoch uint64                 `protobuf:"varint,17,opt,name=last_epoch,json=lastEpoch,proto3" json:"last_epoch,omitempty"`
+	Versions  map[string]uint64      `protobuf:"bytes,18,rep,name=versions,proto3" json:"versions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Sent      int64                  `protobuf:"varint,19,opt,name=sent,proto3" json:"sent,omitempty"`
+	Transfer  bool                   `protobuf:"varint,20,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	// snapshot (AppendResp with reject): the sender needs a snapshot or the
+	// log from 1 (replica.Message.Snapshot).
+	Snapshot      bool `protobuf:"varint,21,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1678,6 +1681,13 @@ func (x *ReplicaMessage) GetSent() int64 {
 func (x *ReplicaMessage) GetTransfer() bool {
 	if x != nil {
 		return x.Transfer
+	}
+	return false
+}
+
+func (x *ReplicaMessage) GetSnapshot() bool {
+	if x != nil {
+		return x.Snapshot
 	}
 	return false
 }
@@ -2172,7 +2182,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\x06req_id\x18\x06 \x01(\x04R\x05reqId\x12\x10\n" +
 	"\x03seq\x18\a \x01(\x04R\x03seq\x12\x19\n" +
 	"\bwrite_id\x18\b \x01(\tR\awriteId\x12\x12\n" +
-	"\x04time\x18\t \x01(\x03R\x04time\"\xf5\x04\n" +
+	"\x04time\x18\t \x01(\x03R\x04time\"\x91\x05\n" +
 	"\x0eReplicaMessage\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x12\n" +
@@ -2196,7 +2206,8 @@ const file_neptune_proto_rawDesc = "" +
 	"last_epoch\x18\x11 \x01(\x04R\tlastEpoch\x12D\n" +
 	"\bversions\x18\x12 \x03(\v2(.neptune.v1.ReplicaMessage.VersionsEntryR\bversions\x12\x12\n" +
 	"\x04sent\x18\x13 \x01(\x03R\x04sent\x12\x1a\n" +
-	"\btransfer\x18\x14 \x01(\bR\btransfer\x1a;\n" +
+	"\btransfer\x18\x14 \x01(\bR\btransfer\x12\x1a\n" +
+	"\bsnapshot\x18\x15 \x01(\bR\bsnapshot\x1a;\n" +
 	"\rVersionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"Z\n" +
