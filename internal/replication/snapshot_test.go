@@ -86,11 +86,12 @@ func (s *memStore) digest() string {
 // real stream serialises them) and handed to the target's InstallSnapshot
 // when the sender closes it.
 type memNet struct {
-	mu     sync.Mutex
-	rts    map[string]*Runtime
-	chunks int // snapshot chunks sent
-	maxLen int // largest chunk's data
-	acks   []*pb.SnapshotAck
+	mu      sync.Mutex
+	rts     map[string]*Runtime
+	blocked map[[2]string]bool // (from, to) links that drop everything
+	chunks  int                // snapshot chunks sent
+	maxLen  int                // largest chunk's data
+	acks    []*pb.SnapshotAck
 }
 
 func (n *memNet) rt(node string) *Runtime {
@@ -101,7 +102,10 @@ func (n *memNet) rt(node string) *Runtime {
 
 func (n *memNet) Replicate(_ context.Context, node, _ string, b *pb.ReplicaBatch) error {
 	rt := n.rt(node)
-	if rt == nil {
+	n.mu.Lock()
+	cut := n.blocked[[2]string{b.From, node}]
+	n.mu.Unlock()
+	if rt == nil || cut {
 		return errors.New("node down")
 	}
 	rt.Replicate(b)
@@ -169,7 +173,7 @@ type memCluster struct {
 }
 
 func newMemCluster(t *testing.T) *memCluster {
-	c := &memCluster{t: t, clk: clock.NewManual(t0), net: &memNet{rts: map[string]*Runtime{}}, dirs: map[string]string{},
+	c := &memCluster{t: t, clk: clock.NewManual(t0), net: &memNet{rts: map[string]*Runtime{}, blocked: map[[2]string]bool{}}, dirs: map[string]string{},
 		stores: map[string]*memStore{}}
 	for _, id := range []string{"a", "b", "c"} {
 		c.dirs[id] = t.TempDir()
@@ -214,17 +218,57 @@ func (c *memCluster) stop(id string) {
 
 func (c *memCluster) part(id string) *part { return c.net.rt(id).parts[partKey{"kv", 0}] }
 
-// advance moves the clock by d in ticks, letting every running loop
-// handle each step.
+// advance moves the clock by d in ticks; at each step every running loop
+// handles it and every message sent meanwhile is delivered and handled
+// before the clock moves on (the senders are goroutines: without this,
+// answers would arrive whole leases late by the manual clock).
 func (c *memCluster) advance(d time.Duration) {
 	for ; d > 0; d -= tickEvery {
 		c.clk.Advance(min(d, tickEvery))
-		for _, id := range []string{"a", "b", "c"} {
-			if c.net.rt(id) != nil {
-				settle(c.t, c.part(id))
+		for range 1000 {
+			c.settleAll()
+			if c.quiet() {
+				break
+			}
+			time.Sleep(50 * time.Microsecond) // (real time: let the senders run)
+		}
+	}
+}
+
+func (c *memCluster) settleAll() {
+	for _, id := range []string{"a", "b", "c"} {
+		if c.net.rt(id) != nil {
+			settle(c.t, c.part(id))
+		}
+	}
+}
+
+// quiet reports whether no replication message is queued, in flight or
+// in an inbox on any running node.
+func (c *memCluster) quiet() bool {
+	for _, id := range []string{"a", "b", "c"} {
+		rt := c.net.rt(id)
+		if rt == nil {
+			continue
+		}
+		if len(c.part(id).inbox) > 0 {
+			return false
+		}
+		rt.mu.Lock()
+		lanes := slices.Collect(maps.Values(rt.peers))
+		rt.mu.Unlock()
+		for _, l := range lanes {
+			for _, pq := range []*peerQueue{l.ctrl, l.bulk} {
+				pq.mu.Lock()
+				busy := len(pq.q) > 0 || pq.inflight != nil
+				pq.mu.Unlock()
+				if busy {
+					return false
+				}
 			}
 		}
 	}
+	return true
 }
 
 func (c *memCluster) primary() string {
@@ -241,6 +285,14 @@ func (c *memCluster) primary() string {
 func (c *memCluster) write(from, n, size int) {
 	c.t.Helper()
 	for i := from; i < from+n; i++ {
+		if c.primary() == "" {
+			for _, id := range []string{"a", "b", "c"} {
+				if c.net.rt(id) != nil {
+					c.t.Logf("%s: %+v", id, *c.part(id).status.Load())
+				}
+			}
+			c.t.Fatalf("write %d: no primary", i)
+		}
 		p := c.part(c.primary())
 		done := make(chan error, 1)
 		go func() {
@@ -344,5 +396,61 @@ func TestSnapshotRequestCrossesTheWire(t *testing.T) {
 	}
 	if got := fromPBMessage(&back); !got.Snapshot || !got.Reject || got.LSN != 9 || got.Hint != 4 {
 		t.Fatalf("after the wire: %+v", got)
+	}
+}
+
+// cut blocks (or with on false, heals) every link between id and the
+// others.
+func (c *memCluster) cut(id string, on bool) {
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
+	for _, o := range []string{"a", "b", "c"} {
+		if o != id {
+			c.net.blocked[[2]string{id, o}], c.net.blocked[[2]string{o, id}] = on, on
+		}
+	}
+}
+
+// TestDivergedReplicaIsRepairedBySnapshotOnNodes: c is cut off while a
+// and b commit writes; a and b stop, and the operator forces c to be
+// primary (the writes only a and b had are lost, as promote --force
+// warns). When b returns its log differs from c's below its commit point:
+// it reports Diverged, asks for a snapshot, restores c's state, and
+// serves again with the same data as c.
+func TestDivergedReplicaIsRepairedBySnapshotOnNodes(t *testing.T) {
+	c := newMemCluster(t)
+	c.advance(time.Second)
+	c.write(0, 3, 100)
+	c.advance(200 * time.Millisecond)
+	c.cut("c", true)
+	c.write(3, 5, 100) // a and b only: c left the live set after AckTimeout
+	c.advance(200 * time.Millisecond)
+	c.stop("a")
+	c.stop("b")
+	c.cut("c", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.net.rt("c").Promote(ctx, "kv", 0, true); err != nil {
+		t.Fatal(err)
+	}
+	c.advance(100 * time.Millisecond)
+	if c.primary() != "c" {
+		t.Fatalf("primary %q after the forced promote, want c", c.primary())
+	}
+	c.start("b")
+	c.advance(3 * time.Second)
+	c.write(100, 3, 100)
+	c.advance(time.Second)
+	st := c.part("b").status.Load()
+	if st.Diverged || st.Phase != replica.PhaseServing {
+		t.Fatalf("b after the forced promote: %+v, want repaired", *st)
+	}
+	if got, want := c.stores["b"].digest(), c.stores["c"].digest(); got != want {
+		t.Fatalf("b: %s, primary c: %s", got, want)
+	}
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
+	if len(c.net.acks) == 0 {
+		t.Fatal("no snapshot was installed")
 	}
 }
