@@ -824,10 +824,13 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 		r.sendAppend(now, m.From)
 		return
 	}
-	if !pr.snapUntil.IsZero() && m.LSN > pr.match {
+	switch {
+	case m.Snapshot:
 		// The snapshot's install acknowledgement: appends resume after it.
 		pr.snapUntil = time.Time{}
-		pr.next = m.LSN + 1
+		pr.next = max(m.LSN, pr.match) + 1
+	case pr.snapshotting(now):
+		return // an ack from before it lost its log: it holds none of it now
 	}
 	if m.LSN > pr.match {
 		pr.match = m.LSN
@@ -926,7 +929,7 @@ func (r *Replica) InstallSnapshot(now time.Time, lsn LSN, lsnEpoch Epoch) {
 	r.rd.Entries, r.rd.Apply, r.rd.Check, r.rd.Truncate = nil, nil, nil, 0
 	r.rd.Installed = &Installed{LSN: lsn, Epoch: lsnEpoch}
 	if r.primary != "" {
-		r.send(Message{Type: MsgAppendResp, To: r.primary, LSN: lsn, Hint: lsn})
+		r.send(Message{Type: MsgAppendResp, To: r.primary, LSN: lsn, Hint: lsn, Snapshot: true})
 	}
 }
 

@@ -284,7 +284,9 @@ type Message struct {
 	// only a snapshot repairs it, since its service executed other
 	// writes). Snapshots themselves are not Messages: the primary's shell
 	// streams one (Ready.Snapshots) and the follower's shell hands it to
-	// InstallSnapshot.
+	// InstallSnapshot. (AppendResp without Reject) marks the follower's
+	// acknowledgement of an installed snapshot: it holds everything up to
+	// LSN, and the primary resumes its appends after it.
 	Snapshot bool
 }
 
