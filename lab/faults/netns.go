@@ -1,0 +1,261 @@
+// Package faults is Neptune's Jepsen-style fault suite: three `neptune
+// node` processes and the client processes that drive them each run in
+// their own network namespace, joined by a bridge, so that nemeses can cut
+// links silently (blackhole routes inside the namespaces), pause and kill
+// processes and tear the write log, while workloads record histories that
+// internal/replica/check judges: lost, duplicated and divergent appends,
+// non-linearizable register operations, reads beyond level 3's staleness
+// bound and moments with two primaries. The test suite runs one short
+// randomized schedule; `neptune bench faults` runs many long ones.
+package faults
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// nsPrefix starts every namespace this package makes: nptf-<pid>-<run>-<host>.
+// The creator's pid lets Sweep remove what dead runs left behind without
+// touching a live parallel run.
+const nsPrefix = "nptf-"
+
+// Net is one run's namespaces: a bridge in the root namespace (with the
+// observer's address .1) and a namespace per host attached to it by a
+// veth pair. Nothing routes beyond the /24.
+type Net struct {
+	run    string // 6 hex digits
+	subnet string // "10.a.b"
+	bridge string
+
+	mu    sync.Mutex
+	hosts map[string]*Host
+	order []string
+	cuts  map[[2]string]bool
+}
+
+// Host is one namespace with one address.
+type Host struct {
+	Name, NS, IP string
+	veth         string
+}
+
+// ip runs `ip args...` with a bounded time.
+func ip(args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Available reports why network namespaces cannot be made here (nil: they
+// can): not root, no `ip`, or the kernel refuses.
+func Available() error {
+	if _, err := exec.LookPath("ip"); err != nil {
+		return fmt.Errorf("faults: no ip command (apt-get install iproute2): %w", err)
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("faults: network namespaces need root")
+	}
+	name := fmt.Sprintf("%s%d-probe", nsPrefix, os.Getpid())
+	if err := ip("netns", "add", name); err != nil {
+		return fmt.Errorf("faults: cannot make a network namespace: %w", err)
+	}
+	return ip("netns", "del", name)
+}
+
+// NewNet sweeps what dead runs left, then makes the bridge and picks a
+// /24 under 10.0.0.0/8 that no route on this machine uses.
+func NewNet() (*Net, error) {
+	Sweep()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	n := &Net{run: hex.EncodeToString(b[:]), hosts: map[string]*Host{}, cuts: map[[2]string]bool{}}
+	n.bridge = "nf" + n.run + "b"
+	routes, _ := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
+	for range 50 {
+		x, _ := rand.Int(rand.Reader, big.NewInt(50*256))
+		subnet := fmt.Sprintf("10.%d.%d", 200+x.Int64()/256, x.Int64()%256)
+		if !strings.Contains(string(routes), subnet+".") {
+			n.subnet = subnet
+			break
+		}
+	}
+	if n.subnet == "" {
+		return nil, errors.New("faults: no free 10.x.y.0/24")
+	}
+	if err := ip("link", "add", n.bridge, "type", "bridge"); err != nil {
+		return nil, err
+	}
+	if err := ip("addr", "add", n.subnet+".1/24", "dev", n.bridge); err != nil {
+		n.Close()
+		return nil, err
+	}
+	if err := ip("link", "set", n.bridge, "up"); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// ObserverIP is the root namespace's address on the bridge: the runner
+// samples and reads every node from there, on no side of any cut.
+func (n *Net) ObserverIP() string { return n.subnet + ".1" }
+
+// AddHost makes namespace name with the next address.
+func (n *Net) AddHost(name string) (*Host, error) {
+	n.mu.Lock()
+	i := len(n.order)
+	n.mu.Unlock()
+	h := &Host{Name: name, NS: fmt.Sprintf("%s%d-%s-%s", nsPrefix, os.Getpid(), n.run, name), IP: fmt.Sprintf("%s.%d", n.subnet, 10+i),
+		veth: fmt.Sprintf("nf%s%d", n.run, i)}
+	steps := [][]string{
+		{"netns", "add", h.NS},
+		{"link", "add", h.veth, "type", "veth", "peer", "name", "eth0", "netns", h.NS},
+		{"link", "set", h.veth, "master", n.bridge},
+		{"link", "set", h.veth, "up"},
+		{"-n", h.NS, "link", "set", "lo", "up"},
+		{"-n", h.NS, "addr", "add", h.IP + "/24", "dev", "eth0"},
+		{"-n", h.NS, "link", "set", "eth0", "up"},
+	}
+	n.mu.Lock()
+	n.hosts[name] = h
+	n.order = append(n.order, name)
+	n.mu.Unlock()
+	for _, s := range steps {
+		if err := ip(s...); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// Host returns the named host.
+func (n *Net) Host(name string) *Host {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.hosts[name]
+}
+
+// Command is exe args run inside h's namespace (`ip netns exec` execs it,
+// so the process is the command itself and signals reach it directly).
+func (h *Host) Command(exe string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", h.NS, exe}, args...)...)
+}
+
+// Cut drops every packet between a and b, both ways, silently for the
+// senders' peers: a blackhole route to the other's address in each
+// namespace (no iptables needed).
+func (n *Net) Cut(a, b string) error {
+	ha, hb := n.Host(a), n.Host(b)
+	if ha == nil || hb == nil || a == b {
+		return fmt.Errorf("faults: cut %s-%s: no such hosts", a, b)
+	}
+	k := [2]string{min(a, b), max(a, b)}
+	n.mu.Lock()
+	done := n.cuts[k]
+	n.cuts[k] = true
+	n.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := ip("-n", ha.NS, "route", "add", "blackhole", hb.IP+"/32"); err != nil {
+		return err
+	}
+	return ip("-n", hb.NS, "route", "add", "blackhole", ha.IP+"/32")
+}
+
+// Partition cuts every link between the groups (hosts in no group keep
+// all their links).
+func (n *Net) Partition(groups ...[]string) error {
+	for i, g := range groups {
+		for _, h := range groups[i+1:] {
+			for _, a := range g {
+				for _, b := range h {
+					if err := n.Cut(a, b); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Heal removes every cut.
+func (n *Net) Heal() error {
+	n.mu.Lock()
+	cuts := n.cuts
+	n.cuts = map[[2]string]bool{}
+	n.mu.Unlock()
+	var errs []error
+	for k := range cuts {
+		ha, hb := n.Host(k[0]), n.Host(k[1])
+		errs = append(errs, ip("-n", ha.NS, "route", "del", "blackhole", hb.IP+"/32"),
+			ip("-n", hb.NS, "route", "del", "blackhole", ha.IP+"/32"))
+	}
+	return errors.Join(errs...)
+}
+
+// Close kills whatever still runs in the namespaces and removes them and
+// the bridge. Safe to call twice.
+func (n *Net) Close() {
+	n.mu.Lock()
+	hosts := n.order
+	n.order = nil
+	n.mu.Unlock()
+	for _, name := range hosts {
+		removeNS(n.Host(name).NS)
+	}
+	_ = ip("link", "del", n.bridge)
+}
+
+// removeNS SIGKILLs the namespace's processes and deletes it.
+func removeNS(ns string) {
+	if out, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() {
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	_ = ip("netns", "del", ns)
+}
+
+// Sweep removes namespaces (and their runs' bridges) left by runs whose
+// process is gone: an aborted test or benchmark.
+func Sweep() {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], nsPrefix) {
+			continue
+		}
+		parts := strings.SplitN(strings.TrimPrefix(f[0], nsPrefix), "-", 3)
+		pid, err := strconv.Atoi(parts[0])
+		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
+			continue // ours or alive
+		}
+		removeNS(f[0])
+		if len(parts) >= 2 {
+			_ = ip("link", "del", "nf"+parts[1]+"b")
+		}
+	}
+}
