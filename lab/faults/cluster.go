@@ -128,7 +128,7 @@ func (c *Cluster) start(ctx context.Context, n *Node) error {
 	args := []string{"node", "--id", n.ID, "--host", n.Host.IP, "--gossip-port", gossipPort, "--rpc-port", rpcPort, "--poll-port", pollPort,
 		"--insecure", "--config", c.config, "--data-dir", n.DataDir, "--announce-interval", "200ms", "--announce-ttl", "1s", "--log-level", "info"}
 	for _, o := range c.Nodes {
-		if o != n {
+		if o != n && o.Running() {
 			args = append(args, "--join", o.Host.IP+":"+gossipPort)
 		}
 	}

@@ -30,13 +30,17 @@ import (
 // touching a live parallel run.
 const nsPrefix = "nptf-"
 
-// Net is one run's namespaces: a bridge in the root namespace (with the
-// observer's address .1) and a namespace per host attached to it by a
-// veth pair. Nothing routes beyond the /24.
+// Net is one run's namespaces: a switch namespace holding a bridge, a
+// namespace per host attached to it by a veth pair, and a veth from the
+// root namespace (the observer's address .1). The bridge lives in its own
+// namespace so the root namespace's firewall (Docker's FORWARD DROP with
+// br_netfilter, say) never sees the hosts' traffic. Nothing routes beyond
+// the /24.
 type Net struct {
 	run    string // 6 hex digits
 	subnet string // "10.a.b"
-	bridge string
+	sw     string // the switch namespace
+	obs    string // the observer's veth in the root namespace
 
 	mu    sync.Mutex
 	hosts map[string]*Host
@@ -77,14 +81,15 @@ func Available() error {
 	return ip("netns", "del", name)
 }
 
-// NewNet sweeps what dead runs left, then makes the bridge and picks a
+// NewNet sweeps what dead runs left, then makes the switch and picks a
 // /24 under 10.0.0.0/8 that no route on this machine uses.
 func NewNet() (*Net, error) {
 	Sweep()
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	n := &Net{run: hex.EncodeToString(b[:]), hosts: map[string]*Host{}, cuts: map[[2]string]bool{}}
-	n.bridge = "nf" + n.run + "b"
+	n.sw = fmt.Sprintf("%s%d-%s-sw", nsPrefix, os.Getpid(), n.run)
+	n.obs = "nf" + n.run + "o"
 	routes, _ := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
 	for range 50 {
 		x, _ := rand.Int(rand.Reader, big.NewInt(50*256))
@@ -97,16 +102,22 @@ func NewNet() (*Net, error) {
 	if n.subnet == "" {
 		return nil, errors.New("faults: no free 10.x.y.0/24")
 	}
-	if err := ip("link", "add", n.bridge, "type", "bridge"); err != nil {
+	if err := ip("netns", "add", n.sw); err != nil {
 		return nil, err
 	}
-	if err := ip("addr", "add", n.subnet+".1/24", "dev", n.bridge); err != nil {
-		n.Close()
-		return nil, err
-	}
-	if err := ip("link", "set", n.bridge, "up"); err != nil {
-		n.Close()
-		return nil, err
+	for _, s := range [][]string{
+		{"-n", n.sw, "link", "add", "br0", "type", "bridge"},
+		{"-n", n.sw, "link", "set", "br0", "up"},
+		{"link", "add", n.obs, "type", "veth", "peer", "name", "obs", "netns", n.sw},
+		{"-n", n.sw, "link", "set", "obs", "master", "br0"},
+		{"-n", n.sw, "link", "set", "obs", "up"},
+		{"addr", "add", n.subnet + ".1/24", "dev", n.obs},
+		{"link", "set", n.obs, "up"},
+	} {
+		if err := ip(s...); err != nil {
+			n.Close()
+			return nil, err
+		}
 	}
 	return n, nil
 }
@@ -121,12 +132,12 @@ func (n *Net) AddHost(name string) (*Host, error) {
 	i := len(n.order)
 	n.mu.Unlock()
 	h := &Host{Name: name, NS: fmt.Sprintf("%s%d-%s-%s", nsPrefix, os.Getpid(), n.run, name), IP: fmt.Sprintf("%s.%d", n.subnet, 10+i),
-		veth: fmt.Sprintf("nf%s%d", n.run, i)}
+		veth: fmt.Sprintf("h%d", i)}
 	steps := [][]string{
 		{"netns", "add", h.NS},
-		{"link", "add", h.veth, "type", "veth", "peer", "name", "eth0", "netns", h.NS},
-		{"link", "set", h.veth, "master", n.bridge},
-		{"link", "set", h.veth, "up"},
+		{"-n", n.sw, "link", "add", h.veth, "type", "veth", "peer", "name", "eth0", "netns", h.NS},
+		{"-n", n.sw, "link", "set", h.veth, "master", "br0"},
+		{"-n", n.sw, "link", "set", h.veth, "up"},
 		{"-n", h.NS, "link", "set", "lo", "up"},
 		{"-n", h.NS, "addr", "add", h.IP + "/24", "dev", "eth0"},
 		{"-n", h.NS, "link", "set", "eth0", "up"},
@@ -211,7 +222,7 @@ func (n *Net) Heal() error {
 }
 
 // Close kills whatever still runs in the namespaces and removes them and
-// the bridge. Safe to call twice.
+// the switch (with the bridge and the observer's veth). Safe to call twice.
 func (n *Net) Close() {
 	n.mu.Lock()
 	hosts := n.order
@@ -220,7 +231,8 @@ func (n *Net) Close() {
 	for _, name := range hosts {
 		removeNS(n.Host(name).NS)
 	}
-	_ = ip("link", "del", n.bridge)
+	removeNS(n.sw)
+	_ = ip("link", "del", n.obs)
 }
 
 // removeNS SIGKILLs the namespace's processes and deletes it.
@@ -236,7 +248,7 @@ func removeNS(ns string) {
 	_ = ip("netns", "del", ns)
 }
 
-// Sweep removes namespaces (and their runs' bridges) left by runs whose
+// Sweep removes namespaces (switches included) left by runs whose
 // process is gone: an aborted test or benchmark.
 func Sweep() {
 	out, err := exec.Command("ip", "netns", "list").Output()
@@ -255,7 +267,7 @@ func Sweep() {
 		}
 		removeNS(f[0])
 		if len(parts) >= 2 {
-			_ = ip("link", "del", "nf"+parts[1]+"b")
+			_ = ip("link", "del", "nf"+parts[1]+"o")
 		}
 	}
 }

@@ -183,6 +183,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 	}()
 	time.Sleep(time.Second)
+	begin := time.Now()
 	for i, s := range steps {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -191,7 +192,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("faults: step %d %s: %w", i, s, err)
 		}
-		fmt.Fprintf(cfg.Log, "  step %d/%d %s on %s%s\n", i+1, len(steps), s, ev.Target, note(ev.Note))
+		fmt.Fprintf(cfg.Log, "  t=%v step %d/%d %s on %s (primary of %v)%s\n", ev.Start.Sub(begin).Round(time.Millisecond), i+1, len(steps), s, ev.Target, ev.Affected, note(ev.Note))
 		res.Events = append(res.Events, ev)
 		time.Sleep(s.Rest)
 	}
@@ -217,6 +218,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	if err := res.check(ctx, cl, cfg, recs, samples); err != nil {
 		return nil, err
+	}
+	if b, err := json.MarshalIndent(res, "", "  "); err == nil {
+		_ = os.WriteFile(filepath.Join(cfg.Dir, "result.json"), b, 0o644)
 	}
 	return res, nil
 }
