@@ -38,8 +38,10 @@ type ClientSpec struct {
 	Out string
 	// Parts is the partitions of each service; Keys the keys per partition.
 	Parts, Keys int
-	// Appenders and Registers are concurrent workers of each workload.
-	Appenders, Registers int
+	// Appenders and Registers are concurrent workers of each workload;
+	// Readers only read registers (so a client cut off with an old
+	// primary keeps reading while its writers wait).
+	Appenders, Registers, Readers int
 	// ElemBase makes this client's appended elements unique in the run.
 	ElemBase uint64
 	// MaxOps bounds the operations this client starts (0: none).
@@ -151,11 +153,12 @@ func Client(ctx context.Context, in io.Reader, out io.Writer) error {
 			}
 		}()
 	}
-	for i := range spec.Registers {
+	for i := range spec.Registers + spec.Readers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			name := fmt.Sprintf("%s-r%d", spec.Name, i)
+			readOnly := i >= spec.Registers
 			rng := rand.New(rand.NewPCG(spec.Seed, uint64(i)))
 			sess := client.NewSession()
 			for n := 0; ; n++ {
@@ -165,7 +168,7 @@ func Client(ctx context.Context, in io.Reader, out io.Writer) error {
 				p := rng.IntN(spec.Parts)
 				key := fmt.Sprintf("p%d-r%d", p, rng.IntN(spec.Keys))
 				r := Record{P: p, K: key, C: name, S: time.Now().UnixNano()}
-				if rng.IntN(2) == 0 {
+				if !readOnly && rng.IntN(2) == 0 {
 					r.W, r.V = "put", fmt.Sprintf("%s-%d", name, n)
 					r.O, r.L, r.Err = write(callCtx, c, "kv", p, "put", []byte(key+"="+r.V), client.WithSession(sess))
 				} else {
@@ -216,7 +219,7 @@ func write(ctx context.Context, c *client.Client, svc string, p int, method stri
 
 // get reads a register once; "" with ok means absent.
 func get(ctx context.Context, c *client.Client, p int, key string, sess *client.Session) (outcome, value string, version uint64, errText string) {
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	resp, err := c.Call(cctx, "kv", p, "get", []byte(key), client.WithSession(sess))
 	switch {

@@ -41,6 +41,11 @@ type Net struct {
 	subnet string // "10.a.b"
 	sw     string // the switch namespace
 	obs    string // the observer's veth in the root namespace
+	// Silent is true when cuts are nftables drops in the switch (no
+	// sender learns anything, as on a real network); false when nft is
+	// missing and cuts are blackhole routes in the hosts (a sender's own
+	// packets fail at once, so a cut is noticed faster than in reality).
+	Silent bool
 
 	mu    sync.Mutex
 	hosts map[string]*Host
@@ -119,6 +124,8 @@ func NewNet() (*Net, error) {
 			return nil, err
 		}
 	}
+	n.Silent = n.nft("add", "table", "bridge", "faults") == nil &&
+		n.nft("add", "chain", "bridge", "faults", "cuts", "{ type filter hook forward priority 0; }") == nil
 	return n, nil
 }
 
@@ -167,43 +174,84 @@ func (h *Host) Command(exe string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", h.NS, exe}, args...)...)
 }
 
-// Cut drops every packet between a and b, both ways, silently for the
-// senders' peers: a blackhole route to the other's address in each
-// namespace (no iptables needed).
-func (n *Net) Cut(a, b string) error {
-	ha, hb := n.Host(a), n.Host(b)
-	if ha == nil || hb == nil || a == b {
-		return fmt.Errorf("faults: cut %s-%s: no such hosts", a, b)
-	}
-	k := [2]string{min(a, b), max(a, b)}
-	n.mu.Lock()
-	done := n.cuts[k]
-	n.cuts[k] = true
-	n.mu.Unlock()
-	if done {
-		return nil
-	}
-	if err := ip("-n", ha.NS, "route", "add", "blackhole", hb.IP+"/32"); err != nil {
+// nft runs nft in the switch namespace.
+func (n *Net) nft(args ...string) error {
+	if _, err := exec.LookPath("nft"); err != nil {
 		return err
 	}
-	return ip("-n", hb.NS, "route", "add", "blackhole", ha.IP+"/32")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.sw, "nft"}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Cut drops every packet between a and b, both ways: silently in the
+// switch when nft works (Silent), else with a blackhole route to the
+// other's address in each host.
+func (n *Net) Cut(a, b string) error { return n.CutPairs([][2]string{{a, b}}) }
+
+// CutPairs cuts every pair; with nft, in one transaction, so the cut
+// takes effect at one instant.
+func (n *Net) CutPairs(pairs [][2]string) error {
+	var rules []string
+	var routes [][]string
+	for _, pr := range pairs {
+		a, b := pr[0], pr[1]
+		ha, hb := n.Host(a), n.Host(b)
+		if ha == nil || hb == nil || a == b {
+			return fmt.Errorf("faults: cut %s-%s: no such hosts", a, b)
+		}
+		k := [2]string{min(a, b), max(a, b)}
+		n.mu.Lock()
+		done := n.cuts[k]
+		n.cuts[k] = true
+		n.mu.Unlock()
+		if done {
+			continue
+		}
+		for _, d := range [][2]*Host{{ha, hb}, {hb, ha}} {
+			rules = append(rules, fmt.Sprintf("add rule bridge faults cuts ip saddr %s ip daddr %s drop", d[0].IP, d[1].IP))
+			routes = append(routes, []string{"-n", d[0].NS, "route", "add", "blackhole", d[1].IP + "/32"})
+		}
+	}
+	if len(rules) == 0 {
+		return nil
+	}
+	if n.Silent {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", n.sw, "nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(strings.Join(rules, "\n") + "\n")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("nft -f: %w: %s", err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	for _, r := range routes {
+		if err := ip(r...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Partition cuts every link between the groups (hosts in no group keep
-// all their links).
+// all their links), at one instant.
 func (n *Net) Partition(groups ...[]string) error {
+	var pairs [][2]string
 	for i, g := range groups {
 		for _, h := range groups[i+1:] {
 			for _, a := range g {
 				for _, b := range h {
-					if err := n.Cut(a, b); err != nil {
-						return err
-					}
+					pairs = append(pairs, [2]string{a, b})
 				}
 			}
 		}
 	}
-	return nil
+	return n.CutPairs(pairs)
 }
 
 // Heal removes every cut.
@@ -212,6 +260,12 @@ func (n *Net) Heal() error {
 	cuts := n.cuts
 	n.cuts = map[[2]string]bool{}
 	n.mu.Unlock()
+	if n.Silent {
+		if len(cuts) == 0 {
+			return nil
+		}
+		return n.nft("flush", "chain", "bridge", "faults", "cuts")
+	}
 	var errs []error
 	for k := range cuts {
 		ha, hb := n.Host(k[0]), n.Host(k[1])

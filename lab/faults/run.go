@@ -37,7 +37,7 @@ type Config struct {
 	Staleness    time.Duration
 	// Appenders and Registers are workers per client process (two
 	// processes); MaxOps bounds each process's operations (0: none).
-	Appenders, Registers, MaxOps int
+	Appenders, Registers, Readers, MaxOps int
 	Log                          io.Writer
 }
 
@@ -67,6 +67,9 @@ func (c *Config) defaults() {
 	if c.Registers == 0 {
 		c.Registers = 4
 	}
+	if c.Readers == 0 {
+		c.Readers = 2
+	}
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
@@ -89,6 +92,7 @@ type Result struct {
 	Seed         uint64
 	Events       []Event
 	Linearizable bool
+	SilentCuts   bool
 	// Ops is every recorded operation; Acked those acknowledged (writes)
 	// or answered (reads).
 	Ops, Acked int
@@ -127,9 +131,13 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	defer cl.Close()
-	res = &Result{Seed: cfg.Seed, Linearizable: cl.Linearizable}
+	res = &Result{Seed: cfg.Seed, Linearizable: cl.Linearizable, SilentCuts: net.Silent}
 	steps := Generate(cfg.Seed, cfg.Steps, cfg.Budget, cfg.Hold, cfg.Lease, cfg.Parts)
-	fmt.Fprintf(cfg.Log, "schedule seed %d: %d steps on %s.0/24\n", cfg.Seed, len(steps), net.subnet)
+	how := "silent drops in the switch (nft)"
+	if !net.Silent {
+		how = "blackhole routes (no nft: senders see their own packets fail)"
+	}
+	fmt.Fprintf(cfg.Log, "schedule seed %d: %d steps on %s.0/24, cuts are %s\n", cfg.Seed, len(steps), net.subnet, how)
 
 	// The observer samples every node's claim every 100 ms.
 	var samples []check.StatusSample
@@ -257,13 +265,14 @@ func apply(ctx context.Context, cl *Cluster, s Step) (Event, error) {
 		}
 	}
 	n := cl.Node(target)
-	ev.Start = time.Now()
+	// Start is when the fault is in place (set in each case).
 	switch s.Kind {
 	case IsolatePrimary, Split:
 		ev.Clients = []string{"c2"}
 		if err := cl.Net.Partition([]string{target, "c1"}, append(others, "c2")); err != nil {
 			return ev, err
 		}
+		ev.Start = time.Now()
 		time.Sleep(s.Hold)
 		if err := cl.Net.Heal(); err != nil {
 			return ev, err
@@ -272,11 +281,10 @@ func apply(ctx context.Context, cl *Cluster, s Step) (Event, error) {
 		// target–others[0] and others[0]–others[1] stay up.
 		a, c := target, others[1]
 		ev.Affected = nil
-		for _, cut := range [][2]string{{a, c}, {"c1", c}, {"c2", a}} {
-			if err := cl.Net.Cut(cut[0], cut[1]); err != nil {
-				return ev, err
-			}
+		if err := cl.Net.CutPairs([][2]string{{a, c}, {"c1", c}, {"c2", a}}); err != nil {
+			return ev, err
 		}
+		ev.Start = time.Now()
 		ev.Note = fmt.Sprintf("%s–%s cut, %s–%s–%s up", a, c, a, others[0], c)
 		time.Sleep(s.Hold)
 		if err := cl.Net.Heal(); err != nil {
@@ -287,6 +295,7 @@ func apply(ctx context.Context, cl *Cluster, s Step) (Event, error) {
 		if err := n.Signal(syscall.SIGSTOP); err != nil {
 			return ev, err
 		}
+		ev.Start = time.Now()
 		time.Sleep(s.Hold)
 		if err := n.Signal(syscall.SIGCONT); err != nil {
 			return ev, err
@@ -296,6 +305,7 @@ func apply(ctx context.Context, cl *Cluster, s Step) (Event, error) {
 		if err := n.Signal(syscall.SIGKILL); err != nil {
 			return ev, err
 		}
+		ev.Start = time.Now()
 		if s.Kind == TornWAL {
 			what, err := TearWAL(n, int64(1+s.Pick%64), s.Pick%2 == 0)
 			if err != nil {
@@ -360,7 +370,7 @@ func startClients(ctx context.Context, net *Net, cl *Cluster, cfg Config) ([]*pr
 			return ps, err
 		}
 		spec := ClientSpec{Name: name, IP: h.IP, Join: join, Out: filepath.Join(cfg.Dir, name+".jsonl"), Parts: cfg.Parts, Keys: cfg.Keys,
-			Appenders: cfg.Appenders, Registers: cfg.Registers, ElemBase: uint64(i+1) << 48, MaxOps: cfg.MaxOps,
+			Appenders: cfg.Appenders, Registers: cfg.Registers, Readers: cfg.Readers, ElemBase: uint64(i+1) << 48, MaxOps: cfg.MaxOps,
 			Duration: cfg.Budget + 2*time.Minute, Seed: cfg.Seed*2 + uint64(i)}
 		b, _ := json.Marshal(spec)
 		p := &proc{name: name, out: spec.Out, exited: make(chan error, 1)}
