@@ -165,6 +165,9 @@ func Client(ctx context.Context, in io.Reader, out io.Writer) error {
 				if _, ok := next(); !ok {
 					return
 				}
+				if readOnly {
+					time.Sleep(10 * time.Millisecond) // keep the register history small enough to search
+				}
 				p := rng.IntN(spec.Parts)
 				key := fmt.Sprintf("p%d-r%d", p, rng.IntN(spec.Keys))
 				r := Record{P: p, K: key, C: name, S: time.Now().UnixNano()}

@@ -38,7 +38,7 @@ type Config struct {
 	// Appenders and Registers are workers per client process (two
 	// processes); MaxOps bounds each process's operations (0: none).
 	Appenders, Registers, Readers, MaxOps int
-	Log                          io.Writer
+	Log                                   io.Writer
 }
 
 func (c *Config) defaults() {
