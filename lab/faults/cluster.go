@@ -105,7 +105,14 @@ func StartCluster(ctx context.Context, net *Net, exe, dir string, level, parts i
 			}
 			err := c.start(ctx, n)
 			if err != nil && i == 0 && c.Linearizable && strings.Contains(err.Error(), "linearizable") {
-				fmt.Fprintln(log, "linearizable level not available in this binary: kv runs at level 3")
+				why := ""
+				for _, l := range strings.Split(err.Error(), "\n") {
+					if strings.Contains(l, "linearizable") {
+						why = strings.TrimSpace(l)
+						break
+					}
+				}
+				fmt.Fprintf(log, "linearizable level not available in this binary (%s): kv runs at level 3\n", why)
 				c.Linearizable = false
 				continue
 			}

@@ -244,8 +244,10 @@ func note(s string) string {
 func apply(ctx context.Context, cl *Cluster, s Step) (Event, error) {
 	ev := Event{Step: s}
 	target := ""
-	for deadline := time.Now().Add(5 * time.Second); target == "" && time.Now().Before(deadline); {
-		target = cl.Primary(ctx, s.Service, s.Partition)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if target = cl.Primary(ctx, s.Service, s.Partition); target != "" {
+			break
+		}
 	}
 	if target == "" || s.Kind == Split || s.Kind == TornWAL {
 		target = cl.Nodes[s.Pick%len(cl.Nodes)].ID
