@@ -59,7 +59,10 @@ func TestSchedules(t *testing.T) {
 	for _, g := range tally.Goals(GoalTargets{Schedules: 1, Acked: 500, Lease: cfg.Lease}) {
 		goals[g.Name] = g.Verdict != "FAIL"
 	}
-	// Every goal of issue 14 that one short schedule can judge.
+	// Every finding of issue 14: any one fails the test. The timing goals
+	// ("writes resume after isolation", "failover after SIGKILL") are
+	// printed above but not asserted: one short schedule on shared cores
+	// gives two or three samples; `neptune bench faults` judges them.
 	for _, name := range []string{
 		"lost",
 		"duplicated",
@@ -67,9 +70,7 @@ func TestSchedules(t *testing.T) {
 		"other list anomalies",
 		"stale beyond bound",
 		"non-linearizable", // fails while the binary has no linearizable level
-		"two primaries",
-		"writes resume after isolation",
-		"failover after SIGKILL",
+		"two primaries",    // sampled claims and LSN collisions
 	} {
 		if !goals[name] {
 			t.Errorf("goal failed: %s (seed %d)", name, seed)
