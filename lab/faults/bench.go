@@ -26,7 +26,7 @@ type BenchConfig struct {
 
 // DefaultConfig is the goal scale: 20 schedules of 12 nemeses.
 func DefaultConfig() BenchConfig {
-	return BenchConfig{Schedules: 20, Ops: 0, Seed: 1, Steps: 12, Budget: 3 * time.Minute, Hold: 4 * time.Second, Lease: 2 * time.Second, Level: 2}
+	return BenchConfig{Schedules: 20, Ops: 0, Seed: 1, Steps: 12, Budget: 3 * time.Minute, Hold: 4 * time.Second, Lease: 400 * time.Millisecond, Level: 2}
 }
 
 // Validate reports the first invalid field.
@@ -88,6 +88,9 @@ func (r *Result) Summary() string {
 	lin := "linearizable"
 	if !r.Linearizable {
 		lin = "level 3 (no linearizable level)"
+	}
+	if !r.LeaseSet {
+		lin += ", no lease key"
 	}
 	return fmt.Sprintf("ops %d acked %d; appends lost %d dup %d divergent %d; register (%s) non-linearizable keys %d; stale %d (worst +%v) sessions %d; two-primary rounds %d, LSN collisions %d; resume %v failover %v",
 		r.Ops, r.Acked, r.List.Counts[0], r.List.Counts[1], r.List.Counts[4]+r.KVDivergent, lin, len(r.Register.NonLinearizable),

@@ -39,8 +39,10 @@ type Cluster struct {
 	Net   *Net
 	Nodes []*Node
 	// Linearizable is true when the binary accepted the kv service's
-	// `replication.linearizable: true`.
-	Linearizable bool
+	// `replication.linearizable: true`; LeaseSet when it accepted
+	// `replication.lease` (else the nodes run without leases or with
+	// their default).
+	Linearizable, LeaseSet bool
 	// Level is the list-append service's level; kv runs at level 3.
 	Level, Parts int
 	Staleness    time.Duration
@@ -62,32 +64,37 @@ type Node struct {
 	exited chan struct{}
 }
 
-// yaml is the shared config; linearizable adds the option to kv.
-func clusterYAML(parts, level int, staleness time.Duration, linearizable bool) string {
-	lin := ""
+// clusterYAML is the shared config; lease > 0 sets both services' lease,
+// linearizable adds the option to kv.
+func clusterYAML(parts, level int, staleness, lease time.Duration, linearizable bool) string {
+	lin, ls := "", ""
 	if linearizable {
 		lin = ", linearizable: true"
+	}
+	if lease > 0 {
+		ls = fmt.Sprintf(", lease: %s", lease)
 	}
 	return fmt.Sprintf(`services:
   - name: %s
     partitions: 0-%d
-    replication: {level: %d, nodes: [n1, n2, n3], degree: 3, staleness: %s}
+    replication: {level: %d, nodes: [n1, n2, n3], degree: 3, staleness: %s%s}
   - name: kv
     partitions: 0-%d
-    replication: {level: 3, nodes: [n1, n2, n3], degree: 3, staleness: %s%s}
-`, listappend.Name, parts-1, level, staleness, parts-1, staleness, lin)
+    replication: {level: 3, nodes: [n1, n2, n3], degree: 3, staleness: %s%s%s}
+`, listappend.Name, parts-1, level, staleness, ls, parts-1, staleness, ls, lin)
 }
 
 // StartCluster makes namespaces n1..n3 on net and starts a node in each.
-// It first tries kv with `linearizable: true`; if the binary refuses the
-// key, it runs kv at plain level 3 and says so in Linearizable.
-func StartCluster(ctx context.Context, net *Net, exe, dir string, level, parts int, staleness time.Duration, log io.Writer) (*Cluster, error) {
+// It first tries kv with `linearizable: true` and both services with
+// `lease: <lease>`; a key the binary refuses is dropped (kv then runs at
+// plain level 3), and said so in Linearizable and LeaseSet.
+func StartCluster(ctx context.Context, net *Net, exe, dir string, level, parts int, staleness, lease time.Duration, log io.Writer) (*Cluster, error) {
 	poller, err := transport.NewPoller(slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{Net: net, Level: level, Parts: parts, Staleness: staleness, exe: exe, dir: dir, config: filepath.Join(dir, "cluster.yaml"),
-		poller: poller, conns: transport.NewConns(), Linearizable: true}
+		poller: poller, conns: transport.NewConns(), Linearizable: true, LeaseSet: lease > 0}
 	for i := range 3 {
 		id := fmt.Sprintf("n%d", i+1)
 		h, err := net.AddHost(id)
@@ -98,23 +105,28 @@ func StartCluster(ctx context.Context, net *Net, exe, dir string, level, parts i
 		c.Nodes = append(c.Nodes, &Node{ID: id, Host: h, DataDir: filepath.Join(dir, id), LogPath: filepath.Join(dir, id+".log")})
 	}
 	for i, n := range c.Nodes {
-		for {
-			if err := os.WriteFile(c.config, []byte(clusterYAML(parts, level, staleness, c.Linearizable)), 0o644); err != nil {
+		for attempt := 0; ; attempt++ {
+			var l time.Duration
+			if c.LeaseSet {
+				l = lease
+			}
+			if err := os.WriteFile(c.config, []byte(clusterYAML(parts, level, staleness, l, c.Linearizable)), 0o644); err != nil {
 				c.Close()
 				return nil, err
 			}
 			err := c.start(ctx, n)
-			if err != nil && i == 0 && c.Linearizable && strings.Contains(err.Error(), "linearizable") {
-				why := ""
-				for _, l := range strings.Split(err.Error(), "\n") {
-					if strings.Contains(l, "linearizable") {
-						why = strings.TrimSpace(l)
-						break
-					}
+			if err != nil && i == 0 && attempt < 2 {
+				why := refusal(err, "linearizable")
+				if c.Linearizable && why != "" {
+					fmt.Fprintf(log, "linearizable level not available in this binary (%s): kv runs at level 3\n", why)
+					c.Linearizable = false
+					continue
 				}
-				fmt.Fprintf(log, "linearizable level not available in this binary (%s): kv runs at level 3\n", why)
-				c.Linearizable = false
-				continue
+				if why = refusal(err, "field lease"); c.LeaseSet && why != "" {
+					fmt.Fprintf(log, "replication.lease not available in this binary (%s): nodes run without it\n", why)
+					c.LeaseSet = false
+					continue
+				}
 			}
 			if err != nil {
 				c.Close()
@@ -128,6 +140,16 @@ func StartCluster(ctx context.Context, net *Net, exe, dir string, level, parts i
 		return nil, err
 	}
 	return c, nil
+}
+
+// refusal is the line of a failed start's error that mentions key, or "".
+func refusal(err error, key string) string {
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if strings.Contains(l, key) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }
 
 // start launches n, joining the other nodes, and waits for its "up" line.

@@ -44,7 +44,7 @@ func TestSchedules(t *testing.T) {
 		}
 	}
 	var log strings.Builder
-	cfg := Config{Exe: exe, Dir: dir, Seed: seed, Steps: len(Kinds), Budget: 75 * time.Second, Hold: 3 * time.Second, Lease: 2 * time.Second,
+	cfg := Config{Exe: exe, Dir: dir, Seed: seed, Steps: len(Kinds), Budget: 75 * time.Second, Hold: 3 * time.Second, Lease: 400 * time.Millisecond,
 		Log: &testLog{t}}
 	res, err := Run(ctx, cfg)
 	if err != nil {

@@ -53,7 +53,7 @@ func (c *Config) defaults() {
 		c.Hold = 3 * time.Second
 	}
 	if c.Lease == 0 {
-		c.Lease = 2 * time.Second
+		c.Lease = 400 * time.Millisecond // the replica core's default
 	}
 	c.Level = max(c.Level, 2)
 	c.Parts = max(c.Parts, 2)
@@ -92,6 +92,7 @@ type Result struct {
 	Seed         uint64
 	Events       []Event
 	Linearizable bool
+	LeaseSet     bool
 	SilentCuts   bool
 	// Ops is every recorded operation; Acked those acknowledged (writes)
 	// or answered (reads).
@@ -126,12 +127,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	defer net.Close()
-	cl, err := StartCluster(ctx, net, cfg.Exe, cfg.Dir, cfg.Level, cfg.Parts, cfg.Staleness, cfg.Log)
+	cl, err := StartCluster(ctx, net, cfg.Exe, cfg.Dir, cfg.Level, cfg.Parts, cfg.Staleness, cfg.Lease, cfg.Log)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-	res = &Result{Seed: cfg.Seed, Linearizable: cl.Linearizable, SilentCuts: net.Silent}
+	res = &Result{Seed: cfg.Seed, Linearizable: cl.Linearizable, LeaseSet: cl.LeaseSet, SilentCuts: net.Silent}
 	steps := Generate(cfg.Seed, cfg.Steps, cfg.Budget, cfg.Hold, cfg.Lease, cfg.Parts)
 	how := "silent drops in the switch (nft)"
 	if !net.Silent {

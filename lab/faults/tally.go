@@ -19,6 +19,8 @@ type Tally struct {
 	// linearizable level (kv ran at level 3; its register is still checked
 	// and reported, but the goal cannot be met).
 	LinearizableMissing int
+	// LeaseMissing counts schedules whose binary had no replication.lease.
+	LeaseMissing        int
 	Stale               int
 	MaxBeyond           time.Duration
 	SessionViolations   int
@@ -44,6 +46,9 @@ func (t *Tally) Add(r *Result) {
 	t.Inconclusive += len(r.Register.Timeouts)
 	if !r.Linearizable {
 		t.LinearizableMissing++
+	}
+	if !r.LeaseSet {
+		t.LeaseMissing++
 	}
 	t.Stale += len(r.Stale)
 	t.MaxBeyond = max(t.MaxBeyond, r.MaxBeyond)
@@ -160,6 +165,9 @@ func (t *Tally) Goals(g GoalTargets) []Goal {
 // Print writes the tally and the goals.
 func (t *Tally) Print(w io.Writer, g GoalTargets) {
 	fmt.Fprintf(w, "schedules %d, operations %d, acknowledged %d\n", t.Schedules, t.Ops, t.Acked)
+	if t.LeaseMissing > 0 {
+		fmt.Fprintf(w, "(%d schedules ran on a binary without replication.lease: no leases; the goals assume a %v lease)\n", t.LeaseMissing, g.Lease)
+	}
 	for _, goal := range t.Goals(g) {
 		fmt.Fprintf(w, "%-13s %-30s %s\n", goal.Verdict, goal.Name, goal.Figure)
 	}

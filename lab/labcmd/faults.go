@@ -28,7 +28,7 @@ within lease + 1 s of an isolation; failover p50 <= 500 ms, p99 <= 1.5 s).`,
 	fs.IntVar(&cfg.Steps, "steps", cfg.Steps, "nemeses per schedule (at most)")
 	fs.DurationVar(&cfg.Budget, "budget", cfg.Budget, "time bound of each schedule's nemeses and rests")
 	fs.DurationVar(&cfg.Hold, "hold", cfg.Hold, "typical time a nemesis is held")
-	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "the lease the goals assume (pauses last longer)")
+	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "replication.lease of both services (when the binary has the key) and what the goals assume")
 	fs.IntVar(&cfg.Level, "level", cfg.Level, "list-append service's level (kv runs at level 3 or linearizable)")
 	fs.BoolVar(&cfg.Keep, "keep", cfg.Keep, "keep each schedule's logs and histories")
 	return cmd
