@@ -103,8 +103,9 @@ type Result struct {
 	Stale     []check.Violation
 	MaxBeyond time.Duration
 	Sessions  []check.Violation
-	// Collisions are two acknowledged writes with one LSN.
-	Collisions []check.Violation
+	// Collisions are two acknowledged writes with one LSN; Order writes
+	// acknowledged at a lower LSN than one acknowledged before they started.
+	Collisions, Order []check.Violation
 	Primaries  check.PrimaryMoments
 	// KVDivergent counts kv partitions whose replicas' digests differ.
 	KVDivergent int
@@ -542,6 +543,7 @@ func (res *Result) check(ctx context.Context, cl *Cluster, cfg Config, recs []Re
 	res.MaxBeyond = check.MaxBeyond(kvOps, cfg.Staleness)
 	res.Sessions = check.Sessions(kvOps)
 	res.Collisions = check.LSNCollisions(acks)
+	res.Order = check.LSNOrder(acks)
 	res.Primaries = check.TwoPrimaries(samples)
 	// Time to the first acknowledged write of an affected partition that
 	// a listed client started after the fault.

@@ -27,6 +27,7 @@ type Tally struct {
 	TwoPrimaryRounds    int
 	LongestTwoPrimaries time.Duration
 	LSNCollisions       int
+	LSNOrder            int
 	NotConverged        int
 	NoResume            int
 	Resume, Failover    []time.Duration
@@ -56,6 +57,7 @@ func (t *Tally) Add(r *Result) {
 	t.TwoPrimaryRounds += r.Primaries.Double
 	t.LongestTwoPrimaries = max(t.LongestTwoPrimaries, r.Primaries.Longest)
 	t.LSNCollisions += len(r.Collisions)
+	t.LSNOrder += len(r.Order)
 	if !r.Converged {
 		t.NotConverged++
 	}
@@ -82,6 +84,9 @@ func (t *Tally) Add(r *Result) {
 		ex(v.String())
 	}
 	for _, v := range r.Collisions[:min(2, len(r.Collisions))] {
+		ex(v.String())
+	}
+	for _, v := range r.Order[:min(2, len(r.Order))] {
 		ex(v.String())
 	}
 	if r.Primaries.Example != "" {
@@ -141,7 +146,8 @@ func (t *Tally) Goals(g GoalTargets) []Goal {
 		zero("other list anomalies", t.OtherList, fmt.Sprint(t.OtherList)),
 		zero("stale beyond bound", t.Stale+t.SessionViolations, fmt.Sprintf("%d reads (worst %v beyond), %d session violations", t.Stale, t.MaxBeyond.Round(time.Millisecond), t.SessionViolations)),
 		lin,
-		zero("two primaries", t.TwoPrimaryRounds+t.LSNCollisions, fmt.Sprintf("%d sampled rounds (longest %v), %d LSN collisions", t.TwoPrimaryRounds, t.LongestTwoPrimaries.Round(time.Millisecond), t.LSNCollisions)),
+		zero("two primaries", t.TwoPrimaryRounds+t.LSNCollisions+t.LSNOrder, fmt.Sprintf("%d sampled rounds (longest %v), %d LSN collisions, %d acks out of LSN order",
+			t.TwoPrimaryRounds, t.LongestTwoPrimaries.Round(time.Millisecond), t.LSNCollisions, t.LSNOrder)),
 	}
 	timed := func(name string, ds []time.Duration, missing int, limit func([]time.Duration) bool, fig string) Goal {
 		v := "PASS"

@@ -109,3 +109,22 @@ func TestLSNCollisions(t *testing.T) {
 		t.Fatalf("want 1, got %v", vs)
 	}
 }
+
+func TestLSNOrder(t *testing.T) {
+	ws := []Op{
+		{Session: "a", Kind: Write, Partition: "p0", Version: 5, Start: ms(0), End: ms(10)},
+		{Session: "b", Kind: Write, Partition: "p0", Version: 6, Start: ms(20), End: ms(30)},
+		// Concurrent with b: either order.
+		{Session: "c", Kind: Write, Partition: "p0", Version: 4, Start: ms(5), End: ms(40)},
+		// Another partition has its own LSNs.
+		{Session: "d", Kind: Write, Partition: "p1", Version: 1, Start: ms(50), End: ms(60)},
+	}
+	if vs := LSNOrder(ws); len(vs) != 0 {
+		t.Fatalf("want none, got %v", vs)
+	}
+	// An old primary acknowledges after the new one did, from its own log.
+	ws = append(ws, Op{Session: "e", Kind: Write, Partition: "p0", Version: 5, Start: ms(50), End: ms(55)})
+	if vs := LSNOrder(ws); len(vs) != 1 || vs[0].Op.Session != "e" {
+		t.Fatalf("want e flagged, got %v", vs)
+	}
+}
