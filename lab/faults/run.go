@@ -106,7 +106,7 @@ type Result struct {
 	// Collisions are two acknowledged writes with one LSN; Order writes
 	// acknowledged at a lower LSN than one acknowledged before they started.
 	Collisions, Order []check.Violation
-	Primaries  check.PrimaryMoments
+	Primaries         check.PrimaryMoments
 	// KVDivergent counts kv partitions whose replicas' digests differ.
 	KVDivergent int
 	Converged   bool
