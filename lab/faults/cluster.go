@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -280,6 +281,21 @@ type Answer struct {
 	Node                 string
 	OK, Serving, Primary bool
 	Version              uint64
+	// LeaseKnown is set when polls carry the primary's remaining lease
+	// (Lease); without leases every primary claim counts.
+	LeaseKnown bool
+	Lease      time.Duration
+}
+
+// pollLease reads transport.Version's Lease field when the build has one
+// (polls carry the primary's remaining majority lease once leases are in;
+// by reflection so the suite builds before and after that change).
+func pollLease(v transport.Version) (time.Duration, bool) {
+	f := reflect.ValueOf(v).FieldByName("Lease")
+	if !f.IsValid() || f.Type() != reflect.TypeOf(time.Duration(0)) {
+		return 0, false
+	}
+	return time.Duration(f.Int()), true
 }
 
 // Poll asks every node directly about svc's partition p (300 ms).
@@ -295,6 +311,7 @@ func (c *Cluster) Poll(ctx context.Context, svc string, p int) []Answer {
 		for _, a := range got {
 			if a.Replica == n.ID {
 				out[i] = Answer{Node: n.ID, OK: true, Serving: a.Version.Serving, Primary: a.Version.Primary, Version: a.Version.Version}
+				out[i].Lease, out[i].LeaseKnown = pollLease(a.Version)
 			}
 		}
 	}

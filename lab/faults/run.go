@@ -164,7 +164,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 						for _, a := range cl.Poll(ctx, svc, p) {
 							if a.OK {
 								mu.Lock()
-								samples = append(samples, check.StatusSample{Round: round, At: at, Node: a.Node, Partition: fmt.Sprintf("%s/%d", svc, p), Primary: a.Primary})
+								samples = append(samples, check.StatusSample{Round: round, At: at, Node: a.Node, Partition: fmt.Sprintf("%s/%d", svc, p), Primary: a.Primary,
+									LeaseKnown: a.LeaseKnown, LeaseValid: a.Lease > 0})
 								mu.Unlock()
 							}
 						}
