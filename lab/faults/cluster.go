@@ -319,12 +319,17 @@ func (c *Cluster) Poll(ctx context.Context, svc string, p int) []Answer {
 }
 
 // Primary is the node that answers as svc partition p's primary (of
-// several, the one with the highest version), or "".
+// several, one holding a lease where polls carry leases, then the one with
+// the highest version), or "".
 func (c *Cluster) Primary(ctx context.Context, svc string, p int) string {
-	best, v := "", uint64(0)
+	best, v, leased := "", uint64(0), false
 	for _, a := range c.Poll(ctx, svc, p) {
-		if a.Primary && (best == "" || a.Version > v) {
-			best, v = a.Node, a.Version
+		if !a.Primary {
+			continue
+		}
+		l := a.LeaseKnown && a.Lease > 0
+		if best == "" || (l && !leased) || (l == leased && a.Version > v) {
+			best, v, leased = a.Node, a.Version, l
 		}
 	}
 	return best
