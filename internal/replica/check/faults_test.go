@@ -90,8 +90,8 @@ func TestTwoPrimaries(t *testing.T) {
 		ss[i].LeaseKnown = true
 		ss[i].LeaseValid = ss[i].Node == "b" || ss[i].Round < 3
 	}
-	if m := TwoPrimaries(ss); m.Double != 0 {
-		t.Fatalf("leased: got %+v, want none", m)
+	if m := TwoPrimaries(ss); m.Double != 0 || m.Claimed != 3 {
+		t.Fatalf("leased: got %+v, want none leased and 3 rounds claimed", m)
 	}
 }
 

@@ -30,6 +30,9 @@ type PrimaryMoments struct {
 	Rounds, Double int
 	Longest        time.Duration
 	Example        string
+	// Claimed counts rounds in which two nodes claimed a partition, leases
+	// or not: the announcements a heal must settle (informational).
+	Claimed int
 }
 
 // TwoPrimaries counts sampling rounds in which two nodes claimed to be
@@ -41,10 +44,14 @@ func TwoPrimaries(samples []StatusSample) PrimaryMoments {
 		part  string
 	}
 	claims := map[key][]string{}
+	anyClaims := map[key]int{}
 	at := map[int]time.Time{}
 	for _, s := range samples {
 		if _, ok := at[s.Round]; !ok || s.At.Before(at[s.Round]) {
 			at[s.Round] = s.At
+		}
+		if s.Primary {
+			anyClaims[key{s.Round, s.Partition}]++
 		}
 		if s.Primary && (!s.LeaseKnown || s.LeaseValid) {
 			k := key{s.Round, s.Partition}
@@ -59,6 +66,13 @@ func TwoPrimaries(samples []StatusSample) PrimaryMoments {
 	double := map[int]bool{}
 	var m PrimaryMoments
 	m.Rounds = len(rounds)
+	claimed := map[int]bool{}
+	for k, n := range anyClaims {
+		if n > 1 && !claimed[k.round] {
+			claimed[k.round] = true
+			m.Claimed++
+		}
+	}
 	for k, nodes := range claims {
 		if len(nodes) > 1 {
 			if !double[k.round] {
