@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/neptune-cluster/neptune/internal/clock"
-	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/sched"
 	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
@@ -139,18 +138,14 @@ func (n node) Aggregate(ctx context.Context, in *pb.AggregateRequest, _ ...grpc.
 	return &pb.AggregateResponse{Partitions: []int32{0}, Data: []byte{1}}, nil
 }
 
-type noDirectory struct{}
-
-func (noDirectory) Replicas(string, int32) membership.Lookup { return membership.Lookup{} }
-func (noDirectory) Exclude(string)                           {}
-
 // TestHedgeFiresAtTheRecentP95OnTheClock: a leaf whose replica does not
 // answer is re-issued to the next replica once the clock passes the recent
 // leaf p95 (96 ms here), not before, however long the test runs.
 func TestHedgeFiresAtTheRecentP95OnTheClock(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1000, 0))
 	calls := map[string]*atomic.Int32{"slow": {}, "fast": {}}
-	c := NewCaller(Config{Directory: noDirectory{}, Dialer: nodes{calls}, Clock: clk})
+	dir := pages{0: {{Node: "n1", RPCAddr: "slow"}, {Node: "n2", RPCAddr: "fast"}}}
+	c := NewCaller(Config{Directory: dir, Dialer: nodes{calls}, Clock: clk})
 	for i := range 100 {
 		c.st.leafDone("svc", time.Duration(i+1)*time.Millisecond)
 	}

@@ -3,7 +3,9 @@ package aggregation
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/clock"
@@ -41,10 +43,14 @@ func (c *Caller) child(ctx context.Context, start time.Time, base *pb.AggregateR
 		err  error
 		took time.Duration
 	}
-	results := make(chan result, len(target.Replicas))
+	replicas, err := c.resolve(base.Service, target, sub)
+	if err != nil {
+		return nil, err
+	}
+	results := make(chan result, len(replicas))
 	next, running, hedges := 0, 0, int32(0)
 	launch := func() {
-		r := target.Replicas[next]
+		r := replicas[next]
 		next++
 		running++
 		go func() {
@@ -53,12 +59,9 @@ func (c *Caller) child(ctx context.Context, start time.Time, base *pb.AggregateR
 			results <- result{resp, err, c.clock.Since(t0)}
 		}()
 	}
-	if len(target.Replicas) == 0 {
-		return nil, nerr.ErrNoReplica
-	}
 	launch()
 	var hedgeC <-chan time.Time
-	if leaf && base.Hedge && len(target.Replicas) > 1 {
+	if leaf && base.Hedge && len(replicas) > 1 {
 		if after, typical, ok := c.st.hedgeDelay(base.Service); ok && c.clock.Now().Add(after+typical).Before(due) {
 			t := c.clock.NewTimer(after)
 			defer t.Stop()
@@ -81,17 +84,65 @@ func (c *Caller) child(ctx context.Context, start time.Time, base *pb.AggregateR
 			if ctx.Err() != nil || errors.Is(res.err, nerr.ErrUnknownMethod) {
 				continue
 			}
-			if running == 0 && next < len(target.Replicas) {
+			if running == 0 && next < len(replicas) {
 				launch()
 			}
 		case <-hedgeC:
-			if next < len(target.Replicas) && c.st.takeHedge() {
+			if next < len(replicas) && c.st.takeHedge() {
 				hedges++
 				launch()
 			}
 		}
 	}
 	return nil, last
+}
+
+// resolve returns the replicas target's subtree may be sent to: the nodes
+// target names, in its order, each at the RPC address the yellow pages
+// hold for it, and only those the yellow pages announce as hosting
+// target's partition (for Base's coordinator, index -1: a partition of
+// the subtree). An AggregateRequest comes from whoever may call
+// Aggregate, so its rpc_addr fields are never dialed: otherwise any
+// client could make a node open connections to any address (and, with
+// mutual TLS, present its node certificate there), or steer a subtree to
+// a process that is not a member. A node not announced for the
+// partition is left out, and none left is ErrNoReplica.
+func (c *Caller) resolve(service string, target *pb.Participant, sub []*pb.Participant) ([]*pb.ReplicaAddr, error) {
+	parts := []int32{target.Partition}
+	if target.Index < 0 {
+		parts = parts[:0]
+		for _, p := range sub {
+			if p.Index >= 0 && !slices.Contains(parts, p.Partition) {
+				parts = append(parts, p.Partition)
+			}
+		}
+	}
+	announced := map[string]string{}
+	for _, p := range parts {
+		for _, r := range c.cfg.Directory.Replicas(service, p).Replicas {
+			announced[r.Node] = r.RPCAddr
+		}
+	}
+	out := make([]*pb.ReplicaAddr, 0, len(target.Replicas))
+	var refused []string
+	for _, r := range target.Replicas {
+		addr, ok := announced[r.Node]
+		if !ok || addr == "" || slices.ContainsFunc(out, func(o *pb.ReplicaAddr) bool { return o.Node == r.Node }) {
+			refused = append(refused, r.Node)
+			continue
+		}
+		out = append(out, &pb.ReplicaAddr{Node: r.Node, RpcAddr: addr})
+	}
+	if len(out) == 0 {
+		if len(refused) == 0 {
+			return nil, fmt.Errorf("%w: participant %d of %s names no replica", nerr.ErrNoReplica, target.Index, service)
+		}
+		if len(refused) > 5 {
+			refused = append(refused[:5], "…")
+		}
+		return nil, fmt.Errorf("%w: participant %d of %s: no node it names (%s) is announced for its partition", nerr.ErrNoReplica, target.Index, service, strings.Join(refused, ", "))
+	}
+	return out, nil
 }
 
 // send sends target's subtree to replica r.

@@ -21,6 +21,8 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/gage"
 	"github.com/neptune-cluster/neptune/internal/gateway"
+	"github.com/neptune-cluster/neptune/internal/pki"
+	"github.com/neptune-cluster/neptune/internal/security"
 )
 
 // gatewayOptions are the flags of `neptune gateway`; each overrides the
@@ -122,7 +124,13 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host 
 		return err
 	}
 	defer client.Close()
-	g, err := gateway.New(cfg, gateway.Deps{Caller: client, Registerer: reg, Logger: log})
+	var gsec gateway.GossipSecurity
+	if cfg.Gossip != "" {
+		if gsec, err = gatewayGossip(ctx, sec, log); err != nil {
+			return err
+		}
+	}
+	g, err := gateway.New(cfg, gateway.Deps{Caller: client, Registerer: reg, Logger: log, Gossip: gsec})
 	if err != nil {
 		return err
 	}
@@ -152,6 +160,26 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host 
 	fmt.Fprintf(stdout, "gateway up: http %s, metrics %s, gossip %s, scheduler %s, %d routes, %d subscribers\n",
 		ln.Addr(), metricsAddr, gossip, cfg.Scheduler, len(cfg.Routes), len(cfg.Gage().All()))
 	return g.Serve(ctx, ln)
+}
+
+// gatewayGossip authenticates the demand gossip with the other gateways
+// under the cluster keyring the gateway's client joins with (watched, so
+// `neptune keyring use` rotates the gossip's key too); with --insecure
+// the datagrams are plain.
+func gatewayGossip(ctx context.Context, sec neptune.Security, log *slog.Logger) (gateway.GossipSecurity, error) {
+	if sec.Insecure {
+		return gateway.GossipSecurity{Insecure: true}, nil
+	}
+	role, name, _ := strings.Cut(sec.Cert, "/")
+	m, err := security.Load(security.Config{
+		Dir: sec.Dir, Identity: pki.Identity{Role: pki.Role(role), Name: name},
+		KeyringFile: sec.KeyringFile, Label: sec.Cluster, Logger: log,
+	})
+	if err != nil {
+		return gateway.GossipSecurity{}, fmt.Errorf("gateway: gossip keys: %w", err)
+	}
+	go m.WatchKeyring(ctx)
+	return gateway.GossipSecurity{Keys: m.Keys, Label: m.Label}, nil
 }
 
 func newHashKeyCmd() *cobra.Command {

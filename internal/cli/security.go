@@ -165,15 +165,17 @@ const keyringLong = `Manage a gossip keyring file: a JSON list of base64 keys, t
 first (the one members send with; every listed key is accepted). The
 same keys authenticate load polls. Files are written with mode 0600.
 
-Rotating the key of a live cluster goes through each node, since each
-node reads its own keyring file, in three rounds; finish a round on
-every node before starting the next:
+Rotating the key of a live cluster goes through each member's file
+(nodes, gateways and long-running clients each read their own) in three
+rounds; finish a round on every member before starting the next:
   1. install the new key         neptune keyring install --file F --key NEW
   2. make it the primary         neptune keyring use --file F --key NEW
   3. remove the old key          neptune keyring remove --file F --key OLD
-A node applies its file when it starts, so each round is a rolling
-restart of the nodes. At every step each node accepts the key the
-others send with, so no gossip and no poll is lost.`
+A running member checks its file every 5 seconds and applies a change
+without a restart (it logs "keyring reloaded"; a file that does not
+parse is logged and the keys in use are kept), so wait that long after
+the last file of a round. At every step each member accepts the key the
+others send with, so no gossip, poll or gateway datagram is lost.`
 
 func newKeyringCmd() *cobra.Command {
 	cmd := &cobra.Command{

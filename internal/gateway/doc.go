@@ -36,7 +36,9 @@
 // answers with what the request used (see Gateway), which is what the
 // scheduler is told; the nodes' accounting cycles, carried on the same
 // answers, feed a gage.CapacityEstimator (cluster); and with peers the
-// gateways gossip each subscriber's demand over UDP (gossiper) and split
-// reservations and capacity with a gage.Splitter every gossip period.
+// gateways gossip each subscriber's demand over UDP (gossiper; each
+// datagram authenticated under the cluster keyring, gossipauth.go) and
+// split reservations and capacity with a gage.Splitter every gossip
+// period.
 // Status and /api/subscribers report it all per subscriber.
 package gateway

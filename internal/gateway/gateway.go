@@ -40,6 +40,10 @@ type Deps struct {
 	// registry.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// Gossip authenticates the demand gossip with the other gateways:
+	// the cluster's keys, or Insecure. Required when the config has a
+	// gossip address.
+	Gossip GossipSecurity
 }
 
 // Gateway is the HTTP front door: it routes each request to a service
@@ -108,8 +112,20 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 	}
 	var gsp *gossiper
 	if cfg.Gossip != "" {
-		if gsp, err = newGossiper(cfg, clk); err != nil {
+		if !d.Gossip.Insecure && d.Gossip.Keys == nil {
+			return nil, errors.New("gateway: gossip is configured but Deps.Gossip has no keys: give the cluster keyring's (security.Material.Keys) or set Deps.Gossip.Insecure")
+		}
+		var subs []string
+		for _, s := range gc.All() {
+			subs = append(subs, s.Name)
+		}
+		if gsp, err = newGossiper(cfg, subs, d.Gossip, clk, log); err != nil {
 			return nil, fmt.Errorf("gateway: gossip %q: %w", cfg.Gossip, err)
+		}
+		gsp.dropped = func(reason string) { m.gossipDropped.WithLabelValues(reason).Inc() }
+		gsp.accepted = m.gossipAccepted.Inc
+		if d.Gossip.Insecure {
+			log.Warn("gateway: demand gossip runs INSECURE: anyone reaching the gossip port can steer how reservations are split", "gossip", cfg.Gossip)
 		}
 		if cfg.Name == "" {
 			cfg.Name = gsp.Addr()

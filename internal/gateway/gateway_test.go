@@ -62,7 +62,7 @@ func start(t *testing.T, y string, c Caller, clk clock.Clock) (*Gateway, *promet
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	g, err := New(cfg, Deps{Caller: c, Clock: clk, Registerer: reg})
+	g, err := New(cfg, Deps{Caller: c, Clock: clk, Registerer: reg, Gossip: testGossip})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -23,16 +25,25 @@ import (
 // share in about a second; a datagram per peer per 100 ms is nothing for
 // the handful of gateways a cluster runs.
 
-// wireDemand is the datagram: JSON, small (a few bytes per subscriber).
+// wireDemand is the datagram's JSON, small (a few bytes per subscriber);
+// with GossipSecurity keys an authentication trailer follows it
+// (gossipauth.go).
 type wireDemand struct {
 	Gateway string             `json:"g"`
 	At      int64              `json:"at"` // sender's clock, Unix ns: orders one sender's messages
 	Demand  map[string]float64 `json:"d"`
 }
 
-// maxDatagram bounds what is read; a config with thousands of
-// subscribers would need a stream instead.
-const maxDatagram = 64 << 10
+// maxDatagram bounds a demand datagram, trailer included: about 500
+// subscribers with long names; a config with thousands would need a
+// stream instead. A larger one is dropped unread as oversized.
+const maxDatagram = 32 << 10
+
+// maxGatewayName bounds a peer's name as a datagram gives it.
+const maxGatewayName = 256
+
+// maxHeard bounds the peers learnt from datagrams rather than the config.
+const maxHeard = 256
 
 // gossiper runs the UDP socket of one gateway.
 type gossiper struct {
@@ -41,9 +52,18 @@ type gossiper struct {
 	peers []*net.UDPAddr
 	ttl   time.Duration
 	self  string
+	auth  *demandAuth // nil: insecure, plain JSON
+	subs  map[string]bool
+	log   *slog.Logger
+	// dropped counts a refused datagram by reason; accepted one that
+	// passed.
+	dropped  func(reason string)
+	accepted func()
 
-	mu    sync.Mutex
-	heard map[string]heardPeer // by address
+	mu      sync.Mutex
+	heard   map[string]heardPeer // by address
+	warned  time.Time            // last warning of a dropped datagram
+	tooLong bool                 // this gateway's own message exceeded maxDatagram (warned once)
 }
 
 type heardPeer struct {
@@ -51,7 +71,16 @@ type heardPeer struct {
 	at   time.Time
 }
 
-func newGossiper(cfg Config, clk clock.Clock) (*gossiper, error) {
+// newGossiper binds cfg.Gossip; subs are the subscribers whose demand a
+// peer's datagram may carry (the others are ignored).
+func newGossiper(cfg Config, subs []string, sec GossipSecurity, clk clock.Clock, log *slog.Logger) (*gossiper, error) {
+	var auth *demandAuth
+	if !sec.Insecure {
+		var err error
+		if auth, err = newDemandAuth(sec); err != nil {
+			return nil, err
+		}
+	}
 	la, err := net.ResolveUDPAddr("udp", cfg.Gossip)
 	if err != nil {
 		return nil, err
@@ -60,7 +89,13 @@ func newGossiper(cfg Config, clk clock.Clock) (*gossiper, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gossiper{conn: conn, clk: clk, ttl: time.Duration(cfg.PeerTTL), self: cfg.Name, heard: map[string]heardPeer{}}
+	g := &gossiper{
+		conn: conn, clk: clk, ttl: time.Duration(cfg.PeerTTL), self: cfg.Name, auth: auth, subs: map[string]bool{}, log: log,
+		dropped: func(string) {}, accepted: func() {}, heard: map[string]heardPeer{},
+	}
+	for _, s := range subs {
+		g.subs[s] = true
+	}
 	for _, p := range cfg.Peers {
 		a, err := net.ResolveUDPAddr("udp", p)
 		if err != nil {
@@ -88,8 +123,8 @@ func (g *gossiper) run(ctx context.Context, out <-chan gage.GatewayDemand, merge
 		case <-ctx.Done():
 			return
 		case m := <-out:
-			b, err := json.Marshal(wireDemand{Gateway: m.Gateway, At: m.At.UnixNano(), Demand: m.Demand})
-			if err != nil {
+			b := g.encode(m)
+			if b == nil {
 				continue
 			}
 			for _, a := range g.targets() {
@@ -97,6 +132,30 @@ func (g *gossiper) run(ctx context.Context, out <-chan gage.GatewayDemand, merge
 			}
 		}
 	}
+}
+
+// encode is m's datagram (nil if it cannot be sent).
+func (g *gossiper) encode(m gage.GatewayDemand) []byte {
+	b, err := json.Marshal(wireDemand{Gateway: m.Gateway, At: m.At.UnixNano(), Demand: m.Demand})
+	if err != nil {
+		return nil
+	}
+	if g.auth != nil {
+		if b = g.auth.seal(g.clk.Now(), b); b == nil {
+			return nil
+		}
+	}
+	if len(b) > maxDatagram {
+		g.mu.Lock()
+		warn := !g.tooLong
+		g.tooLong = true
+		g.mu.Unlock()
+		if warn {
+			g.log.Error("gateway: demand message too large for one datagram; not sent", "bytes", len(b), "max", maxDatagram)
+		}
+		return nil
+	}
+	return b
 }
 
 // targets are the configured peers and those heard from lately.
@@ -124,19 +183,75 @@ func (g *gossiper) targets() []*net.UDPAddr {
 }
 
 func (g *gossiper) receive(merge func(gage.GatewayDemand)) {
-	buf := make([]byte, maxDatagram)
+	buf := make([]byte, maxDatagram+1)
 	for {
 		n, from, err := g.conn.ReadFromUDP(buf)
 		if err != nil {
 			return // closed
 		}
-		var w wireDemand
-		if json.Unmarshal(buf[:n], &w) != nil || w.Gateway == "" || w.Gateway == g.self {
+		m, err := g.decode(g.clk.Now(), buf[:n])
+		if err != nil {
+			g.refused(from, err)
 			continue
 		}
+		if m.Gateway == g.self {
+			continue // our own, looped back by a misconfigured peer list
+		}
+		g.accepted()
 		g.mu.Lock()
-		g.heard[from.String()] = heardPeer{addr: from, at: g.clk.Now()}
+		if _, ok := g.heard[from.String()]; ok || len(g.heard) < maxHeard {
+			g.heard[from.String()] = heardPeer{addr: from, at: g.clk.Now()}
+		}
 		g.mu.Unlock()
-		merge(gage.GatewayDemand{Gateway: w.Gateway, At: time.Unix(0, w.At), Demand: w.Demand})
+		merge(m)
+	}
+}
+
+// decode checks one received datagram at now: its size, its
+// authentication (unless insecure) and its content. Only a datagram that
+// passes all three names a peer or moves a share.
+func (g *gossiper) decode(now time.Time, pkt []byte) (gage.GatewayDemand, error) {
+	if len(pkt) > maxDatagram {
+		return gage.GatewayDemand{}, drop(gossipOversized, "over %d bytes", maxDatagram)
+	}
+	payload := pkt
+	if g.auth != nil {
+		var err error
+		if payload, err = g.auth.open(now, pkt); err != nil {
+			return gage.GatewayDemand{}, err
+		}
+	}
+	var w wireDemand
+	if err := json.Unmarshal(payload, &w); err != nil {
+		return gage.GatewayDemand{}, drop(gossipMalformed, "%v", err)
+	}
+	if w.Gateway == "" || len(w.Gateway) > maxGatewayName {
+		return gage.GatewayDemand{}, drop(gossipMalformed, "gateway name of %d bytes", len(w.Gateway))
+	}
+	d := make(map[string]float64, len(w.Demand))
+	for sub, v := range w.Demand {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return gage.GatewayDemand{}, drop(gossipMalformed, "demand %v for %q", v, sub)
+		}
+		if g.subs[sub] { // a subscriber this config does not have cannot be split here
+			d[sub] = v
+		}
+	}
+	return gage.GatewayDemand{Gateway: w.Gateway, At: time.Unix(0, w.At), Demand: d}, nil
+}
+
+// refused counts a dropped datagram and logs it at most every 10 s (a
+// flood must not become a flood of logs).
+func (g *gossiper) refused(from *net.UDPAddr, err error) {
+	g.dropped(dropReason(err))
+	now := g.clk.Now()
+	g.mu.Lock()
+	warn := g.warned.IsZero() || now.Sub(g.warned) >= 10*time.Second
+	if warn {
+		g.warned = now
+	}
+	g.mu.Unlock()
+	if warn {
+		g.log.Warn("gateway: demand datagram refused (further ones counted in neptune_gateway_gossip_dropped_total, logged at most every 10s)", "from", from.String(), "err", err)
 	}
 }

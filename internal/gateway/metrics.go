@@ -28,6 +28,10 @@ type metrics struct {
 	share     *prometheus.GaugeVec
 	demand    *prometheus.GaugeVec
 	capacity  prometheus.Gauge
+	// Demand gossip from the other gateways: datagrams merged, and
+	// those refused by reason (gossipauth.go).
+	gossipAccepted prometheus.Counter
+	gossipDropped  *prometheus.CounterVec
 
 	subs map[string]*subMetrics
 }
@@ -78,9 +82,16 @@ func newMetrics(reg prometheus.Registerer, cfg gage.Config) (*metrics, error) {
 			Help: "Demand each subscriber puts on this gateway, generic requests per second (decaying average, what it gossips)."}, sub),
 		capacity: prometheus.NewGauge(prometheus.GaugeOpts{Name: "neptune_gateway_capacity_grps",
 			Help: "Cluster capacity the gateway schedules to, generic requests per second: measured by the nodes, else the configured one."}),
+		gossipAccepted: prometheus.NewCounter(prometheus.CounterOpts{Name: "neptune_gateway_gossip_received_total",
+			Help: "Demand datagrams from other gateways that passed authentication and were merged."}),
+		gossipDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "neptune_gateway_gossip_dropped_total",
+			Help: "Demand datagrams refused: unauthenticated (no or a bad HMAC), stale (time outside the window), replayed, oversized, malformed."}, []string{"reason"}),
 		subs: map[string]*subMetrics{},
 	}
-	for _, c := range []prometheus.Collector{m.reserved, m.limit, m.demanded, m.served, m.servedGRU, m.dropped, m.queue, m.responses, m.latency, m.share, m.demand, m.capacity} {
+	for _, r := range gossipDropReasons {
+		m.gossipDropped.WithLabelValues(r)
+	}
+	for _, c := range []prometheus.Collector{m.reserved, m.limit, m.demanded, m.served, m.servedGRU, m.dropped, m.queue, m.responses, m.latency, m.share, m.demand, m.capacity, m.gossipAccepted, m.gossipDropped} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -7,9 +7,12 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/clock"
@@ -60,8 +63,9 @@ routes: [{service: cost, method: m}]
 }
 
 // gossipPair builds two gateways on one manual clock that gossip over
-// loopback UDP; b names a as its peer, and a learns b when it hears it.
-func gossipPair(t *testing.T, clk *clock.Manual) (a, b *Gateway, stopB func()) {
+// loopback UDP; b names a (and bPeers) as its peers, and a learns b when
+// it hears it. regA is a's metrics.
+func gossipPair(t *testing.T, clk *clock.Manual, bPeers ...string) (a, b *Gateway, stopB func(), regA *prometheus.Registry) {
 	t.Helper()
 	y := `
 capacity_grps: 100000
@@ -76,12 +80,12 @@ routes: [{service: s, method: m}]
 	f := &fakeCaller{answer: func(context.Context, call) (*neptune.Response, error) {
 		return &neptune.Response{Body: bytes.Repeat([]byte{'x'}, 1000)}, nil
 	}}
-	a, _ = start(t, fmt.Sprintf(y, "name: a"), f, clk)
-	cfg, err := ParseConfig([]byte(fmt.Sprintf(y, "name: b\npeers: ["+a.GossipAddr()+"]")))
+	a, regA = start(t, fmt.Sprintf(y, "name: a"), f, clk)
+	cfg, err := ParseConfig([]byte(fmt.Sprintf(y, "name: b\npeers: ["+strings.Join(append([]string{a.GossipAddr()}, bPeers...), ", ")+"]")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err = New(cfg, Deps{Caller: f, Clock: clk})
+	b, err = New(cfg, Deps{Caller: f, Clock: clk, Gossip: testGossip})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +95,7 @@ routes: [{service: s, method: m}]
 	var once sync.Once
 	stopB = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stopB)
-	return a, b, stopB
+	return a, b, stopB, regA
 }
 
 func share(g *Gateway, sub string) float64 {
@@ -110,7 +114,7 @@ func share(g *Gateway, sub string) float64 {
 // once b's last message is older than peer_ttl (1 s), and not before.
 func TestTwoGatewaysSplitAReservationByDemand(t *testing.T) {
 	clk := clock.NewManual(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	a, b, stopB := gossipPair(t, clk)
+	a, b, stopB, _ := gossipPair(t, clk)
 	for range 90 {
 		if w := do(a, "POST", "/", key("shop"), ""); w.Code != 200 {
 			t.Fatalf("a: %d", w.Code)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -211,13 +212,17 @@ func TestOnlyMembersWithTheKeyAndLabelJoin(t *testing.T) {
 		if err == nil {
 			g.Close()
 			t.Errorf("%s: joined", name)
+		} else if msg := err.Error(); !strings.Contains(msg, "keyring holds a key the cluster uses") || strings.Contains(msg, "\n") {
+			t.Errorf("%s: %q, want one line saying to check the keyring and cluster name", name, msg)
 		}
 	}
-	// Plaintext gossip cannot join either.
+	// Plaintext gossip cannot join either, and is told why it may be.
 	g, err := Start(refused(), Config{NodeID: "plain", BindAddr: "127.0.0.1", Join: []string{a.Addr()}})
 	if err == nil {
 		g.Close()
 		t.Error("plaintext member joined")
+	} else if !strings.Contains(err.Error(), "A secured cluster ignores gossip from a member without its keyring") {
+		t.Errorf("plaintext member refused with %q, want a hint about the keyring", err)
 	}
 	if a.Members() != 1 {
 		t.Fatalf("n1 has %d members", a.Members())

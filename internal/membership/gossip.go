@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -257,15 +258,32 @@ func join(ctx context.Context, ml *memberlist.Memberlist, cfg Config) error {
 			return nil
 		}
 		if cfg.Clock.Now().After(deadline) {
-			return fmt.Errorf("membership: join %v (tried for %v): %w", cfg.Join, JoinTimeout, err)
+			return fmt.Errorf("membership: join %v (tried for %v): %w%s", cfg.Join, JoinTimeout, oneLine{err}, joinHint(cfg))
 		}
 		cfg.Logger.Info("seeds not reachable yet, retrying", "join", cfg.Join, "err", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("membership: join %v: %w", cfg.Join, ctx.Err())
+			return fmt.Errorf("membership: join %v: %w (last attempt: %v)%s", cfg.Join, ctx.Err(), oneLine{err}, joinHint(cfg))
 		case <-cfg.Clock.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// oneLine prints memberlist's multi-line join errors on one line.
+type oneLine struct{ err error }
+
+func (e oneLine) Error() string { return strings.Join(strings.Fields(e.err.Error()), " ") }
+func (e oneLine) Unwrap() error { return e.err }
+
+// joinHint says what to check when no seed let this member in. A seed
+// of a secured cluster drops gossip without its key or with another
+// label silently (by design: it tells an outsider nothing), so a
+// mismatch looks like a seed that is down; the error says both.
+func joinHint(cfg Config) string {
+	if cfg.Keyring == nil {
+		return "; is a seed up at that address? A secured cluster ignores gossip from a member without its keyring: give this one the cluster's material (--tls-dir, --keyring) instead of running insecure"
+	}
+	return fmt.Sprintf("; is a seed up at that address? A cluster ignores gossip under a key it does not hold or another cluster name: check that this member's keyring holds a key the cluster uses, that its cluster name (%q) is the cluster's, and that the cluster is not running insecure", cfg.Label)
 }
 
 // Addr is the gossip address others can join.

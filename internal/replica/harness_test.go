@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 
@@ -31,6 +32,11 @@ type disk struct {
 	base    map[ID]uint64
 }
 
+type delayed struct {
+	m   Message
+	due time.Time
+}
+
 type node struct {
 	id   ID
 	r    *Replica
@@ -53,6 +59,33 @@ type cluster struct {
 	drop   float64
 	nextID uint64
 
+	// Faults (all seeded): dup is the chance a delivered message stays
+	// queued for a second delivery; delay holds each sent message up to
+	// that long (in later, ordered by due time) before it can be
+	// delivered; blocked links drop what crosses them (partitions); a
+	// paused node takes no input (no tick, no message) until its time,
+	// then resumes with its old state; rate is a node's clock rate
+	// against the global clock (1 by default), within ClockDrift.
+	dup     float64
+	delay   time.Duration
+	later   []delayed
+	blocked map[[2]ID]bool
+	paused  map[ID]time.Time
+	rate    map[ID]float64
+	t0      time.Time
+	// silentSince is when each link (from, to) fell silent (blocked, or
+	// from paused); after AckTimeout the recipient's failure detector
+	// reports the sender dead, as the shell's does, until it is heard.
+	silentSince map[[2]ID]time.Time
+
+	// Checkers run at every step: never two replicas that both believe
+	// they hold a valid lease at one global instant; at level 3 a leased
+	// primary's VersionAgo is at least the highest commit x ago
+	// (commits is the global timeline of the highest commit point).
+	commits    []check.Point
+	leaseFails int
+	staleFails int
+
 	acked     map[uint64]LSN // ReqID -> LSN of writes acknowledged to clients
 	replied   map[uint64]bool
 	failed    map[uint64]error
@@ -67,6 +100,7 @@ type cluster struct {
 func newCluster(t *testing.T, seed uint64, level Level, prios []int, tweak func(*Config)) *cluster {
 	t.Helper()
 	c := &cluster{t: t, rng: rand.New(rand.NewPCG(seed, 7)), now: time.Unix(1000, 0), nodes: map[ID]*node{},
+		blocked: map[[2]ID]bool{}, paused: map[ID]time.Time{}, rate: map[ID]float64{}, silentSince: map[[2]ID]time.Time{},
 		acked: map[uint64]LSN{}, replied: map[uint64]bool{}, failed: map[uint64]error{},
 		canonical: map[LSN]string{}, primaries: map[Epoch]ID{}, prop: map[uint64]string{}, origin: map[uint64][2]int{}}
 	c.fatalf = t.Fatalf
@@ -80,11 +114,13 @@ func newCluster(t *testing.T, seed uint64, level Level, prios []int, tweak func(
 	c.cfg.AckTimeout = 200 * time.Millisecond
 	c.cfg.ElectionTimeout = 100 * time.Millisecond
 	c.cfg.WriteWait = 300 * time.Millisecond
+	c.cfg.Lease = 150 * time.Millisecond
 	c.cfg.Staleness = 100 * time.Millisecond
 	c.cfg.MaxBatch = 8
 	if tweak != nil {
 		tweak(&c.cfg)
 	}
+	c.t0 = c.now
 	for _, id := range c.order {
 		n := &node{id: id, svc: service{seen: map[string]bool{}}}
 		c.nodes[id] = n
@@ -102,6 +138,7 @@ func (c *cluster) start(n *node) {
 		c.t.Fatalf("restart %s: %v", n.id, err)
 	}
 	n.r = r
+	delete(c.paused, n.id)
 	for _, o := range c.nodes {
 		if o.r != nil && o != n {
 			o.r.SetAlive(n.id, true)
@@ -127,7 +164,7 @@ func (c *cluster) crash(id ID) {
 func (c *cluster) up() []ID {
 	var ids []ID
 	for _, id := range c.order {
-		if c.nodes[id].r != nil {
+		if n := c.nodes[id]; n != nil && n.r != nil {
 			ids = append(ids, id)
 		}
 	}
@@ -141,6 +178,7 @@ func (c *cluster) process(n *node) {
 		rd := n.r.Ready()
 		if rd.Empty() {
 			n.r.Advance(rd)
+			c.checkLeases()
 			return
 		}
 		if rd.HardState != nil {
@@ -170,7 +208,7 @@ func (c *cluster) process(n *node) {
 		for _, e := range rd.Apply {
 			c.execute(n, e)
 		}
-		c.net = append(c.net, rd.Messages...)
+		c.post(rd.Messages)
 		for _, rp := range rd.Replies {
 			c.reply(n, rp)
 		}
@@ -182,6 +220,149 @@ func (c *cluster) process(n *node) {
 			c.primaries[s.Epoch] = n.id
 		}
 	}
+}
+
+// local is node id's clock at the global time t.
+func (c *cluster) local(id ID, t time.Time) time.Time {
+	rate, ok := c.rate[id]
+	if !ok {
+		return t
+	}
+	return c.t0.Add(time.Duration(float64(t.Sub(c.t0)) * rate))
+}
+
+// global is the global time at which node id's clock reads t.
+func (c *cluster) global(id ID, t time.Time) time.Time {
+	rate, ok := c.rate[id]
+	if !ok {
+		return t
+	}
+	return c.t0.Add(time.Duration(float64(t.Sub(c.t0)) / rate))
+}
+
+// post queues sent messages, through the delay line if one is set.
+func (c *cluster) post(ms []Message) {
+	if c.delay <= 0 {
+		c.net = append(c.net, ms...)
+		return
+	}
+	for _, m := range ms {
+		c.later = append(c.later, delayed{m: m, due: c.now.Add(time.Duration(c.rng.Int64N(int64(c.delay))))})
+	}
+}
+
+// release moves the messages whose delay is over to the network, in
+// order of due time (messages sent together may arrive reordered).
+func (c *cluster) release() {
+	slices.SortStableFunc(c.later, func(a, b delayed) int { return a.due.Compare(b.due) })
+	i := 0
+	for i < len(c.later) && !c.later[i].due.After(c.now) {
+		c.net = append(c.net, c.later[i].m)
+		i++
+	}
+	c.later = slices.Delete(c.later, 0, i)
+}
+
+// checkLeases runs the lease and staleness checkers at this instant.
+func (c *cluster) checkLeases() {
+	var holders []ID
+	maxCommit := LSN(0)
+	for _, id := range c.up() {
+		r := c.nodes[id].r // (what Status reports, without its allocations)
+		maxCommit = max(maxCommit, r.commit)
+		if _, p := c.paused[id]; p || r.role != Primary {
+			continue
+		}
+		if until := r.leaseUntil(); !until.IsZero() && c.local(id, c.now).Before(until) {
+			holders = append(holders, id)
+		}
+	}
+	if n := len(c.commits); n == 0 || uint64(maxCommit) > c.commits[n-1].Version {
+		c.commits = append(c.commits, check.Point{At: c.now, Version: uint64(maxCommit)})
+	}
+	if len(holders) > 1 {
+		c.leaseFails++
+		c.fatalf("two leases at %v: %v", c.now.Sub(c.t0), holders)
+		return
+	}
+	if len(holders) == 1 && c.cfg.Level == Level3 {
+		id := holders[0]
+		s := c.nodes[id].r.Status()
+		// Status is as of the replica's last input; x of its clock back
+		// from then, in global time.
+		cut := c.global(id, c.nodes[id].r.now).Add(-time.Duration(float64(c.cfg.Staleness) / cmp.Or(c.rate[id], 1)))
+		want := LSN(0)
+		for _, p := range c.commits {
+			if !p.At.After(cut) {
+				want = LSN(p.Version)
+			}
+		}
+		if s.VersionAgo < want {
+			c.staleFails++
+			c.fatalf("leased primary %s publishes VersionAgo %d, but %d was committed %v ago", id, s.VersionAgo, want, c.cfg.Staleness)
+		}
+	}
+}
+
+// isolate blocks every link between the groups (each listed node is in
+// the group its index says; unlisted nodes keep every link).
+func (c *cluster) split(groups ...[]ID) {
+	for i, g := range groups {
+		for j, h := range groups {
+			if i == j {
+				continue
+			}
+			for _, a := range g {
+				for _, b := range h {
+					c.blocked[[2]ID{a, b}] = true
+				}
+			}
+		}
+	}
+}
+
+func (c *cluster) heal() { clear(c.blocked) }
+
+// detect plays the shell's failure detector for partitions and pauses:
+// a peer silent for AckTimeout is reported dead, and alive again once its
+// link works (crashes are reported at once by crash and start).
+func (c *cluster) detect() {
+	if len(c.blocked) == 0 && len(c.paused) == 0 && len(c.silentSince) == 0 {
+		return
+	}
+	for _, from := range c.order {
+		for _, to := range c.order {
+			if from == to || c.nodes[to].r == nil {
+				continue
+			}
+			key := [2]ID{from, to}
+			_, paused := c.paused[from]
+			since, was := c.silentSince[key]
+			switch {
+			case c.blocked[key] || paused:
+				if !was {
+					c.silentSince[key] = c.now
+				} else if c.now.Sub(since) >= c.cfg.AckTimeout {
+					c.nodes[to].r.SetAlive(from, false)
+				}
+			case was:
+				delete(c.silentSince, key)
+				c.nodes[to].r.SetAlive(from, c.nodes[from].r != nil)
+			}
+		}
+	}
+}
+
+// pause stops id taking any input for d.
+func (c *cluster) pause(id ID, d time.Duration) { c.paused[id] = c.now.Add(d) }
+
+func (c *cluster) isPaused(id ID) bool {
+	until, ok := c.paused[id]
+	if ok && !c.now.Before(until) {
+		delete(c.paused, id)
+		return false
+	}
+	return ok
 }
 
 func (c *cluster) completed(n *node, e Entry) bool {
@@ -240,28 +421,50 @@ func (c *cluster) write(id ID) uint64 {
 	c.prop[c.nextID] = body
 	n := c.nodes[id]
 	c.origin[c.nextID] = [2]int{slices.Index(c.order, id), n.inc}
-	n.r.Propose(c.now, Write{ReqID: c.nextID, Method: "put", Body: []byte(body)})
+	n.r.Propose(c.local(id, c.now), Write{ReqID: c.nextID, Method: "put", Body: []byte(body)})
 	c.process(n)
 	return c.nextID
 }
 
-// deliver delivers (or drops) message i of the network queue.
+// deliver delivers (or drops, or duplicates) message i of the network
+// queue. A message to a paused node stays queued.
 func (c *cluster) deliver(i int) {
 	m := c.net[i]
-	c.net = slices.Delete(c.net, i, i+1)
-	n := c.nodes[m.To]
-	if n.r == nil || c.nodes[m.From].r == nil || (c.drop > 0 && c.rng.Float64() < c.drop) {
+	if c.isPaused(m.To) {
 		return
 	}
-	n.r.Step(c.now, m)
+	c.net = slices.Delete(c.net, i, i+1)
+	n := c.nodes[m.To]
+	if n.r == nil || c.nodes[m.From].r == nil || c.blocked[[2]ID{m.From, m.To}] || (c.drop > 0 && c.rng.Float64() < c.drop) {
+		return
+	}
+	if c.dup > 0 && c.rng.Float64() < c.dup {
+		c.net = append(c.net, m)
+	}
+	n.r.Step(c.local(m.To, c.now), m)
 	c.process(n)
 }
 
+// deliverable is the index of the first queued message that can be
+// delivered now (-1: none).
+func (c *cluster) deliverable() int {
+	for i, m := range c.net {
+		if !c.isPaused(m.To) {
+			return i
+		}
+	}
+	return -1
+}
+
 // flush delivers every queued message in FIFO order, including ones sent
-// while flushing.
+// while flushing (messages to paused nodes wait).
 func (c *cluster) flush() {
 	c.t.Helper()
-	for i := 0; len(c.net) > 0; i++ {
+	for i := 0; ; i++ {
+		j := c.deliverable()
+		if j < 0 {
+			return
+		}
 		if i > 100000 {
 			m := c.net[0]
 			for _, id := range []ID{m.From, m.To} {
@@ -276,17 +479,23 @@ func (c *cluster) flush() {
 			}
 			c.fatalf("messages never quiesce, e.g. %+v", c.net[0])
 		}
-		c.deliver(0)
+		c.deliver(j)
 	}
 }
 
 func (c *cluster) tick(d time.Duration) {
 	c.now = c.now.Add(d)
+	c.release()
+	c.detect()
 	for _, id := range c.up() {
+		if c.isPaused(id) {
+			continue
+		}
 		n := c.nodes[id]
-		n.r.Tick(c.now)
+		n.r.Tick(c.local(id, c.now))
 		c.process(n)
 	}
+	c.checkLeases()
 }
 
 // settle ticks and flushes for d of simulated time.
@@ -297,13 +506,16 @@ func (c *cluster) settle(d time.Duration) {
 	}
 }
 
+// primary is the primary a client would find: the one in the highest
+// epoch (a deposed one may not know it yet).
 func (c *cluster) primary() ID {
+	best := ID("")
 	for _, id := range c.up() {
-		if c.nodes[id].r.Status().Role == Primary {
-			return id
+		if s := c.nodes[id].r.Status(); s.Role == Primary && (best == "" || s.Epoch > c.nodes[best].r.Status().Epoch) {
+			best = id
 		}
 	}
-	return ""
+	return best
 }
 
 // checkAnswered asserts that every write whose origin did not crash since

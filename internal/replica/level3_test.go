@@ -18,7 +18,9 @@ import (
 func TestLevel3History(t *testing.T) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			c := newCluster(t, seed, Level3, []int{3, 2, 1}, nil)
+			// The random delivery below delays messages by up to a few
+			// hundred ms: a lease must outlast the round trip.
+			c := newCluster(t, seed, Level3, []int{3, 2, 1}, func(cfg *Config) { cfg.Lease = time.Second; cfg.AckTimeout = time.Second })
 			c.settle(time.Second)
 			const publish = 20 * time.Millisecond
 			published := map[ID]Status{}
@@ -32,8 +34,11 @@ func TestLevel3History(t *testing.T) {
 			}
 			calls := map[uint64]call{}
 			seenReply := map[uint64]bool{}
+			refused := 0
 			for range 3000 {
-				if s := c.nodes[c.primary()].r.Status(); len(timeline) == 0 || uint64(s.Commit) > timeline[len(timeline)-1].Version {
+				if c.primary() == "" {
+					// (no commits without a primary)
+				} else if s := c.nodes[c.primary()].r.Status(); len(timeline) == 0 || uint64(s.Commit) > timeline[len(timeline)-1].Version {
 					timeline = append(timeline, check.Point{At: c.now, Version: uint64(s.Commit)})
 				}
 				if c.now.Sub(lastPublish) >= publish {
@@ -60,9 +65,15 @@ func TestLevel3History(t *testing.T) {
 				case x < 65:
 					c.tick(5 * time.Millisecond)
 				case x < 75:
+					if c.primary() == "" {
+						break // a client finds no primary and retries later
+					}
 					req := c.write(c.primary())
 					calls[req] = call{session: sess, start: c.now}
 				default:
+					// A primary is trusted for freshness only while it
+					// holds its lease; without one nobody is fresh.
+					leased := func(s Status) bool { return c.now.Before(s.LeaseUntil) }
 					var prim Status
 					for _, s := range published {
 						if s.Role == Primary && s.Epoch >= prim.Epoch {
@@ -72,19 +83,37 @@ func TestLevel3History(t *testing.T) {
 					var fresh []ID
 					for _, id := range c.order {
 						s := published[id]
-						if s.Role != Recovering && MayServe(s.Applied, prim.VersionAgo, sessions[sess].Min("p")) {
+						if leased(prim) && s.Role != Recovering && MayServe(s.Applied, prim.VersionAgo, sessions[sess].Min("p")) {
 							fresh = append(fresh, id)
 						}
 					}
-					at := ID(c.primary())
+					at := ID("")
 					if len(fresh) > 0 {
 						at = fresh[c.rng.IntN(len(fresh))]
+					} else if p := c.primary(); p != "" {
+						if s := c.nodes[p].r.Status(); leased(s) && MayServe(s.Applied, s.VersionAgo, sessions[sess].Min("p")) {
+							at = p
+						}
+					}
+					if at == "" {
+						refused++
+						break // not served: the client retries
 					}
 					v := c.nodes[at].r.Status().Applied
 					sessions[sess].Observe("p", v)
 					ops = append(ops, check.Op{Session: sess, Kind: check.Read, Partition: "p",
 						Version: uint64(v), Start: c.now, End: c.now})
 				}
+			}
+			reads := 0
+			for _, op := range ops {
+				if op.Kind == check.Read {
+					reads++
+				}
+			}
+			t.Logf("%d reads served, %d refused for want of a leased primary", reads, refused)
+			if reads < 10*refused {
+				t.Fatalf("%d reads served, %d refused: leases lapse too often", reads, refused)
 			}
 			if vs := check.Sessions(ops); len(vs) > 0 {
 				t.Fatalf("%d session violations, first: %v", len(vs), vs[0])

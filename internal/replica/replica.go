@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 )
@@ -44,6 +45,46 @@ type Replica struct {
 	// Primary.
 	progress map[ID]*progress
 	history  []versionAt
+	became   time.Time // when it became primary or resumed after a transfer
+	ownFrom  LSN       // the no-op that opened its epoch: its lease needs it committed
+	forced   bool      // promoted by force: no check-quorum until a quorum answers
+	// leaseFloor: answers to sends before it grant no lease (the primary
+	// gave its lease up for a transfer at some point before it).
+	leaseFloor time.Time
+	// Leadership transfer: transferTo is the target while writes are held
+	// back; timeoutSent is when TimeoutNow went out (zero: not yet), which
+	// gave the lease up; the transfer is abandoned at transferEnd.
+	transferTo   ID
+	timeoutSent  time.Time
+	transferEnd  time.Time
+	nextTransfer time.Time
+
+	// Voter grace: contactAt is when this replica last heard from a
+	// primary (or started), by its own clock; until contactAt+Lease it
+	// helps elect nobody else (that primary may hold a lease). contactSent
+	// is the newest lease-granting Sent from the primary of contactEpoch
+	// (math.MaxInt64 after a restart: unknown).
+	contactAt    time.Time
+	contactEpoch Epoch
+	contactSent  int64
+	contactFrom  ID
+	unknownUntil time.Time // contactSent is unknown (restart) until then
+
+	// Pre-vote.
+	preVoting   bool
+	preDeadline time.Time
+	preEpoch    Epoch // the prospective epoch preGrants are for
+	preGrants   map[ID]Message
+	preAt       map[ID]time.Time // when each pre-vote grant arrived
+
+	// promoteUntil: an operator Promote without force is pending until
+	// then (an election that ignores priority but needs a majority).
+	promoteUntil time.Time
+
+	// diverged: this replica's log differs from its primary's at or below
+	// its commit point (only after a forced promote); it serves and
+	// acknowledges nothing until repaired (issue 17: snapshot transfer).
+	diverged bool
 
 	// Candidate.
 	electing      bool
@@ -82,6 +123,12 @@ type progress struct {
 	inSync       bool
 	waitingSince time.Time // oldest unacknowledged send, zero if none
 	lastAck      time.Time
+	// ackSent is the Sent of the newest append it answered (lease),
+	// heard when its last answer arrived (check-quorum), and applied the
+	// highest LSN it reported executed (transfer).
+	ackSent time.Time
+	heard   time.Time
+	applied LSN
 }
 
 type waiter struct {
@@ -120,6 +167,10 @@ func New(cfg Config, rs Restore) (*Replica, error) {
 		synced:   map[ID]bool{},
 		peerVV:   map[ID]map[ID]uint64{},
 		base:     maps.Clone(rs.Base),
+		// After a restart we do not know whose lease we helped grant, or
+		// until when: the grace runs from the start (see observe).
+		contactEpoch: rs.HardState.Epoch,
+		contactSent:  math.MaxInt64,
 	}
 	if r.vv == nil {
 		r.vv, r.base = map[ID]uint64{}, map[ID]uint64{}
@@ -176,11 +227,12 @@ func (r *Replica) Status() Status {
 				s.Live = append(s.Live, p)
 			}
 		}
-		if r.cfg.Level == Level3 {
+		s.LeaseUntil = r.leaseUntil()
+		if r.cfg.Level == Level3 && r.now.Before(s.LeaseUntil) {
 			s.VersionAgo = r.versionAgo(r.now)
 		}
-		s.LeaseUntil = r.now.Add(r.cfg.Lease) // TODO(issue 14): majority lease
 	}
+	s.Diverged = r.diverged
 	return s
 }
 
@@ -214,21 +266,37 @@ func (r *Replica) Checked(lsn LSN, completed bool) {
 	r.phase = PhaseCatchUp
 }
 
-// Promote forces this replica to become primary without an election. It is
-// for the catastrophic case where fewer than MinLive replicas survive: the
-// operator promotes the replica with the newest version and the others
-// recover from it. Writes committed only on lost replicas are lost.
-// TODO(issue 14): without force, an election that needs a majority.
+// Promote is the operator's `neptune partition promote`. Without force it
+// starts an election at this replica that ignores priority but is otherwise
+// an ordinary one: it needs MinLive votes, and voters (this one included)
+// still wait out any live primary's lease, so it fails while a healthy
+// primary runs or fewer than MinLive replicas answer.
+//
+// With force this replica becomes primary at once, without votes: for the
+// catastrophic case where fewer than MinLive replicas survive. Writes
+// acknowledged above its Status().Last may be lost, and replicas that
+// committed them find their logs differ below their commit point: they
+// report Status.Diverged and serve nothing until repaired (issue 17).
 func (r *Replica) Promote(now time.Time, force bool) {
-	r.now = now
-	if r.phase == PhaseCheck || r.cfg.Level == Level1 {
+	r.observe(now)
+	if r.phase == PhaseCheck || r.cfg.Level == Level1 || r.role == Primary {
 		return
 	}
+	if !force {
+		r.promoteUntil = now.Add(r.cfg.Lease + 2*r.cfg.ElectionTimeout)
+		if r.shouldElect(now) {
+			r.startPreVote(now)
+		}
+		return
+	}
+	r.stepDown()
 	r.epoch++
 	r.vote = r.cfg.ID
 	r.hsDirty = true
 	r.grants = map[ID]Message{}
+	r.promoteUntil = now.Add(time.Nanosecond) // (no transfer away: see becomePrimary)
 	r.becomePrimary(now)
+	r.forced = r.role == Primary
 }
 
 // Propose submits a client write accepted at this replica. Its outcome
@@ -240,8 +308,10 @@ func (r *Replica) Propose(now time.Time, w Write) {
 		return
 	}
 	switch {
-	case r.role == Primary:
+	case r.role == Primary && r.transferTo == "":
 		r.appendLocal(now, w)
+	case r.role == Primary: // handing over: held back briefly
+		r.waiting = append(r.waiting, waiter{w: w, deadline: now.Add(r.cfg.WriteWait)})
 	case r.primaryLive(now) && !r.electing && r.phase != PhaseCheck:
 		r.rd.Replies = append(r.rd.Replies, Reply{ReqID: w.ReqID, Err: &NotPrimaryError{Primary: r.primary}})
 	default:
@@ -282,8 +352,11 @@ func (r *Replica) Tick(now time.Time) {
 	if r.electing && !now.Before(r.electDeadline) {
 		r.electing = false
 	}
+	if r.preVoting && !now.Before(r.preDeadline) {
+		r.preVoting = false
+	}
 	if r.shouldElect(now) {
-		r.startElection(now)
+		r.startPreVote(now)
 	} else if beat && r.dataless() && !r.primaryLive(now) && now.Sub(r.lastHeard) >= r.cfg.ElectionTimeout {
 		// (after the same wait as an election: a running primary usually
 		// reaches a new replica first)
@@ -318,7 +391,9 @@ func (r *Replica) Step(now time.Time, m Message) {
 	}
 	// A vote request raises our epoch only if we grant it, so a candidate
 	// refused because a live primary exists does not depose that primary.
-	if m.Epoch > r.epoch && m.Type != MsgVote {
+	// Pre-votes and their grants carry a prospective epoch and change
+	// nothing; a refusal carries the voter's real epoch.
+	if m.Epoch > r.epoch && m.Type != MsgVote && m.Type != MsgPreVote && !(m.Type == MsgPreVoteResp && m.Granted) {
 		r.epoch, r.vote, r.hsDirty = m.Epoch, "", true
 		r.stepDown()
 	}
@@ -328,10 +403,14 @@ func (r *Replica) Step(now time.Time, m Message) {
 		r.handleAppend(now, m)
 	case MsgAppendResp:
 		r.handleAppendResp(now, m)
-	case MsgVote:
+	case MsgVote, MsgPreVote:
 		r.handleVote(m)
 	case MsgVoteResp:
 		r.handleVoteResp(now, m)
+	case MsgPreVoteResp:
+		r.handlePreVoteResp(now, m)
+	case MsgTimeoutNow:
+		r.handleTimeoutNow(now, m)
 	}
 }
 
@@ -378,6 +457,12 @@ func (r *Replica) observe(now time.Time) {
 	if !r.started {
 		r.started = true
 		r.lastHeard = now
+		if r.epoch > 0 || !r.dataless() {
+			// Restarted: it may have helped grant a lease just before.
+			// (A brand-new replica has granted none, so it needs no grace.)
+			r.contactAt = now
+		}
+		r.unknownUntil = now.Add(r.cfg.Lease)
 	}
 }
 
@@ -448,17 +533,23 @@ func (r *Replica) truncateTo(l LSN) {
 	r.rd.Truncate = l
 }
 
-func (r *Replica) send(m Message) {
+func (r *Replica) send(m Message) { r.sendAt(r.epoch, m) }
+
+// sendAt sends m with the given epoch (a pre-vote's prospective one).
+func (r *Replica) sendAt(ep Epoch, m Message) {
 	m.From = r.cfg.ID
-	m.Epoch = r.epoch
+	m.Epoch = ep
 	r.rd.Messages = append(r.rd.Messages, m)
 }
 
 // stepDown makes a primary or candidate a follower (of no one yet).
 func (r *Replica) stepDown() {
 	r.electing = false
+	r.preVoting = false
 	r.primary = ""
 	r.inSync = false
+	r.transferTo, r.timeoutSent = "", time.Time{}
+	r.forced = false
 	if r.role == Primary {
 		r.role = Recovering
 		r.phase = PhaseCatchUp
@@ -504,7 +595,7 @@ func (r *Replica) becomePrimary(now time.Time) {
 		}
 		r.logAppend(es)
 	}
-	r.electing = false
+	r.electing, r.preVoting = false, false
 	clear(r.empty) // stale once we lead (see handleAppend)
 	r.role, r.phase, r.primary, r.inSync = Primary, PhaseServing, r.cfg.ID, true
 	r.progress = map[ID]*progress{}
@@ -512,7 +603,21 @@ func (r *Replica) becomePrimary(now time.Time) {
 		_, granted := r.grants[p]
 		r.progress[p] = &progress{next: r.last() + 1, inSync: granted, lastAck: now}
 	}
-	r.history = []versionAt{{at: now, lsn: r.commit}}
+	// Honest freshness: the adopted log holds every committed write, so
+	// its last LSN, not our commit point (which may lag what the old
+	// primary acknowledged), is the version clients may already have seen.
+	r.history = []versionAt{{at: now, lsn: r.last()}}
+	r.became, r.leaseFloor = now, time.Time{}
+	r.transferTo, r.timeoutSent = "", time.Time{}
+	r.nextTransfer = now.Add(r.cfg.ElectionTimeout)
+	if now.Before(r.promoteUntil) {
+		// The operator's choice (Promote) stands over priority for this
+		// term: no transfer to a preferred replica.
+		r.nextTransfer = time.Unix(1<<62, 0)
+	}
+	r.promoteUntil = time.Time{}
+	r.contactEpoch, r.contactSent, r.contactFrom = r.epoch, math.MaxInt64, r.cfg.ID
+	r.ownFrom = r.last() + 1
 	r.appendLocal(now, Write{}) // the no-op that commits predecessors' entries
 	for _, p := range r.peers {
 		if r.alive[p] && r.progress[p].next <= r.last() {
@@ -538,7 +643,8 @@ func (r *Replica) sendAppend(now time.Time, to ID) {
 		end = next + LSN(len(es)) - 1
 	}
 	r.send(Message{Type: MsgAppend, To: to, PrevLSN: next - 1, PrevEpoch: r.term(next - 1), Entries: es,
-		Commit: r.commit, Trunc: r.truncPoint(), InSync: pr.inSync})
+		Commit: r.commit, LastEpoch: r.term(r.commit), Trunc: r.truncPoint(), InSync: pr.inSync,
+		Sent: now.UnixNano(), Transfer: !r.timeoutSent.IsZero()})
 	pr.next = max(next, end+1)
 	if len(es) > 0 && pr.waitingSince.IsZero() {
 		pr.waitingSince = now
@@ -593,6 +699,13 @@ func (r *Replica) liveCount() int {
 }
 
 func (r *Replica) tickPrimary(now time.Time, beat bool) {
+	if r.quorumLost(now) {
+		// Check-quorum: no MinLive replicas answered within the lease, so
+		// a majority may be electing another primary: stop acting as one.
+		r.stepDown()
+		return
+	}
+	r.tickTransfer(now)
 	for _, p := range r.peers {
 		pr := r.progress[p]
 		late := !pr.waitingSince.IsZero() && now.Sub(pr.waitingSince) >= r.cfg.AckTimeout
@@ -624,7 +737,7 @@ func (r *Replica) tickPrimary(now time.Time, beat bool) {
 }
 
 func (r *Replica) maybeCommit(now time.Time) {
-	if r.liveCount() < r.cfg.MinLive {
+	if r.liveCount() < r.cfg.MinLive || r.quorumLost(now) {
 		return
 	}
 	n := r.stable
@@ -654,6 +767,19 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 		return
 	}
 	pr := r.progress[m.From]
+	pr.heard = now
+	if t := time.Unix(0, m.Sent); m.Sent != 0 && t.After(pr.ackSent) && !t.Before(r.leaseFloor) && !t.After(now) {
+		pr.ackSent = t
+		if r.forced && !r.leaseBase().IsZero() {
+			r.forced = false // a quorum answers: check-quorum applies again
+		}
+	}
+	if !m.Reject {
+		pr.applied = max(pr.applied, m.Hint)
+		if m.LSN == 0 {
+			return // contact only
+		}
+	}
 	if m.Reject {
 		if m.LSN <= pr.match {
 			return // about an append sent before we learned more: stale
@@ -688,19 +814,196 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 	}
 }
 
+// ---- leases ----
+
+// leaseBase is the Sent of the newest append that MinLive replicas, this
+// one included, have answered (zero: not that many answered since
+// leaseFloor). Each of them received it after it was sent and refuses to
+// help elect another primary for Lease after that, by its own clock.
+func (r *Replica) leaseBase() time.Time {
+	need := r.cfg.MinLive - 1
+	if r.role != Primary {
+		return time.Time{}
+	}
+	if need <= 0 {
+		return r.now // alone (the paper's mode): nobody else to ask
+	}
+	var ts []time.Time
+	for _, p := range r.peers {
+		if t := r.progress[p].ackSent; !t.IsZero() && !t.Before(r.leaseFloor) {
+			ts = append(ts, t)
+		}
+	}
+	if len(ts) < need {
+		return time.Time{}
+	}
+	slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
+	return ts[need-1]
+}
+
+// leaseUntil is Status.LeaseUntil: zero unless this replica is a primary
+// that has committed an entry of its own epoch (before that its commit
+// point may lag what its predecessor acknowledged) and is not handing over.
+func (r *Replica) leaseUntil() time.Time {
+	if r.role != Primary || !r.timeoutSent.IsZero() || r.commit < r.ownFrom {
+		return time.Time{}
+	}
+	b := r.leaseBase()
+	if b.IsZero() {
+		return b
+	}
+	return b.Add(leaseFor(r.cfg.Lease))
+}
+
+// quorumLost reports check-quorum's verdict: MinLive replicas, itself
+// included, have not all been heard from within Lease (counted from when
+// it became primary if not yet). Its lease lapsed before that (an answer
+// arrives after the send it echoes, and the lease is 10% shorter), so a
+// cut-off primary steps down at most Lease·ClockDrift plus a round trip
+// after LeaseUntil: a majority may be electing another. Receive times,
+// not Sent, are what counts here, so a primary whose loop was busy (it
+// sent nothing new for a while) keeps the role though it lost the lease
+// until its next heartbeat is answered. A forced primary is exempt until a
+// quorum first answers it (it was promoted because fewer than MinLive
+// replicas survive), and so is one handing over, whose transfer ends
+// within ElectionTimeout.
+func (r *Replica) quorumLost(now time.Time) bool {
+	if r.role != Primary || r.forced || !r.timeoutSent.IsZero() {
+		return false
+	}
+	need := r.cfg.MinLive - 1
+	if need <= 0 {
+		return false
+	}
+	var ts []time.Time
+	for _, p := range r.peers {
+		if h := r.progress[p].heard; !h.IsZero() {
+			ts = append(ts, h)
+		}
+	}
+	base := r.became
+	if len(ts) >= need {
+		slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
+		base = later(base, ts[need-1])
+	}
+	return !now.Before(base.Add(r.cfg.Lease))
+}
+
+// inGrace reports whether this replica heard from a primary within Lease:
+// that primary may still hold a lease, so it helps elect nobody else.
+func (r *Replica) inGrace(now time.Time) bool {
+	return !noGrace && now.Before(r.contactAt.Add(r.cfg.Lease))
+}
+
+// noGrace turns the voter grace off. Only a test sets it, to show that
+// the harness's lease checker then finds two primaries with a lease.
+var noGrace bool
+
+// ---- leadership transfer ----
+
+// tickTransfer hands the primary role to a higher-priority replica once
+// it is in sync and has executed everything committed (priority is a
+// preference, never a takeover on stale state), and gives up a transfer
+// that did not complete within ElectionTimeout.
+func (r *Replica) tickTransfer(now time.Time) {
+	if r.transferTo != "" {
+		if !now.Before(r.transferEnd) {
+			r.abortTransfer(now)
+		} else if r.timeoutSent.IsZero() {
+			r.maybeSendTimeoutNow(now)
+		}
+		return
+	}
+	if now.Before(r.nextTransfer) || r.commit < r.ownFrom {
+		return
+	}
+	target := ID("")
+	for _, p := range r.peers {
+		if r.alive[p] && r.prio[p] > r.prio[r.cfg.ID] && (target == "" || r.prio[p] > r.prio[target]) {
+			target = p
+		}
+	}
+	if target == "" {
+		return
+	}
+	// Start holding writes back only when the target is nearly there, so
+	// a replica that is far behind costs no write stall.
+	slack := LSN(r.cfg.MaxBatch)
+	if pr := r.progress[target]; pr.inSync && pr.match+slack >= r.last() && pr.applied+slack >= r.commit {
+		r.transferTo = target
+		r.transferEnd = now.Add(r.cfg.ElectionTimeout)
+		r.maybeSendTimeoutNow(now)
+	}
+}
+
+// maybeSendTimeoutNow sends the target TimeoutNow once it holds our whole
+// log, all of it committed, and has executed it. Sending gives the lease
+// up: from then on LeaseUntil is zero and appends are marked Transfer.
+func (r *Replica) maybeSendTimeoutNow(now time.Time) {
+	pr := r.progress[r.transferTo]
+	if !r.timeoutSent.IsZero() || r.commit != r.last() || pr.match != r.last() || pr.applied < r.commit {
+		return
+	}
+	r.timeoutSent = now
+	r.transferEnd = now.Add(r.cfg.ElectionTimeout)
+	r.send(Message{Type: MsgTimeoutNow, To: r.transferTo, Sent: now.UnixNano()})
+}
+
+// abortTransfer resumes after a transfer that did not complete. Answers
+// to sends from before now grant no lease: voters that received only
+// Transfer-marked appends since TimeoutNow may help the target win.
+func (r *Replica) abortTransfer(now time.Time) {
+	if !r.timeoutSent.IsZero() {
+		r.leaseFloor, r.became = now, now
+	}
+	r.transferTo, r.timeoutSent = "", time.Time{}
+	r.nextTransfer = now.Add(4 * r.cfg.ElectionTimeout)
+	ws := r.waiting
+	r.waiting = nil
+	for _, w := range ws {
+		r.appendLocal(now, w.w)
+	}
+}
+
+func (r *Replica) handleTimeoutNow(now time.Time, m Message) {
+	if m.Epoch != r.epoch || m.From != r.primary || r.role != Secondary || r.diverged || m.Sent == 0 {
+		return
+	}
+	r.startElection(now, m.Sent)
+}
+
 // ---- secondary ----
 
-// matches reports whether our log holds the primary's entry (l, ep).
-func (r *Replica) matches(l LSN, ep Epoch) bool {
+// matches reports whether our log holds the primary's entry (l, ep), and
+// whether it shows that our log differs at or below our commit point.
+func (r *Replica) matches(l LSN, ep Epoch) (ok, diverged bool) {
 	switch {
-	case l == 0 || l <= r.commit || l < r.first:
-		return true // committed entries are the same everywhere
+	case l == 0:
+		return true, false
+	case l <= r.commit:
+		// Committed entries are the same everywhere, unless a forced
+		// promote made them differ: check what we still know of ours.
+		if t := r.term(l); ep != 0 && t != 0 && t != ep {
+			return false, true
+		}
+		return true, false
+	case l < r.first:
+		return true, false
 	case l > r.last():
-		return false
+		return false, false
 	case ep == 0:
-		return true // the primary truncated it, so it is committed
+		return true, false // the primary truncated it, so it is committed
 	}
-	return r.term(l) == ep
+	return r.term(l) == ep, false
+}
+
+// diverge marks this replica's log as differing from its primary's below
+// its commit point: it stops serving and acknowledging, and says so.
+// TODO(issue 17): repair by a snapshot transfer from the primary; until
+// then the operator must rebuild this replica.
+func (r *Replica) diverge() {
+	r.diverged = true
+	r.role, r.phase, r.inSync = Recovering, PhaseCatchUp, false
 }
 
 func (r *Replica) handleAppend(now time.Time, m Message) {
@@ -716,8 +1019,19 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		}
 		r.stepDown()
 	}
-	r.electing = false
+	r.electing, r.preVoting = false, false
 	r.lastHeard = now
+	// Voter grace: this primary may count on us for its lease from m.Sent.
+	r.contactAt, r.contactFrom = now, m.From
+	if m.Epoch != r.contactEpoch {
+		r.contactEpoch, r.contactSent = m.Epoch, 0
+	}
+	if r.contactSent == math.MaxInt64 && !now.Before(r.unknownUntil) {
+		r.contactSent = 0
+	}
+	if !m.Transfer {
+		r.contactSent = max(r.contactSent, m.Sent)
+	}
 	if r.primary != m.From {
 		r.primary = m.From
 		// A new primary's partition runs on data: what peers said of
@@ -729,26 +1043,50 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		}
 		r.waiting = nil
 	}
+	if r.diverged {
+		return // acknowledges nothing: see diverge
+	}
 	if len(m.Entries) == 0 && m.PrevLSN > r.last() {
 		// A heartbeat that overtook the entries before it (they travel in
 		// another lane, and a large batch takes a while): it proves the
 		// primary live, which is all it is for. A reject would make the
 		// primary send those entries again behind the ones in flight; if
 		// they were lost, its retransmission after retransmitAfter without
-		// progress repairs the gap.
+		// progress repairs the gap. The answer (LSN 0) renews its lease.
+		r.send(Message{Type: MsgAppendResp, To: m.From, Hint: r.applied, Sent: m.Sent})
 		return
 	}
-	if !r.matches(m.PrevLSN, m.PrevEpoch) {
+	// The epoch of the primary's commit point, where we hold that entry
+	// committed too, must be ours.
+	if m.Commit <= r.commit && m.LastEpoch != 0 {
+		if t := r.term(m.Commit); t != 0 && t != m.LastEpoch {
+			r.diverge()
+			return
+		}
+	}
+	ok, diverged := r.matches(m.PrevLSN, m.PrevEpoch)
+	if diverged {
+		r.diverge()
+		return
+	}
+	if !ok {
 		hint := r.commit
 		if m.PrevLSN > r.last() {
 			hint = r.last()
 		}
-		r.send(Message{Type: MsgAppendResp, To: m.From, Reject: true, LSN: m.PrevLSN, Hint: hint})
+		r.send(Message{Type: MsgAppendResp, To: m.From, Reject: true, LSN: m.PrevLSN, Hint: hint, Sent: m.Sent})
 		return
 	}
 	var es []Entry
 	for _, e := range m.Entries {
-		if len(es) == 0 && (e.LSN < r.first || e.LSN <= r.commit || (e.LSN <= r.last() && r.entry(e.LSN).Epoch == e.Epoch)) {
+		if len(es) == 0 && e.LSN <= r.commit {
+			if t := r.term(e.LSN); t != 0 && t != e.Epoch {
+				r.diverge() // a committed entry of ours differs
+				return
+			}
+			continue // already held
+		}
+		if len(es) == 0 && (e.LSN < r.first || (e.LSN <= r.last() && r.entry(e.LSN).Epoch == e.Epoch)) {
 			continue // already held
 		}
 		es = append(es, e)
@@ -768,24 +1106,27 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 	} else {
 		r.role, r.phase = Recovering, PhaseCatchUp
 	}
-	r.send(Message{Type: MsgAppendResp, To: m.From, LSN: matched})
+	r.send(Message{Type: MsgAppendResp, To: m.From, LSN: matched, Hint: r.applied, Sent: m.Sent})
 }
 
 // ---- elections ----
 
+// shouldElect reports whether this replica should try to become primary:
+// no live primary, its own grace over, and (unless an operator's Promote
+// is pending) no live higher-priority peer that could lead instead.
+// Priority never deposes a live primary: that is a leadership transfer.
 func (r *Replica) shouldElect(now time.Time) bool {
-	if r.electing {
+	if r.electing || r.preVoting || r.diverged {
 		return false
 	}
-	self := r.prio[r.cfg.ID]
-	if p := r.primary; r.primaryLive(now) {
-		// Bully: a higher-priority replica takes the role back, but only
-		// once it has caught up (phase 2 done), so writes wait briefly.
-		return r.inSync && self > r.prio[p]
+	if r.primaryLive(now) || r.inGrace(now) {
+		return false
 	}
-	if r.primary == "" && now.Sub(r.lastHeard) < r.cfg.ElectionTimeout {
+	promoting := now.Before(r.promoteUntil)
+	if !promoting && r.primary == "" && now.Sub(r.lastHeard) < r.cfg.ElectionTimeout {
 		return false // give a running primary time to reach us first
 	}
+	self := r.prio[r.cfg.ID]
 	dataless := r.dataless()
 	for _, q := range r.peers {
 		if !r.alive[q] {
@@ -797,7 +1138,7 @@ func (r *Replica) shouldElect(now time.Time) bool {
 			// data elsewhere: it waits for that peer's primary.
 			return false
 		}
-		if r.prio[q] > self && !(known && empty && !dataless) {
+		if !promoting && r.prio[q] > self && !(known && empty && !dataless) {
 			// A higher-priority peer without data cannot win against us
 			// (we refuse it our vote), so it does not hold us back.
 			return false
@@ -828,9 +1169,9 @@ func (r *Replica) noteData(m Message) {
 		if m.LSN > 0 && !m.Reject {
 			r.empty[m.From] = false
 		}
-	case MsgVote:
+	case MsgVote, MsgPreVote:
 		r.empty[m.From] = m.LSN == 0 && m.Commit == 0
-	case MsgVoteResp:
+	case MsgVoteResp, MsgPreVoteResp:
 		if !m.Granted && (m.LSN > 0 || m.Commit > 0) {
 			r.empty[m.From] = false
 		}
@@ -845,7 +1186,49 @@ func (r *Replica) primaryLive(now time.Time) bool {
 	return p != "" && r.alive[p] && (p == r.cfg.ID || now.Sub(r.lastHeard) < r.cfg.AckTimeout)
 }
 
-func (r *Replica) startElection(now time.Time) {
+// startPreVote asks the live peers whether they would vote for us at
+// epoch+1, changing nothing anywhere: a replica that cannot reach MinLive
+// of them (cut off, or a healthy primary holds them) never raises its
+// epoch, so it cannot depose anyone when it returns.
+func (r *Replica) startPreVote(now time.Time) {
+	r.preVoting = true
+	r.preDeadline = now.Add(r.cfg.ElectionTimeout)
+	if r.preEpoch != r.epoch+1 {
+		r.preEpoch, r.preGrants, r.preAt = r.epoch+1, map[ID]Message{}, map[ID]time.Time{}
+	}
+	// Grants for the same epoch are kept across rounds (on a slow network
+	// they arrive after a round's deadline), but only for ElectionTimeout:
+	// a replica cut off since must not run on grants from before the cut.
+	for id, at := range r.preAt {
+		if now.Sub(at) >= r.cfg.ElectionTimeout {
+			delete(r.preGrants, id)
+			delete(r.preAt, id)
+		}
+	}
+	if r.mayLead(r.preGrants) {
+		r.startElection(now, 0)
+		return
+	}
+	for _, p := range r.peers {
+		if r.alive[p] {
+			r.sendAt(r.epoch+1, Message{Type: MsgPreVote, To: p, Commit: r.commit, LSN: r.last()})
+		}
+	}
+}
+
+func (r *Replica) handlePreVoteResp(now time.Time, m Message) {
+	if !m.Granted || m.Epoch != r.epoch+1 || m.Epoch != r.preEpoch || r.role == Primary {
+		return
+	}
+	r.preGrants[m.From], r.preAt[m.From] = m, now
+	if r.mayLead(r.preGrants) && (r.preVoting || r.shouldElect(now)) {
+		r.startElection(now, 0)
+	}
+}
+
+// startElection raises the epoch and asks for votes. transfer is the
+// TimeoutNow's Sent in a leadership transfer (0 otherwise).
+func (r *Replica) startElection(now time.Time, transfer int64) {
 	r.stepDown()
 	r.epoch++
 	r.vote = r.cfg.ID
@@ -855,21 +1238,22 @@ func (r *Replica) startElection(now time.Time) {
 	r.grants = map[ID]Message{}
 	for _, p := range r.peers {
 		if r.alive[p] {
-			r.send(Message{Type: MsgVote, To: p, Commit: r.commit, LSN: r.last()})
+			r.send(Message{Type: MsgVote, To: p, Commit: r.commit, LSN: r.last(), Transfer: transfer != 0, Sent: transfer})
 		}
 	}
-	if r.mayLead() {
+	if r.mayLead(r.grants) {
 		r.becomePrimary(now)
 	}
 }
 
-// mayLead reports whether the candidate has the votes it needs: MinLive of
-// them, its own included; and a candidate without data also needs a grant
-// from every live peer (all of them without data too, see dataless), so
-// that it never leads over a peer holding data that it simply has not
-// heard from yet. Alone in its partition it needs nothing more.
-func (r *Replica) mayLead() bool {
-	if 1+len(r.grants) < r.cfg.MinLive {
+// mayLead reports whether the candidate has the (pre-)votes it needs:
+// MinLive of them, its own included; and a candidate without data also
+// needs a grant from every live peer (all of them without data too, see
+// dataless), so that it never leads over a peer holding data that it
+// simply has not heard from yet. Alone in its partition it needs nothing
+// more.
+func (r *Replica) mayLead(grants map[ID]Message) bool {
+	if 1+len(grants) < r.cfg.MinLive {
 		return false
 	}
 	if !r.dataless() {
@@ -877,7 +1261,7 @@ func (r *Replica) mayLead() bool {
 	}
 	heard := 0
 	for _, p := range r.peers {
-		if _, ok := r.grants[p]; ok {
+		if _, ok := grants[p]; ok {
 			heard++
 		} else if r.alive[p] {
 			return false
@@ -886,26 +1270,58 @@ func (r *Replica) mayLead() bool {
 	return heard > 0 || len(r.peers) == 0
 }
 
-func (r *Replica) handleVote(m Message) {
-	if m.Reject {
-		return // announceEmpty's probe: noteData took what it says
-	}
-	refuse := Message{Type: MsgVoteResp, To: m.From, LSN: r.last(), Commit: r.commit}
+// mayGrant reports whether this replica would vote for m's candidate (a
+// pre-vote is answered by the same rules, so it predicts the election).
+func (r *Replica) mayGrant(m Message) bool {
 	// Data and no data do not vote for each other (see dataless), except
 	// that a replica without data may vote for one that knows of no
 	// committed write: on a fresh partition whose first primary logged
 	// entries nobody else received, refusing would leave it with no
 	// primary for good.
 	if candEmpty, empty := m.LSN == 0 && m.Commit == 0, r.dataless(); candEmpty != empty && !(empty && m.Commit == 0) {
-		r.send(refuse)
+		return false
+	}
+	if r.diverged || m.Epoch < r.epoch || (m.Epoch == r.epoch && r.vote != "" && r.vote != m.From) {
+		return false
+	}
+	transfer := m.Type == MsgVote && m.Transfer
+	if r.role == Primary {
+		// Only the target of our own handover, after we gave the lease up.
+		return transfer && m.From == r.transferTo && !r.timeoutSent.IsZero() && m.Epoch == r.epoch+1
+	}
+	// A transfer vote needs no grace if the primary we last heard from
+	// gave its lease up before its last lease-granting append to us: it
+	// is the one that handed over (its TimeoutNow's Sent is m.Sent), or
+	// older than that one.
+	if transfer && (r.contactEpoch+1 < m.Epoch || (r.contactEpoch+1 == m.Epoch && r.contactSent <= m.Sent)) {
+		return true
+	}
+	if r.contactFrom == m.From {
+		// The primary we last heard from is the candidate itself: it
+		// campaigns, so it no longer acts as primary and its lease is over
+		// (leases of earlier primaries expired before it was elected).
+		return true
+	}
+	if p := r.primary; p != m.From && r.primaryLive(r.now) {
+		return false // a live primary exists
+	}
+	return !r.inGrace(r.now)
+}
+
+func (r *Replica) handleVote(m Message) {
+	if m.Reject {
+		return // announceEmpty's probe: noteData took what it says
+	}
+	if m.Type == MsgPreVote {
+		if r.mayGrant(m) {
+			r.sendAt(m.Epoch, Message{Type: MsgPreVoteResp, To: m.From, Granted: true, LSN: r.last(), Commit: r.commit})
+		} else {
+			r.send(Message{Type: MsgPreVoteResp, To: m.From, LSN: r.last(), Commit: r.commit})
+		}
 		return
 	}
-	if m.Epoch < r.epoch || (m.Epoch == r.epoch && r.vote != "" && r.vote != m.From) {
-		r.send(refuse)
-		return
-	}
-	if p := r.primary; p != m.From && r.primaryLive(r.now) && r.prio[m.From] <= r.prio[p] {
-		r.send(refuse) // a live primary with at least its priority exists
+	if !r.mayGrant(m) {
+		r.send(Message{Type: MsgVoteResp, To: m.From, LSN: r.last(), Commit: r.commit})
 		return
 	}
 	r.stepDown()
@@ -924,7 +1340,7 @@ func (r *Replica) handleVoteResp(now time.Time, m Message) {
 		return
 	}
 	r.grants[m.From] = m
-	if r.mayLead() {
+	if r.mayLead(r.grants) {
 		r.becomePrimary(now)
 	}
 }

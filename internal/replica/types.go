@@ -14,8 +14,11 @@
 // keep at least MinLive members) has acknowledged durable receipt; secondaries
 // execute committed writes in LSN order. Failover elects the live replica with
 // the highest priority; it adopts the most recent log among MinLive voters
-// before serving, so it holds every committed write. Level 1 replicates
-// commutative writes from any replica by gossip.
+// before serving, so it holds every committed write. A primary acts alone
+// (serves reads) only within a lease a majority renews, voters wait out any
+// lease before electing another, a pre-vote keeps a cut-off replica from
+// raising its epoch, and priority is applied by leadership transfer. Level 1
+// replicates commutative writes from any replica by gossip.
 package replica
 
 import (
@@ -189,6 +192,17 @@ const (
 	MsgDigest
 	// MsgGossip (level 1) carries entries the recipient lacks.
 	MsgGossip
+	// MsgPreVote asks whether the recipient would grant a vote at Epoch
+	// (the sender's epoch+1) without changing any state anywhere; only with
+	// MinLive grants does the sender raise its epoch and run the election.
+	MsgPreVote
+	// MsgPreVoteResp answers a MsgPreVote: a grant carries the prospective
+	// epoch, a refusal the voter's own epoch.
+	MsgPreVoteResp
+	// MsgTimeoutNow (leadership transfer) tells an in-sync secondary that
+	// has executed everything committed to campaign at once; Sent is when
+	// the primary gave up its lease, and the vote carries it back.
+	MsgTimeoutNow
 )
 
 func (t MsgType) String() string {
@@ -205,6 +219,12 @@ func (t MsgType) String() string {
 		return "Digest"
 	case MsgGossip:
 		return "Gossip"
+	case MsgPreVote:
+		return "PreVote"
+	case MsgPreVoteResp:
+		return "PreVoteResp"
+	case MsgTimeoutNow:
+		return "TimeoutNow"
 	}
 	return fmt.Sprintf("MsgType(%d)", int(t))
 }
@@ -227,7 +247,11 @@ type Message struct {
 
 	// AppendResp: LSN is the highest LSN known to match the primary's log,
 	// or on Reject the PrevLSN refused; Hint is then a lower bound of where
-	// the logs may agree.
+	// the logs may agree. Without Reject, Hint is the highest LSN the
+	// sender has executed (a leadership transfer needs it), and LSN 0
+	// acknowledges contact only (a heartbeat that overtook its entries).
+	// Append: LastEpoch is the epoch of the entry at Commit (0: unknown),
+	// so a secondary can tell that its own committed entry there differs.
 	LSN    LSN
 	Reject bool
 	Hint   LSN
@@ -243,12 +267,15 @@ type Message struct {
 	// Digest: the sender's version vector (origin -> contiguous Seq).
 	Versions map[ID]uint64
 
-	// Sent (Append) is the primary's clock when it sent the message, in
-	// Unix nanoseconds; an AppendResp echoes it, so the primary knows which
-	// of its sends a majority has answered (its lease runs from there).
+	// Sent (Append, TimeoutNow) is the primary's clock when it sent the
+	// message, in Unix nanoseconds; an AppendResp echoes it, so the primary
+	// knows which of its sends a majority has answered (its lease runs
+	// from there). A Transfer vote carries the TimeoutNow's Sent.
 	Sent int64
 	// Transfer (Vote) marks an election the primary itself handed over
-	// (leadership transfer): voters need not wait out its lease.
+	// (leadership transfer): voters need not wait out its lease, which it
+	// gave up when it sent TimeoutNow. (Append) marks appends a primary
+	// sends while handing over: they grant it no lease.
 	Transfer bool
 }
 
@@ -297,19 +324,37 @@ type Status struct {
 	Commit  LSN
 	Last    LSN
 	// VersionAgo (primary at level 3) is the primary's committed version
-	// Config.Staleness ago; replicas at or above it are fresh enough.
+	// Config.Staleness ago; replicas at or above it are fresh enough. A new
+	// primary uses its takeover last LSN until Staleness has passed. It is
+	// 0 while the primary holds no valid lease (LeaseUntil zero or past):
+	// then nobody can be judged fresh by it, the primary included.
 	VersionAgo LSN
 	// Live (primary) lists the replicas in the live set, itself included.
 	Live []ID
 	// LeaseUntil (primary) is when its majority lease lapses, by this
-	// replica's clock; zero when it holds none or has not yet committed an
-	// entry of its own epoch. Only a primary with now < LeaseUntil may serve
-	// linearizable or level-3 reads.
+	// replica's clock: the Sent of the newest append that MinLive replicas
+	// (itself included) have answered, plus Lease·(1−ClockDrift). It is
+	// zero when it holds none, has not yet committed an entry of its own
+	// epoch, or is handing over (leadership transfer). Only a primary with
+	// now < LeaseUntil may serve linearizable or level-3 reads; it steps
+	// down once the lease it could renew has lapsed (check-quorum).
 	LeaseUntil time.Time
 	// Diverged reports that this replica found its log differs from the
 	// primary's at or below its own commit point (after a forced promote):
 	// it serves nothing until repaired.
 	Diverged bool
+}
+
+// ClockDrift is the clock-rate difference between replicas that leases
+// tolerate: a primary's lease runs Lease·(1−ClockDrift) from a send, by its
+// clock, while a voter refuses other candidates for a full Lease after
+// receiving it, by its own. Leases are safe while any two replicas' clocks
+// run at rates within 10% of each other (wall-clock steps excluded).
+const ClockDrift = 0.1
+
+// leaseFor is how long a primary's lease lasts after a quorum's answer.
+func leaseFor(lease time.Duration) time.Duration {
+	return lease - time.Duration(float64(lease)*ClockDrift)
 }
 
 // Peer is one replica of the partition with its static priority; the
@@ -339,8 +384,9 @@ type Config struct {
 	// WriteWait bounds how long a write waits for a primary.
 	WriteWait time.Duration
 	// Lease is how long a majority's acknowledgement lets a primary act
-	// alone, and how long a replica that heard from a primary refuses to
-	// help elect another (see docs/architecture/replica.md, Leases).
+	// alone (less ClockDrift), and how long a replica that heard from a
+	// primary refuses to help elect another (see
+	// docs/architecture/replica.md, Leases and elections).
 	Lease time.Duration
 	// Staleness is level 3's bound x.
 	Staleness time.Duration

@@ -210,6 +210,17 @@ func burst(v, def int) int {
 	return v
 }
 
+// Keys returns the cluster keys in use, the primary first (nil when
+// insecure): what polls are authenticated with, and what a gateway's
+// demand gossip derives its key from. Live: SetKeys and WatchKeyring
+// change what it returns.
+func (m *Material) Keys() [][]byte {
+	if m.Insecure() {
+		return nil
+	}
+	return *m.keys.Load()
+}
+
 // SetKeys makes keys (primary first) the member's gossip and poll keys,
 // live.
 func (m *Material) SetKeys(keys [][]byte) error {

@@ -265,7 +265,7 @@ func (l *Load) Verify(ctx context.Context, degree int, wait time.Duration) ([]Pa
 		for _, node := range r.Replicas {
 			got := map[string]bool{}
 			for _, t := range l.topics[r.Partition] {
-				b, err := direct(ctx, conns, addrs[node], r.Partition, "ViewHeaders", encode(forum.ViewHeadersRequest{Topic: t}))
+				b, err := direct(ctx, conns, node, addrs[node], r.Partition, "ViewHeaders", encode(forum.ViewHeadersRequest{Topic: t}))
 				if err != nil {
 					return nil, fmt.Errorf("forumload: ViewHeaders %s on %s: %w", t, node, err)
 				}
@@ -318,7 +318,7 @@ func (l *Load) converged(ctx context.Context, conns *transport.Conns, degree int
 			if ri.Role == "recovering" {
 				return nil, nil, fmt.Errorf("partition %d: %s is recovering", p, ri.Node)
 			}
-			b, err := direct(ctx, conns, addrs[ri.Node], p, "Digest", nil)
+			b, err := direct(ctx, conns, ri.Node, addrs[ri.Node], p, "Digest", nil)
 			if err != nil {
 				return nil, nil, fmt.Errorf("partition %d: Digest on %s: %w", p, ri.Node, err)
 			}
@@ -336,13 +336,15 @@ func (l *Load) converged(ctx context.Context, conns *transport.Conns, degree int
 	return out, addrs, nil
 }
 
-// direct calls one node, not the balancer: verification must read each
-// replica's own copy.
-func direct(ctx context.Context, conns *transport.Conns, addr string, p int, method string, body []byte) ([]byte, error) {
+// direct calls node at addr, not the balancer: verification must read
+// each replica's own copy. With mutual TLS the server must prove it is
+// node, so a stale address cannot make another process's copy count as
+// node's.
+func direct(ctx context.Context, conns *transport.Conns, node, addr string, p int, method string, body []byte) ([]byte, error) {
 	if addr == "" {
 		return nil, errors.New("node not in the yellow pages")
 	}
-	cl, err := conns.Client(addr)
+	cl, err := conns.ClientFor(node, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -350,7 +352,7 @@ func direct(ctx context.Context, conns *transport.Conns, addr string, p int, met
 	defer cancel()
 	out, err := cl.Call(cctx, &pb.CallRequest{Service: "forum", Partition: int32(p), Method: method, Mode: pb.Mode_MODE_READ, Body: body})
 	if err != nil {
-		return nil, transport.FromStatus(addr, err)
+		return nil, transport.FromStatus(node, err)
 	}
 	return out.Body, nil
 }

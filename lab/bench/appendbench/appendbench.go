@@ -305,7 +305,7 @@ func (cl *Cluster) finals(ctx context.Context, appends []check.AppendOp) ([]chec
 	}
 	var out []check.FinalList
 	for _, n := range cl.Nodes {
-		rpc, err := conns.Client(addrs[n.Spec.ID])
+		rpc, err := conns.ClientFor(n.Spec.ID, addrs[n.Spec.ID])
 		if err != nil {
 			return nil, err
 		}

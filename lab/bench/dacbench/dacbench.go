@@ -231,7 +231,7 @@ func (b *dacBench) startCluster(ctx context.Context, name string, workers func(i
 // slowdown sets the micro operators' cost factor on node i directly.
 func (d *dacCluster) slowdown(ctx context.Context, i int, factor float64) error {
 	id := d.nodes[i].Spec.ID
-	cl, err := d.conns.Client(d.rpc[id])
+	cl, err := d.conns.ClientFor(id, d.rpc[id])
 	if err != nil {
 		return err
 	}

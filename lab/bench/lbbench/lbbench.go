@@ -391,7 +391,7 @@ func lbGoals(ctx context.Context, stdout io.Writer, conns *transport.Conns, srv 
 // setSlowdown calls the work service's slowdown method on one node
 // directly, bypassing the balancer.
 func setSlowdown(ctx context.Context, conns *transport.Conns, s lbServer, factor float64) error {
-	cl, err := conns.Client(s.RPC)
+	cl, err := conns.ClientFor(s.ID, s.RPC)
 	if err != nil {
 		return err
 	}
@@ -652,12 +652,15 @@ func Client(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	defer conns.Close()
 	stubs := map[string]pb.NodeClient{}
 	for _, s := range srv {
-		if stubs[s.ID], err = conns.Client(s.RPC); err != nil {
+		if stubs[s.ID], err = conns.ClientFor(s.ID, s.RPC); err != nil {
 			return err
 		}
 	}
 	var proxy pb.NodeClient
 	if proxied {
+		// The proxy (HAProxy) is no node and has no node id: it forwards
+		// to whichever backend it picks. These benchmark servers run
+		// plaintext anyway (NewConns), where ClientFor is Client.
 		if proxy, err = conns.Client(c.Target); err != nil {
 			return err
 		}

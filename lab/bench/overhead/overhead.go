@@ -101,6 +101,8 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	defer stopRaw()
 	conns := transport.NewConns()
 	defer conns.Close()
+	// The raw echo server is the plaintext gRPC baseline, not a node: it
+	// has no node id and no certificate to check.
 	rawClient, err := conns.Client(rawAddr)
 	if err != nil {
 		return err
