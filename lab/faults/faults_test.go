@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,10 +78,10 @@ func TestSchedules(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		keep := filepath.Join(os.TempDir(), "neptune-faults-failed")
-		_ = os.RemoveAll(keep)
-		if err := exec.Command("cp", "-r", dir, keep).Run(); err == nil {
-			t.Logf("logs and histories copied to %s", keep)
+		if keep, err := os.MkdirTemp("", fmt.Sprintf("neptune-faults-failed-seed%d-", seed)); err == nil {
+			if err := exec.Command("cp", "-r", dir+"/.", keep).Run(); err == nil {
+				t.Logf("logs and histories copied to %s", keep)
+			}
 		}
 	}
 }
