@@ -1,5 +1,5 @@
 // Package cli implements the neptune command's product commands (node,
-// call, status, partition, version, completion) on cobra. Other command
+// call, status, top, partition, version, completion) on cobra. Other command
 // trees, such as the lab's benchmarks and simulations, are passed to
 // Execute and follow the same conventions: help on stdout with exit 0,
 // errors on stderr, exit 2 for usage errors.
@@ -89,7 +89,7 @@ func newRoot(extra ...*cobra.Command) *cobra.Command {
 		SilenceUsage:  true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{err} })
-	root.AddCommand(newNodeCmd(), newCallCmd(), newStatusCmd(), newPartitionCmd(), newVersionCmd(), newTLSCmd(), newKeyringCmd(), newGatewayCmd())
+	root.AddCommand(newNodeCmd(), newCallCmd(), newStatusCmd(), newPartitionCmd(), newVersionCmd(), newTLSCmd(), newKeyringCmd(), newGatewayCmd(), newTopCmd())
 	root.AddCommand(extra...)
 	return root
 }

@@ -148,6 +148,11 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host 
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 		mux.Handle(gateway.StatusPath, g.StatusHandler())
+		if err := mountGatewayDashboard(mux, g, client, reg); err != nil {
+			ln.Close()
+			mln.Close()
+			return err
+		}
 		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = msrv.Serve(mln) }()
 		defer msrv.Close()

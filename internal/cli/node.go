@@ -141,7 +141,11 @@ func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Log
 	if err := node.Start(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "node %s up: gossip %s, rpc %s\n", fc.ID, node.GossipAddr(), node.RPCAddr())
+	dash := ""
+	if a := node.MetricsAddr(); a != "" {
+		dash = ", dashboard http://" + a + "/"
+	}
+	fmt.Fprintf(stdout, "node %s up: gossip %s, rpc %s%s\n", fc.ID, node.GossipAddr(), node.RPCAddr(), dash)
 	<-ctx.Done()
 	return node.Close()
 }

@@ -105,6 +105,12 @@ func (n *Node) serveMetrics() error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(n.reg.Gatherer, promhttp.HandlerOpts{Registry: n.reg.Registerer}))
+	dash, err := n.dashboard()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	dash.Mount(mux)
 	if n.cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

@@ -190,6 +190,7 @@ type Node struct {
 	agg     *aggregation.Server
 	httpSrv *http.Server
 	httpLn  net.Listener
+	dash    dashSource // the dashboard's view of the node (dashboard.go)
 	// acct is the Gage accounting cycle (usage.go); acctStop ends it.
 	acct     *accounting
 	acctStop chan struct{}
@@ -376,6 +377,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.Close()
 		return err
 	}
+	n.dash.client.Store(n.client)
 	n.agg = aggregation.NewServer(aggregation.ServerConfig{Self: n.cfg.ID, Services: n, Caller: n.client.Aggregation(), Clock: n.clock})
 	if n.repl != nil {
 		if err := n.repl.Start(); err != nil {

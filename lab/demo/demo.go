@@ -127,12 +127,27 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	}
 	defer lcfg.Conns.Close()
 
+	// Every node serves the live dashboard on its metrics address; the
+	// ports are chosen now so the addresses can be printed first.
+	dashboards := map[string]string{}
+	for _, id := range ids {
+		port, err := localcluster.FreePort()
+		if err != nil {
+			return err
+		}
+		dashboards[id] = fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	fmt.Fprintf(stdout, "Dashboard: http://%s/ (live; every node serves one:", dashboards[ids[len(ids)-1]])
+	for _, id := range ids {
+		fmt.Fprintf(stdout, " %s http://%s/", id, dashboards[id])
+	}
+	fmt.Fprintln(stdout, ")")
 	fmt.Fprintf(stdout, "Starting %d nodes (logs and data in %s): forum on SQLite, partitions 0-%d, level 2, %d replicas each\n",
 		cfg.Nodes, dir, cfg.Partitions-1, cfg.Degree)
 	var procs []*localcluster.Node
 	for _, id := range ids {
 		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"--config", cfgPath, "--data-dir", filepath.Join(dir, id),
-			"--metrics", "127.0.0.1:0", "--announce-interval", "200ms", "--announce-ttl", "1s"}})
+			"--metrics", dashboards[id], "--announce-interval", "200ms", "--announce-ttl", "1s"}})
 		if err != nil {
 			return err
 		}
@@ -175,8 +190,15 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		}
 	}
 	killAt, restartAt := cfg.Duration*3/10, cfg.Duration*6/10
-	fmt.Fprintf(stdout, "\nDriving %d callers (%.0f%% AddMsg, the rest ViewHeaders/ViewMsg over %d topics) for %v;\nSIGKILL %s (primary of partitions %s) at %v, restart it at %v\n\n",
+	fmt.Fprintf(stdout, "\nDriving %d callers (%.0f%% AddMsg, the rest ViewHeaders/ViewMsg over %d topics) for %v;\nSIGKILL %s (primary of partitions %s) at %v, restart it at %v\n",
 		cfg.Concurrency, 100*cfg.Writes, len(load.Topics()), cfg.Duration, victim.Spec.ID, strings.Join(victimParts, ","), killAt, restartAt)
+	for _, id := range ids {
+		if id != victim.Spec.ID {
+			fmt.Fprintf(stdout, "Watch the failover live: http://%s/cluster (%s greys out) and http://%s/partitions (a new primary, a higher epoch)\n\n",
+				dashboards[id], victim.Spec.ID, dashboards[id])
+			break
+		}
+	}
 
 	// Resident memory is sampled after a warm-up (a tenth of the run) and
 	// at the end: growth between the two would be a leak.

@@ -1,0 +1,179 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/neptune-cluster/neptune/internal/client"
+	"github.com/neptune-cluster/neptune/internal/membership"
+	"github.com/neptune-cluster/neptune/internal/replica"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// Adapters from what nodes and gateways already have to the dashboard's
+// sources, so their wiring stays one line each.
+
+// FromClientMembers converts a client's member listing (Client.Members).
+func FromClientMembers(ms []client.Member) []Member {
+	out := make([]Member, 0, len(ms))
+	for _, m := range ms {
+		dm := Member{Node: m.Node, RPCAddr: m.RPCAddr, MetricsAddr: m.MetricsAddr, Age: m.Age}
+		for _, s := range m.Services {
+			dm.Services = append(dm.Services, Hosted{Name: s.Name, Partitions: s.Partitions, Load: s.Load})
+		}
+		out = append(out, dm)
+	}
+	return out
+}
+
+// FromClientPartitions converts a client's partition listing
+// (Client.Partitions); it carries no staleness marks or leases.
+func FromClientPartitions(ps []client.PartitionInfo) []Partition {
+	out := make([]Partition, 0, len(ps))
+	for _, p := range ps {
+		dp := Partition{Service: p.Service, Partition: p.Partition, Level: p.Level}
+		for _, r := range p.Replicas {
+			dp.Replicas = append(dp.Replicas, Replica{Node: r.Node, Role: r.Role, Epoch: r.Epoch, Primary: r.Primary, Version: r.Version, Commit: r.Commit})
+		}
+		out = append(out, dp)
+	}
+	return out
+}
+
+// FromPages builds the partitions from the yellow pages' announcements,
+// which carry what the client's listing drops: a level-3 primary's version
+// of Staleness ago and, when the status has one, the primary's lease.
+// staleness gives a service's bound if known here (nil: unknown).
+func FromPages(now time.Time, entries []membership.Entry, staleness func(service string) time.Duration) []Partition {
+	type key struct {
+		svc  string
+		part int32
+	}
+	byKey := map[key]*Partition{}
+	for _, e := range entries {
+		age := now.Sub(e.Seen)
+		for _, s := range e.Ann.GetServices() {
+			for _, r := range s.GetReplicas() {
+				k := key{s.GetName(), r.GetPartition()}
+				p := byKey[k]
+				if p == nil {
+					p = &Partition{Service: k.svc, Partition: int(k.part), Level: int(r.GetLevel())}
+					if staleness != nil {
+						p.Staleness = staleness(k.svc)
+					}
+					byKey[k] = p
+				}
+				lease, has := LeaseOf(r)
+				if has {
+					lease = max(lease-age, 0) // announced age ago
+				}
+				p.Replicas = append(p.Replicas, Replica{Node: e.Ann.GetNodeId(), Role: replica.Role(r.GetRole()).String(), Epoch: r.GetEpoch(),
+					Primary: r.GetPrimary(), Version: r.GetVersion(), Commit: r.GetCommit(), VersionAgo: r.GetVersionAgo(), Lease: lease, HasLease: has})
+			}
+		}
+	}
+	out := make([]Partition, 0, len(byKey))
+	for _, p := range byKey {
+		slices.SortFunc(p.Replicas, func(a, b Replica) int { return strings.Compare(a.Node, b.Node) })
+		out = append(out, *p)
+	}
+	return out
+}
+
+// leaseFields are the names a replica status's remaining lease may have
+// on the wire, in milliseconds. The status is read by reflection so the
+// dashboard builds before and after the field exists, and shows "—"
+// until it does.
+var leaseFields = []protoreflect.Name{"lease_ms", "lease_remaining_ms"}
+
+// LeaseOf reads a replica status's remaining lease, if its schema has one
+// and it is set.
+func LeaseOf(r *pb.ReplicaStatus) (time.Duration, bool) {
+	if r == nil {
+		return 0, false
+	}
+	m := r.ProtoReflect()
+	for _, name := range leaseFields {
+		fd := m.Descriptor().Fields().ByName(name)
+		if fd == nil {
+			continue
+		}
+		if !m.Has(fd) {
+			return 0, false
+		}
+		switch fd.Kind() {
+		case protoreflect.Int32Kind, protoreflect.Int64Kind, protoreflect.Sint32Kind, protoreflect.Sint64Kind,
+			protoreflect.Sfixed32Kind, protoreflect.Sfixed64Kind:
+			return time.Duration(m.Get(fd).Int()) * time.Millisecond, true
+		case protoreflect.Uint32Kind, protoreflect.Uint64Kind, protoreflect.Fixed32Kind, protoreflect.Fixed64Kind:
+			return time.Duration(m.Get(fd).Uint()) * time.Millisecond, true
+		}
+	}
+	return 0, false
+}
+
+// Funcs adapts plain functions to the sources.
+type (
+	MembersFunc     func(ctx context.Context) ([]Member, error)
+	PartitionsFunc  func(ctx context.Context) ([]Partition, error)
+	SubscribersFunc func(ctx context.Context) (Subscribers, error)
+)
+
+// Members calls f.
+func (f MembersFunc) Members(ctx context.Context) ([]Member, error) { return f(ctx) }
+
+// Partitions calls f.
+func (f PartitionsFunc) Partitions(ctx context.Context) ([]Partition, error) { return f(ctx) }
+
+// Subscribers calls f.
+func (f SubscribersFunc) Subscribers(ctx context.Context) (Subscribers, error) { return f(ctx) }
+
+// peerClient keeps idle connections to peers only briefly, so that a
+// dashboard nobody watches holds no connection goroutines for long.
+var peerClient = &http.Client{Transport: &http.Transport{IdleConnTimeout: 5 * time.Second, MaxIdleConnsPerHost: 1}}
+
+// PeerRSS reads other members' resident memory from their own dashboards
+// (/api/dashboard/self on their metrics address), each within Timeout.
+type PeerRSS struct {
+	Client  *http.Client
+	Timeout time.Duration // default 300 ms
+}
+
+// RSS fetches m's resident memory; 0 if it has no metrics address or does
+// not answer in time.
+func (p PeerRSS) RSS(ctx context.Context, m Member) int64 {
+	if m.MetricsAddr == "" {
+		return 0
+	}
+	to := p.Timeout
+	if to <= 0 {
+		to = 300 * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(ctx, to)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s%sself", m.MetricsAddr, APIPrefix), nil)
+	if err != nil {
+		return 0
+	}
+	hc := p.Client
+	if hc == nil {
+		hc = peerClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var st SelfStatus
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return 0
+	}
+	return st.RSSBytes
+}

@@ -1,0 +1,405 @@
+package dashboard_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
+)
+
+// chromium finds Debian's chromium (or another Chrome). In CI a missing
+// browser fails the test; elsewhere it skips, loudly.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "NO CHROMIUM: the dashboard's browser test needs Debian's chromium (apt-get install chromium; .ci/run installs it)"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip("SKIPPED: " + msg)
+	return ""
+}
+
+func buildNeptune(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "neptune")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/neptune-cluster/neptune/cmd/neptune").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestBrowser drives the dashboard in headless Chromium against three
+// real node processes and a gateway: every view loads without console
+// errors and shows its data, filters narrow the tables, a SIGKILLed node
+// greys out on the live page, and the partition it led shows a new
+// primary with a higher epoch. With NEPTUNE_SCREENSHOTS=1 it writes a PNG
+// of each view to docs/figures/dashboard/.
+func TestBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts node processes and a browser")
+	}
+	browser := chromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	started := time.Now()
+
+	bin := buildNeptune(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "cluster.yaml")
+	yaml := `services:
+  - name: kv
+    partitions: 0-3
+    replication: {level: 3, nodes: [d1, d2, d3], degree: 3}
+  - name: echo
+    partitions: 0
+    classes:
+      - {name: gold, yield: throughput, value: 4, deadline: 2s, guarantee: 0.6}
+      - {name: bronze, yield: response_time, value: 1, deadline: 1s}
+`
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := localcluster.NewSecure(bin, dir, "dash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	nodes := map[string]*localcluster.Node{}
+	dash := map[string]string{} // node -> metrics address
+	for _, id := range []string{"d1", "d2", "d3"} {
+		port, err := localcluster.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dash[id] = fmt.Sprintf("127.0.0.1:%d", port)
+		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"--config", cfg, "--data-dir", filepath.Join(dir, id),
+			"--metrics", dash[id], "--announce-interval", "200ms", "--announce-ttl", "1s"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[id] = n
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: cl.ClientSecurity("client/client"), Join: cl.Seeds(), AnnounceTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	primary := func(p int) (string, uint64) {
+		best, epoch := "", uint64(0)
+		for _, pi := range c.Partitions() {
+			for _, r := range pi.Replicas {
+				if pi.Service == "kv" && pi.Partition == p && r.Role == "primary" && r.Epoch >= epoch {
+					best, epoch = r.Node, r.Epoch
+				}
+			}
+		}
+		return best, epoch
+	}
+	waitUntil(t, 20*time.Second, "every kv partition has a primary", func() bool {
+		for p := range 4 {
+			if n, _ := primary(p); n == "" {
+				return false
+			}
+		}
+		return true
+	})
+	victim, _ := primary(0)
+	viewer := "d1"
+	for _, id := range []string{"d1", "d2", "d3"} {
+		if id != victim {
+			viewer = id
+			break
+		}
+	}
+	gwDash := startGateway(t, ctx, bin, dir, cl)
+
+	// Traffic: writes and reads on kv, classed calls on echo, requests
+	// through the gateway, until the test ends.
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stopLoad(); wg.Wait() }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		hc := &http.Client{Timeout: time.Second}
+		for i := 0; loadCtx.Err() == nil; i++ {
+			cctx, cancel := context.WithTimeout(loadCtx, time.Second)
+			_, _ = c.Call(cctx, "kv", i%4, "put", fmt.Appendf(nil, "k%d=v", i))
+			_, _ = c.Call(cctx, "kv", i%4, "get", fmt.Appendf(nil, "k%d", i))
+			_, _ = c.Call(cctx, "echo", 0, "echo", []byte("hi"), neptune.WithClass([]string{"gold", "bronze"}[i%2]))
+			cancel()
+			if req, err := http.NewRequestWithContext(loadCtx, http.MethodGet, "http://"+gwDash.http+"/kv/0/", strings.NewReader("k1")); err == nil {
+				req.Host = []string{"shop.example", "other.example"}[i%2]
+				if resp, err := hc.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+
+	// The browser, with every console error and uncaught exception kept.
+	actx, cancelA := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1280, 860))...)
+	defer cancelA()
+	bctx, cancelB := chromedp.NewContext(actx)
+	defer cancelB()
+	if err := chromedp.Do(bctx); err != nil { // start the browser and open the tab
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var consoleErrs []string
+	consoleCtx, stopConsole := context.WithCancel(bctx)
+	defer stopConsole()
+	go func() {
+		for m, err := range chromedp.Console(consoleCtx) {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				mu.Lock()
+				consoleErrs = append(consoleErrs, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+	checkConsole := func(where string) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(consoleErrs) > 0 {
+			t.Errorf("%s: console errors: %q", where, consoleErrs)
+			consoleErrs = nil
+		}
+	}
+	base := "http://" + dash[viewer]
+	shots := os.Getenv("NEPTUNE_SCREENSHOTS") != ""
+	shot := func(name string) {
+		t.Helper()
+		if !shots {
+			return
+		}
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		out := filepath.Join("..", "..", "docs", "figures", "dashboard", name+".png")
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(out, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s (%d bytes)", out, len(png))
+	}
+	text := func(sel string) string {
+		t.Helper()
+		// One evaluation in the page: the live script may swap the content
+		// between a node query and a read of its text.
+		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {}).innerText || ""`, sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return s
+	}
+	count := func(sel string) int {
+		t.Helper()
+		n, err := chromedp.Run(bctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
+		if err != nil {
+			t.Fatalf("count %s: %v", sel, err)
+		}
+		return n
+	}
+	// waitPage polls the live page (the script swaps the content in every
+	// second) until cond holds.
+	waitPage := func(what string, d time.Duration, cond func() bool) {
+		t.Helper()
+		waitUntil(t, d, what, cond)
+	}
+	open := func(url string) {
+		t.Helper()
+		if err := chromedp.Do(bctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS("#view .stamp"))); err != nil {
+			t.Fatalf("open %s: %v", url, err)
+		}
+	}
+
+	// Every view loads and shows its data.
+	open(base + "/cluster")
+	if n := count(`tr.member[data-state="alive"]`); n != 3 {
+		t.Errorf("cluster: %d alive members, want 3", n)
+	}
+	if s := text("#self"); s != viewer {
+		t.Errorf("viewed from %q, want %q", s, viewer)
+	}
+	open(base + "/partitions")
+	if n := count("tr.partition"); n != 4 {
+		t.Errorf("partitions: %d rows, want 4", n)
+	}
+	open(base + "/traffic")
+	waitPage("traffic shows calls/s", 10*time.Second, func() bool {
+		return strings.Contains(text("#view"), "put") && strings.Contains(text("h2"), "rates over")
+	})
+	shot("traffic")
+	open(base + "/classes")
+	waitPage("classes shows gold and bronze", 10*time.Second, func() bool {
+		v := text("#classes")
+		return strings.Contains(v, "gold") && strings.Contains(v, "bronze")
+	})
+	shot("classes")
+	open(base + "/aggregation")
+	shot("aggregation")
+	open("http://" + gwDash.metrics + "/subscribers")
+	var heading string
+	waitPage("subscribers shows what shop was served (a rate window)", 10*time.Second, func() bool {
+		heading = text("h2")
+		return strings.Contains(text("#subscribers"), "shop") && strings.Contains(heading, "served over the last")
+	})
+	shot("subscribers")
+	checkConsole("views")
+
+	// Filters: query parameters, and the form.
+	open(base + "/partitions?service=kv&partition=2")
+	if n, m := count("tr.partition"), count(`tr.partition[data-partition="2"]`); n != 1 || m != 1 {
+		t.Errorf("partition filter: %d rows, %d of partition 2", n, m)
+	}
+	open(base + "/cluster")
+	if err := chromedp.Do(bctx, chromedp.SendKeys(chromedp.CSS("#f-node"), viewer), chromedp.Click(chromedp.CSS("#f-apply")),
+		chromedp.WaitVisible(chromedp.CSS("#view .stamp"))); err != nil {
+		t.Fatal(err)
+	}
+	waitPage("node filter applied", 5*time.Second, func() bool { return count("tr.member") == 1 })
+	if n := count(fmt.Sprintf(`tr.member[data-node=%q]`, viewer)); n != 1 {
+		t.Errorf("node filter from the form: %d rows of %s", n, viewer)
+	}
+	href, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS("#nav-partitions"), "href"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(href.Value, "node="+viewer) {
+		t.Errorf("navigation drops the filter: %s", href.Value)
+	}
+	checkConsole("filters")
+
+	// Kill partition 0's primary: on the open Cluster page it greys out,
+	// then Partitions shows a new primary with a higher epoch.
+	open(base + "/cluster")
+	_, e0 := primary(0)
+	killed := time.Now()
+	if err := nodes[victim].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(victim+" greys out", 10*time.Second, func() bool {
+		return count(fmt.Sprintf(`tr.member.dead[data-node=%q]`, victim)) == 1
+	})
+	greyed := time.Since(killed)
+	t.Logf("%s greyed out on the open page %v after SIGKILL (TTL 1s, page refresh 1s)", victim, greyed.Round(10*time.Millisecond))
+	// Gone from the yellow pages within the TTL, on the page at the next
+	// refresh: 2 s, with room for a busy machine.
+	if greyed > 5*time.Second {
+		t.Errorf("%s greyed out %v after SIGKILL, want within TTL + refresh (2 s) and some slack", victim, greyed)
+	}
+	shot("cluster")
+	open(base + "/partitions?service=kv")
+	var newPrimary, newEpoch string
+	waitPage("partition 0 has a new primary", 20*time.Second, func() bool {
+		attrs, err := chromedp.Run(bctx, chromedp.Evaluate[map[string]string](
+			`Object.assign({}, (document.querySelector('tr.partition[data-partition="0"]') || {dataset: {}}).dataset)`))
+		if err != nil {
+			return false
+		}
+		newPrimary, newEpoch = attrs["primary"], attrs["epoch"]
+		e, _ := strconv.ParseUint(newEpoch, 10, 64)
+		return newPrimary != "" && newPrimary != victim && e > e0
+	})
+	t.Logf("partition 0: primary %s epoch %d -> %s epoch %s, %v after SIGKILL", victim, e0, newPrimary, newEpoch, time.Since(killed).Round(10*time.Millisecond))
+	if n := count(fmt.Sprintf(`tr.partition[data-partition="0"] .rep.gone[data-node=%q]`, victim)); n != 1 {
+		t.Errorf("partition 0 does not show %s's replica as gone", victim)
+	}
+	shot("partitions")
+	checkConsole("failover")
+	t.Logf("browser test took %v", time.Since(started).Round(100*time.Millisecond))
+}
+
+type gatewayAddrs struct{ http, metrics string }
+
+var gatewayUp = regexp.MustCompile(`gateway up: http (\S+), metrics (\S+),`)
+
+// startGateway runs `neptune gateway` with two subscribers in front of kv.
+func startGateway(t *testing.T, ctx context.Context, bin, dir string, cl *localcluster.Cluster) gatewayAddrs {
+	t.Helper()
+	path := filepath.Join(dir, "gw.yaml")
+	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+metrics: 127.0.0.1:0
+join: [%s]
+capacity_grps: 200
+subscribers:
+  - {name: shop, reservation: 120, rules: [{host: shop.example}]}
+  - {name: partner, reservation: 50, limit: 100, rules: [{host: partner.example}]}
+routes:
+  - {path_prefix: /kv/, methods: [GET], service: kv, method: get}
+`, strings.Join(cl.Seeds(), ", "))
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"gateway", "--config", path}, cl.SecurityArgs("client/client")...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logf, _ := os.Create(filepath.Join(dir, "gw.log"))
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() })
+	up := make(chan gatewayAddrs, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := gatewayUp.FindStringSubmatch(sc.Text()); m != nil {
+				up <- gatewayAddrs{http: m[1], metrics: m[2]}
+			}
+		}
+	}()
+	select {
+	case a := <-up:
+		return a
+	case <-time.After(15 * time.Second):
+		b, _ := os.ReadFile(filepath.Join(dir, "gw.log"))
+		t.Fatalf("gateway not up after 15s:\n%s", b)
+	}
+	return gatewayAddrs{}
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
