@@ -66,6 +66,13 @@ func ParseMode(s string) (Mode, error) { return service.ParseMode(s) }
 type (
 	// Replication declares how a service's partitions are replicated
 	// (dissertation ch. 5): consistency level, replicas and timing.
+	// A primary serves and acknowledges only while it holds a lease
+	// granted by a majority of its replicas (Replication.Lease). With
+	// Replication.Linearizable (levels 2 and 3, beyond the papers) reads
+	// and writes are linearizable: clients send every read to the primary,
+	// which runs it under its lease once it has executed everything
+	// committed when the read arrived; a read it cannot serve so fails
+	// with a Retryable error, never executed.
 	Replication = service.Replication
 	// ReplicaSpec is one replica of a partition: its node and priority.
 	ReplicaSpec = service.ReplicaSpec

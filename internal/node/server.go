@@ -78,7 +78,7 @@ func (s *nodeServer) Promote(ctx context.Context, in *pb.PromoteRequest) (*pb.Pr
 	if s.n.repl == nil {
 		return nil, transport.ToStatus(fmt.Errorf("%w %d of replicated service %q on node %s", nerr.ErrUnknownPartition, in.Partition, in.Service, s.n.cfg.ID))
 	}
-	st, err := s.n.repl.Promote(ctx, in.Service, in.Partition)
+	st, err := s.n.repl.Promote(ctx, in.Service, in.Partition, in.Force)
 	if err != nil {
 		return nil, transport.ToStatus(err)
 	}

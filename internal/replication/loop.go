@@ -29,7 +29,7 @@ type part struct {
 
 	status atomic.Pointer[replica.Status]
 	// changed is closed (and replaced) when the status changes and
-	// someone waits for it (awaitApplied).
+	// someone waits for it (await).
 	changedMu sync.Mutex
 	changed   chan struct{}
 	watched   bool
@@ -44,6 +44,9 @@ type part struct {
 	dedup    *replica.DedupTable
 
 	keeper beatKeeper
+	// ask is the replica's status now and the loop's time (current; a
+	// test may stand in for the loop).
+	ask func(context.Context) (replica.Status, time.Time, error)
 }
 
 type proposal struct {

@@ -1,14 +1,28 @@
 package replication
 
 import (
+	"time"
+
 	"github.com/neptune-cluster/neptune/internal/replica"
+	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
-func toPBStatus(partition int32, level replica.Level, st replica.Status) *pb.ReplicaStatus {
+// toPBStatus is st as announced and as promote answers it, at now (which
+// the remaining lease is measured from).
+func toPBStatus(partition int32, level replica.Level, linearizable bool, st replica.Status, now time.Time) *pb.ReplicaStatus {
 	return &pb.ReplicaStatus{Partition: partition, Role: int32(st.Role), Phase: int32(st.Phase), Epoch: uint64(st.Epoch),
 		Primary: string(st.Primary), Version: uint64(st.Applied), Commit: uint64(st.Commit),
-		VersionAgo: uint64(st.VersionAgo), Level: int32(level)}
+		VersionAgo: uint64(st.VersionAgo), Level: int32(level), LeaseMs: transport.LeaseMillis(leaseLeft(st, now)),
+		Diverged: st.Diverged, Linearizable: linearizable, Last: uint64(st.Last)}
+}
+
+// leaseLeft is what is left at now of the lease st shows (0 if none).
+func leaseLeft(st replica.Status, now time.Time) time.Duration {
+	if st.Role != replica.Primary || st.LeaseUntil.IsZero() || !now.Before(st.LeaseUntil) {
+		return 0
+	}
+	return st.LeaseUntil.Sub(now)
 }
 
 func toPBMessage(k partKey, m replica.Message) *pb.ReplicaMessage {

@@ -476,8 +476,20 @@ type ReplicaStatus struct {
 	Version uint64 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
 	Commit  uint64 `protobuf:"varint,7,opt,name=commit,proto3" json:"commit,omitempty"`
 	// version_ago (level-3 primary) is its committed version x seconds ago.
-	VersionAgo    uint64 `protobuf:"varint,8,opt,name=version_ago,json=versionAgo,proto3" json:"version_ago,omitempty"`
-	Level         int32  `protobuf:"varint,9,opt,name=level,proto3" json:"level,omitempty"`
+	VersionAgo uint64 `protobuf:"varint,8,opt,name=version_ago,json=versionAgo,proto3" json:"version_ago,omitempty"`
+	Level      int32  `protobuf:"varint,9,opt,name=level,proto3" json:"level,omitempty"`
+	// lease_ms (primary) is how much of its majority lease was left when the
+	// status was taken, in milliseconds; 0: it holds none, and it serves no
+	// level-3 or linearizable read.
+	LeaseMs uint32 `protobuf:"varint,10,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// diverged: the replica found its log differs from the primary's below
+	// its commit point (after a forced promote); it serves nothing.
+	Diverged bool `protobuf:"varint,11,opt,name=diverged,proto3" json:"diverged,omitempty"`
+	// linearizable: the service's reads and writes are linearizable (reads
+	// go to the primary).
+	Linearizable bool `protobuf:"varint,12,opt,name=linearizable,proto3" json:"linearizable,omitempty"`
+	// last is the replica's last log entry (committed or not).
+	Last          uint64 `protobuf:"varint,13,opt,name=last,proto3" json:"last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -571,6 +583,34 @@ func (x *ReplicaStatus) GetVersionAgo() uint64 {
 func (x *ReplicaStatus) GetLevel() int32 {
 	if x != nil {
 		return x.Level
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetLeaseMs() uint32 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetDiverged() bool {
+	if x != nil {
+		return x.Diverged
+	}
+	return false
+}
+
+func (x *ReplicaStatus) GetLinearizable() bool {
+	if x != nil {
+		return x.Linearizable
+	}
+	return false
+}
+
+func (x *ReplicaStatus) GetLast() uint64 {
+	if x != nil {
+		return x.Last
 	}
 	return 0
 }
@@ -725,8 +765,12 @@ type PollReply struct {
 	// its aggregations in flight plus s per other queued request; capacity
 	// is its number of workers, so work_ns / capacity is the time to drain.
 	// Both are 0 for a service without aggregation operators.
-	WorkNs        int64 `protobuf:"varint,9,opt,name=work_ns,json=workNs,proto3" json:"work_ns,omitempty"`
-	Capacity      int32 `protobuf:"varint,10,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	WorkNs   int64 `protobuf:"varint,9,opt,name=work_ns,json=workNs,proto3" json:"work_ns,omitempty"`
+	Capacity int32 `protobuf:"varint,10,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// lease_ms (replicated primary): what is left of its majority lease, in
+	// milliseconds; 0 when it holds none (then it is not fresh: version_ago
+	// is 0 and it serves no level-3 read).
+	LeaseMs       uint32 `protobuf:"varint,11,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -827,6 +871,13 @@ func (x *PollReply) GetWorkNs() int64 {
 func (x *PollReply) GetCapacity() int32 {
 	if x != nil {
 		return x.Capacity
+	}
+	return 0
+}
+
+func (x *PollReply) GetLeaseMs() uint32 {
+	if x != nil {
+		return x.LeaseMs
 	}
 	return 0
 }
@@ -1720,9 +1771,13 @@ func (*ReplicaBatchAck) Descriptor() ([]byte, []int) {
 }
 
 type PromoteRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
-	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Service   string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// force makes the replica primary at once, without a majority's votes:
+	// acknowledged writes it lacks are lost. Without it, the replica calls
+	// an election that needs a majority.
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1769,6 +1824,13 @@ func (x *PromoteRequest) GetPartition() int32 {
 		return x.Partition
 	}
 	return 0
+}
+
+func (x *PromoteRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type PromoteReply struct {
@@ -1853,7 +1915,7 @@ const file_neptune_proto_rawDesc = "" +
 	"partitions\x18\x02 \x03(\x05R\n" +
 	"partitions\x120\n" +
 	"\amethods\x18\x03 \x03(\v2\x16.neptune.v1.MethodInfoR\amethods\x125\n" +
-	"\breplicas\x18\x04 \x03(\v2\x19.neptune.v1.ReplicaStatusR\breplicas\"\xf0\x01\n" +
+	"\breplicas\x18\x04 \x03(\v2\x19.neptune.v1.ReplicaStatusR\breplicas\"\xdf\x02\n" +
 	"\rReplicaStatus\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\x05R\x04role\x12\x14\n" +
@@ -1864,7 +1926,12 @@ const file_neptune_proto_rawDesc = "" +
 	"\x06commit\x18\a \x01(\x04R\x06commit\x12\x1f\n" +
 	"\vversion_ago\x18\b \x01(\x04R\n" +
 	"versionAgo\x12\x14\n" +
-	"\x05level\x18\t \x01(\x05R\x05level\"^\n" +
+	"\x05level\x18\t \x01(\x05R\x05level\x12\x19\n" +
+	"\blease_ms\x18\n" +
+	" \x01(\rR\aleaseMs\x12\x1a\n" +
+	"\bdiverged\x18\v \x01(\bR\bdiverged\x12\"\n" +
+	"\flinearizable\x18\f \x01(\bR\flinearizable\x12\x12\n" +
+	"\x04last\x18\r \x01(\x04R\x04last\"^\n" +
 	"\n" +
 	"MethodInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12$\n" +
@@ -1874,7 +1941,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x14\n" +
-	"\x05class\x18\x04 \x01(\tR\x05class\"\x8b\x02\n" +
+	"\x05class\x18\x04 \x01(\tR\x05class\"\xa6\x02\n" +
 	"\tPollReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\x05R\x05queue\x12\x14\n" +
@@ -1889,7 +1956,8 @@ const file_neptune_proto_rawDesc = "" +
 	"versionAgo\x12\x17\n" +
 	"\awork_ns\x18\t \x01(\x03R\x06workNs\x12\x1a\n" +
 	"\bcapacity\x18\n" +
-	" \x01(\x05R\bcapacity\"G\n" +
+	" \x01(\x05R\bcapacity\x12\x19\n" +
+	"\blease_ms\x18\v \x01(\rR\aleaseMs\"G\n" +
 	"\n" +
 	"PagesState\x129\n" +
 	"\aentries\x18\x01 \x03(\v2\x1f.neptune.v1.RelayedAnnouncementR\aentries\"j\n" +
@@ -1976,10 +2044,11 @@ const file_neptune_proto_rawDesc = "" +
 	"\fReplicaBatch\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x126\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1a.neptune.v1.ReplicaMessageR\bmessages\"\x11\n" +
-	"\x0fReplicaBatchAck\"H\n" +
+	"\x0fReplicaBatchAck\"^\n" +
 	"\x0ePromoteRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
-	"\tpartition\x18\x02 \x01(\x05R\tpartition\"A\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"A\n" +
 	"\fPromoteReply\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.neptune.v1.ReplicaStatusR\x06status*;\n" +
 	"\x04Mode\x12\x14\n" +
