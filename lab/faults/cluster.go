@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -287,17 +286,6 @@ type Answer struct {
 	Lease      time.Duration
 }
 
-// pollLease reads transport.Version's Lease field when the build has one
-// (polls carry the primary's remaining majority lease once leases are in;
-// by reflection so the suite builds before and after that change).
-func pollLease(v transport.Version) (time.Duration, bool) {
-	f := reflect.ValueOf(v).FieldByName("Lease")
-	if !f.IsValid() || f.Type() != reflect.TypeOf(time.Duration(0)) {
-		return 0, false
-	}
-	return time.Duration(f.Int()), true
-}
-
 // Poll asks every node directly about svc's partition p (300 ms).
 func (c *Cluster) Poll(ctx context.Context, svc string, p int) []Answer {
 	targets := make([]transport.PollTarget, len(c.Nodes))
@@ -311,7 +299,7 @@ func (c *Cluster) Poll(ctx context.Context, svc string, p int) []Answer {
 		for _, a := range got {
 			if a.Replica == n.ID {
 				out[i] = Answer{Node: n.ID, OK: true, Serving: a.Version.Serving, Primary: a.Version.Primary, Version: a.Version.Version}
-				out[i].Lease, out[i].LeaseKnown = pollLease(a.Version)
+				out[i].Lease, out[i].LeaseKnown = a.Version.Lease, true
 			}
 		}
 	}
