@@ -113,10 +113,34 @@ type Replica struct {
 	peerVV map[ID]map[ID]uint64
 	base   map[ID]uint64
 
+	// Stamps: Message.Sent values are this replica's clock as a duration
+	// since stampBase (its first input), so that they keep the monotonic
+	// reading when they come back (a wall-clock step moves no lease).
+	stampBase time.Time
+
+	// Secondary freshness (Message.Echo): ackTimes notes when this
+	// replica answered each recent append of primary ackFrom in epoch
+	// ackEpoch, by its Sent; freshPending holds (answer time, primary's
+	// commit) proofs not yet executed, freshAt the newest executed one.
+	ackTimes     []stampAt
+	ackFrom      ID
+	ackEpoch     Epoch
+	freshPending []versionAt
+	freshAt      time.Time
+
 	rd      Ready
 	hsDirty bool
 	started bool
 }
+
+type stampAt struct {
+	sent int64
+	at   time.Time
+}
+
+// maxAckTimes bounds the answers a secondary remembers for Echo; an echo
+// of an older one proves nothing, which is safe.
+const maxAckTimes = 64
 
 type progress struct {
 	match, next  LSN
@@ -129,6 +153,8 @@ type progress struct {
 	ackSent time.Time
 	heard   time.Time
 	applied LSN
+	// ackStamp is ackSent as stamped (what Echo returns).
+	ackStamp int64
 }
 
 type waiter struct {
@@ -233,6 +259,7 @@ func (r *Replica) Status() Status {
 		}
 	}
 	s.Diverged = r.diverged
+	s.FreshUntil = r.freshUntil()
 	return s
 }
 
@@ -447,6 +474,10 @@ func (r *Replica) Advance(rd Ready) {
 		}
 	}
 	r.applied = max(r.applied, rd.appliedTo)
+	for len(r.freshPending) > 0 && r.freshPending[0].lsn <= r.applied {
+		r.freshAt = r.freshPending[0].at // executed: the proof holds here now
+		r.freshPending = r.freshPending[1:]
+	}
 	if r.role == Primary {
 		r.maybeCommit(r.now)
 	}
@@ -456,6 +487,7 @@ func (r *Replica) observe(now time.Time) {
 	r.now = now
 	if !r.started {
 		r.started = true
+		r.stampBase = now
 		r.lastHeard = now
 		if r.epoch > 0 || !r.dataless() {
 			// Restarted: it may have helped grant a lease just before.
@@ -642,9 +674,13 @@ func (r *Replica) sendAppend(now time.Time, to ID) {
 		es = es[:r.batchLen(es)]
 		end = next + LSN(len(es)) - 1
 	}
+	var echo int64
+	if now.Before(r.leaseUntil()) {
+		echo = pr.ackStamp
+	}
 	r.send(Message{Type: MsgAppend, To: to, PrevLSN: next - 1, PrevEpoch: r.term(next - 1), Entries: es,
 		Commit: r.commit, LastEpoch: r.term(r.commit), Trunc: r.truncPoint(), InSync: pr.inSync,
-		Sent: now.UnixNano(), Transfer: !r.timeoutSent.IsZero()})
+		Sent: r.stamp(now), Echo: echo, Transfer: !r.timeoutSent.IsZero()})
 	pr.next = max(next, end+1)
 	if len(es) > 0 && pr.waitingSince.IsZero() {
 		pr.waitingSince = now
@@ -768,8 +804,8 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 	}
 	pr := r.progress[m.From]
 	pr.heard = now
-	if t := time.Unix(0, m.Sent); m.Sent != 0 && t.After(pr.ackSent) && !t.Before(r.leaseFloor) && !t.After(now) {
-		pr.ackSent = t
+	if t := r.unstamp(m.Sent); m.Sent != 0 && t.After(pr.ackSent) && !t.Before(r.leaseFloor) && !t.After(now) {
+		pr.ackSent, pr.ackStamp = t, m.Sent
 		if r.forced && !r.leaseBase().IsZero() {
 			r.forced = false // a quorum answers: check-quorum applies again
 		}
@@ -815,6 +851,66 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 }
 
 // ---- leases ----
+
+// stamp is now as a Message.Sent (never 0, which means none).
+func (r *Replica) stamp(now time.Time) int64 { return int64(now.Sub(r.stampBase)) + 1 }
+
+// unstamp is the time a Sent of this replica's stamps.
+func (r *Replica) unstamp(sent int64) time.Time { return r.stampBase.Add(time.Duration(sent - 1)) }
+
+// answer sends resp as the answer to the primary's append m, echoing its
+// Sent, and notes when (for Message.Echo): the first answer to a Sent,
+// the earliest, is the safe one to note.
+func (r *Replica) answer(now time.Time, m Message, resp Message) {
+	resp.Type, resp.To, resp.Sent = MsgAppendResp, m.From, m.Sent
+	r.send(resp)
+	if m.Sent == 0 {
+		return
+	}
+	if m.From != r.ackFrom || m.Epoch != r.ackEpoch {
+		r.ackFrom, r.ackEpoch, r.ackTimes = m.From, m.Epoch, r.ackTimes[:0]
+	}
+	if n := len(r.ackTimes); n > 0 && r.ackTimes[n-1].sent >= m.Sent {
+		return // answered before (stamps only grow)
+	}
+	if len(r.ackTimes) == maxAckTimes {
+		r.ackTimes = append(r.ackTimes[:0], r.ackTimes[1:]...)
+	}
+	r.ackTimes = append(r.ackTimes, stampAt{sent: m.Sent, at: now})
+}
+
+// noteEcho takes a freshness proof from the primary's append m: when the
+// primary sent m it held its lease, so no other primary had acknowledged
+// anything, and it had received our answer to its append Echo, so every
+// write acknowledged before we sent that answer was committed, at or
+// below m.Commit. Once we execute m.Commit we are fresh as of then.
+func (r *Replica) noteEcho(m Message) {
+	if m.Echo == 0 || m.From != r.ackFrom || m.Epoch != r.ackEpoch {
+		return
+	}
+	i, ok := slices.BinarySearchFunc(r.ackTimes, m.Echo, func(a stampAt, s int64) int { return cmp.Compare(a.sent, s) })
+	if !ok {
+		return
+	}
+	at := r.ackTimes[i].at
+	if n := len(r.freshPending); (n > 0 && !at.After(r.freshPending[n-1].at)) || !at.After(r.freshAt) {
+		return
+	}
+	if len(r.freshPending) == maxAckTimes {
+		r.freshPending = r.freshPending[1:]
+	}
+	r.freshPending = append(r.freshPending, versionAt{at: at, lsn: m.Commit})
+}
+
+// freshUntil is Status.FreshUntil: the newest proof this replica has
+// executed, plus the staleness bound (shortened by the clock drift, as
+// leases are).
+func (r *Replica) freshUntil() time.Time {
+	if r.role != Secondary || r.diverged || r.freshAt.IsZero() {
+		return time.Time{}
+	}
+	return r.freshAt.Add(leaseFor(r.cfg.Staleness))
+}
 
 // leaseBase is the Sent of the newest append that MinLive replicas, this
 // one included, have answered (zero: not that many answered since
@@ -946,7 +1042,7 @@ func (r *Replica) maybeSendTimeoutNow(now time.Time) {
 	}
 	r.timeoutSent = now
 	r.transferEnd = now.Add(r.cfg.ElectionTimeout)
-	r.send(Message{Type: MsgTimeoutNow, To: r.transferTo, Sent: now.UnixNano()})
+	r.send(Message{Type: MsgTimeoutNow, To: r.transferTo, Sent: r.stamp(now)})
 }
 
 // abortTransfer resumes after a transfer that did not complete. Answers
@@ -1043,6 +1139,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		}
 		r.waiting = nil
 	}
+	r.noteEcho(m)
 	if r.diverged {
 		return // acknowledges nothing: see diverge
 	}
@@ -1053,7 +1150,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		// primary send those entries again behind the ones in flight; if
 		// they were lost, its retransmission after retransmitAfter without
 		// progress repairs the gap. The answer (LSN 0) renews its lease.
-		r.send(Message{Type: MsgAppendResp, To: m.From, Hint: r.applied, Sent: m.Sent})
+		r.answer(now, m, Message{Hint: r.applied})
 		return
 	}
 	// The epoch of the primary's commit point, where we hold that entry
@@ -1074,7 +1171,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		if m.PrevLSN > r.last() {
 			hint = r.last()
 		}
-		r.send(Message{Type: MsgAppendResp, To: m.From, Reject: true, LSN: m.PrevLSN, Hint: hint, Sent: m.Sent})
+		r.answer(now, m, Message{Reject: true, LSN: m.PrevLSN, Hint: hint})
 		return
 	}
 	var es []Entry
@@ -1106,7 +1203,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 	} else {
 		r.role, r.phase = Recovering, PhaseCatchUp
 	}
-	r.send(Message{Type: MsgAppendResp, To: m.From, LSN: matched, Hint: r.applied, Sent: m.Sent})
+	r.answer(now, m, Message{LSN: matched, Hint: r.applied})
 }
 
 // ---- elections ----
