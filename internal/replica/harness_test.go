@@ -85,6 +85,9 @@ type cluster struct {
 	commits    []check.Point
 	leaseFails int
 	staleFails int
+	// freshSeen counts checks of a secondary that showed itself fresh
+	// (so a test can tell the freshness checker ran on something).
+	freshSeen int
 
 	acked     map[uint64]LSN // ReqID -> LSN of writes acknowledged to clients
 	replied   map[uint64]bool
@@ -303,7 +306,9 @@ func (c *cluster) checkLeases() {
 	maxCommit := LSN(0)
 	for _, id := range c.up() {
 		r := c.nodes[id].r // (what Status reports, without its allocations)
-		maxCommit = max(maxCommit, r.commit)
+		if !r.diverged { // (a diverged commit point is from a history a forced promote discarded)
+			maxCommit = max(maxCommit, r.commit)
+		}
 		if _, p := c.paused[id]; p || r.role != Primary {
 			continue
 		}
@@ -318,6 +323,27 @@ func (c *cluster) checkLeases() {
 		c.leaseFails++
 		c.fatalf("two leases at %v: %v", c.now.Sub(c.t0), holders)
 		return
+	}
+	// A secondary that shows itself fresh (FreshUntil) has executed every
+	// commit older than x, as the primary's VersionAgo promises.
+	for _, id := range c.up() {
+		r := c.nodes[id].r
+		if _, p := c.paused[id]; p || r.role != Secondary || !c.local(id, c.now).Before(r.freshUntil()) {
+			continue
+		}
+		cut := c.global(id, c.nodes[id].r.now).Add(-time.Duration(float64(c.cfg.Staleness) / cmp.Or(c.rate[id], 1)))
+		want := LSN(0)
+		for _, p := range c.commits {
+			if !p.At.After(cut) {
+				want = LSN(p.Version)
+			}
+		}
+		c.freshSeen++
+		if r.applied < want {
+			c.staleFails++
+			c.fatalf("secondary %s shows itself fresh until %v at version %d, but %d was committed %v ago",
+				id, r.freshUntil().Sub(c.t0), r.applied, want, c.cfg.Staleness)
+		}
 	}
 	if len(holders) == 1 && c.cfg.Level == Level3 {
 		id := holders[0]

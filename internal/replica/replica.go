@@ -113,10 +113,34 @@ type Replica struct {
 	peerVV map[ID]map[ID]uint64
 	base   map[ID]uint64
 
+	// Stamps: Message.Sent values are this replica's clock as a duration
+	// since stampBase (its first input), so that they keep the monotonic
+	// reading when they come back (a wall-clock step moves no lease).
+	stampBase time.Time
+
+	// Secondary freshness (Message.Echo): ackTimes notes when this
+	// replica answered each recent append of primary ackFrom in epoch
+	// ackEpoch, by its Sent; freshPending holds (answer time, primary's
+	// commit) proofs not yet executed, freshAt the newest executed one.
+	ackTimes     []stampAt
+	ackFrom      ID
+	ackEpoch     Epoch
+	freshPending []versionAt
+	freshAt      time.Time
+
 	rd      Ready
 	hsDirty bool
 	started bool
 }
+
+type stampAt struct {
+	sent int64
+	at   time.Time
+}
+
+// maxAckTimes bounds the answers a secondary remembers for Echo; an echo
+// of an older one proves nothing, which is safe.
+const maxAckTimes = 64
 
 type progress struct {
 	match, next  LSN
@@ -129,6 +153,8 @@ type progress struct {
 	ackSent time.Time
 	heard   time.Time
 	applied LSN
+	// ackStamp is ackSent as stamped (what Echo returns).
+	ackStamp int64
 	// snapUntil: a snapshot to this peer is in flight until then (asked
 	// for in a Ready.Snapshots); meanwhile it gets heartbeats only.
 	snapUntil time.Time
@@ -239,6 +265,7 @@ func (r *Replica) Status() Status {
 		}
 	}
 	s.Diverged = r.diverged
+	s.FreshUntil = r.freshUntil()
 	return s
 }
 
@@ -453,6 +480,10 @@ func (r *Replica) Advance(rd Ready) {
 		}
 	}
 	r.applied = max(r.applied, rd.appliedTo)
+	for len(r.freshPending) > 0 && r.freshPending[0].lsn <= r.applied {
+		r.freshAt = r.freshPending[0].at // executed: the proof holds here now
+		r.freshPending = r.freshPending[1:]
+	}
 	if r.role == Primary {
 		r.maybeCommit(r.now)
 	}
@@ -462,6 +493,7 @@ func (r *Replica) observe(now time.Time) {
 	r.now = now
 	if !r.started {
 		r.started = true
+		r.stampBase = now
 		r.lastHeard = now
 		if r.epoch > 0 || !r.dataless() {
 			// Restarted: it may have helped grant a lease just before.
@@ -644,15 +676,14 @@ func (r *Replica) becomePrimary(now time.Time) {
 
 func (r *Replica) sendAppend(now time.Time, to ID) {
 	pr := r.progress[to]
-	if pr.snapshotting(now) {
-		// Only a heartbeat (it keeps the peer following us and renews our
-		// lease): the entries it needs come after the snapshot.
-		r.send(Message{Type: MsgAppend, To: to, PrevLSN: r.last(), PrevEpoch: r.term(r.last()),
-			Commit: r.commit, LastEpoch: r.term(r.commit), Trunc: r.truncPoint(), InSync: pr.inSync,
-			Sent: now.UnixNano(), Transfer: !r.timeoutSent.IsZero()})
-		return
-	}
+	// While a snapshot is on its way the peer gets heartbeats only (they
+	// keep it following us and renew our lease): the entries it needs
+	// come after the snapshot.
+	snap := pr.snapshotting(now)
 	next := max(pr.next, r.first)
+	if snap {
+		next = r.last() + 1
+	}
 	end := min(r.last(), next+LSN(r.cfg.MaxBatch)-1)
 	var es []Entry
 	if next <= end {
@@ -660,9 +691,16 @@ func (r *Replica) sendAppend(now time.Time, to ID) {
 		es = es[:r.batchLen(es)]
 		end = next + LSN(len(es)) - 1
 	}
+	var echo int64
+	if now.Before(r.leaseUntil()) {
+		echo = pr.ackStamp
+	}
 	r.send(Message{Type: MsgAppend, To: to, PrevLSN: next - 1, PrevEpoch: r.term(next - 1), Entries: es,
 		Commit: r.commit, LastEpoch: r.term(r.commit), Trunc: r.truncPoint(), InSync: pr.inSync,
-		Sent: now.UnixNano(), Transfer: !r.timeoutSent.IsZero()})
+		Sent: r.stamp(now), Echo: echo, Transfer: !r.timeoutSent.IsZero()})
+	if snap {
+		return
+	}
 	pr.next = max(next, end+1)
 	if len(es) > 0 && pr.waitingSince.IsZero() {
 		pr.waitingSince = now
@@ -789,8 +827,8 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 	}
 	pr := r.progress[m.From]
 	pr.heard = now
-	if t := time.Unix(0, m.Sent); m.Sent != 0 && t.After(pr.ackSent) && !t.Before(r.leaseFloor) && !t.After(now) {
-		pr.ackSent = t
+	if t := r.unstamp(m.Sent); m.Sent != 0 && t.After(pr.ackSent) && !t.Before(r.leaseFloor) && !t.After(now) {
+		pr.ackSent, pr.ackStamp = t, m.Sent
 		if r.forced && !r.leaseBase().IsZero() {
 			r.forced = false // a quorum answers: check-quorum applies again
 		}
@@ -935,6 +973,66 @@ func (r *Replica) InstallSnapshot(now time.Time, lsn LSN, lsnEpoch Epoch) {
 
 // ---- leases ----
 
+// stamp is now as a Message.Sent (never 0, which means none).
+func (r *Replica) stamp(now time.Time) int64 { return int64(now.Sub(r.stampBase)) + 1 }
+
+// unstamp is the time a Sent of this replica's stamps.
+func (r *Replica) unstamp(sent int64) time.Time { return r.stampBase.Add(time.Duration(sent - 1)) }
+
+// answer sends resp as the answer to the primary's append m, echoing its
+// Sent, and notes when (for Message.Echo): the first answer to a Sent,
+// the earliest, is the safe one to note.
+func (r *Replica) answer(now time.Time, m Message, resp Message) {
+	resp.Type, resp.To, resp.Sent = MsgAppendResp, m.From, m.Sent
+	r.send(resp)
+	if m.Sent == 0 {
+		return
+	}
+	if m.From != r.ackFrom || m.Epoch != r.ackEpoch {
+		r.ackFrom, r.ackEpoch, r.ackTimes = m.From, m.Epoch, r.ackTimes[:0]
+	}
+	if n := len(r.ackTimes); n > 0 && r.ackTimes[n-1].sent >= m.Sent {
+		return // answered before (stamps only grow)
+	}
+	if len(r.ackTimes) == maxAckTimes {
+		r.ackTimes = append(r.ackTimes[:0], r.ackTimes[1:]...)
+	}
+	r.ackTimes = append(r.ackTimes, stampAt{sent: m.Sent, at: now})
+}
+
+// noteEcho takes a freshness proof from the primary's append m: when the
+// primary sent m it held its lease, so no other primary had acknowledged
+// anything, and it had received our answer to its append Echo, so every
+// write acknowledged before we sent that answer was committed, at or
+// below m.Commit. Once we execute m.Commit we are fresh as of then.
+func (r *Replica) noteEcho(m Message) {
+	if m.Echo == 0 || m.From != r.ackFrom || m.Epoch != r.ackEpoch {
+		return
+	}
+	i, ok := slices.BinarySearchFunc(r.ackTimes, m.Echo, func(a stampAt, s int64) int { return cmp.Compare(a.sent, s) })
+	if !ok {
+		return
+	}
+	at := r.ackTimes[i].at
+	if n := len(r.freshPending); (n > 0 && !at.After(r.freshPending[n-1].at)) || !at.After(r.freshAt) {
+		return
+	}
+	if len(r.freshPending) == maxAckTimes {
+		r.freshPending = r.freshPending[1:]
+	}
+	r.freshPending = append(r.freshPending, versionAt{at: at, lsn: m.Commit})
+}
+
+// freshUntil is Status.FreshUntil: the newest proof this replica has
+// executed, plus the staleness bound (shortened by the clock drift, as
+// leases are).
+func (r *Replica) freshUntil() time.Time {
+	if r.role != Secondary || r.diverged || r.freshAt.IsZero() {
+		return time.Time{}
+	}
+	return r.freshAt.Add(leaseFor(r.cfg.Staleness))
+}
+
 // leaseBase is the Sent of the newest append that MinLive replicas, this
 // one included, have answered (zero: not that many answered since
 // leaseFloor). Each of them received it after it was sent and refuses to
@@ -1065,7 +1163,7 @@ func (r *Replica) maybeSendTimeoutNow(now time.Time) {
 	}
 	r.timeoutSent = now
 	r.transferEnd = now.Add(r.cfg.ElectionTimeout)
-	r.send(Message{Type: MsgTimeoutNow, To: r.transferTo, Sent: now.UnixNano()})
+	r.send(Message{Type: MsgTimeoutNow, To: r.transferTo, Sent: r.stamp(now)})
 }
 
 // abortTransfer resumes after a transfer that did not complete. Answers
@@ -1126,12 +1224,12 @@ func (r *Replica) diverge() {
 
 // askSnapshot answers the primary's append m with a request for a
 // snapshot (see Message.Snapshot).
-func (r *Replica) askSnapshot(m Message) {
+func (r *Replica) askSnapshot(now time.Time, m Message) {
 	hint := LSN(0)
 	if r.diverged {
 		hint = max(r.commit, 1)
 	}
-	r.send(Message{Type: MsgAppendResp, To: m.From, Reject: true, Snapshot: true, LSN: m.PrevLSN, Hint: hint, Sent: m.Sent})
+	r.answer(now, m, Message{Reject: true, Snapshot: true, LSN: m.PrevLSN, Hint: hint})
 }
 
 func (r *Replica) handleAppend(now time.Time, m Message) {
@@ -1171,12 +1269,13 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		}
 		r.waiting = nil
 	}
+	r.noteEcho(m)
 	if r.diverged || (r.dataless() && m.PrevLSN > 0) {
 		// Nothing of ours can be acknowledged (diverged), or we hold
 		// nothing while the primary holds data: void what it knows of us.
 		// A heartbeat that overtook a fresh partition's first entries
 		// lands here too; the primary then resends them from 1.
-		r.askSnapshot(m)
+		r.askSnapshot(now, m)
 		return
 	}
 	if len(m.Entries) == 0 && m.PrevLSN > r.last() {
@@ -1186,7 +1285,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		// primary send those entries again behind the ones in flight; if
 		// they were lost, its retransmission after retransmitAfter without
 		// progress repairs the gap. The answer (LSN 0) renews its lease.
-		r.send(Message{Type: MsgAppendResp, To: m.From, Hint: r.applied, Sent: m.Sent})
+		r.answer(now, m, Message{Hint: r.applied})
 		return
 	}
 	// The epoch of the primary's commit point, where we hold that entry
@@ -1194,14 +1293,14 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 	if m.Commit <= r.commit && m.LastEpoch != 0 {
 		if t := r.term(m.Commit); t != 0 && t != m.LastEpoch {
 			r.diverge()
-			r.askSnapshot(m)
+			r.askSnapshot(now, m)
 			return
 		}
 	}
 	ok, diverged := r.matches(m.PrevLSN, m.PrevEpoch)
 	if diverged {
 		r.diverge()
-		r.askSnapshot(m)
+		r.askSnapshot(now, m)
 		return
 	}
 	if !ok {
@@ -1209,7 +1308,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		if m.PrevLSN > r.last() {
 			hint = r.last()
 		}
-		r.send(Message{Type: MsgAppendResp, To: m.From, Reject: true, LSN: m.PrevLSN, Hint: hint, Sent: m.Sent})
+		r.answer(now, m, Message{Reject: true, LSN: m.PrevLSN, Hint: hint})
 		return
 	}
 	var es []Entry
@@ -1217,7 +1316,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		if len(es) == 0 && e.LSN <= r.commit {
 			if t := r.term(e.LSN); t != 0 && t != e.Epoch {
 				r.diverge() // a committed entry of ours differs
-				r.askSnapshot(m)
+				r.askSnapshot(now, m)
 				return
 			}
 			continue // already held
@@ -1242,7 +1341,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 	} else {
 		r.role, r.phase = Recovering, PhaseCatchUp
 	}
-	r.send(Message{Type: MsgAppendResp, To: m.From, LSN: matched, Hint: r.applied, Sent: m.Sent})
+	r.answer(now, m, Message{LSN: matched, Hint: r.applied})
 }
 
 // ---- elections ----

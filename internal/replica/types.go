@@ -277,6 +277,12 @@ type Message struct {
 	// gave up when it sent TimeoutNow. (Append) marks appends a primary
 	// sends while handing over: they grant it no lease.
 	Transfer bool
+	// Echo (Append) is the Sent of the newest answer the primary has
+	// received from the recipient, set only while the primary holds its
+	// lease. The recipient sent that answer at a time it noted, so every
+	// write acknowledged before then is at or below this append's Commit:
+	// the secondary's proof of freshness (Status.FreshUntil).
+	Echo int64
 	// Snapshot (AppendResp with Reject) says that what the primary knows
 	// of the sender's log is void: it holds no data (Hint 0: a wiped or
 	// new replica, which may still catch up from a log that starts at 1)
@@ -373,6 +379,12 @@ type Status struct {
 	// primary's at or below its own commit point (after a forced promote):
 	// it serves nothing until repaired.
 	Diverged bool
+	// FreshUntil (secondary) is until when, by this replica's clock, it
+	// can show itself within the staleness bound: every write acknowledged
+	// anywhere more than Config.Staleness before then is executed here
+	// (see Message.Echo). Zero when it cannot show it. A level-3
+	// secondary serves reads only before it.
+	FreshUntil time.Time
 }
 
 // ClockDrift is the clock-rate difference between replicas that leases

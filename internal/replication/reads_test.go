@@ -157,8 +157,14 @@ func TestMayRead(t *testing.T) {
 		{"level-3 primary without lease", replica.Level3, primary(time.Time{}), 0, false},
 		{"level-3 leased primary behind its version x ago", replica.Level3,
 			&replica.Status{Role: replica.Primary, Applied: 10, Commit: 30, VersionAgo: 20, LeaseUntil: now.Add(time.Second)}, 0, false},
-		{"level-3 secondary at the session's version", replica.Level3, &replica.Status{Role: replica.Secondary, Applied: 10}, 10, true},
-		{"level-3 secondary behind the session", replica.Level3, &replica.Status{Role: replica.Secondary, Applied: 10}, 11, false},
+		{"level-3 fresh secondary at the session's version", replica.Level3,
+			&replica.Status{Role: replica.Secondary, Applied: 10, FreshUntil: now.Add(time.Millisecond)}, 10, true},
+		{"level-3 fresh secondary behind the session", replica.Level3,
+			&replica.Status{Role: replica.Secondary, Applied: 10, FreshUntil: now.Add(time.Millisecond)}, 11, false},
+		{"level-3 secondary whose proof of freshness ran out", replica.Level3,
+			&replica.Status{Role: replica.Secondary, Applied: 10, FreshUntil: now}, 0, false},
+		{"level-3 secondary without a proof of freshness", replica.Level3, &replica.Status{Role: replica.Secondary, Applied: 10}, 0, false},
+		{"level-2 secondary needs no proof", replica.Level2, &replica.Status{Role: replica.Secondary, Applied: 10}, 0, true},
 	} {
 		if got := mayRead(c.level, c.st, now, c.min); got != c.want {
 			t.Errorf("%s: mayRead = %v, want %v", c.name, got, c.want)

@@ -69,7 +69,10 @@ func (rt *Runtime) Serve(ctx context.Context, in *pb.CallRequest, local func(con
 // diverged (it serves nothing); at level 3 only at or above the session's
 // version and, on the primary, only while it holds its majority lease (a
 // primary without one may be cut off from a newer primary: not fresh) and
-// has executed its committed version x ago.
+// has executed its committed version x ago; on a secondary only while it
+// can prove itself within the bound (Status.FreshUntil: it executed the
+// commit point a leased primary sent after hearing from it less than x
+// ago), whatever the client judged from its polls.
 func mayRead(level replica.Level, st *replica.Status, now time.Time, minVersion uint64) bool {
 	switch {
 	case st.Role == replica.Recovering || st.Diverged:
@@ -80,6 +83,8 @@ func mayRead(level replica.Level, st *replica.Status, now time.Time, minVersion 
 		// A primary is fresh only with its lease, and like any replica only
 		// once it has executed its own committed version x ago (a new
 		// primary may still be executing a backlog it adopted).
+		return false
+	case st.Role == replica.Secondary && !now.Before(st.FreshUntil):
 		return false
 	}
 	return uint64(st.Applied) >= minVersion

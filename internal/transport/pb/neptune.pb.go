@@ -1508,9 +1508,10 @@ type ReplicaMessage struct {
 	Versions  map[string]uint64      `protobuf:"bytes,18,rep,name=versions,proto3" json:"versions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	Sent      int64                  `protobuf:"varint,19,opt,name=sent,proto3" json:"sent,omitempty"`
 	Transfer  bool                   `protobuf:"varint,20,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	Echo      int64                  `protobuf:"varint,21,opt,name=echo,proto3" json:"echo,omitempty"`
 	// snapshot (AppendResp with reject): the sender needs a snapshot or the
 	// log from 1 (replica.Message.Snapshot).
-	Snapshot      bool `protobuf:"varint,21,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Snapshot      bool `protobuf:"varint,22,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1683,6 +1684,13 @@ func (x *ReplicaMessage) GetTransfer() bool {
 		return x.Transfer
 	}
 	return false
+}
+
+func (x *ReplicaMessage) GetEcho() int64 {
+	if x != nil {
+		return x.Echo
+	}
+	return 0
 }
 
 func (x *ReplicaMessage) GetSnapshot() bool {
@@ -2182,7 +2190,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\x06req_id\x18\x06 \x01(\x04R\x05reqId\x12\x10\n" +
 	"\x03seq\x18\a \x01(\x04R\x03seq\x12\x19\n" +
 	"\bwrite_id\x18\b \x01(\tR\awriteId\x12\x12\n" +
-	"\x04time\x18\t \x01(\x03R\x04time\"\x91\x05\n" +
+	"\x04time\x18\t \x01(\x03R\x04time\"\xa5\x05\n" +
 	"\x0eReplicaMessage\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x12\n" +
@@ -2206,8 +2214,9 @@ const file_neptune_proto_rawDesc = "" +
 	"last_epoch\x18\x11 \x01(\x04R\tlastEpoch\x12D\n" +
 	"\bversions\x18\x12 \x03(\v2(.neptune.v1.ReplicaMessage.VersionsEntryR\bversions\x12\x12\n" +
 	"\x04sent\x18\x13 \x01(\x03R\x04sent\x12\x1a\n" +
-	"\btransfer\x18\x14 \x01(\bR\btransfer\x12\x1a\n" +
-	"\bsnapshot\x18\x15 \x01(\bR\bsnapshot\x1a;\n" +
+	"\btransfer\x18\x14 \x01(\bR\btransfer\x12\x12\n" +
+	"\x04echo\x18\x15 \x01(\x03R\x04echo\x12\x1a\n" +
+	"\bsnapshot\x18\x16 \x01(\bR\bsnapshot\x1a;\n" +
 	"\rVersionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"Z\n" +
