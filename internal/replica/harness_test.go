@@ -306,7 +306,7 @@ func (c *cluster) checkLeases() {
 	maxCommit := LSN(0)
 	for _, id := range c.up() {
 		r := c.nodes[id].r // (what Status reports, without its allocations)
-		if !r.diverged { // (a diverged commit point is from a history a forced promote discarded)
+		if !r.diverged {   // (a diverged commit point is from a history a forced promote discarded)
 			maxCommit = max(maxCommit, r.commit)
 		}
 		if _, p := c.paused[id]; p || r.role != Primary {
