@@ -306,7 +306,9 @@ func (c *cluster) checkLeases() {
 	maxCommit := LSN(0)
 	for _, id := range c.up() {
 		r := c.nodes[id].r // (what Status reports, without its allocations)
-		if !r.diverged {   // (a diverged commit point is from a history a forced promote discarded)
+		// (A diverged commit point is from a history a forced promote
+		// discarded: it is no commit of the partition's.)
+		if !r.diverged {
 			maxCommit = max(maxCommit, r.commit)
 		}
 		if _, p := c.paused[id]; p || r.role != Primary {
