@@ -180,12 +180,26 @@ func (c *Client) Members(ctx context.Context, wait time.Duration) []Member {
 // each with its replicas' announced status (as of their last announcement).
 func (c *Client) Partitions() []PartitionInfo { return c.c.Partitions() }
 
-// Promote makes node's replica of service's partition the primary without
-// an election: the operator's recovery when fewer than a majority of the
-// partition's replicas survive (promote the one with the newest version;
-// the others recover from it). Writes only the lost replicas held are lost.
+// Promote asks node's replica of service's partition to become its
+// primary by an election that needs a majority of the partition's
+// replicas, and returns the replica's status after (within a bound of
+// about lease + 2 election timeouts + ack timeout): check its Role, the
+// election may be lost. No acknowledged write is lost. An operator's
+// certificate is needed.
 func (c *Client) Promote(ctx context.Context, node, service string, partition int) (ReplicaInfo, error) {
-	return c.c.Promote(ctx, node, service, partition)
+	return c.c.Promote(ctx, node, service, partition, false)
+}
+
+// ForcePromote makes node's replica of service's partition the primary at
+// once, without votes: the operator's recovery when fewer than a majority
+// of the partition's replicas survive (promote the one with the newest
+// version; the others recover from it). Acknowledged writes the promoted
+// replica lacks are lost: versions above its Last up to the highest
+// commit point any replica reached. A replica whose log then differs
+// below its commit point reports Diverged and serves nothing; there is no
+// automatic repair yet: the operator rebuilds it (a fresh data directory).
+func (c *Client) ForcePromote(ctx context.Context, node, service string, partition int) (ReplicaInfo, error) {
+	return c.c.Promote(ctx, node, service, partition, true)
 }
 
 // Close leaves the cluster and closes connections.

@@ -3,6 +3,7 @@ module github.com/neptune-cluster/neptune
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/chromedp/chromedp v0.23.0
 	github.com/cockroachdb/pebble v1.1.5
 	github.com/hashicorp/memberlist v0.7.0

@@ -45,6 +45,10 @@ type (
 	// CheckFunc is the CHECK callback of replicated services: whether the
 	// write with an LSN was applied to a partition's data.
 	CheckFunc = service.CheckFunc
+	// Snapshotter is the snapshot callback pair of a replicated service
+	// (Service.Snapshots): a replica that cannot catch up from the log,
+	// or whose log diverged, gets the primary's state from it.
+	Snapshotter = service.Snapshotter
 	// Method is one entry point of a service.
 	Method = service.Method
 	// Service is what a team writes: a name and its methods, and
@@ -66,6 +70,13 @@ func ParseMode(s string) (Mode, error) { return service.ParseMode(s) }
 type (
 	// Replication declares how a service's partitions are replicated
 	// (dissertation ch. 5): consistency level, replicas and timing.
+	// A primary serves and acknowledges only while it holds a lease
+	// granted by a majority of its replicas (Replication.Lease). With
+	// Replication.Linearizable (levels 2 and 3, beyond the papers) reads
+	// and writes are linearizable: clients send every read to the primary,
+	// which runs it under its lease once it has executed everything
+	// committed when the read arrived; a read it cannot serve so fails
+	// with a Retryable error, never executed.
 	Replication = service.Replication
 	// ReplicaSpec is one replica of a partition: its node and priority.
 	ReplicaSpec = service.ReplicaSpec

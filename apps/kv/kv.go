@@ -6,12 +6,15 @@
 package kv
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -101,7 +104,8 @@ func (s *Store) Service() neptune.Service {
 			{Name: "len", Mode: neptune.Read, Handler: s.len},
 			{Name: "digest", Mode: neptune.Read, Handler: s.digest},
 		},
-		Check: s.Check,
+		Check:     s.Check,
+		Snapshots: s,
 	}
 }
 
@@ -186,4 +190,154 @@ func (s *Store) digest(_ context.Context, r *neptune.Request) (*neptune.Response
 	}
 	return &neptune.Response{Body: fmt.Appendf(nil, "keys=%d lsn=%d sha256=%x", len(keys), s.lsn[r.Partition], h.Sum(nil)[:8]),
 		Version: s.lsn[r.Partition]}, nil
+}
+
+// snapshotMagic starts a partition snapshot (format version 1): then the
+// LSN it covers, then (key, value) records, each length-prefixed, keys in
+// order; an empty key ends it, followed by the record count, so a cut-off
+// stream is refused.
+const snapshotMagic = "neptune-kv-snapshot-1\n"
+
+// Snapshot implements neptune.Snapshotter: it writes partition's keys and
+// the LSN of the last write they reflect. It takes a consistent view (a
+// pebble snapshot, or a copy of the map's references; values are never
+// changed in place) under the lock, then streams without holding writes.
+func (s *Store) Snapshot(ctx context.Context, partition int, w io.Writer) (uint64, error) {
+	s.mu.RLock()
+	lsn := s.lsn[partition]
+	var snap *pebble.Snapshot
+	var mem map[string][]byte
+	if s.db != nil {
+		snap = s.db.NewSnapshot()
+	} else {
+		mem = maps.Clone(s.parts[partition])
+	}
+	s.mu.RUnlock()
+	bw := bufio.NewWriterSize(w, 64<<10)
+	if _, err := bw.WriteString(snapshotMagic); err != nil {
+		return 0, fmt.Errorf("kv: snapshot: %w", err)
+	}
+	bw.Write(binary.AppendUvarint(nil, lsn))
+	n := uint64(0)
+	put := func(k, v []byte) error {
+		if n%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		n++
+		var hdr []byte
+		hdr = binary.AppendUvarint(hdr, uint64(len(k)))
+		bw.Write(hdr)
+		bw.Write(k)
+		bw.Write(binary.AppendUvarint(nil, uint64(len(v))))
+		_, err := bw.Write(v)
+		return err
+	}
+	var err error
+	if snap != nil {
+		defer snap.Close()
+		lo, hi := dbKey('k', partition, nil), dbKey('k', partition+1, nil)
+		it, ierr := snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if ierr != nil {
+			return 0, fmt.Errorf("kv: snapshot: %w", ierr)
+		}
+		for it.First(); it.Valid() && err == nil; it.Next() {
+			err = put(it.Key()[5:], it.Value())
+		}
+		err = errors.Join(err, it.Error(), it.Close())
+	} else {
+		for _, k := range slices.Sorted(maps.Keys(mem)) {
+			if err = put([]byte(k), mem[k]); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kv: snapshot: %w", err)
+	}
+	bw.Write(binary.AppendUvarint(nil, 0))
+	bw.Write(binary.AppendUvarint(nil, n))
+	if err := bw.Flush(); err != nil {
+		return 0, fmt.Errorf("kv: snapshot: %w", err)
+	}
+	return lsn, nil
+}
+
+// Restore implements neptune.Snapshotter: it reads a whole snapshot
+// first (kv keeps every partition in memory anyway), then replaces the
+// partition's keys and LSN in one synced pebble batch and swaps the map,
+// so a failed or cut-off restore changes nothing.
+func (s *Store) Restore(ctx context.Context, partition int, r io.Reader) (uint64, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	magic := make([]byte, len(snapshotMagic))
+	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != snapshotMagic {
+		return 0, fmt.Errorf("%w: not a kv snapshot (%v)", ErrBadRequest, err)
+	}
+	lsn, err := binary.ReadUvarint(br)
+	if err != nil {
+		return 0, fmt.Errorf("kv: restore: %w", err)
+	}
+	m := map[string][]byte{}
+	var b *pebble.Batch
+	if s.db != nil {
+		b = s.db.NewBatch()
+		defer b.Close()
+		if err := b.DeleteRange(dbKey('k', partition, nil), dbKey('k', partition+1, nil), nil); err != nil {
+			return 0, fmt.Errorf("kv: restore: %w", err)
+		}
+	}
+	readBytes := func() ([]byte, error) {
+		n, err := binary.ReadUvarint(br)
+		if err != nil {
+			return nil, err
+		}
+		if n > 1<<30 {
+			return nil, fmt.Errorf("%w: record of %d bytes", ErrBadRequest, n)
+		}
+		v := make([]byte, n)
+		_, err = io.ReadFull(br, v)
+		return v, err
+	}
+	for {
+		if len(m)%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+		}
+		k, err := readBytes()
+		if err != nil {
+			return 0, fmt.Errorf("kv: restore: %w", err)
+		}
+		if len(k) == 0 {
+			break
+		}
+		v, err := readBytes()
+		if err != nil {
+			return 0, fmt.Errorf("kv: restore: %w", err)
+		}
+		m[string(k)] = v
+		if b != nil {
+			if err := b.Set(dbKey('k', partition, k), v, nil); err != nil {
+				return 0, fmt.Errorf("kv: restore: %w", err)
+			}
+		}
+	}
+	if n, err := binary.ReadUvarint(br); err != nil || n != uint64(len(m)) {
+		return 0, fmt.Errorf("%w: kv snapshot cut off or corrupt (%d records, trailer %d, %v)", ErrBadRequest, len(m), n, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b != nil {
+		lk := dbKey('l', partition, nil)
+		if err := b.Set(lk, binary.BigEndian.AppendUint64(nil, lsn), nil); err != nil {
+			return 0, fmt.Errorf("kv: restore: %w", err)
+		}
+		if err := b.Commit(pebble.Sync); err != nil {
+			return 0, fmt.Errorf("kv: restore: %w", err)
+		}
+	}
+	s.parts[partition] = m
+	s.lsn[partition] = lsn
+	return lsn, nil
 }

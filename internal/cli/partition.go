@@ -37,6 +37,12 @@ type ReplicationConfig struct {
 	AckTimeout      Duration `yaml:"ack_timeout"`
 	ElectionTimeout Duration `yaml:"election_timeout"`
 	WriteWait       Duration `yaml:"write_wait"`
+	// Lease is how long a majority's acknowledgement lets a primary serve
+	// alone (default 400ms).
+	Lease Duration `yaml:"lease"`
+	// Linearizable makes reads and writes linearizable (levels 2 and 3):
+	// reads go to the primary and run under its lease at a read index.
+	Linearizable bool `yaml:"linearizable"`
 }
 
 // ReplicaConfig is one replica in `replication.replicas`.
@@ -50,7 +56,8 @@ func (r *ReplicationConfig) toReplication(where string) (*neptune.Replication, e
 	where += ".replication"
 	out := &neptune.Replication{Level: r.Level, Nodes: r.Nodes, Degree: r.Degree, MinLive: r.MinLive,
 		Staleness: time.Duration(r.Staleness), Heartbeat: time.Duration(r.Heartbeat), AckTimeout: time.Duration(r.AckTimeout),
-		ElectionTimeout: time.Duration(r.ElectionTimeout), WriteWait: time.Duration(r.WriteWait)}
+		ElectionTimeout: time.Duration(r.ElectionTimeout), WriteWait: time.Duration(r.WriteWait), Lease: time.Duration(r.Lease),
+		Linearizable: r.Linearizable}
 	switch {
 	case r.Level < 1 || r.Level > 3:
 		return nil, fmt.Errorf("%s.level must be 1, 2 or 3, got %d", where, r.Level)
@@ -60,9 +67,11 @@ func (r *ReplicationConfig) toReplication(where string) (*neptune.Replication, e
 		return nil, fmt.Errorf("%s.degree must be in 1..%d (the number of nodes), got %d", where, len(r.Nodes), r.Degree)
 	case r.MinLive < 0:
 		return nil, fmt.Errorf("%s.min_live must be >= 0, got %d", where, r.MinLive)
+	case r.Linearizable && r.Level == 1:
+		return nil, fmt.Errorf("%s.linearizable needs level 2 or 3 (level 1 has no primary to order reads)", where)
 	}
 	for key, d := range map[string]Duration{"staleness": r.Staleness, "heartbeat": r.Heartbeat, "ack_timeout": r.AckTimeout,
-		"election_timeout": r.ElectionTimeout, "write_wait": r.WriteWait} {
+		"election_timeout": r.ElectionTimeout, "write_wait": r.WriteWait, "lease": r.Lease} {
 		if d < 0 {
 			return nil, fmt.Errorf("%s.%s must be >= 0, got %v", where, key, time.Duration(d))
 		}
@@ -160,20 +169,43 @@ func printPartitions(w io.Writer, parts []neptune.PartitionInfo) {
 	fmt.Fprintln(tw, "\nSERVICE\tPARTITION\tLEVEL\tPRIMARY\tEPOCH\tREPLICAS (node:role@version)")
 	for _, p := range parts {
 		primary, epoch := "-", uint64(0)
+		leased := false
 		var reps []string
 		for _, r := range p.Replicas {
 			if r.Role == "primary" && r.Epoch >= epoch {
-				primary, epoch = r.Node, r.Epoch
+				primary, epoch, leased = r.Node, r.Epoch, r.Lease > 0
 			}
 			epoch = max(epoch, r.Epoch)
-			reps = append(reps, fmt.Sprintf("%s:%s@%d", r.Node, r.Role, r.Version))
+			reps = append(reps, replicaCell(r))
 		}
-		if p.Level == 1 {
+		level := fmt.Sprint(p.Level)
+		if p.Linearizable {
+			level += " linearizable"
+		}
+		switch {
+		case p.Level == 1:
 			primary = "(none: level 1)"
+		case primary != "-" && !leased:
+			primary += " (no lease)"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\n", p.Service, p.Partition, p.Level, primary, epoch, strings.Join(reps, " "))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\n", p.Service, p.Partition, level, primary, epoch, strings.Join(reps, " "))
 	}
 	tw.Flush()
+}
+
+// replicaCell is one replica in `neptune status`: node:role@version, with
+// "+lease" on a primary holding its majority lease (one without is not
+// fresh and serves no level-3 or linearizable read) and the role DIVERGED
+// for a replica whose log differs from its primary's (it serves nothing).
+func replicaCell(r neptune.ReplicaInfo) string {
+	role, lease := r.Role, ""
+	if r.Diverged {
+		role = "DIVERGED"
+	}
+	if r.Role == "primary" && r.Lease > 0 {
+		lease = "+lease"
+	}
+	return fmt.Sprintf("%s:%s@%d%s", r.Node, role, r.Version, lease)
 }
 
 func newPartitionCmd() *cobra.Command {
@@ -191,20 +223,37 @@ type promoteOptions struct {
 	service, node string
 	partition     int
 	wait          time.Duration
+	force         bool
 	sec           securityFlags
 }
 
 func newPromoteCmd() *cobra.Command {
 	var o promoteOptions
 	cmd := &cobra.Command{
-		Use:   "promote --join host:port --service name --partition p [--node id]",
+		Use:   "promote --join host:port --service name --partition p [--node id] [--force]",
 		Short: "Make a replica the primary of its partition",
-		Long: `Make a replica the primary of its partition: the operator's way out when
-every replica was lost at once and none can prove it holds every
-committed write. Without --node, the replica with the newest version is
-promoted. Only an operator certificate (--cert operator/NAME) may promote.`,
-		Example: "  neptune partition promote --tls-dir pki --cert operator/alice --join 127.0.0.1:7946 --service kv --partition 0",
-		Args:    noArgs,
+		Long: `Make a replica the primary of its partition. Without --node, the replica
+with the newest log is chosen.
+
+By default the replica calls an election that needs the votes of a
+majority of the partition's replicas, exactly as an automatic failover
+would: no acknowledged write is lost. It may lose (a majority is
+unreachable, or another primary still holds its lease): then nothing
+changed and the command exits 1.
+
+--force is the operator's way out when fewer than a majority survive: the
+replica becomes primary at once, without votes. Acknowledged writes it
+lacks are lost; the command first prints which versions may be: those
+above the replica's last log entry up to the highest commit point any
+replica announced. The other replicas recover from it; one whose log
+differs below its commit point shows as DIVERGED in neptune status and
+serves nothing (no automatic repair yet: rebuild it with a fresh data
+directory).
+
+Only an operator certificate (--cert operator/NAME) may promote.`,
+		Example: "  neptune partition promote --tls-dir pki --cert operator/alice --join 127.0.0.1:7946 --service kv --partition 0\n" +
+			"  neptune partition promote --tls-dir pki --cert operator/alice --join 127.0.0.1:7946 --service kv --partition 0 --node c --force",
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context(), cmd.OutOrStdout())
 		},
@@ -214,7 +263,8 @@ promoted. Only an operator certificate (--cert operator/NAME) may promote.`,
 	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of any node; list (required)")
 	fs.StringVar(&o.service, "service", "", "replicated service `name` (required)")
 	fs.IntVar(&o.partition, "partition", 0, "partition `number` (required)")
-	fs.StringVar(&o.node, "node", "", "`id` of the node whose replica becomes primary; default: the replica with the newest version")
+	fs.StringVar(&o.node, "node", "", "`id` of the node whose replica becomes primary; default: the replica with the newest log")
+	fs.BoolVar(&o.force, "force", false, "become primary without a majority's votes; acknowledged writes the replica lacks are lost")
 	fs.DurationVar(&o.wait, "wait", time.Second, "how long to listen for announcements first")
 	o.sec.add(fs, "operator/operator", "your operator")
 	for _, f := range []string{"join", "service", "partition"} {
@@ -239,23 +289,72 @@ func (o *promoteOptions) run(ctx context.Context, stdout io.Writer) error {
 	if err := sleep(ctx, o.wait); err != nil {
 		return err
 	}
-	target := o.node
-	if target == "" {
-		for _, p := range c.Partitions() {
-			if p.Service != o.service || p.Partition != o.partition || len(p.Replicas) == 0 {
-				continue
-			}
-			best := slices.MaxFunc(p.Replicas, func(a, b neptune.ReplicaInfo) int { return cmp.Compare(a.Version, b.Version) })
-			target = best.Node
-		}
-		if target == "" {
-			return fmt.Errorf("no live replica of %s partition %d in the yellow pages", o.service, o.partition)
+	var reps []neptune.ReplicaInfo
+	for _, p := range c.Partitions() {
+		if p.Service == o.service && p.Partition == o.partition {
+			reps = p.Replicas
 		}
 	}
-	ri, err := c.Promote(ctx, target, o.service, o.partition)
+	target := o.node
+	if target == "" {
+		if len(reps) == 0 {
+			return fmt.Errorf("no live replica of %s partition %d in the yellow pages", o.service, o.partition)
+		}
+		target = slices.MaxFunc(reps, func(a, b neptune.ReplicaInfo) int {
+			return cmp.Or(cmp.Compare(held(a), held(b)), cmp.Compare(a.Version, b.Version))
+		}).Node
+	}
+	if !o.force {
+		ri, err := c.Promote(ctx, target, o.service, o.partition)
+		if err != nil {
+			return err
+		}
+		if ri.Role != "primary" {
+			return fmt.Errorf("%s partition %d: %s did not win a majority's votes: it is %s at epoch %d (primary known: %q). Nothing changed. "+
+				"A majority of the replicas must be reachable and any primary's lease lapsed; with fewer than a majority alive, --force promotes it and may lose acknowledged writes",
+				o.service, o.partition, ri.Node, ri.Role, ri.Epoch, ri.Primary)
+		}
+		fmt.Fprintf(stdout, "%s partition %d: %s is primary at epoch %d, version %d (elected by a majority)\n", o.service, o.partition, ri.Node, ri.Epoch, ri.Version)
+		return nil
+	}
+	fmt.Fprintln(stdout, forceWarning(o.service, o.partition, target, reps))
+	ri, err := c.ForcePromote(ctx, target, o.service, o.partition)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s partition %d: %s is %s at epoch %d, version %d\n", o.service, o.partition, ri.Node, ri.Role, ri.Epoch, ri.Version)
+	fmt.Fprintf(stdout, "%s partition %d: %s is %s at epoch %d, version %d (forced)\n", o.service, o.partition, ri.Node, ri.Role, ri.Epoch, ri.Version)
+	if ri.Role != "primary" {
+		return fmt.Errorf("%s partition %d: %s is %s after a forced promote (still recovering: retry once it has checked its log)", o.service, o.partition, ri.Node, ri.Role)
+	}
 	return nil
+}
+
+// held is the highest version a replica holds in its log.
+func held(r neptune.ReplicaInfo) uint64 { return max(r.Last, r.Commit, r.Version) }
+
+// forceWarning says which acknowledged versions a forced promote of
+// target may lose: those above what target holds, up to the highest
+// commit point any replica announced (a write is acknowledged only once
+// committed). Writes acknowledged after the last announcements are not
+// in the figure.
+func forceWarning(service string, partition int, target string, reps []neptune.ReplicaInfo) string {
+	var has, commit uint64
+	var by string
+	known := false
+	for _, r := range reps {
+		if r.Node == target {
+			has, known = held(r), true
+		}
+		if r.Commit > commit {
+			commit, by = r.Commit, r.Node
+		}
+	}
+	head := fmt.Sprintf("WARNING: forcing %s to be the primary of %s partition %d without a majority's votes.", target, service, partition)
+	switch {
+	case !known:
+		return head + fmt.Sprintf("\n%s is not in the yellow pages: what it holds is unknown; acknowledged versions up to %d (committed at %s) may be lost.", target, commit, by)
+	case commit > has:
+		return head + fmt.Sprintf("\nAcknowledged versions %d..%d may be LOST: %s holds up to %d; %s announced commit point %d.", has+1, commit, target, has, by, commit)
+	}
+	return head + fmt.Sprintf("\nNo acknowledged version is known to be lost: %s holds up to %d, the highest commit point announced is %d (writes acknowledged since the last announcements may still be).", target, has, commit)
 }

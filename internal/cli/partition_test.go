@@ -3,6 +3,9 @@ package cli
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune"
 )
 
 func TestReplicationConfigErrorsNameTheKey(t *testing.T) {
@@ -50,5 +53,55 @@ func TestReplicatedServiceHostsOnlyPlacedPartitions(t *testing.T) {
 	}
 	if svc.Replication == nil || svc.Check == nil {
 		t.Errorf("service not replicated with a Check: %+v", svc.Replication)
+	}
+}
+
+func TestReplicationConfigCarriesLeaseAndLinearizable(t *testing.T) {
+	fc, err := ParseConfig([]byte("id: b\ndata_dir: " + t.TempDir() + "\nservices:\n  - name: kv\n    partitions: 0-1\n    replication:\n      level: 2\n      nodes: [a, b]\n      degree: 2\n      linearizable: true\n      lease: 250ms\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, _, err := replicatedService(fc, fc.Services[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := svc.Replication; !r.Linearizable || r.Lease != 250*time.Millisecond {
+		t.Fatalf("replication = %+v, want linearizable with a 250ms lease", r)
+	}
+}
+
+func TestStatusShowsLeasesAndDivergence(t *testing.T) {
+	var b strings.Builder
+	printPartitions(&b, []neptune.PartitionInfo{
+		{Service: "kv", Partition: 0, Level: 3, Linearizable: true, Replicas: []neptune.ReplicaInfo{
+			{Node: "a", Role: "primary", Epoch: 4, Version: 120, Lease: 310 * time.Millisecond},
+			{Node: "b", Role: "secondary", Epoch: 4, Version: 120},
+			{Node: "c", Role: "secondary", Epoch: 4, Version: 90, Diverged: true},
+		}},
+		{Service: "kv", Partition: 1, Level: 2, Replicas: []neptune.ReplicaInfo{
+			{Node: "a", Role: "primary", Epoch: 2, Version: 7},
+		}},
+	})
+	out := b.String()
+	for _, want := range []string{"a:primary@120+lease", "b:secondary@120", "c:DIVERGED@90", "3 linearizable", "a (no lease)", "a:primary@7\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestForceWarningNamesTheVersionsAtRisk(t *testing.T) {
+	reps := []neptune.ReplicaInfo{
+		{Node: "a", Version: 100, Commit: 120, Last: 125},
+		{Node: "c", Version: 80, Commit: 90, Last: 95},
+	}
+	if w := forceWarning("kv", 0, "c", reps); !strings.Contains(w, "versions 96..120 may be LOST") || !strings.Contains(w, "a announced commit point 120") {
+		t.Errorf("warning for a replica behind: %s", w)
+	}
+	if w := forceWarning("kv", 0, "a", reps); !strings.Contains(w, "No acknowledged version is known to be lost") {
+		t.Errorf("warning for the newest replica: %s", w)
+	}
+	if w := forceWarning("kv", 0, "z", reps); !strings.Contains(w, "up to 120") {
+		t.Errorf("warning for an unknown replica: %s", w)
 	}
 }

@@ -59,11 +59,19 @@ func TestResolveNeedsOnlyTheYellowPages(t *testing.T) {
 
 var now = time.Unix(1000, 0)
 
-// announce is node's announcement of kv partition 0 in the given role.
+// announce is node's announcement of kv partition 0 in the given role (a
+// primary with its lease).
 func announce(node string, role replica.Role, epoch uint64, level int32) membership.Entry {
+	var lease uint32
+	if role == replica.Primary {
+		lease = 300
+	}
+	return announceStatus(node, &pb.ReplicaStatus{Partition: 0, Role: int32(role), Epoch: epoch, Level: level, VersionAgo: 7, LeaseMs: lease})
+}
+
+func announceStatus(node string, st *pb.ReplicaStatus) membership.Entry {
 	return membership.Entry{Expires: now.Add(time.Second), Ann: &pb.Announcement{NodeId: node, Services: []*pb.HostedService{{
-		Name: "kv", Partitions: []int32{0},
-		Replicas: []*pb.ReplicaStatus{{Partition: 0, Role: int32(role), Epoch: epoch, Level: level, VersionAgo: 7}},
+		Name: "kv", Partitions: []int32{0}, Replicas: []*pb.ReplicaStatus{st},
 	}}}}
 }
 
@@ -111,7 +119,7 @@ func TestRouteAppliesReplicationsRules(t *testing.T) {
 		t.Fatalf("level-3 read: %+v, want candidates a b (c recovers) and a poll of the primary", r)
 	}
 	answers := []transport.PollAnswer{
-		{Replica: "a", Version: transport.Version{Serving: true, Primary: true, Version: 20, VersionAgo: 12}},
+		{Replica: "a", Version: transport.Version{Serving: true, Primary: true, Version: 20, VersionAgo: 12, Lease: 300 * time.Millisecond}},
 		{Replica: "b", Version: transport.Version{Serving: true, Version: 11}},
 	}
 	if keep, ok := r.fresh(r.candidates, answers); !ok || !slices.Equal(keep, []string{"a"}) {
@@ -130,5 +138,48 @@ func TestRouteAppliesReplicationsRules(t *testing.T) {
 	}
 	if _, ok := (route{}).fresh(ids, answers); ok {
 		t.Fatal("unreplicated partition filtered by freshness")
+	}
+}
+
+// TestRouteHonoursLeasesDivergenceAndLinearizability: a level-3 primary
+// without its lease is not fresh (no replica can be shown fresh then, so
+// only the primary remains, which serves once leased or fails the read
+// retryably); a diverged replica is no candidate; a linearizable
+// service's reads go straight to the primary.
+func TestRouteHonoursLeasesDivergenceAndLinearizability(t *testing.T) {
+	c := &Client{}
+	c.views.init()
+	w := (*viewWatcher)(c)
+	w.Applied(announceStatus("a", &pb.ReplicaStatus{Role: int32(replica.Primary), Epoch: 1, Level: 3, VersionAgo: 0}))
+	w.Applied(announce("b", replica.Secondary, 1, 3))
+	w.Applied(announceStatus("c", &pb.ReplicaStatus{Role: int32(replica.Secondary), Epoch: 1, Level: 3, Diverged: true}))
+	v := c.views.of[partKey{"kv", 0}]
+	ids := []string{"a", "b", "c"}
+	read := &pb.CallRequest{Mode: pb.Mode_MODE_READ}
+	r := v.route(now, read, ids)
+	if r.direct != "" || !slices.Equal(r.candidates, []string{"a", "b"}) || r.leased {
+		t.Fatalf("level-3 read: %+v, want candidates a b (c diverged), primary a not leased", r)
+	}
+	answers := []transport.PollAnswer{
+		{Replica: "a", Version: transport.Version{Serving: true, Primary: true, Version: 20}},
+		{Replica: "b", Version: transport.Version{Serving: true, Version: 20}},
+	}
+	if keep, ok := r.fresh(r.candidates, answers); !ok || !slices.Equal(keep, []string{"a"}) {
+		t.Fatalf("fresh = %v, %v; want only the primary: without its lease nobody is provably fresh", keep, ok)
+	}
+	// The primary's current answer shows its lease: b qualifies.
+	answers[0].Version.Lease, answers[0].Version.VersionAgo = 250*time.Millisecond, 18
+	if keep, _ := r.fresh(r.candidates, answers); !slices.Equal(keep, []string{"a", "b"}) {
+		t.Fatalf("fresh = %v, want a and b", keep)
+	}
+	// Without the primary's answer, its announcement decides: no lease.
+	if keep, _ := r.fresh(r.candidates, answers[1:]); !slices.Equal(keep, []string{"a"}) {
+		t.Fatalf("fresh without the primary's answer = %v, want only a", keep)
+	}
+
+	w.Applied(announceStatus("a", &pb.ReplicaStatus{Role: int32(replica.Primary), Epoch: 1, Level: 2, Linearizable: true, LeaseMs: 200}))
+	v = c.views.of[partKey{"kv", 0}]
+	if r := v.route(now, read, ids); r.direct != "a" {
+		t.Fatalf("linearizable read routed %+v, want straight to the primary a", r)
 	}
 }

@@ -67,8 +67,15 @@ type ReplicaInfo struct {
 	Epoch uint64
 	// Primary is the primary this replica knows of.
 	Primary string
-	// Version is the highest LSN the replica executed; Commit its commit point.
-	Version, Commit uint64
+	// Version is the highest LSN the replica executed; Commit its commit
+	// point; Last its last log entry, committed or not.
+	Version, Commit, Last uint64
+	// Lease (primary) is what was left of its majority lease when it
+	// announced (or answered); 0: it holds none and is not fresh.
+	Lease time.Duration
+	// Diverged: the replica found its log differs from the primary's below
+	// its commit point; it serves nothing until rebuilt.
+	Diverged bool
 }
 
 // PartitionInfo is a replicated partition: its level and replicas.
@@ -76,7 +83,15 @@ type PartitionInfo struct {
 	Service   string
 	Partition int
 	Level     int
-	Replicas  []ReplicaInfo
+	// Linearizable: the service's reads and writes are linearizable.
+	Linearizable bool
+	Replicas     []ReplicaInfo
+}
+
+// replicaInfo is node's replica status st as ReplicaInfo.
+func replicaInfo(node string, st *pb.ReplicaStatus) ReplicaInfo {
+	return ReplicaInfo{Node: node, Role: replica.Role(st.Role).String(), Phase: int(st.Phase), Epoch: st.Epoch, Primary: st.Primary,
+		Version: st.Version, Commit: st.Commit, Last: st.Last, Lease: time.Duration(st.LeaseMs) * time.Millisecond, Diverged: st.Diverged}
 }
 
 // Partitions returns the replicated partitions in the yellow pages, sorted,
@@ -89,11 +104,10 @@ func (c *Client) Partitions() []PartitionInfo {
 				k := partKey{s.Name, r.Partition}
 				pi := byKey[k]
 				if pi == nil {
-					pi = &PartitionInfo{Service: s.Name, Partition: int(r.Partition), Level: int(r.Level)}
+					pi = &PartitionInfo{Service: s.Name, Partition: int(r.Partition), Level: int(r.Level), Linearizable: r.Linearizable}
 					byKey[k] = pi
 				}
-				pi.Replicas = append(pi.Replicas, ReplicaInfo{Node: e.Ann.NodeId, Role: replica.Role(r.Role).String(), Phase: int(r.Phase),
-					Epoch: r.Epoch, Primary: r.Primary, Version: r.Version, Commit: r.Commit})
+				pi.Replicas = append(pi.Replicas, replicaInfo(e.Ann.NodeId, r))
 			}
 		}
 	}
@@ -111,11 +125,16 @@ func (c *Client) Partitions() []PartitionInfo {
 	return out
 }
 
-// Promote makes node's replica of service's partition the primary without
-// an election: the operator's recovery when fewer than a majority of the
-// partition's replicas survive (promote the one with the newest version;
-// the others recover from it). Writes only the lost replicas held are lost.
-func (c *Client) Promote(ctx context.Context, node, service string, partition int) (ReplicaInfo, error) {
+// Promote asks node's replica of service's partition to become its
+// primary and returns the replica's status after. Without force the
+// replica calls an election that needs a majority of the partition's
+// replicas: it may not win (the status then shows another role), and no
+// acknowledged write is lost. With force it becomes primary at once: the
+// operator's recovery when fewer than a majority survive (promote the one
+// with the newest version; the others recover from it, except those whose
+// logs now differ below their commit point: they report Diverged and serve
+// nothing until rebuilt). Acknowledged writes it lacks are lost.
+func (c *Client) Promote(ctx context.Context, node, service string, partition int, force bool) (ReplicaInfo, error) {
 	var addr string
 	for _, e := range c.gossip.Snapshot() {
 		if e.Ann.NodeId == node {
@@ -129,11 +148,9 @@ func (c *Client) Promote(ctx context.Context, node, service string, partition in
 	if err != nil {
 		return ReplicaInfo{}, err
 	}
-	out, err := cl.Promote(ctx, &pb.PromoteRequest{Service: service, Partition: int32(partition)})
+	out, err := cl.Promote(ctx, &pb.PromoteRequest{Service: service, Partition: int32(partition), Force: force})
 	if err != nil {
 		return ReplicaInfo{}, transport.FromStatus(node, err)
 	}
-	st := out.Status
-	return ReplicaInfo{Node: node, Role: replica.Role(st.Role).String(), Phase: int(st.Phase), Epoch: st.Epoch, Primary: st.Primary,
-		Version: st.Version, Commit: st.Commit}, nil
+	return replicaInfo(node, out.Status), nil
 }

@@ -21,8 +21,10 @@ import (
 // lock.
 type replicaView struct {
 	level int
-	nodes []string // sorted
-	by    map[string]announced
+	// linearizable: the service's reads go to the primary (see route).
+	linearizable bool
+	nodes        []string // sorted
+	by           map[string]announced
 }
 
 // announced is one replica's status as its node last announced it.
@@ -30,18 +32,25 @@ type announced struct {
 	role       replica.Role
 	epoch      uint64
 	versionAgo uint64
-	expires    time.Time // the announcement's: it no longer counts after
+	// leased: a primary that held its majority lease when it announced.
+	// One without is not fresh: its version_ago means nothing.
+	leased bool
+	// diverged: the replica serves nothing until repaired.
+	diverged bool
+	expires  time.Time // the announcement's: it no longer counts after
 }
 
-// with returns a copy of v with node's status set (or removed if st is nil).
-func (v *replicaView) with(node string, level int, st *announced) *replicaView {
-	out := &replicaView{level: level, by: map[string]announced{}}
+// with returns a copy of v with node's status set (or removed if st is
+// nil), and the partition's level and linearizability as node announced
+// them.
+func (v *replicaView) with(node string, level int, linearizable bool, st *announced) *replicaView {
+	out := &replicaView{level: level, linearizable: linearizable, by: map[string]announced{}}
 	if v != nil {
 		for id, a := range v.by {
 			out.by[id] = a
 		}
 		if st == nil {
-			out.level = v.level
+			out.level, out.linearizable = v.level, v.linearizable
 		}
 	}
 	if st == nil {
@@ -59,15 +68,18 @@ func (v *replicaView) with(node string, level int, st *announced) *replicaView {
 // route is what replication decides for one pick, before the policy.
 type route struct {
 	// direct, if set, is where the call goes without polling: a level-2/3
-	// write goes to the primary (a secondary would forward it).
+	// write, and any read of a linearizable service, goes to the primary
+	// (a secondary would forward it).
 	direct string
 	// candidates are the replicas the policy may choose from: recovering
 	// ones are left out unless none is left.
 	candidates []string
 	level      int
 	primary    string // the announced primary of the highest epoch
-	// versionAgo is the announced primary's level-3 version x seconds ago
-	// (stale by up to an announce interval: only a fallback).
+	// leased: the primary announced a majority lease. versionAgo is its
+	// level-3 version x seconds ago (stale by up to an announce interval:
+	// only a fallback), meaningful only when leased.
+	leased     bool
 	versionAgo uint64
 	read       bool
 	minVersion uint64
@@ -90,18 +102,18 @@ func (v *replicaView) route(now time.Time, req *pb.CallRequest, ids []string) ro
 			continue
 		}
 		live = true
-		if a.role == replica.Recovering {
+		if a.role == replica.Recovering || a.diverged {
 			recovering = append(recovering, id)
 		}
 		if a.role == replica.Primary && a.epoch >= epoch {
-			epoch, r.primary, r.versionAgo = a.epoch, id, a.versionAgo
+			epoch, r.primary, r.leased, r.versionAgo = a.epoch, id, a.leased, a.versionAgo
 		}
 	}
 	if !live {
 		return route{candidates: ids, read: r.read, minVersion: r.minVersion}
 	}
 	r.level = v.level
-	if r.level >= 2 && !r.read && slices.Contains(ids, r.primary) {
+	if r.level >= 2 && (!r.read || v.linearizable) && slices.Contains(ids, r.primary) {
 		r.direct = r.primary
 		return r
 	}
@@ -124,9 +136,12 @@ func (r route) mustPoll(ids []string) string {
 // fresh keeps the replicas that may serve a read, judged from current poll
 // replies (beyond the paper, which uses announced versions): serving, and
 // at level 3 at or above both the primary's version x seconds ago and the
-// session's floor. If none qualifies, only the primary remains. ok is
-// false when ids should stay as they are (not replicated, a write, no
-// answers).
+// session's floor. If none qualifies, only the primary remains. A level-3
+// primary without its majority lease is not fresh and its version x
+// seconds ago means nothing: then no replica can be shown fresh, and only
+// the primary remains (it serves once it has its lease, or fails the read
+// retryably). ok is false when ids should stay as they are (not
+// replicated, a write, no answers).
 func (r route) fresh(ids []string, answers []transport.PollAnswer) (keep []string, ok bool) {
 	if r.level == 0 || !r.read || len(answers) == 0 {
 		return nil, false
@@ -134,11 +149,14 @@ func (r route) fresh(ids []string, answers []transport.PollAnswer) (keep []strin
 	var floor uint64
 	if r.level == 3 {
 		floor = r.minVersion
-		ago := r.versionAgo
+		ago, leased := r.versionAgo, r.leased
 		for _, a := range answers {
 			if a.Version.Primary {
-				ago = a.Version.VersionAgo
+				ago, leased = a.Version.VersionAgo, a.Version.Lease > 0
 			}
+		}
+		if !leased && slices.Contains(ids, r.primary) {
+			return []string{r.primary}, true
 		}
 		floor = max(floor, ago)
 	}
@@ -189,8 +207,9 @@ func (w *viewWatcher) Applied(e membership.Entry) {
 		for _, r := range s.Replicas {
 			k := partKey{s.Name, r.Partition}
 			now = append(now, k)
-			st := announced{role: replica.Role(r.Role), epoch: r.Epoch, versionAgo: r.VersionAgo, expires: e.Expires}
-			vs.of[k] = vs.of[k].with(node, int(r.Level), &st)
+			st := announced{role: replica.Role(r.Role), epoch: r.Epoch, versionAgo: r.VersionAgo, leased: r.LeaseMs > 0,
+				diverged: r.Diverged, expires: e.Expires}
+			vs.of[k] = vs.of[k].with(node, int(r.Level), r.Linearizable, &st)
 		}
 	}
 	for _, k := range vs.in[node] {
@@ -213,7 +232,7 @@ func (w *viewWatcher) Removed(node string) {
 
 // drop removes node from k's view, and the view once empty.
 func (vs *views) drop(k partKey, node string) {
-	v := vs.of[k].with(node, 0, nil)
+	v := vs.of[k].with(node, 0, false, nil)
 	if len(v.by) == 0 {
 		delete(vs.of, k)
 		return

@@ -79,6 +79,10 @@ type Config struct {
 	// theirs (see identity.go); a name already live elsewhere always
 	// refuses the start.
 	Identity Identity
+
+	// testTransport, if set, wraps the transport memberlist gets (tests
+	// cut the network with it).
+	testTransport func(memberlist.Transport) memberlist.Transport
 }
 
 // Watcher follows the yellow pages as they change. Its methods run with
@@ -133,7 +137,28 @@ type Gossip struct {
 	// so reading them later from another goroutine races with it.
 	membersMu sync.Mutex
 	members   map[string]memberlist.Node
+
+	// lost holds the last address of each member memberlist declared dead
+	// or gone (under membersMu); rejoin contacts them again (see rejoin).
+	lost       map[string]lostMember
+	rejoining  atomic.Bool
+	lastRejoin time.Time // loop goroutine only
 }
+
+type lostMember struct {
+	addr  string
+	since time.Time
+}
+
+// Rejoin timing: after a partition heals, memberlist alone never finds
+// members it declared dead once its GossipToTheDeadTime passed (and it
+// probes and pushes/pulls only live ones), so both sides of a long cut
+// would keep split yellow pages. Every RejoinInterval the member joins
+// the last address of each lost member again, for up to LostRetention.
+const (
+	RejoinInterval = time.Second
+	LostRetention  = 10 * time.Minute
+)
 
 // Stats counts signed announcements (direct and relayed) accepted and
 // refused, and gossip streams refused by the rate limit.
@@ -214,6 +239,20 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		}
 		g.transport = t
 		mc.Transport = t
+	}
+	if cfg.testTransport != nil {
+		if mc.Transport == nil {
+			nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger})
+			if err != nil {
+				return nil, fmt.Errorf("membership: start memberlist on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
+			}
+			if mc.BindPort == 0 {
+				mc.BindPort = nt.GetAutoBindPort()
+				mc.AdvertisePort = mc.BindPort
+			}
+			mc.Transport = nt
+		}
+		mc.Transport = cfg.testTransport(mc.Transport)
 	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -368,7 +407,41 @@ func (g *Gossip) loop(ctx context.Context) {
 			g.cfg.OnChange()
 		}
 		g.broadcast(g.refresh(), nil)
+		g.rejoin()
 	}
+}
+
+// rejoin contacts lost members again (see RejoinInterval); one join at a
+// time, in the background, since a join to an unreachable address blocks
+// until memberlist's TCP timeout.
+func (g *Gossip) rejoin() {
+	now := g.cfg.Clock.Now()
+	if now.Sub(g.lastRejoin) < RejoinInterval || g.rejoining.Load() {
+		return
+	}
+	g.lastRejoin = now
+	var addrs []string
+	g.membersMu.Lock()
+	for name, l := range g.lost {
+		if now.Sub(l.since) > LostRetention {
+			delete(g.lost, name)
+			continue
+		}
+		addrs = append(addrs, l.addr)
+	}
+	g.membersMu.Unlock()
+	if len(addrs) == 0 {
+		return
+	}
+	g.rejoining.Store(true)
+	go func() {
+		defer g.rejoining.Store(false)
+		if n, err := g.ml.Join(addrs); n > 0 {
+			g.log.Info("rejoined lost members", "reached", n, "of", len(addrs))
+		} else {
+			g.log.Debug("lost members still unreachable", "addrs", addrs, "err", err)
+		}
+	}()
 }
 
 // refresh builds a new announcement of this member and applies it locally.
@@ -596,6 +669,12 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	g := (*Gossip)(e)
 	g.membersMu.Lock()
 	delete(g.members, n.Name)
+	if n.Name != g.cfg.NodeID {
+		if g.lost == nil {
+			g.lost = map[string]lostMember{}
+		}
+		g.lost[n.Name] = lostMember{addr: n.Address(), since: g.cfg.Clock.Now()}
+	}
 	g.membersMu.Unlock()
 	g.mu.Lock()
 	_, had := g.pagesHas(g.cfg.Clock.Now(), n.Name)
@@ -625,6 +704,7 @@ func (g *Gossip) noteMember(n *memberlist.Node) *memberlist.Node {
 		g.members = map[string]memberlist.Node{}
 	}
 	g.members[c.Name] = c
+	delete(g.lost, c.Name)
 	g.membersMu.Unlock()
 	return &c
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/neptune-cluster/neptune/internal/replication"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -95,6 +96,15 @@ func (p *peers) Replicate(ctx context.Context, node, addr string, batch *pb.Repl
 	}
 	_, err = cl.Replicate(ctx, batch)
 	return err
+}
+
+// OpenSnapshot starts a snapshot stream to node (replication.SnapshotSender).
+func (p *peers) OpenSnapshot(ctx context.Context, node, addr string) (replication.SnapshotStream, error) {
+	cl, err := p.client.Conns().ClientFor(node, addr)
+	if err != nil {
+		return nil, err
+	}
+	return cl.InstallSnapshot(ctx)
 }
 
 func (p *peers) Forward(ctx context.Context, node, addr string, in *pb.CallRequest) (*pb.CallResponse, error) {

@@ -302,7 +302,7 @@ func (n *Node) registerReplicated(h *hosted) error {
 	ps := make([]replication.Partition, len(h.partitions))
 	for i, p := range h.partitions {
 		ps[i] = replication.Partition{Service: h.svc.Name, Partition: p, Replication: h.svc.Replication,
-			Check: h.svc.Check, Executor: writes{h}}
+			Check: h.svc.Check, Executor: writes{h}, Snapshots: h.svc.Snapshots}
 	}
 	return n.repl.Register(ps...)
 }

@@ -73,12 +73,25 @@ func (s *nodeServer) Replicate(_ context.Context, in *pb.ReplicaBatch) (*pb.Repl
 	return &pb.ReplicaBatchAck{}, nil
 }
 
+// InstallSnapshot receives a snapshot of a replicated partition from its
+// primary's node.
+func (s *nodeServer) InstallSnapshot(stream grpc.ClientStreamingServer[pb.SnapshotChunk, pb.SnapshotAck]) error {
+	if s.n.repl == nil {
+		return transport.ToStatus(fmt.Errorf("%w: node %s hosts no replicated service", nerr.ErrUnknownService, s.n.cfg.ID))
+	}
+	ack, err := s.n.repl.InstallSnapshot(stream.Context(), stream.Recv)
+	if err != nil {
+		return transport.ToStatus(err)
+	}
+	return stream.SendAndClose(ack)
+}
+
 // Promote is the operator's `neptune partition promote`.
 func (s *nodeServer) Promote(ctx context.Context, in *pb.PromoteRequest) (*pb.PromoteReply, error) {
 	if s.n.repl == nil {
 		return nil, transport.ToStatus(fmt.Errorf("%w %d of replicated service %q on node %s", nerr.ErrUnknownPartition, in.Partition, in.Service, s.n.cfg.ID))
 	}
-	st, err := s.n.repl.Promote(ctx, in.Service, in.Partition)
+	st, err := s.n.repl.Promote(ctx, in.Service, in.Partition, in.Force)
 	if err != nil {
 		return nil, transport.ToStatus(err)
 	}

@@ -79,6 +79,19 @@ func NewDedupTable(ttl time.Duration, records []DedupRecord, high int64) *DedupT
 // Len is the number of identities remembered.
 func (t *DedupTable) Len() int { return len(t.byID) }
 
+// Records returns the remembered records in execution order: what a
+// snapshot of the partition carries, so that the replica installing it
+// skips the same repeats as every other replica.
+func (t *DedupTable) Records() []DedupRecord {
+	out := make([]DedupRecord, 0, len(t.byID))
+	for _, r := range t.order {
+		if t.byID[r.ID] == r {
+			out = append(out, *r)
+		}
+	}
+	return out
+}
+
 // High is the highest entry time observed.
 func (t *DedupTable) High() int64 { return t.high }
 

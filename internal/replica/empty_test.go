@@ -25,38 +25,15 @@ func (c *cluster) neverPrimary(id ID, d time.Duration) {
 		c.tick(10 * time.Millisecond)
 		c.flush()
 		if r := c.nodes[id].r; r != nil && r.Status().Role == Primary {
-			c.t.Fatalf("%s became primary at epoch %d with %d ops executed", id, r.Status().Epoch, len(c.nodes[id].svc.ops))
+			// (After a snapshot it holds the data, and leading is fine.)
+			for req := range c.acked {
+				if !c.holds(id, req) {
+					c.t.Fatalf("%s became primary at epoch %d without acknowledged write %d (%d ops executed)",
+						id, r.Status().Epoch, req, len(c.nodes[id].svc.ops))
+				}
+			}
 		}
 	}
-}
-
-// A replica restarted without its data, while the partition's primary
-// runs, follows that primary. Its peers have truncated the log it would
-// need (there is no state transfer yet), so it stays recovering: it never
-// leads, never serves, and the others keep committing writes.
-func TestWipedReplicaStaysRecoveringBehindTruncatedLog(t *testing.T) {
-	c := newCluster(t, 3, Level2, []int{3, 2, 1}, func(cfg *Config) { cfg.MaxBatch = 64 })
-	c.settle(time.Second)
-	for range 5 {
-		c.write("a")
-	}
-	c.flush()
-	c.crash("a")
-	c.settle(time.Second)
-	if p := c.primary(); p != "b" {
-		t.Fatalf("primary after a crashed = %q, want b", p)
-	}
-	c.wipe("a")
-	c.neverPrimary("a", 2*time.Second)
-	w := c.write("b")
-	c.settle(time.Second)
-	if _, ok := c.acked[w]; !ok {
-		t.Fatal("write not acknowledged while a is recovering")
-	}
-	if s := c.nodes["a"].r.Status(); s.Role != Recovering || s.Primary != "b" {
-		t.Fatalf("wiped a: %+v, want recovering behind b", s)
-	}
-	c.checkAnswered()
 }
 
 // The loss: the highest-priority replica comes back without data
@@ -99,6 +76,7 @@ func TestWipedReplicaNeverLeadsOnEmptyState(t *testing.T) {
 // higher-priority one does not hold it back (it would refuse it a vote).
 func TestEmptyHigherPriorityPeerDoesNotBlockElection(t *testing.T) {
 	c := newCluster(t, 5, Level2, []int{3, 2, 1}, func(cfg *Config) { cfg.MaxBatch = 64; cfg.MinLive = 1 })
+	c.holdSnaps = true // (a snapshot would restore a's data, and a would lead again)
 	c.settle(time.Second)
 	for range 3 {
 		c.write("a")

@@ -85,6 +85,9 @@ type cluster struct {
 	commits    []check.Point
 	leaseFails int
 	staleFails int
+	// freshSeen counts checks of a secondary that showed itself fresh
+	// (so a test can tell the freshness checker ran on something).
+	freshSeen int
 
 	acked     map[uint64]LSN // ReqID -> LSN of writes acknowledged to clients
 	replied   map[uint64]bool
@@ -95,6 +98,30 @@ type cluster struct {
 	origin    map[uint64][2]int // ReqID -> (node index, incarnation)
 	// fatalf reports a broken invariant (t.Fatalf unless a test counts them).
 	fatalf func(format string, args ...any)
+
+	// snaps are snapshots in flight (the shell's stream), delivered after
+	// the queued messages unless holdSnaps; installed counts installs.
+	snaps     []snapshot
+	holdSnaps bool
+	installed int
+	// wipes lets runSchedule also wipe a replica's data (a lost data
+	// directory), when every replica serves, so that two wipes never
+	// take the only copies of a write.
+	wipes int
+}
+
+// snapshot is a primary's service state in transfer to a follower.
+type snapshot struct {
+	from, to      ID
+	epoch         Epoch
+	lsn           LSN
+	lsnEpoch      Epoch
+	svc           service
+	fromIncarnate int
+}
+
+func (s service) clone() service {
+	return service{lastLSN: s.lastLSN, ops: slices.Clone(s.ops), seen: maps.Clone(s.seen)}
 }
 
 func newCluster(t *testing.T, seed uint64, level Level, prios []int, tweak func(*Config)) *cluster {
@@ -181,6 +208,9 @@ func (c *cluster) process(n *node) {
 			c.checkLeases()
 			return
 		}
+		if rd.Installed != nil {
+			n.disk.log, n.disk.applied = nil, rd.Installed.LSN
+		}
 		if rd.HardState != nil {
 			n.disk.hs = *rd.HardState
 		}
@@ -207,6 +237,13 @@ func (c *cluster) process(n *node) {
 		}
 		for _, e := range rd.Apply {
 			c.execute(n, e)
+		}
+		for _, to := range rd.Snapshots {
+			// The shell snapshots the service as it is after this batch's
+			// writes: it covers everything executed.
+			l := n.svc.lastLSN
+			c.snaps = append(c.snaps, snapshot{from: n.id, to: to, epoch: n.r.epoch, lsn: l, lsnEpoch: n.r.term(l),
+				svc: n.svc.clone(), fromIncarnate: n.inc})
 		}
 		c.post(rd.Messages)
 		for _, rp := range rd.Replies {
@@ -269,7 +306,11 @@ func (c *cluster) checkLeases() {
 	maxCommit := LSN(0)
 	for _, id := range c.up() {
 		r := c.nodes[id].r // (what Status reports, without its allocations)
-		maxCommit = max(maxCommit, r.commit)
+		// (A diverged commit point is from a history a forced promote
+		// discarded: it is no commit of the partition's.)
+		if !r.diverged {
+			maxCommit = max(maxCommit, r.commit)
+		}
 		if _, p := c.paused[id]; p || r.role != Primary {
 			continue
 		}
@@ -284,6 +325,27 @@ func (c *cluster) checkLeases() {
 		c.leaseFails++
 		c.fatalf("two leases at %v: %v", c.now.Sub(c.t0), holders)
 		return
+	}
+	// A secondary that shows itself fresh (FreshUntil) has executed every
+	// commit older than x, as the primary's VersionAgo promises.
+	for _, id := range c.up() {
+		r := c.nodes[id].r
+		if _, p := c.paused[id]; p || r.role != Secondary || !c.local(id, c.now).Before(r.freshUntil()) {
+			continue
+		}
+		cut := c.global(id, c.nodes[id].r.now).Add(-time.Duration(float64(c.cfg.Staleness) / cmp.Or(c.rate[id], 1)))
+		want := LSN(0)
+		for _, p := range c.commits {
+			if !p.At.After(cut) {
+				want = LSN(p.Version)
+			}
+		}
+		c.freshSeen++
+		if r.applied < want {
+			c.staleFails++
+			c.fatalf("secondary %s shows itself fresh until %v at version %d, but %d was committed %v ago",
+				id, r.freshUntil().Sub(c.t0), r.applied, want, c.cfg.Staleness)
+		}
 	}
 	if len(holders) == 1 && c.cfg.Level == Level3 {
 		id := holders[0]
@@ -445,6 +507,28 @@ func (c *cluster) deliver(i int) {
 	c.process(n)
 }
 
+// deliverSnap delivers (or loses) snapshot i: the follower's shell asks
+// its replica whether it wants it, restores the service and installs it;
+// a lost or refused one is reported to the primary.
+func (c *cluster) deliverSnap(i int) {
+	c.t.Helper()
+	s := c.snaps[i]
+	c.snaps = slices.Delete(c.snaps, i, i+1)
+	n, src := c.nodes[s.to], c.nodes[s.from]
+	ok := n.r != nil && !c.isPaused(s.to) && !c.blocked[[2]ID{s.from, s.to}] && !(c.drop > 0 && c.rng.Float64() < c.drop)
+	if ok && n.r.WantsSnapshot(s.from, s.epoch, s.lsn) {
+		n.svc = s.svc.clone()
+		n.r.InstallSnapshot(c.local(s.to, c.now), s.lsn, s.lsnEpoch)
+		c.installed++
+		c.process(n)
+		return
+	}
+	if src.r != nil && src.inc == s.fromIncarnate && !c.isPaused(s.from) {
+		src.r.SnapshotFailed(s.to)
+		c.process(src)
+	}
+}
+
 // deliverable is the index of the first queued message that can be
 // delivered now (-1: none).
 func (c *cluster) deliverable() int {
@@ -462,6 +546,10 @@ func (c *cluster) flush() {
 	c.t.Helper()
 	for i := 0; ; i++ {
 		j := c.deliverable()
+		if j < 0 && len(c.snaps) > 0 && !c.holdSnaps {
+			c.deliverSnap(0)
+			continue
+		}
 		if j < 0 {
 			return
 		}
@@ -572,8 +660,13 @@ func (c *cluster) has(id ID, req uint64) bool {
 // and checks the invariants.
 func runSchedule(c *cluster, level Level, steps int) {
 	c.drop = 0.1
-	for range steps {
+	for i := range steps {
+		if c.wipes > 0 && i%250 == 249 {
+			c.wipeOne()
+		}
 		switch x := c.rng.IntN(100); {
+		case x < 45 && len(c.snaps) > 0 && c.rng.IntN(8) == 0:
+			c.deliverSnap(c.rng.IntN(len(c.snaps)))
 		case x < 45 && len(c.net) > 0:
 			c.deliver(c.rng.IntN(len(c.net)))
 		case x < 70:
@@ -623,6 +716,42 @@ func runSchedule(c *cluster, level Level, steps int) {
 	}
 	c.checkConverged()
 	c.checkAnswered()
+}
+
+// wipeOne restarts crashed replicas, lets the cluster heal and, once
+// every replica serves (so every acknowledged write is on each), wipes
+// one replica's data; the schedule then goes on, with whatever was in
+// flight (snapshots included) still queued.
+func (c *cluster) wipeOne() {
+	for _, id := range c.order {
+		if c.nodes[id].r == nil {
+			c.start(c.nodes[id])
+		}
+	}
+	drop := c.drop
+	c.drop = 0
+	for range 20 {
+		if c.allServing() {
+			break
+		}
+		c.tick(10 * time.Millisecond)
+		c.deliverSome(50)
+	}
+	c.drop = drop
+	if c.allServing() {
+		c.wipes--
+		c.wipe(c.order[c.rng.IntN(len(c.order))])
+	}
+}
+
+// deliverSome delivers up to n queued messages in random order.
+func (c *cluster) deliverSome(n int) {
+	for range n {
+		if len(c.net) == 0 {
+			return
+		}
+		c.deliver(c.rng.IntN(len(c.net)))
+	}
 }
 
 // TestRandomized drives clusters through seeded random schedules of writes,

@@ -383,6 +383,7 @@ func TestForcedPromoteDivergenceIsDetected(t *testing.T) {
 	c.nodes["c"].r.Promote(c.now, true)
 	c.process(c.nodes["c"])
 	c.write("c")
+	c.holdSnaps = true // (TestDivergedReplicaIsRepairedBySnapshot lets it through)
 	c.start(c.nodes["b"])
 	c.settle(time.Second)
 	s := c.nodes["b"].r.Status()
@@ -451,6 +452,9 @@ func TestRandomizedFaults(t *testing.T) {
 					c.rate[id] = 0.96 + 0.08*c.rng.Float64()
 				}
 				runFaults(c, level, steps)
+				if c.freshSeen == 0 {
+					t.Error("no secondary ever showed itself fresh: the freshness checker checked nothing")
+				}
 			})
 		}
 	}
@@ -629,4 +633,60 @@ func TestPausedPrimaryResumesWithoutLease(t *testing.T) {
 	}
 	c.settle(time.Second)
 	c.checkConverged()
+}
+
+// TestSecondariesProveTheirFreshness: a secondary of a leased primary
+// shows itself fresh (Status.FreshUntil) once it executed the commit point
+// of an append that echoed its answer; cut off, its proof runs out after
+// the staleness bound and is renewed only by the next leased primary.
+func TestSecondariesProveTheirFreshness(t *testing.T) {
+	c := settled(t, Level3, []int{3, 2, 1})
+	for range 5 {
+		c.write("a")
+		c.settle(30 * time.Millisecond)
+	}
+	c.settle(100 * time.Millisecond)
+	for _, id := range []ID{"b", "c"} {
+		st := c.nodes[id].r.Status()
+		if !c.local(id, c.now).Before(st.FreshUntil) || st.Applied != c.nodes["a"].r.commit {
+			t.Fatalf("%s: FreshUntil %v at version %d (primary's commit %d): want fresh", id,
+				st.FreshUntil.Sub(c.t0), st.Applied, c.nodes["a"].r.commit)
+		}
+	}
+	// c alone: its proof lapses within the bound and is not renewed.
+	c.split([]ID{"c"}, []ID{"a", "b"})
+	for range 5 {
+		c.write("a")
+		c.settle(40 * time.Millisecond)
+	}
+	if st := c.nodes["c"].r.Status(); c.local("c", c.now).Before(st.FreshUntil) {
+		t.Fatalf("c cut off for 200 ms still fresh until %v (now %v)", st.FreshUntil.Sub(c.t0), c.now.Sub(c.t0))
+	}
+	if st := c.nodes["b"].r.Status(); !c.local("b", c.now).Before(st.FreshUntil) {
+		t.Fatal("b, still with the primary, lost its freshness")
+	}
+	c.heal()
+	c.settle(200 * time.Millisecond)
+	if st := c.nodes["c"].r.Status(); !c.local("c", c.now).Before(st.FreshUntil) || st.Applied != c.nodes["a"].r.commit {
+		t.Fatalf("c healed: FreshUntil %v version %d, want fresh at %d", st.FreshUntil.Sub(c.t0), st.Applied, c.nodes["a"].r.commit)
+	}
+}
+
+// TestFreshnessCheckerCanFail: the harness's checker catches a secondary
+// that claims freshness while it lags the commits of more than x ago.
+func TestFreshnessCheckerCanFail(t *testing.T) {
+	c := settled(t, Level3, []int{3, 2, 1})
+	c.split([]ID{"c"}, []ID{"a", "b"})
+	for range 6 {
+		c.write("a")
+		c.settle(40 * time.Millisecond)
+	}
+	c.settle(300 * time.Millisecond) // c left the live set: a and b commit
+	caught := 0
+	c.fatalf = func(string, ...any) { caught++ }
+	c.nodes["c"].r.freshAt = c.local("c", c.now) // a false proof
+	c.checkLeases()
+	if caught == 0 {
+		t.Fatal("a lagging secondary claiming freshness went unnoticed")
+	}
 }

@@ -113,10 +113,34 @@ type Replica struct {
 	peerVV map[ID]map[ID]uint64
 	base   map[ID]uint64
 
+	// Stamps: Message.Sent values are this replica's clock as a duration
+	// since stampBase (its first input), so that they keep the monotonic
+	// reading when they come back (a wall-clock step moves no lease).
+	stampBase time.Time
+
+	// Secondary freshness (Message.Echo): ackTimes notes when this
+	// replica answered each recent append of primary ackFrom in epoch
+	// ackEpoch, by its Sent; freshPending holds (answer time, primary's
+	// commit) proofs not yet executed, freshAt the newest executed one.
+	ackTimes     []stampAt
+	ackFrom      ID
+	ackEpoch     Epoch
+	freshPending []versionAt
+	freshAt      time.Time
+
 	rd      Ready
 	hsDirty bool
 	started bool
 }
+
+type stampAt struct {
+	sent int64
+	at   time.Time
+}
+
+// maxAckTimes bounds the answers a secondary remembers for Echo; an echo
+// of an older one proves nothing, which is safe.
+const maxAckTimes = 64
 
 type progress struct {
 	match, next  LSN
@@ -129,7 +153,15 @@ type progress struct {
 	ackSent time.Time
 	heard   time.Time
 	applied LSN
+	// ackStamp is ackSent as stamped (what Echo returns).
+	ackStamp int64
+	// snapUntil: a snapshot to this peer is in flight until then (asked
+	// for in a Ready.Snapshots); meanwhile it gets heartbeats only.
+	snapUntil time.Time
 }
+
+// snapshotting reports whether a snapshot to this peer is in flight.
+func (pr *progress) snapshotting(now time.Time) bool { return now.Before(pr.snapUntil) }
 
 type waiter struct {
 	w        Write
@@ -233,6 +265,7 @@ func (r *Replica) Status() Status {
 		}
 	}
 	s.Diverged = r.diverged
+	s.FreshUntil = r.freshUntil()
 	return s
 }
 
@@ -447,6 +480,10 @@ func (r *Replica) Advance(rd Ready) {
 		}
 	}
 	r.applied = max(r.applied, rd.appliedTo)
+	for len(r.freshPending) > 0 && r.freshPending[0].lsn <= r.applied {
+		r.freshAt = r.freshPending[0].at // executed: the proof holds here now
+		r.freshPending = r.freshPending[1:]
+	}
 	if r.role == Primary {
 		r.maybeCommit(r.now)
 	}
@@ -456,6 +493,7 @@ func (r *Replica) observe(now time.Time) {
 	r.now = now
 	if !r.started {
 		r.started = true
+		r.stampBase = now
 		r.lastHeard = now
 		if r.epoch > 0 || !r.dataless() {
 			// Restarted: it may have helped grant a lease just before.
@@ -469,6 +507,10 @@ func (r *Replica) observe(now time.Time) {
 func (r *Replica) last() LSN { return r.first + LSN(len(r.log)) - 1 }
 
 func (r *Replica) entry(l LSN) Entry { return r.log[l-r.first] }
+
+// Term is the epoch of the log entry at l, or 0 if this replica no
+// longer knows it: a snapshot that covers l carries it (InstallSnapshot).
+func (r *Replica) Term(l LSN) Epoch { return r.term(l) }
 
 // term is the epoch of the entry at l (0 if unknown).
 func (r *Replica) term(l LSN) Epoch {
@@ -634,7 +676,14 @@ func (r *Replica) becomePrimary(now time.Time) {
 
 func (r *Replica) sendAppend(now time.Time, to ID) {
 	pr := r.progress[to]
+	// While a snapshot is on its way the peer gets heartbeats only (they
+	// keep it following us and renew our lease): the entries it needs
+	// come after the snapshot.
+	snap := pr.snapshotting(now)
 	next := max(pr.next, r.first)
+	if snap {
+		next = r.last() + 1
+	}
 	end := min(r.last(), next+LSN(r.cfg.MaxBatch)-1)
 	var es []Entry
 	if next <= end {
@@ -642,9 +691,16 @@ func (r *Replica) sendAppend(now time.Time, to ID) {
 		es = es[:r.batchLen(es)]
 		end = next + LSN(len(es)) - 1
 	}
+	var echo int64
+	if now.Before(r.leaseUntil()) {
+		echo = pr.ackStamp
+	}
 	r.send(Message{Type: MsgAppend, To: to, PrevLSN: next - 1, PrevEpoch: r.term(next - 1), Entries: es,
 		Commit: r.commit, LastEpoch: r.term(r.commit), Trunc: r.truncPoint(), InSync: pr.inSync,
-		Sent: now.UnixNano(), Transfer: !r.timeoutSent.IsZero()})
+		Sent: r.stamp(now), Echo: echo, Transfer: !r.timeoutSent.IsZero()})
+	if snap {
+		return
+	}
 	pr.next = max(next, end+1)
 	if len(es) > 0 && pr.waitingSince.IsZero() {
 		pr.waitingSince = now
@@ -708,6 +764,9 @@ func (r *Replica) tickPrimary(now time.Time, beat bool) {
 	r.tickTransfer(now)
 	for _, p := range r.peers {
 		pr := r.progress[p]
+		if !pr.snapUntil.IsZero() && !pr.snapshotting(now) {
+			pr.snapUntil = time.Time{} // timed out: asked again at the next sign it needs one
+		}
 		late := !pr.waitingSince.IsZero() && now.Sub(pr.waitingSince) >= r.cfg.AckTimeout
 		if pr.inSync && (!r.alive[p] || late) && r.liveCount()-1 >= r.cfg.MinLive {
 			pr.inSync = false // failed: it must catch up before rejoining
@@ -768,8 +827,8 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 	}
 	pr := r.progress[m.From]
 	pr.heard = now
-	if t := time.Unix(0, m.Sent); m.Sent != 0 && t.After(pr.ackSent) && !t.Before(r.leaseFloor) && !t.After(now) {
-		pr.ackSent = t
+	if t := r.unstamp(m.Sent); m.Sent != 0 && t.After(pr.ackSent) && !t.Before(r.leaseFloor) && !t.After(now) {
+		pr.ackSent, pr.ackStamp = t, m.Sent
 		if r.forced && !r.leaseBase().IsZero() {
 			r.forced = false // a quorum answers: check-quorum applies again
 		}
@@ -780,6 +839,13 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 			return // contact only
 		}
 	}
+	if m.Reject && pr.snapshotting(now) {
+		return // a snapshot is on its way
+	}
+	if m.Reject && m.Snapshot {
+		r.peerVoid(now, m)
+		return
+	}
 	if m.Reject {
 		if m.LSN <= pr.match {
 			return // about an append sent before we learned more: stale
@@ -788,13 +854,21 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 		// match; pipelined appends would otherwise keep undoing each other.
 		pr.next = max(pr.match+1, min(m.Hint+1, m.LSN, r.last()+1))
 		if pr.next < r.first {
-			// It needs entries this log no longer holds (it lost its data
-			// after they were truncated): resending at once would only
-			// repeat the reject; the heartbeat keeps probing.
+			// It needs entries this log no longer holds: only a snapshot
+			// brings it up to our log's start.
+			r.askShellForSnapshot(now, m.From)
 			return
 		}
 		r.sendAppend(now, m.From)
 		return
+	}
+	switch {
+	case m.Snapshot:
+		// The snapshot's install acknowledgement: appends resume after it.
+		pr.snapUntil = time.Time{}
+		pr.next = max(m.LSN, pr.match) + 1
+	case pr.snapshotting(now):
+		return // an ack from before it lost its log: it holds none of it now
 	}
 	if m.LSN > pr.match {
 		pr.match = m.LSN
@@ -814,7 +888,150 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 	}
 }
 
+// peerVoid handles a follower's request for a snapshot (Message.Snapshot):
+// everything we knew of its log is void, so it leaves the live set and
+// holds truncation back; it gets the log from 1 if it has no data and our
+// log still starts there, and a snapshot otherwise.
+func (r *Replica) peerVoid(now time.Time, m Message) {
+	pr := r.progress[m.From]
+	if m.LSN < pr.match {
+		return // stale: sent before the entries it acknowledged since
+	}
+	if pr.match > 0 || m.Hint != 0 {
+		// It lost entries it acknowledged, or its log diverged: it holds
+		// none of ours, so it leaves the live set. (A replica that never
+		// acknowledged any, such as a voter on a fresh partition whose
+		// first entries a heartbeat overtook, keeps its place.)
+		pr.inSync = false
+	}
+	pr.match, pr.waitingSince, pr.applied = 0, time.Time{}, 0
+	if m.Hint == 0 && r.first <= 1 {
+		pr.next = 1
+		r.sendAppend(now, m.From)
+		return
+	}
+	pr.next = r.first
+	r.askShellForSnapshot(now, m.From)
+}
+
+// askShellForSnapshot puts a snapshot to peer id in the next Ready, unless
+// one is already in flight.
+func (r *Replica) askShellForSnapshot(now time.Time, id ID) {
+	pr := r.progress[id]
+	if pr.snapshotting(now) {
+		return
+	}
+	pr.inSync = false
+	pr.snapUntil = now.Add(r.cfg.SnapshotTimeout)
+	r.rd.Snapshots = append(r.rd.Snapshots, id)
+}
+
+// SnapshotFailed tells the primary that the snapshot it asked for peer id
+// was not installed (the transfer failed, or the peer refused it): it asks
+// again the next time the peer shows it needs one, not after
+// SnapshotTimeout.
+func (r *Replica) SnapshotFailed(id ID) {
+	if pr := r.progress[id]; pr != nil && r.role == Primary {
+		pr.snapUntil = time.Time{}
+	}
+}
+
+// WantsSnapshot reports whether this replica would install a snapshot
+// that covers writes up to lsn, sent by primary from in epoch. The shell
+// asks before it restores the service (InstallSnapshot must follow a
+// restore): only a follower of that primary in that epoch, out of recovery
+// phase 1, whose log diverged or that has not executed lsn yet.
+func (r *Replica) WantsSnapshot(from ID, epoch Epoch, lsn LSN) bool {
+	return r.cfg.Level != Level1 && r.phase != PhaseCheck && r.role != Primary && !r.electing &&
+		epoch == r.epoch && from == r.primary && (r.diverged || lsn > r.applied)
+}
+
+// InstallSnapshot tells the replica that the shell replaced the service's
+// state with a snapshot from its primary (after WantsSnapshot agreed) that
+// covers every write up to lsn, whose entry had epoch lsnEpoch (0:
+// unknown). The log restarts after lsn: everything before is executed,
+// committed and dropped (including a diverged suffix: the service no
+// longer reflects it). The next Ready carries Installed, for the wal, and
+// the acknowledgement with which the primary resumes its appends at
+// lsn+1.
+func (r *Replica) InstallSnapshot(now time.Time, lsn LSN, lsnEpoch Epoch) {
+	r.observe(now)
+	clear(r.log)
+	r.log = nil
+	r.first, r.prevEpoch = lsn+1, lsnEpoch
+	r.stable, r.truncated = lsn, lsn
+	r.commit, r.applied, r.handed = lsn, lsn, lsn
+	r.hsDirty = true
+	r.diverged = false
+	r.role, r.phase, r.inSync = Recovering, PhaseCatchUp, false
+	r.rd.Entries, r.rd.Apply, r.rd.Check, r.rd.Truncate = nil, nil, nil, 0
+	r.rd.Installed = &Installed{LSN: lsn, Epoch: lsnEpoch}
+	if r.primary != "" {
+		r.send(Message{Type: MsgAppendResp, To: r.primary, LSN: lsn, Hint: lsn, Snapshot: true})
+	}
+}
+
 // ---- leases ----
+
+// stamp is now as a Message.Sent (never 0, which means none).
+func (r *Replica) stamp(now time.Time) int64 { return int64(now.Sub(r.stampBase)) + 1 }
+
+// unstamp is the time a Sent of this replica's stamps.
+func (r *Replica) unstamp(sent int64) time.Time { return r.stampBase.Add(time.Duration(sent - 1)) }
+
+// answer sends resp as the answer to the primary's append m, echoing its
+// Sent, and notes when (for Message.Echo): the first answer to a Sent,
+// the earliest, is the safe one to note.
+func (r *Replica) answer(now time.Time, m Message, resp Message) {
+	resp.Type, resp.To, resp.Sent = MsgAppendResp, m.From, m.Sent
+	r.send(resp)
+	if m.Sent == 0 {
+		return
+	}
+	if m.From != r.ackFrom || m.Epoch != r.ackEpoch {
+		r.ackFrom, r.ackEpoch, r.ackTimes = m.From, m.Epoch, r.ackTimes[:0]
+	}
+	if n := len(r.ackTimes); n > 0 && r.ackTimes[n-1].sent >= m.Sent {
+		return // answered before (stamps only grow)
+	}
+	if len(r.ackTimes) == maxAckTimes {
+		r.ackTimes = append(r.ackTimes[:0], r.ackTimes[1:]...)
+	}
+	r.ackTimes = append(r.ackTimes, stampAt{sent: m.Sent, at: now})
+}
+
+// noteEcho takes a freshness proof from the primary's append m: when the
+// primary sent m it held its lease, so no other primary had acknowledged
+// anything, and it had received our answer to its append Echo, so every
+// write acknowledged before we sent that answer was committed, at or
+// below m.Commit. Once we execute m.Commit we are fresh as of then.
+func (r *Replica) noteEcho(m Message) {
+	if m.Echo == 0 || m.From != r.ackFrom || m.Epoch != r.ackEpoch {
+		return
+	}
+	i, ok := slices.BinarySearchFunc(r.ackTimes, m.Echo, func(a stampAt, s int64) int { return cmp.Compare(a.sent, s) })
+	if !ok {
+		return
+	}
+	at := r.ackTimes[i].at
+	if n := len(r.freshPending); (n > 0 && !at.After(r.freshPending[n-1].at)) || !at.After(r.freshAt) {
+		return
+	}
+	if len(r.freshPending) == maxAckTimes {
+		r.freshPending = r.freshPending[1:]
+	}
+	r.freshPending = append(r.freshPending, versionAt{at: at, lsn: m.Commit})
+}
+
+// freshUntil is Status.FreshUntil: the newest proof this replica has
+// executed, plus the staleness bound (shortened by the clock drift, as
+// leases are).
+func (r *Replica) freshUntil() time.Time {
+	if r.role != Secondary || r.diverged || r.freshAt.IsZero() {
+		return time.Time{}
+	}
+	return r.freshAt.Add(leaseFor(r.cfg.Staleness))
+}
 
 // leaseBase is the Sent of the newest append that MinLive replicas, this
 // one included, have answered (zero: not that many answered since
@@ -946,7 +1163,7 @@ func (r *Replica) maybeSendTimeoutNow(now time.Time) {
 	}
 	r.timeoutSent = now
 	r.transferEnd = now.Add(r.cfg.ElectionTimeout)
-	r.send(Message{Type: MsgTimeoutNow, To: r.transferTo, Sent: now.UnixNano()})
+	r.send(Message{Type: MsgTimeoutNow, To: r.transferTo, Sent: r.stamp(now)})
 }
 
 // abortTransfer resumes after a transfer that did not complete. Answers
@@ -998,12 +1215,21 @@ func (r *Replica) matches(l LSN, ep Epoch) (ok, diverged bool) {
 }
 
 // diverge marks this replica's log as differing from its primary's below
-// its commit point: it stops serving and acknowledging, and says so.
-// TODO(issue 17): repair by a snapshot transfer from the primary; until
-// then the operator must rebuild this replica.
+// its commit point: it stops serving and acknowledging entries, and asks
+// its primary for a snapshot, which repairs it (InstallSnapshot).
 func (r *Replica) diverge() {
 	r.diverged = true
 	r.role, r.phase, r.inSync = Recovering, PhaseCatchUp, false
+}
+
+// askSnapshot answers the primary's append m with a request for a
+// snapshot (see Message.Snapshot).
+func (r *Replica) askSnapshot(now time.Time, m Message) {
+	hint := LSN(0)
+	if r.diverged {
+		hint = max(r.commit, 1)
+	}
+	r.answer(now, m, Message{Reject: true, Snapshot: true, LSN: m.PrevLSN, Hint: hint})
 }
 
 func (r *Replica) handleAppend(now time.Time, m Message) {
@@ -1043,8 +1269,14 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		}
 		r.waiting = nil
 	}
-	if r.diverged {
-		return // acknowledges nothing: see diverge
+	r.noteEcho(m)
+	if r.diverged || (r.dataless() && m.PrevLSN > 0) {
+		// Nothing of ours can be acknowledged (diverged), or we hold
+		// nothing while the primary holds data: void what it knows of us.
+		// A heartbeat that overtook a fresh partition's first entries
+		// lands here too; the primary then resends them from 1.
+		r.askSnapshot(now, m)
+		return
 	}
 	if len(m.Entries) == 0 && m.PrevLSN > r.last() {
 		// A heartbeat that overtook the entries before it (they travel in
@@ -1053,7 +1285,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		// primary send those entries again behind the ones in flight; if
 		// they were lost, its retransmission after retransmitAfter without
 		// progress repairs the gap. The answer (LSN 0) renews its lease.
-		r.send(Message{Type: MsgAppendResp, To: m.From, Hint: r.applied, Sent: m.Sent})
+		r.answer(now, m, Message{Hint: r.applied})
 		return
 	}
 	// The epoch of the primary's commit point, where we hold that entry
@@ -1061,12 +1293,14 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 	if m.Commit <= r.commit && m.LastEpoch != 0 {
 		if t := r.term(m.Commit); t != 0 && t != m.LastEpoch {
 			r.diverge()
+			r.askSnapshot(now, m)
 			return
 		}
 	}
 	ok, diverged := r.matches(m.PrevLSN, m.PrevEpoch)
 	if diverged {
 		r.diverge()
+		r.askSnapshot(now, m)
 		return
 	}
 	if !ok {
@@ -1074,7 +1308,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		if m.PrevLSN > r.last() {
 			hint = r.last()
 		}
-		r.send(Message{Type: MsgAppendResp, To: m.From, Reject: true, LSN: m.PrevLSN, Hint: hint, Sent: m.Sent})
+		r.answer(now, m, Message{Reject: true, LSN: m.PrevLSN, Hint: hint})
 		return
 	}
 	var es []Entry
@@ -1082,6 +1316,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		if len(es) == 0 && e.LSN <= r.commit {
 			if t := r.term(e.LSN); t != 0 && t != e.Epoch {
 				r.diverge() // a committed entry of ours differs
+				r.askSnapshot(now, m)
 				return
 			}
 			continue // already held
@@ -1106,7 +1341,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 	} else {
 		r.role, r.phase = Recovering, PhaseCatchUp
 	}
-	r.send(Message{Type: MsgAppendResp, To: m.From, LSN: matched, Hint: r.applied, Sent: m.Sent})
+	r.answer(now, m, Message{LSN: matched, Hint: r.applied})
 }
 
 // ---- elections ----

@@ -277,6 +277,23 @@ type Message struct {
 	// gave up when it sent TimeoutNow. (Append) marks appends a primary
 	// sends while handing over: they grant it no lease.
 	Transfer bool
+	// Echo (Append) is the Sent of the newest answer the primary has
+	// received from the recipient, set only while the primary holds its
+	// lease. The recipient sent that answer at a time it noted, so every
+	// write acknowledged before then is at or below this append's Commit:
+	// the secondary's proof of freshness (Status.FreshUntil).
+	Echo int64
+	// Snapshot (AppendResp with Reject) says that what the primary knows
+	// of the sender's log is void: it holds no data (Hint 0: a wiped or
+	// new replica, which may still catch up from a log that starts at 1)
+	// or its log diverged below its commit point (Hint: its commit point;
+	// only a snapshot repairs it, since its service executed other
+	// writes). Snapshots themselves are not Messages: the primary's shell
+	// streams one (Ready.Snapshots) and the follower's shell hands it to
+	// InstallSnapshot. (AppendResp without Reject) marks the follower's
+	// acknowledgement of an installed snapshot: it holds everything up to
+	// LSN, and the primary resumes its appends after it.
+	Snapshot bool
 }
 
 // Ready is a batch of work for the shell. Process it in this order: persist
@@ -302,14 +319,33 @@ type Ready struct {
 	Apply        []Entry
 	Messages     []Message
 	Replies      []Reply
+	// Snapshots (primary) lists peers that need entries this log no
+	// longer holds, or whose log diverged: the shell streams each a
+	// snapshot of the service (see InstallSnapshot). At most one is in
+	// flight per peer; the core asks again after Config.SnapshotTimeout
+	// or after SnapshotFailed.
+	Snapshots []ID
+	// Installed (follower) is set when a snapshot was installed: before
+	// HardState and Entries, the shell makes the log empty, starting after
+	// Installed.LSN, with the executed marker at Installed.LSN, durably
+	// (wal.Log.Install), so a restart resumes from the snapshot.
+	Installed *Installed
 
 	appliedTo LSN // what Advance marks executed
+}
+
+// Installed is the base of a log reset by a snapshot: the snapshot covers
+// every write up to LSN, whose entry had epoch Epoch (0: unknown).
+type Installed struct {
+	LSN   LSN
+	Epoch Epoch
 }
 
 // Empty reports whether rd has no work.
 func (rd *Ready) Empty() bool {
 	return rd.HardState == nil && len(rd.Entries) == 0 && rd.Truncate == 0 && len(rd.Check) == 0 &&
-		len(rd.Apply) == 0 && len(rd.Messages) == 0 && len(rd.Replies) == 0
+		len(rd.Apply) == 0 && len(rd.Messages) == 0 && len(rd.Replies) == 0 && len(rd.Snapshots) == 0 &&
+		rd.Installed == nil
 }
 
 // Status is what a replica publishes (in announcements and poll replies).
@@ -343,6 +379,12 @@ type Status struct {
 	// primary's at or below its own commit point (after a forced promote):
 	// it serves nothing until repaired.
 	Diverged bool
+	// FreshUntil (secondary) is until when, by this replica's clock, it
+	// can show itself within the staleness bound: every write acknowledged
+	// anywhere more than Config.Staleness before then is executed here
+	// (see Message.Echo). Zero when it cannot show it. A level-3
+	// secondary serves reads only before it.
+	FreshUntil time.Time
 }
 
 // ClockDrift is the clock-rate difference between replicas that leases
@@ -396,6 +438,9 @@ type Config struct {
 	// message limit.
 	MaxBatch      int
 	MaxBatchBytes int
+	// SnapshotTimeout is how long the primary waits for a snapshot it
+	// asked for (Ready.Snapshots) to be installed before asking again.
+	SnapshotTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -425,6 +470,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = 4 << 20
+	}
+	if c.SnapshotTimeout == 0 {
+		c.SnapshotTimeout = time.Minute
 	}
 	return c
 }
@@ -459,7 +507,8 @@ func (c Config) Validate() error {
 		name string
 		d    time.Duration
 	}{{"Heartbeat", c.Heartbeat}, {"AckTimeout", c.AckTimeout}, {"ElectionTimeout", c.ElectionTimeout},
-		{"WriteWait", c.WriteWait}, {"Staleness", c.Staleness}, {"Lease", c.Lease}} {
+		{"WriteWait", c.WriteWait}, {"Staleness", c.Staleness}, {"Lease", c.Lease},
+		{"SnapshotTimeout", c.SnapshotTimeout}} {
 		if d.d < 0 {
 			return fmt.Errorf("replica: Config.%s is negative", d.name)
 		}

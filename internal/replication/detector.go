@@ -68,3 +68,11 @@ func (d *detector) callFailed(node string) {
 		d.suspect[node] = d.clock.Now()
 	}
 }
+
+// heardWithin reports whether node was heard from less than d before now.
+func (d *detector) heardWithin(node string, now time.Time, d2 time.Duration) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, ok := d.heard[node]
+	return ok && now.Sub(h) < d2
+}

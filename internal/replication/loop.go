@@ -29,7 +29,7 @@ type part struct {
 
 	status atomic.Pointer[replica.Status]
 	// changed is closed (and replaced) when the status changes and
-	// someone waits for it (awaitApplied).
+	// someone waits for it (await).
 	changedMu sync.Mutex
 	changed   chan struct{}
 	watched   bool
@@ -42,8 +42,15 @@ type part struct {
 	results  map[uint64]Result
 	nextTick time.Time
 	dedup    *replica.DedupTable
+	// snapSending: peers a snapshot is being streamed to (snapshot.go);
+	// installed: the dedup table that came with a snapshot just installed.
+	snapSending map[replica.ID]bool
+	installed   *installedDedup
 
 	keeper beatKeeper
+	// ask is the replica's status now and the loop's time (current; a
+	// test may stand in for the loop).
+	ask func(context.Context) (replica.Status, time.Time, error)
 }
 
 type proposal struct {
@@ -143,7 +150,7 @@ func (p *part) process(ctx context.Context) error {
 			break
 		}
 		p.keeper.busy(p.rt.clock.Now())
-		if err := p.log.Persist(&rd); err != nil {
+		if err := p.persist(&rd); err != nil {
 			return err
 		}
 		for _, m := range rd.Messages {
@@ -170,6 +177,9 @@ func (p *part) process(ctx context.Context) error {
 		}
 		clear(p.results)
 		p.core.Advance(rd)
+		if len(rd.Snapshots) > 0 {
+			p.sendSnapshots(ctx, rd.Snapshots) // after the batch's writes: the image is the executed state
+		}
 	}
 	p.keeper.busy(time.Time{})
 	p.publish(p.core.Status())

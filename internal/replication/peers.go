@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -217,7 +218,7 @@ func (rt *Runtime) sender(to string, pq *peerQueue, ctrl bool) {
 // deliver makes one Replicate call. Its timeout grows with the batch: a
 // 16 MiB batch on a busy link is slow, not lost.
 func (rt *Runtime) deliver(to string, batch []*pb.ReplicaMessage, size int) error {
-	addr := rt.cfg.Directory.RPCAddr(to)
+	addr := rt.addrOf(to)
 	if addr == "" {
 		return fmt.Errorf("%w: node %q is not in the yellow pages", nerr.ErrNoReplica, to)
 	}
@@ -230,3 +231,78 @@ func (rt *Runtime) deliver(to string, batch []*pb.ReplicaMessage, size int) erro
 // bulkBytesPerSecond is the slowest link rate a Replicate call is given
 // time for before it counts as failed.
 const bulkBytesPerSecond = 16 << 20
+
+// addrOf is node's RPC address: the yellow pages', or, once they no longer
+// list it, the last one they did. A network partition longer than the
+// announcement TTL drops the nodes on the other side from the pages, and
+// they may come back only well after the network heals; replication keeps
+// calling the last address meanwhile, so the partition's replicas find
+// each other again within a redial of the heal. (Under mutual TLS the
+// connection admits only the server whose certificate names node, so an
+// address since taken by another process receives nothing.)
+func (rt *Runtime) addrOf(node string) string {
+	addr := rt.cfg.Directory.RPCAddr(node)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if addr == "" {
+		return rt.addrs[node]
+	}
+	rt.addrs[node] = addr
+	return addr
+}
+
+// probeEvery is how often probeLost runs.
+const probeEvery = 250 * time.Millisecond
+
+// probeLost finds peers again that the yellow pages dropped. The failure
+// detector counts a peer the pages do not list as alive only while it is
+// heard from, and a replica sends nothing to a peer it deems dead; after a
+// partition longer than the announcement TTL both sides would wait for
+// gossip to list the other again, which may take long after the network
+// healed. So every probeEvery, each peer replica that the pages do not
+// list and that has not been heard from for suspectFor is sent an empty
+// Replicate call at its last known address: the answer, and the call at
+// the other end, count as hearing from each other, and replication
+// resumes.
+func (rt *Runtime) probeLost(ctx context.Context) {
+	var peers []string
+	for _, p := range rt.parts {
+		for _, r := range p.cfg.Replicas {
+			if id := string(r.ID); id != rt.cfg.Self && !slices.Contains(peers, id) {
+				peers = append(peers, id)
+			}
+		}
+	}
+	if len(peers) == 0 {
+		return
+	}
+	t := rt.clock.NewTicker(probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+		for _, id := range peers {
+			if listed := rt.cfg.Directory.RPCAddr(id); listed != "" {
+				rt.mu.Lock()
+				rt.addrs[id] = listed
+				rt.mu.Unlock()
+				continue
+			}
+			rt.mu.Lock()
+			addr := rt.addrs[id]
+			rt.mu.Unlock()
+			if addr == "" || rt.det.heardWithin(id, rt.clock.Now(), suspectFor) {
+				continue
+			}
+			cctx, cancel := clock.WithTimeout(ctx, rt.clock, deliverTimeout)
+			err := rt.cfg.Sender.Replicate(cctx, id, addr, &pb.ReplicaBatch{From: rt.cfg.Self})
+			cancel()
+			if err == nil {
+				rt.det.heardFrom(id)
+			}
+		}
+	}
+}

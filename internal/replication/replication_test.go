@@ -38,14 +38,41 @@ func (d *fakeDir) Hosts(string, int32) []string {
 
 // fakeSender stands for peers that never answer: a delivery that
 // succeeded would count as hearing from the peer, at whatever clock time
-// the sender goroutine got to it.
-type fakeSender struct{}
+// the sender goroutine got to it. It records the election requests it was
+// given (votes, or pre-votes, which ask for votes without changing any
+// epoch).
+type fakeSender struct {
+	mu        sync.Mutex
+	campaigns int
+	// delivers: calls succeed, but the peers never reply (reachable and
+	// silent), so the failure detector does not suspect them.
+	delivers bool
+}
 
-func (fakeSender) Replicate(context.Context, string, string, *pb.ReplicaBatch) error {
+func (s *fakeSender) Replicate(_ context.Context, _, _ string, b *pb.ReplicaBatch) error {
+	for _, m := range b.Messages {
+		if t := replica.MsgType(m.Type).String(); t == "Vote" && !m.Reject || t == "PreVote" {
+			s.mu.Lock()
+			s.campaigns++
+			s.mu.Unlock()
+		}
+	}
+	if s.delivers {
+		return nil
+	}
 	return errors.New("peer does not answer")
 }
 
-func (fakeSender) Forward(context.Context, string, string, *pb.CallRequest) (*pb.CallResponse, error) {
+// campaigned reports whether the replica asked for votes (or pre-votes):
+// it waits a little real time for the sender goroutines to deliver.
+func (s *fakeSender) campaigned() bool {
+	time.Sleep(20 * time.Millisecond)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.campaigns > 0
+}
+
+func (*fakeSender) Forward(context.Context, string, string, *pb.CallRequest) (*pb.CallResponse, error) {
 	return nil, errors.New("no forwarding in this test")
 }
 
@@ -58,9 +85,13 @@ func (f execFunc) Execute(ctx context.Context, req *service.Request) (Result, er
 // startPart runs self's replica of kv partition 0 (replicas a, b, c with
 // priorities 3, 2, 1, level 2) on a manual clock.
 func startPart(t *testing.T, self string, hosts ...string) (*Runtime, *part, *clock.Manual) {
+	return startPartWith(t, &fakeSender{}, self, hosts...)
+}
+
+func startPartWith(t *testing.T, snd Sender, self string, hosts ...string) (*Runtime, *part, *clock.Manual) {
 	t.Helper()
 	clk := clock.NewManual(t0)
-	rt := New(Config{Self: self, DataDir: t.TempDir(), Directory: &fakeDir{hosts: hosts}, Sender: fakeSender{}, Clock: clk})
+	rt := New(Config{Self: self, DataDir: t.TempDir(), Directory: &fakeDir{hosts: hosts}, Sender: snd, Clock: clk})
 	rep := &service.Replication{Level: 2, Replicas: map[int][]service.ReplicaSpec{0: {{Node: "a", Priority: 3}, {Node: "b", Priority: 2}, {Node: "c", Priority: 1}}}}
 	err := rt.Register(Partition{Service: "kv", Partition: 0, Replication: rep, Executor: execFunc(func(context.Context, *service.Request) (Result, error) {
 		return Result{Resp: &service.Response{}}, nil
@@ -75,7 +106,7 @@ func startPart(t *testing.T, self string, hosts ...string) (*Runtime, *part, *cl
 	p := rt.parts[partKey{"kv", 0}]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := clk.BlockUntilContext(ctx, 2); err != nil { // the loop's ticker and the heartbeat keeper's
+	if err := clk.BlockUntilContext(ctx, 3); err != nil { // the loop's ticker, the heartbeat keeper's and the prober's
 		t.Fatal(err)
 	}
 	return rt, p, clk
@@ -115,21 +146,24 @@ func epoch(p *part) replica.Epoch { return p.status.Load().Epoch }
 
 // TestElectionTimeoutFiresOnlyAfterTheClockAdvances: a fresh replica with
 // the highest priority waits ElectionTimeout (300 ms) for a running
-// primary to reach it before it calls an election, however long it runs in
-// real time.
+// primary to reach it, and the lease (400 ms) that any primary it might
+// not have heard of could hold, before it calls an election (asks its
+// reachable but silent peers for votes or pre-votes), however long it
+// runs in real time.
 func TestElectionTimeoutFiresOnlyAfterTheClockAdvances(t *testing.T) {
-	_, p, clk := startPart(t, "a", "a", "b", "c")
+	snd := &fakeSender{delivers: true}
+	_, p, clk := startPartWith(t, snd, "a", "a", "b", "c")
 	advance(t, p, clk, tickEvery) // first tick: the replica starts counting
 	for range 50 {
 		settle(t, p) // real time passes; the clock does not
 	}
 	advance(t, p, clk, 300*time.Millisecond-tickEvery)
-	if e := epoch(p); e != 0 {
+	if e := epoch(p); e != 0 || snd.campaigned() {
 		t.Fatalf("election (epoch %d) %v after start, before ElectionTimeout", e, clk.Since(t0))
 	}
-	advance(t, p, clk, tickEvery)
-	if e := epoch(p); e != 1 {
-		t.Fatalf("no election at ElectionTimeout: epoch %d", e)
+	advance(t, p, clk, 100*time.Millisecond+tickEvery)
+	if !snd.campaigned() {
+		t.Fatalf("no election %v after start (ElectionTimeout and Lease passed): epoch %d, no vote asked for", clk.Since(t0), epoch(p))
 	}
 }
 
@@ -139,6 +173,7 @@ func TestElectionTimeoutFiresOnlyAfterTheClockAdvances(t *testing.T) {
 // highest-priority replica left, calls an election.
 func TestSilentPrimaryIsSuspectedAfterAckTimeout(t *testing.T) {
 	rt, p, clk := startPart(t, "b", "a", "b", "c")
+	snd := rt.cfg.Sender.(*fakeSender)
 	heartbeat := &pb.ReplicaBatch{From: "a", Messages: []*pb.ReplicaMessage{
 		toPBMessage(partKey{"kv", 0}, replica.Message{Type: replica.MsgAppend, From: "a", To: "b", Epoch: 1, InSync: true})}}
 	advance(t, p, clk, tickEvery)
@@ -149,15 +184,15 @@ func TestSilentPrimaryIsSuspectedAfterAckTimeout(t *testing.T) {
 	}
 	heard := clk.Now()
 	advance(t, p, clk, 490*time.Millisecond)
-	if !rt.det.alive("a", clk.Now(), true, true, p.cfg.AckTimeout) || epoch(p) != 1 {
+	if !rt.det.alive("a", clk.Now(), true, true, p.cfg.AckTimeout) || epoch(p) != 1 || snd.campaigned() {
 		t.Fatalf("primary suspected (epoch %d) after %v of silence, before AckTimeout", epoch(p), clk.Since(heard))
 	}
 	advance(t, p, clk, 20*time.Millisecond)
 	if rt.det.alive("a", clk.Now(), true, true, p.cfg.AckTimeout) {
 		t.Fatalf("primary still alive after %v of silence", clk.Since(heard))
 	}
-	if e := epoch(p); e != 2 {
-		t.Fatalf("no election after the primary fell silent: epoch %d", e)
+	if !snd.campaigned() {
+		t.Fatalf("no election after the primary fell silent: epoch %d, no vote asked for", epoch(p))
 	}
 }
 

@@ -90,6 +90,9 @@ type Partition struct {
 	// log cannot prove applied).
 	Check    service.CheckFunc
 	Executor Executor
+	// Snapshots is the service's snapshot pair (nil: a replica that
+	// cannot catch up from the log stays recovering; see snapshot.go).
+	Snapshots service.Snapshotter
 }
 
 const (
@@ -117,8 +120,9 @@ const (
 	// between offers of a write the workers refused.
 	checkRetry = 50 * time.Millisecond
 	applyRetry = time.Millisecond
-	// maxApplyWait bounds how long a primary holds a read that needs
-	// writes it has committed but not yet applied.
+	// maxApplyWait bounds how long a read waits for this replica to be
+	// able to serve it (a primary to get its lease or apply what it
+	// committed) when the partition sets no WriteWait.
 	maxApplyWait = time.Second
 	// defaultAckTimeout is replica's default, which the failure detector
 	// needs to know.
@@ -148,6 +152,7 @@ type Runtime struct {
 
 	mu     sync.Mutex
 	peers  map[string]*peerLanes
+	addrs  map[string]string // last known RPC address per node (addrOf)
 	resent resendCounter
 }
 
@@ -157,7 +162,7 @@ func New(cfg Config) *Runtime {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	clk := clock.OrReal(cfg.Clock)
-	return &Runtime{cfg: cfg, log: cfg.Logger, clock: clk, parts: map[partKey]*part{}, peers: map[string]*peerLanes{},
+	return &Runtime{cfg: cfg, log: cfg.Logger, clock: clk, parts: map[partKey]*part{}, peers: map[string]*peerLanes{}, addrs: map[string]string{},
 		det: newDetector(clk)}
 }
 
@@ -186,6 +191,9 @@ func (rt *Runtime) prepare(p Partition) (*part, error) {
 	if !slices.ContainsFunc(specs, func(s service.ReplicaSpec) bool { return s.Node == rt.cfg.Self }) {
 		return nil, fmt.Errorf("neptune: register %q partition %d: %w %q (replicas: %v)", p.Service, p.Partition, errNoReplicaSet, rt.cfg.Self, specs)
 	}
+	if r.Linearizable && r.Level == int(replica.Level1) {
+		return nil, fmt.Errorf("neptune: register %q: Replication.Linearizable needs level 2 or 3", p.Service)
+	}
 	cfg := replica.Config{ID: replica.ID(rt.cfg.Self), Level: replica.Level(r.Level), MinLive: r.MinLive,
 		Heartbeat: r.Heartbeat, AckTimeout: r.AckTimeout, ElectionTimeout: r.ElectionTimeout,
 		WriteWait: r.WriteWait, Staleness: r.Staleness, Lease: r.Lease}
@@ -201,6 +209,7 @@ func (rt *Runtime) prepare(p Partition) (*part, error) {
 	pt := &part{rt: rt, spec: p, key: partKey{p.Service, p.Partition}, cfg: cfg,
 		inbox: make(chan replica.Message, 4096), props: make(chan proposal, 1024),
 		ops: make(chan func(time.Time), 16), done: make(chan struct{}), changed: make(chan struct{})}
+	pt.ask = pt.current
 	// Calls may arrive before Start finishes: they see a recovering replica.
 	pt.status.Store(&replica.Status{ID: cfg.ID, Role: replica.Recovering, Phase: replica.PhaseCheck})
 	return pt, nil
@@ -240,6 +249,8 @@ func (rt *Runtime) Start() error {
 		p.nextReq = uint64(rt.clock.Now().UnixNano())
 		p.publish(p.core.Status())
 	}
+	rt.wg.Add(1)
+	go func() { defer rt.wg.Done(); rt.probeLost(rt.ctx) }()
 	for _, p := range rt.parts {
 		rt.wg.Add(1)
 		go func() { defer rt.wg.Done(); p.run(rt.ctx) }()

@@ -1,21 +1,35 @@
 package replication
 
 import (
+	"time"
+
 	"github.com/neptune-cluster/neptune/internal/replica"
+	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
-func toPBStatus(partition int32, level replica.Level, st replica.Status) *pb.ReplicaStatus {
+// toPBStatus is st as announced and as promote answers it, at now (which
+// the remaining lease is measured from).
+func toPBStatus(partition int32, level replica.Level, linearizable bool, st replica.Status, now time.Time) *pb.ReplicaStatus {
 	return &pb.ReplicaStatus{Partition: partition, Role: int32(st.Role), Phase: int32(st.Phase), Epoch: uint64(st.Epoch),
 		Primary: string(st.Primary), Version: uint64(st.Applied), Commit: uint64(st.Commit),
-		VersionAgo: uint64(st.VersionAgo), Level: int32(level)}
+		VersionAgo: uint64(st.VersionAgo), Level: int32(level), LeaseMs: transport.LeaseMillis(leaseLeft(st, now)),
+		Diverged: st.Diverged, Linearizable: linearizable, Last: uint64(st.Last)}
+}
+
+// leaseLeft is what is left at now of the lease st shows (0 if none).
+func leaseLeft(st replica.Status, now time.Time) time.Duration {
+	if st.Role != replica.Primary || st.LeaseUntil.IsZero() || !now.Before(st.LeaseUntil) {
+		return 0
+	}
+	return st.LeaseUntil.Sub(now)
 }
 
 func toPBMessage(k partKey, m replica.Message) *pb.ReplicaMessage {
 	pm := &pb.ReplicaMessage{Service: k.service, Partition: k.partition, Type: int32(m.Type), From: string(m.From), To: string(m.To),
 		Epoch: uint64(m.Epoch), PrevLsn: uint64(m.PrevLSN), PrevEpoch: uint64(m.PrevEpoch), Commit: uint64(m.Commit),
 		Trunc: uint64(m.Trunc), InSync: m.InSync, Lsn: uint64(m.LSN), Reject: m.Reject, Hint: uint64(m.Hint),
-		Granted: m.Granted, LastEpoch: uint64(m.LastEpoch), Sent: m.Sent, Transfer: m.Transfer}
+		Granted: m.Granted, LastEpoch: uint64(m.LastEpoch), Sent: m.Sent, Transfer: m.Transfer, Echo: m.Echo, Snapshot: m.Snapshot}
 	for _, e := range m.Entries {
 		pm.Entries = append(pm.Entries, &pb.ReplicaEntry{Epoch: uint64(e.Epoch), Lsn: uint64(e.LSN), Method: e.Method,
 			Body: e.Body, Origin: string(e.Origin), ReqId: e.ReqID, Seq: e.Seq, WriteId: e.WriteID, Time: e.Time})
@@ -34,7 +48,7 @@ func fromPBMessage(pm *pb.ReplicaMessage) replica.Message {
 		Epoch: replica.Epoch(pm.Epoch), PrevLSN: replica.LSN(pm.PrevLsn), PrevEpoch: replica.Epoch(pm.PrevEpoch),
 		Commit: replica.LSN(pm.Commit), Trunc: replica.LSN(pm.Trunc), InSync: pm.InSync, LSN: replica.LSN(pm.Lsn),
 		Reject: pm.Reject, Hint: replica.LSN(pm.Hint), Granted: pm.Granted, LastEpoch: replica.Epoch(pm.LastEpoch),
-		Sent: pm.Sent, Transfer: pm.Transfer}
+		Sent: pm.Sent, Transfer: pm.Transfer, Echo: pm.Echo, Snapshot: pm.Snapshot}
 	for _, e := range pm.Entries {
 		m.Entries = append(m.Entries, replica.Entry{Epoch: replica.Epoch(e.Epoch), LSN: replica.LSN(e.Lsn), Method: e.Method,
 			Body: e.Body, Origin: replica.ID(e.Origin), ReqID: e.ReqId, Seq: e.Seq, WriteID: e.WriteId, Time: e.Time})

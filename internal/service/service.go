@@ -113,6 +113,9 @@ type Service struct {
 	Methods []Method
 	// Check, if set, is the CHECK callback of replicated services.
 	Check CheckFunc
+	// Snapshots, if set, lets a replicated partition's replicas catch up
+	// or be repaired by a snapshot of its state (snapshot.go).
+	Snapshots Snapshotter
 	// Replication, if set, replicates the service's partitions
 	// (replication.go); the node then needs NodeConfig.DataDir.
 	Replication *Replication

@@ -40,17 +40,35 @@ var (
 //   - Replicate: nodes only, and the batch and every message in it must
 //     come from the node id the caller's certificate names, so a node
 //     speaks only for its own replicas.
+//   - InstallSnapshot: nodes only, every chunk from the caller's node
+//     (as Replicate).
 //   - Promote: operators only. No node calls Promote today (the
 //     replication runtime elects primaries over Replicate); an internal
 //     forward, if one is added, gets its own rule with a check.
 //
 // Future configuration changes (keyring, membership) belong with Promote.
 var Rules = map[string]Rule{
-	pb.Node_Call_FullMethodName:      {Roles: anyMember},
-	pb.Node_Stream_FullMethodName:    {Roles: anyMember},
-	pb.Node_Aggregate_FullMethodName: {Roles: anyMember},
-	pb.Node_Replicate_FullMethodName: {Roles: nodesOnly, Check: replicateFromCaller},
-	pb.Node_Promote_FullMethodName:   {Roles: operatorOnly},
+	pb.Node_Call_FullMethodName:            {Roles: anyMember},
+	pb.Node_Stream_FullMethodName:          {Roles: anyMember},
+	pb.Node_Aggregate_FullMethodName:       {Roles: anyMember},
+	pb.Node_Replicate_FullMethodName:       {Roles: nodesOnly, Check: replicateFromCaller},
+	pb.Node_Promote_FullMethodName:         {Roles: operatorOnly},
+	pb.Node_InstallSnapshot_FullMethodName: {Roles: nodesOnly, Check: snapshotFromCaller},
+}
+
+// snapshotFromCaller refuses a snapshot chunk that claims to come from a
+// node other than the caller: like Replicate, a node streams snapshots
+// only of its own replicas (the runtime also checks that the sender is a
+// replica of the partition and the recipient's primary).
+func snapshotFromCaller(caller pki.Identity, msg any) error {
+	c, ok := msg.(*pb.SnapshotChunk)
+	if !ok {
+		return fmt.Errorf("unexpected message %T", msg)
+	}
+	if c.From != caller.Name {
+		return fmt.Errorf("snapshot chunk of %s/%d from %q sent by node %q", c.Service, c.Partition, c.From, caller.Name)
+	}
+	return nil
 }
 
 // replicateFromCaller refuses a replication batch that claims to come from

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -62,6 +63,18 @@ func (r *recorder) Replicate(ctx context.Context, _ *pb.ReplicaBatch) (*pb.Repli
 func (r *recorder) Promote(ctx context.Context, _ *pb.PromoteRequest) (*pb.PromoteReply, error) {
 	r.seen(ctx)
 	return &pb.PromoteReply{}, nil
+}
+
+func (r *recorder) InstallSnapshot(s grpc.ClientStreamingServer[pb.SnapshotChunk, pb.SnapshotAck]) error {
+	for {
+		if _, err := s.Recv(); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return err
+		}
+	}
+	r.seen(s.Context())
+	return s.SendAndClose(&pb.SnapshotAck{Installed: true})
 }
 
 // secureRig is node n1 serving with mutual TLS on loopback, and the
@@ -159,6 +172,13 @@ func (r *secureRig) call(cl pb.NodeClient, method string, from string) error {
 		_, err = cl.Replicate(ctx, &pb.ReplicaBatch{From: from, Messages: []*pb.ReplicaMessage{{Service: "kv", From: from, To: "n1"}}})
 	case pb.Node_Promote_FullMethodName:
 		_, err = cl.Promote(ctx, &pb.PromoteRequest{Service: "kv"})
+	case pb.Node_InstallSnapshot_FullMethodName:
+		var s grpc.ClientStreamingClient[pb.SnapshotChunk, pb.SnapshotAck]
+		if s, err = cl.InstallSnapshot(ctx); err == nil {
+			if err = s.Send(&pb.SnapshotChunk{From: from, Service: "kv", To: "n1"}); err == nil {
+				_, err = s.CloseAndRecv()
+			}
+		}
 	default:
 		r.t.Fatalf("no request for %s", method)
 	}
@@ -215,6 +235,28 @@ func TestReplicateOnlyForTheCertificatesNode(t *testing.T) {
 	}
 	if _, err := n2.Replicate(ctx, &pb.ReplicaBatch{From: "n2", Messages: []*pb.ReplicaMessage{{From: "n2", Entries: []*pb.ReplicaEntry{{Origin: "n3"}}}}}); err != nil {
 		t.Errorf("n2's own batch (relaying n3's write): %v", err)
+	}
+}
+
+func TestSnapshotOnlyFromTheCertificatesNode(t *testing.T) {
+	r := newSecureRig(t, nil)
+	n2 := r.as(idN2)
+	for name, chunks := range map[string][]*pb.SnapshotChunk{
+		"first chunk from another node": {{From: "n3", Service: "kv"}},
+		"a later chunk from another":    {{From: "n2", Service: "kv"}, {From: "n3", Data: []byte("x")}},
+	} {
+		s, err := n2.InstallSnapshot(r.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range chunks {
+			if err := s.Send(c); err != nil {
+				break
+			}
+		}
+		if _, err := s.CloseAndRecv(); code(err) != codes.PermissionDenied {
+			t.Errorf("%s: %v, want PermissionDenied", name, err)
+		}
 	}
 }
 

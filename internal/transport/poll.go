@@ -28,8 +28,22 @@ type Version struct {
 	// Version is the replica's executed LSN; VersionAgo the level-3
 	// primary's committed version x seconds ago (0 elsewhere).
 	Version, VersionAgo uint64
-	// Serving is false while the replica recovers; Primary marks the primary.
+	// Serving is false while the replica recovers or has diverged;
+	// Primary marks the primary.
 	Serving, Primary bool
+	// Lease (primary) is what was left of its majority lease when it
+	// answered; 0: it holds none, so it is not fresh (VersionAgo is 0 then
+	// and means nothing) and serves no level-3 read.
+	Lease time.Duration
+}
+
+// LeaseMillis is a remaining lease as the wire carries it: whole
+// milliseconds, rounded up so that a lease held is never sent as none.
+func LeaseMillis(d time.Duration) uint32 {
+	if d <= 0 {
+		return 0
+	}
+	return uint32(min((d+time.Millisecond-1)/time.Millisecond, 1<<31))
 }
 
 // VersionFunc answers the replication part of a poll.
@@ -180,6 +194,7 @@ func (s *PollServer) serve() {
 		if known && s.version != nil {
 			v := s.version(req.Service, req.Partition)
 			rep.Replicated, rep.Version, rep.VersionAgo, rep.Serving, rep.Primary = v.Replicated, v.Version, v.VersionAgo, v.Serving, v.Primary
+			rep.LeaseMs = LeaseMillis(v.Lease)
 		}
 		if known && s.work != nil {
 			if w, ok := s.work(req.Service); ok {
@@ -447,8 +462,9 @@ func (p *Poller) read() {
 			continue
 		}
 		a := PollAnswer{Replica: w.replica, Queue: int(rep.Queue), RTT: p.clock.Since(w.sent),
-			Version: Version{Replicated: rep.Replicated, Version: rep.Version, VersionAgo: rep.VersionAgo, Serving: rep.Serving, Primary: rep.Primary},
-			Work:    Work{Pending: time.Duration(rep.WorkNs), Capacity: int(rep.Capacity)}}
+			Version: Version{Replicated: rep.Replicated, Version: rep.Version, VersionAgo: rep.VersionAgo, Serving: rep.Serving, Primary: rep.Primary,
+				Lease: time.Duration(rep.LeaseMs) * time.Millisecond},
+			Work: Work{Pending: time.Duration(rep.WorkNs), Capacity: int(rep.Capacity)}}
 		// Deliver under the lock: an answer matched before its Poll's
 		// deadline is then in the Poll's channel when the deadline fires.
 		replies, late := w.replies, p.late

@@ -9,7 +9,7 @@ import (
 
 func TestPollRepliesCarryReplicaVersionsAndWork(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	want := Version{Replicated: true, Version: 42, VersionAgo: 40, Serving: true, Primary: true}
+	want := Version{Replicated: true, Version: 42, VersionAgo: 40, Serving: true, Primary: true, Lease: 120 * time.Millisecond}
 	wantWork := Work{Pending: 37 * time.Millisecond, Capacity: 4}
 	srv, err := ListenPoll("127.0.0.1:0", func(string, int32, string) (int, bool) { return 3, true }, log,
 		WithVersions(func(s string, p int32) Version {

@@ -141,9 +141,26 @@ func (l *Log) Save(hs *replica.HardState, es []replica.Entry, sync bool) error {
 
 // Persist does the durable part of a replica.Ready, steps 1 and 2 of its
 // contract: save the hard state and entries with sync, then truncate.
+//
+// A Ready with Installed must go through PersistInstalled instead, which
+// first resets the log to the snapshot's base.
 func (l *Log) Persist(rd *replica.Ready) error {
-	if rd.HardState != nil || len(rd.Entries) > 0 {
-		if err := l.Save(rd.HardState, rd.Entries, true); err != nil {
+	return l.PersistInstalled(rd, nil, 0)
+}
+
+// PersistInstalled is Persist for a Ready that may carry Installed: the
+// log is first reset to the snapshot's base (Install, with the dedup
+// table that came with the snapshot), then the rest is persisted.
+func (l *Log) PersistInstalled(rd *replica.Ready, dedup []replica.DedupRecord, high int64) error {
+	hs := rd.HardState
+	if in := rd.Installed; in != nil {
+		if err := l.Install(in.LSN, hs, dedup, high); err != nil {
+			return err
+		}
+		hs = nil
+	}
+	if hs != nil || len(rd.Entries) > 0 {
+		if err := l.Save(hs, rd.Entries, true); err != nil {
 			return err
 		}
 	}
@@ -353,3 +370,42 @@ type quiet struct{}
 func (quiet) Infof(string, ...any)           {}
 func (quiet) Errorf(string, ...any)          {}
 func (quiet) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
+
+// Install resets the log to the base of an installed snapshot (see
+// replica.Ready.Installed), in one synced batch: no entries, the next one
+// at lsn+1; the executed marker at lsn (even if it was higher: a diverged
+// replica's service no longer reflects what it executed); hs if non-nil;
+// and the dedup table replaced by dedup (the snapshot sender's, possibly
+// empty), since records of writes the snapshot replaced would make the
+// replica skip their retries. A restart then resumes from the snapshot.
+func (l *Log) Install(lsn replica.LSN, hs *replica.HardState, dedup []replica.DedupRecord, high int64) error {
+	b := l.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange([]byte{'e'}, []byte{'f'}, nil); err != nil {
+		return fmt.Errorf("wal: install: %w", err)
+	}
+	if err := b.DeleteRange([]byte{'d'}, []byte{'e'}, nil); err != nil {
+		return fmt.Errorf("wal: install: %w", err)
+	}
+	if err := b.Set(appliedKey, binary.BigEndian.AppendUint64(nil, uint64(lsn)), nil); err != nil {
+		return fmt.Errorf("wal: install: %w", err)
+	}
+	if hs != nil {
+		if err := b.Set(hardStateKey, encodeHardState(*hs), nil); err != nil {
+			return fmt.Errorf("wal: install: %w", err)
+		}
+	}
+	for _, r := range dedup {
+		if err := b.Set(dedupKey(r.ID), encodeDedup(r), nil); err != nil {
+			return fmt.Errorf("wal: install: %w", err)
+		}
+	}
+	if err := b.Set(dedupHighKey, binary.BigEndian.AppendUint64(nil, uint64(high)), nil); err != nil {
+		return fmt.Errorf("wal: install: %w", err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("wal: install: %w", err)
+	}
+	l.first, l.last, l.applied = lsn+1, lsn, lsn
+	return nil
+}

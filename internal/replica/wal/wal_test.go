@@ -298,3 +298,58 @@ func TestTruncateTombstonesDoNotOverlap(t *testing.T) {
 		t.Fatalf("first %d, want %d", l.First(), n+1)
 	}
 }
+
+// TestInstallResetsToTheSnapshotBase: after Install the log is empty and
+// starts after the snapshot's LSN, the executed marker is there (lower
+// than before: a diverged replica's), the dedup table is the snapshot's,
+// and appends and a reopen continue from the base.
+func TestInstallResetsToTheSnapshotBase(t *testing.T) {
+	fs := vfs.NewMem()
+	l, err := open("db", fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Save(&replica.HardState{Epoch: 1, Commit: 9}, entries(1, 9, 1), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetAppliedDedup(9, []replica.DedupRecord{{ID: "old", LSN: 3}}, nil, 5, true); err != nil {
+		t.Fatal(err)
+	}
+	rd := replica.Ready{Installed: &replica.Installed{LSN: 6, Epoch: 2}, HardState: &replica.HardState{Epoch: 2, Commit: 6},
+		Entries: entries(7, 8, 2)}
+	if err := l.PersistInstalled(&rd, []replica.DedupRecord{{ID: "new", LSN: 5}}, 7); err != nil {
+		t.Fatal(err)
+	}
+	if l.First() != 7 || l.Last() != 8 {
+		t.Fatalf("after install: first %d last %d, want 7 8", l.First(), l.Last())
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, err = open("db", fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	rs, err := l.Restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.Applied != 6 || rs.HardState.Commit != 6 || rs.HardState.Epoch != 2 || !slices.Equal(lsns(rs.Entries), []replica.LSN{7, 8}) {
+		t.Fatalf("restored %+v entries %v", rs.HardState, lsns(rs.Entries))
+	}
+	recs, high, err := l.Dedup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].ID != "new" || high != 7 {
+		t.Fatalf("dedup after install: %+v high %d", recs, high)
+	}
+	r, err := replica.New(replica.Config{ID: "a", Level: replica.Level2, Replicas: []replica.Peer{{ID: "a"}, {ID: "b"}}}, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := r.Status(); s.Applied != 6 || s.Last != 8 {
+		t.Fatalf("replica over the installed log: %+v", s)
+	}
+}

@@ -476,8 +476,20 @@ type ReplicaStatus struct {
 	Version uint64 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
 	Commit  uint64 `protobuf:"varint,7,opt,name=commit,proto3" json:"commit,omitempty"`
 	// version_ago (level-3 primary) is its committed version x seconds ago.
-	VersionAgo    uint64 `protobuf:"varint,8,opt,name=version_ago,json=versionAgo,proto3" json:"version_ago,omitempty"`
-	Level         int32  `protobuf:"varint,9,opt,name=level,proto3" json:"level,omitempty"`
+	VersionAgo uint64 `protobuf:"varint,8,opt,name=version_ago,json=versionAgo,proto3" json:"version_ago,omitempty"`
+	Level      int32  `protobuf:"varint,9,opt,name=level,proto3" json:"level,omitempty"`
+	// lease_ms (primary) is how much of its majority lease was left when the
+	// status was taken, in milliseconds; 0: it holds none, and it serves no
+	// level-3 or linearizable read.
+	LeaseMs uint32 `protobuf:"varint,10,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// diverged: the replica found its log differs from the primary's below
+	// its commit point (after a forced promote); it serves nothing.
+	Diverged bool `protobuf:"varint,11,opt,name=diverged,proto3" json:"diverged,omitempty"`
+	// linearizable: the service's reads and writes are linearizable (reads
+	// go to the primary).
+	Linearizable bool `protobuf:"varint,12,opt,name=linearizable,proto3" json:"linearizable,omitempty"`
+	// last is the replica's last log entry (committed or not).
+	Last          uint64 `protobuf:"varint,13,opt,name=last,proto3" json:"last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -571,6 +583,34 @@ func (x *ReplicaStatus) GetVersionAgo() uint64 {
 func (x *ReplicaStatus) GetLevel() int32 {
 	if x != nil {
 		return x.Level
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetLeaseMs() uint32 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetDiverged() bool {
+	if x != nil {
+		return x.Diverged
+	}
+	return false
+}
+
+func (x *ReplicaStatus) GetLinearizable() bool {
+	if x != nil {
+		return x.Linearizable
+	}
+	return false
+}
+
+func (x *ReplicaStatus) GetLast() uint64 {
+	if x != nil {
+		return x.Last
 	}
 	return 0
 }
@@ -725,8 +765,12 @@ type PollReply struct {
 	// its aggregations in flight plus s per other queued request; capacity
 	// is its number of workers, so work_ns / capacity is the time to drain.
 	// Both are 0 for a service without aggregation operators.
-	WorkNs        int64 `protobuf:"varint,9,opt,name=work_ns,json=workNs,proto3" json:"work_ns,omitempty"`
-	Capacity      int32 `protobuf:"varint,10,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	WorkNs   int64 `protobuf:"varint,9,opt,name=work_ns,json=workNs,proto3" json:"work_ns,omitempty"`
+	Capacity int32 `protobuf:"varint,10,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// lease_ms (replicated primary): what is left of its majority lease, in
+	// milliseconds; 0 when it holds none (then it is not fresh: version_ago
+	// is 0 and it serves no level-3 read).
+	LeaseMs       uint32 `protobuf:"varint,11,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -827,6 +871,13 @@ func (x *PollReply) GetWorkNs() int64 {
 func (x *PollReply) GetCapacity() int32 {
 	if x != nil {
 		return x.Capacity
+	}
+	return 0
+}
+
+func (x *PollReply) GetLeaseMs() uint32 {
+	if x != nil {
+		return x.LeaseMs
 	}
 	return 0
 }
@@ -1436,27 +1487,31 @@ func (x *ReplicaEntry) GetTime() int64 {
 
 // ReplicaMessage is one replica.Message of a partition.
 type ReplicaMessage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
-	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	Type          int32                  `protobuf:"varint,3,opt,name=type,proto3" json:"type,omitempty"`
-	From          string                 `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
-	To            string                 `protobuf:"bytes,5,opt,name=to,proto3" json:"to,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	PrevLsn       uint64                 `protobuf:"varint,7,opt,name=prev_lsn,json=prevLsn,proto3" json:"prev_lsn,omitempty"`
-	PrevEpoch     uint64                 `protobuf:"varint,8,opt,name=prev_epoch,json=prevEpoch,proto3" json:"prev_epoch,omitempty"`
-	Entries       []*ReplicaEntry        `protobuf:"bytes,9,rep,name=entries,proto3" json:"entries,omitempty"`
-	Commit        uint64                 `protobuf:"varint,10,opt,name=commit,proto3" json:"commit,omitempty"`
-	Trunc         uint64                 `protobuf:"varint,11,opt,name=trunc,proto3" json:"trunc,omitempty"`
-	InSync        bool                   `protobuf:"varint,12,opt,name=in_sync,json=inSync,proto3" json:"in_sync,omitempty"`
-	Lsn           uint64                 `protobuf:"varint,13,opt,name=lsn,proto3" json:"lsn,omitempty"`
-	Reject        bool                   `protobuf:"varint,14,opt,name=reject,proto3" json:"reject,omitempty"`
-	Hint          uint64                 `protobuf:"varint,15,opt,name=hint,proto3" json:"hint,omitempty"`
-	Granted       bool                   `protobuf:"varint,16,opt,name=granted,proto3" json:"granted,omitempty"`
-	LastEpoch     uint64                 `protobuf:"varint,17,opt,name=last_epoch,json=lastEpoch,proto3" json:"last_epoch,omitempty"`
-	Versions      map[string]uint64      `protobuf:"bytes,18,rep,name=versions,proto3" json:"versions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	Sent          int64                  `protobuf:"varint,19,opt,name=sent,proto3" json:"sent,omitempty"`
-	Transfer      bool                   `protobuf:"varint,20,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Service   string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Type      int32                  `protobuf:"varint,3,opt,name=type,proto3" json:"type,omitempty"`
+	From      string                 `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
+	To        string                 `protobuf:"bytes,5,opt,name=to,proto3" json:"to,omitempty"`
+	Epoch     uint64                 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	PrevLsn   uint64                 `protobuf:"varint,7,opt,name=prev_lsn,json=prevLsn,proto3" json:"prev_lsn,omitempty"`
+	PrevEpoch uint64                 `protobuf:"varint,8,opt,name=prev_epoch,json=prevEpoch,proto3" json:"prev_epoch,omitempty"`
+	Entries   []*ReplicaEntry        `protobuf:"bytes,9,rep,name=entries,proto3" json:"entries,omitempty"`
+	Commit    uint64                 `protobuf:"varint,10,opt,name=commit,proto3" json:"commit,omitempty"`
+	Trunc     uint64                 `protobuf:"varint,11,opt,name=trunc,proto3" json:"trunc,omitempty"`
+	InSync    bool                   `protobuf:"varint,12,opt,name=in_sync,json=inSync,proto3" json:"in_sync,omitempty"`
+	Lsn       uint64                 `protobuf:"varint,13,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	Reject    bool                   `protobuf:"varint,14,opt,name=reject,proto3" json:"reject,omitempty"`
+	Hint      uint64                 `protobuf:"varint,15,opt,name=hint,proto3" json:"hint,omitempty"`
+	Granted   bool                   `protobuf:"varint,16,opt,name=granted,proto3" json:"granted,omitempty"`
+	LastEpoch uint64                 `protobuf:"varint,17,opt,name=last_epoch,json=lastEpoch,proto3" json:"last_epoch,omitempty"`
+	Versions  map[string]uint64      `protobuf:"bytes,18,rep,name=versions,proto3" json:"versions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Sent      int64                  `protobuf:"varint,19,opt,name=sent,proto3" json:"sent,omitempty"`
+	Transfer  bool                   `protobuf:"varint,20,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	Echo      int64                  `protobuf:"varint,21,opt,name=echo,proto3" json:"echo,omitempty"`
+	// snapshot (AppendResp with reject): the sender needs a snapshot or the
+	// log from 1 (replica.Message.Snapshot).
+	Snapshot      bool `protobuf:"varint,22,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1631,6 +1686,20 @@ func (x *ReplicaMessage) GetTransfer() bool {
 	return false
 }
 
+func (x *ReplicaMessage) GetEcho() int64 {
+	if x != nil {
+		return x.Echo
+	}
+	return 0
+}
+
+func (x *ReplicaMessage) GetSnapshot() bool {
+	if x != nil {
+		return x.Snapshot
+	}
+	return false
+}
+
 type ReplicaBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -1719,17 +1788,180 @@ func (*ReplicaBatchAck) Descriptor() ([]byte, []int) {
 	return file_neptune_proto_rawDescGZIP(), []int{18}
 }
 
-type PromoteRequest struct {
+// SnapshotChunk is one piece of a snapshot stream. Every chunk names its
+// sender (from, checked against the caller's certificate); the first one
+// also the partition, the recipient replica, the primary's epoch and the
+// LSN the snapshot covers with that entry's epoch (0: unknown).
+type SnapshotChunk struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
-	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Service       string                 `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	Partition     int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	To            string                 `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Lsn           uint64                 `protobuf:"varint,6,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	LsnEpoch      uint64                 `protobuf:"varint,7,opt,name=lsn_epoch,json=lsnEpoch,proto3" json:"lsn_epoch,omitempty"`
+	Data          []byte                 `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_neptune_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SnapshotChunk) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *SnapshotChunk) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *SnapshotChunk) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *SnapshotChunk) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetLsnEpoch() uint64 {
+	if x != nil {
+		return x.LsnEpoch
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// SnapshotAck says whether the follower installed the snapshot; if not,
+// reason says why (not wanted: it no longer needs it or follows another
+// primary).
+type SnapshotAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Installed     bool                   `protobuf:"varint,1,opt,name=installed,proto3" json:"installed,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotAck) Reset() {
+	*x = SnapshotAck{}
+	mi := &file_neptune_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotAck) ProtoMessage() {}
+
+func (x *SnapshotAck) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotAck.ProtoReflect.Descriptor instead.
+func (*SnapshotAck) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SnapshotAck) GetInstalled() bool {
+	if x != nil {
+		return x.Installed
+	}
+	return false
+}
+
+func (x *SnapshotAck) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type PromoteRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Service   string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// force makes the replica primary at once, without a majority's votes:
+	// acknowledged writes it lacks are lost. Without it, the replica calls
+	// an election that needs a majority.
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_neptune_proto_msgTypes[19]
+	mi := &file_neptune_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1973,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[19]
+	mi := &file_neptune_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1986,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{19}
+	return file_neptune_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PromoteRequest) GetService() string {
@@ -1771,6 +2003,13 @@ func (x *PromoteRequest) GetPartition() int32 {
 	return 0
 }
 
+func (x *PromoteRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type PromoteReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Status        *ReplicaStatus         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
@@ -1780,7 +2019,7 @@ type PromoteReply struct {
 
 func (x *PromoteReply) Reset() {
 	*x = PromoteReply{}
-	mi := &file_neptune_proto_msgTypes[20]
+	mi := &file_neptune_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +2031,7 @@ func (x *PromoteReply) String() string {
 func (*PromoteReply) ProtoMessage() {}
 
 func (x *PromoteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[20]
+	mi := &file_neptune_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +2044,7 @@ func (x *PromoteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteReply.ProtoReflect.Descriptor instead.
 func (*PromoteReply) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{20}
+	return file_neptune_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PromoteReply) GetStatus() *ReplicaStatus {
@@ -1853,7 +2092,7 @@ const file_neptune_proto_rawDesc = "" +
 	"partitions\x18\x02 \x03(\x05R\n" +
 	"partitions\x120\n" +
 	"\amethods\x18\x03 \x03(\v2\x16.neptune.v1.MethodInfoR\amethods\x125\n" +
-	"\breplicas\x18\x04 \x03(\v2\x19.neptune.v1.ReplicaStatusR\breplicas\"\xf0\x01\n" +
+	"\breplicas\x18\x04 \x03(\v2\x19.neptune.v1.ReplicaStatusR\breplicas\"\xdf\x02\n" +
 	"\rReplicaStatus\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\x05R\x04role\x12\x14\n" +
@@ -1864,7 +2103,12 @@ const file_neptune_proto_rawDesc = "" +
 	"\x06commit\x18\a \x01(\x04R\x06commit\x12\x1f\n" +
 	"\vversion_ago\x18\b \x01(\x04R\n" +
 	"versionAgo\x12\x14\n" +
-	"\x05level\x18\t \x01(\x05R\x05level\"^\n" +
+	"\x05level\x18\t \x01(\x05R\x05level\x12\x19\n" +
+	"\blease_ms\x18\n" +
+	" \x01(\rR\aleaseMs\x12\x1a\n" +
+	"\bdiverged\x18\v \x01(\bR\bdiverged\x12\"\n" +
+	"\flinearizable\x18\f \x01(\bR\flinearizable\x12\x12\n" +
+	"\x04last\x18\r \x01(\x04R\x04last\"^\n" +
 	"\n" +
 	"MethodInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12$\n" +
@@ -1874,7 +2118,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x14\n" +
-	"\x05class\x18\x04 \x01(\tR\x05class\"\x8b\x02\n" +
+	"\x05class\x18\x04 \x01(\tR\x05class\"\xa6\x02\n" +
 	"\tPollReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\x05R\x05queue\x12\x14\n" +
@@ -1889,7 +2133,8 @@ const file_neptune_proto_rawDesc = "" +
 	"versionAgo\x12\x17\n" +
 	"\awork_ns\x18\t \x01(\x03R\x06workNs\x12\x1a\n" +
 	"\bcapacity\x18\n" +
-	" \x01(\x05R\bcapacity\"G\n" +
+	" \x01(\x05R\bcapacity\x12\x19\n" +
+	"\blease_ms\x18\v \x01(\rR\aleaseMs\"G\n" +
 	"\n" +
 	"PagesState\x129\n" +
 	"\aentries\x18\x01 \x03(\v2\x1f.neptune.v1.RelayedAnnouncementR\aentries\"j\n" +
@@ -1945,7 +2190,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\x06req_id\x18\x06 \x01(\x04R\x05reqId\x12\x10\n" +
 	"\x03seq\x18\a \x01(\x04R\x03seq\x12\x19\n" +
 	"\bwrite_id\x18\b \x01(\tR\awriteId\x12\x12\n" +
-	"\x04time\x18\t \x01(\x03R\x04time\"\xf5\x04\n" +
+	"\x04time\x18\t \x01(\x03R\x04time\"\xa5\x05\n" +
 	"\x0eReplicaMessage\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x12\n" +
@@ -1969,30 +2214,46 @@ const file_neptune_proto_rawDesc = "" +
 	"last_epoch\x18\x11 \x01(\x04R\tlastEpoch\x12D\n" +
 	"\bversions\x18\x12 \x03(\v2(.neptune.v1.ReplicaMessage.VersionsEntryR\bversions\x12\x12\n" +
 	"\x04sent\x18\x13 \x01(\x03R\x04sent\x12\x1a\n" +
-	"\btransfer\x18\x14 \x01(\bR\btransfer\x1a;\n" +
+	"\btransfer\x18\x14 \x01(\bR\btransfer\x12\x12\n" +
+	"\x04echo\x18\x15 \x01(\x03R\x04echo\x12\x1a\n" +
+	"\bsnapshot\x18\x16 \x01(\bR\bsnapshot\x1a;\n" +
 	"\rVersionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"Z\n" +
 	"\fReplicaBatch\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x126\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1a.neptune.v1.ReplicaMessageR\bmessages\"\x11\n" +
-	"\x0fReplicaBatchAck\"H\n" +
+	"\x0fReplicaBatchAck\"\xc4\x01\n" +
+	"\rSnapshotChunk\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x18\n" +
+	"\aservice\x18\x02 \x01(\tR\aservice\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x0e\n" +
+	"\x02to\x18\x04 \x01(\tR\x02to\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12\x10\n" +
+	"\x03lsn\x18\x06 \x01(\x04R\x03lsn\x12\x1b\n" +
+	"\tlsn_epoch\x18\a \x01(\x04R\blsnEpoch\x12\x12\n" +
+	"\x04data\x18\b \x01(\fR\x04data\"C\n" +
+	"\vSnapshotAck\x12\x1c\n" +
+	"\tinstalled\x18\x01 \x01(\bR\tinstalled\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"^\n" +
 	"\x0ePromoteRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
-	"\tpartition\x18\x02 \x01(\x05R\tpartition\"A\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"A\n" +
 	"\fPromoteReply\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.neptune.v1.ReplicaStatusR\x06status*;\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tMODE_READ\x10\x01\x12\x0e\n" +
 	"\n" +
-	"MODE_WRITE\x10\x022\xc8\x02\n" +
+	"MODE_WRITE\x10\x022\x91\x03\n" +
 	"\x04Node\x129\n" +
 	"\x04Call\x12\x17.neptune.v1.CallRequest\x1a\x18.neptune.v1.CallResponse\x126\n" +
 	"\x06Stream\x12\x17.neptune.v1.CallRequest\x1a\x11.neptune.v1.Chunk0\x01\x12H\n" +
 	"\tAggregate\x12\x1c.neptune.v1.AggregateRequest\x1a\x1d.neptune.v1.AggregateResponse\x12B\n" +
 	"\tReplicate\x12\x18.neptune.v1.ReplicaBatch\x1a\x1b.neptune.v1.ReplicaBatchAck\x12?\n" +
-	"\aPromote\x12\x1a.neptune.v1.PromoteRequest\x1a\x18.neptune.v1.PromoteReplyB:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
+	"\aPromote\x12\x1a.neptune.v1.PromoteRequest\x1a\x18.neptune.v1.PromoteReply\x12G\n" +
+	"\x0fInstallSnapshot\x12\x19.neptune.v1.SnapshotChunk\x1a\x17.neptune.v1.SnapshotAck(\x01B:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
 
 var (
 	file_neptune_proto_rawDescOnce sync.Once
@@ -2007,7 +2268,7 @@ func file_neptune_proto_rawDescGZIP() []byte {
 }
 
 var file_neptune_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_neptune_proto_goTypes = []any{
 	(Mode)(0),                   // 0: neptune.v1.Mode
 	(*CallRequest)(nil),         // 1: neptune.v1.CallRequest
@@ -2029,9 +2290,11 @@ var file_neptune_proto_goTypes = []any{
 	(*ReplicaMessage)(nil),      // 17: neptune.v1.ReplicaMessage
 	(*ReplicaBatch)(nil),        // 18: neptune.v1.ReplicaBatch
 	(*ReplicaBatchAck)(nil),     // 19: neptune.v1.ReplicaBatchAck
-	(*PromoteRequest)(nil),      // 20: neptune.v1.PromoteRequest
-	(*PromoteReply)(nil),        // 21: neptune.v1.PromoteReply
-	nil,                         // 22: neptune.v1.ReplicaMessage.VersionsEntry
+	(*SnapshotChunk)(nil),       // 20: neptune.v1.SnapshotChunk
+	(*SnapshotAck)(nil),         // 21: neptune.v1.SnapshotAck
+	(*PromoteRequest)(nil),      // 22: neptune.v1.PromoteRequest
+	(*PromoteReply)(nil),        // 23: neptune.v1.PromoteReply
+	nil,                         // 24: neptune.v1.ReplicaMessage.VersionsEntry
 }
 var file_neptune_proto_depIdxs = []int32{
 	0,  // 0: neptune.v1.CallRequest.mode:type_name -> neptune.v1.Mode
@@ -2044,21 +2307,23 @@ var file_neptune_proto_depIdxs = []int32{
 	13, // 7: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
 	14, // 8: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
 	16, // 9: neptune.v1.ReplicaMessage.entries:type_name -> neptune.v1.ReplicaEntry
-	22, // 10: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
+	24, // 10: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
 	17, // 11: neptune.v1.ReplicaBatch.messages:type_name -> neptune.v1.ReplicaMessage
 	6,  // 12: neptune.v1.PromoteReply.status:type_name -> neptune.v1.ReplicaStatus
 	1,  // 13: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
 	1,  // 14: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
 	12, // 15: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
 	18, // 16: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
-	20, // 17: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
-	2,  // 18: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
-	3,  // 19: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
-	15, // 20: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
-	19, // 21: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
-	21, // 22: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
+	22, // 17: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
+	20, // 18: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
+	2,  // 19: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
+	3,  // 20: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
+	15, // 21: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
+	19, // 22: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
+	23, // 23: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
+	21, // 24: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
+	19, // [19:25] is the sub-list for method output_type
+	13, // [13:19] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -2075,7 +2340,7 @@ func file_neptune_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_neptune_proto_rawDesc), len(file_neptune_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

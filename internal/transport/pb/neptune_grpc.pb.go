@@ -24,11 +24,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Node_Call_FullMethodName      = "/neptune.v1.Node/Call"
-	Node_Stream_FullMethodName    = "/neptune.v1.Node/Stream"
-	Node_Aggregate_FullMethodName = "/neptune.v1.Node/Aggregate"
-	Node_Replicate_FullMethodName = "/neptune.v1.Node/Replicate"
-	Node_Promote_FullMethodName   = "/neptune.v1.Node/Promote"
+	Node_Call_FullMethodName            = "/neptune.v1.Node/Call"
+	Node_Stream_FullMethodName          = "/neptune.v1.Node/Stream"
+	Node_Aggregate_FullMethodName       = "/neptune.v1.Node/Aggregate"
+	Node_Replicate_FullMethodName       = "/neptune.v1.Node/Replicate"
+	Node_Promote_FullMethodName         = "/neptune.v1.Node/Promote"
+	Node_InstallSnapshot_FullMethodName = "/neptune.v1.Node/InstallSnapshot"
 )
 
 // NodeClient is the client API for Node service.
@@ -52,6 +53,12 @@ type NodeClient interface {
 	// Promote forces a replica to become its partition's primary (the
 	// operator's recovery when every replica was lost).
 	Promote(ctx context.Context, in *PromoteRequest, opts ...grpc.CallOption) (*PromoteReply, error)
+	// InstallSnapshot streams a snapshot of a partition's service state from
+	// its primary's node to a follower's node (a replica that cannot catch
+	// up from the log, or whose log diverged): the first chunk names the
+	// partition and what the snapshot covers, and every chunk carries at
+	// most 256 KiB of it. The follower restores it and answers once done.
+	InstallSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotAck], error)
 }
 
 type nodeClient struct {
@@ -121,6 +128,19 @@ func (c *nodeClient) Promote(ctx context.Context, in *PromoteRequest, opts ...gr
 	return out, nil
 }
 
+func (c *nodeClient) InstallSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotAck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[1], Node_InstallSnapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotChunk, SnapshotAck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_InstallSnapshotClient = grpc.ClientStreamingClient[SnapshotChunk, SnapshotAck]
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -142,6 +162,12 @@ type NodeServer interface {
 	// Promote forces a replica to become its partition's primary (the
 	// operator's recovery when every replica was lost).
 	Promote(context.Context, *PromoteRequest) (*PromoteReply, error)
+	// InstallSnapshot streams a snapshot of a partition's service state from
+	// its primary's node to a follower's node (a replica that cannot catch
+	// up from the log, or whose log diverged): the first chunk names the
+	// partition and what the snapshot covers, and every chunk carries at
+	// most 256 KiB of it. The follower restores it and answers once done.
+	InstallSnapshot(grpc.ClientStreamingServer[SnapshotChunk, SnapshotAck]) error
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -166,6 +192,9 @@ func (UnimplementedNodeServer) Replicate(context.Context, *ReplicaBatch) (*Repli
 }
 func (UnimplementedNodeServer) Promote(context.Context, *PromoteRequest) (*PromoteReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Promote not implemented")
+}
+func (UnimplementedNodeServer) InstallSnapshot(grpc.ClientStreamingServer[SnapshotChunk, SnapshotAck]) error {
+	return status.Error(codes.Unimplemented, "method InstallSnapshot not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -271,6 +300,13 @@ func _Node_Promote_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_InstallSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(NodeServer).InstallSnapshot(&grpc.GenericServerStream[SnapshotChunk, SnapshotAck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_InstallSnapshotServer = grpc.ClientStreamingServer[SnapshotChunk, SnapshotAck]
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -300,6 +336,11 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Stream",
 			Handler:       _Node_Stream_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "InstallSnapshot",
+			Handler:       _Node_InstallSnapshot_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "neptune.proto",

@@ -1,0 +1,422 @@
+package replication
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/replica"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// Snapshot transfer on real nodes (issue 17; the core's side is
+// replica.Ready.Snapshots and Replica.InstallSnapshot).
+//
+// Primary: for each peer in Ready.Snapshots the loop, after the batch's
+// writes ran and before it takes the next input, dumps the service's
+// partition (Service.Snapshots.Snapshot) and the dedup table to a file
+// under DataDir/<service>/.snapshots. No write runs meanwhile, so the
+// image is exactly the state at the executed LSN, which is what it
+// covers. A goroutine then streams the file to the peer's node over the
+// InstallSnapshot RPC in chunks of snapshotChunk bytes (memory stays
+// bounded whatever the state's size) and reports a failure or refusal to
+// the core (SnapshotFailed). One stream per peer at a time.
+//
+// Follower: the RPC spools the chunks to a file, then hands it to the
+// partition's loop, which asks the core (WantsSnapshot), restores the
+// service from it (Service.Snapshots.Restore: all or nothing, durable),
+// replaces the dedup table and calls InstallSnapshot; the next Ready's
+// Installed resets the wal to the snapshot's base (wal.PersistInstalled)
+// and acknowledges, and the primary resumes its appends after it.
+
+// SnapshotStream is the sending side of one InstallSnapshot call (the
+// generated gRPC client stream satisfies it).
+type SnapshotStream interface {
+	Send(*pb.SnapshotChunk) error
+	CloseAndRecv() (*pb.SnapshotAck, error)
+}
+
+// SnapshotSender is what a Sender also implements to stream snapshots;
+// without it replicas that need one stay recovering.
+type SnapshotSender interface {
+	// OpenSnapshot starts an InstallSnapshot call to node at addr.
+	OpenSnapshot(ctx context.Context, node, addr string) (SnapshotStream, error)
+}
+
+const (
+	// snapshotChunk is the data one SnapshotChunk carries: well under
+	// gRPC's 4 MiB message limit and the bulk lane's batch size.
+	snapshotChunk = 256 << 10
+	// snapshotSendTimeout bounds one snapshot stream.
+	snapshotSendTimeout = 10 * time.Minute
+)
+
+// snapshotDir is where a partition's snapshot files are spooled.
+func (p *part) snapshotDir() (string, error) {
+	dir := filepath.Join(p.rt.cfg.DataDir, p.key.service, ".snapshots")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("neptune: snapshot dir: %w", err)
+	}
+	return dir, nil
+}
+
+// sendSnapshots starts a snapshot to each peer in ids (from the Ready just
+// processed: its writes ran, Advance was called).
+func (p *part) sendSnapshots(ctx context.Context, ids []replica.ID) {
+	for _, to := range ids {
+		if p.snapSending[to] {
+			continue
+		}
+		ss, ok := p.rt.cfg.Sender.(SnapshotSender)
+		if p.spec.Snapshots == nil || !ok {
+			p.rt.log.Warn("replica needs a snapshot, but the service takes none (Service.Snapshots): it stays recovering",
+				"service", p.key.service, "partition", p.key.partition, "replica", to)
+			continue
+		}
+		st := p.core.Status()
+		lsn := st.Applied
+		f, err := p.dumpSnapshot(ctx, lsn)
+		if err != nil {
+			p.rt.log.Error("snapshot failed", "service", p.key.service, "partition", p.key.partition, "err", err)
+			p.core.SnapshotFailed(to)
+			continue
+		}
+		hdr := &pb.SnapshotChunk{From: p.rt.cfg.Self, Service: p.key.service, Partition: p.key.partition, To: string(to),
+			Epoch: uint64(st.Epoch), Lsn: uint64(lsn), LsnEpoch: uint64(p.core.Term(lsn))}
+		if p.snapSending == nil {
+			p.snapSending = map[replica.ID]bool{}
+		}
+		p.snapSending[to] = true
+		p.rt.wg.Add(1)
+		go func() {
+			defer p.rt.wg.Done()
+			defer os.Remove(f.Name())
+			defer f.Close()
+			ack, err := p.rt.streamSnapshot(ctx, ss, string(to), hdr, f)
+			installed := err == nil && ack.Installed
+			switch {
+			case err != nil:
+				p.rt.log.Warn("snapshot not delivered", "service", p.key.service, "partition", p.key.partition, "to", to, "err", err)
+			case !installed:
+				p.rt.log.Info("snapshot refused", "service", p.key.service, "partition", p.key.partition, "to", to, "reason", ack.Reason)
+			default:
+				p.rt.log.Info("snapshot installed", "service", p.key.service, "partition", p.key.partition, "to", to, "lsn", lsn)
+			}
+			p.post(ctx, func(time.Time) {
+				delete(p.snapSending, to)
+				if !installed {
+					p.core.SnapshotFailed(to)
+				}
+			})
+		}()
+	}
+}
+
+// post queues f to run on the partition's loop; false if ctx ended or
+// the loop stopped first.
+func (p *part) post(ctx context.Context, f func(time.Time)) bool {
+	select {
+	case p.ops <- f:
+		return true
+	case <-ctx.Done():
+	case <-p.done:
+	}
+	return false
+}
+
+// dumpSnapshot writes the dedup table and the service's image of the
+// partition, which must cover exactly lsn (the loop runs no write
+// meanwhile), to a new file, rewound for reading.
+func (p *part) dumpSnapshot(ctx context.Context, lsn replica.LSN) (*os.File, error) {
+	dir, err := p.snapshotDir()
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(dir, strconv.Itoa(int(p.key.partition))+"-send-*")
+	if err != nil {
+		return nil, fmt.Errorf("neptune: snapshot file: %w", err)
+	}
+	fail := func(err error) (*os.File, error) {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	bw := bufio.NewWriterSize(f, 64<<10)
+	if err := writeDedupSection(bw, p.dedup.Records(), p.dedup.High()); err != nil {
+		return fail(err)
+	}
+	got, err := p.spec.Snapshots.Snapshot(ctx, int(p.key.partition), bw)
+	if err != nil {
+		return fail(fmt.Errorf("neptune: service snapshot: %w", err))
+	}
+	if replica.LSN(got) > lsn {
+		return fail(fmt.Errorf("neptune: service snapshot covers LSN %d, beyond the executed %d", got, lsn))
+	}
+	if err := bw.Flush(); err != nil {
+		return fail(fmt.Errorf("neptune: snapshot file: %w", err))
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fail(fmt.Errorf("neptune: snapshot file: %w", err))
+	}
+	return f, nil
+}
+
+// streamSnapshot sends hdr, then r's contents in chunks, to node.
+func (rt *Runtime) streamSnapshot(ctx context.Context, ss SnapshotSender, node string, hdr *pb.SnapshotChunk, r io.Reader) (*pb.SnapshotAck, error) {
+	addr := rt.addrOf(node)
+	if addr == "" {
+		return nil, fmt.Errorf("no address for node %s", node)
+	}
+	ctx, cancel := clock.WithTimeout(ctx, rt.clock, snapshotSendTimeout)
+	defer cancel()
+	st, err := ss.OpenSnapshot(ctx, node, addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Send(hdr); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, snapshotChunk)
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			if serr := st.Send(&pb.SnapshotChunk{From: rt.cfg.Self, Data: buf[:n]}); serr != nil {
+				return nil, serr
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return st.CloseAndRecv()
+}
+
+// InstallSnapshot takes a snapshot stream from a peer replica's node
+// (recv returns its chunks, then io.EOF): it spools it to a file, then the
+// partition's loop restores and installs it if its replica still wants
+// it. The answer says whether it did.
+func (rt *Runtime) InstallSnapshot(ctx context.Context, recv func() (*pb.SnapshotChunk, error)) (*pb.SnapshotAck, error) {
+	hdr, err := recv()
+	if err != nil {
+		return nil, err
+	}
+	rt.det.heardFrom(hdr.From)
+	p, err := rt.part(hdr.Service, hdr.Partition)
+	if err != nil {
+		return nil, err
+	}
+	if hdr.To != rt.cfg.Self || hdr.From == rt.cfg.Self ||
+		!slices.ContainsFunc(p.cfg.Replicas, func(r replica.Peer) bool { return string(r.ID) == hdr.From }) {
+		return nil, fmt.Errorf("%w: snapshot of %s/%d from %q to %q: not a peer replica of this node's", nerr.ErrUnknownPartition,
+			hdr.Service, hdr.Partition, hdr.From, hdr.To)
+	}
+	if p.spec.Snapshots == nil {
+		return &pb.SnapshotAck{Reason: "the service takes no snapshots"}, nil
+	}
+	dir, err := p.snapshotDir()
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(dir, strconv.Itoa(int(p.key.partition))+"-recv-*")
+	if err != nil {
+		return nil, fmt.Errorf("neptune: snapshot file: %w", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	bw := bufio.NewWriterSize(f, 64<<10)
+	bw.Write(hdr.Data)
+	for {
+		c, err := recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if _, err := bw.Write(c.Data); err != nil {
+			return nil, fmt.Errorf("neptune: snapshot file: %w", err)
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return nil, fmt.Errorf("neptune: snapshot file: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("neptune: snapshot file: %w", err)
+	}
+	type result struct {
+		ack *pb.SnapshotAck
+		err error
+	}
+	res := make(chan result, 1)
+	closed := fmt.Errorf("%w: partition loop stopped", nerr.ErrClosed)
+	queued := p.post(ctx, func(now time.Time) {
+		ack, err := p.installSnapshot(now, hdr, f)
+		res <- result{ack, err}
+	})
+	if !queued {
+		return nil, errors.Join(ctx.Err(), closed)
+	}
+	// Once queued the loop runs it (it reads the file, which stays open
+	// until then) unless it stops first.
+	select {
+	case r := <-res:
+		return r.ack, r.err
+	case <-p.done:
+		return nil, closed
+	}
+}
+
+// installSnapshot runs on the loop: restore the service from the spooled
+// snapshot and install it in the replica, if it wants it.
+func (p *part) installSnapshot(now time.Time, hdr *pb.SnapshotChunk, f *os.File) (*pb.SnapshotAck, error) {
+	lsn := replica.LSN(hdr.Lsn)
+	if !p.core.WantsSnapshot(replica.ID(hdr.From), replica.Epoch(hdr.Epoch), lsn) {
+		st := p.core.Status()
+		return &pb.SnapshotAck{Reason: fmt.Sprintf("not wanted (epoch %d, primary %q, executed %d, diverged %v)",
+			st.Epoch, st.Primary, st.Applied, st.Diverged)}, nil
+	}
+	br := bufio.NewReaderSize(f, 64<<10)
+	recs, high, err := readDedupSection(br)
+	if err != nil {
+		return nil, err
+	}
+	got, err := p.spec.Snapshots.Restore(p.rt.ctx, int(p.key.partition), br)
+	if err != nil {
+		return nil, fmt.Errorf("neptune: restore snapshot: %w", err)
+	}
+	if replica.LSN(got) > lsn {
+		p.rt.log.Error("restored snapshot reports an LSN beyond what it covers", "service", p.key.service,
+			"partition", p.key.partition, "restored", got, "covers", lsn)
+	}
+	p.core.InstallSnapshot(now, lsn, replica.Epoch(hdr.LsnEpoch))
+	p.dedup = replica.NewDedupTable(0, recs, high)
+	p.installed = &installedDedup{recs: recs, high: high}
+	p.rt.log.Info("snapshot installed here", "service", p.key.service, "partition", p.key.partition, "from", hdr.From, "lsn", lsn)
+	return &pb.SnapshotAck{Installed: true}, nil
+}
+
+// installedDedup is the dedup table that came with a snapshot, for the
+// wal's Install in the next Persist.
+type installedDedup struct {
+	recs []replica.DedupRecord
+	high int64
+}
+
+// persist does the durable part of rd, resetting the wal to a snapshot's
+// base first if rd installs one.
+func (p *part) persist(rd *replica.Ready) error {
+	if rd.Installed == nil {
+		return p.log.Persist(rd)
+	}
+	d := p.installed
+	p.installed = nil
+	if d == nil {
+		d = &installedDedup{high: p.dedup.High(), recs: p.dedup.Records()}
+	}
+	return p.log.PersistInstalled(rd, d.recs, d.high)
+}
+
+// The dedup section precedes the service's image in a snapshot: a count,
+// the high-water time, then each record.
+func writeDedupSection(w io.Writer, recs []replica.DedupRecord, high int64) error {
+	b := binary.AppendUvarint(nil, uint64(len(recs)))
+	b = binary.AppendUvarint(b, uint64(high))
+	str := func(s []byte) { b = binary.AppendUvarint(b, uint64(len(s))); b = append(b, s...) }
+	for _, r := range recs {
+		str([]byte(r.ID))
+		b = binary.AppendUvarint(b, uint64(r.LSN))
+		b = binary.AppendUvarint(b, uint64(r.Time))
+		str(r.Body)
+		str([]byte(r.Err))
+		flags := byte(0)
+		if r.HasErr {
+			flags |= 1
+		}
+		if r.Recovered {
+			flags |= 2
+		}
+		b = append(b, flags)
+		if len(b) > 64<<10 {
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
+			b = b[:0]
+		}
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+func readDedupSection(r *bufio.Reader) ([]replica.DedupRecord, int64, error) {
+	bad := func(err error) ([]replica.DedupRecord, int64, error) {
+		return nil, 0, fmt.Errorf("neptune: snapshot dedup section: %w", err)
+	}
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		return bad(err)
+	}
+	high, err := binary.ReadUvarint(r)
+	if err != nil {
+		return bad(err)
+	}
+	str := func() ([]byte, error) {
+		l, err := binary.ReadUvarint(r)
+		if err != nil {
+			return nil, err
+		}
+		if l > 1<<30 {
+			return nil, errors.New("record too large")
+		}
+		b := make([]byte, l)
+		_, err = io.ReadFull(r, b)
+		return b, err
+	}
+	recs := make([]replica.DedupRecord, 0, min(n, 1<<16))
+	for range n {
+		var rec replica.DedupRecord
+		id, err := str()
+		if err != nil {
+			return bad(err)
+		}
+		l, err := binary.ReadUvarint(r)
+		if err != nil {
+			return bad(err)
+		}
+		t, err := binary.ReadUvarint(r)
+		if err != nil {
+			return bad(err)
+		}
+		body, err := str()
+		if err != nil {
+			return bad(err)
+		}
+		e, err := str()
+		if err != nil {
+			return bad(err)
+		}
+		flags, err := r.ReadByte()
+		if err != nil {
+			return bad(err)
+		}
+		rec.ID, rec.LSN, rec.Time, rec.Err = string(id), replica.LSN(l), int64(t), string(e)
+		if len(body) > 0 {
+			rec.Body = body
+		}
+		rec.HasErr, rec.Recovered = flags&1 != 0, flags&2 != 0
+		recs = append(recs, rec)
+	}
+	return recs, int64(high), nil
+}
