@@ -13,6 +13,7 @@ type clientMetrics struct {
 	polls    *prometheus.CounterVec
 	pollTime prometheus.Histogram
 	retries  prometheus.Counter
+	choices  *prometheus.CounterVec
 }
 
 func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
@@ -39,6 +40,10 @@ func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
 			Name: "neptune_client_retries_total",
 			Help: "Call attempts repeated on another replica after a transport failure.",
 		}),
+		choices: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "neptune_client_choices_total",
+			Help: "Replicas chosen for calls (the balancer's choice, or the primary for a write), by service and replica.",
+		}, []string{"service", "replica"}),
 	}
 	return m, metrics.Register(reg, m.all()...)
 }
@@ -50,6 +55,7 @@ func (m *clientMetrics) all() []metrics.Metric {
 		{Name: "neptune_client_polls_total", Collector: m.polls},
 		{Name: "neptune_client_poll_seconds", Collector: m.pollTime},
 		{Name: "neptune_client_retries_total", Collector: m.retries},
+		{Name: "neptune_client_choices_total", Collector: m.choices},
 	}
 }
 

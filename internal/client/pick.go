@@ -34,6 +34,15 @@ type balancer struct {
 //     policy plans its polls, the poller asks them, replication keeps the
 //     fresh enough answers, the policy chooses.
 func (c *Client) pick(ctx context.Context, r *request) (target, error) {
+	t, err := c.choose(ctx, r)
+	if err == nil {
+		c.metrics.choices.WithLabelValues(r.in.Service, t.Node).Inc()
+	}
+	return t, err
+}
+
+// choose is pick without the count of choices.
+func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 	in := r.in
 	look := c.gossip.Lookup(in.Service, in.Partition, in.Method)
 	if err := r.resolve(look); err != nil {
