@@ -28,6 +28,10 @@ type part struct {
 	done  chan struct{} // closed when the loop exits
 
 	status atomic.Pointer[replica.Status]
+	// executing is the highest LSN handed to the service to execute, set
+	// before it runs: a read that ends before it is loaded saw no write
+	// above it (the published Applied lags a batch being executed).
+	executing atomic.Uint64
 	// changed is closed (and replaced) when the status changes and
 	// someone waits for it (await).
 	changedMu sync.Mutex
@@ -232,6 +236,9 @@ func (p *part) check(ctx context.Context, lsn replica.LSN) bool {
 // service's workers (offering a write again while they refuse it: a write
 // cannot be skipped), and records the executed marker lazily.
 func (p *part) apply(ctx context.Context, es []replica.Entry) error {
+	if n := len(es); n > 0 && uint64(es[n-1].LSN) > p.executing.Load() {
+		p.executing.Store(uint64(es[n-1].LSN))
+	}
 	var last replica.LSN
 	for _, e := range es {
 		last = e.LSN

@@ -101,7 +101,10 @@ func (p *part) serveLocal(ctx context.Context, st *replica.Status, local func(co
 		return nil, err
 	}
 	if resp.Version == 0 {
-		resp.Version = uint64(st.Applied) // what the read reflects at least
+		// At least what the read reflects: a session that records it never
+		// reads older state next (monotonic reads), even though writes
+		// executed while the read ran may be in what it saw.
+		resp.Version = max(uint64(st.Applied), p.executing.Load())
 	}
 	return resp, nil
 }
