@@ -127,6 +127,9 @@ type Replica struct {
 	ackEpoch     Epoch
 	freshPending []versionAt
 	freshAt      time.Time
+	// restarted: built from stored state and not yet matched a primary's
+	// log since (see Message.Restarted).
+	restarted bool
 
 	rd      Ready
 	hsDirty bool
@@ -155,6 +158,10 @@ type progress struct {
 	applied LSN
 	// ackStamp is ackSent as stamped (what Echo returns).
 	ackStamp int64
+	// resetSent: the peer was found to hold less than it acknowledged
+	// (it lost data) when the appends stamped resetSent went out; answers
+	// to earlier appends say nothing of its log any more.
+	resetSent int64
 	// snapUntil: a snapshot to this peer is in flight until then (asked
 	// for in a Ready.Snapshots); meanwhile it gets heartbeats only.
 	snapUntil time.Time
@@ -181,24 +188,25 @@ func New(cfg Config, rs Restore) (*Replica, error) {
 	}
 	cfg = cfg.withDefaults()
 	r := &Replica{
-		cfg:      cfg,
-		prio:     map[ID]int{},
-		alive:    map[ID]bool{},
-		role:     Recovering,
-		phase:    PhaseCatchUp,
-		epoch:    rs.HardState.Epoch,
-		vote:     rs.HardState.Vote,
-		commit:   rs.HardState.Commit,
-		applied:  rs.Applied,
-		handed:   rs.Applied,
-		log:      slices.Clone(rs.Entries),
-		pending:  map[uint64]bool{},
-		progress: map[ID]*progress{},
-		empty:    map[ID]bool{},
-		vv:       maps.Clone(rs.Base),
-		synced:   map[ID]bool{},
-		peerVV:   map[ID]map[ID]uint64{},
-		base:     maps.Clone(rs.Base),
+		cfg:       cfg,
+		prio:      map[ID]int{},
+		alive:     map[ID]bool{},
+		role:      Recovering,
+		phase:     PhaseCatchUp,
+		epoch:     rs.HardState.Epoch,
+		vote:      rs.HardState.Vote,
+		commit:    rs.HardState.Commit,
+		applied:   rs.Applied,
+		handed:    rs.Applied,
+		log:       slices.Clone(rs.Entries),
+		restarted: len(rs.Entries) > 0 || rs.HardState.Commit > 0 || rs.Applied > 0,
+		pending:   map[uint64]bool{},
+		progress:  map[ID]*progress{},
+		empty:     map[ID]bool{},
+		vv:        maps.Clone(rs.Base),
+		synced:    map[ID]bool{},
+		peerVV:    map[ID]map[ID]uint64{},
+		base:      maps.Clone(rs.Base),
 		// After a restart we do not know whose lease we helped grant, or
 		// until when: the grace runs from the start (see observe).
 		contactEpoch: rs.HardState.Epoch,
@@ -839,6 +847,27 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 			return // contact only
 		}
 	}
+	if !m.Reject && !m.Snapshot && m.Sent < pr.resetSent {
+		return // answers an append from before it lost data: stale
+	}
+	if m.Reject && m.Restarted && m.Trunc < pr.match && m.Sent >= pr.resetSent && !pr.snapshotting(now) {
+		// It restarted without entries it had acknowledged (its log ends
+		// at Trunc: a torn log tail). Only what it holds committed still
+		// counts; it gets the rest from its log's end, or from a snapshot
+		// if our log no longer reaches back that far (the snapshot is then
+		// past its log's end, so installing it drops nothing it holds).
+		pr.match, pr.waitingSince, pr.resetSent = min(m.Commit, m.Trunc), time.Time{}, r.stamp(now)+1
+		if pr.inSync && r.liveCount()-1 >= r.cfg.MinLive {
+			pr.inSync = false
+		}
+		pr.next = m.Trunc + 1
+		if pr.next < r.first {
+			r.askShellForSnapshot(now, m.From)
+			return
+		}
+		r.sendAppend(now, m.From)
+		return
+	}
 	if m.Reject && pr.snapshotting(now) {
 		return // a snapshot is on its way
 	}
@@ -904,7 +933,7 @@ func (r *Replica) peerVoid(now time.Time, m Message) {
 		// first entries a heartbeat overtook, keeps its place.)
 		pr.inSync = false
 	}
-	pr.match, pr.waitingSince, pr.applied = 0, time.Time{}, 0
+	pr.match, pr.waitingSince, pr.applied, pr.resetSent = 0, time.Time{}, 0, r.stamp(now)+1
 	if m.Hint == 0 && r.first <= 1 {
 		pr.next = 1
 		r.sendAppend(now, m.From)
@@ -984,6 +1013,12 @@ func (r *Replica) unstamp(sent int64) time.Time { return r.stampBase.Add(time.Du
 // the earliest, is the safe one to note.
 func (r *Replica) answer(now time.Time, m Message, resp Message) {
 	resp.Type, resp.To, resp.Sent = MsgAppendResp, m.From, m.Sent
+	switch {
+	case resp.Reject && r.restarted:
+		resp.Restarted, resp.Commit, resp.Trunc = true, min(r.commit, r.last()), r.last()
+	case !resp.Reject && resp.LSN > 0:
+		r.restarted = false
+	}
 	r.send(resp)
 	if m.Sent == 0 {
 		return

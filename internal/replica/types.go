@@ -283,6 +283,12 @@ type Message struct {
 	// write acknowledged before then is at or below this append's Commit:
 	// the secondary's proof of freshness (Status.FreshUntil).
 	Echo int64
+	// Restarted (AppendResp, a reject) marks a replica that restarted and
+	// has not yet matched its primary's log since: it may have lost
+	// entries it acknowledged before (a torn log tail): Trunc then says
+	// where its log ends and Commit up to where it surely holds the
+	// primary's log.
+	Restarted bool
 	// Snapshot (AppendResp with Reject) says that what the primary knows
 	// of the sender's log is void: it holds no data (Hint 0: a wiped or
 	// new replica, which may still catch up from a log that starts at 1)

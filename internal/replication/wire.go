@@ -29,7 +29,7 @@ func toPBMessage(k partKey, m replica.Message) *pb.ReplicaMessage {
 	pm := &pb.ReplicaMessage{Service: k.service, Partition: k.partition, Type: int32(m.Type), From: string(m.From), To: string(m.To),
 		Epoch: uint64(m.Epoch), PrevLsn: uint64(m.PrevLSN), PrevEpoch: uint64(m.PrevEpoch), Commit: uint64(m.Commit),
 		Trunc: uint64(m.Trunc), InSync: m.InSync, Lsn: uint64(m.LSN), Reject: m.Reject, Hint: uint64(m.Hint),
-		Granted: m.Granted, LastEpoch: uint64(m.LastEpoch), Sent: m.Sent, Transfer: m.Transfer, Echo: m.Echo, Snapshot: m.Snapshot}
+		Granted: m.Granted, LastEpoch: uint64(m.LastEpoch), Sent: m.Sent, Transfer: m.Transfer, Echo: m.Echo, Snapshot: m.Snapshot, Restarted: m.Restarted}
 	for _, e := range m.Entries {
 		pm.Entries = append(pm.Entries, &pb.ReplicaEntry{Epoch: uint64(e.Epoch), Lsn: uint64(e.LSN), Method: e.Method,
 			Body: e.Body, Origin: string(e.Origin), ReqId: e.ReqID, Seq: e.Seq, WriteId: e.WriteID, Time: e.Time})
@@ -48,7 +48,7 @@ func fromPBMessage(pm *pb.ReplicaMessage) replica.Message {
 		Epoch: replica.Epoch(pm.Epoch), PrevLSN: replica.LSN(pm.PrevLsn), PrevEpoch: replica.Epoch(pm.PrevEpoch),
 		Commit: replica.LSN(pm.Commit), Trunc: replica.LSN(pm.Trunc), InSync: pm.InSync, LSN: replica.LSN(pm.Lsn),
 		Reject: pm.Reject, Hint: replica.LSN(pm.Hint), Granted: pm.Granted, LastEpoch: replica.Epoch(pm.LastEpoch),
-		Sent: pm.Sent, Transfer: pm.Transfer, Echo: pm.Echo, Snapshot: pm.Snapshot}
+		Sent: pm.Sent, Transfer: pm.Transfer, Echo: pm.Echo, Snapshot: pm.Snapshot, Restarted: pm.Restarted}
 	for _, e := range pm.Entries {
 		m.Entries = append(m.Entries, replica.Entry{Epoch: replica.Epoch(e.Epoch), LSN: replica.LSN(e.Lsn), Method: e.Method,
 			Body: e.Body, Origin: replica.ID(e.Origin), ReqID: e.ReqId, Seq: e.Seq, WriteID: e.WriteId, Time: e.Time})

@@ -1511,7 +1511,11 @@ type ReplicaMessage struct {
 	Echo      int64                  `protobuf:"varint,21,opt,name=echo,proto3" json:"echo,omitempty"`
 	// snapshot (AppendResp with reject): the sender needs a snapshot or the
 	// log from 1 (replica.Message.Snapshot).
-	Snapshot      bool `protobuf:"varint,22,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Snapshot bool `protobuf:"varint,22,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// restarted (AppendResp with reject): the sender restarted and may have
+	// lost entries it acknowledged; trunc says where its log ends, commit
+	// what it surely holds.
+	Restarted     bool `protobuf:"varint,23,opt,name=restarted,proto3" json:"restarted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1696,6 +1700,13 @@ func (x *ReplicaMessage) GetEcho() int64 {
 func (x *ReplicaMessage) GetSnapshot() bool {
 	if x != nil {
 		return x.Snapshot
+	}
+	return false
+}
+
+func (x *ReplicaMessage) GetRestarted() bool {
+	if x != nil {
+		return x.Restarted
 	}
 	return false
 }
@@ -2190,7 +2201,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\x06req_id\x18\x06 \x01(\x04R\x05reqId\x12\x10\n" +
 	"\x03seq\x18\a \x01(\x04R\x03seq\x12\x19\n" +
 	"\bwrite_id\x18\b \x01(\tR\awriteId\x12\x12\n" +
-	"\x04time\x18\t \x01(\x03R\x04time\"\xa5\x05\n" +
+	"\x04time\x18\t \x01(\x03R\x04time\"\xc3\x05\n" +
 	"\x0eReplicaMessage\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x12\n" +
@@ -2216,7 +2227,8 @@ const file_neptune_proto_rawDesc = "" +
 	"\x04sent\x18\x13 \x01(\x03R\x04sent\x12\x1a\n" +
 	"\btransfer\x18\x14 \x01(\bR\btransfer\x12\x12\n" +
 	"\x04echo\x18\x15 \x01(\x03R\x04echo\x12\x1a\n" +
-	"\bsnapshot\x18\x16 \x01(\bR\bsnapshot\x1a;\n" +
+	"\bsnapshot\x18\x16 \x01(\bR\bsnapshot\x12\x1c\n" +
+	"\trestarted\x18\x17 \x01(\bR\trestarted\x1a;\n" +
 	"\rVersionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"Z\n" +
