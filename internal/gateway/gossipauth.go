@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -10,6 +9,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/transport"
 )
 
 // Authenticated demand gossip. A gateway's demand datagram decides how
@@ -111,14 +112,12 @@ func dropReason(err error) string {
 // caller passes the time. seal is called by the sending goroutine and
 // open by the receiving one; both may run at once.
 type demandAuth struct {
-	keys     func() [][]byte
-	label    string
+	keys     *transport.DerivedKeys // demand keys
 	window   time.Duration
 	instance uint64
 
 	mu      sync.Mutex
-	counter uint64            // last counter sealed
-	derived map[string][]byte // cluster key → demand key
+	counter uint64 // last counter sealed
 	seen    map[uint64]*senderState
 	swept   time.Time
 }
@@ -138,32 +137,9 @@ func newDemandAuth(s GossipSecurity) (*demandAuth, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return &demandAuth{
-		keys: s.Keys, label: s.Label, window: s.Window, instance: binary.BigEndian.Uint64(b[:]),
-		derived: map[string][]byte{}, seen: map[uint64]*senderState{},
+		keys: transport.NewDerivedKeys(s.Keys, demandKeyInfo+s.Label), window: s.Window,
+		instance: binary.BigEndian.Uint64(b[:]), seen: map[uint64]*senderState{},
 	}, nil
-}
-
-// demandKeys derives the demand keys from the cluster keys, primary first.
-func (a *demandAuth) demandKeys() [][]byte {
-	cluster := a.keys()
-	out := make([][]byte, 0, len(cluster))
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, k := range cluster {
-		dk, ok := a.derived[string(k)]
-		if !ok {
-			var err error
-			if dk, err = hkdf.Key(sha256.New, k, nil, demandKeyInfo+a.label, sha256.Size); err != nil {
-				continue // only for absurd key lengths: the key is skipped
-			}
-			if len(a.derived) > 64 { // rotated many times: start over
-				clear(a.derived)
-			}
-			a.derived[string(k)] = dk
-		}
-		out = append(out, dk)
-	}
-	return out
 }
 
 func demandMAC(key, signed []byte) []byte {
@@ -176,7 +152,7 @@ func demandMAC(key, signed []byte) []byte {
 // seal returns payload with the trailer, stamped now under the primary
 // key (nil if there is no key).
 func (a *demandAuth) seal(now time.Time, payload []byte) []byte {
-	keys := a.demandKeys()
+	keys := a.keys.Keys()
 	if len(keys) == 0 {
 		return nil
 	}
@@ -204,7 +180,7 @@ func (a *demandAuth) open(now time.Time, pkt []byte) ([]byte, error) {
 	signed := pkt[:body+24]
 	mac := pkt[body+24 : len(pkt)-1]
 	ok := false
-	for _, k := range a.demandKeys() {
+	for _, k := range a.keys.Keys() {
 		if hmac.Equal(mac, demandMAC(k, signed)) {
 			ok = true
 			break

@@ -1,14 +1,12 @@
 package transport
 
 import (
-	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/clock"
@@ -68,13 +66,9 @@ type PollAuthConfig struct {
 // PollAuth authenticates load polls and their replies. One PollAuth may
 // serve a poll server and a poller. It is safe for concurrent use.
 type PollAuth struct {
-	keys   func() [][]byte
-	label  string
+	keys   *DerivedKeys // poll keys
 	window time.Duration
 	clock  clock.Clock
-
-	mu      sync.Mutex
-	derived map[string][]byte // cluster key → poll key
 }
 
 // NewPollAuth returns a PollAuth; it fails if there is no key.
@@ -85,30 +79,7 @@ func NewPollAuth(cfg PollAuthConfig) (*PollAuth, error) {
 	if cfg.Window <= 0 {
 		cfg.Window = DefaultPollWindow
 	}
-	return &PollAuth{keys: cfg.Keys, label: cfg.Label, window: cfg.Window, clock: clock.OrReal(cfg.Clock), derived: map[string][]byte{}}, nil
-}
-
-// pollKeys returns the poll keys, the primary first.
-func (a *PollAuth) pollKeys() [][]byte {
-	cluster := a.keys()
-	out := make([][]byte, 0, len(cluster))
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, k := range cluster {
-		pk, ok := a.derived[string(k)]
-		if !ok {
-			var err error
-			if pk, err = hkdf.Key(sha256.New, k, nil, pollKeyInfo+a.label, sha256.Size); err != nil {
-				continue // only for absurd lengths; the key is skipped
-			}
-			if len(a.derived) > 64 { // keys rotated many times: start over
-				clear(a.derived)
-			}
-			a.derived[string(k)] = pk
-		}
-		out = append(out, pk)
-	}
-	return out
+	return &PollAuth{keys: NewDerivedKeys(cfg.Keys, pollKeyInfo+cfg.Label), window: cfg.Window, clock: clock.OrReal(cfg.Clock)}, nil
 }
 
 // pollNonce identifies one poll: the poller's instance and the poll id.
@@ -120,7 +91,7 @@ type pollNonce struct {
 // place) under the primary key, stamped with the PollAuth's clock.
 func (a *PollAuth) seal(kind byte, payload []byte, n pollNonce) []byte {
 	now := a.clock.Now()
-	keys := a.pollKeys()
+	keys := a.keys.Keys()
 	if len(keys) == 0 {
 		return nil
 	}
@@ -159,7 +130,7 @@ func (a *PollAuth) open(kind byte, pkt []byte) (payload []byte, n pollNonce, sen
 	signed := pkt[:body+24]
 	mac := pkt[body+24 : len(pkt)-1]
 	ok := false
-	for _, k := range a.pollKeys() {
+	for _, k := range a.keys.Keys() {
 		if hmac.Equal(mac, pollMAC(k, kind, signed)) {
 			ok = true
 			break
