@@ -242,13 +242,9 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 	}
 	if cfg.testTransport != nil {
 		if mc.Transport == nil {
-			nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger})
+			nt, err := bindNetTransport(mc)
 			if err != nil {
 				return nil, fmt.Errorf("membership: start memberlist on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
-			}
-			if mc.BindPort == 0 {
-				mc.BindPort = nt.GetAutoBindPort()
-				mc.AdvertisePort = mc.BindPort
 			}
 			mc.Transport = nt
 		}

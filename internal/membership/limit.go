@@ -34,24 +34,9 @@ type limitedTransport struct {
 // mc (retrying a picked port, as memberlist does) and sets mc's ports to
 // the bound one. The limit runs on real time, as memberlist does.
 func newLimitedTransport(mc *memberlist.Config, perSecond float64, burst int) (*limitedTransport, error) {
-	nc := &memberlist.NetTransportConfig{BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger}
-	tries := 1
-	if mc.BindPort == 0 {
-		tries = 10
-	}
-	var nt *memberlist.NetTransport
-	var err error
-	for range tries {
-		if nt, err = memberlist.NewNetTransport(nc); err == nil || !strings.Contains(err.Error(), "address already in use") {
-			break
-		}
-	}
+	nt, err := bindNetTransport(mc)
 	if err != nil {
-		return nil, fmt.Errorf("gossip transport: %w", err)
-	}
-	if mc.BindPort == 0 {
-		mc.BindPort = nt.GetAutoBindPort()
-		mc.AdvertisePort = mc.BindPort
+		return nil, err
 	}
 	t := &limitedTransport{NetTransport: nt, streams: make(chan net.Conn), limit: ratelimit.New(perSecond, burst),
 		clock: clock.Real(), done: make(chan struct{})}
@@ -96,4 +81,30 @@ func (t *limitedTransport) StreamCh() <-chan net.Conn { return t.streams }
 func (t *limitedTransport) Shutdown() error {
 	t.stopOnce.Do(func() { close(t.done) })
 	return t.NetTransport.Shutdown()
+}
+
+// bindNetTransport binds the network transport memberlist would have bound
+// for mc (retrying a picked port, as memberlist does) and sets mc's ports
+// to the bound one: for a transport that wraps it.
+func bindNetTransport(mc *memberlist.Config) (*memberlist.NetTransport, error) {
+	nc := &memberlist.NetTransportConfig{BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger}
+	tries := 1
+	if mc.BindPort == 0 {
+		tries = 10
+	}
+	var nt *memberlist.NetTransport
+	var err error
+	for range tries {
+		if nt, err = memberlist.NewNetTransport(nc); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gossip transport: %w", err)
+	}
+	if mc.BindPort == 0 {
+		mc.BindPort = nt.GetAutoBindPort()
+		mc.AdvertisePort = mc.BindPort
+	}
+	return nt, nil
 }
