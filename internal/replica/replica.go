@@ -1029,8 +1029,8 @@ func (r *Replica) answer(now time.Time, m Message, resp Message) {
 	if n := len(r.ackTimes); n > 0 && r.ackTimes[n-1].sent >= m.Sent {
 		return // answered before (stamps only grow)
 	}
-	if len(r.ackTimes) == maxAckTimes {
-		r.ackTimes = append(r.ackTimes[:0], r.ackTimes[1:]...)
+	if len(r.ackTimes) == maxAckTimes { // drop the older half: O(1) per answer
+		r.ackTimes = append(r.ackTimes[:0], r.ackTimes[maxAckTimes/2:]...)
 	}
 	r.ackTimes = append(r.ackTimes, stampAt{sent: m.Sent, at: now})
 }
@@ -1080,7 +1080,9 @@ func (r *Replica) leaseBase() time.Time {
 	if need <= 0 {
 		return r.now // alone (the paper's mode): nobody else to ask
 	}
-	var ts []time.Time
+	// (On the stack for the usual replica counts: every append asks, via
+	// leaseUntil, whether to echo.)
+	ts := make([]time.Time, 0, 8)
 	for _, p := range r.peers {
 		if t := r.progress[p].ackSent; !t.IsZero() && !t.Before(r.leaseFloor) {
 			ts = append(ts, t)
