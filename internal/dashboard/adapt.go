@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/reflect/protoreflect"
-
 	"github.com/neptune-cluster/neptune/internal/client"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/replica"
@@ -87,36 +85,11 @@ func FromPages(now time.Time, entries []membership.Entry, staleness func(service
 	return out
 }
 
-// leaseFields are the names a replica status's remaining lease may have
-// on the wire, in milliseconds. The status is read by reflection so the
-// dashboard builds before and after the field exists, and shows "—"
-// until it does.
-var leaseFields = []protoreflect.Name{"lease_ms", "lease_remaining_ms"}
-
-// LeaseOf reads a replica status's remaining lease, if its schema has one
-// and it is set.
+// LeaseOf reads a replica status's remaining lease (lease_ms, as it was
+// announced); false when it holds none.
 func LeaseOf(r *pb.ReplicaStatus) (time.Duration, bool) {
-	if r == nil {
-		return 0, false
-	}
-	m := r.ProtoReflect()
-	for _, name := range leaseFields {
-		fd := m.Descriptor().Fields().ByName(name)
-		if fd == nil {
-			continue
-		}
-		if !m.Has(fd) {
-			return 0, false
-		}
-		switch fd.Kind() {
-		case protoreflect.Int32Kind, protoreflect.Int64Kind, protoreflect.Sint32Kind, protoreflect.Sint64Kind,
-			protoreflect.Sfixed32Kind, protoreflect.Sfixed64Kind:
-			return time.Duration(m.Get(fd).Int()) * time.Millisecond, true
-		case protoreflect.Uint32Kind, protoreflect.Uint64Kind, protoreflect.Fixed32Kind, protoreflect.Fixed64Kind:
-			return time.Duration(m.Get(fd).Uint()) * time.Millisecond, true
-		}
-	}
-	return 0, false
+	ms := r.GetLeaseMs()
+	return time.Duration(ms) * time.Millisecond, ms != 0
 }
 
 // Funcs adapts plain functions to the sources.
