@@ -280,10 +280,8 @@ type Answer struct {
 	Node                 string
 	OK, Serving, Primary bool
 	Version              uint64
-	// LeaseKnown is set when polls carry the primary's remaining lease
-	// (Lease); without leases every primary claim counts.
-	LeaseKnown bool
-	Lease      time.Duration
+	// Lease is what the primary had left of its majority lease.
+	Lease time.Duration
 }
 
 // Poll asks every node directly about svc's partition p (300 ms).
@@ -299,7 +297,7 @@ func (c *Cluster) Poll(ctx context.Context, svc string, p int) []Answer {
 		for _, a := range got {
 			if a.Replica == n.ID {
 				out[i] = Answer{Node: n.ID, OK: true, Serving: a.Version.Serving, Primary: a.Version.Primary, Version: a.Version.Version}
-				out[i].Lease, out[i].LeaseKnown = a.Version.Lease, true
+				out[i].Lease = a.Version.Lease
 			}
 		}
 	}
@@ -315,7 +313,7 @@ func (c *Cluster) Primary(ctx context.Context, svc string, p int) string {
 		if !a.Primary {
 			continue
 		}
-		l := a.LeaseKnown && a.Lease > 0
+		l := a.Lease > 0
 		if best == "" || (l && !leased) || (l == leased && a.Version > v) {
 			best, v, leased = a.Node, a.Version, l
 		}

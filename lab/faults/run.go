@@ -165,7 +165,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 							if a.OK {
 								mu.Lock()
 								samples = append(samples, check.StatusSample{Round: round, At: at, Node: a.Node, Partition: fmt.Sprintf("%s/%d", svc, p), Primary: a.Primary,
-									LeaseKnown: a.LeaseKnown, LeaseValid: a.Lease > 0})
+									LeaseKnown: true, LeaseValid: a.Lease > 0})
 								mu.Unlock()
 							}
 						}
