@@ -140,7 +140,7 @@ func (p *part) readLinearizable(ctx context.Context, in *pb.CallRequest, local f
 			return rt.forward(ctx, string(st.Primary), in)
 		}
 		if leased(&st, now) && !st.Diverged {
-			index = max(st.Commit, st.Last)
+			index = st.Last // at or above its commit point
 			break
 		}
 		select {
