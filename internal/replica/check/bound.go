@@ -56,40 +56,19 @@ func StaleBeyondBound(ops []Op, x time.Duration) []Violation {
 			return -1
 		})
 		late := o.Start.Sub(ws[j].at) - x
-		vs = append(vs, Violation{Rule: "staleness", Op: o, Msg: fmt.Sprintf(
+		vs = append(vs, Violation{Rule: "staleness", Op: o, Beyond: late, Msg: fmt.Sprintf(
 			"%s read %s at version %d; version %d was acknowledged %v before the read started, %v beyond the bound %v",
 			o.Session, o.Partition, o.Version, ws[i-1].lsn, o.Start.Sub(ws[j].at).Round(time.Millisecond), late.Round(time.Millisecond), x)})
 	}
 	return vs
 }
 
-// MaxBeyond is the largest amount by which any of the staleness
-// violations exceeded the bound (for reports); it re-derives it from ops.
+// MaxBeyond is the largest amount by which any read of ops exceeded the
+// staleness bound x (for reports; 0 if none did).
 func MaxBeyond(ops []Op, x time.Duration) time.Duration {
 	var worst time.Duration
-	vs := StaleBeyondBound(ops, x)
-	if len(vs) == 0 {
-		return 0
-	}
-	// Recompute per read: the earliest ack with an LSN above the read's.
-	type ack struct {
-		at  time.Time
-		lsn uint64
-	}
-	acks := map[string][]ack{}
-	for _, o := range ops {
-		if o.Kind == Write && o.Version > 0 {
-			acks[o.Partition] = append(acks[o.Partition], ack{o.End, o.Version})
-		}
-	}
-	for _, v := range vs {
-		first := time.Time{}
-		for _, a := range acks[v.Op.Partition] {
-			if a.lsn > v.Op.Version && (first.IsZero() || a.at.Before(first)) {
-				first = a.at
-			}
-		}
-		worst = max(worst, v.Op.Start.Sub(first)-x)
+	for _, v := range StaleBeyondBound(ops, x) {
+		worst = max(worst, v.Beyond)
 	}
 	return worst
 }

@@ -44,6 +44,8 @@ type Violation struct {
 	Rule string // "read-your-writes", "monotonic-reads", "staleness", "convergence", "durability"
 	Op   Op
 	Msg  string
+	// Beyond (StaleBeyondBound) is how far beyond the bound the read was.
+	Beyond time.Duration
 }
 
 func (v Violation) String() string { return v.Rule + ": " + v.Msg }
