@@ -99,7 +99,8 @@ func (s *Store) Service() neptune.Service {
 			{Name: "read", Mode: neptune.Read, Handler: s.read},
 			{Name: "digest", Mode: neptune.Read, Handler: s.digest},
 		},
-		Check: s.Check,
+		Check:     s.Check,
+		Snapshots: s,
 	}
 }
 

@@ -148,16 +148,11 @@ func (s *Store) loadRecord(k, v []byte) error {
 func (s *Store) persist(p int, key string, idx int, elem, lsn uint64) error {
 	b := s.db.NewBatch()
 	defer b.Close()
-	k := binary.BigEndian.AppendUint32([]byte{kindElem}, uint32(p))
-	k = binary.BigEndian.AppendUint16(k, uint16(len(key)))
-	k = append(k, key...)
-	k = binary.BigEndian.AppendUint64(k, uint64(idx))
-	if err := b.Set(k, binary.BigEndian.AppendUint64(nil, elem), nil); err != nil {
+	if err := b.Set(elemKey(p, key, idx), binary.BigEndian.AppendUint64(nil, elem), nil); err != nil {
 		return fmt.Errorf("listappend: append: %w", err)
 	}
 	if lsn != 0 {
-		lk := binary.BigEndian.AppendUint32([]byte{kindLSN}, uint32(p))
-		if err := b.Set(lk, binary.BigEndian.AppendUint64(nil, lsn), nil); err != nil {
+		if err := b.Set(partKey(kindLSN, p), binary.BigEndian.AppendUint64(nil, lsn), nil); err != nil {
 			return fmt.Errorf("listappend: append: %w", err)
 		}
 	}
@@ -165,4 +160,15 @@ func (s *Store) persist(p int, key string, idx int, elem, lsn uint64) error {
 		return fmt.Errorf("listappend: append: %w", err)
 	}
 	return nil
+}
+
+// partKey is the key of kind's record(s) of partition p (a prefix for
+// elements).
+func partKey(kind byte, p int) []byte { return binary.BigEndian.AppendUint32([]byte{kind}, uint32(p)) }
+
+// elemKey is the key of element idx of key's list in partition p.
+func elemKey(p int, key string, idx int) []byte {
+	k := binary.BigEndian.AppendUint16(partKey(kindElem, p), uint16(len(key)))
+	k = append(k, key...)
+	return binary.BigEndian.AppendUint64(k, uint64(idx))
 }
