@@ -69,7 +69,9 @@ func (s *nodeServer) Replicate(_ context.Context, in *pb.ReplicaBatch) (*pb.Repl
 	if s.n.repl == nil {
 		return nil, transport.ToStatus(fmt.Errorf("%w: node %s hosts no replicated service", nerr.ErrUnknownService, s.n.cfg.ID))
 	}
-	s.n.repl.Replicate(in)
+	if err := s.n.repl.Replicate(in); err != nil {
+		return nil, transport.ToStatus(err)
+	}
 	return &pb.ReplicaBatchAck{}, nil
 }
 

@@ -653,6 +653,7 @@ func (r *Replica) becomePrimary(now time.Time) {
 		_, granted := r.grants[p]
 		r.progress[p] = &progress{next: r.last() + 1, inSync: granted, lastAck: now}
 	}
+	clear(r.grants) // their log tails are adopted: holding them would pin a burst's bodies
 	// Honest freshness: the adopted log holds every committed write, so
 	// its last LSN, not our commit point (which may lag what the old
 	// primary acknowledged), is the version clients may already have seen.

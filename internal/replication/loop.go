@@ -23,6 +23,8 @@ type part struct {
 	cfg  replica.Config
 
 	inbox chan replica.Message
+	// inboxHeld is the entry bytes queued in inbox (memory.go).
+	inboxHeld atomic.Int64
 	props chan proposal
 	ops   chan func(time.Time)
 	done  chan struct{} // closed when the loop exits
@@ -81,7 +83,7 @@ func (p *part) run(ctx context.Context) {
 		case pr := <-p.props:
 			p.propose(pr)
 		case m := <-p.inbox:
-			p.core.Step(clk.Now(), m)
+			p.step(m)
 		case f := <-p.ops:
 			f(clk.Now())
 		case <-tick.Chan():
@@ -119,7 +121,7 @@ func (p *part) drain() {
 		case pr := <-p.props:
 			p.propose(pr)
 		case m := <-p.inbox:
-			p.core.Step(p.rt.clock.Now(), m)
+			p.step(m)
 		default:
 			return
 		}
@@ -157,6 +159,7 @@ func (p *part) process(ctx context.Context) error {
 		if err := p.persist(&rd); err != nil {
 			return err
 		}
+		p.rt.mem.add(entryBytes(rd.Entries), p.rt.clock.Now())
 		for _, m := range rd.Messages {
 			p.keeper.note(m)
 			p.rt.send(p.key, m)

@@ -42,6 +42,8 @@ type peerLanes struct {
 
 	mu   sync.Mutex
 	sent map[partKey]replica.LSN // highest entry LSN sent per partition
+	// delivered: what the node accepted (memory.go).
+	delivered delivered
 }
 
 // peerQueue holds the messages of one lane to one destination node.
@@ -135,8 +137,8 @@ func (rt *Runtime) send(k partKey, m replica.Message) {
 		pl = &peerLanes{ctrl: newPeerQueue(), bulk: newPeerQueue(), sent: map[partKey]replica.LSN{}}
 		rt.peers[to] = pl
 		rt.wg.Add(2)
-		go func() { defer rt.wg.Done(); rt.sender(to, pl.ctrl, true) }()
-		go func() { defer rt.wg.Done(); rt.sender(to, pl.bulk, false) }()
+		go func() { defer rt.wg.Done(); rt.sender(to, pl, true) }()
+		go func() { defer rt.wg.Done(); rt.sender(to, pl, false) }()
 	}
 	rt.mu.Unlock()
 	if len(m.Entries) == 0 {
@@ -144,8 +146,8 @@ func (rt *Runtime) send(k partKey, m replica.Message) {
 		return
 	}
 	pm := toPBMessage(k, m)
-	if pl.bulk.onItsWay(pm) {
-		return // a retransmission of entries still on their way
+	if pl.bulk.onItsWay(pm) || pl.delivered.covers(pm, rt.clock.Now()) {
+		return // a retransmission of entries on their way or just delivered
 	}
 	pl.noteSent(k, m.Entries, &rt.resent)
 	pl.bulk.push(pm)
@@ -188,7 +190,11 @@ func (rt *Runtime) Resent() (entries, bytes int64) {
 }
 
 // sender delivers one lane's queue in FIFO batches, one call at a time.
-func (rt *Runtime) sender(to string, pq *peerQueue, ctrl bool) {
+func (rt *Runtime) sender(to string, pl *peerLanes, ctrl bool) {
+	pq := pl.bulk
+	if ctrl {
+		pq = pl.ctrl
+	}
 	for {
 		select {
 		case <-rt.ctx.Done():
@@ -200,15 +206,20 @@ func (rt *Runtime) sender(to string, pq *peerQueue, ctrl bool) {
 			if len(batch) == 0 {
 				break
 			}
+			start := rt.clock.Now()
 			err := rt.deliver(to, batch, size)
 			pq.done()
 			switch {
 			case err != nil && ctrl:
 				rt.det.callFailed(to)
+				pl.delivered.forget(nil, start) // it may restart without what it was sent
 				rt.log.Debug("replicate failed", "peer", to, "messages", len(batch), "err", err)
 			case err != nil:
 				rt.log.Debug("replicate (bulk) failed", "peer", to, "bytes", size, "err", err)
 			default:
+				if !ctrl {
+					pl.delivered.note(batch, start)
+				}
 				rt.det.heardFrom(to)
 			}
 		}

@@ -106,7 +106,7 @@ func startPartWith(t *testing.T, snd Sender, self string, hosts ...string) (*Run
 	p := rt.parts[partKey{"kv", 0}]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := clk.BlockUntilContext(ctx, 3); err != nil { // the loop's ticker, the heartbeat keeper's and the prober's
+	if err := clk.BlockUntilContext(ctx, 4); err != nil { // the loop's ticker, the heartbeat keeper's, the prober's and the releaser's
 		t.Fatal(err)
 	}
 	return rt, p, clk

@@ -154,6 +154,7 @@ type Runtime struct {
 	peers  map[string]*peerLanes
 	addrs  map[string]string // last known RPC address per node (addrOf)
 	resent resendCounter
+	mem    releaser
 }
 
 // New returns a runtime with no partitions; Register them, then Start.
@@ -251,6 +252,8 @@ func (rt *Runtime) Start() error {
 	}
 	rt.wg.Add(1)
 	go func() { defer rt.wg.Done(); rt.probeLost(rt.ctx) }()
+	rt.wg.Add(1)
+	go func() { defer rt.wg.Done(); rt.releaseMemory(rt.ctx) }()
 	for _, p := range rt.parts {
 		rt.wg.Add(1)
 		go func() { defer rt.wg.Done(); p.run(rt.ctx) }()

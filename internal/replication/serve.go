@@ -284,19 +284,26 @@ func (rt *Runtime) forward(ctx context.Context, primary string, in *pb.CallReque
 
 // Replicate takes a batch of replication messages from another node.
 // Messages for partitions not hosted here are dropped, as are messages a
-// full inbox cannot take (the protocol retransmits).
-func (rt *Runtime) Replicate(in *pb.ReplicaBatch) {
+// full inbox cannot take (the protocol retransmits); if one of those
+// carried entries, the call fails with errInboxFull, so the sender does not
+// count them delivered.
+func (rt *Runtime) Replicate(in *pb.ReplicaBatch) error {
 	rt.det.heardFrom(in.From)
+	var err error
 	for _, pm := range in.Messages {
-		p, ok := rt.parts[partKey{pm.Service, pm.Partition}]
+		k := partKey{pm.Service, pm.Partition}
+		p, ok := rt.parts[k]
 		if !ok {
 			continue
 		}
-		select {
-		case p.inbox <- fromPBMessage(pm):
-		default:
+		if pm.Reject && replica.MsgType(pm.Type) == replica.MsgAppendResp {
+			rt.forgetDelivered(in.From, &k)
+		}
+		if !p.enqueue(fromPBMessage(pm)) && len(pm.Entries) > 0 {
+			err = errInboxFull
 		}
 	}
+	return err
 }
 
 // Promote makes this node's replica of the partition its primary (the

@@ -139,6 +139,7 @@ before the run), the epoch did not change and nothing was resent.`,
 	fs.DurationVar(&cfg.Sample, "sample", cfg.Sample, "memory sampling period while settling")
 	fs.Float64Var(&cfg.Factor, "factor", cfg.Factor, "threshold: RSS after <= factor x before + slack")
 	fs.Int64Var(&cfg.Slack, "slack", cfg.Slack, "threshold slack in bytes")
+	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "save each node's heap profile after the settle in this directory")
 	return cmd
 }
 

@@ -39,6 +39,9 @@ type Config struct {
 	Slack  int64
 	// Exe is the neptune binary to run nodes with (default: this one).
 	Exe string
+	// ProfileDir, if set, receives each node's heap profile after the
+	// settle (<node>.heap.pb.gz, from its /debug/pprof/heap).
+	ProfileDir string
 }
 
 // DefaultConfig is issue 13's burst: 50 writes of 8 MiB.
@@ -67,6 +70,10 @@ type NodeFigures struct {
 	ID                    string
 	Before, During, After int64 // RSS in bytes; During is the peak
 	Resent                int64 // bytes this node sent a replica twice
+	// GoHeap is the Go heap in use after the settle, GoHeld what the Go
+	// runtime holds from the OS beyond it (idle, not yet released): the
+	// rest of RSS is outside the Go heap (stacks, cgo/pebble allocations).
+	GoHeap, GoHeld int64
 }
 
 // Result is what a run measured.
@@ -99,13 +106,14 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%-5s %10s %10s %10s %10s\n", "node", "before", "peak", "after", "resent")
+	fmt.Fprintf(stdout, "%-5s %10s %10s %10s %10s %10s %10s\n", "node", "before", "peak", "after", "resent", "go heap", "go idle")
 	for _, n := range res.Nodes {
 		role := ""
 		if n.ID == res.Primary {
 			role = " (primary)"
 		}
-		fmt.Fprintf(stdout, "%-5s %10s %10s %10s %10s%s\n", n.ID, bench.MiB(n.Before), bench.MiB(n.During), bench.MiB(n.After), bench.MiB(n.Resent), role)
+		fmt.Fprintf(stdout, "%-5s %10s %10s %10s %10s %10s %10s%s\n", n.ID, bench.MiB(n.Before), bench.MiB(n.During), bench.MiB(n.After), bench.MiB(n.Resent),
+			bench.MiB(n.GoHeap), bench.MiB(n.GoHeld), role)
 	}
 	fmt.Fprintf(stdout, "writes: %d acknowledged, %d failed in %v (%.1f MiB/s); epoch %d before, %d after\n",
 		res.Acked, res.Failed, res.Elapsed.Round(time.Millisecond), float64(res.Acked)*float64(cfg.Size)/(1<<20)/res.Elapsed.Seconds(), res.EpochBefore, res.EpochAfter)
@@ -146,7 +154,7 @@ func Measure(ctx context.Context, cfg Config, log io.Writer) (Result, error) {
 		}
 		maddr := fmt.Sprintf("127.0.0.1:%d", port)
 		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"--config", conf, "--data-dir", filepath.Join(dir, id), "--metrics", maddr,
-			"--announce-interval", "200ms", "--announce-ttl", "1s"}})
+			"--announce-interval", "200ms", "--announce-ttl", "1s", "--pprof"}})
 		if err != nil {
 			return res, err
 		}
@@ -263,7 +271,24 @@ func Measure(ctx context.Context, cfg Config, log io.Writer) (Result, error) {
 		if err != nil {
 			return res, fmt.Errorf("%s: %w", p.n.Spec.ID, err)
 		}
-		res.Nodes = append(res.Nodes, NodeFigures{ID: p.n.Spec.ID, Before: before[i], During: peak[i], After: after[i], Resent: int64(resent)})
+		f := NodeFigures{ID: p.n.Spec.ID, Before: before[i], During: peak[i], After: after[i], Resent: int64(resent)}
+		if f.GoHeap, f.GoHeld, err = goHeap(ctx, p.metrics); err != nil {
+			return res, fmt.Errorf("%s: %w", p.n.Spec.ID, err)
+		}
+		if cfg.ProfileDir != "" {
+			if err := saveHeapProfile(ctx, p.metrics, filepath.Join(cfg.ProfileDir, p.n.Spec.ID+".heap.pb.gz")); err != nil {
+				return res, fmt.Errorf("%s: %w", p.n.Spec.ID, err)
+			}
+		}
+		res.Nodes = append(res.Nodes, f)
+	}
+	if cfg.ProfileDir != "" { // diagnosis only: RSS once the profile's GC ran
+		bench.Sleep(ctx, 3*time.Second)
+		now, _ := rss()
+		for i, p := range procs {
+			in, held, _ := goHeap(ctx, p.metrics)
+			fmt.Fprintf(log, "%s after a GC: rss %s go heap %s idle %s\n", p.n.Spec.ID, bench.MiB(now[i]), bench.MiB(in), bench.MiB(held))
+		}
 	}
 	return res, nil
 }
@@ -280,6 +305,45 @@ func epoch(c *neptune.Client) uint64 {
 		}
 	}
 	return e
+}
+
+// goHeap reads the Go heap in use and the idle heap the runtime has not
+// returned to the OS from a node's Go collector metrics.
+func goHeap(ctx context.Context, addr string) (inuse, held int64, err error) {
+	in, err := scrape(ctx, addr, "go_memstats_heap_inuse_bytes")
+	if err != nil {
+		return 0, 0, err
+	}
+	idle, err := scrape(ctx, addr, "go_memstats_heap_idle_bytes")
+	if err != nil {
+		return 0, 0, err
+	}
+	rel, err := scrape(ctx, addr, "go_memstats_heap_released_bytes")
+	if err != nil {
+		return 0, 0, err
+	}
+	return int64(in), int64(idle - rel), nil
+}
+
+// saveHeapProfile writes a node's heap profile to path.
+func saveHeapProfile(ctx context.Context, addr, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("heap profile: %s", resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 // scrape reads one unlabelled metric from a node's /metrics.
