@@ -61,21 +61,33 @@ func (p *part) keepBeats(ctx context.Context) {
 			return
 		case <-t.Chan():
 		}
-		st := p.status.Load()
-		k := &p.keeper
-		k.mu.Lock()
-		stalled := !k.busySince.IsZero() && clk.Since(k.busySince) >= interval
-		var beats []replica.Message
-		if stalled && st.Role == replica.Primary {
-			for _, m := range k.beats {
-				if m.Epoch == st.Epoch {
-					beats = append(beats, m)
-				}
-			}
-		}
-		k.mu.Unlock()
-		for _, m := range beats {
+		for _, m := range p.keeper.due(clk.Now(), interval, p.status.Load()) {
 			p.rt.send(p.key, m)
 		}
 	}
+}
+
+// keepBeatsFor bounds how long the keeper speaks for a busy loop. A loop
+// busy longer is not persisting a large batch but stuck (a handler that
+// never returns, a disk that stopped): its followers must then be free to
+// elect another primary, which resent heartbeats would prevent for good.
+const keepBeatsFor = 5 * time.Second
+
+// due returns the heartbeats to send again at now: those of st's epoch,
+// if st is a primary's and the loop has been busy at least interval and
+// at most keepBeatsFor.
+func (k *beatKeeper) due(now time.Time, interval time.Duration, st *replica.Status) []replica.Message {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	busy := now.Sub(k.busySince)
+	if k.busySince.IsZero() || busy < interval || busy > keepBeatsFor || st.Role != replica.Primary {
+		return nil
+	}
+	var beats []replica.Message
+	for _, m := range k.beats {
+		if m.Epoch == st.Epoch {
+			beats = append(beats, m)
+		}
+	}
+	return beats
 }
