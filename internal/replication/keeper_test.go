@@ -15,7 +15,7 @@ func TestKeeperResendsBeatsOnlyForABusyNotAStuckLoop(t *testing.T) {
 	const interval = 50 * time.Millisecond
 	var k beatKeeper
 	k.note(replica.Message{Type: replica.MsgAppend, To: "b", Epoch: 4})
-	k.note(replica.Message{Type: replica.MsgAppend, To: "c", Epoch: 3})                                              // an older term's
+	k.note(replica.Message{Type: replica.MsgAppend, To: "c", Epoch: 3})                                               // an older term's
 	k.note(replica.Message{Type: replica.MsgAppend, To: "c", Epoch: 4, Entries: []replica.Entry{{LSN: 1, Epoch: 4}}}) // not a heartbeat
 	primary := &replica.Status{Role: replica.Primary, Epoch: 4}
 	if got := k.due(t0, interval, primary); len(got) != 0 {

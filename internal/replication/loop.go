@@ -25,9 +25,9 @@ type part struct {
 	inbox chan replica.Message
 	// inboxHeld is the entry bytes queued in inbox (memory.go).
 	inboxHeld atomic.Int64
-	props chan proposal
-	ops   chan func(time.Time)
-	done  chan struct{} // closed when the loop exits
+	props     chan proposal
+	ops       chan func(time.Time)
+	done      chan struct{} // closed when the loop exits
 
 	status atomic.Pointer[replica.Status]
 	// executing is the highest LSN handed to the service to execute, set
