@@ -23,11 +23,12 @@ type part struct {
 	cfg  replica.Config
 
 	inbox chan replica.Message
+	props chan proposal
+	ops   chan func(time.Time)
+	done  chan struct{} // closed when the loop exits
+
 	// inboxHeld is the entry bytes queued in inbox (memory.go).
 	inboxHeld atomic.Int64
-	props     chan proposal
-	ops       chan func(time.Time)
-	done      chan struct{} // closed when the loop exits
 
 	status atomic.Pointer[replica.Status]
 	// executing is the highest LSN handed to the service to execute, set
