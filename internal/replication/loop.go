@@ -192,7 +192,10 @@ func (p *part) process(ctx context.Context) error {
 
 // publish makes st the status callers and announcements see.
 func (p *part) publish(st replica.Status) {
-	p.status.Store(&st)
+	prev := p.status.Swap(&st)
+	if f := p.rt.cfg.OnRoleChange; f != nil && prev != nil && (prev.Role != st.Role || prev.Epoch != st.Epoch || prev.Primary != st.Primary) {
+		f()
+	}
 	p.changedMu.Lock()
 	if p.watched {
 		close(p.changed)
