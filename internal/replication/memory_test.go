@@ -3,6 +3,8 @@ package replication
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -131,5 +133,36 @@ func TestMemoryReleasedAfterABurst(t *testing.T) {
 	}
 	if r.due(t0.Add(time.Hour)) {
 		t.Fatal("released twice for one burst")
+	}
+}
+
+// TestBulkLaneDropsSupersededMessages: a message with entries for a
+// partition drops the queued ones of that partition from an older epoch
+// (a vote grant of an earlier election, an old primary's append), which
+// their receiver would refuse anyway; other partitions' and the same
+// epoch's stay, in order.
+func TestBulkLaneDropsSupersededMessages(t *testing.T) {
+	pq := newPeerQueue()
+	grant := func(part int32, epoch uint64) *pb.ReplicaMessage {
+		pm := appendMsg(epoch, 1, 2)
+		pm.Type, pm.Partition = int32(replica.MsgVoteResp), part
+		return pm
+	}
+	pq.push(grant(0, 5))
+	pq.push(grant(1, 5))
+	pq.push(grant(0, 6))
+	pq.push(appendMsg(6, 3)) // partition 0, the same epoch
+	pq.push(grant(0, 7))
+	var got []string
+	total := 0
+	for _, m := range pq.q {
+		got = append(got, fmt.Sprintf("p%d@%d", m.Partition, m.Epoch))
+	}
+	for _, n := range pq.sizes {
+		total += n
+	}
+	want := []string{"p1@5", "p0@7"}
+	if !slices.Equal(got, want) || len(pq.sizes) != len(pq.q) || total != pq.bytes {
+		t.Errorf("queue %v (sizes %v, bytes %d), want %v with matching sizes", got, pq.sizes, pq.bytes, want)
 	}
 }

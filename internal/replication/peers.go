@@ -82,9 +82,13 @@ func (pq *peerQueue) done() {
 func newPeerQueue() *peerQueue { return &peerQueue{wake: make(chan struct{}, 1)} }
 
 // push queues pm, dropping the oldest messages beyond the count and byte
-// bounds (the newest always stays).
+// bounds (the newest always stays) and, in the bulk lane, the queued
+// messages of pm's partition from an older epoch (superseded).
 func (pq *peerQueue) push(pm *pb.ReplicaMessage) {
 	pq.mu.Lock()
+	if len(pm.Entries) > 0 {
+		pq.dropSuperseded(pm)
+	}
 	n := proto.Size(pm)
 	pq.q, pq.sizes, pq.bytes = append(pq.q, pm), append(pq.sizes, n), pq.bytes+n
 	drop := 0
@@ -101,6 +105,26 @@ func (pq *peerQueue) push(pm *pb.ReplicaMessage) {
 	case pq.wake <- struct{}{}:
 	default:
 	}
+}
+
+// dropSuperseded removes the queued messages of pm's partition sent at
+// an older epoch: their receiver refuses or ignores them once it has seen
+// pm's epoch. In a burst they are what made elections go on: every
+// election's vote grants carry the voter's log tail (several large
+// entries), and a grant queued behind the grants of earlier elections
+// reached the candidate only after it had started another one.
+func (pq *peerQueue) dropSuperseded(pm *pb.ReplicaMessage) {
+	keep := 0
+	for i, m := range pq.q {
+		if m.Service == pm.Service && m.Partition == pm.Partition && m.Epoch < pm.Epoch {
+			pq.bytes -= pq.sizes[i]
+			continue
+		}
+		pq.q[keep], pq.sizes[keep] = m, pq.sizes[i]
+		keep++
+	}
+	clear(pq.q[keep:])
+	pq.q, pq.sizes = pq.q[:keep], pq.sizes[:keep]
 }
 
 // take removes the oldest messages totalling at most maxBytes (at least one,

@@ -126,9 +126,10 @@ func burstCmd() *cobra.Command {
 --writes bodies of --size bytes, --concurrency at a time, and print each
 node's resident memory before, at its peak during and after the burst
 (the lowest sample in the second half of --settle), the epoch before and
-after, and the bytes replication sent a replica twice. The verdict is
-PASS when, on every node, RSS after <= --factor x before + --slack (fixed
-before the run), the epoch did not change and nothing was resent.`,
+after, and the bytes replication sent a replica twice. Three verdicts,
+goals fixed before the run: on every node RSS after <= --factor x before
++ the data kv keeps (8 keys x --size) + --slack; the epoch did not
+change; nothing was resent.`,
 		experiment(&cfg, nil, nil, burstbench.Run))
 	cmd.Example = "  neptune bench burst --writes 50 --size 8388608"
 	fs := cmd.Flags()
@@ -137,7 +138,7 @@ before the run), the epoch did not change and nothing was resent.`,
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "writes in flight")
 	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "idle time after the burst before memory counts as returned")
 	fs.DurationVar(&cfg.Sample, "sample", cfg.Sample, "memory sampling period while settling")
-	fs.Float64Var(&cfg.Factor, "factor", cfg.Factor, "threshold: RSS after <= factor x before + slack")
+	fs.Float64Var(&cfg.Factor, "factor", cfg.Factor, "threshold: RSS after <= factor x before + kv's data + slack")
 	fs.Int64Var(&cfg.Slack, "slack", cfg.Slack, "threshold slack in bytes")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "save each node's heap profile after the settle in this directory")
 	return cmd
