@@ -62,12 +62,14 @@ func entryBytes(es []replica.Entry) int64 {
 	return n
 }
 
-// enqueue offers m to p's inbox: false if the inbox is full (by count, or
-// by entry bytes when it already holds some).
+// enqueue offers m to p's inbox: false if the inbox is full (by count, or,
+// for entries the protocol retransmits, by entry bytes when it already
+// holds some). A vote grant is never refused for bytes: it is sent once,
+// and an election waits for it.
 func (p *part) enqueue(m replica.Message) bool {
 	n := msgBytes(m)
 	if n > 0 {
-		if held := p.inboxHeld.Add(n); held > inboxBytes && held != n {
+		if held := p.inboxHeld.Add(n); held > inboxBytes && held != n && m.Type != replica.MsgVoteResp {
 			p.inboxHeld.Add(-n)
 			return false
 		}

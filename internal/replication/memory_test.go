@@ -97,9 +97,15 @@ func TestInboxBoundsEntryBytes(t *testing.T) {
 	if got := len(p.inbox); got != 3 {
 		t.Fatalf("inbox holds %d messages, want 3 (two entries and the heartbeat)", got)
 	}
+	grant := big(9)
+	grant.Type = int32(replica.MsgVoteResp)
+	if err := rt.Replicate(&pb.ReplicaBatch{From: "b", Messages: []*pb.ReplicaMessage{grant}}); err != nil {
+		t.Fatalf("a vote grant carrying a log tail was refused for bytes: %v", err)
+	}
+	p.took(<-p.inbox)
 	p.took(<-p.inbox)
 	if err := rt.Replicate(&pb.ReplicaBatch{From: "b", Messages: []*pb.ReplicaMessage{big(3)}}); err != nil {
-		t.Fatalf("after the loop took an entry: %v", err)
+		t.Fatalf("after the loop took two messages: %v", err)
 	}
 }
 
