@@ -31,8 +31,8 @@ import (
 //     to reach it, so the garbage and the pages it held stay until the
 //     runtime's forced collection (2 min) and the scavenger's slow return.
 //     Once a node has persisted releaseAfterBytes of entries and then been
-//     quiet for releaseIdle, the runtime collects and returns freed memory
-//     to the OS at once (releaser).
+//     quiet for releaseIdle, and again at releaseSettled, the runtime
+//     collects and returns freed memory to the OS at once (releaser).
 const (
 	// inboxBytes bounds the entry bytes queued in one partition's inbox
 	// (one message is always admitted, whatever its size).
@@ -44,6 +44,10 @@ const (
 	// any, make the node return its freed memory.
 	releaseAfterBytes = 64 << 20
 	releaseIdle       = time.Second
+	// releaseSettled is when a burst's memory is released a second time:
+	// at releaseIdle a slow replica may still be catching up, and the
+	// entries it holds the log back with become garbage only once it has.
+	releaseSettled = 5 * time.Second
 )
 
 // errInboxFull refuses a Replicate call whose entries the inbox of their
@@ -174,6 +178,9 @@ func (rt *Runtime) forgetDelivered(from string, k *partKey) {
 type releaser struct {
 	bytes atomic.Int64
 	last  atomic.Int64 // clock time of the last add, UnixNano
+	// pending: the burst's second release is still to come (loop-owned
+	// by releaseMemory).
+	pending bool
 	// release is debug.FreeOSMemory; tests count calls instead.
 	release func()
 }
@@ -185,13 +192,20 @@ func (r *releaser) add(n int64, now time.Time) {
 	}
 }
 
-// due reports whether a release is due at now, and if so resets the count.
+// due reports whether a release is due at now: releaseIdle after a burst
+// went quiet (which resets the count), and once more at releaseSettled.
 func (r *releaser) due(now time.Time) bool {
-	if r.bytes.Load() < releaseAfterBytes || now.Sub(time.Unix(0, r.last.Load())) < releaseIdle {
-		return false
+	quiet := now.Sub(time.Unix(0, r.last.Load()))
+	if r.bytes.Load() >= releaseAfterBytes && quiet >= releaseIdle {
+		r.bytes.Store(0)
+		r.pending = true
+		return true
 	}
-	r.bytes.Store(0)
-	return true
+	if r.pending && quiet >= releaseSettled {
+		r.pending = false
+		return true
+	}
+	return false
 }
 
 // releaseMemory runs until ctx ends, releasing memory when due.

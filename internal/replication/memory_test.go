@@ -122,8 +122,8 @@ func registerOnly(t *testing.T) (*Runtime, *part) {
 }
 
 // TestMemoryReleasedAfterABurst: once releaseAfterBytes of entries were
-// persisted and none for releaseIdle, memory is released once; small
-// steady traffic never releases.
+// persisted and none for releaseIdle, memory is released, and once more
+// at releaseSettled; small steady traffic never releases.
 func TestMemoryReleasedAfterABurst(t *testing.T) {
 	var r releaser
 	r.add(releaseAfterBytes/2, t0)
@@ -134,11 +134,18 @@ func TestMemoryReleasedAfterABurst(t *testing.T) {
 	if r.due(t0.Add(time.Second + releaseIdle/2)) {
 		t.Fatal("released while writes were still coming")
 	}
-	if !r.due(t0.Add(time.Second + releaseIdle)) {
+	quiet := t0.Add(time.Second)
+	if !r.due(quiet.Add(releaseIdle)) {
 		t.Fatal("not released after the burst went quiet")
 	}
+	if r.due(quiet.Add(releaseIdle)) || r.due(quiet.Add(releaseSettled - time.Millisecond)) {
+		t.Fatal("released again before the burst settled")
+	}
+	if !r.due(quiet.Add(releaseSettled)) {
+		t.Fatal("not released again once the burst settled (a slow replica's entries freed)")
+	}
 	if r.due(t0.Add(time.Hour)) {
-		t.Fatal("released twice for one burst")
+		t.Fatal("released three times for one burst")
 	}
 }
 
