@@ -82,7 +82,7 @@ func registry(t *testing.T) (*prometheus.Registry, *prometheus.CounterVec, *prom
 	guarantee := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "neptune_class_guarantee"}, []string{"service", "class"})
 	share := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "neptune_class_window_share"}, []string{"service", "class"})
 	queued := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "neptune_class_queued"}, []string{"service", "class"})
-	aggCalls := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mAggCalls}, []string{"service"})
+	aggCalls := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mAggCalls}, []string{"service", "status"})
 	aggCov := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: mAggCoverage, Buckets: []float64{0.5, 0.9, 0.99, 1}}, []string{"service"})
 	reg.MustRegister(calls, lat, queue, offered, realized, arrivals, guarantee, share, queued, aggCalls, aggCov)
 	for i := range 100 {
@@ -97,7 +97,7 @@ func registry(t *testing.T) (*prometheus.Registry, *prometheus.CounterVec, *prom
 	guarantee.WithLabelValues("kv", "gold").Set(0.5)
 	share.WithLabelValues("kv", "gold").Set(0.3)
 	queued.WithLabelValues("kv", "gold").Set(2)
-	aggCalls.WithLabelValues("search").Add(10)
+	aggCalls.WithLabelValues("search", "full").Add(10)
 	for range 10 {
 		aggCov.WithLabelValues("search").Observe(0.95)
 	}

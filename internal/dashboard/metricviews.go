@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/aggregation"
 )
 
 // Num is a measured value; NaN (not measured) encodes as JSON null and
@@ -41,11 +43,12 @@ const (
 	mRSS           = "process_resident_memory_bytes"
 	// if present: the balancer's choice per replica.
 	mChoices = "neptune_client_choices_total"
-	// if present: aggregation calls, their coverage, lost partitions, hedges.
-	mAggCalls    = "neptune_aggregation_calls_total"
-	mAggCoverage = "neptune_aggregation_coverage"
-	mAggLost     = "neptune_aggregation_partitions_lost_total"
-	mAggHedges   = "neptune_aggregation_hedges_total"
+	// aggregation calls made through this process's client, their
+	// coverage, lost partitions, hedges (internal/aggregation's metrics).
+	mAggCalls    = aggregation.MetricCalls
+	mAggCoverage = aggregation.MetricCoverage
+	mAggLost     = aggregation.MetricLost
+	mAggHedges   = aggregation.MetricHedges
 	// gateway served GRU, for the subscribers' deviation.
 	mGatewayServedGRU = "neptune_gateway_served_gru_total"
 )
@@ -315,14 +318,19 @@ type AggregationView struct {
 
 // AggregationRow is one service's aggregation calls made from here.
 type AggregationRow struct {
-	Service   string `json:"service"`
-	Calls     Num    `json:"calls_total"`
-	CallRate  Num    `json:"calls_per_s"`
-	Coverage  Num    `json:"mean_coverage"` // over the window, else since start
-	Lost      Num    `json:"partitions_lost_total"`
-	LostRate  Num    `json:"partitions_lost_per_s"`
-	Hedges    Num    `json:"hedges_total"`
-	HedgeRate Num    `json:"hedges_per_s"`
+	Service  string `json:"service"`
+	Calls    Num    `json:"calls_total"`
+	CallRate Num    `json:"calls_per_s"`
+	// Partial, Failed and Errors count the calls by status: the quality
+	// guarantee met with partitions missing, not met, and no tree ran.
+	Partial   Num `json:"partial_total"`
+	Failed    Num `json:"failed_total"`
+	Errors    Num `json:"errors_total"`
+	Coverage  Num `json:"mean_coverage"` // over the window, else since start
+	Lost      Num `json:"partitions_lost_total"`
+	LostRate  Num `json:"partitions_lost_per_s"`
+	Hedges    Num `json:"hedges_total"`
+	HedgeRate Num `json:"hedges_per_s"`
 }
 
 func buildAggregation(self string, now time.Time, f Filter, cur families, base *sample) AggregationView {
@@ -336,55 +344,76 @@ func buildAggregation(self string, now time.Time, f Filter, cur families, base *
 	row := func(svc string) *AggregationRow {
 		r := svcs[svc]
 		if r == nil {
-			r = &AggregationRow{Service: svc, Calls: nan, CallRate: nan, Coverage: nan, Lost: nan, LostRate: nan, Hedges: nan, HedgeRate: nan}
+			r = &AggregationRow{Service: svc, Calls: nan, CallRate: nan, Partial: nan, Failed: nan, Errors: nan, Coverage: nan,
+				Lost: nan, LostRate: nan, Hedges: nan, HedgeRate: nan}
 			svcs[svc] = r
 		}
 		return r
 	}
+	add := func(n *Num, x float64) {
+		if *n != *n {
+			*n = 0
+		}
+		*n += Num(x)
+	}
+	// counter sums a counter's series per service (over its other labels,
+	// such as the calls' status) into total and, over the window, rate.
 	counter := func(name string, total, rate func(*AggregationRow) *Num) {
-		bs := bf.byKey(name, "service")
+		bs := bf.byKey(name, "service", "status")
 		for _, s := range cur.all(name) {
 			svc := s.labels["service"]
 			if !f.service(svc) {
 				continue
 			}
 			r := row(svc)
-			*total(r) = Num(s.value)
+			add(total(r), s.value)
 			if v.WindowS > 0 {
 				var b *series
-				if x, ok := bs[svc]; ok {
+				if x, ok := bs[s.key("service", "status")]; ok {
 					b = &x
 				}
-				*rate(r) = Num(delta(s.value, b) / v.WindowS)
+				add(rate(r), delta(s.value, b)/v.WindowS)
 			}
 		}
 	}
 	counter(mAggCalls, func(r *AggregationRow) *Num { return &r.Calls }, func(r *AggregationRow) *Num { return &r.CallRate })
 	counter(mAggLost, func(r *AggregationRow) *Num { return &r.Lost }, func(r *AggregationRow) *Num { return &r.LostRate })
 	counter(mAggHedges, func(r *AggregationRow) *Num { return &r.Hedges }, func(r *AggregationRow) *Num { return &r.HedgeRate })
+	for _, s := range cur.all(mAggCalls) {
+		if !f.service(s.labels["service"]) {
+			continue
+		}
+		r := row(s.labels["service"])
+		switch s.labels["status"] {
+		case "partial":
+			add(&r.Partial, s.value)
+		case "failed":
+			add(&r.Failed, s.value)
+		case "error":
+			add(&r.Errors, s.value)
+		}
+	}
+	for _, r := range svcs {
+		for _, n := range []*Num{&r.Partial, &r.Failed, &r.Errors} {
+			if *n != *n && r.Calls == r.Calls {
+				*n = 0 // calls counted, none of this status
+			}
+		}
+	}
+	// Mean coverage from the histogram's sum and count: over the window
+	// if calls were made in it, else since start.
 	bcov := bf.byKey(mAggCoverage, "service")
-	if fam := cur[mAggCoverage]; fam != nil {
-		for i, s := range cur.all(mAggCoverage) {
-			if !f.service(s.labels["service"]) {
-				continue
-			}
-			m := fam.GetMetric()[i]
-			var sum, count float64
-			switch {
-			case m.Histogram != nil:
-				sum, count = m.GetHistogram().GetSampleSum(), float64(m.GetHistogram().GetSampleCount())
-				if b, ok := bcov[s.labels["service"]]; ok && b.hist != nil && float64(b.hist.GetSampleCount()) < count {
-					sum -= b.hist.GetSampleSum()
-					count -= float64(b.hist.GetSampleCount())
-				}
-			case m.Summary != nil:
-				sum, count = m.GetSummary().GetSampleSum(), float64(m.GetSummary().GetSampleCount())
-			case m.Gauge != nil:
-				sum, count = m.GetGauge().GetValue(), 1
-			}
-			if count > 0 {
-				row(s.labels["service"]).Coverage = Num(sum / count)
-			}
+	for _, s := range cur.all(mAggCoverage) {
+		if s.hist == nil || !f.service(s.labels["service"]) {
+			continue
+		}
+		sum, count := s.hist.GetSampleSum(), float64(s.hist.GetSampleCount())
+		if b, ok := bcov[s.labels["service"]]; ok && b.hist != nil && float64(b.hist.GetSampleCount()) < count {
+			sum -= b.hist.GetSampleSum()
+			count -= float64(b.hist.GetSampleCount())
+		}
+		if count > 0 {
+			row(s.labels["service"]).Coverage = Num(sum / count)
 		}
 	}
 	for _, r := range svcs {
@@ -392,7 +421,7 @@ func buildAggregation(self string, now time.Time, f Filter, cur families, base *
 	}
 	slices.SortFunc(v.Services, func(a, b AggregationRow) int { return strings.Compare(a.Service, b.Service) })
 	if len(v.Services) == 0 {
-		v.Note = "no aggregation metrics on this process (" + mAggCalls + ", " + mAggCoverage + ", " + mAggLost + ", " + mAggHedges + ")"
+		v.Note = "no aggregation call made through this process yet (" + mAggCalls + ")"
 	}
 	return v
 }
