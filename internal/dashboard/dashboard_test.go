@@ -41,6 +41,18 @@ func (f *fakeCluster) Partitions(context.Context) ([]Partition, error) {
 	return append([]Partition(nil), f.parts...), nil
 }
 
+// Load answers a member's loads as the synthetic yellow pages hold them.
+func (f *fakeCluster) Load(_ context.Context, m Member) map[string]map[int]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, x := range f.members {
+		if x.Node == m.Node {
+			return map[string]map[int]int{"kv": x.Services[0].Load}
+		}
+	}
+	return nil
+}
+
 func newFakeCluster(nodes, partitions int) *fakeCluster {
 	f := &fakeCluster{}
 	hosted := make([][]int, nodes)
@@ -120,7 +132,7 @@ func get(t *testing.T, h http.Handler, path string) string {
 func TestLargeClusterRendersEveryView(t *testing.T) {
 	fc := newFakeCluster(64, 512)
 	reg, _, _ := registry(t)
-	s, err := New(Config{Self: "n00", Members: fc, Partitions: fc, Gatherer: reg,
+	s, err := New(Config{Self: "n00", Members: fc, Loads: fc, Partitions: fc, Gatherer: reg,
 		Subscribers: SubscribersFunc(func(context.Context) (Subscribers, error) {
 			return Subscribers{Gateway: "gw1", Subscribers: []Subscriber{{Name: "alice", Reserved: 100, Share: 1, DemandGRPS: 50, Served: 7}}}, nil
 		})})
@@ -149,6 +161,11 @@ func TestLargeClusterRendersEveryView(t *testing.T) {
 	mustJSON(t, get(t, s, APIPrefix+"cluster"), &cv)
 	if len(cv.Members) != 64 || cv.Alive != 64 {
 		t.Errorf("cluster: %d members, %d alive; want 64", len(cv.Members), cv.Alive)
+	}
+	for _, m := range cv.Members {
+		if m.Services[0].Late != 0 || len(m.Services[0].Partitions) != 24 {
+			t.Fatalf("member %s: %+v, want 24 partitions, every load polled", m.Node, m.Services[0])
+		}
 	}
 	var pv PartitionsView
 	mustJSON(t, get(t, s, APIPrefix+"partitions"), &pv)
