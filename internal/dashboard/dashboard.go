@@ -47,7 +47,7 @@ type Config struct {
 	// Self names who serves the dashboard: a node id or a gateway's name.
 	Self string
 	// Role is "node" or "gateway", for the heading.
-	Role        string
+	Role    string
 	Members MemberSource
 	// Loads polls each member's load (nil: the loads MemberSource gives).
 	Loads LoadSource

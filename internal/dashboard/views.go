@@ -78,11 +78,11 @@ type ClusterView struct {
 
 // MemberRow is one member in the Cluster view.
 type MemberRow struct {
-	Node        string        `json:"node"`
-	State       string        `json:"state"`
-	Self        bool          `json:"self"`
-	RPCAddr     string        `json:"rpc_addr"`
-	MetricsAddr string        `json:"metrics_addr,omitempty"`
+	Node        string `json:"node"`
+	State       string `json:"state"`
+	Self        bool   `json:"self"`
+	RPCAddr     string `json:"rpc_addr"`
+	MetricsAddr string `json:"metrics_addr,omitempty"`
 	// AgeMs is the age of its last announcement: for a dead member, how
 	// long ago it was last seen.
 	AgeMs    int64         `json:"age_ms"`
