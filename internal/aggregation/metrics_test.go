@@ -15,9 +15,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/neptune-cluster/neptune/internal/aggregation"
+	"github.com/neptune-cluster/neptune/internal/dac"
 	"github.com/neptune-cluster/neptune/internal/dashboard"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -122,10 +124,10 @@ func TestMetricsCountLostPartitionsAndTheDashboardShowsThem(t *testing.T) {
 	if err := json.Unmarshal([]byte(fetch(t, srv.URL+dashboard.APIPrefix+"aggregation?service=search")), &v); err != nil {
 		t.Fatal(err)
 	}
-	if len(v.Services) != 1 {
-		t.Fatalf("aggregation view: %+v, want one row for search", v)
+	if len(v.Called) != 1 || len(v.Rooted) != 0 {
+		t.Fatalf("aggregation view: %+v, want one row for search, called", v)
 	}
-	row := v.Services[0]
+	row := v.Called[0]
 	if row.Calls != 2 || row.Partial != 1 || row.Failed != 1 || row.Errors != 0 || row.Lost != 4 || row.Hedges != 1 || row.Coverage != 0.25 {
 		t.Errorf("search row %+v; want 2 calls (1 partial, 1 failed), 4 lost, 1 hedge, mean coverage (0.5+0)/2", row)
 	}
@@ -134,6 +136,76 @@ func TestMetricsCountLostPartitionsAndTheDashboardShowsThem(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("aggregation page lacks %q", want)
 		}
+	}
+}
+
+// directWorkers runs operators at once.
+type directWorkers struct{}
+
+func (directWorkers) Do(ctx context.Context, _ string, run func(context.Context)) error {
+	run(ctx)
+	return nil
+}
+
+type hosting struct{ h aggregation.Hosted }
+
+func (s hosting) Aggregation(string) (aggregation.Hosted, bool) { return s.h, true }
+
+// A node that runs a call's tree at the root counts it with the coverage
+// of the partitions it was sent (its child's partition failed here); a
+// node running a subtree below the root counts nothing. Its dashboard
+// shows the call as rooted here.
+func TestRootCountsTheCallsItReduces(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := aggregation.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg := &service.Aggregator{
+		Local:  map[string]service.LocalFunc{"l": func(context.Context, int, []byte) ([]byte, error) { return []byte("a"), nil }},
+		Reduce: map[string]service.ReduceFunc{"r": func(_ context.Context, a, b, _ []byte) ([]byte, error) { return append(a, b...), nil }},
+	}
+	srv := aggregation.NewServer(aggregation.ServerConfig{
+		Self:     "n0",
+		Services: hosting{aggregation.Hosted{Operators: agg, Partitions: []int32{0}, Workers: directWorkers{}, Ledger: &dac.Ledger{}}},
+		Caller:   aggregation.NewCaller(aggregation.Config{Directory: cluster{1: {{Node: "n1", RPCAddr: "n1"}}}, Dialer: tree{failed: 1}, Metrics: m}),
+	})
+	sec := int64(time.Second)
+	in := &pb.AggregateRequest{CallId: "t", Service: "search", Local: "l", Reduce: "r", Self: 0, DeadlineNs: sec, GraceNs: int64(10 * time.Millisecond),
+		Participants: []*pb.Participant{
+			{Index: 0, Partition: 0, Parent: -1, DeadlineNs: sec, Replicas: []*pb.ReplicaAddr{{Node: "n0"}}},
+			{Index: 1, Partition: 1, Parent: 0, DeadlineNs: sec / 2, Replicas: []*pb.ReplicaAddr{{Node: "n1"}}},
+		}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := srv.Serve(ctx, in)
+	if err != nil || len(out.Partitions) != 1 {
+		t.Fatalf("root answered %v, %v; want partition 0 only", out, err)
+	}
+	// The same node as a leaf below another root records nothing.
+	leaf := &pb.AggregateRequest{CallId: "u", Service: "search", Local: "l", Reduce: "r", Self: 1, DeadlineNs: sec, GraceNs: int64(10 * time.Millisecond),
+		Participants: []*pb.Participant{{Index: 1, Partition: 0, Parent: 0, DeadlineNs: sec}}}
+	if _, err := srv.Serve(ctx, leaf); err != nil {
+		t.Fatal(err)
+	}
+	if c, l := value(t, reg, aggregation.MetricRootCalls, "search"), value(t, reg, aggregation.MetricRootLost, "search"); c != 1 || l != 1 {
+		t.Errorf("root calls %v, lost %v; want 1 and 1", c, l)
+	}
+	if c := value(t, reg, aggregation.MetricCalls, "search", "partial"); c != 0 {
+		t.Errorf("the root counted a call as made here")
+	}
+	d, err := dashboard.New(dashboard.Config{Self: "n0", Gatherer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvD := httptest.NewServer(d)
+	defer srvD.Close()
+	var v dashboard.AggregationView
+	if err := json.Unmarshal([]byte(fetch(t, srvD.URL+dashboard.APIPrefix+"aggregation")), &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Called) != 0 || len(v.Rooted) != 1 || v.Rooted[0].Calls != 1 || v.Rooted[0].Coverage != 0.5 || v.Rooted[0].Lost != 1 {
+		t.Errorf("aggregation view %+v; want one rooted call of search, coverage 1/2, 1 lost", v)
 	}
 }
 

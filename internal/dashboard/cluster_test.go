@@ -173,7 +173,7 @@ func TestTextShowsDepartedAndAggregation(t *testing.T) {
 	if out := b.String(); !strings.Contains(out, "DEAD (gone)") || strings.Contains(out, "AGGREGATION") {
 		t.Errorf("without aggregations:\n%s", out)
 	}
-	sc.Aggregation.Services = []AggregationRow{{Service: "search", Calls: 2, CallRate: nan, Partial: 1, Failed: 1, Coverage: 0.25, Lost: 4, Hedges: 1}}
+	sc.Aggregation.Called = []AggregationRow{{Service: "search", Calls: 2, CallRate: nan, Partial: 1, Failed: 1, Coverage: 0.25, Lost: 4, Hedges: 1}}
 	b.Reset()
 	if err := WriteText(&b, sc, 0); err != nil {
 		t.Fatal(err)

@@ -357,8 +357,8 @@ func TestTrafficRatesAndPercentiles(t *testing.T) {
 	}
 	var av AggregationView
 	mustJSON(t, get(t, s, APIPrefix+"aggregation"), &av)
-	if len(av.Services) != 1 || math.Abs(float64(av.Services[0].Coverage)-0.95) > 1e-9 {
-		t.Errorf("aggregation: %+v", av.Services)
+	if len(av.Called) != 1 || math.Abs(float64(av.Called[0].Coverage)-0.95) > 1e-9 {
+		t.Errorf("aggregation: %+v", av.Called)
 	}
 }
 

@@ -306,23 +306,27 @@ func buildClasses(self string, now time.Time, f Filter, cur families, base *samp
 }
 
 // AggregationView is the Aggregation view (Data Aggregation Call) and its
-// JSON twin, from the aggregation metrics if this process exports them.
+// JSON twin: the calls made through this process's client (Called) and
+// those whose reduction tree this node ran at the root (Rooted), which is
+// where a node sees the calls of client programs.
 type AggregationView struct {
-	Self     string           `json:"self"`
-	At       time.Time        `json:"at"`
-	Filter   Filter           `json:"filter"`
-	WindowS  float64          `json:"window_s"`
-	Services []AggregationRow `json:"services"`
-	Note     string           `json:"note,omitempty"`
+	Self    string           `json:"self"`
+	At      time.Time        `json:"at"`
+	Filter  Filter           `json:"filter"`
+	WindowS float64          `json:"window_s"`
+	Called  []AggregationRow `json:"called"`
+	Rooted  []AggregationRow `json:"rooted"`
+	Note    string           `json:"note,omitempty"`
 }
 
-// AggregationRow is one service's aggregation calls made from here.
+// AggregationRow is one service's aggregation calls.
 type AggregationRow struct {
 	Service  string `json:"service"`
 	Calls    Num    `json:"calls_total"`
 	CallRate Num    `json:"calls_per_s"`
 	// Partial, Failed and Errors count the calls by status: the quality
-	// guarantee met with partitions missing, not met, and no tree ran.
+	// guarantee met with partitions missing, not met, and no tree ran
+	// (the caller's side only: the root does not know the guarantee).
 	Partial   Num `json:"partial_total"`
 	Failed    Num `json:"failed_total"`
 	Errors    Num `json:"errors_total"`
@@ -333,13 +337,31 @@ type AggregationRow struct {
 	HedgeRate Num `json:"hedges_per_s"`
 }
 
+// aggMetrics names one side's aggregation metrics.
+type aggMetrics struct{ calls, coverage, lost, hedges string }
+
+var (
+	aggCalled = aggMetrics{mAggCalls, mAggCoverage, mAggLost, mAggHedges}
+	aggRooted = aggMetrics{aggregation.MetricRootCalls, aggregation.MetricRootCoverage, aggregation.MetricRootLost, aggregation.MetricRootHedges}
+)
+
 func buildAggregation(self string, now time.Time, f Filter, cur families, base *sample) AggregationView {
-	v := AggregationView{Self: self, At: now, Filter: f, Services: []AggregationRow{}}
+	v := AggregationView{Self: self, At: now, Filter: f}
 	var bf families
 	if base != nil {
 		v.WindowS = now.Sub(base.at).Seconds()
 		bf = base.fams
 	}
+	v.Called = aggRows(f, cur, bf, v.WindowS, aggCalled)
+	v.Rooted = aggRows(f, cur, bf, v.WindowS, aggRooted)
+	if len(v.Called) == 0 && len(v.Rooted) == 0 {
+		v.Note = "no aggregation call made through this process or rooted at it yet (" + mAggCalls + ", " + aggregation.MetricRootCalls + ")"
+	}
+	return v
+}
+
+// aggRows is one side's rows, per service, with rates over windowS.
+func aggRows(f Filter, cur, bf families, windowS float64, names aggMetrics) []AggregationRow {
 	svcs := map[string]*AggregationRow{}
 	row := func(svc string) *AggregationRow {
 		r := svcs[svc]
@@ -367,24 +389,28 @@ func buildAggregation(self string, now time.Time, f Filter, cur families, base *
 			}
 			r := row(svc)
 			add(total(r), s.value)
-			if v.WindowS > 0 {
+			if windowS > 0 {
 				var b *series
 				if x, ok := bs[s.key("service", "status")]; ok {
 					b = &x
 				}
-				add(rate(r), delta(s.value, b)/v.WindowS)
+				add(rate(r), delta(s.value, b)/windowS)
 			}
 		}
 	}
-	counter(mAggCalls, func(r *AggregationRow) *Num { return &r.Calls }, func(r *AggregationRow) *Num { return &r.CallRate })
-	counter(mAggLost, func(r *AggregationRow) *Num { return &r.Lost }, func(r *AggregationRow) *Num { return &r.LostRate })
-	counter(mAggHedges, func(r *AggregationRow) *Num { return &r.Hedges }, func(r *AggregationRow) *Num { return &r.HedgeRate })
-	for _, s := range cur.all(mAggCalls) {
-		if !f.service(s.labels["service"]) {
+	counter(names.calls, func(r *AggregationRow) *Num { return &r.Calls }, func(r *AggregationRow) *Num { return &r.CallRate })
+	counter(names.lost, func(r *AggregationRow) *Num { return &r.Lost }, func(r *AggregationRow) *Num { return &r.LostRate })
+	counter(names.hedges, func(r *AggregationRow) *Num { return &r.Hedges }, func(r *AggregationRow) *Num { return &r.HedgeRate })
+	for _, s := range cur.all(names.calls) {
+		st, ok := s.labels["status"]
+		if !ok || !f.service(s.labels["service"]) {
 			continue
 		}
 		r := row(s.labels["service"])
-		switch s.labels["status"] {
+		for _, n := range []*Num{&r.Partial, &r.Failed, &r.Errors} {
+			add(n, 0) // calls counted by status: none of a status is 0
+		}
+		switch st {
 		case "partial":
 			add(&r.Partial, s.value)
 		case "failed":
@@ -393,17 +419,10 @@ func buildAggregation(self string, now time.Time, f Filter, cur families, base *
 			add(&r.Errors, s.value)
 		}
 	}
-	for _, r := range svcs {
-		for _, n := range []*Num{&r.Partial, &r.Failed, &r.Errors} {
-			if *n != *n && r.Calls == r.Calls {
-				*n = 0 // calls counted, none of this status
-			}
-		}
-	}
 	// Mean coverage from the histogram's sum and count: over the window
 	// if calls were made in it, else since start.
-	bcov := bf.byKey(mAggCoverage, "service")
-	for _, s := range cur.all(mAggCoverage) {
+	bcov := bf.byKey(names.coverage, "service")
+	for _, s := range cur.all(names.coverage) {
 		if s.hist == nil || !f.service(s.labels["service"]) {
 			continue
 		}
@@ -416,14 +435,12 @@ func buildAggregation(self string, now time.Time, f Filter, cur families, base *
 			row(s.labels["service"]).Coverage = Num(sum / count)
 		}
 	}
+	out := make([]AggregationRow, 0, len(svcs))
 	for _, r := range svcs {
-		v.Services = append(v.Services, *r)
+		out = append(out, *r)
 	}
-	slices.SortFunc(v.Services, func(a, b AggregationRow) int { return strings.Compare(a.Service, b.Service) })
-	if len(v.Services) == 0 {
-		v.Note = "no aggregation call made through this process yet (" + mAggCalls + ")"
-	}
-	return v
+	slices.SortFunc(out, func(a, b AggregationRow) int { return strings.Compare(a.Service, b.Service) })
+	return out
 }
 
 // SubscribersView is the gateway's Subscribers view and its JSON twin.

@@ -81,11 +81,17 @@ func WriteText(w io.Writer, s Screen, rows int) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Service, m.Method, m.Rate, m.Errors, m.P50Ms, m.P99Ms)
 	}
 	more(tw, left)
-	if a := s.Aggregation; len(a.Services) > 0 {
-		fmt.Fprintf(tw, "\nAGGREGATION calls made here (%s)\n", window)
+	for _, side := range []struct {
+		title string
+		rows  []AggregationRow
+	}{{"made here", s.Aggregation.Called}, {"rooted here", s.Aggregation.Rooted}} {
+		if len(side.rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "\nAGGREGATION calls %s (%s)\n", side.title, window)
 		fmt.Fprintln(tw, "SERVICE\tCALLS/S\tCALLS\tPARTIAL\tFAILED\tCOVERAGE\tLOST\tHEDGES")
-		n, left = cut(len(a.Services))
-		for _, r := range a.Services[:n] {
+		n, left = cut(len(side.rows))
+		for _, r := range side.rows[:n] {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Service, r.CallRate, r.Calls, r.Partial, r.Failed, pct(r.Coverage), r.Lost, r.Hedges)
 		}
 		more(tw, left)
