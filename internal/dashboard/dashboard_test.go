@@ -398,7 +398,7 @@ func TestNoWorkWithoutViewers(t *testing.T) {
 	base := runtime.NumGoroutine()
 	fc := newFakeCluster(8, 16)
 	reg, _, _ := registry(t)
-	s, _ := New(Config{Self: "n00", Members: fc, Partitions: fc, Gatherer: reg, RSS: PeerRSS{}})
+	s, _ := New(Config{Self: "n00", Members: fc, Loads: fc, Partitions: fc, Gatherer: reg, RSS: PeerRSS{}})
 	srv := httptest.NewServer(s)
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	for range 3 {
