@@ -64,7 +64,7 @@ func (h *hangingLoads) Load(ctx context.Context, m Member) map[string]map[int]in
 func TestClusterPollsMembersConcurrentlyWithATimeoutEach(t *testing.T) {
 	fc := newFakeCluster(40, 80)
 	loads := &hangingLoads{fc: fc, hang: map[string]bool{"n02": true}, n01: make(chan struct{})}
-	s, _ := New(Config{Self: "n00", Members: fc, Loads: loads, MemberTimeout: 200 * time.Millisecond})
+	s, _ := New(Config{Self: "n00", Members: fc, Loads: loads, MemberTimeout: time.Second})
 	var cv ClusterView
 	mustJSON(t, get(t, s, APIPrefix+"cluster"), &cv)
 	for _, m := range cv.Members {
