@@ -1,15 +1,21 @@
 package replication_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"database/sql"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/apps/auction"
 	"github.com/neptune-cluster/neptune/apps/forum"
 	"github.com/neptune-cluster/neptune/apps/pcache"
 	"github.com/neptune-cluster/neptune/internal/replication"
@@ -57,7 +63,7 @@ func call(t *testing.T, svc neptune.Service, method string, body string) string 
 
 // TestWipedAppReplicaIsRestoredBySnapshotOnNodes is
 // TestWipedReplicaIsRestoredBySnapshotOnNodes on real storage: the
-// forum on SQLite and pcache on bbolt. Node c loses its data directory
+// forum and the auction on SQLite, and pcache on bbolt. Node c loses its data directory
 // and its database after the primary truncated the log; the primary
 // streams a snapshot of its service (a read transaction, taken while
 // the loop goes on), c restores it into a fresh database and catches up
@@ -82,6 +88,30 @@ func TestWipedAppReplicaIsRestoredBySnapshotOnNodes(t *testing.T) {
 			b, _ := json.Marshal(forum.AddMsgRequest{Topic: fmt.Sprintf("t%d", i%3), Author: "ann", Subject: fmt.Sprintf("s%d", i), Body: strings.Repeat("x", size)})
 			return b
 		}},
+		{"forum-postgres", func(t *testing.T) replication.TestStore {
+			f, err := forum.Open(context.Background(), pgSchema(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			svc := f.Service()
+			return wrap(svc, func() string { return call(t, svc, "Digest", "{}") })
+		}, "AddMsg", func(i, size int) []byte {
+			b, _ := json.Marshal(forum.AddMsgRequest{Topic: fmt.Sprintf("t%d", i%3), Author: "ann", Subject: fmt.Sprintf("s%d", i), Body: strings.Repeat("x", size)})
+			return b
+		}},
+		{"auction-sqlite", func(t *testing.T) replication.TestStore {
+			a, err := auction.Open(context.Background(), filepath.Join(t.TempDir(), "auction.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { a.Close() })
+			svc := a.Service()
+			return wrap(svc, func() string { return image(t, svc) })
+		}, "AddItem", func(i, size int) []byte {
+			b, _ := json.Marshal(auction.AddItemRequest{Category: fmt.Sprintf("c%d", i%3), Title: strings.Repeat("t", size), Seller: "sam", StartPrice: int64(i + 1)})
+			return b
+		}},
 		{"pcache-bbolt", func(t *testing.T) replication.TestStore {
 			c, err := pcache.Open(t.TempDir())
 			if err != nil {
@@ -102,6 +132,9 @@ func TestWipedAppReplicaIsRestoredBySnapshotOnNodes(t *testing.T) {
 		}},
 	} {
 		t.Run(app.name, func(t *testing.T) {
+			if strings.HasSuffix(app.name, "postgres") {
+				pgSchema(t) // skips (or fails under CI) without a server
+			}
 			c := replication.NewMemCluster(t, func() replication.TestStore { return app.newStore(t) }, app.method, app.body)
 			c.Advance(time.Second)
 			if c.Primary() != "a" {
@@ -133,6 +166,56 @@ func TestWipedAppReplicaIsRestoredBySnapshotOnNodes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pgSchema is a DSN naming a fresh schema on the PostgreSQL server of
+// NEPTUNE_TEST_PG_DSN, dropped at t's end; without the variable the test
+// is skipped, or fails when CI is set (as apps/internal/appkit/appkittest
+// does: CI must run the PostgreSQL tests).
+func pgSchema(t *testing.T) string {
+	t.Helper()
+	dsn := os.Getenv("NEPTUNE_TEST_PG_DSN")
+	if dsn == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("NEPTUNE_TEST_PG_DSN is not set but CI is: the PostgreSQL tests must run in CI")
+		}
+		t.Skip("PostgreSQL tests skipped: set NEPTUNE_TEST_PG_DSN to run them")
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	schema := fmt.Sprintf("rs_%d_%d", os.Getpid(), pgSeq.Add(1))
+	if _, err := db.Exec("CREATE SCHEMA " + schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if db, err := sql.Open("pgx", dsn); err == nil {
+			_, _ = db.Exec("DROP SCHEMA " + schema + " CASCADE")
+			db.Close()
+		}
+	})
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	if !strings.Contains(dsn, "://") {
+		return dsn + " search_path=" + schema
+	}
+	return dsn + sep + "search_path=" + schema
+}
+
+var pgSeq atomic.Int64
+
+// image digests a store by its partition 0's snapshot image (rows in
+// key order and the LSN: equal images, equal copies).
+func image(t *testing.T, svc neptune.Service) string {
+	var b bytes.Buffer
+	if _, err := svc.Snapshots.Snapshot(context.Background(), 0, &b); err != nil {
+		t.Errorf("image: %v", err)
+	}
+	return fmt.Sprintf("%d bytes %x", b.Len(), sha256.Sum256(b.Bytes()))
 }
 
 // wrap makes svc a TestStore that digests with digest.
