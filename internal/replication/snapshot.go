@@ -129,7 +129,8 @@ func (p *part) sendSnapshot(ctx context.Context, ss SnapshotSender, to replica.I
 			return
 		}
 		lsn := max(replica.LSN(got), d.from)
-		if executed := replica.LSN(p.executing.Load()); lsn > executed {
+		// (Applied covers an installed snapshot, which executed nothing.)
+		if executed := max(replica.LSN(p.executing.Load()), p.core.Status().Applied); lsn > executed {
 			err = fmt.Errorf("neptune: service snapshot covers LSN %d, beyond the executed %d", got, executed)
 			return
 		}
