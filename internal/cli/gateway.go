@@ -126,17 +126,20 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host 
 	cfg = cfg.WithDefaults()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The gossip's material first: a wrong certificate fails at once,
+	// not after joining the cluster.
+	var gsec gateway.GossipSecurity
+	if cfg.Gossip != "" {
+		var err error
+		if gsec, err = gatewayGossip(ctx, sec, log); err != nil {
+			return err
+		}
+	}
 	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cfg.Join, Host: host, Registerer: reg, Logger: log, Security: sec})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	var gsec gateway.GossipSecurity
-	if cfg.Gossip != "" {
-		if gsec, err = gatewayGossip(ctx, sec, log); err != nil {
-			return err
-		}
-	}
 	g, err := gateway.New(cfg, gateway.Deps{Caller: client, Registerer: reg, Logger: log, Gossip: gsec})
 	if err != nil {
 		return err
@@ -190,6 +193,9 @@ func gatewayGossip(ctx context.Context, sec neptune.Security, log *slog.Logger) 
 	})
 	if err != nil {
 		return gateway.GossipSecurity{}, fmt.Errorf("gateway: gossip keys: %w", err)
+	}
+	if id := m.TLS.Identity(); id.Role != pki.RoleGateway {
+		return gateway.GossipSecurity{}, fmt.Errorf("gateway: gossip: signing demand needs a gateway certificate, and --cert %s is a %s's (create one with neptune tls cert create --gateway NAME, present it with --cert gateway/NAME)", sec.Cert, id.Role)
 	}
 	go m.WatchKeyring(ctx)
 	return gateway.GossipSecurity{Keys: m.Keys, Label: m.Label, Certs: m.TLS}, nil
