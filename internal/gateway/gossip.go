@@ -219,8 +219,8 @@ func (g *gossiper) receive(merge func(gage.GatewayDemand)) {
 
 // decode checks one received datagram at now: its size, its
 // authentication (unless insecure: the HMAC, and the signature of the
-// gateway certificate naming the gateway it speaks for) and its content. Only a datagram that
-// passes all three names a peer or moves a share.
+// gateway certificate naming the gateway it speaks for) and its content.
+// Only a datagram that passes all three names a peer or moves a share.
 func (g *gossiper) decode(now time.Time, pkt []byte) (gage.GatewayDemand, error) {
 	if len(pkt) > maxDatagram {
 		return gage.GatewayDemand{}, drop(gossipOversized, "over %d bytes", maxDatagram)
