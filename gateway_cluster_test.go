@@ -276,13 +276,25 @@ routes: [{path_prefix: /echo, service: echo, method: echo}]
 	check("phase 1", phase1, start.Add(time.Second), "gold", true)
 	check("phase 1", phase1, start.Add(time.Second), "silver", true)
 	check("phase 1", phase1, start.Add(time.Second), "flood", false)
+	gold := map[string]gateway.SubscriberStatus{}
 	for _, st := range []gateway.Status{stA, stB} {
 		for _, s := range st.Subscribers {
 			t.Logf("phase 1 at %s: %s share %.2f demand %.1f GRPS", st.Gateway, s.Name, s.Share, s.DemandGRPS)
-			if s.Name == "gold" && st.Gateway == "ga" && s.Share > 0.3 {
-				t.Errorf("gold's share at ga is %.2f with 10%% of its demand there", s.Share)
+			if s.Name == "gold" {
+				gold[st.Gateway] = s
 			}
 		}
+	}
+	// Gold's split follows its demand: about 10% of it at ga. Judged
+	// against the splitter's formula for the demands the gateways
+	// measured (f/N + (1-f)·(d_a + max(R-D,0)/N)/max(D,R), f = 0.05,
+	// N = 2, R = 30), not a fixed figure: on a loaded machine the load
+	// falls short of 25 GRPS and the unused part of the reservation is
+	// split evenly, which raises ga's share legitimately.
+	dA, dB := gold["ga"].DemandGRPS, gold["gb"].DemandGRPS
+	want := 0.05/2 + 0.95*(dA+max(30-dA-dB, 0)/2)/max(dA+dB, 30)
+	if sa, sb := gold["ga"].Share, gold["gb"].Share; sa > want+0.1 || sa >= sb {
+		t.Errorf("gold's share at ga is %.2f (gb %.2f) with demand %.1f of %.1f GRPS there; the split gives %.2f", sa, sb, dA, dA+dB, want)
 	}
 
 	// Kill B; everything goes through A.
