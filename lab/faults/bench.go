@@ -92,9 +92,9 @@ func (r *Result) Summary() string {
 	if !r.LeaseSet {
 		lin += ", no lease key"
 	}
-	return fmt.Sprintf("ops %d acked %d; appends lost %d dup %d divergent %d; register (%s) non-linearizable keys %d; stale %d (worst +%v) sessions %d; two-primary rounds %d (two claims, leases or not: %d), LSN collisions %d, out of LSN order %d; resume %v failover %v",
+	return fmt.Sprintf("ops %d acked %d; appends lost %d dup %d divergent %d; register (%s) non-linearizable keys %d; stale %d (worst +%v) sessions %d; two-primary rounds %d (two claims, leases or not: %d), LSN collisions %d, out of LSN order %d; resume %v failover %v; one primary after %v (%d unsettled)",
 		r.Ops, r.Acked, r.List.Counts[0], r.List.Counts[1], r.List.Counts[4]+r.KVDivergent, lin, len(r.Register.NonLinearizable),
-		len(r.Stale), r.MaxBeyond.Round(time.Millisecond), len(r.Sessions), r.Primaries.Double, r.Primaries.Claimed, len(r.Collisions), len(r.Order), rounded(r.Resume), rounded(r.Failover))
+		len(r.Stale), r.MaxBeyond.Round(time.Millisecond), len(r.Sessions), r.Primaries.Double, r.Primaries.Claimed, len(r.Collisions), len(r.Order), rounded(r.Resume), rounded(r.Failover), rounded(r.Settle), r.Unsettled)
 }
 
 func rounded(ds []time.Duration) []time.Duration {
