@@ -50,8 +50,12 @@ type Async struct {
 	hot   float64
 	pool  []*pooled // in arrival order, oldest first
 	own   map[string]int
-	slow  speeds
-	last  choice
+	// probing is when each replica was last asked and has not answered
+	// since: one probe in flight per replica, so a client calling far
+	// more often than a probe's round trip does not flood its replicas.
+	probing map[string]time.Time
+	slow    speeds
+	last    choice
 }
 
 // pooled is one probe answer in the pool.
@@ -68,20 +72,23 @@ func (p *pooled) corrected() int { return max(0, p.rif+p.sent-p.done) }
 
 func newAsync(cfg Config, rng *rand.Rand) *Async {
 	return &Async{
-		rng:   rng,
-		rate:  cmp.Or(cfg.ProbeRate, defaultProbeRate),
-		size:  cmp.Or(cfg.PoolSize, defaultPoolSize),
-		age:   cmp.Or(cfg.ProbeAge, defaultProbeAge),
-		reuse: cmp.Or(cfg.ProbeReuse, defaultProbeReuse),
-		hot:   cmp.Or(cfg.HotQuantile, defaultHotQuantile),
-		own:   map[string]int{},
-		slow:  speeds{},
+		rng:     rng,
+		rate:    cmp.Or(cfg.ProbeRate, defaultProbeRate),
+		size:    cmp.Or(cfg.PoolSize, defaultPoolSize),
+		age:     cmp.Or(cfg.ProbeAge, defaultProbeAge),
+		reuse:   cmp.Or(cfg.ProbeReuse, defaultProbeReuse),
+		hot:     cmp.Or(cfg.HotQuantile, defaultHotQuantile),
+		own:     map[string]int{},
+		probing: map[string]time.Time{},
+		slow:    speeds{},
 	}
 }
 
 // Plan asks for ProbeRate asynchronous probes on average (the fraction
-// rounded at random), to random candidates without a pooled answer first.
-// It never asks the caller to wait.
+// rounded at random), to random candidates without a pooled answer first,
+// never to one whose last probe is still unanswered (and younger than
+// ProbeAge: a lost answer does not silence a replica for good). It never
+// asks the caller to wait.
 func (a *Async) Plan(now time.Time, candidates []string) Plan {
 	a.expire(now)
 	n := int(a.rate)
@@ -94,6 +101,9 @@ func (a *Async) Plan(now time.Time, candidates []string) Plan {
 	unknown := make([]string, 0, len(candidates))
 	var known []string
 	for _, c := range candidates {
+		if at, ok := a.probing[c]; ok && now.Sub(at) <= a.age {
+			continue
+		}
 		if a.find(c) < 0 {
 			unknown = append(unknown, c)
 		} else {
@@ -103,6 +113,9 @@ func (a *Async) Plan(now time.Time, candidates []string) Plan {
 	probe := sample(a.rng, unknown, n)
 	if len(probe) < n {
 		probe = append(probe, sample(a.rng, known, n-len(probe))...)
+	}
+	for _, c := range probe {
+		a.probing[c] = now
 	}
 	return Plan{Probe: probe}
 }
@@ -211,6 +224,7 @@ func (a *Async) Done(_ time.Time, replica string, latency time.Duration) {
 // Report pools a probe answer (or any load learned out of band), replacing
 // the replica's older one; a full pool evicts its oldest answer.
 func (a *Async) Report(now time.Time, l Load) {
+	delete(a.probing, l.Replica)
 	if i := a.find(l.Replica); i >= 0 {
 		if a.pool[i].at.After(now) {
 			return

@@ -40,6 +40,9 @@ func TestAsyncProbeRateFollowsRequestRate(t *testing.T) {
 				t.Fatalf("rate %v: a call asked for %d probes", rate, n)
 			}
 			probes += len(pl.Probe)
+			for _, r := range pl.Probe { // every probe answered before the next call
+				a.Report(now.Add(time.Millisecond/2), Load{Replica: r, Queue: 1})
+			}
 			now = now.Add(time.Millisecond)
 		}
 		if got := float64(probes) / calls; math.Abs(got-rate) > 0.05 {
@@ -63,6 +66,27 @@ func TestAsyncProbesReplicasItKnowsNothingAbout(t *testing.T) {
 	slices.Sort(pl.Probe)
 	if !slices.Equal(pl.Probe, []string{"d", "e", "f"}) {
 		t.Fatalf("probes %v, want the unpooled d e f", pl.Probe)
+	}
+}
+
+func TestAsyncOneProbeInFlightPerReplica(t *testing.T) {
+	a := newAsyncForTest(t, 2, 50*time.Millisecond, 2)
+	cands := replicas(3)
+	first := a.Plan(t0, cands).Probe
+	second := a.Plan(t0.Add(time.Millisecond), cands).Probe
+	if len(first) != 2 || len(second) != 1 || slices.Contains(first, second[0]) {
+		t.Fatalf("probes %v then %v: want 2, then only the replica not awaiting an answer", first, second)
+	}
+	if third := a.Plan(t0.Add(2*time.Millisecond), cands).Probe; len(third) != 0 {
+		t.Fatalf("every replica awaits an answer, yet Plan probes %v", third)
+	}
+	// An answer frees its replica; a lost one stops counting after ProbeAge.
+	a.Report(t0.Add(3*time.Millisecond), Load{Replica: first[0], Queue: 0})
+	if got := a.Plan(t0.Add(3*time.Millisecond), cands).Probe; !slices.Equal(got, first[:1]) {
+		t.Fatalf("after %s answered, Plan probes %v, want it alone", first[0], got)
+	}
+	if got := a.Plan(t0.Add(52*time.Millisecond), cands).Probe; len(got) != 2 {
+		t.Fatalf("after ProbeAge with answers lost, Plan probes %v, want 2", got)
 	}
 }
 
