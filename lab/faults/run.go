@@ -40,6 +40,12 @@ type Config struct {
 	// processes); MaxOps bounds each process's operations (0: none).
 	Appenders, Registers, Readers, MaxOps int
 	Log                                   io.Writer
+	// NodeExe, if set, is the binary the nodes run (clients still run
+	// Exe): how a throughput run compares an older build's nodes.
+	NodeExe string
+	// Quiet, if positive, runs no nemesis: the workload runs for Quiet,
+	// and Result.Throughput counts what was acknowledged in it.
+	Quiet time.Duration
 }
 
 func (c *Config) defaults() {
@@ -119,6 +125,8 @@ type Result struct {
 	NoResume         int
 	// ResumeBy is Resume by kind of fault.
 	ResumeBy map[Kind][]time.Duration
+	// Throughput is what a Quiet run acknowledged in its window.
+	Throughput Throughput
 	// Settle is, per fault, the time from its end until every client's
 	// yellow pages showed exactly one primary for every partition;
 	// Unsettled counts faults after which some client's had not settled
@@ -137,13 +145,22 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	defer net.Close()
-	cl, err := StartCluster(ctx, net, cfg.Exe, cfg.Dir, cfg.Level, cfg.Parts, cfg.Staleness, cfg.Lease, cfg.Log)
+	nodeExe := cfg.Exe
+	if cfg.NodeExe != "" {
+		nodeExe = cfg.NodeExe
+	}
+	// A throughput run compares kv at plain level 3 (a baseline binary
+	// may have no linearizable level).
+	cl, err := StartCluster(ctx, net, nodeExe, cfg.Dir, cfg.Level, cfg.Parts, cfg.Staleness, cfg.Lease, cfg.Quiet <= 0, cfg.Log)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
 	res = &Result{Seed: cfg.Seed, Linearizable: cl.Linearizable, LeaseSet: cl.LeaseSet, SilentCuts: net.Silent}
-	steps := Generate(cfg.Seed, cfg.Steps, cfg.Budget, cfg.Hold, cfg.Lease, cfg.Parts)
+	var steps []Step
+	if cfg.Quiet <= 0 {
+		steps = Generate(cfg.Seed, cfg.Steps, cfg.Budget, cfg.Hold, cfg.Lease, cfg.Parts)
+	}
 	how := "silent drops in the switch (nft)"
 	if !net.Silent {
 		how = "blackhole routes (no nft: senders see their own packets fail)"
@@ -215,6 +232,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		fmt.Fprintf(cfg.Log, "  t=%v step %d/%d %s on %s (primary of %v)%s\n", ev.Start.Sub(begin).Round(time.Millisecond), i+1, len(steps), s, ev.Target, ev.Affected, note(ev.Note))
 		res.Events = append(res.Events, ev)
 		time.Sleep(s.Rest)
+	}
+	if cfg.Quiet > 0 {
+		time.Sleep(cfg.Quiet)
+		res.Throughput.From, res.Throughput.To = begin, time.Now()
 	}
 	if err := net.Heal(); err != nil {
 		return nil, err
@@ -497,6 +518,7 @@ func (res *Result) check(ctx context.Context, cl *Cluster, cfg Config, recs []Re
 			res.Acked++
 		}
 		s, f := time.Unix(0, r.S), time.Unix(0, r.F)
+		res.Throughput.count(r, f)
 		part := fmt.Sprintf("%d", r.P)
 		switch r.W {
 		case "append":
@@ -659,3 +681,31 @@ func settle(events []Event, views []Record) (ds []time.Duration, unsettled int) 
 
 // stableFor is how long a view must show one primary to count as settled.
 const stableFor = 500 * time.Millisecond
+
+// Throughput counts the operations a quiet run acknowledged between From
+// and To: list appends (the list-append service's level) and kv
+// operations (level 3: puts and gets).
+type Throughput struct {
+	From, To       time.Time
+	Appends, KVOps int
+}
+
+func (t *Throughput) count(r Record, end time.Time) {
+	if r.O != "ok" || t.From.IsZero() || end.Before(t.From) || end.After(t.To) {
+		return
+	}
+	if r.W == "append" {
+		t.Appends++
+	} else {
+		t.KVOps++
+	}
+}
+
+// PerSecond is appends/s and kv operations/s.
+func (t Throughput) PerSecond() (appends, kvOps float64) {
+	d := t.To.Sub(t.From).Seconds()
+	if d <= 0 {
+		return 0, 0
+	}
+	return float64(t.Appends) / d, float64(t.KVOps) / d
+}
