@@ -116,7 +116,9 @@ type Balancing struct {
 	// Policy is one of BalancingPolicies(): "prequal" (the default),
 	// "polling" (the paper's: poll PollSize replicas, pick the shortest
 	// queue), "random", "roundrobin", "localp2c" (power of two choices on
-	// this client's own outstanding calls), "broadcast" and "oracle"
+	// this client's own outstanding calls), "async" (Prequal's probes off
+	// the call path: no call waits for a poll; for clients that call far
+	// more often than a request takes), "broadcast" and "oracle"
 	// (baselines that expect pushed loads).
 	Policy string
 	// PollSize is how many replicas the polling policy asks (default 3).
