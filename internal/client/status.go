@@ -44,21 +44,27 @@ func (c *Client) Members(ctx context.Context, wait time.Duration) []Member {
 		if len(a.Services) == 0 {
 			continue
 		}
-		m := Member{Node: a.NodeId, RPCAddr: a.RpcAddr, PollAddr: a.PollAddr, MetricsAddr: a.MetricsAddr, Zone: a.Zone, Age: now.Sub(e.Seen)}
-		for _, s := range a.Services {
-			hs := HostedService{Name: s.Name, Load: map[int]int{}}
-			for _, p := range s.Partitions {
-				hs.Partitions = append(hs.Partitions, int(p))
-				hs.Load[int(p)] = -1
-			}
-			m.Services = append(m.Services, hs)
-		}
+		m := memberOf(a, now.Sub(e.Seen))
 		if wait > 0 {
 			c.PollLoad(ctx, m, wait)
 		}
 		out = append(out, m)
 	}
 	return out
+}
+
+// memberOf is the member a announces, seen age ago, every load -1.
+func memberOf(a *pb.Announcement, age time.Duration) Member {
+	m := Member{Node: a.NodeId, RPCAddr: a.RpcAddr, PollAddr: a.PollAddr, MetricsAddr: a.MetricsAddr, Zone: a.Zone, Age: age}
+	for _, s := range a.Services {
+		hs := HostedService{Name: s.Name, Load: map[int]int{}}
+		for _, p := range s.Partitions {
+			hs.Partitions = append(hs.Partitions, int(p))
+			hs.Load[int(p)] = -1
+		}
+		m.Services = append(m.Services, hs)
+	}
+	return m
 }
 
 // PollLoad polls m's load for every partition it hosts, all at once, into
