@@ -102,6 +102,9 @@ type ReplicaInfo struct {
 	// Lease (primary) is what was left of its majority lease when it
 	// announced (or answered); 0: it holds none and is not fresh.
 	Lease time.Duration
+	// VersionAgo (a level-3 primary) is its committed version Staleness
+	// ago: a replica below it is beyond the staleness bound.
+	VersionAgo uint64
 	// Diverged: the replica found its log differs from the primary's below
 	// its commit point; it serves nothing until rebuilt.
 	Diverged bool
@@ -120,7 +123,7 @@ type PartitionInfo struct {
 // replicaInfo is node's replica status st as ReplicaInfo.
 func replicaInfo(node string, st *pb.ReplicaStatus) ReplicaInfo {
 	return ReplicaInfo{Node: node, Role: replica.Role(st.Role).String(), Phase: int(st.Phase), Epoch: st.Epoch, Primary: st.Primary,
-		Version: st.Version, Commit: st.Commit, Last: st.Last, Lease: time.Duration(st.LeaseMs) * time.Millisecond, Diverged: st.Diverged}
+		Version: st.Version, Commit: st.Commit, Last: st.Last, Lease: time.Duration(st.LeaseMs) * time.Millisecond, VersionAgo: st.VersionAgo, Diverged: st.Diverged}
 }
 
 // Partitions returns the replicated partitions in the yellow pages, sorted,

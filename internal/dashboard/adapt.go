@@ -96,13 +96,16 @@ func FromClientDeparted(ds []client.Departed) []Departed {
 }
 
 // FromClientPartitions converts a client's partition listing
-// (Client.Partitions); it carries no staleness marks or leases.
+// (Client.Partitions): a primary's lease as announced and, at level 3,
+// its version of Staleness ago, which marks replicas beyond the bound
+// (the bound itself is not announced, so it is not shown).
 func FromClientPartitions(ps []client.PartitionInfo) []Partition {
 	out := make([]Partition, 0, len(ps))
 	for _, p := range ps {
 		dp := Partition{Service: p.Service, Partition: p.Partition, Level: p.Level}
 		for _, r := range p.Replicas {
-			dp.Replicas = append(dp.Replicas, Replica{Node: r.Node, Role: r.Role, Epoch: r.Epoch, Primary: r.Primary, Version: r.Version, Commit: r.Commit})
+			dp.Replicas = append(dp.Replicas, Replica{Node: r.Node, Role: r.Role, Epoch: r.Epoch, Primary: r.Primary, Version: r.Version, Commit: r.Commit,
+				VersionAgo: r.VersionAgo, Lease: r.Lease, HasLease: r.Lease != 0})
 		}
 		out = append(out, dp)
 	}

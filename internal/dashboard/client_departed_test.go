@@ -33,3 +33,29 @@ func TestClientDepartedShowAsGone(t *testing.T) {
 		t.Errorf("FromClientDeparted: %+v; want n09's last address, services without loads, last seen, why", fd)
 	}
 }
+
+// TestClientPartitionsShowLeasesAndStaleReplicas: a gateway's Partitions
+// view (from its client's listing) shows the primary's lease and marks a
+// level-3 replica below the primary's version of Staleness ago.
+func TestClientPartitionsShowLeasesAndStaleReplicas(t *testing.T) {
+	ps := []client.PartitionInfo{{Service: "kv", Partition: 0, Level: 3, Replicas: []client.ReplicaInfo{
+		{Node: "n1", Role: "primary", Epoch: 2, Version: 100, Lease: 300 * time.Millisecond, VersionAgo: 90},
+		{Node: "n2", Role: "secondary", Epoch: 2, Version: 95},
+		{Node: "n3", Role: "secondary", Epoch: 2, Version: 80},
+	}}}
+	v := buildPartitions("gw", time.Now(), Filter{Partition: -1}, FromClientPartitions(ps))
+	if len(v.Partitions) != 1 {
+		t.Fatalf("%d partitions, want 1", len(v.Partitions))
+	}
+	p := v.Partitions[0]
+	if p.LeaseMs != 300 {
+		t.Errorf("lease %d ms, want 300", p.LeaseMs)
+	}
+	stale := map[string]bool{}
+	for _, r := range p.Replicas {
+		stale[r.Node] = r.Stale
+	}
+	if stale["n1"] || stale["n2"] || !stale["n3"] {
+		t.Errorf("stale marks %v, want only n3 (version 80 < 90)", stale)
+	}
+}
