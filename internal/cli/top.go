@@ -29,11 +29,12 @@ func newTopCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "top --addr host:port [--interval 1s] [--count n]",
-		Short: "Show the cluster live in the terminal: members, partitions, traffic",
+		Short: "Show the cluster live in the terminal: members, partitions, traffic, aggregations",
 		Long: `Show what the web dashboard shows, at a glance in the terminal: the
 members with their state, age, memory and load; each replicated partition
-with its primary, epoch, lease and replicas' lag; and the calls served by
-the node, refreshed every --interval.
+with its primary, epoch, lease and replicas' lag; the calls served by
+the node; and, once any was made through it, its aggregation calls'
+coverage, lost partitions and hedges; refreshed every --interval.
 
 --addr is a node's (or gateway's) metrics address, the one its dashboard
 is served on (http://host:port/cluster). top reads the dashboard's JSON
@@ -110,7 +111,7 @@ func runTop(ctx context.Context, w io.Writer, addr string, q url.Values, interva
 			}
 		}
 		var s dashboard.Screen
-		for view, v := range map[string]any{"cluster": &s.Cluster, "partitions": &s.Partitions, "traffic": &s.Traffic} {
+		for view, v := range map[string]any{"cluster": &s.Cluster, "partitions": &s.Partitions, "traffic": &s.Traffic, "aggregation": &s.Aggregation} {
 			if err := fetch(view, v); err != nil {
 				return err
 			}
@@ -141,16 +142,31 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// gatewayPollWait bounds each load poll of the gateway dashboard's
+// Cluster view, as a node's does: a member that does not answer in time
+// shows its load as late.
+const gatewayPollWait = 20 * time.Millisecond
+
 // mountGatewayDashboard serves the dashboard on a gateway's metrics
-// listener: its client's yellow pages, its registry and its subscribers.
+// listener: its client's yellow pages (live members, polled
+// concurrently, and the recently departed ones with their replicas), its
+// registry and its subscribers.
 func mountGatewayDashboard(mux *http.ServeMux, g *gateway.Gateway, c *neptune.Client, reg prometheus.Gatherer) error {
 	// g.Name() is "" for a gateway without demand gossip.
 	d, err := dashboard.New(dashboard.Config{Self: g.Name(), Role: "gateway", Gatherer: reg, RSS: dashboard.PeerRSS{},
 		Members: dashboard.MembersFunc(func(ctx context.Context) ([]dashboard.Member, error) {
-			return dashboard.FromClientMembers(c.Members(ctx, 20*time.Millisecond)), nil
+			return dashboard.FromClientMembers(c.Members(ctx, 0)), nil
+		}),
+		Loads: dashboard.LoadFunc(func(ctx context.Context, m dashboard.Member) map[string]map[int]int {
+			cm := dashboard.ToClientMember(m)
+			c.PollLoad(ctx, cm, gatewayPollWait)
+			return dashboard.LoadsOf(cm)
+		}),
+		Departed: dashboard.DepartedFunc(func(context.Context) ([]dashboard.Departed, error) {
+			return dashboard.FromClientDeparted(c.Departed()), nil
 		}),
 		Partitions: dashboard.PartitionsFunc(func(context.Context) ([]dashboard.Partition, error) {
-			return dashboard.FromClientPartitions(c.Partitions()), nil
+			return dashboard.WithClientDeparted(dashboard.FromClientPartitions(c.Partitions()), c.Departed()), nil
 		}),
 		Subscribers: dashboard.SubscribersFunc(func(context.Context) (dashboard.Subscribers, error) {
 			st := g.Status()

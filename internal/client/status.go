@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/nerr"
@@ -19,6 +20,7 @@ type Member struct {
 	RPCAddr     string
 	PollAddr    string
 	MetricsAddr string
+	Zone        string        // failure domain (NodeConfig.Zone)
 	Age         time.Duration // since the last announcement
 	Services    []HostedService
 }
@@ -32,7 +34,8 @@ type HostedService struct {
 }
 
 // Members returns the yellow pages, polling each member's load for every
-// partition it hosts (answers later than wait count as -1).
+// partition it hosts (answers later than wait count as -1); wait <= 0
+// lists them without polling (every load -1).
 func (c *Client) Members(ctx context.Context, wait time.Duration) []Member {
 	now := c.clock.Now()
 	var out []Member
@@ -41,21 +44,47 @@ func (c *Client) Members(ctx context.Context, wait time.Duration) []Member {
 		if len(a.Services) == 0 {
 			continue
 		}
-		m := Member{Node: a.NodeId, RPCAddr: a.RpcAddr, PollAddr: a.PollAddr, MetricsAddr: a.MetricsAddr, Age: now.Sub(e.Seen)}
-		for _, s := range a.Services {
-			hs := HostedService{Name: s.Name, Load: map[int]int{}}
-			for _, p := range s.Partitions {
-				hs.Partitions = append(hs.Partitions, int(p))
-				hs.Load[int(p)] = -1
-				for _, ans := range c.poller.Poll(ctx, []transport.PollTarget{{Replica: a.NodeId, Addr: a.PollAddr}}, s.Name, p, "", wait) {
-					hs.Load[int(p)] = ans.Queue
-				}
-			}
-			m.Services = append(m.Services, hs)
+		m := memberOf(a, now.Sub(e.Seen))
+		if wait > 0 {
+			c.PollLoad(ctx, m, wait)
 		}
 		out = append(out, m)
 	}
 	return out
+}
+
+// memberOf is the member a announces, seen age ago, every load -1.
+func memberOf(a *pb.Announcement, age time.Duration) Member {
+	m := Member{Node: a.NodeId, RPCAddr: a.RpcAddr, PollAddr: a.PollAddr, MetricsAddr: a.MetricsAddr, Zone: a.Zone, Age: age}
+	for _, s := range a.Services {
+		hs := HostedService{Name: s.Name, Load: map[int]int{}}
+		for _, p := range s.Partitions {
+			hs.Partitions = append(hs.Partitions, int(p))
+			hs.Load[int(p)] = -1
+		}
+		m.Services = append(m.Services, hs)
+	}
+	return m
+}
+
+// PollLoad polls m's load for every partition it hosts, all at once, into
+// m's Load maps (which it must have); a poll not answered within wait, or
+// before ctx ends, leaves its load as it was.
+func (c *Client) PollLoad(ctx context.Context, m Member, wait time.Duration) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, s := range m.Services {
+		for _, p := range s.Partitions {
+			wg.Go(func() {
+				for _, ans := range c.poller.Poll(ctx, []transport.PollTarget{{Replica: m.Node, Addr: m.PollAddr}}, s.Name, int32(p), "", wait) {
+					mu.Lock()
+					s.Load[p] = ans.Queue
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
 }
 
 // ReplicaInfo is one replica of a partition as the yellow pages show it.
@@ -73,6 +102,9 @@ type ReplicaInfo struct {
 	// Lease (primary) is what was left of its majority lease when it
 	// announced (or answered); 0: it holds none and is not fresh.
 	Lease time.Duration
+	// VersionAgo (a level-3 primary) is its committed version Staleness
+	// ago: a replica below it is beyond the staleness bound.
+	VersionAgo uint64
 	// Diverged: the replica found its log differs from the primary's below
 	// its commit point; it serves nothing until rebuilt.
 	Diverged bool
@@ -91,7 +123,7 @@ type PartitionInfo struct {
 // replicaInfo is node's replica status st as ReplicaInfo.
 func replicaInfo(node string, st *pb.ReplicaStatus) ReplicaInfo {
 	return ReplicaInfo{Node: node, Role: replica.Role(st.Role).String(), Phase: int(st.Phase), Epoch: st.Epoch, Primary: st.Primary,
-		Version: st.Version, Commit: st.Commit, Last: st.Last, Lease: time.Duration(st.LeaseMs) * time.Millisecond, Diverged: st.Diverged}
+		Version: st.Version, Commit: st.Commit, Last: st.Last, Lease: time.Duration(st.LeaseMs) * time.Millisecond, VersionAgo: st.VersionAgo, Diverged: st.Diverged}
 }
 
 // Partitions returns the replicated partitions in the yellow pages, sorted,

@@ -384,6 +384,14 @@ func (g *Gossip) Snapshot() []Entry {
 	return g.pages.Snapshot(g.cfg.Clock.Now())
 }
 
+// Departed returns the members that left the yellow pages recently
+// (within DepartedRetention), with why and when they were last seen.
+func (g *Gossip) Departed() []Departed {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pages.Departed(g.cfg.Clock.Now())
+}
+
 func (g *Gossip) loop(ctx context.Context) {
 	defer close(g.done)
 	for {
@@ -694,7 +702,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	g.membersMu.Unlock()
 	g.mu.Lock()
 	_, had := g.pagesHas(g.cfg.Clock.Now(), n.Name)
-	g.pages.Remove(n.Name)
+	g.pages.Remove(g.cfg.Clock.Now(), n.Name, WhyGone)
 	delete(g.sealed, n.Name)
 	if g.cfg.Watch != nil {
 		g.cfg.Watch.Removed(n.Name)
