@@ -138,7 +138,7 @@ func TestMemoryReleasedAfterABurst(t *testing.T) {
 	if !r.due(quiet.Add(releaseIdle)) {
 		t.Fatal("not released after the burst went quiet")
 	}
-	if r.due(quiet.Add(releaseIdle)) || r.due(quiet.Add(releaseSettled - time.Millisecond)) {
+	if r.due(quiet.Add(releaseIdle)) || r.due(quiet.Add(releaseSettled-time.Millisecond)) {
 		t.Fatal("released again before the burst settled")
 	}
 	if !r.due(quiet.Add(releaseSettled)) {
