@@ -690,3 +690,43 @@ func TestFreshnessCheckerCanFail(t *testing.T) {
 		t.Fatal("a lagging secondary claiming freshness went unnoticed")
 	}
 }
+
+// TestPrimaryStoppedMidTransferStepsDownOnWaking: a primary stopped
+// (SIGSTOP) just after sending TimeoutNow, for longer than the lease, ends
+// the transfer when it wakes; check-quorum must then count from when the
+// transfer was due, not from the waking, or the deposed primary keeps
+// claiming its role for another lease (seen in the fault suite as a
+// partition announcing two primaries after a pause).
+func TestPrimaryStoppedMidTransferStepsDownOnWaking(t *testing.T) {
+	c := newCluster(t, 1, Level2, []int{2, 3, 1}, nil)
+	c.crash("b")
+	c.settle(time.Second)
+	if c.primary() != "a" {
+		t.Fatalf("primary %q, want a", c.primary())
+	}
+	c.start(c.nodes["b"])
+	sent := false
+	for i := 0; i < 400 && !sent; i++ {
+		c.tick(5 * time.Millisecond)
+		for j := c.deliverable(); j >= 0; j = c.deliverable() {
+			if c.net[j].Type == MsgTimeoutNow {
+				c.net = slices.Delete(c.net, j, j+1) // lost, and a stops now
+				sent = true
+				break
+			}
+			c.deliver(j)
+		}
+	}
+	if !sent {
+		t.Fatal("no transfer attempted")
+	}
+	c.pause("a", 3*time.Second)
+	c.settle(2900 * time.Millisecond)
+	c.now = c.now.Add(200 * time.Millisecond)
+	a := c.nodes["a"]
+	a.r.Tick(c.local("a", c.now)) // its first tick awake, before any message reaches it
+	a.r.Tick(c.local("a", c.now.Add(10*time.Millisecond)))
+	if s := a.r.Status(); s.Role == Primary {
+		t.Fatalf("a woke 3 s after its transfer and still claims the primary role (epoch %d): check-quorum restarted at the waking", s.Epoch)
+	}
+}

@@ -45,7 +45,7 @@ type Replica struct {
 	// Primary.
 	progress map[ID]*progress
 	history  []versionAt
-	became   time.Time // when it became primary or resumed after a transfer
+	became   time.Time // when it became primary, or when an aborted transfer was due to end
 	ownFrom  LSN       // the no-op that opened its epoch: its lease needs it committed
 	forced   bool      // promoted by force: no check-quorum until a quorum answers
 	// leaseFloor: answers to sends before it grant no lease (the primary
@@ -1209,7 +1209,10 @@ func (r *Replica) maybeSendTimeoutNow(now time.Time) {
 // Transfer-marked appends since TimeoutNow may help the target win.
 func (r *Replica) abortTransfer(now time.Time) {
 	if !r.timeoutSent.IsZero() {
-		r.leaseFloor, r.became = now, now
+		// Check-quorum counts from when the transfer was due to end, not
+		// from now: a primary stopped (SIGSTOP) mid-transfer and woken long
+		// after must step down at once, not claim its role for a lease more.
+		r.leaseFloor, r.became = now, r.transferEnd
 	}
 	r.transferTo, r.timeoutSent = "", time.Time{}
 	r.nextTransfer = now.Add(4 * r.cfg.ElectionTimeout)
