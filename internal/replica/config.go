@@ -77,7 +77,9 @@ func DecodeMembers(b []byte) ([]Peer, error) {
 	return ms, nil
 }
 
-func hasMember(ms []Peer, id ID) bool { return slices.ContainsFunc(ms, func(p Peer) bool { return p.ID == id }) }
+func hasMember(ms []Peer, id ID) bool {
+	return slices.ContainsFunc(ms, func(p Peer) bool { return p.ID == id })
+}
 
 func isVoterIn(ms []Peer, id ID) bool {
 	return slices.ContainsFunc(ms, func(p Peer) bool { return p.ID == id && !p.Learner })
