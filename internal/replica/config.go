@@ -77,6 +77,19 @@ func DecodeMembers(b []byte) ([]Peer, error) {
 	return ms, nil
 }
 
+// EncodeConfState is cs as the write log stores it.
+func EncodeConfState(cs ConfState) []byte {
+	b, _ := json.Marshal(cs) // (always encodes)
+	return b
+}
+
+// DecodeConfState reads what EncodeConfState wrote.
+func DecodeConfState(b []byte) (ConfState, error) {
+	var cs ConfState
+	err := json.Unmarshal(b, &cs)
+	return cs, err
+}
+
 func hasMember(ms []Peer, id ID) bool {
 	return slices.ContainsFunc(ms, func(p Peer) bool { return p.ID == id })
 }
@@ -111,6 +124,11 @@ func (r *Replica) minLive() int {
 
 // isVoter reports whether id votes in the current replica set.
 func (r *Replica) isVoter(id ID) bool { return r.voters[id] }
+
+// Peers lists the other replicas this one exchanges messages with (the
+// current set's and, at a primary, replicas removed a moment ago), for
+// the shell's liveness feed. The caller must not modify it.
+func (r *Replica) Peers() []ID { return r.peers }
 
 // Committed is the committed replica set; a snapshot carries it.
 func (r *Replica) Committed() ConfState { return r.committed }

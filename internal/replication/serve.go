@@ -288,9 +288,11 @@ func (rt *Runtime) forward(ctx context.Context, primary string, in *pb.CallReque
 func (rt *Runtime) Replicate(in *pb.ReplicaBatch) {
 	rt.det.heardFrom(in.From)
 	for _, pm := range in.Messages {
-		p, ok := rt.parts[partKey{pm.Service, pm.Partition}]
-		if !ok {
-			continue
+		p := rt.lookup(pm.Service, pm.Partition)
+		if p == nil {
+			if p = rt.join(pm); p == nil {
+				continue
+			}
 		}
 		select {
 		case p.inbox <- fromPBMessage(pm):
@@ -365,7 +367,7 @@ func (p *part) promoteWait() time.Duration {
 func (rt *Runtime) Status(service string, partitions []int32) []*pb.ReplicaStatus {
 	var out []*pb.ReplicaStatus
 	for _, part := range partitions {
-		if p, ok := rt.parts[partKey{service, part}]; ok {
+		if p := rt.lookup(service, part); p != nil {
 			out = append(out, toPBStatus(part, p.cfg.Level, p.spec.Replication.Linearizable, *p.status.Load(), rt.clock.Now()))
 		}
 	}
@@ -374,8 +376,8 @@ func (rt *Runtime) Status(service string, partitions []int32) []*pb.ReplicaStatu
 
 // PollVersion answers the replication part of a load poll.
 func (rt *Runtime) PollVersion(service string, partition int32) transport.Version {
-	p, ok := rt.parts[partKey{service, partition}]
-	if !ok {
+	p := rt.lookup(service, partition)
+	if p == nil {
 		return transport.Version{}
 	}
 	st := p.status.Load()
