@@ -166,6 +166,7 @@ func (l tlog) Write(b []byte) (int, error) { l.t.Log(string(bytes.TrimSpace(b)))
 // partition 0 at level 2 over memNet, on one manual clock.
 type memCluster struct {
 	t      *testing.T
+	ids    []string // every node, running or not
 	clk    *clock.Manual
 	net    *memNet
 	dirs   map[string]string
@@ -176,11 +177,18 @@ func newMemCluster(t *testing.T) *memCluster {
 	c := &memCluster{t: t, clk: clock.NewManual(t0), net: &memNet{rts: map[string]*Runtime{}, blocked: map[[2]string]bool{}}, dirs: map[string]string{},
 		stores: map[string]*memStore{}}
 	for _, id := range []string{"a", "b", "c"} {
-		c.dirs[id] = t.TempDir()
-		c.stores[id] = newMemStore()
-		c.start(id)
+		c.addNode(id)
 	}
 	return c
+}
+
+// addNode starts a node id that hosts kv partition 0 (on standby unless
+// it is a, b or c).
+func (c *memCluster) addNode(id string) {
+	c.ids = append(c.ids, id)
+	c.dirs[id] = c.t.TempDir()
+	c.stores[id] = newMemStore()
+	c.start(id)
 }
 
 // start runs id's runtime over its data dir and store.
@@ -216,7 +224,8 @@ func (c *memCluster) stop(id string) {
 	rt.Stop()
 }
 
-func (c *memCluster) part(id string) *part { return c.net.rt(id).parts[partKey{"kv", 0}] }
+// part is id's replica of kv partition 0 (nil: not hosted there).
+func (c *memCluster) part(id string) *part { return c.net.rt(id).lookup("kv", 0) }
 
 // advance moves the clock by d in ticks; at each step every running loop
 // handles it and every message sent meanwhile is delivered and handled
@@ -236,9 +245,27 @@ func (c *memCluster) advance(d time.Duration) {
 }
 
 func (c *memCluster) settleAll() {
-	for _, id := range []string{"a", "b", "c"} {
-		if c.net.rt(id) != nil {
-			settle(c.t, c.part(id))
+	for _, id := range c.ids {
+		if c.net.rt(id) == nil {
+			continue
+		}
+		if p := c.part(id); p != nil {
+			// (A loop that ends meanwhile, its replica removed, is done.)
+			done := make(chan struct{})
+			for _, op := range []func(time.Time){func(time.Time) {}, func(time.Time) { close(done) }} {
+				select {
+				case p.ops <- op:
+				case <-p.done:
+				case <-time.After(5 * time.Second):
+					c.t.Fatal("partition loop not taking operations")
+				}
+			}
+			select {
+			case <-done:
+			case <-p.done:
+			case <-time.After(5 * time.Second):
+				c.t.Fatal("partition loop stuck")
+			}
 		}
 	}
 }
@@ -246,12 +273,12 @@ func (c *memCluster) settleAll() {
 // quiet reports whether no replication message is queued, in flight or
 // in an inbox on any running node.
 func (c *memCluster) quiet() bool {
-	for _, id := range []string{"a", "b", "c"} {
+	for _, id := range c.ids {
 		rt := c.net.rt(id)
 		if rt == nil {
 			continue
 		}
-		if len(c.part(id).inbox) > 0 {
+		if p := c.part(id); p != nil && len(p.inbox) > 0 {
 			return false
 		}
 		rt.mu.Lock()
@@ -272,8 +299,8 @@ func (c *memCluster) quiet() bool {
 }
 
 func (c *memCluster) primary() string {
-	for _, id := range []string{"a", "b", "c"} {
-		if c.net.rt(id) != nil && c.part(id).status.Load().Role == replica.Primary {
+	for _, id := range c.ids {
+		if c.net.rt(id) != nil && c.part(id) != nil && c.part(id).status.Load().Role == replica.Primary {
 			return id
 		}
 	}
