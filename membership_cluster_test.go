@@ -24,7 +24,8 @@ import (
 // it caught up and votes, then removes m3. Writes keep being acknowledged
 // throughout; at the end partition 0's replicas are m1, m2 and m4, m3 no
 // longer announces it, the three are identical and hold every
-// acknowledged write, and partition 1 is untouched.
+// acknowledged write, and partition 1 is untouched. Then `neptune
+// partition apply` with the config file moves partition 0 back to m3.
 func TestReplicaMoveWhileWriting(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts node processes")
@@ -89,6 +90,30 @@ func TestReplicaMoveWhileWriting(t *testing.T) {
 	for p, want := range map[int][]string{0: {"m1", "m2", "m4"}, 1: {"m1", "m2", "m3"}} {
 		verifyOn(t, ctx, cl, c, p, want, w.acked[p])
 	}
+
+	// The same from config: the file still names m1-m3, and apply moves
+	// partition 0 back (partition 1 is as declared).
+	apply := func(extra ...string) string {
+		cmd := exec.CommandContext(ctx, neptuneBinary(t), append(append([]string{"partition", "apply", "--join", strings.Join(cl.Seeds(), ","),
+			"--config", args[slices.Index(args, "-config")+1], "--timeout", "30s"}, extra...), cl.SecurityArgs("operator/operator")...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("partition apply %v: %v\n%s", extra, err, out)
+		}
+		return string(out)
+	}
+	plan := apply("--dry-run")
+	if !strings.Contains(plan, "kv partition 0: would add m3") || !strings.Contains(plan, "kv partition 0: would remove m4") ||
+		!strings.Contains(plan, "as declared") {
+		t.Fatalf("partition apply --dry-run:\n%s", plan)
+	}
+	t.Logf("partition apply:\n%s", apply())
+	waitFor(t, 10*time.Second, func() bool {
+		reps := replicasOf(c, 0)
+		slices.Sort(reps)
+		return slices.Equal(reps, []string{"m1", "m2", "m3"})
+	})
+	verifyOn(t, ctx, cl, c, 0, []string{"m1", "m2", "m3"}, w.acked[0])
 }
 
 // replicasOf lists the nodes announcing a replica of kv partition p.

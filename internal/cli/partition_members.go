@@ -140,6 +140,133 @@ func (o *membersOptions) run(ctx context.Context, stdout io.Writer, verb string,
 	return nil
 }
 
+// applyOptions are the flags of `neptune partition apply`.
+type applyOptions struct {
+	membersOptions
+	config  string
+	service string
+	dryRun  bool
+}
+
+func newApplyCmd() *cobra.Command {
+	var o applyOptions
+	cmd := &cobra.Command{
+		Use:   "apply --join host:port --config node.yaml [--service name] [--dry-run]",
+		Short: "Change replica sets to what a config file declares, while they serve",
+		Long: `Change the replica sets of replicated partitions to what a node config file
+declares (replication.replicas, or nodes and degree): for each partition of
+each replicated service in the file (or only --service), the replicas the
+file names that the partition lacks are added (with the file's priority),
+then the ones it has that the file does not name are removed, one
+committed step at a time, exactly as neptune partition add and remove do.
+Priorities of replicas that stay are not changed. --dry-run prints the
+steps without making them.
+
+A config file only seeds a new partition's replica set: once changed, a
+partition's set is what its log says, so editing the file changes nothing
+until this command (or add, remove, move) runs.`,
+		Example: "  neptune partition apply --tls-dir pki --cert operator/alice --join 127.0.0.1:7946 --config cluster.yaml --service kv",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context(), cmd.OutOrStdout())
+		},
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of any node; list (required)")
+	fs.StringVar(&o.config, "config", "", "node config `file` declaring the replica sets (required)")
+	fs.StringVar(&o.service, "service", "", "only this replicated service (default: every one in the file)")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "print the steps, make none")
+	fs.DurationVar(&o.wait, "wait", time.Second, "how long to listen for announcements first")
+	fs.DurationVar(&o.timeout, "timeout", time.Minute, "how long to wait for each step to commit")
+	o.sec.add(fs, "operator/operator", "your operator")
+	_ = cmd.MarkFlagRequired("join")
+	_ = cmd.MarkFlagRequired("config")
+	return cmd
+}
+
+func (o *applyOptions) run(ctx context.Context, stdout io.Writer) error {
+	fc, err := readConfig(o.config)
+	if err != nil {
+		return err
+	}
+	sec, err := o.sec.client()
+	if err != nil {
+		return err
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: o.join, Security: sec})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := sleep(ctx, o.wait); err != nil {
+		return err
+	}
+	found := false
+	for _, s := range fc.Services {
+		if s.Replication == nil || (o.service != "" && s.Name != o.service) {
+			continue
+		}
+		found = true
+		r, err := s.Replication.toReplication("config: services." + s.Name)
+		if err != nil {
+			return err
+		}
+		for _, part := range s.Partitions {
+			p := &partitionRef{c: c, service: s.Name, partition: part, timeout: o.timeout, out: stdout}
+			primary := announcedPrimary(c, s.Name, part)
+			if primary == "" {
+				return fmt.Errorf("%s partition %d: no primary announced (nothing changed here)", s.Name, part)
+			}
+			// Asking to add a member changes nothing and answers the set.
+			cur, err := p.ask(ctx, primary, 0, "")
+			if err != nil {
+				return fmt.Errorf("%s partition %d: reading the replica set (nothing changed here): %w", s.Name, part, err)
+			}
+			has := map[string]bool{}
+			for _, m := range cur.Members {
+				has[m.Node] = true
+			}
+			want := map[string]bool{}
+			var steps [][3]string // add/remove, node, priority
+			for _, spec := range r.ReplicasOf(part) {
+				want[spec.Node] = true
+				if !has[spec.Node] {
+					steps = append(steps, [3]string{"add", spec.Node, strconv.Itoa(spec.Priority)})
+				}
+			}
+			for _, m := range cur.Members {
+				if !want[m.Node] {
+					steps = append(steps, [3]string{"remove", m.Node, ""})
+				}
+			}
+			if len(steps) == 0 {
+				fmt.Fprintf(stdout, "%s partition %d: replica set %s as declared\n", s.Name, part, setString(cur))
+				continue
+			}
+			for _, st := range steps {
+				if o.dryRun {
+					fmt.Fprintf(stdout, "%s partition %d: would %s %s\n", s.Name, part, st[0], st[1])
+					continue
+				}
+				if st[0] == "add" {
+					prio, _ := strconv.Atoi(st[2])
+					_, err = p.change(ctx, st[1], prio, "")
+				} else {
+					_, err = p.change(ctx, "", 0, st[1])
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if !found {
+		return fmt.Errorf("%s declares no replicated service%s", o.config, map[bool]string{true: " named " + o.service}[o.service != ""])
+	}
+	return nil
+}
+
 // partitionRef is the partition a command changes.
 type partitionRef struct {
 	c         *neptune.Client

@@ -176,13 +176,16 @@ func (r *Replica) noteCommitted() {
 func (r *Replica) applyConf() {
 	cur := r.members().Members
 	self := r.cfg.ID
+	prev := r.inConf
+	r.inConf = map[ID]bool{}
+	for _, p := range cur {
+		r.inConf[p.ID] = true
+	}
 	if r.role == Primary {
 		// Peers that just left the set keep getting appends for a while.
-		for _, id := range r.peers {
-			if !hasMember(cur, id) {
-				if _, ok := r.leaving[id]; !ok {
-					r.leaving[id] = leaver{prio: r.prio[id]}
-				}
+		for id := range prev {
+			if !r.inConf[id] && id != self {
+				r.leaving[id] = leaver{prio: r.prio[id]}
 			}
 		}
 	}
@@ -234,7 +237,9 @@ func (r *Replica) applyConf() {
 		}
 	}
 	for _, id := range r.peers {
-		if r.progress[id] == nil {
+		if r.progress[id] == nil || (prev != nil && !prev[id] && r.inConf[id]) {
+			// (A replica added again starts afresh: its node may have
+			// dropped it, and must be told to host it again: Members.)
 			r.progress[id] = &progress{next: r.last() + 1, lastAck: r.now}
 		}
 	}
@@ -410,3 +415,4 @@ func (r *Replica) learnRemoved(m Message) {
 	r.rd.ConfState = &ConfState{LSN: r.committed.LSN, Members: r.committed.Members}
 	r.applyConf()
 }
+

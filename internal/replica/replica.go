@@ -32,6 +32,7 @@ type Replica struct {
 	voters      map[ID]bool
 	voterPeers  []ID
 	leaving     map[ID]leaver
+	inConf      map[ID]bool // the current set's members, as applyConf last saw them
 	fixedQuorum bool
 	// leaveOnTransfer: the transfer under way removes this primary;
 	// removeAfter: the primary that handed over to us so as to leave,

@@ -100,4 +100,13 @@ func TestReplicaAddedAndRemovedOnNodes(t *testing.T) {
 	if got, want := c.stores["d"].digest(), c.stores["a"].digest(); got != want {
 		t.Fatalf("d after restart: %s, a: %s", got, want)
 	}
+	// b comes back, with the data it kept.
+	next += 15
+	if out := c.change(replica.Change{Add: "b", Priority: 2}, &next); !out.Done || !c.hosts("b") {
+		t.Fatalf("add b again: %+v, b hosts it: %v", out, c.hosts("b"))
+	}
+	c.advance(500 * time.Millisecond)
+	if got, want := c.stores["b"].digest(), c.stores["a"].digest(); got != want {
+		t.Fatalf("b added again: %s, a: %s", got, want)
+	}
 }
