@@ -415,4 +415,3 @@ func (r *Replica) learnRemoved(m Message) {
 	r.rd.ConfState = &ConfState{LSN: r.committed.LSN, Members: r.committed.Members}
 	r.applyConf()
 }
-

@@ -410,7 +410,9 @@ func (rt *Runtime) lookup(service string, partition int32) *part {
 }
 
 // Hosts reports whether the replica of service's partition is hosted here.
-func (rt *Runtime) Hosts(service string, partition int32) bool { return rt.lookup(service, partition) != nil }
+func (rt *Runtime) Hosts(service string, partition int32) bool {
+	return rt.lookup(service, partition) != nil
+}
 
 // Hosting lists the partitions of service whose replicas are hosted here
 // now, in order: what the node announces and serves.
