@@ -51,6 +51,8 @@ type Config struct {
 	// random.
 	Rand  *rand.Rand
 	Clock clock.Clock
+	// Metrics, if set, records every call's outcome (NewMetrics).
+	Metrics *Metrics
 }
 
 // Caller runs aggregations: the client's side, and a node's forwarding of
@@ -86,6 +88,12 @@ func NewCaller(cfg Config) *Caller {
 // together with a result that reports what did arrive. x selects an
 // experiment's baseline; the zero value is the product's behaviour.
 func (c *Caller) Aggregate(ctx context.Context, a Aggregation, x Experiment) (*Result, error) {
+	res, err := c.aggregate(ctx, a, x)
+	c.cfg.Metrics.observe(a, res, err)
+	return res, err
+}
+
+func (c *Caller) aggregate(ctx context.Context, a Aggregation, x Experiment) (*Result, error) {
 	start := c.clock.Now()
 	if err := a.Validate(); err != nil {
 		return nil, err

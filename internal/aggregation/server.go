@@ -98,7 +98,8 @@ type event struct {
 // the pool, its children's subtrees by forwarding, reductions on the pool
 // ahead of local work. It waits for children in this RPC's goroutine,
 // which holds no worker slot.
-func (s *Server) Serve(ctx context.Context, in *pb.AggregateRequest) (*pb.AggregateResponse, error) {
+func (s *Server) Serve(ctx context.Context, in *pb.AggregateRequest) (answer *pb.AggregateResponse, failure error) {
+	defer func() { s.caller.metrics().observeRoot(in, answer, failure) }()
 	start := s.clock.Now().Add(-time.Duration(in.ElapsedNs))
 	h, ok := s.services.Aggregation(in.Service)
 	if !ok {

@@ -29,11 +29,12 @@ func newTopCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "top --addr host:port [--interval 1s] [--count n]",
-		Short: "Show the cluster live in the terminal: members, partitions, traffic",
+		Short: "Show the cluster live in the terminal: members, partitions, traffic, aggregations",
 		Long: `Show what the web dashboard shows, at a glance in the terminal: the
 members with their state, age, memory and load; each replicated partition
-with its primary, epoch, lease and replicas' lag; and the calls served by
-the node, refreshed every --interval.
+with its primary, epoch, lease and replicas' lag; the calls served by
+the node; and, once any was made through it, its aggregation calls'
+coverage, lost partitions and hedges; refreshed every --interval.
 
 --addr is a node's (or gateway's) metrics address, the one its dashboard
 is served on (http://host:port/cluster). top reads the dashboard's JSON
@@ -110,7 +111,7 @@ func runTop(ctx context.Context, w io.Writer, addr string, q url.Values, interva
 			}
 		}
 		var s dashboard.Screen
-		for view, v := range map[string]any{"cluster": &s.Cluster, "partitions": &s.Partitions, "traffic": &s.Traffic} {
+		for view, v := range map[string]any{"cluster": &s.Cluster, "partitions": &s.Partitions, "traffic": &s.Traffic, "aggregation": &s.Aggregation} {
 			if err := fetch(view, v); err != nil {
 				return err
 			}

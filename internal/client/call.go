@@ -162,7 +162,7 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 		if r.usage != nil {
 			grpcOpts = append(grpcOpts, grpc.Trailer(&trailer))
 		}
-		out, err := cl.Call(ctx, r.in, grpcOpts...)
+		out, err := c.attempt(ctx, cl, r, t.Node, grpcOpts)
 		t.done(c.clock.Now(), c.clock.Since(sent))
 		if r.usage != nil {
 			*r.usage, _ = transport.UsageFromTrailer(trailer)
@@ -178,6 +178,12 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 		}
 		last = err
 		switch {
+		case errors.Is(err, errPrimaryMoved):
+			// Sent again to the new primary: safe, the attempt given up
+			// was a read or an identified write.
+			if failed++; failed >= maxAttempts && !pause() {
+				return nil, r.outcome(maybeRan, err)
+			}
 		case transport.IsTransport(err):
 			// The node is unreachable: exclude it and try another replica.
 			c.gossip.Exclude(t.Node)
@@ -203,6 +209,53 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 			return nil, r.outcome(maybeRan, err)
 		}
 		c.metrics.retries.Inc()
+	}
+}
+
+// errPrimaryMoved ends an attempt sent to a primary that the yellow pages
+// have since replaced (see attempt). It never leaves Call on its own.
+var errPrimaryMoved = errors.New("the partition's primary changed while the call was out")
+
+// attempt sends r to node. An attempt that went to a partition's primary
+// and is safe to send twice (a read, or a write with an identity, which the
+// partition executes at most once) is given up as soon as the yellow pages
+// name another primary: a primary cut off by a partition or paused never
+// answers, and waiting for the call's deadline would hold the write back
+// long after a new primary took over (issue 14's resume goal).
+func (c *Client) attempt(ctx context.Context, cl pb.NodeClient, r *request, node string, opts []grpc.CallOption) (*pb.CallResponse, error) {
+	k := partKey{r.in.Service, r.in.Partition}
+	c.mu.Lock()
+	view, moved := c.views.of[k], c.views.moved
+	c.mu.Unlock()
+	if own, _ := view.primaryClaim(node); !own || view.level < 2 || !(r.mode() == service.Read || r.identified()) {
+		return cl.Call(ctx, r.in, opts...)
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	type result struct {
+		out *pb.CallResponse
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := cl.Call(actx, r.in, opts...)
+		done <- result{out, err}
+	}()
+	for {
+		select {
+		case res := <-done:
+			if errors.Is(context.Cause(actx), errPrimaryMoved) && ctx.Err() == nil {
+				return nil, errPrimaryMoved
+			}
+			return res.out, res.err
+		case <-moved:
+			c.mu.Lock()
+			view, moved = c.views.of[k], c.views.moved
+			c.mu.Unlock()
+			if view.movedFrom(c.clock.Now(), node) {
+				cancel(errPrimaryMoved)
+			}
+		}
 	}
 }
 
@@ -234,10 +287,11 @@ func betweenPrimaries(err error, mode service.Mode) bool {
 }
 
 // outcomeOpen reports whether a write that failed with err may have run:
-// the request may have arrived (transport failure), the node says so, or
-// the deadline passed while it was out.
+// the request may have arrived (transport failure, or an attempt given up
+// for a new primary), the node says so, or the deadline passed while it
+// was out.
 func outcomeOpen(err error) bool {
-	return transport.IsTransport(err) || errors.Is(err, nerr.ErrUnknownOutcome) || errors.Is(err, nerr.ErrDeadline) ||
+	return transport.IsTransport(err) || errors.Is(err, nerr.ErrUnknownOutcome) || errors.Is(err, errPrimaryMoved) || errors.Is(err, nerr.ErrDeadline) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 

@@ -98,6 +98,7 @@ type Client struct {
 	metrics *clientMetrics
 	balance balance.Config
 	agg     *aggregation.Caller
+	aggM    *aggregation.Metrics
 	// reg and members are for Close, which unregisters the metrics.
 	reg     prometheus.Registerer
 	members prometheus.Collector
@@ -210,9 +211,13 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	var wctx context.Context
 	wctx, c.stopWatch = context.WithCancel(context.Background())
 	go cfg.Security.WatchKeyring(wctx)
+	if c.aggM, err = aggregation.NewMetrics(cfg.Registerer); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
 	c.agg = aggregation.NewCaller(aggregation.Config{
 		Directory: c.gossip, Poller: c.poller, Dialer: c.conns, PollWait: cfg.Balance.Discard,
-		Rand: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64())), Clock: c.clock,
+		Rand: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64())), Clock: c.clock, Metrics: c.aggM,
 	})
 	return c, nil
 }
@@ -227,6 +232,7 @@ func (c *Client) Close() error {
 	_ = c.poller.Close()
 	_ = c.conns.Close()
 	c.metrics.unregister(c.reg)
+	c.aggM.Unregister(c.reg)
 	if c.members != nil {
 		c.reg.Unregister(c.members)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/nerr"
@@ -32,7 +33,8 @@ type HostedService struct {
 }
 
 // Members returns the yellow pages, polling each member's load for every
-// partition it hosts (answers later than wait count as -1).
+// partition it hosts (answers later than wait count as -1); wait <= 0
+// lists them without polling (every load -1).
 func (c *Client) Members(ctx context.Context, wait time.Duration) []Member {
 	now := c.clock.Now()
 	var out []Member
@@ -47,15 +49,35 @@ func (c *Client) Members(ctx context.Context, wait time.Duration) []Member {
 			for _, p := range s.Partitions {
 				hs.Partitions = append(hs.Partitions, int(p))
 				hs.Load[int(p)] = -1
-				for _, ans := range c.poller.Poll(ctx, []transport.PollTarget{{Replica: a.NodeId, Addr: a.PollAddr}}, s.Name, p, "", wait) {
-					hs.Load[int(p)] = ans.Queue
-				}
 			}
 			m.Services = append(m.Services, hs)
+		}
+		if wait > 0 {
+			c.PollLoad(ctx, m, wait)
 		}
 		out = append(out, m)
 	}
 	return out
+}
+
+// PollLoad polls m's load for every partition it hosts, all at once, into
+// m's Load maps (which it must have); a poll not answered within wait, or
+// before ctx ends, leaves its load as it was.
+func (c *Client) PollLoad(ctx context.Context, m Member, wait time.Duration) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, s := range m.Services {
+		for _, p := range s.Partitions {
+			wg.Go(func() {
+				for _, ans := range c.poller.Poll(ctx, []transport.PollTarget{{Replica: m.Node, Addr: m.PollAddr}}, s.Name, int32(p), "", wait) {
+					mu.Lock()
+					s.Load[p] = ans.Queue
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
 }
 
 // ReplicaInfo is one replica of a partition as the yellow pages show it.

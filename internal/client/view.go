@@ -185,10 +185,57 @@ type views struct {
 	of map[partKey]*replicaView
 	// in lists the partitions each node's last announcement put it in.
 	in map[string][]partKey
+	// moved is closed, and replaced, whenever an announcement changes
+	// which node claims to be some partition's primary, or at which
+	// epoch (see Client.primaryMoved).
+	moved chan struct{}
 }
 
 func (vs *views) init() {
-	vs.of, vs.in = map[partKey]*replicaView{}, map[string][]partKey{}
+	vs.of, vs.in, vs.moved = map[partKey]*replicaView{}, map[string][]partKey{}, make(chan struct{})
+}
+
+// primaryClaim is who a view's announcements call primary, at which epoch.
+func (v *replicaView) primaryClaim(node string) (primary bool, epoch uint64) {
+	if v == nil {
+		return false, 0
+	}
+	a, ok := v.by[node]
+	return ok && a.role == replica.Primary, a.epoch
+}
+
+// set replaces k's view, and signals moved if a primary claim changed.
+func (vs *views) set(k partKey, node string, v *replicaView) {
+	wasP, wasE := vs.of[k].primaryClaim(node)
+	isP, isE := v.primaryClaim(node)
+	if len(v.by) == 0 {
+		delete(vs.of, k)
+	} else {
+		vs.of[k] = v
+	}
+	if wasP != isP || wasE != isE {
+		close(vs.moved)
+		vs.moved = make(chan struct{})
+	}
+}
+
+// movedFrom reports whether the yellow pages now name a primary of this
+// partition other than node: one that announced a higher epoch, or any
+// live one once node stopped claiming the role.
+func (v *replicaView) movedFrom(now time.Time, node string) bool {
+	if v == nil {
+		return false
+	}
+	own, hasOwn := v.by[node]
+	for id, a := range v.by {
+		if id == node || a.role != replica.Primary || now.After(a.expires) {
+			continue
+		}
+		if !hasOwn || own.role != replica.Primary || a.epoch > own.epoch {
+			return true
+		}
+	}
+	return false
 }
 
 // viewWatcher keeps the client's views as membership changes
@@ -209,7 +256,7 @@ func (w *viewWatcher) Applied(e membership.Entry) {
 			now = append(now, k)
 			st := announced{role: replica.Role(r.Role), epoch: r.Epoch, versionAgo: r.VersionAgo, leased: r.LeaseMs > 0,
 				diverged: r.Diverged, expires: e.Expires}
-			vs.of[k] = vs.of[k].with(node, int(r.Level), r.Linearizable, &st)
+			vs.set(k, node, vs.of[k].with(node, int(r.Level), r.Linearizable, &st))
 		}
 	}
 	for _, k := range vs.in[node] {
@@ -232,10 +279,5 @@ func (w *viewWatcher) Removed(node string) {
 
 // drop removes node from k's view, and the view once empty.
 func (vs *views) drop(k partKey, node string) {
-	v := vs.of[k].with(node, 0, false, nil)
-	if len(v.by) == 0 {
-		delete(vs.of, k)
-		return
-	}
-	vs.of[k] = v
+	vs.set(k, node, vs.of[k].with(node, 0, false, nil))
 }

@@ -22,11 +22,61 @@ import (
 func FromClientMembers(ms []client.Member) []Member {
 	out := make([]Member, 0, len(ms))
 	for _, m := range ms {
-		dm := Member{Node: m.Node, RPCAddr: m.RPCAddr, MetricsAddr: m.MetricsAddr, Age: m.Age}
+		dm := Member{Node: m.Node, RPCAddr: m.RPCAddr, PollAddr: m.PollAddr, MetricsAddr: m.MetricsAddr, Age: m.Age}
 		for _, s := range m.Services {
 			dm.Services = append(dm.Services, Hosted{Name: s.Name, Partitions: s.Partitions, Load: s.Load})
 		}
 		out = append(out, dm)
+	}
+	return out
+}
+
+// ToClientMember converts back, for polling its load (Client.PollLoad):
+// every load -1 until answered.
+func ToClientMember(m Member) client.Member {
+	cm := client.Member{Node: m.Node, RPCAddr: m.RPCAddr, PollAddr: m.PollAddr, MetricsAddr: m.MetricsAddr, Age: m.Age}
+	for _, s := range m.Services {
+		hs := client.HostedService{Name: s.Name, Partitions: s.Partitions, Load: map[int]int{}}
+		for _, p := range s.Partitions {
+			hs.Load[p] = -1
+		}
+		cm.Services = append(cm.Services, hs)
+	}
+	return cm
+}
+
+// LoadsOf is a polled member's loads as a LoadSource returns them: late
+// polls (-1) left out.
+func LoadsOf(m client.Member) map[string]map[int]int {
+	out := map[string]map[int]int{}
+	for _, s := range m.Services {
+		for p, l := range s.Load {
+			if l < 0 {
+				continue
+			}
+			if out[s.Name] == nil {
+				out[s.Name] = map[int]int{}
+			}
+			out[s.Name][p] = l
+		}
+	}
+	return out
+}
+
+// FromDeparted converts the yellow pages' departed members
+// (membership.Gossip.Departed).
+func FromDeparted(ds []membership.Departed) []Departed {
+	out := make([]Departed, 0, len(ds))
+	for _, d := range ds {
+		m := Member{Node: d.Node, RPCAddr: d.Ann.GetRpcAddr(), PollAddr: d.Ann.GetPollAddr(), MetricsAddr: d.Ann.GetMetricsAddr()}
+		for _, s := range d.Ann.GetServices() {
+			h := Hosted{Name: s.GetName()}
+			for _, p := range s.GetPartitions() {
+				h.Partitions = append(h.Partitions, int(p))
+			}
+			m.Services = append(m.Services, h)
+		}
+		out = append(out, Departed{Member: m, LastSeen: d.LastSeen, Why: d.Why})
 	}
 	return out
 }
@@ -85,6 +135,37 @@ func FromPages(now time.Time, entries []membership.Entry, staleness func(service
 	return out
 }
 
+// WithDeparted adds to ps, as role "gone" with their last announced
+// status, the replicas of members that left the yellow pages
+// (membership.Gossip.Departed): a dashboard opened after a node died
+// still shows which replica the failover lost.
+func WithDeparted(ps []Partition, ds []membership.Departed) []Partition {
+	type key struct {
+		svc  string
+		part int
+	}
+	at := map[key]int{}
+	for i, p := range ps {
+		at[key{p.Service, p.Partition}] = i
+	}
+	for _, d := range ds {
+		for _, s := range d.Ann.GetServices() {
+			for _, r := range s.GetReplicas() {
+				k := key{s.GetName(), int(r.GetPartition())}
+				i, ok := at[k]
+				if !ok {
+					i = len(ps)
+					at[k] = i
+					ps = append(ps, Partition{Service: k.svc, Partition: k.part, Level: int(r.GetLevel())})
+				}
+				ps[i].Replicas = append(ps[i].Replicas, Replica{Node: d.Node, Role: RoleGone, Epoch: r.GetEpoch(), Primary: r.GetPrimary(),
+					Version: r.GetVersion(), Commit: r.GetCommit()})
+			}
+		}
+	}
+	return ps
+}
+
 // LeaseOf reads a replica status's remaining lease (lease_ms, as it was
 // announced); false when it holds none.
 func LeaseOf(r *pb.ReplicaStatus) (time.Duration, bool) {
@@ -97,7 +178,15 @@ type (
 	MembersFunc     func(ctx context.Context) ([]Member, error)
 	PartitionsFunc  func(ctx context.Context) ([]Partition, error)
 	SubscribersFunc func(ctx context.Context) (Subscribers, error)
+	LoadFunc        func(ctx context.Context, m Member) map[string]map[int]int
+	DepartedFunc    func(ctx context.Context) ([]Departed, error)
 )
+
+// Load calls f.
+func (f LoadFunc) Load(ctx context.Context, m Member) map[string]map[int]int { return f(ctx, m) }
+
+// Departed calls f.
+func (f DepartedFunc) Departed(ctx context.Context) ([]Departed, error) { return f(ctx) }
 
 // Members calls f.
 func (f MembersFunc) Members(ctx context.Context) ([]Member, error) { return f(ctx) }

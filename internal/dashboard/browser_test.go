@@ -71,6 +71,8 @@ func TestBrowser(t *testing.T) {
   - name: kv
     partitions: 0-3
     replication: {level: 3, nodes: [d1, d2, d3], degree: 3}
+  - name: search
+    partitions: 0-2
   - name: echo
     partitions: 0
     classes:
@@ -148,6 +150,10 @@ func TestBrowser(t *testing.T) {
 			_, _ = c.Call(cctx, "kv", i%4, "put", fmt.Appendf(nil, "k%d=v", i))
 			_, _ = c.Call(cctx, "kv", i%4, "get", fmt.Appendf(nil, "k%d", i))
 			_, _ = c.Call(cctx, "echo", 0, "echo", []byte("hi"), neptune.WithClass([]string{"gold", "bronze"}[i%2]))
+			if i%5 == 0 {
+				_, _ = c.Aggregate(cctx, neptune.Aggregation{Service: "search", Partitions: []int{0, 1, 2}, Local: "topk", Reduce: "merge",
+					LocalParams: []byte(`{"terms":[1,2],"k":5}`), ReduceParams: []byte("5"), Quality: 0.5, Deadline: 300 * time.Millisecond})
+			}
 			cancel()
 			if req, err := http.NewRequestWithContext(loadCtx, http.MethodGet, "http://"+gwDash.http+"/kv/0/", strings.NewReader("k1")); err == nil {
 				req.Host = []string{"shop.example", "other.example"}[i%2]
@@ -268,7 +274,20 @@ func TestBrowser(t *testing.T) {
 		return strings.Contains(v, "gold") && strings.Contains(v, "bronze")
 	})
 	shot("classes")
-	open(base + "/aggregation")
+	// The aggregations the client makes are rooted at one node or another:
+	// the first node whose page shows search calls rooted there.
+	var rootedAt string
+	waitPage("a node shows search aggregations rooted there", 15*time.Second, func() bool {
+		for _, id := range []string{"d1", "d2", "d3"} {
+			open("http://" + dash[id] + "/aggregation")
+			if count(`#aggregation-rooted tr[data-service="search"]`) == 1 {
+				rootedAt = id
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("search aggregations rooted at %s: %s", rootedAt, text(`#aggregation-rooted tr[data-service="search"]`))
 	shot("aggregation")
 	open("http://" + gwDash.metrics + "/subscribers")
 	var heading string
@@ -320,6 +339,19 @@ func TestBrowser(t *testing.T) {
 	if greyed > 5*time.Second {
 		t.Errorf("%s greyed out %v after SIGKILL, want within TTL + refresh (2 s) and some slack", victim, greyed)
 	}
+	// A dashboard first opened after the death still shows the dead node,
+	// from its yellow pages' memory of departed members.
+	fresh := ""
+	for _, id := range []string{"d1", "d2", "d3"} {
+		if id != victim && id != viewer {
+			fresh = id
+		}
+	}
+	open("http://" + dash[fresh] + "/cluster")
+	if n := count(fmt.Sprintf(`tr.member.dead[data-node=%q] .lastseen`, victim)); n != 1 {
+		t.Errorf("a dashboard opened on %s after %s died does not show it dead with when it was last seen", fresh, victim)
+	}
+	t.Logf("fresh dashboard on %s: %s", fresh, text(fmt.Sprintf(`tr.member.dead[data-node=%q]`, victim)))
 	shot("cluster")
 	open(base + "/partitions?service=kv")
 	var newPrimary, newEpoch string

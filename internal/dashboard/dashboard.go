@@ -47,8 +47,13 @@ type Config struct {
 	// Self names who serves the dashboard: a node id or a gateway's name.
 	Self string
 	// Role is "node" or "gateway", for the heading.
-	Role        string
-	Members     MemberSource
+	Role    string
+	Members MemberSource
+	// Loads polls each member's load (nil: the loads MemberSource gives).
+	Loads LoadSource
+	// Departed lists the members that left the yellow pages recently;
+	// nil: the dashboard remembers those it saw itself, for Forget.
+	Departed    DepartedSource
 	Partitions  PartitionSource
 	Subscribers SubscriberSource
 	// Gatherer is the process's metrics registry (the one /metrics serves).
@@ -62,10 +67,18 @@ type Config struct {
 	Interval, TTL time.Duration
 	// Refresh is how often an open page re-fetches its view (default 1 s).
 	Refresh time.Duration
-	// Forget is how long a dead member stays greyed (default 10 min).
+	// Forget is how long a dead member stays greyed (default 10 min),
+	// when the dashboard remembers members itself.
 	Forget time.Duration
-	Clock  clock.Clock
+	// MemberTimeout bounds the poll of one member's load and the fetch of
+	// its RSS (default 300 ms): a member that does not answer in time
+	// shows late loads and no RSS, and holds up the view no longer.
+	MemberTimeout time.Duration
+	Clock         clock.Clock
 }
+
+// memberFanout is how many members' loads and RSS are fetched at once.
+const memberFanout = 16
 
 // Server serves the dashboard. Create it with New.
 type Server struct {
@@ -149,6 +162,37 @@ type seenMember struct {
 	last time.Time
 }
 
+// departed returns the members no longer in the yellow pages: from the
+// DepartedSource if there is one, else from the members this dashboard
+// saw itself (live, the current listing), for Forget.
+func (s *Server) departed(ctx context.Context, now time.Time, live []Member) ([]goneMember, error) {
+	if s.cfg.Departed != nil {
+		ds, err := s.cfg.Departed.Departed(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]goneMember, 0, len(ds))
+		for _, d := range ds {
+			out = append(out, goneMember{m: d.Member, last: d.LastSeen, why: d.Why})
+		}
+		return out, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range live {
+		s.seen[m.Node] = seenMember{m: m, last: now.Add(-m.Age)}
+	}
+	out := make([]goneMember, 0, len(s.seen))
+	for n, sm := range s.seen {
+		if now.Sub(sm.last) > s.cfg.Forget {
+			delete(s.seen, n)
+			continue
+		}
+		out = append(out, goneMember{m: sm.m, last: sm.last})
+	}
+	return out, nil
+}
+
 // New returns the dashboard server for cfg.
 func New(cfg Config) (*Server, error) {
 	if cfg.Refresh <= 0 {
@@ -162,6 +206,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Forget <= 0 {
 		cfg.Forget = 10 * time.Minute
+	}
+	if cfg.MemberTimeout <= 0 {
+		cfg.MemberTimeout = 300 * time.Millisecond
 	}
 	if cfg.Role == "" {
 		cfg.Role = "node"
@@ -223,20 +270,11 @@ func (s *Server) View(ctx context.Context, view string, f Filter) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.mu.Lock()
-		for _, m := range ms {
-			s.seen[m.Node] = seenMember{m: m, last: now.Add(-m.Age)}
+		gone, err := s.departed(ctx, now, ms)
+		if err != nil {
+			return nil, err
 		}
-		seen := make(map[string]seenMember, len(s.seen))
-		for n, sm := range s.seen {
-			if now.Sub(sm.last) > s.cfg.Forget {
-				delete(s.seen, n)
-				continue
-			}
-			seen[n] = sm
-		}
-		s.mu.Unlock()
-		return buildCluster(s.cfg.Self, now, s.cfg.TTL, s.cfg.Interval, f, ms, seen, rss), nil
+		return buildCluster(s.cfg.Self, now, s.cfg.TTL, s.cfg.Interval, f, ms, gone, rss), nil
 	case "partitions":
 		if s.cfg.Partitions == nil {
 			return PartitionsView{Self: s.cfg.Self, At: now, Filter: f, Partitions: []PartitionRow{}, Note: "no yellow pages here"}, nil
@@ -308,31 +346,51 @@ func (s *Server) listMembers(ctx context.Context, now time.Time) ([]Member, map[
 	if own := s.ownRSS(); own > 0 {
 		rss[s.cfg.Self] = own
 	}
-	if s.cfg.RSS != nil {
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 16)
-		for _, m := range ms {
-			if m.Node == s.cfg.Self {
-				continue
-			}
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				if v := s.cfg.RSS.RSS(ctx, m); v > 0 {
-					mu.Lock()
-					rss[m.Node] = v
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
-	}
+	s.pollMembers(ctx, ms, rss)
 	s.mu.Lock()
 	s.members, s.rss, s.membersAt = ms, rss, now
 	s.mu.Unlock()
 	return ms, rss, nil
+}
+
+// pollMembers fills in the members' loads (Loads) and resident memory
+// (RSS), memberFanout members at a time, each within MemberTimeout: a
+// member that never answers costs the view MemberTimeout, not more, and
+// shows its loads late.
+func (s *Server) pollMembers(ctx context.Context, ms []Member, rss map[string]int64) {
+	if s.cfg.Loads == nil && s.cfg.RSS == nil {
+		return
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, memberFanout)
+	for i := range ms {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			m := &ms[i]
+			mctx, cancel := context.WithTimeout(ctx, s.cfg.MemberTimeout)
+			defer cancel()
+			if s.cfg.Loads != nil {
+				loads := s.cfg.Loads.Load(mctx, *m)
+				hosted := make([]Hosted, len(m.Services))
+				for j, h := range m.Services {
+					h.Load = loads[h.Name]
+					hosted[j] = h
+				}
+				m.Services = hosted
+			}
+			if s.cfg.RSS != nil && m.Node != s.cfg.Self {
+				if v := s.cfg.RSS.RSS(mctx, *m); v > 0 {
+					mu.Lock()
+					rss[m.Node] = v
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func (s *Server) ownRSS() int64 {

@@ -41,6 +41,18 @@ func (f *fakeCluster) Partitions(context.Context) ([]Partition, error) {
 	return append([]Partition(nil), f.parts...), nil
 }
 
+// Load answers a member's loads as the synthetic yellow pages hold them.
+func (f *fakeCluster) Load(_ context.Context, m Member) map[string]map[int]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, x := range f.members {
+		if x.Node == m.Node {
+			return map[string]map[int]int{"kv": x.Services[0].Load}
+		}
+	}
+	return nil
+}
+
 func newFakeCluster(nodes, partitions int) *fakeCluster {
 	f := &fakeCluster{}
 	hosted := make([][]int, nodes)
@@ -82,7 +94,7 @@ func registry(t *testing.T) (*prometheus.Registry, *prometheus.CounterVec, *prom
 	guarantee := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "neptune_class_guarantee"}, []string{"service", "class"})
 	share := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "neptune_class_window_share"}, []string{"service", "class"})
 	queued := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "neptune_class_queued"}, []string{"service", "class"})
-	aggCalls := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mAggCalls}, []string{"service"})
+	aggCalls := prometheus.NewCounterVec(prometheus.CounterOpts{Name: mAggCalls}, []string{"service", "status"})
 	aggCov := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: mAggCoverage, Buckets: []float64{0.5, 0.9, 0.99, 1}}, []string{"service"})
 	reg.MustRegister(calls, lat, queue, offered, realized, arrivals, guarantee, share, queued, aggCalls, aggCov)
 	for i := range 100 {
@@ -97,7 +109,7 @@ func registry(t *testing.T) (*prometheus.Registry, *prometheus.CounterVec, *prom
 	guarantee.WithLabelValues("kv", "gold").Set(0.5)
 	share.WithLabelValues("kv", "gold").Set(0.3)
 	queued.WithLabelValues("kv", "gold").Set(2)
-	aggCalls.WithLabelValues("search").Add(10)
+	aggCalls.WithLabelValues("search", "full").Add(10)
 	for range 10 {
 		aggCov.WithLabelValues("search").Observe(0.95)
 	}
@@ -120,7 +132,7 @@ func get(t *testing.T, h http.Handler, path string) string {
 func TestLargeClusterRendersEveryView(t *testing.T) {
 	fc := newFakeCluster(64, 512)
 	reg, _, _ := registry(t)
-	s, err := New(Config{Self: "n00", Members: fc, Partitions: fc, Gatherer: reg,
+	s, err := New(Config{Self: "n00", Members: fc, Loads: fc, Partitions: fc, Gatherer: reg,
 		Subscribers: SubscribersFunc(func(context.Context) (Subscribers, error) {
 			return Subscribers{Gateway: "gw1", Subscribers: []Subscriber{{Name: "alice", Reserved: 100, Share: 1, DemandGRPS: 50, Served: 7}}}, nil
 		})})
@@ -149,6 +161,11 @@ func TestLargeClusterRendersEveryView(t *testing.T) {
 	mustJSON(t, get(t, s, APIPrefix+"cluster"), &cv)
 	if len(cv.Members) != 64 || cv.Alive != 64 {
 		t.Errorf("cluster: %d members, %d alive; want 64", len(cv.Members), cv.Alive)
+	}
+	for _, m := range cv.Members {
+		if m.Services[0].Late != 0 || len(m.Services[0].Partitions) != 24 {
+			t.Fatalf("member %s: %+v, want 24 partitions, every load polled", m.Node, m.Services[0])
+		}
 	}
 	var pv PartitionsView
 	mustJSON(t, get(t, s, APIPrefix+"partitions"), &pv)
@@ -340,8 +357,8 @@ func TestTrafficRatesAndPercentiles(t *testing.T) {
 	}
 	var av AggregationView
 	mustJSON(t, get(t, s, APIPrefix+"aggregation"), &av)
-	if len(av.Services) != 1 || math.Abs(float64(av.Services[0].Coverage)-0.95) > 1e-9 {
-		t.Errorf("aggregation: %+v", av.Services)
+	if len(av.Called) != 1 || math.Abs(float64(av.Called[0].Coverage)-0.95) > 1e-9 {
+		t.Errorf("aggregation: %+v", av.Called)
 	}
 }
 
@@ -381,7 +398,7 @@ func TestNoWorkWithoutViewers(t *testing.T) {
 	base := runtime.NumGoroutine()
 	fc := newFakeCluster(8, 16)
 	reg, _, _ := registry(t)
-	s, _ := New(Config{Self: "n00", Members: fc, Partitions: fc, Gatherer: reg, RSS: PeerRSS{}})
+	s, _ := New(Config{Self: "n00", Members: fc, Loads: fc, Partitions: fc, Gatherer: reg, RSS: PeerRSS{}})
 	srv := httptest.NewServer(s)
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	for range 3 {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/aggregation"
 )
 
 // Num is a measured value; NaN (not measured) encodes as JSON null and
@@ -41,11 +43,12 @@ const (
 	mRSS           = "process_resident_memory_bytes"
 	// if present: the balancer's choice per replica.
 	mChoices = "neptune_client_choices_total"
-	// if present: aggregation calls, their coverage, lost partitions, hedges.
-	mAggCalls    = "neptune_aggregation_calls_total"
-	mAggCoverage = "neptune_aggregation_coverage"
-	mAggLost     = "neptune_aggregation_partitions_lost_total"
-	mAggHedges   = "neptune_aggregation_hedges_total"
+	// aggregation calls made through this process's client, their
+	// coverage, lost partitions, hedges (internal/aggregation's metrics).
+	mAggCalls    = aggregation.MetricCalls
+	mAggCoverage = aggregation.MetricCoverage
+	mAggLost     = aggregation.MetricLost
+	mAggHedges   = aggregation.MetricHedges
 	// gateway served GRU, for the subscribers' deviation.
 	mGatewayServedGRU = "neptune_gateway_served_gru_total"
 )
@@ -303,98 +306,141 @@ func buildClasses(self string, now time.Time, f Filter, cur families, base *samp
 }
 
 // AggregationView is the Aggregation view (Data Aggregation Call) and its
-// JSON twin, from the aggregation metrics if this process exports them.
+// JSON twin: the calls made through this process's client (Called) and
+// those whose reduction tree this node ran at the root (Rooted), which is
+// where a node sees the calls of client programs.
 type AggregationView struct {
-	Self     string           `json:"self"`
-	At       time.Time        `json:"at"`
-	Filter   Filter           `json:"filter"`
-	WindowS  float64          `json:"window_s"`
-	Services []AggregationRow `json:"services"`
-	Note     string           `json:"note,omitempty"`
+	Self    string           `json:"self"`
+	At      time.Time        `json:"at"`
+	Filter  Filter           `json:"filter"`
+	WindowS float64          `json:"window_s"`
+	Called  []AggregationRow `json:"called"`
+	Rooted  []AggregationRow `json:"rooted"`
+	Note    string           `json:"note,omitempty"`
 }
 
-// AggregationRow is one service's aggregation calls made from here.
+// AggregationRow is one service's aggregation calls.
 type AggregationRow struct {
-	Service   string `json:"service"`
-	Calls     Num    `json:"calls_total"`
-	CallRate  Num    `json:"calls_per_s"`
-	Coverage  Num    `json:"mean_coverage"` // over the window, else since start
-	Lost      Num    `json:"partitions_lost_total"`
-	LostRate  Num    `json:"partitions_lost_per_s"`
-	Hedges    Num    `json:"hedges_total"`
-	HedgeRate Num    `json:"hedges_per_s"`
+	Service  string `json:"service"`
+	Calls    Num    `json:"calls_total"`
+	CallRate Num    `json:"calls_per_s"`
+	// Partial, Failed and Errors count the calls by status: the quality
+	// guarantee met with partitions missing, not met, and no tree ran
+	// (the caller's side only: the root does not know the guarantee).
+	Partial   Num `json:"partial_total"`
+	Failed    Num `json:"failed_total"`
+	Errors    Num `json:"errors_total"`
+	Coverage  Num `json:"mean_coverage"` // over the window, else since start
+	Lost      Num `json:"partitions_lost_total"`
+	LostRate  Num `json:"partitions_lost_per_s"`
+	Hedges    Num `json:"hedges_total"`
+	HedgeRate Num `json:"hedges_per_s"`
 }
+
+// aggMetrics names one side's aggregation metrics.
+type aggMetrics struct{ calls, coverage, lost, hedges string }
+
+var (
+	aggCalled = aggMetrics{mAggCalls, mAggCoverage, mAggLost, mAggHedges}
+	aggRooted = aggMetrics{aggregation.MetricRootCalls, aggregation.MetricRootCoverage, aggregation.MetricRootLost, aggregation.MetricRootHedges}
+)
 
 func buildAggregation(self string, now time.Time, f Filter, cur families, base *sample) AggregationView {
-	v := AggregationView{Self: self, At: now, Filter: f, Services: []AggregationRow{}}
+	v := AggregationView{Self: self, At: now, Filter: f}
 	var bf families
 	if base != nil {
 		v.WindowS = now.Sub(base.at).Seconds()
 		bf = base.fams
 	}
+	v.Called = aggRows(f, cur, bf, v.WindowS, aggCalled)
+	v.Rooted = aggRows(f, cur, bf, v.WindowS, aggRooted)
+	if len(v.Called) == 0 && len(v.Rooted) == 0 {
+		v.Note = "no aggregation call made through this process or rooted at it yet (" + mAggCalls + ", " + aggregation.MetricRootCalls + ")"
+	}
+	return v
+}
+
+// aggRows is one side's rows, per service, with rates over windowS.
+func aggRows(f Filter, cur, bf families, windowS float64, names aggMetrics) []AggregationRow {
 	svcs := map[string]*AggregationRow{}
 	row := func(svc string) *AggregationRow {
 		r := svcs[svc]
 		if r == nil {
-			r = &AggregationRow{Service: svc, Calls: nan, CallRate: nan, Coverage: nan, Lost: nan, LostRate: nan, Hedges: nan, HedgeRate: nan}
+			r = &AggregationRow{Service: svc, Calls: nan, CallRate: nan, Partial: nan, Failed: nan, Errors: nan, Coverage: nan,
+				Lost: nan, LostRate: nan, Hedges: nan, HedgeRate: nan}
 			svcs[svc] = r
 		}
 		return r
 	}
+	add := func(n *Num, x float64) {
+		if *n != *n {
+			*n = 0
+		}
+		*n += Num(x)
+	}
+	// counter sums a counter's series per service (over its other labels,
+	// such as the calls' status) into total and, over the window, rate.
 	counter := func(name string, total, rate func(*AggregationRow) *Num) {
-		bs := bf.byKey(name, "service")
+		bs := bf.byKey(name, "service", "status")
 		for _, s := range cur.all(name) {
 			svc := s.labels["service"]
 			if !f.service(svc) {
 				continue
 			}
 			r := row(svc)
-			*total(r) = Num(s.value)
-			if v.WindowS > 0 {
+			add(total(r), s.value)
+			if windowS > 0 {
 				var b *series
-				if x, ok := bs[svc]; ok {
+				if x, ok := bs[s.key("service", "status")]; ok {
 					b = &x
 				}
-				*rate(r) = Num(delta(s.value, b) / v.WindowS)
+				add(rate(r), delta(s.value, b)/windowS)
 			}
 		}
 	}
-	counter(mAggCalls, func(r *AggregationRow) *Num { return &r.Calls }, func(r *AggregationRow) *Num { return &r.CallRate })
-	counter(mAggLost, func(r *AggregationRow) *Num { return &r.Lost }, func(r *AggregationRow) *Num { return &r.LostRate })
-	counter(mAggHedges, func(r *AggregationRow) *Num { return &r.Hedges }, func(r *AggregationRow) *Num { return &r.HedgeRate })
-	bcov := bf.byKey(mAggCoverage, "service")
-	if fam := cur[mAggCoverage]; fam != nil {
-		for i, s := range cur.all(mAggCoverage) {
-			if !f.service(s.labels["service"]) {
-				continue
-			}
-			m := fam.GetMetric()[i]
-			var sum, count float64
-			switch {
-			case m.Histogram != nil:
-				sum, count = m.GetHistogram().GetSampleSum(), float64(m.GetHistogram().GetSampleCount())
-				if b, ok := bcov[s.labels["service"]]; ok && b.hist != nil && float64(b.hist.GetSampleCount()) < count {
-					sum -= b.hist.GetSampleSum()
-					count -= float64(b.hist.GetSampleCount())
-				}
-			case m.Summary != nil:
-				sum, count = m.GetSummary().GetSampleSum(), float64(m.GetSummary().GetSampleCount())
-			case m.Gauge != nil:
-				sum, count = m.GetGauge().GetValue(), 1
-			}
-			if count > 0 {
-				row(s.labels["service"]).Coverage = Num(sum / count)
-			}
+	counter(names.calls, func(r *AggregationRow) *Num { return &r.Calls }, func(r *AggregationRow) *Num { return &r.CallRate })
+	counter(names.lost, func(r *AggregationRow) *Num { return &r.Lost }, func(r *AggregationRow) *Num { return &r.LostRate })
+	counter(names.hedges, func(r *AggregationRow) *Num { return &r.Hedges }, func(r *AggregationRow) *Num { return &r.HedgeRate })
+	for _, s := range cur.all(names.calls) {
+		st, ok := s.labels["status"]
+		if !ok || !f.service(s.labels["service"]) {
+			continue
+		}
+		r := row(s.labels["service"])
+		for _, n := range []*Num{&r.Partial, &r.Failed, &r.Errors} {
+			add(n, 0) // calls counted by status: none of a status is 0
+		}
+		switch st {
+		case "partial":
+			add(&r.Partial, s.value)
+		case "failed":
+			add(&r.Failed, s.value)
+		case "error":
+			add(&r.Errors, s.value)
 		}
 	}
+	// Mean coverage from the histogram's sum and count: over the window
+	// if calls were made in it, else since start.
+	bcov := bf.byKey(names.coverage, "service")
+	for _, s := range cur.all(names.coverage) {
+		if s.hist == nil || !f.service(s.labels["service"]) {
+			continue
+		}
+		sum, count := s.hist.GetSampleSum(), float64(s.hist.GetSampleCount())
+		if b, ok := bcov[s.labels["service"]]; ok && b.hist != nil && float64(b.hist.GetSampleCount()) < count {
+			sum -= b.hist.GetSampleSum()
+			count -= float64(b.hist.GetSampleCount())
+		}
+		if count > 0 {
+			row(s.labels["service"]).Coverage = Num(sum / count)
+		}
+	}
+	out := make([]AggregationRow, 0, len(svcs))
 	for _, r := range svcs {
-		v.Services = append(v.Services, *r)
+		out = append(out, *r)
 	}
-	slices.SortFunc(v.Services, func(a, b AggregationRow) int { return strings.Compare(a.Service, b.Service) })
-	if len(v.Services) == 0 {
-		v.Note = "no aggregation metrics on this process (" + mAggCalls + ", " + mAggCoverage + ", " + mAggLost + ", " + mAggHedges + ")"
-	}
-	return v
+	slices.SortFunc(out, func(a, b AggregationRow) int { return strings.Compare(a.Service, b.Service) })
+	return out
 }
 
 // SubscribersView is the gateway's Subscribers view and its JSON twin.

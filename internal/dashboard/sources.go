@@ -10,9 +10,35 @@ import (
 // in what they have. A nil source hides its view's data and says so.
 
 // MemberSource lists the live members of the yellow pages as the process
-// serving the dashboard sees them (every entry younger than the TTL).
+// serving the dashboard sees them (every entry younger than the TTL). It
+// should answer from memory: loads, which take the network, come from a
+// LoadSource, one member at a time.
 type MemberSource interface {
 	Members(ctx context.Context) ([]Member, error)
+}
+
+// LoadSource polls one member's load index for every partition it hosts:
+// service → partition → load; a partition left out counts as late. The
+// dashboard polls members concurrently, each under its own deadline in
+// ctx, which Load must honour.
+type LoadSource interface {
+	Load(ctx context.Context, m Member) map[string]map[int]int
+}
+
+// DepartedSource lists the members that left the yellow pages recently
+// (membership's bounded memory of them), so a dashboard opened after a
+// node died still shows that node, greyed.
+type DepartedSource interface {
+	Departed(ctx context.Context) ([]Departed, error)
+}
+
+// Departed is a member that left the yellow pages: its last announced
+// addresses and services, when its last announcement arrived and why it
+// left (membership.WhyGone or WhyExpired).
+type Departed struct {
+	Member
+	LastSeen time.Time
+	Why      string
 }
 
 // PartitionSource lists the replicated partitions with their replicas'
@@ -37,6 +63,7 @@ type RSSSource interface {
 type Member struct {
 	Node        string        `json:"node"`
 	RPCAddr     string        `json:"rpc_addr"`
+	PollAddr    string        `json:"-"`
 	MetricsAddr string        `json:"metrics_addr,omitempty"`
 	Age         time.Duration `json:"-"` // since its last announcement
 	Services    []Hosted      `json:"services"`

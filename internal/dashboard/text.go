@@ -7,11 +7,12 @@ import (
 	"text/tabwriter"
 )
 
-// Screen is what `neptune top` shows: three views' JSON twins.
+// Screen is what `neptune top` shows: four views' JSON twins.
 type Screen struct {
-	Cluster    ClusterView
-	Partitions PartitionsView
-	Traffic    TrafficView
+	Cluster     ClusterView
+	Partitions  PartitionsView
+	Traffic     TrafficView
+	Aggregation AggregationView
 }
 
 // WriteText renders the screen for a terminal, each table cut to at most
@@ -38,7 +39,11 @@ func WriteText(w io.Writer, s Screen, rows int) error {
 		if m.Self {
 			self = " *"
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\n", m.Node, self, strings.ToUpper(m.State), m.Age(), m.RSS(), strings.Join(ss, "  "))
+		state := strings.ToUpper(m.State)
+		if m.Why != "" {
+			state += " (" + m.Why + ")"
+		}
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\n", m.Node, self, state, m.Age(), m.RSS(), strings.Join(ss, "  "))
 	}
 	more(tw, left)
 	p := s.Partitions
@@ -76,6 +81,21 @@ func WriteText(w io.Writer, s Screen, rows int) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Service, m.Method, m.Rate, m.Errors, m.P50Ms, m.P99Ms)
 	}
 	more(tw, left)
+	for _, side := range []struct {
+		title string
+		rows  []AggregationRow
+	}{{"made here", s.Aggregation.Called}, {"rooted here", s.Aggregation.Rooted}} {
+		if len(side.rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "\nAGGREGATION calls %s (%s)\n", side.title, window)
+		fmt.Fprintln(tw, "SERVICE\tCALLS/S\tCALLS\tPARTIAL\tFAILED\tCOVERAGE\tLOST\tHEDGES")
+		n, left = cut(len(side.rows))
+		for _, r := range side.rows[:n] {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Service, r.CallRate, r.Calls, r.Partial, r.Failed, pct(r.Coverage), r.Lost, r.Hedges)
+		}
+		more(tw, left)
+	}
 	return tw.Flush()
 }
 

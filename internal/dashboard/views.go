@@ -78,14 +78,19 @@ type ClusterView struct {
 
 // MemberRow is one member in the Cluster view.
 type MemberRow struct {
-	Node        string        `json:"node"`
-	State       string        `json:"state"`
-	Self        bool          `json:"self"`
-	RPCAddr     string        `json:"rpc_addr"`
-	MetricsAddr string        `json:"metrics_addr,omitempty"`
-	AgeMs       int64         `json:"age_ms"`
-	RSSBytes    int64         `json:"rss_bytes"`
-	Services    []ServiceLoad `json:"services"`
+	Node        string `json:"node"`
+	State       string `json:"state"`
+	Self        bool   `json:"self"`
+	RPCAddr     string `json:"rpc_addr"`
+	MetricsAddr string `json:"metrics_addr,omitempty"`
+	// AgeMs is the age of its last announcement: for a dead member, how
+	// long ago it was last seen.
+	AgeMs    int64         `json:"age_ms"`
+	RSSBytes int64         `json:"rss_bytes"`
+	Services []ServiceLoad `json:"services"`
+	// Why a dead member left the yellow pages (membership.WhyGone,
+	// WhyExpired), if known.
+	Why string `json:"why,omitempty"`
 }
 
 // ServiceLoad is a member's load for one service: the sum of the polled
@@ -159,15 +164,26 @@ type ReplicaRow struct {
 	Stale bool `json:"stale"`
 }
 
-// buildCluster assembles the Cluster view. seen remembers members that
-// left so they can be shown greyed.
-func buildCluster(self string, now time.Time, ttl, interval time.Duration, f Filter, live []Member, seen map[string]seenMember, rss map[string]int64) ClusterView {
+// goneMember is a member no longer in the yellow pages: when it was last
+// seen and why it left, if known.
+type goneMember struct {
+	m    Member
+	last time.Time
+	why  string
+}
+
+// buildCluster assembles the Cluster view: the live members and, greyed,
+// those gone from the yellow pages.
+func buildCluster(self string, now time.Time, ttl, interval time.Duration, f Filter, live []Member, gone []goneMember, rss map[string]int64) ClusterView {
 	v := ClusterView{Self: self, At: now, TTLMs: ttl.Milliseconds(), Filter: f, Members: []MemberRow{}}
 	here := map[string]bool{}
-	rows := make([]MemberRow, 0, len(live)+len(seen))
-	add := func(m Member, state string, age time.Duration) {
+	rows := make([]MemberRow, 0, len(live)+len(gone))
+	add := func(m Member, state string, age time.Duration, why string) {
 		row := MemberRow{Node: m.Node, State: state, Self: m.Node == self, RPCAddr: m.RPCAddr, MetricsAddr: m.MetricsAddr,
-			AgeMs: age.Milliseconds(), RSSBytes: rss[m.Node], Services: []ServiceLoad{}}
+			AgeMs: age.Milliseconds(), RSSBytes: rss[m.Node], Services: []ServiceLoad{}, Why: why}
+		if state == StateDead {
+			row.RSSBytes = 0
+		}
 		for _, s := range m.Services {
 			sl := ServiceLoad{Name: s.Name, Partitions: s.Partitions}
 			for _, p := range s.Partitions {
@@ -195,11 +211,12 @@ func buildCluster(self string, now time.Time, ttl, interval time.Duration, f Fil
 		if m.Age > 2*interval {
 			state = StateSuspect
 		}
-		add(m, state, m.Age)
+		add(m, state, m.Age, "")
 	}
-	for node, s := range seen {
-		if !here[node] {
-			add(s.m, StateDead, now.Sub(s.last))
+	for _, g := range gone {
+		if !here[g.m.Node] {
+			here[g.m.Node] = true
+			add(g.m, StateDead, now.Sub(g.last), g.why)
 		}
 	}
 	slices.SortFunc(rows, func(a, b MemberRow) int { return strings.Compare(a.Node, b.Node) })

@@ -143,6 +143,10 @@ type Gossip struct {
 	lost       map[string]lostMember
 	rejoining  atomic.Bool
 	lastRejoin time.Time // loop goroutine only
+
+	// kick asks the loop for an announcement now (AnnounceNow); one
+	// pending kick stands for any number.
+	kick chan struct{}
 }
 
 type lostMember struct {
@@ -202,6 +206,7 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		inc:    cfg.Clock.Now().UnixNano(),
 		done:   make(chan struct{}),
 		sealed: map[string]*sealed{},
+		kick:   make(chan struct{}, 1),
 	}
 	if cfg.Certs != nil {
 		if want := (pki.Identity{Role: pki.RoleNode, Name: cfg.NodeID}); cfg.Announce != nil && cfg.Certs.Identity() != want {
@@ -379,12 +384,23 @@ func (g *Gossip) Snapshot() []Entry {
 	return g.pages.Snapshot(g.cfg.Clock.Now())
 }
 
+// Departed returns the members that left the yellow pages recently
+// (within DepartedRetention), with why and when they were last seen.
+func (g *Gossip) Departed() []Departed {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pages.Departed(g.cfg.Clock.Now())
+}
+
 func (g *Gossip) loop(ctx context.Context) {
 	defer close(g.done)
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-g.kick:
+			g.broadcast(g.refresh(), nil)
+			continue
 		case <-g.cfg.Clock.After(g.cfg.AnnounceInterval):
 		}
 		g.mu.Lock()
@@ -404,6 +420,18 @@ func (g *Gossip) loop(ctx context.Context) {
 		}
 		g.broadcast(g.refresh(), nil)
 		g.rejoin()
+	}
+}
+
+// AnnounceNow announces this member at once instead of at the next
+// AnnounceInterval: a node calls it when a replica's role or epoch
+// changes, so clients route writes to a new primary within a gossip hop
+// rather than up to an interval later. It never blocks; kicks that come
+// while one is pending are merged.
+func (g *Gossip) AnnounceNow() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -674,7 +702,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	g.membersMu.Unlock()
 	g.mu.Lock()
 	_, had := g.pagesHas(g.cfg.Clock.Now(), n.Name)
-	g.pages.Remove(n.Name)
+	g.pages.Remove(g.cfg.Clock.Now(), n.Name, WhyGone)
 	delete(g.sealed, n.Name)
 	if g.cfg.Watch != nil {
 		g.cfg.Watch.Removed(n.Name)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,5 +173,40 @@ func TestWatcherHearsOfAnnouncementsAndDepartures(t *testing.T) {
 	a.Close()
 	if !eventually(ctx, 10*time.Second, func() bool { return w.saw("", "a") }) {
 		t.Fatal("watcher never heard that a left")
+	}
+}
+
+// TestAnnounceNowSpreadsAChangeBeforeTheInterval: a member whose state
+// changed (a replica became primary) announces it at once, without
+// waiting for AnnounceInterval (the manual clock never moves here).
+func TestAnnounceNowSpreadsAChangeBeforeTheInterval(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	clk := clock.NewManual(time.Unix(1_000_000, 0))
+	var parts atomic.Int32
+	parts.Store(1)
+	a, err := Start(ctx, Config{NodeID: "a", BindAddr: "127.0.0.1", Clock: clk, Announce: func() *pb.Announcement {
+		var ps []int32
+		for p := range parts.Load() {
+			ps = append(ps, p)
+		}
+		return &pb.Announcement{Services: []*pb.HostedService{{Name: "svc", Partitions: ps}}}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Start(ctx, Config{NodeID: "b", BindAddr: "127.0.0.1", Join: []string{a.Addr()}, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if !eventually(ctx, 5*time.Second, func() bool { return len(b.Replicas("svc", 0).Replicas) == 1 }) {
+		t.Fatal("b never heard a's first announcement")
+	}
+	parts.Store(2)
+	a.AnnounceNow()
+	if !eventually(ctx, 5*time.Second, func() bool { return len(b.Replicas("svc", 1).Replicas) == 1 }) {
+		t.Fatal("b did not hear a's changed announcement before the next interval")
 	}
 }

@@ -32,6 +32,8 @@ type Pages struct {
 	// ever records every service partition ever announced, so a lookup can
 	// tell "no live replica" (retryable) from "no such partition".
 	ever map[string]map[int32]bool
+	// gone remembers the members that left, for a while (departed.go).
+	gone departures
 }
 
 // NewPages returns empty yellow pages whose entries live for ttl.
@@ -59,6 +61,7 @@ func (p *Pages) Apply(now time.Time, a *pb.Announcement) bool {
 		prevInc = e.Ann.Incarnation
 	}
 	e.Ann, e.Seen, e.Expires = a, now, now.Add(p.ttl)
+	p.gone.returned(a.NodeId)
 	for _, s := range a.Services {
 		parts := p.ever[s.Name]
 		if parts == nil {
@@ -75,8 +78,23 @@ func (p *Pages) Apply(now time.Time, a *pb.Announcement) bool {
 	return true
 }
 
-// Remove forgets node at once (memberlist declared it dead or it left).
-func (p *Pages) Remove(node string) { delete(p.entries, node) }
+// Remove forgets node at once (memberlist dropped it: why) and
+// remembers it as departed.
+func (p *Pages) Remove(now time.Time, node, why string) {
+	if e, ok := p.entries[node]; ok {
+		p.gone.add(minTime(now, e.Expires), e, why)
+		delete(p.entries, node)
+		return
+	}
+	p.gone.reason(node, why)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
 
 // Exclude hides node from lookups until it announces itself again.
 func (p *Pages) Exclude(node string) {
@@ -91,6 +109,7 @@ func (p *Pages) Expire(now time.Time) []string {
 	for id, e := range p.entries {
 		if now.After(e.Expires) {
 			gone = append(gone, id)
+			p.gone.add(e.Expires, e, WhyExpired)
 			delete(p.entries, id)
 		}
 	}
@@ -189,6 +208,24 @@ func (p *Pages) Snapshot(now time.Time) []Entry {
 		}
 	}
 	slices.SortFunc(out, func(a, b Entry) int { return cmp.Compare(a.Ann.NodeId, b.Ann.NodeId) })
+	return out
+}
+
+// Departed returns the members that left the pages within
+// DepartedRetention of now, sorted by node id: those removed or expired,
+// and those whose TTL ran out but that Expire has not dropped yet, so a
+// member is never in neither list.
+func (p *Pages) Departed(now time.Time) []Departed {
+	out := p.gone.list(now)
+	n := len(out)
+	for _, e := range p.entries {
+		if now.After(e.Expires) {
+			out = append(out, Departed{Node: e.Ann.NodeId, Ann: e.Ann, LastSeen: e.Seen, Left: e.Expires, Why: WhyExpired})
+		}
+	}
+	if len(out) > n {
+		slices.SortFunc(out, func(a, b Departed) int { return cmp.Compare(a.Node, b.Node) })
+	}
 	return out
 }
 

@@ -99,7 +99,7 @@ func TestPagesRemoveAndMethod(t *testing.T) {
 	if _, ok := p.Method(t0, "kv", "put"); ok {
 		t.Fatal("undeclared method found")
 	}
-	p.Remove("a")
+	p.Remove(t0, "a", WhyGone)
 	if len(p.Snapshot(t0)) != 0 {
 		t.Fatal("removed node still in snapshot")
 	}

@@ -22,12 +22,32 @@ type dashSource struct {
 	client atomic.Pointer[client.Client]
 }
 
+// Members lists the yellow pages without polling: the dashboard polls
+// each member's load concurrently (Load).
 func (d *dashSource) Members(ctx context.Context) ([]dashboard.Member, error) {
 	c := d.client.Load()
 	if c == nil {
 		return nil, nil
 	}
-	return dashboard.FromClientMembers(c.Members(ctx, dashPollWait)), nil
+	return dashboard.FromClientMembers(c.Members(ctx, 0)), nil
+}
+
+func (d *dashSource) Load(ctx context.Context, m dashboard.Member) map[string]map[int]int {
+	c := d.client.Load()
+	if c == nil {
+		return nil
+	}
+	cm := dashboard.ToClientMember(m)
+	c.PollLoad(ctx, cm, dashPollWait)
+	return dashboard.LoadsOf(cm)
+}
+
+func (d *dashSource) Departed(context.Context) ([]dashboard.Departed, error) {
+	c := d.client.Load()
+	if c == nil {
+		return nil, nil
+	}
+	return dashboard.FromDeparted(c.Gossip().Departed()), nil
 }
 
 func (d *dashSource) Partitions(context.Context) ([]dashboard.Partition, error) {
@@ -35,7 +55,8 @@ func (d *dashSource) Partitions(context.Context) ([]dashboard.Partition, error) 
 	if c == nil {
 		return nil, nil
 	}
-	return dashboard.FromPages(d.n.clock.Now(), c.Gossip().Snapshot(), d.staleness), nil
+	g := c.Gossip()
+	return dashboard.WithDeparted(dashboard.FromPages(d.n.clock.Now(), g.Snapshot(), d.staleness), g.Departed()), nil
 }
 
 // staleness is a hosted service's level-3 bound (services are fixed once
@@ -54,6 +75,6 @@ func (d *dashSource) staleness(svc string) time.Duration {
 // dashboard is the node's dashboard, served on its metrics listener.
 func (n *Node) dashboard() (*dashboard.Server, error) {
 	n.dash.n = n
-	return dashboard.New(dashboard.Config{Self: n.cfg.ID, Role: "node", Members: &n.dash, Partitions: &n.dash,
+	return dashboard.New(dashboard.Config{Self: n.cfg.ID, Role: "node", Members: &n.dash, Loads: &n.dash, Departed: &n.dash, Partitions: &n.dash,
 		Gatherer: n.reg.Gatherer, RSS: dashboard.PeerRSS{}, Interval: n.cfg.AnnounceInterval, TTL: n.cfg.AnnounceTTL, Clock: n.clock})
 }

@@ -297,7 +297,7 @@ func (n *Node) registerReplicated(h *hosted) error {
 	}
 	if n.repl == nil {
 		n.repl = replication.New(replication.Config{Self: n.cfg.ID, DataDir: n.cfg.DataDir, Directory: (*peers)(n), Sender: (*peers)(n),
-			Logger: n.log, Clock: n.clock})
+			Logger: n.log, Clock: n.clock, OnRoleChange: n.announceNow})
 	}
 	ps := make([]replication.Partition, len(h.partitions))
 	for i, p := range h.partitions {
@@ -388,6 +388,14 @@ func (n *Node) Start(ctx context.Context) error {
 	go n.acct.run(n.acctStop)
 	n.log.Info("node started", "rpc", n.rpcLn.Addr().String(), "poll", n.polls.Addr(), "gossip", n.GossipAddr(), "services", len(n.services))
 	return nil
+}
+
+// announceNow announces the node at once (a replica's role changed). The
+// partition loops that call it start after the client exists.
+func (n *Node) announceNow() {
+	if n.client != nil {
+		n.client.Gossip().AnnounceNow()
+	}
 }
 
 // Client returns the node's own client, which shares its yellow pages

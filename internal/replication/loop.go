@@ -201,7 +201,14 @@ func (p *part) process(ctx context.Context) error {
 
 // publish makes st the status callers and announcements see.
 func (p *part) publish(st replica.Status) {
-	p.status.Store(&st)
+	prev := p.status.Swap(&st)
+	if prev != nil && (prev.Role != st.Role || prev.Epoch != st.Epoch || prev.Primary != st.Primary) {
+		p.rt.log.Info("replica role changed", "service", p.key.service, "partition", p.key.partition, "role", st.Role.String(),
+			"epoch", st.Epoch, "primary", string(st.Primary), "applied", uint64(st.Applied))
+		if f := p.rt.cfg.OnRoleChange; f != nil {
+			f()
+		}
+	}
 	p.changedMu.Lock()
 	if p.watched {
 		close(p.changed)

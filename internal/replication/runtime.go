@@ -78,6 +78,10 @@ type Config struct {
 	Logger    *slog.Logger
 	// Clock drives ticks, failure detection and every wait (default real).
 	Clock clock.Clock
+	// OnRoleChange, if set, is called from a partition's loop when its
+	// replica's role, epoch or primary changes; it must not block. The node
+	// announces itself at once, so clients find a new primary quickly.
+	OnRoleChange func()
 }
 
 // Partition is one hosted replica of a replicated partition.

@@ -52,7 +52,8 @@ type ClientSpec struct {
 
 // Record is one operation in a history file.
 type Record struct {
-	// W is the workload operation: append, put or get.
+	// W is the workload operation: append, put or get; or viewSample (K
+	// the service, V the nodes the client saw announced as P's primary).
 	W string `json:"w"`
 	P int    `json:"p"`
 	K string `json:"k"`
@@ -183,12 +184,41 @@ func Client(ctx context.Context, in io.Reader, out io.Writer) error {
 			}
 		}()
 	}
+	// The client's yellow pages, sampled: which nodes it sees announced
+	// as each partition's primary (how fast a heal settles to one).
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil && time.Now().Before(stop) {
+			now := time.Now().UnixNano()
+			for _, pi := range c.Partitions() {
+				var primaries []string
+				for _, r := range pi.Replicas {
+					if r.Role == "primary" {
+						primaries = append(primaries, r.Node)
+					}
+				}
+				record(Record{W: viewSample, K: pi.Service, P: pi.Partition, V: strings.Join(primaries, ","), O: "view", C: spec.Name, S: now, F: now})
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(viewEvery):
+			}
+		}
+	}()
 	wg.Wait()
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	return recErr
 }
+
+// viewSample records are a client's view of the primaries, taken every
+// viewEvery; they are no operations.
+const (
+	viewSample = "view"
+	viewEvery  = 100 * time.Millisecond
+)
 
 // write calls a write method, retrying while the error is retryable (the
 // write keeps its identity across retries, WithRetryOf) for at most 10 s.

@@ -85,16 +85,16 @@ func clusterYAML(parts, level int, staleness, lease time.Duration, linearizable 
 }
 
 // StartCluster makes namespaces n1..n3 on net and starts a node in each.
-// It first tries kv with `linearizable: true` and both services with
+// It first tries kv with `linearizable: true` (if linearizable) and both services with
 // `lease: <lease>`; a key the binary refuses is dropped (kv then runs at
 // plain level 3), and said so in Linearizable and LeaseSet.
-func StartCluster(ctx context.Context, net *Net, exe, dir string, level, parts int, staleness, lease time.Duration, log io.Writer) (*Cluster, error) {
+func StartCluster(ctx context.Context, net *Net, exe, dir string, level, parts int, staleness, lease time.Duration, linearizable bool, log io.Writer) (*Cluster, error) {
 	poller, err := transport.NewPoller(slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{Net: net, Level: level, Parts: parts, Staleness: staleness, exe: exe, dir: dir, config: filepath.Join(dir, "cluster.yaml"),
-		poller: poller, conns: transport.NewConns(), Linearizable: true, LeaseSet: lease > 0}
+		poller: poller, conns: transport.NewConns(), Linearizable: linearizable, LeaseSet: lease > 0}
 	for i := range 3 {
 		id := fmt.Sprintf("n%d", i+1)
 		h, err := net.AddHost(id)

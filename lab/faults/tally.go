@@ -31,6 +31,9 @@ type Tally struct {
 	NotConverged        int
 	NoResume            int
 	Resume, Failover    []time.Duration
+	Settle              []time.Duration
+	Unsettled           int
+	ResumeBy            map[Kind][]time.Duration
 	Examples            []string
 }
 
@@ -64,6 +67,14 @@ func (t *Tally) Add(r *Result) {
 	t.NoResume += r.NoResume
 	t.Resume = append(t.Resume, r.Resume...)
 	t.Failover = append(t.Failover, r.Failover...)
+	t.Settle = append(t.Settle, r.Settle...)
+	for k, ds := range r.ResumeBy {
+		if t.ResumeBy == nil {
+			t.ResumeBy = map[Kind][]time.Duration{}
+		}
+		t.ResumeBy[k] = append(t.ResumeBy[k], ds...)
+	}
+	t.Unsettled += r.Unsettled
 	ex := func(s string) {
 		if len(t.Examples) < 12 {
 			t.Examples = append(t.Examples, fmt.Sprintf("seed %d: %s", r.Seed, s))
@@ -121,6 +132,10 @@ type GoalTargets struct {
 	Lease            time.Duration
 }
 
+// SettleGoal bounds how long after a fault ends the yellow pages may show
+// a partition without a primary or with two (issue 14).
+const SettleGoal = 2 * time.Second
+
 // Goals judges the tally. A goal fails on any finding; one without a
 // finding is INCONCLUSIVE when fewer schedules or acknowledged ops than
 // the targets ran (or nothing measured it).
@@ -162,6 +177,8 @@ func (t *Tally) Goals(g GoalTargets) []Goal {
 	bound := g.Lease + time.Second
 	out = append(out, timed("writes resume after isolation", t.Resume, t.NoResume, func(ds []time.Duration) bool { return Pct(ds, 1) <= bound },
 		fmt.Sprintf("n=%d max %v (goal <= lease+1s = %v), %d faults with no resumed write", len(t.Resume), Pct(t.Resume, 1).Round(time.Millisecond), bound, t.NoResume)))
+	out = append(out, timed("one primary after a heal", t.Settle, t.Unsettled, func(ds []time.Duration) bool { return Pct(ds, 1) <= SettleGoal },
+		fmt.Sprintf("n=%d max %v (goal <= %v in every client's yellow pages), %d faults not settled by the next", len(t.Settle), Pct(t.Settle, 1).Round(time.Millisecond), SettleGoal, t.Unsettled)))
 	out = append(out, timed("failover after SIGKILL", t.Failover, 0, func(ds []time.Duration) bool {
 		return Pct(ds, 0.5) <= 500*time.Millisecond && Pct(ds, 0.99) <= 1500*time.Millisecond
 	}, fmt.Sprintf("n=%d p50 %v p99 %v (goal <= 500ms, <= 1.5s)", len(t.Failover), Pct(t.Failover, 0.5).Round(time.Millisecond), Pct(t.Failover, 0.99).Round(time.Millisecond))))
@@ -176,6 +193,15 @@ func (t *Tally) Print(w io.Writer, g GoalTargets) {
 	}
 	for _, goal := range t.Goals(g) {
 		fmt.Fprintf(w, "%-13s %-30s %s\n", goal.Verdict, goal.Name, goal.Figure)
+	}
+	if len(t.ResumeBy) > 0 {
+		fmt.Fprint(w, "writes resume, by fault:")
+		for _, k := range Kinds {
+			if ds := t.ResumeBy[k]; len(ds) > 0 {
+				fmt.Fprintf(w, " %s n=%d p50 %v max %v;", k, len(ds), Pct(ds, 0.5).Round(time.Millisecond), Pct(ds, 1).Round(time.Millisecond))
+			}
+		}
+		fmt.Fprintln(w)
 	}
 	if len(t.Examples) > 0 {
 		fmt.Fprintln(w, "examples:")

@@ -18,7 +18,12 @@ and read at level 3. Each schedule's history is checked; the tallies are
 printed with PASS/FAIL/INCONCLUSIVE against issue 14's goals (>= 20
 schedules and >= 100,000 acknowledged operations; 0 lost, duplicated,
 divergent, stale, non-linearizable; never two primaries; writes resume
-within lease + 1 s of an isolation; failover p50 <= 500 ms, p99 <= 1.5 s).`,
+within lease + 1 s of an isolation; one primary in every client's yellow
+pages within 2 s of a heal; failover p50 <= 500 ms, p99 <= 1.5 s).
+
+With --baseline-exe it instead compares throughput without faults: this
+build's nodes against the given binary's (e.g. built from a commit before
+leases), the same clients and workload, --rounds rounds of --quiet each.`,
 		experiment(&cfg, nil, nil, faults.RunBench))
 	cmd.Example = "  neptune bench faults --schedules 20 --seed 1"
 	fs := cmd.Flags()
@@ -31,6 +36,10 @@ within lease + 1 s of an isolation; failover p50 <= 500 ms, p99 <= 1.5 s).`,
 	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "replication.lease of both services (when the binary has the key) and what the goals assume")
 	fs.IntVar(&cfg.Level, "level", cfg.Level, "list-append service's level (kv runs at level 3 or linearizable)")
 	fs.BoolVar(&cfg.Keep, "keep", cfg.Keep, "keep each schedule's logs and histories")
+	fs.StringVar(&cfg.BaselineExe, "baseline-exe", cfg.BaselineExe, "compare throughput without faults against nodes of this neptune binary (e.g. one built before leases) instead of running schedules")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds of the throughput comparison (--baseline-exe)")
+	fs.DurationVar(&cfg.Quiet, "quiet", cfg.Quiet, "length of each throughput cell (--baseline-exe)")
+	fs.Float64Var(&cfg.ThroughputGoal, "throughput-goal", cfg.ThroughputGoal, "least ratio of this build's throughput to the baseline's (--baseline-exe)")
 	return cmd
 }
 

@@ -1,0 +1,184 @@
+package dashboard
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/membership"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// hangingLoads is a LoadSource where the members in hang never answer
+// (until their deadline), n00 answers only once n01's poll has started
+// too (so polls one after another would time it out), and the others at
+// once. It records how many polls ran at once and whether every poll had
+// a deadline.
+type hangingLoads struct {
+	fc       *fakeCluster
+	hang     map[string]bool
+	n01      chan struct{}
+	once     sync.Once
+	mu       sync.Mutex
+	inFlight int
+	max      int
+	noLimit  bool
+}
+
+func (h *hangingLoads) Load(ctx context.Context, m Member) map[string]map[int]int {
+	h.mu.Lock()
+	h.inFlight++
+	h.max = max(h.max, h.inFlight)
+	if _, ok := ctx.Deadline(); !ok {
+		h.noLimit = true
+	}
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.inFlight--
+		h.mu.Unlock()
+	}()
+	switch {
+	case h.hang[m.Node]:
+		<-ctx.Done()
+		return nil
+	case m.Node == "n01":
+		h.once.Do(func() { close(h.n01) })
+	case m.Node == "n00":
+		select {
+		case <-h.n01:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return h.fc.Load(ctx, m)
+}
+
+// The Cluster view polls members concurrently, each under its own
+// deadline: a member that never answers shows its loads late (and stays
+// alive: a late poll is no death) while the others' loads arrive, and no
+// more than memberFanout polls run at once.
+func TestClusterPollsMembersConcurrentlyWithATimeoutEach(t *testing.T) {
+	fc := newFakeCluster(40, 80)
+	loads := &hangingLoads{fc: fc, hang: map[string]bool{"n02": true}, n01: make(chan struct{})}
+	s, _ := New(Config{Self: "n00", Members: fc, Loads: loads, MemberTimeout: time.Second})
+	var cv ClusterView
+	mustJSON(t, get(t, s, APIPrefix+"cluster"), &cv)
+	for _, m := range cv.Members {
+		late := m.Services[0].Late
+		switch {
+		case m.Node == "n02" && (late != len(m.Services[0].Partitions) || m.State != StateAlive):
+			t.Errorf("the member that never answers: %s, %d of %d loads late; want alive, all late", m.State, late, len(m.Services[0].Partitions))
+		case m.Node != "n02" && late != 0:
+			t.Errorf("%s: %d loads late, want none (n00 answers only while n01 is polled)", m.Node, late)
+		}
+	}
+	if loads.noLimit || loads.max > memberFanout || loads.max < 2 {
+		t.Errorf("polls: %d at most at once (want 2..%d), every one with a deadline: %v", loads.max, memberFanout, !loads.noLimit)
+	}
+
+	// Every member hung: each costs its timeout, memberFanout at a time,
+	// and the view still answers, every load late.
+	all := map[string]bool{}
+	for _, m := range fc.members {
+		all[m.Node] = true
+	}
+	loads = &hangingLoads{fc: fc, hang: all, n01: make(chan struct{})}
+	s, _ = New(Config{Self: "n00", Members: fc, Loads: loads, MemberTimeout: 50 * time.Millisecond})
+	mustJSON(t, get(t, s, APIPrefix+"cluster"), &cv)
+	for _, m := range cv.Members {
+		if m.Services[0].Late != len(m.Services[0].Partitions) {
+			t.Fatalf("%s answered though hung: %+v", m.Node, m.Services[0])
+		}
+	}
+	if loads.max > memberFanout {
+		t.Errorf("%d polls at once, want at most %d", loads.max, memberFanout)
+	}
+}
+
+// A member that left the yellow pages before the dashboard was first
+// opened comes from the DepartedSource: greyed, with why and when it was
+// last seen; one that came back shows alive only.
+func TestDepartedMemberShowsOnAFreshDashboard(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1e9, 0))
+	fc := newFakeCluster(4, 4)
+	gone := Member{Node: "n09", RPCAddr: "10.0.0.9:7000", Services: []Hosted{{Name: "kv", Partitions: []int{1, 2}}}}
+	back := fc.members[1]
+	s, _ := New(Config{Self: "n00", Members: fc, Partitions: fc, Clock: clk,
+		Departed: DepartedFunc(func(context.Context) ([]Departed, error) {
+			return []Departed{{Member: gone, LastSeen: clk.Now().Add(-42 * time.Second), Why: "gone"}, {Member: back, LastSeen: clk.Now().Add(-time.Minute), Why: "expired"}}, nil
+		})})
+	var cv ClusterView
+	mustJSON(t, get(t, s, APIPrefix+"cluster"), &cv)
+	rows := map[string]MemberRow{}
+	for _, m := range cv.Members {
+		rows[m.Node] = m
+	}
+	if len(rows) != 5 || cv.Dead != 1 || cv.Alive != 4 {
+		t.Fatalf("members %v: %d alive, %d dead; want the 4 live ones and n09 dead", rows, cv.Alive, cv.Dead)
+	}
+	if g := rows["n09"]; g.State != StateDead || g.AgeMs != 42_000 || g.Why != "gone" || g.RPCAddr != "10.0.0.9:7000" || len(g.Services) != 1 || g.Services[0].Late != 0 {
+		t.Errorf("n09: %+v; want dead, last seen 42 s ago, gone, at its last address, its services without late loads", g)
+	}
+	if b := rows[back.Node]; b.State != StateAlive || b.Why != "" {
+		t.Errorf("%s, live again: %+v, want alive", back.Node, b)
+	}
+	page := get(t, s, "/cluster")
+	for _, want := range []string{`class="member dead" data-node="n09"`, "last seen 42.0 s ago", `<small class="why">gone</small>`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("cluster page lacks %q", want)
+		}
+	}
+	if mustJSON(t, get(t, s, APIPrefix+"cluster?node=n09"), &cv); len(cv.Members) != 1 {
+		t.Errorf("node filter: %d rows, want n09 only", len(cv.Members))
+	}
+}
+
+// The replicas of departed members join their partitions as gone, with
+// their last announced status; a partition none of whose replicas is left
+// still shows, without a primary.
+func TestDepartedReplicasShowAsGone(t *testing.T) {
+	ann := &pb.Announcement{NodeId: "n09", RpcAddr: "10.0.0.9:7000", Services: []*pb.HostedService{{Name: "kv", Partitions: []int32{0, 5},
+		Replicas: []*pb.ReplicaStatus{{Partition: 0, Role: 2, Epoch: 3, Version: 70, Level: 3}, {Partition: 5, Role: 2, Epoch: 1, Version: 9, Level: 3}}}}}
+	ds := []membership.Departed{{Node: "n09", Ann: ann, Why: membership.WhyGone}}
+	fc := newFakeCluster(3, 1)
+	v := buildPartitions("n00", time.Now(), Filter{Partition: -1}, WithDeparted(fc.parts, ds))
+	if v.Total != 2 || v.NoPrimary != 1 {
+		t.Fatalf("%d partitions, %d without primary; want 2 and 1", v.Total, v.NoPrimary)
+	}
+	p0, p5 := v.Partitions[0], v.Partitions[1]
+	if len(p0.Replicas) != 4 || p0.Primary != "n00" || p0.Replicas[3].Node != "n09" || p0.Replicas[3].Role != RoleGone || p0.Replicas[3].Version != 70 {
+		t.Errorf("partition 0: %+v; want n09 added as gone with version 70, n00 still primary", p0)
+	}
+	if p5.Partition != 5 || p5.Primary != "" || len(p5.Replicas) != 1 || p5.Replicas[0].Role != RoleGone {
+		t.Errorf("partition 5: %+v; want only n09, gone, no primary", p5)
+	}
+	fd := FromDeparted(ds)
+	if len(fd) != 1 || fd[0].RPCAddr != "10.0.0.9:7000" || fd[0].Why != "gone" || len(fd[0].Services[0].Partitions) != 2 {
+		t.Errorf("FromDeparted: %+v", fd)
+	}
+}
+
+// `neptune top` shows a dead member's reason and, once aggregations were
+// made, their section; none without.
+func TestTextShowsDepartedAndAggregation(t *testing.T) {
+	sc := Screen{Cluster: ClusterView{Members: []MemberRow{{Node: "n09", State: StateDead, Why: "gone", AgeMs: 42_000}}}}
+	var b strings.Builder
+	if err := WriteText(&b, sc, 0); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "DEAD (gone)") || strings.Contains(out, "AGGREGATION") {
+		t.Errorf("without aggregations:\n%s", out)
+	}
+	sc.Aggregation.Called = []AggregationRow{{Service: "search", Calls: 2, CallRate: nan, Partial: 1, Failed: 1, Coverage: 0.25, Lost: 4, Hedges: 1}}
+	b.Reset()
+	if err := WriteText(&b, sc, 0); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "AGGREGATION") || !strings.Contains(out, "25%") {
+		t.Errorf("with aggregations:\n%s", out)
+	}
+}
