@@ -340,9 +340,10 @@ func (rt *Runtime) startPart(p *part) {
 		rt.log.Info("replica removed from its partition's replica set: no longer hosted here (data kept)",
 			"service", p.key.service, "partition", p.key.partition)
 		rt.pmu.Lock()
-		defer rt.pmu.Unlock()
 		_ = p.log.Close()
 		delete(rt.parts, p.key)
+		rt.pmu.Unlock()
+		rt.hostingChanged()
 	}()
 }
 
@@ -378,7 +379,16 @@ func (rt *Runtime) join(pm *pb.ReplicaMessage) *part {
 	rt.parts[key] = p
 	rt.startPart(p)
 	rt.pmu.Unlock()
+	rt.hostingChanged()
 	return p
+}
+
+// hostingChanged tells the node that the replicas hosted here changed, so
+// that it announces it at once (Config.OnRoleChange).
+func (rt *Runtime) hostingChanged() {
+	if f := rt.cfg.OnRoleChange; f != nil {
+		f()
+	}
 }
 
 // Stop stops the loops and the senders and closes the logs.
