@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/replica/check"
@@ -85,10 +87,10 @@ func RunBench(ctx context.Context, bc BenchConfig, w io.Writer) error {
 		}
 		start := time.Now()
 		res, err := Run(ctx, cfg)
-		if !bc.Keep {
-			os.RemoveAll(dir)
+		if bc.Keep || err != nil || res.Finding() != "" {
+			fmt.Fprintf(w, "  kept %s%s\n", dir, note(res.Finding()))
 		} else {
-			fmt.Fprintf(w, "  kept %s\n", dir)
+			os.RemoveAll(dir)
 		}
 		if err != nil {
 			return fmt.Errorf("schedule %d (seed %d): %w", i+1, cfg.Seed, err)
@@ -182,4 +184,26 @@ func RunThroughput(ctx context.Context, bc BenchConfig, exe string, w io.Writer)
 		fmt.Fprintln(w, report.Rounds(c, rounds))
 	}
 	return nil
+}
+
+// Finding names what in this schedule misses a goal ("" if nothing), so
+// the bench keeps its logs and histories to look at.
+func (r *Result) Finding() string {
+	if r == nil {
+		return ""
+	}
+	var f []string
+	add := func(cond bool, what string) {
+		if cond {
+			f = append(f, what)
+		}
+	}
+	add(r.List != nil && !r.List.Valid(), "list anomalies")
+	add(r.KVDivergent > 0 || !r.Converged, "divergent or not converged")
+	add(r.Register != nil && len(r.Register.NonLinearizable) > 0, "non-linearizable")
+	add(len(r.Stale)+len(r.Sessions) > 0, "stale reads")
+	add(r.Primaries.Double+len(r.Collisions)+len(r.Order) > 0, "two primaries")
+	add(r.NoResume > 0, "no resumed write")
+	add(r.Unsettled > 0 || slices.ContainsFunc(r.Settle, func(d time.Duration) bool { return d > SettleGoal }), "slow to settle on one primary")
+	return strings.Join(f, ", ")
 }
