@@ -370,10 +370,15 @@ func (r *Replica) tickConfig(now time.Time) {
 		if !p.Learner || p.ID == r.cfg.ID {
 			continue
 		}
-		if pr := r.progress[p.ID]; r.alive[p.ID] && pr.match > 0 && pr.match >= r.commit && !pr.snapshotting(now) {
+		// It joins the live set at once (it holds everything committed),
+		// and only if that keeps the live set a majority of the larger
+		// set: a promotion must not stall commits behind a straggler.
+		pr := r.progress[p.ID]
+		if r.alive[p.ID] && pr.match > 0 && pr.match >= r.commit && !pr.snapshotting(now) && r.liveCount()+1 >= (len(r.voters)+1)/2+1 {
 			next := slices.Clone(cur)
 			next[i].Learner = false
 			r.appendConf(now, next)
+			pr.inSync = true
 			return
 		}
 	}
