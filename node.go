@@ -27,6 +27,10 @@ type NodeConfig struct {
 	GossipPort, RPCPort, PollPort int
 	// MetricsAddr ("host:port") serves Prometheus /metrics; empty disables.
 	MetricsAddr string
+	// Zone is the node's failure domain (a rack, a data centre), announced
+	// in the yellow pages: replica placement (internal/placement) spreads
+	// a partition's replicas across zones. Optional.
+	Zone string
 	// Pprof also serves net/http/pprof under /debug/pprof/ on MetricsAddr,
 	// for profiling a live node; off by default since it exposes internals.
 	Pprof bool
@@ -88,7 +92,7 @@ func (c NodeConfig) internal() (node.Config, error) {
 	}
 	cfg := node.Config{
 		ID: c.ID, Host: c.Host, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
-		MetricsAddr: c.MetricsAddr, Pprof: c.Pprof, Join: c.Join,
+		MetricsAddr: c.MetricsAddr, Zone: c.Zone, Pprof: c.Pprof, Join: c.Join,
 		AnnounceInterval: c.AnnounceInterval, AnnounceTTL: c.AnnounceTTL,
 		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir, Security: sec,
 		Cluster: c.Cluster, MaxMessageBytes: c.MaxMessageBytes,

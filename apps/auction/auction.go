@@ -126,6 +126,12 @@ var schema = []string{
 		PRIMARY KEY (part, item, seq))`,
 }
 
+// tables is the schema as snapshots see it.
+var tables = []appkit.Table{
+	{Name: "auction_item", Columns: []string{"id", "category", "title", "seller", "start_price", "price", "bids"}, Key: []string{"id"}},
+	{Name: "auction_bid", Columns: []string{"item", "seq", "bidder", "amount"}, Key: []string{"item", "seq"}},
+}
+
 // Auction is one node's auction store. Safe for concurrent use.
 type Auction struct{ db *appkit.DB }
 
@@ -147,7 +153,8 @@ func (a *Auction) Close() error { return a.db.Close() }
 func Partition(category string, n int) int { return appkit.Partition(category, n) }
 
 // Service returns the auction service: AddItem and BidItem (write),
-// ViewCategories, ViewCategory and ViewItem (read), and CHECK.
+// ViewCategories, ViewCategory and ViewItem (read), CHECK, and snapshots
+// of a partition's items and bids (appkit.Snapshots).
 func (a *Auction) Service() neptune.Service {
 	return neptune.Service{
 		Name: "auction",
@@ -158,9 +165,13 @@ func (a *Auction) Service() neptune.Service {
 			{Name: "ViewCategory", Mode: neptune.Read, Handler: a.viewCategory},
 			{Name: "ViewItem", Mode: neptune.Read, Handler: a.viewItem},
 		},
-		Check: a.db.Check,
+		Check:     a.db.Check,
+		Snapshots: a.Snapshots(),
 	}
 }
+
+// Snapshots is the auction's snapshot pair (neptune.Snapshotter).
+func (a *Auction) Snapshots() *appkit.Snapshots { return &appkit.Snapshots{DB: a.db, Tables: tables} }
 
 func (a *Auction) addItem(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
 	var in AddItemRequest

@@ -3,6 +3,7 @@ package auction_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -187,5 +188,33 @@ func testRacingBids(t *testing.T, svc neptune.Service) {
 		if it.Bids[i].Amount <= it.Bids[i-1].Amount {
 			t.Fatalf("bid %d (%d) does not exceed bid %d (%d)", i, it.Bids[i].Amount, i-1, it.Bids[i-1].Amount)
 		}
+	}
+}
+
+// The auction's snapshots on each backend (appkittest.TestSnapshots):
+// odd writes add an item, even ones bid on the item before (a bid row
+// and the item's price).
+func TestSnapshots(t *testing.T) {
+	for _, be := range appkittest.Backends() {
+		t.Run(be.Name, func(t *testing.T) {
+			items := map[int]int64{}
+			appkittest.TestSnapshots(t, be.DSN, func(t *testing.T, dsn string) appkittest.Store { return open(t, dsn) },
+				func(t *testing.T, svc neptune.Service, part int, lsn uint64) {
+					if lsn%2 == 1 {
+						items[part] = addItem(t, svc, part, lsn, auction.AddItemRequest{Category: fmt.Sprintf("c%d", lsn%3), Title: "lamp", Seller: "sam", StartPrice: 100})
+						return
+					}
+					mustCall[auction.BidItemResponse](t, svc, "BidItem", part, lsn, auction.BidItemRequest{Item: items[part], Bidder: "bea", Amount: 200})
+				},
+				func(t *testing.T, svc neptune.Service, part int) int {
+					n := 0
+					for _, c := range mustCall[auction.ViewCategoriesResponse](t, svc, "ViewCategories", part, 0, struct{}{}).Categories {
+						for _, it := range mustCall[auction.ViewCategoryResponse](t, svc, "ViewCategory", part, 0, auction.ViewCategoryRequest{Category: c.Name}).Items {
+							n += 1 + len(mustCall[auction.Item](t, svc, "ViewItem", part, 0, auction.ViewItemRequest{ID: it.ID}).Bids)
+						}
+					}
+					return n
+				})
+		})
 	}
 }

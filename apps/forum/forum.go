@@ -100,6 +100,11 @@ var schema = []string{
 	`CREATE INDEX IF NOT EXISTS forum_msg_topic ON forum_msg (part, topic, id)`,
 }
 
+// tables is the schema as snapshots see it.
+var tables = []appkit.Table{
+	{Name: "forum_msg", Columns: []string{"id", "topic", "reply_to", "author", "subject", "body"}, Key: []string{"id"}},
+}
+
 // Forum is one node's forum store. Safe for concurrent use.
 type Forum struct{ db *appkit.DB }
 
@@ -121,7 +126,9 @@ func (f *Forum) Close() error { return f.db.Close() }
 func Partition(topic string, n int) int { return appkit.Partition(topic, n) }
 
 // Service returns the forum service: AddMsg (write), ViewHeaders, ViewMsg
-// and Digest (read), and the CHECK callback.
+// and Digest (read), the CHECK callback, and snapshots of a partition's
+// messages (appkit.Snapshots), so a replica that lost its data or never
+// had it is rebuilt from its primary.
 func (f *Forum) Service() neptune.Service {
 	return neptune.Service{
 		Name: "forum",
@@ -131,9 +138,13 @@ func (f *Forum) Service() neptune.Service {
 			{Name: "ViewMsg", Mode: neptune.Read, Handler: f.viewMsg},
 			{Name: "Digest", Mode: neptune.Read, Handler: f.digest},
 		},
-		Check: f.db.Check,
+		Check:     f.db.Check,
+		Snapshots: f.Snapshots(),
 	}
 }
+
+// Snapshots is the forum's snapshot pair (neptune.Snapshotter).
+func (f *Forum) Snapshots() *appkit.Snapshots { return &appkit.Snapshots{DB: f.db, Tables: tables} }
 
 func (f *Forum) addMsg(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
 	var in AddMsgRequest

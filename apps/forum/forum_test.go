@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -230,5 +231,25 @@ func testDigest(t *testing.T, dsn string) {
 	}
 	if _, err := call(t, a, "Digest", p, 0, `{"x":1}`); !errors.Is(err, forum.ErrBadRequest) {
 		t.Fatalf("malformed Digest: err = %v", err)
+	}
+}
+
+// The forum's snapshots on each backend (appkittest.TestSnapshots): one
+// message per write, every other one a reply.
+func TestSnapshots(t *testing.T) {
+	for _, be := range appkittest.Backends() {
+		t.Run(be.Name, func(t *testing.T) {
+			appkittest.TestSnapshots(t, be.DSN, func(t *testing.T, dsn string) appkittest.Store { return open(t, dsn) },
+				func(t *testing.T, svc neptune.Service, part int, lsn uint64) {
+					m := forum.AddMsgRequest{Topic: "t", Author: "ann", Subject: fmt.Sprintf("s%d", lsn), Body: "body ünïcode 'quoted' " + strings.Repeat("x", int(lsn))}
+					if lsn%2 == 0 {
+						m.ReplyTo = 1
+					}
+					add(t, svc, part, lsn, m)
+				},
+				func(t *testing.T, svc neptune.Service, part int) int {
+					return mustCall[forum.DigestResponse](t, svc, "Digest", part, 0, forum.DigestRequest{}).Messages
+				})
+		})
 	}
 }

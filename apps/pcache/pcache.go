@@ -76,7 +76,7 @@ func Open(dir string) (*Cache, error) {
 func (c *Cache) Close() error { return c.db.Close() }
 
 // Service returns the pcache service: CacheUpdate (write), CacheLookup
-// (read) and CHECK.
+// (read), CHECK and snapshots of a partition (snapshot.go).
 func (c *Cache) Service() neptune.Service {
 	return neptune.Service{
 		Name: "pcache",
@@ -84,7 +84,8 @@ func (c *Cache) Service() neptune.Service {
 			{Name: "CacheUpdate", Mode: neptune.Write, Handler: c.update},
 			{Name: "CacheLookup", Mode: neptune.Read, Handler: c.lookup},
 		},
-		Check: c.Check,
+		Check:     c.Check,
+		Snapshots: c,
 	}
 }
 

@@ -3,9 +3,11 @@ package pcache_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/internal/appkit/appkittest"
 	"github.com/neptune-cluster/neptune/apps/pcache"
 )
@@ -90,4 +92,24 @@ func TestLSNPersistsWithData(t *testing.T) {
 	if got := appkittest.MustCall[pcache.LookupResponse](t, svc, "CacheLookup", 2, 0, pcache.LookupRequest{Key: "k"}); got.Value != "five" {
 		t.Fatalf("after reopen, k = %+v", got)
 	}
+}
+
+// pcache's snapshots (appkittest.TestSnapshots): each write caches a new
+// key.
+func TestSnapshots(t *testing.T) {
+	appkittest.TestSnapshots(t, func(t *testing.T) string { return t.TempDir() },
+		func(t *testing.T, dir string) appkittest.Store { return open(t, dir) },
+		func(t *testing.T, svc neptune.Service, part int, lsn uint64) {
+			appkittest.MustCall[pcache.UpdateResponse](t, svc, "CacheUpdate", part, lsn,
+				pcache.UpdateRequest{Key: fmt.Sprintf("k%d", lsn), Value: strings.Repeat("v", int(lsn))})
+		},
+		func(t *testing.T, svc neptune.Service, part int) int {
+			n := 0
+			for i := 1; i <= 200; i++ {
+				if appkittest.MustCall[pcache.LookupResponse](t, svc, "CacheLookup", part, 0, pcache.LookupRequest{Key: fmt.Sprintf("k%d", i)}).Found {
+					n++
+				}
+			}
+			return n
+		})
 }

@@ -32,6 +32,7 @@ type FileConfig struct {
 	RPCPort          int             `yaml:"rpc_port"`
 	PollPort         int             `yaml:"poll_port"`
 	Metrics          string          `yaml:"metrics"`
+	Zone             string          `yaml:"zone"`  // failure domain, announced
 	Pprof            bool            `yaml:"pprof"` // serve /debug/pprof/ on Metrics
 	Join             []string        `yaml:"join"`
 	AnnounceInterval Duration        `yaml:"announce_interval"`

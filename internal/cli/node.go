@@ -21,7 +21,7 @@ import (
 // overrides a key of the config file, and only when given on the command
 // line, so the defaults shown in help are the node's own.
 type nodeOptions struct {
-	config, id, host, metrics, policy, dataDir, logLevel string
+	config, id, host, metrics, zone, policy, dataDir, logLevel string
 	gossipPort, rpcPort, pollPort                        int
 	pprof                                                bool
 	interval, ttl                                        time.Duration
@@ -81,6 +81,7 @@ func (o *nodeOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of a node to join; list (config: join)")
 	fs.StringArrayVar(&o.services, "service", nil, "host a built-in service as `name:partitions`, e.g. kv:0-3,7; repeatable (config: services)")
 	fs.StringVar(&o.metrics, "metrics", "", "`host:port` serving Prometheus /metrics; empty disables (config: metrics)")
+	fs.StringVar(&o.zone, "zone", "", "this node's failure domain, announced; placement spreads replicas across zones (config: zone)")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve /debug/pprof/ on the metrics address (config: pprof)")
 	fs.StringVar(&o.policy, "balance", balance.DefaultConfig().Policy, "load-balancing `policy`: "+strings.Join(balance.Names, ", ")+" (config: balance.policy)")
 	fs.DurationVar(&o.interval, "announce-interval", membership.DefaultAnnounceInterval, "yellow-page refresh interval (config: announce_interval)")
@@ -112,6 +113,7 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	set("poll-port", func() { fc.PollPort = o.pollPort })
 	set("join", func() { fc.Join = o.join })
 	set("metrics", func() { fc.Metrics = o.metrics })
+	set("zone", func() { fc.Zone = o.zone })
 	set("pprof", func() { fc.Pprof = o.pprof })
 	set("balance", func() { fc.Balance.Policy = o.policy })
 	set("announce-interval", func() { fc.AnnounceInterval = Duration(o.interval) })
@@ -184,6 +186,7 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		RPCPort:          fc.RPCPort,
 		PollPort:         fc.PollPort,
 		MetricsAddr:      fc.Metrics,
+		Zone:             fc.Zone,
 		Pprof:            fc.Pprof,
 		Join:             fc.Join,
 		AnnounceInterval: time.Duration(fc.AnnounceInterval),

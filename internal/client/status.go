@@ -20,6 +20,7 @@ type Member struct {
 	RPCAddr     string
 	PollAddr    string
 	MetricsAddr string
+	Zone        string        // failure domain (NodeConfig.Zone)
 	Age         time.Duration // since the last announcement
 	Services    []HostedService
 }
@@ -43,7 +44,7 @@ func (c *Client) Members(ctx context.Context, wait time.Duration) []Member {
 		if len(a.Services) == 0 {
 			continue
 		}
-		m := Member{Node: a.NodeId, RPCAddr: a.RpcAddr, PollAddr: a.PollAddr, MetricsAddr: a.MetricsAddr, Age: now.Sub(e.Seen)}
+		m := Member{Node: a.NodeId, RPCAddr: a.RpcAddr, PollAddr: a.PollAddr, MetricsAddr: a.MetricsAddr, Zone: a.Zone, Age: now.Sub(e.Seen)}
 		for _, s := range a.Services {
 			hs := HostedService{Name: s.Name, Load: map[int]int{}}
 			for _, p := range s.Partitions {

@@ -51,6 +51,8 @@ type Config struct {
 	GossipPort, RPCPort, PollPort int
 	// MetricsAddr ("host:port") serves Prometheus /metrics; empty disables.
 	MetricsAddr string
+	// Zone is the node's failure domain, announced in the yellow pages.
+	Zone string
 	// Pprof also serves net/http/pprof under /debug/pprof/ on MetricsAddr.
 	Pprof bool
 	// Join lists gossip addresses ("host:port") of existing nodes.

@@ -68,7 +68,7 @@ func (p *part) proposeKnown(pr proposal) bool {
 // skipExecuted reports whether e's identity was already executed here;
 // if so it sets the reply of e (when this replica accepted it).
 func (p *part) skipExecuted(e replica.Entry) bool {
-	p.dedup.Observe(e.Time)
+	p.observeEntry(e)
 	if e.WriteID == "" || dedupDisabled {
 		return false
 	}
@@ -93,14 +93,14 @@ func (p *part) recordExecuted(e replica.Entry, res Result) {
 	} else if res.Resp != nil {
 		rec.Body = res.Resp.Body
 	}
-	p.dedup.Record(rec)
+	p.recordDedup(rec)
 }
 
 // recordChecked remembers an entry that CHECK found completed.
 func (p *part) recordChecked(e replica.Entry) {
-	p.dedup.Observe(e.Time)
+	p.observeEntry(e)
 	if e.WriteID != "" {
-		p.dedup.Record(replica.DedupRecord{ID: e.WriteID, LSN: e.LSN, Time: e.Time, Recovered: true})
+		p.recordDedup(replica.DedupRecord{ID: e.WriteID, LSN: e.LSN, Time: e.Time, Recovered: true})
 	}
 }
 

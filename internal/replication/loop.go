@@ -47,9 +47,13 @@ type part struct {
 	nextTick time.Time
 	dedup    *replica.DedupTable
 	// snapSending: peers a snapshot is being streamed to (snapshot.go);
-	// installed: the dedup table that came with a snapshot just installed.
+	// dumps: the snapshots whose image is being taken; installed: the
+	// dedup table that came with a snapshot just installed.
 	snapSending map[replica.ID]bool
+	dumps       []*dump
 	installed   *installedDedup
+	// snapBusy counts snapshots being taken or streamed (tests wait on it).
+	snapBusy atomic.Int32
 
 	keeper beatKeeper
 	// ask is the replica's status now and the loop's time (current; a
@@ -191,7 +195,7 @@ func (p *part) process(ctx context.Context) error {
 		clear(p.results)
 		p.core.Advance(rd)
 		if len(rd.Snapshots) > 0 {
-			p.sendSnapshots(ctx, rd.Snapshots) // after the batch's writes: the image is the executed state
+			p.sendSnapshots(ctx, rd.Snapshots) // after the batch's writes: the image covers at least them
 		}
 	}
 	p.keeper.busy(time.Time{})

@@ -81,9 +81,9 @@ func TestReplicaAddedAndRemovedOnNodes(t *testing.T) {
 	}
 	c.write(next, 10, 100)
 	c.advance(500 * time.Millisecond)
-	want := c.stores["a"].digest()
+	want := c.stores["a"].Digest()
 	for _, id := range []string{"c", "d"} {
-		if got := c.stores[id].digest(); got != want {
+		if got := c.stores[id].Digest(); got != want {
 			t.Fatalf("%s: %s, primary a: %s", id, got, want)
 		}
 	}
@@ -97,7 +97,7 @@ func TestReplicaAddedAndRemovedOnNodes(t *testing.T) {
 	}
 	c.write(next+10, 5, 100)
 	c.advance(500 * time.Millisecond)
-	if got, want := c.stores["d"].digest(), c.stores["a"].digest(); got != want {
+	if got, want := c.stores["d"].Digest(), c.stores["a"].Digest(); got != want {
 		t.Fatalf("d after restart: %s, a: %s", got, want)
 	}
 	// b comes back, with the data it kept.
@@ -106,7 +106,7 @@ func TestReplicaAddedAndRemovedOnNodes(t *testing.T) {
 		t.Fatalf("add b again: %+v, b hosts it: %v", out, c.hosts("b"))
 	}
 	c.advance(500 * time.Millisecond)
-	if got, want := c.stores["b"].digest(), c.stores["a"].digest(); got != want {
+	if got, want := c.stores["b"].Digest(), c.stores["a"].Digest(); got != want {
 		t.Fatalf("b added again: %s, a: %s", got, want)
 	}
 }

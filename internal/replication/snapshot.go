@@ -23,14 +23,23 @@ import (
 // replica.Ready.Snapshots and Replica.InstallSnapshot).
 //
 // Primary: for each peer in Ready.Snapshots the loop, after the batch's
-// writes ran and before it takes the next input, dumps the service's
-// partition (Service.Snapshots.Snapshot) and the dedup table to a file
-// under DataDir/<service>/.snapshots. No write runs meanwhile, so the
-// image is exactly the state at the executed LSN, which is what it
-// covers. A goroutine then streams the file to the peer's node over the
-// InstallSnapshot RPC in chunks of snapshotChunk bytes (memory stays
-// bounded whatever the state's size) and reports a failure or refusal to
-// the core (SnapshotFailed). One stream per peer at a time.
+// writes ran, starts a goroutine that has the service write its image of
+// the partition (Service.Snapshots.Snapshot) to a file under
+// DataDir/<service>/.snapshots, while the loop goes on executing writes:
+// a slow dump never stalls the partition. The image is one point in the
+// write order (Snapshotter's contract) at or after the LSN executed when
+// it began, A; the service reports the LSN L of the last write it
+// reflects, so the image is the state at max(L, A) (writes between them,
+// if L < A, changed nothing the service records). The dedup table
+// (exactly-once writes) at that point travels in front of the image: the
+// loop copied the table at A and journals its changes until the image is
+// taken, then replays them up to the point. The goroutine then streams
+// both to the peer's node over the InstallSnapshot RPC in chunks of
+// snapshotChunk bytes (memory stays bounded whatever the state's size)
+// and reports a failure or refusal to the core (SnapshotFailed). One
+// stream per peer at a time. The core holds the log's truncation back
+// while the peer waits (its match is 0), so the entries after the point
+// are still there when the peer acknowledges the install.
 //
 // Follower: the RPC spools the chunks to a file, then hands it to the
 // partition's loop, which asks the core (WantsSnapshot), restores the
@@ -71,7 +80,10 @@ func (p *part) snapshotDir() (string, error) {
 }
 
 // sendSnapshots starts a snapshot to each peer in ids (from the Ready just
-// processed: its writes ran, Advance was called).
+// processed: its writes ran, Advance was called). The service's image is
+// taken on another goroutine while the loop goes on executing writes; the
+// loop only copies the dedup table and journals its changes until the
+// image is taken (see dump).
 func (p *part) sendSnapshots(ctx context.Context, ids []replica.ID) {
 	for _, to := range ids {
 		if p.snapSending[to] {
@@ -83,44 +95,142 @@ func (p *part) sendSnapshots(ctx context.Context, ids []replica.ID) {
 				"service", p.key.service, "partition", p.key.partition, "replica", to)
 			continue
 		}
-		st := p.core.Status()
-		lsn := st.Applied
-		f, err := p.dumpSnapshot(ctx, lsn)
-		if err != nil {
-			p.rt.log.Error("snapshot failed", "service", p.key.service, "partition", p.key.partition, "err", err)
-			p.core.SnapshotFailed(to)
-			continue
-		}
-		hdr := &pb.SnapshotChunk{From: p.rt.cfg.Self, Service: p.key.service, Partition: p.key.partition, To: string(to),
-			Epoch: uint64(st.Epoch), Lsn: uint64(lsn), LsnEpoch: uint64(p.core.Term(lsn))}
-		conf := p.core.Committed()
-		hdr.Members, hdr.MembersLsn = toPBPeers(conf.Members), uint64(conf.LSN)
 		if p.snapSending == nil {
 			p.snapSending = map[replica.ID]bool{}
 		}
 		p.snapSending[to] = true
+		st := p.core.Status()
+		d := &dump{from: st.Applied, base: p.dedup.Records(), high: p.dedup.High()}
+		p.dumps = append(p.dumps, d)
+		p.snapBusy.Add(1)
 		p.rt.wg.Add(1)
 		go func() {
 			defer p.rt.wg.Done()
-			defer os.Remove(f.Name())
-			defer f.Close()
-			ack, err := p.rt.streamSnapshot(ctx, ss, string(to), hdr, f)
-			installed := err == nil && ack.Installed
-			switch {
-			case err != nil:
-				p.rt.log.Warn("snapshot not delivered", "service", p.key.service, "partition", p.key.partition, "to", to, "err", err)
-			case !installed:
-				p.rt.log.Info("snapshot refused", "service", p.key.service, "partition", p.key.partition, "to", to, "reason", ack.Reason)
-			default:
-				p.rt.log.Info("snapshot installed", "service", p.key.service, "partition", p.key.partition, "to", to, "lsn", lsn)
-			}
-			p.post(ctx, func(time.Time) {
-				delete(p.snapSending, to)
-				if !installed {
-					p.core.SnapshotFailed(to)
-				}
-			})
+			defer p.snapBusy.Add(-1)
+			p.sendSnapshot(ctx, ss, to, st.Epoch, d)
 		}()
+	}
+}
+
+// sendSnapshot takes d's image, settles on the loop which LSN it covers,
+// streams it to peer to, and reports the outcome to the loop.
+func (p *part) sendSnapshot(ctx context.Context, ss SnapshotSender, to replica.ID, epoch replica.Epoch, d *dump) {
+	img, got, err := p.dumpImage(ctx)
+	var (
+		hdr  *pb.SnapshotChunk
+		recs []replica.DedupRecord
+		high int64
+	)
+	settled := make(chan struct{})
+	ok := p.post(ctx, func(time.Time) {
+		defer close(settled)
+		p.dumps = slices.DeleteFunc(p.dumps, func(x *dump) bool { return x == d })
+		if err != nil {
+			return
+		}
+		lsn := max(replica.LSN(got), d.from)
+		// (Applied covers an installed snapshot, which executed nothing.)
+		if executed := max(replica.LSN(p.executing.Load()), p.core.Status().Applied); lsn > executed {
+			err = fmt.Errorf("neptune: service snapshot covers LSN %d, beyond the executed %d", got, executed)
+			return
+		}
+		if st := p.core.Status(); st.Role != replica.Primary || st.Epoch != epoch {
+			err = fmt.Errorf("neptune: no longer primary of epoch %d", epoch)
+			return
+		}
+		recs, high = d.tableAt(lsn)
+		hdr = &pb.SnapshotChunk{From: p.rt.cfg.Self, Service: p.key.service, Partition: p.key.partition, To: string(to),
+			Epoch: uint64(epoch), Lsn: uint64(lsn), LsnEpoch: uint64(p.core.Term(lsn))}
+		conf := p.core.Committed()
+		hdr.Members, hdr.MembersLsn = toPBPeers(conf.Members), uint64(conf.LSN)
+	})
+	if img != nil {
+		defer os.Remove(img.Name())
+		defer img.Close()
+	}
+	if !ok {
+		return
+	}
+	select {
+	case <-settled:
+	case <-p.done:
+		return
+	}
+	var ack *pb.SnapshotAck
+	if err == nil {
+		// The dedup section is encoded as the stream reads it.
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(writeDedupSection(pw, recs, high)) }()
+		ack, err = p.rt.streamSnapshot(ctx, ss, string(to), hdr, io.MultiReader(pr, img))
+		pr.Close() // ends the encoder if the stream stopped early
+	}
+	installed := err == nil && ack.Installed
+	switch {
+	case err != nil:
+		p.rt.log.Warn("snapshot not delivered", "service", p.key.service, "partition", p.key.partition, "to", to, "err", err)
+	case !installed:
+		p.rt.log.Info("snapshot refused", "service", p.key.service, "partition", p.key.partition, "to", to, "reason", ack.Reason)
+	default:
+		p.rt.log.Info("snapshot installed", "service", p.key.service, "partition", p.key.partition, "to", to, "lsn", hdr.Lsn)
+	}
+	p.post(ctx, func(time.Time) {
+		delete(p.snapSending, to)
+		if !installed {
+			p.core.SnapshotFailed(to)
+		}
+	})
+}
+
+// dump is a snapshot being taken. The service's image is one point in
+// the write order at or after from (the executed LSN when it began), and
+// the dedup table that goes with it must be the table at that point: the
+// loop copies the table at from (base, high) and journals every change
+// after it (steps), and tableAt replays the journal up to the point.
+type dump struct {
+	from  replica.LSN
+	base  []replica.DedupRecord
+	high  int64
+	steps []dedupStep
+}
+
+// dedupStep is one change to the dedup table: an executed entry's time
+// (rec nil) or a record.
+type dedupStep struct {
+	lsn  replica.LSN
+	time int64
+	rec  *replica.DedupRecord
+}
+
+// tableAt is the dedup table as it was when lsn had executed.
+func (d *dump) tableAt(lsn replica.LSN) ([]replica.DedupRecord, int64) {
+	t := replica.NewDedupTable(0, d.base, d.high)
+	for _, s := range d.steps {
+		switch {
+		case s.lsn > lsn:
+		case s.rec == nil:
+			t.Observe(s.time)
+		default:
+			t.Record(*s.rec)
+		}
+	}
+	return t.Records(), t.High()
+}
+
+// observeEntry advances the dedup table to executed entry e's time, and
+// journals it for the snapshots being taken.
+func (p *part) observeEntry(e replica.Entry) {
+	p.dedup.Observe(e.Time)
+	for _, d := range p.dumps {
+		d.steps = append(d.steps, dedupStep{lsn: e.LSN, time: e.Time})
+	}
+}
+
+// recordDedup records rec in the dedup table, and journals it for the
+// snapshots being taken.
+func (p *part) recordDedup(rec replica.DedupRecord) {
+	p.dedup.Record(rec)
+	for _, d := range p.dumps {
+		d.steps = append(d.steps, dedupStep{lsn: rec.LSN, rec: &rec})
 	}
 }
 
@@ -136,33 +246,28 @@ func (p *part) post(ctx context.Context, f func(time.Time)) bool {
 	return false
 }
 
-// dumpSnapshot writes the dedup table and the service's image of the
-// partition, which must cover exactly lsn (the loop runs no write
-// meanwhile), to a new file, rewound for reading.
-func (p *part) dumpSnapshot(ctx context.Context, lsn replica.LSN) (*os.File, error) {
+// dumpImage writes the service's image of the partition to a new file,
+// rewound for reading, and returns the LSN the service says it reflects.
+// It runs off the loop, concurrently with the partition's writes
+// (Snapshotter's contract).
+func (p *part) dumpImage(ctx context.Context) (*os.File, uint64, error) {
 	dir, err := p.snapshotDir()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	f, err := os.CreateTemp(dir, strconv.Itoa(int(p.key.partition))+"-send-*")
 	if err != nil {
-		return nil, fmt.Errorf("neptune: snapshot file: %w", err)
+		return nil, 0, fmt.Errorf("neptune: snapshot file: %w", err)
 	}
-	fail := func(err error) (*os.File, error) {
+	fail := func(err error) (*os.File, uint64, error) {
 		f.Close()
 		os.Remove(f.Name())
-		return nil, err
+		return nil, 0, err
 	}
 	bw := bufio.NewWriterSize(f, 64<<10)
-	if err := writeDedupSection(bw, p.dedup.Records(), p.dedup.High()); err != nil {
-		return fail(err)
-	}
 	got, err := p.spec.Snapshots.Snapshot(ctx, int(p.key.partition), bw)
 	if err != nil {
 		return fail(fmt.Errorf("neptune: service snapshot: %w", err))
-	}
-	if replica.LSN(got) > lsn {
-		return fail(fmt.Errorf("neptune: service snapshot covers LSN %d, beyond the executed %d", got, lsn))
 	}
 	if err := bw.Flush(); err != nil {
 		return fail(fmt.Errorf("neptune: snapshot file: %w", err))
@@ -170,7 +275,7 @@ func (p *part) dumpSnapshot(ctx context.Context, lsn replica.LSN) (*os.File, err
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return fail(fmt.Errorf("neptune: snapshot file: %w", err))
 	}
-	return f, nil
+	return f, got, nil
 }
 
 // streamSnapshot sends hdr, then r's contents in chunks, to node.

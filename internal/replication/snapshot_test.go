@@ -23,12 +23,26 @@ import (
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
+// TestStore is a memCluster node's copy of the service: it executes
+// writes, answers CHECK, takes and restores snapshots, and digests its
+// state so copies can be compared.
+type TestStore interface {
+	Executor
+	service.Snapshotter
+	Check(ctx context.Context, partition int, lsn uint64) (bool, error)
+	Digest() string
+}
+
 // memStore is one node's copy of a kv partition: it records each write's
-// LSN with it, answers CHECK, and takes and restores snapshots.
+// LSN with it, answers CHECK, and takes and restores snapshots. While
+// hold is set, Snapshot waits for it to close before it copies the map
+// (a slow snapshot: writes go on meanwhile).
 type memStore struct {
-	mu  sync.Mutex
-	kv  map[string]string
-	lsn uint64
+	mu   sync.Mutex
+	kv   map[string]string
+	lsn  uint64
+	hold chan struct{}
+	took uint64 // the LSN of the last image taken
 }
 
 func newMemStore() *memStore { return &memStore{kv: map[string]string{}} }
@@ -53,9 +67,20 @@ type memImage struct {
 	KV  map[string]string
 }
 
-func (s *memStore) Snapshot(_ context.Context, _ int, w io.Writer) (uint64, error) {
+func (s *memStore) Snapshot(ctx context.Context, _ int, w io.Writer) (uint64, error) {
+	s.mu.Lock()
+	hold := s.hold
+	s.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 	s.mu.Lock()
 	img := memImage{LSN: s.lsn, KV: maps.Clone(s.kv)}
+	s.took = s.lsn
 	s.mu.Unlock()
 	return img.LSN, json.NewEncoder(w).Encode(img)
 }
@@ -71,7 +96,7 @@ func (s *memStore) Restore(_ context.Context, _ int, r io.Reader) (uint64, error
 	return img.LSN, nil
 }
 
-func (s *memStore) digest() string {
+func (s *memStore) Digest() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h := sha256.New()
@@ -162,20 +187,35 @@ type tlog struct{ t *testing.T }
 
 func (l tlog) Write(b []byte) (int, error) { l.t.Log(string(bytes.TrimSpace(b))); return len(b), nil }
 
-// memCluster is three nodes a, b, c (priorities 3, 2, 1) replicating kv
-// partition 0 at level 2 over memNet, on one manual clock.
+// memCluster is three nodes a, b, c (priorities 3, 2, 1) replicating
+// partition 0 of a service at level 2 over memNet, on one manual clock.
+// By default the service is kv on a memStore.
 type memCluster struct {
 	t      *testing.T
 	ids    []string // every node, running or not
 	clk    *clock.Manual
 	net    *memNet
 	dirs   map[string]string
-	stores map[string]*memStore
+	stores map[string]TestStore
+	// newStore makes a node's empty store; method and body make write i
+	// of about size bytes; client, if set, gives writes that identity.
+	newStore func() TestStore
+	method   string
+	body     func(i, size int) []byte
+	client   string
+	// slow: a snapshot is held on purpose; advancing does not wait for it.
+	slow bool
 }
 
 func newMemCluster(t *testing.T) *memCluster {
+	return newMemClusterOf(t, func() TestStore { return newMemStore() }, "put", func(i, size int) []byte {
+		return fmt.Appendf(nil, "k%04d=%s", i, bytes.Repeat([]byte{byte('a' + i%26)}, size))
+	})
+}
+
+func newMemClusterOf(t *testing.T, newStore func() TestStore, method string, body func(i, size int) []byte) *memCluster {
 	c := &memCluster{t: t, clk: clock.NewManual(t0), net: &memNet{rts: map[string]*Runtime{}, blocked: map[[2]string]bool{}}, dirs: map[string]string{},
-		stores: map[string]*memStore{}}
+		stores: map[string]TestStore{}, newStore: newStore, method: method, body: body}
 	for _, id := range []string{"a", "b", "c"} {
 		c.addNode(id)
 	}
@@ -187,7 +227,15 @@ func newMemCluster(t *testing.T) *memCluster {
 func (c *memCluster) addNode(id string) {
 	c.ids = append(c.ids, id)
 	c.dirs[id] = c.t.TempDir()
-	c.stores[id] = newMemStore()
+	c.stores[id] = c.newStore()
+	c.start(id)
+}
+
+// wipe stops id and starts it again with an empty data directory and
+// store.
+func (c *memCluster) wipe(id string) {
+	c.stop(id)
+	c.dirs[id], c.stores[id] = c.t.TempDir(), c.newStore()
 	c.start(id)
 }
 
@@ -278,7 +326,7 @@ func (c *memCluster) quiet() bool {
 		if rt == nil {
 			continue
 		}
-		if p := c.part(id); p != nil && len(p.inbox) > 0 {
+		if p := c.part(id); p != nil && (len(p.inbox) > 0 || !c.slow && p.snapBusy.Load() > 0) {
 			return false
 		}
 		rt.mu.Lock()
@@ -323,7 +371,11 @@ func (c *memCluster) write(from, n, size int) {
 		p := c.part(c.primary())
 		done := make(chan error, 1)
 		go func() {
-			_, err := p.write(context.Background(), &pb.CallRequest{Method: "put", Body: fmt.Appendf(nil, "k%04d=%s", i, bytes.Repeat([]byte{byte('a' + i%26)}, size))})
+			in := &pb.CallRequest{Method: c.method, Body: c.body(i, size)}
+			if c.client != "" {
+				in.ClientId, in.Seq = c.client, uint64(i+1)
+			}
+			_, err := p.write(context.Background(), in)
 			done <- err
 		}()
 		for end := time.Now().Add(10 * time.Second); ; {
@@ -371,13 +423,11 @@ func TestWipedReplicaIsRestoredBySnapshotOnNodes(t *testing.T) {
 	if first <= 1 {
 		t.Fatalf("primary's log starts at %d: not truncated", first)
 	}
-	c.stop("c")
-	c.dirs["c"], c.stores["c"] = t.TempDir(), newMemStore()
-	c.start("c")
+	c.wipe("c")
 	c.advance(2 * time.Second)
 	c.write(30, 5, 100)
 	c.advance(time.Second)
-	if got, want := c.stores["c"].digest(), c.stores["a"].digest(); got != want {
+	if got, want := c.stores["c"].Digest(), c.stores["a"].Digest(); got != want {
 		for _, id := range []string{"a", "b", "c"} {
 			t.Logf("%s: %+v", id, *c.part(id).status.Load())
 		}
@@ -398,7 +448,7 @@ func TestWipedReplicaIsRestoredBySnapshotOnNodes(t *testing.T) {
 	c.advance(time.Second)
 	c.write(35, 5, 100)
 	c.advance(time.Second)
-	if got, want := c.stores["c"].digest(), c.stores["a"].digest(); got != want {
+	if got, want := c.stores["c"].Digest(), c.stores["a"].Digest(); got != want {
 		t.Fatalf("c after a restart: %s, primary a: %s", got, want)
 	}
 	c.net.mu.Lock()
@@ -472,12 +522,74 @@ func TestDivergedReplicaIsRepairedBySnapshotOnNodes(t *testing.T) {
 	if st.Diverged || st.Phase != replica.PhaseServing {
 		t.Fatalf("b after the forced promote: %+v, want repaired", *st)
 	}
-	if got, want := c.stores["b"].digest(), c.stores["c"].digest(); got != want {
+	if got, want := c.stores["b"].Digest(), c.stores["c"].Digest(); got != want {
 		t.Fatalf("b: %s, primary c: %s", got, want)
 	}
 	c.net.mu.Lock()
 	defer c.net.mu.Unlock()
 	if len(c.net.acks) == 0 {
 		t.Fatal("no snapshot was installed")
+	}
+}
+
+// TestWritesGoOnWhileASlowSnapshotIsTaken: the primary's service takes
+// its time over the image a wiped replica needs; writes are executed and
+// answered meanwhile (the image is taken off the partition loop). The
+// image then reflects writes after the point the snapshot began, and the
+// dedup table sent with it is the table at the image's LSN: the restored
+// replica remembers the same write identities as the primary.
+func TestWritesGoOnWhileASlowSnapshotIsTaken(t *testing.T) {
+	c := newMemCluster(t)
+	c.client = "w"
+	c.advance(time.Second)
+	c.write(0, 30, 30<<10)
+	c.advance(500 * time.Millisecond)
+	a := c.stores["a"].(*memStore)
+	hold := make(chan struct{})
+	a.mu.Lock()
+	a.hold = hold
+	a.mu.Unlock()
+	c.slow = true
+	c.wipe("c")
+	var from replica.LSN
+	for i := 0; from == 0; i++ {
+		if i == 500 {
+			t.Fatal("the primary never began a snapshot")
+		}
+		c.advance(tickEvery)
+		c.onLoop("a", func(p *part) {
+			if len(p.dumps) > 0 {
+				from = p.dumps[0].from
+			}
+		})
+	}
+	c.write(30, 10, 100) // fails if the loop waits for the image
+	close(hold)
+	c.slow = false
+	c.advance(2 * time.Second)
+	c.write(40, 5, 100)
+	c.advance(time.Second)
+	a.mu.Lock()
+	took := a.took
+	a.mu.Unlock()
+	if replica.LSN(took) <= from {
+		t.Fatalf("the image covers LSN %d, not beyond %d where the snapshot began", took, from)
+	}
+	if got, want := c.stores["c"].Digest(), a.Digest(); got != want {
+		t.Fatalf("wiped c: %s, primary a: %s", got, want)
+	}
+	if st := c.part("c").status.Load(); st.Phase != replica.PhaseServing || st.Diverged {
+		t.Fatalf("c after the snapshot: %+v", st)
+	}
+	ids := func(id string) (out []string) {
+		c.onLoop(id, func(p *part) {
+			for _, r := range p.dedup.Records() {
+				out = append(out, fmt.Sprintf("%s@%d", r.ID, r.LSN))
+			}
+		})
+		return out
+	}
+	if got, want := ids("c"), ids("a"); !slices.Equal(got, want) || len(want) != 45 {
+		t.Fatalf("c remembers %d identities, the primary %d:\nc: %v\na: %v", len(got), len(want), got, want)
 	}
 }

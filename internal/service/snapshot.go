@@ -18,10 +18,19 @@ import (
 // it covers.
 type Snapshotter interface {
 	// Snapshot writes a consistent image of partition's state to w and
-	// returns the LSN of the last replicated write the image reflects. It
-	// may run while writes execute: the image must be one point in their
-	// order (a storage snapshot, a read transaction), and it should not
-	// hold writes back while it streams.
+	// returns the LSN of the last replicated write the image reflects.
+	//
+	// It runs on its own goroutine while the partition's writes go on
+	// executing (the runtime does not pause them: a large state would
+	// stall writes for as long as it takes to write). The image must
+	// therefore be one point in their order: the state after some write
+	// and before the next, such as a storage snapshot or a read
+	// transaction, pinned at the start and streamed without holding
+	// writes back. Every write that changes the state must record its
+	// LSN in the same atomic step (what CHECK reads), so the LSN returned
+	// is exactly the last one the image holds; the runtime takes the
+	// image to cover max(that LSN, the LSN executed when it called
+	// Snapshot).
 	Snapshot(ctx context.Context, partition int, w io.Writer) (lsn uint64, err error)
 	// Restore replaces partition's state with an image from Snapshot and
 	// returns the LSN it covers. It must be all or nothing (stage the

@@ -59,7 +59,7 @@ func paths() (visible, hidden [][]string) {
 func TestEveryCommandsHelpGoesToStdoutAndExitsZero(t *testing.T) {
 	visible, hidden := paths()
 	for _, want := range []string{"demo", "bench overhead", "bench lb", "bench replication", "bench wal", "bench apps", "bench dac",
-		"sim lb", "sim sched", "sim classes", "sim dac", "sim gage"} {
+		"sim lb", "sim sched", "sim classes", "sim dac", "sim gage", "sim replication"} {
 		if !slices.ContainsFunc(visible, func(p []string) bool { return strings.Join(p, " ") == want }) {
 			t.Errorf("no command %q in %v", want, visible)
 		}
@@ -111,6 +111,9 @@ func TestBadValuesAreUsageErrors(t *testing.T) {
 		{"sim", "gage", "--sections", "table9"},
 		{"sim", "gage", "--duration", "1s"},
 		{"sim", "gage", "--scale-subscribers", "1"},
+		{"sim", "replication", "--degrees", "1,2"},
+		{"sim", "replication", "--factors", "0.5"},
+		{"sim", "replication", "--degrees", "1,4,9"},
 		{"sim", "nope"},
 		{"bench", "lb", "extra"},
 	} {

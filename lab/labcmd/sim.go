@@ -6,16 +6,41 @@ import (
 	"github.com/neptune-cluster/neptune/lab/gagesim"
 	"github.com/neptune-cluster/neptune/lab/sim/dacsim"
 	"github.com/neptune-cluster/neptune/lab/sim/lbsim"
+	"github.com/neptune-cluster/neptune/lab/sim/repsim"
 	"github.com/neptune-cluster/neptune/lab/sim/schedsim"
 )
 
 func simCmd() *cobra.Command {
-	return group("sim", "Run a simulation of the papers' experiments: lb, sched, classes, dac, gage",
+	return group("sim", "Run a simulation of the papers' experiments: lb, sched, classes, dac, gage, replication",
 		`Run a discrete-event simulation of one of the papers' experiments. Every
 simulation drives the same policy code the nodes run, on virtual time, and
 is deterministic for a seed; each prints its tables and writes CSV and SVG
 files to --out.`,
-		simLBCmd(), simSchedCmd(), simClassesCmd(), simDACCmd(), simGageCmd())
+		simLBCmd(), simSchedCmd(), simClassesCmd(), simDACCmd(), simGageCmd(), simReplicationCmd())
+}
+
+func simReplicationCmd() *cobra.Command {
+	o := repsim.DefaultOptions()
+	cmd := leaf("replication [flags]", "Replication degree under skewed load (dissertation Fig 5.2)",
+		`Simulate 8 nodes serving 64 partitions at 10% writes, level 2, with
+replication degrees NoRep (1) to 4, under Zipf-skewed load from balanced
+(imbalance factor 1/64) to every request on one partition (1). Clients
+pick a read's replica with the client library's load-balancing policy
+(internal/balance); a write runs on its primary, then on every secondary.
+For each cell it bisects the highest rate at which 98% of the requests
+are answered within 2 s, prints the table and the goals (PASS, FAIL or
+INCONCLUSIVE), and writes fig5.2-sim.csv and fig5.2-sim.svg to --out.`,
+		experiment(&o, &o.Out, nil, repsim.Run))
+	fs := cmd.Flags()
+	addOut(fs, &o.Out, "the CSV and SVG files")
+	addSeed(fs, &o.Base.Seed, "the first round (arrivals, service times, policies)")
+	fs.IntVar(&o.Seeds, "rounds", o.Seeds, "independent rounds; every goal must hold in each")
+	fs.IntVar(&o.Steps, "steps", o.Steps, "bisection steps per cell")
+	fs.DurationVar(&o.Base.Duration, "duration", o.Base.Duration, "simulated measured time per run")
+	fs.Var(&numbers[int]{dst: &o.Degrees}, "degrees", "replication degrees (1 is NoRep; 1 and 4 are needed for the goals)")
+	fs.Var(&numbers[float64]{dst: &o.Factors}, "factors", "imbalance factors (1/64 and 1 are needed for the goals)")
+	fs.Float64Var(&o.Goal, "goal", o.Goal, "goal: degree 4's throughput at least this many times NoRep's at imbalance 1")
+	return cmd
 }
 
 func simLBCmd() *cobra.Command {

@@ -308,9 +308,12 @@ type Announcement struct {
 	// seq increases with every announcement from the same incarnation.
 	Seq uint64 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
 	// incarnation distinguishes restarts of the same node id.
-	Incarnation   int64            `protobuf:"varint,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	Services      []*HostedService `protobuf:"bytes,6,rep,name=services,proto3" json:"services,omitempty"`
-	MetricsAddr   string           `protobuf:"bytes,7,opt,name=metrics_addr,json=metricsAddr,proto3" json:"metrics_addr,omitempty"`
+	Incarnation int64            `protobuf:"varint,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Services    []*HostedService `protobuf:"bytes,6,rep,name=services,proto3" json:"services,omitempty"`
+	MetricsAddr string           `protobuf:"bytes,7,opt,name=metrics_addr,json=metricsAddr,proto3" json:"metrics_addr,omitempty"`
+	// zone is the node's failure domain (NodeConfig.Zone), which placement
+	// spreads a partition's replicas across; "" if not set.
+	Zone          string `protobuf:"bytes,8,opt,name=zone,proto3" json:"zone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -390,6 +393,13 @@ func (x *Announcement) GetServices() []*HostedService {
 func (x *Announcement) GetMetricsAddr() string {
 	if x != nil {
 		return x.MetricsAddr
+	}
+	return ""
+}
+
+func (x *Announcement) GetZone() string {
+	if x != nil {
+		return x.Zone
 	}
 	return ""
 }
@@ -2339,7 +2349,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\x1b\n" +
 	"\x05Chunk\x12\x12\n" +
-	"\x04body\x18\x01 \x01(\fR\x04body\"\xed\x01\n" +
+	"\x04body\x18\x01 \x01(\fR\x04body\"\x81\x02\n" +
 	"\fAnnouncement\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
 	"\brpc_addr\x18\x02 \x01(\tR\arpcAddr\x12\x1b\n" +
@@ -2347,7 +2357,8 @@ const file_neptune_proto_rawDesc = "" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12 \n" +
 	"\vincarnation\x18\x05 \x01(\x03R\vincarnation\x125\n" +
 	"\bservices\x18\x06 \x03(\v2\x19.neptune.v1.HostedServiceR\bservices\x12!\n" +
-	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\"\xac\x01\n" +
+	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\x12\x12\n" +
+	"\x04zone\x18\b \x01(\tR\x04zone\"\xac\x01\n" +
 	"\rHostedService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
