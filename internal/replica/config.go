@@ -366,22 +366,7 @@ func (r *Replica) tickConfig(now time.Time) {
 			return
 		}
 	}
-	for i, p := range cur {
-		if !p.Learner || p.ID == r.cfg.ID {
-			continue
-		}
-		// It joins the live set at once (it holds everything committed),
-		// and only if that keeps the live set a majority of the larger
-		// set: a promotion must not stall commits behind a straggler.
-		pr := r.progress[p.ID]
-		if r.alive[p.ID] && pr.match > 0 && pr.match >= r.commit && !pr.snapshotting(now) && r.liveCount()+1 >= (len(r.voters)+1)/2+1 {
-			next := slices.Clone(cur)
-			next[i].Learner = false
-			r.appendConf(now, next)
-			pr.inSync = true
-			return
-		}
-	}
+	r.maybePromote(now)
 }
 
 // probeRemoved is what a replica with data does while it hears from no
@@ -419,4 +404,31 @@ func (r *Replica) learnRemoved(m Message) {
 	r.confLog = slices.DeleteFunc(r.confLog, func(c ConfState) bool { return c.LSN <= m.MembersAt })
 	r.rd.ConfState = &ConfState{LSN: r.committed.LSN, Members: r.committed.Members}
 	r.applyConf()
+}
+
+// maybePromote promotes a learner that holds the log up to the commit
+// point (the primary asks at each tick and at each of the learner's
+// answers: under a stream of writes the commit point moves on between
+// ticks, but an answer is the moment the learner is caught up).
+func (r *Replica) maybePromote(now time.Time) {
+	if r.role != Primary || r.changeReady() != nil {
+		return
+	}
+	cur := r.members().Members
+	for i, p := range cur {
+		if !p.Learner || p.ID == r.cfg.ID {
+			continue
+		}
+		// It joins the live set at once (it holds everything committed),
+		// and only if that keeps the live set a majority of the larger
+		// set: a promotion must not stall commits behind a straggler.
+		pr := r.progress[p.ID]
+		if r.alive[p.ID] && pr.match > 0 && pr.match >= r.commit && !pr.snapshotting(now) && r.liveCount()+1 >= (len(r.voters)+1)/2+1 {
+			next := slices.Clone(cur)
+			next[i].Learner = false
+			r.appendConf(now, next)
+			pr.inSync = true
+			return
+		}
+	}
 }

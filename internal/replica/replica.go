@@ -963,6 +963,9 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 	if !pr.inSync && r.alive[m.From] && pr.match >= r.commit && r.isVoter(m.From) {
 		pr.inSync = true // caught up: rejoins the live set
 	}
+	if !r.isVoter(m.From) && r.alive[m.From] {
+		r.maybePromote(now)
+	}
 	r.maybeCommit(now)
 	if pr.next <= r.last() {
 		r.sendAppend(now, m.From)
