@@ -8,14 +8,24 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/echo"
 	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/security"
 )
 
 // echoClient starts one in-process node hosting echo whose own client uses
-// policy, and returns that client once it sees the node.
-func echoClient(b *testing.B, policy string) *neptune.Client {
+// policy, secured with throwaway material if secure, and returns that
+// client once it sees the node.
+func echoClient(b *testing.B, policy string, secure bool) *neptune.Client {
 	b.Helper()
 	ctx := context.Background()
-	nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: "b1", Balance: neptune.Balancing{Policy: policy}})
+	sec := neptune.Security{Insecure: true}
+	if secure {
+		dir := b.TempDir()
+		if err := security.Scratch(dir, "bench", "b1"); err != nil {
+			b.Fatal(err)
+		}
+		sec = neptune.Security{Dir: dir}
+	}
+	nd, err := neptune.NewNode(neptune.NodeConfig{Security: sec, ID: "b1", Balance: neptune.Balancing{Policy: policy}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -39,7 +49,7 @@ func echoClient(b *testing.B, policy string) *neptune.Client {
 func BenchmarkCallParallel(b *testing.B) {
 	for _, policy := range []string{balance.NameRandom, balance.DefaultConfig().Policy} {
 		b.Run(policy, func(b *testing.B) {
-			c := echoClient(b, policy)
+			c := echoClient(b, policy, false)
 			body := make([]byte, 1024)
 			b.SetParallelism(32)
 			b.ResetTimer()
@@ -56,14 +66,23 @@ func BenchmarkCallParallel(b *testing.B) {
 }
 
 // BenchmarkCallSequential is the sequential counterpart, for profiling the
-// per-call overhead of lookup, balancing and metrics.
+// per-call overhead of lookup, balancing and metrics, plaintext and with
+// mutual TLS (what security adds to a call: -cpuprofile on the mtls run).
 func BenchmarkCallSequential(b *testing.B) {
-	c := echoClient(b, balance.NameRandom)
-	body := make([]byte, 1024)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := c.Call(context.Background(), "echo", 0, "echo", body); err != nil {
-			b.Fatal(err)
+	for _, secure := range []bool{false, true} {
+		name := "plaintext"
+		if secure {
+			name = "mtls"
 		}
+		b.Run(name, func(b *testing.B) {
+			c := echoClient(b, balance.NameRandom, secure)
+			body := make([]byte, 1024)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Call(context.Background(), "echo", 0, "echo", body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

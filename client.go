@@ -171,10 +171,28 @@ func (c *Client) Aggregate(ctx context.Context, a Aggregation) (*AggregateResult
 }
 
 // Members returns the yellow pages, polling each member's load for every
-// partition it hosts (answers later than wait count as -1).
+// partition it hosts (answers later than wait count as -1); wait <= 0
+// lists them at once without polling (every load -1), for a caller that
+// polls them itself with PollLoad.
 func (c *Client) Members(ctx context.Context, wait time.Duration) []Member {
 	return c.c.Members(ctx, wait)
 }
+
+// PollLoad polls one member's load for every partition it hosts into m's
+// Load maps (as Members(ctx, 0) returns them); a poll not answered within
+// wait, or before ctx ends, leaves its load as it was. Members polls
+// members one after another; a status page polls them concurrently with
+// this, each under its own deadline.
+func (c *Client) PollLoad(ctx context.Context, m Member, wait time.Duration) {
+	c.c.PollLoad(ctx, m, wait)
+}
+
+// Departed returns the members that left the yellow pages recently (for
+// as long as a lost member may rejoin, a bounded number of them): their
+// last announced addresses, services and replicas' status, when they
+// were last seen and why they left. Members shows only the live ones, so
+// a status page opened after a node died needs this to show that node.
+func (c *Client) Departed() []DepartedMember { return c.c.Departed() }
 
 // Partitions returns the replicated partitions in the yellow pages, sorted,
 // each with its replicas' announced status (as of their last announcement).
@@ -218,7 +236,7 @@ func (c *Client) ChangeReplicas(ctx context.Context, node, service string, parti
 // Close leaves the cluster and closes connections.
 func (c *Client) Close() error { return c.c.Close() }
 
-// What Members and Partitions report.
+// What Members, Departed and Partitions report.
 type (
 	// ReplicaSet is a partition's replica set after a change
 	// (ChangeReplicas).
@@ -233,4 +251,6 @@ type (
 	PartitionInfo = client.PartitionInfo
 	// ReplicaInfo is one replica of a partition as the yellow pages show it.
 	ReplicaInfo = client.ReplicaInfo
+	// DepartedMember is a member that left the yellow pages recently.
+	DepartedMember = client.Departed
 )

@@ -72,6 +72,13 @@ type NodeConfig struct {
 	// accepts or returns (default 16 MiB, at most 64 MiB): a larger one
 	// gets ErrTooLarge and never runs or reaches the write log.
 	MaxMessageBytes int
+	// MaxAggregateDeadline bounds an aggregation request's deadline (and
+	// its reductions' grace) that the node accepts, default 1 minute;
+	// MaxAggregateParticipants its participants, default 4096. A request
+	// over either is refused, naming the limit, before anything runs: a
+	// caller cannot make the node hold work for as long as it asks.
+	MaxAggregateDeadline     time.Duration
+	MaxAggregateParticipants int
 }
 
 // Validate reports the first invalid field by name.
@@ -96,6 +103,7 @@ func (c NodeConfig) internal() (node.Config, error) {
 		AnnounceInterval: c.AnnounceInterval, AnnounceTTL: c.AnnounceTTL,
 		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir, Security: sec,
 		Cluster: c.Cluster, MaxMessageBytes: c.MaxMessageBytes,
+		MaxAggregateDeadline: c.MaxAggregateDeadline, MaxAggregateParticipants: c.MaxAggregateParticipants,
 	}
 	return cfg, cfg.Validate()
 }
@@ -108,7 +116,9 @@ type Balancing struct {
 	// Policy is one of BalancingPolicies(): "prequal" (the default),
 	// "polling" (the paper's: poll PollSize replicas, pick the shortest
 	// queue), "random", "roundrobin", "localp2c" (power of two choices on
-	// this client's own outstanding calls), "broadcast" and "oracle"
+	// this client's own outstanding calls), "async" (Prequal's probes off
+	// the call path: no call waits for a poll; for clients that call far
+	// more often than a request takes), "broadcast" and "oracle"
 	// (baselines that expect pushed loads).
 	Policy string
 	// PollSize is how many replicas the polling policy asks (default 3).

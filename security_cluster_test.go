@@ -114,6 +114,16 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "ClientConfig.Security.Dir") {
 			t.Fatalf("Dial without Security: %v, want an error naming ClientConfig.Security.Dir", err)
 		}
+		// A node process without certificate or key cannot join: the
+		// members drop its gossip, so its join times out and it exits
+		// saying what to check; it never enters the yellow pages.
+		_, err = cl.Start(ctx, localcluster.Spec{ID: "plain", Services: []string{"kv:0"}, SecurityArgs: []string{"--insecure"}})
+		if err == nil || !strings.Contains(err.Error(), "ignores gossip from a member without its keyring") {
+			t.Fatalf("an insecure node joining the secured cluster: %v, want its join refused", err)
+		}
+		if _, ok := nodeAddrs(ctx, c)["plain"]; ok {
+			t.Fatal("the node without a certificate entered the yellow pages")
+		}
 	})
 
 	t.Run("another CA", func(t *testing.T) {
@@ -181,6 +191,8 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 		defer cancel()
 		_, err = nc.Replicate(cctx, forged)
 		mustRefuse(t, "s4 replicating as s1", err, codes.PermissionDenied)
+		_, err = nc.Promote(cctx, &pb.PromoteRequest{Service: "kv", Partition: 0})
+		mustRefuse(t, "s4 (a node) promoting", err, codes.PermissionDenied)
 		// A process started as s1 with s4's certificate refuses to run
 		// (it cannot announce or serve as s1).
 		imp := filepath.Join(dir, "imp")

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/neptune-cluster/neptune/internal/dac"
 	"github.com/neptune-cluster/neptune/internal/membership"
@@ -154,5 +156,67 @@ func TestServerDialsOnlyAnnouncedChildren(t *testing.T) {
 	}
 	if slices.Sort(out.Partitions); !slices.Equal(out.Partitions, []int32{0, 1}) {
 		t.Fatalf("partitions %v, want [0 1]: the forged child contributes nothing", out.Partitions)
+	}
+}
+
+// A request over the node's limits is refused before anything runs or is
+// dialed, as InvalidArgument naming the limit: a deadline or grace over
+// MaxDeadline (so a caller cannot make the node hold its part for as long
+// as it likes), a participant's deadline over it, a negative elapsed time
+// (which would move the call's start, and so its deadline, into the
+// future) and more participants than MaxParticipants (the fan-out). A
+// request within the limits runs.
+func TestServerRefusesRequestsOverItsLimits(t *testing.T) {
+	d := &recorder{}
+	ran := 0
+	agg := &service.Aggregator{
+		Local:  map[string]service.LocalFunc{"l": func(context.Context, int, []byte) ([]byte, error) { ran++; return []byte("a"), nil }},
+		Reduce: map[string]service.ReduceFunc{"r": func(_ context.Context, a, b, _ []byte) ([]byte, error) { return append(slices.Clone(a), b...), nil }},
+	}
+	srv := NewServer(ServerConfig{
+		Self:        "n1",
+		Services:    hosting{Hosted{Operators: agg, Partitions: []int32{0}, Workers: directWorkers{}, Ledger: &dac.Ledger{}}},
+		Caller:      NewCaller(Config{Directory: yellow, Dialer: d}),
+		MaxDeadline: 2 * time.Second, MaxParticipants: 3,
+	})
+	sec := int64(time.Second)
+	valid := func() *pb.AggregateRequest {
+		return &pb.AggregateRequest{
+			CallId: "t", Service: "svc", Local: "l", Reduce: "r", Self: 0, DeadlineNs: sec, GraceNs: int64(10 * time.Millisecond),
+			Participants: []*pb.Participant{
+				{Index: 0, Partition: 0, Parent: -1, DeadlineNs: sec, Replicas: []*pb.ReplicaAddr{ra("n1", "rpc-n1")}},
+				{Index: 1, Partition: 1, Parent: 0, DeadlineNs: sec / 2, Replicas: []*pb.ReplicaAddr{ra("n2", "rpc-n2")}},
+			},
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name, want string
+		edit       func(*pb.AggregateRequest)
+	}{
+		{"an hour's deadline", "deadline 1h0m0s outside 0..2s", func(r *pb.AggregateRequest) { r.DeadlineNs = int64(time.Hour) }},
+		{"an hour's grace", "grace 1h0m0s outside 0..2s", func(r *pb.AggregateRequest) { r.GraceNs = int64(time.Hour) }},
+		{"a child's deadline of an hour", "participant 1's deadline 1h0m0s", func(r *pb.AggregateRequest) { r.Participants[1].DeadlineNs = int64(time.Hour) }},
+		{"a negative deadline", "deadline -1s outside", func(r *pb.AggregateRequest) { r.DeadlineNs = -sec }},
+		{"a negative elapsed time", "negative elapsed time", func(r *pb.AggregateRequest) { r.ElapsedNs = -int64(time.Hour) }},
+		{"too many participants", "4 participants, over this node's limit of 3", func(r *pb.AggregateRequest) {
+			for i := range 2 {
+				r.Participants = append(r.Participants, &pb.Participant{Index: int32(2 + i), Partition: 1, Parent: 0, DeadlineNs: sec / 2})
+			}
+		}},
+	} {
+		in := valid()
+		tc.edit(in)
+		_, err := srv.Serve(ctx, in)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "NodeConfig.MaxAggregate") && tc.want != "negative elapsed time" {
+			t.Errorf("%s: %v, want InvalidArgument containing %q and naming the NodeConfig limit", tc.name, err, tc.want)
+		}
+	}
+	if ran != 0 || len(d.got()) != 0 {
+		t.Fatalf("refused requests ran %d local operators and dialed %v", ran, d.got())
+	}
+	if _, err := srv.Serve(ctx, valid()); err != nil || ran != 1 {
+		t.Fatalf("a request within the limits: %v (ran %d)", err, ran)
 	}
 }

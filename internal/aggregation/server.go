@@ -52,6 +52,11 @@ type ServerConfig struct {
 	Caller *Caller
 	// Clock times operators and staged deadlines (default real).
 	Clock clock.Clock
+	// MaxDeadline bounds a request's deadline and grace (default
+	// DefaultMaxDeadline); MaxParticipants its participants (default
+	// DefaultMaxParticipants). See limits.go.
+	MaxDeadline     time.Duration
+	MaxParticipants int
 }
 
 // Server runs a node's part of aggregations.
@@ -60,11 +65,19 @@ type Server struct {
 	services Services
 	caller   *Caller
 	clock    clock.Clock
+	limits   limits
 }
 
 // NewServer returns the node side of aggregations.
 func NewServer(cfg ServerConfig) *Server {
-	return &Server{self: cfg.Self, services: cfg.Services, caller: cfg.Caller, clock: clock.OrReal(cfg.Clock)}
+	l := limits{maxDeadline: cfg.MaxDeadline, maxParticipants: cfg.MaxParticipants}
+	if l.maxDeadline <= 0 {
+		l.maxDeadline = DefaultMaxDeadline
+	}
+	if l.maxParticipants <= 0 {
+		l.maxParticipants = DefaultMaxParticipants
+	}
+	return &Server{self: cfg.Self, services: cfg.Services, caller: cfg.Caller, clock: clock.OrReal(cfg.Clock), limits: l}
 }
 
 // call is this node's part of one aggregation, as Serve sets it up and
@@ -100,6 +113,9 @@ type event struct {
 // which holds no worker slot.
 func (s *Server) Serve(ctx context.Context, in *pb.AggregateRequest) (answer *pb.AggregateResponse, failure error) {
 	defer func() { s.caller.metrics().observeRoot(in, answer, failure) }()
+	if err := s.limits.check(in); err != nil {
+		return nil, err
+	}
 	start := s.clock.Now().Add(-time.Duration(in.ElapsedNs))
 	h, ok := s.services.Aggregation(in.Service)
 	if !ok {

@@ -22,10 +22,16 @@ type Load struct {
 // and wait at most Wait for their answers, or only until Enough of them are
 // in (0 means all). An empty Poll means no polling. Answers that arrive after
 // the choice go to Report.
+//
+// Probe lists replicas to poll asynchronously: the caller sends those polls
+// and chooses at once, without waiting for them; every answer goes to
+// Report, for later calls. It is how the async policy keeps polling off the
+// call path.
 type Plan struct {
 	Poll   []string
 	Wait   time.Duration
 	Enough int
+	Probe  []string
 }
 
 // Policy chooses a replica for one call.

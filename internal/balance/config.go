@@ -3,6 +3,7 @@ package balance
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -17,10 +18,11 @@ const (
 	NameLocalP2C   = "localp2c"
 	NameOracle     = "oracle"
 	NamePrequal    = "prequal"
+	NameAsync      = "async"
 )
 
 // Names lists every policy New accepts, in a stable order.
-var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle, NamePrequal}
+var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle, NamePrequal, NameAsync}
 
 // WaitAllCap bounds the wait for poll answers when Config.Discard is 0
 // ("wait for every answer"): a dead replica must not stall a call forever.
@@ -61,6 +63,19 @@ type Config struct {
 	// ReuseWindow is how long prequal keeps using a poll answer, corrected
 	// by this client's own sends and completions since the answer.
 	ReuseWindow time.Duration
+	// ProbeRate, PoolSize, ProbeAge, ProbeReuse and HotQuantile tune the
+	// async policy (after Prequal, NSDI'24); zero takes the default. Each
+	// call sends ProbeRate asynchronous probes on average (a fraction is
+	// rounded at random), so probing follows the request rate. At most
+	// PoolSize answers are kept, one per replica, each until it is older
+	// than ProbeAge or has chosen ProbeReuse calls. A replica is hot when
+	// its requests in flight are at or above the HotQuantile quantile of
+	// the pool's.
+	ProbeRate   float64
+	PoolSize    int
+	ProbeAge    time.Duration
+	ProbeReuse  int
+	HotQuantile float64
 }
 
 // DefaultConfig selects prequal, which beat the paper's polling in the
@@ -100,6 +115,18 @@ func (c Config) Validate() error {
 	if c.ReuseWindow < 0 {
 		return fmt.Errorf("balance: ReuseWindow must be >= 0, got %v", c.ReuseWindow)
 	}
+	switch {
+	case c.ProbeRate < 0 || math.IsNaN(c.ProbeRate) || math.IsInf(c.ProbeRate, 0):
+		return fmt.Errorf("balance: ProbeRate must be a number >= 0, got %v", c.ProbeRate)
+	case c.PoolSize < 0:
+		return fmt.Errorf("balance: PoolSize must be >= 0, got %d", c.PoolSize)
+	case c.ProbeAge < 0:
+		return fmt.Errorf("balance: ProbeAge must be >= 0, got %v", c.ProbeAge)
+	case c.ProbeReuse < 0:
+		return fmt.Errorf("balance: ProbeReuse must be >= 0, got %d", c.ProbeReuse)
+	case !(c.HotQuantile >= 0 && c.HotQuantile <= 1):
+		return fmt.Errorf("balance: HotQuantile must be in [0, 1], got %v", c.HotQuantile)
+	}
 	return nil
 }
 
@@ -136,6 +163,8 @@ func New(cfg Config, rng *rand.Rand) (Policy, error) {
 		return &Oracle{newReported(rng)}, nil
 	case NamePrequal:
 		return newPrequal(cfg, rng), nil
+	case NameAsync:
+		return newAsync(cfg, rng), nil
 	}
 	return nil, fmt.Errorf("%w: %q not implemented yet", ErrUnknownPolicy, cfg.Policy)
 }

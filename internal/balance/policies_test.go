@@ -48,6 +48,11 @@ func TestValidate(t *testing.T) {
 		{"discard", func(c *Config) { c.Discard = -1 }, "Discard"},
 		{"probe size", func(c *Config) { c.ProbeSize = 0 }, "ProbeSize"},
 		{"broadcast interval", func(c *Config) { c.BroadcastInterval = 0 }, "BroadcastInterval"},
+		{"probe rate", func(c *Config) { c.ProbeRate = -1 }, "ProbeRate"},
+		{"pool size", func(c *Config) { c.PoolSize = -1 }, "PoolSize"},
+		{"probe age", func(c *Config) { c.ProbeAge = -1 }, "ProbeAge"},
+		{"probe reuse", func(c *Config) { c.ProbeReuse = -1 }, "ProbeReuse"},
+		{"hot quantile", func(c *Config) { c.HotQuantile = 1.5 }, "HotQuantile"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()

@@ -1,9 +1,7 @@
 package balance
 
 import (
-	"math"
 	"math/rand/v2"
-	"slices"
 	"time"
 )
 
@@ -33,7 +31,7 @@ type Prequal struct {
 	wait   time.Duration
 	window time.Duration
 	pool   map[string]*probe
-	slow   map[string]*replicaStats
+	slow   speeds
 	last   choice // the latest Choose, matched by the next Sent
 }
 
@@ -43,37 +41,15 @@ type probe struct {
 	sent, done int       // this client's sends and completions since
 }
 
-// replicaStats learns a replica's service time from this client's requests.
-type replicaStats struct {
-	pending []int   // estimated queue ahead of each outstanding request, FIFO
-	logSvc  float64 // EWMA of log(latency/(queue+1) in seconds)
-	samples int
-}
-
 type choice struct {
 	replica string
 	queue   int
 }
 
-// slowEWMA weighs a new service-time sample; high, because samples of a
-// replica are rare and a degraded one must be noticed after few requests.
-// Averaging logarithms keeps one long request of a high-variance service
-// from branding a healthy replica slow.
-const slowEWMA = 0.3
-
-// slowMinSamples is how many samples a replica needs before it can be
-// judged slow.
-const slowMinSamples = 2
-
-// slowThreshold is how much slower than the median a replica must look before
-// its queue is scaled; below it, estimation noise would only reorder healthy
-// replicas at random.
-const slowThreshold = 5.0
-
 func newPrequal(cfg Config, rng *rand.Rand) *Prequal {
 	return &Prequal{
 		rng: rng, d: cfg.ProbeSize, enough: cfg.ProbeEnough, wait: cfg.pollWait(), window: cfg.ReuseWindow,
-		pool: map[string]*probe{}, slow: map[string]*replicaStats{},
+		pool: map[string]*probe{}, slow: speeds{},
 	}
 }
 
@@ -104,7 +80,7 @@ func (p *Prequal) Choose(now time.Time, candidates []string, answers []Load) str
 	for _, a := range answers {
 		p.Report(now, a)
 	}
-	median := p.medianService(candidates)
+	median := p.slow.median(candidates)
 	pick, ties, best, bestQ := "", 0, 0.0, 0
 	for _, c := range candidates {
 		if !p.fresh(now, c) {
@@ -112,10 +88,7 @@ func (p *Prequal) Choose(now time.Time, candidates []string, answers []Load) str
 		}
 		pr := p.pool[c]
 		q := max(0, pr.queue+pr.sent-pr.done)
-		cost := float64(q + 1)
-		if s := p.slow[c]; s != nil && s.samples >= slowMinSamples && s.logSvc-median > math.Log(slowThreshold) {
-			cost *= math.Exp(s.logSvc - median)
-		}
+		cost := float64(q+1) * p.slow.factor(c, median)
 		switch {
 		case ties == 0 || cost < best:
 			pick, best, bestQ, ties = c, cost, q, 1
@@ -133,22 +106,6 @@ func (p *Prequal) Choose(now time.Time, candidates []string, answers []Load) str
 	return pick
 }
 
-// medianService is the median learned log service time over candidates
-// with enough samples; +Inf if none has, so that nobody is judged slow.
-func (p *Prequal) medianService(candidates []string) float64 {
-	var known []float64
-	for _, c := range candidates {
-		if s := p.slow[c]; s != nil && s.samples >= slowMinSamples {
-			known = append(known, s.logSvc)
-		}
-	}
-	if len(known) == 0 {
-		return math.Inf(1)
-	}
-	slices.Sort(known)
-	return known[len(known)/2]
-}
-
 // Sent counts the send against the replica's pooled answer and remembers
 // the queue it was chosen at, to learn the replica's speed when it is Done.
 func (p *Prequal) Sent(_ time.Time, replica string) {
@@ -160,12 +117,7 @@ func (p *Prequal) Sent(_ time.Time, replica string) {
 		q = p.last.queue
 	}
 	p.last = choice{}
-	s := p.slow[replica]
-	if s == nil {
-		s = &replicaStats{}
-		p.slow[replica] = s
-	}
-	s.pending = append(s.pending, q)
+	p.slow.sent(replica, q)
 }
 
 // Done counts the completion against the pooled answer and updates the
@@ -174,22 +126,7 @@ func (p *Prequal) Done(_ time.Time, replica string, latency time.Duration) {
 	if pr := p.pool[replica]; pr != nil {
 		pr.done++
 	}
-	s := p.slow[replica]
-	if s == nil || len(s.pending) == 0 {
-		return
-	}
-	q := s.pending[0]
-	s.pending = s.pending[1:]
-	if q < 0 {
-		return
-	}
-	sample := math.Log(max(latency.Seconds(), 1e-9) / float64(q+1))
-	if s.samples == 0 {
-		s.logSvc = sample
-	} else {
-		s.logSvc += slowEWMA * (sample - s.logSvc)
-	}
-	s.samples++
+	p.slow.done(replica, latency)
 }
 
 // Report pools a poll answer (in time or late) or a pushed load, unless the

@@ -52,8 +52,15 @@ capacity is answered 429 with Retry-After.
 Status codes: 404 no route, service, method or partition; 405 method not
 routed; 400 bad partition key; 401 unknown or missing API key; 403 key not
 allowed on the route; 413 body too large; 429 over share; 502 the service
-failed; 503 no replica, no primary or overloaded; 504 deadline.`,
+failed; 503 no replica, no primary or overloaded; 504 deadline.
+
+A secured gateway presents a gateway certificate (--cert gateway/NAME,
+from neptune tls cert create --gateway NAME): nodes let it call services,
+and with gossip: in the config it signs its demand datagrams with it and
+goes by NAME among its peers, which accept demand only from gateway
+certificates of the cluster's CA.`,
 		Example: `  neptune gateway --config examples/gateway.yaml --tls-dir pki --join 127.0.0.1:7946
+  neptune gateway --config gw1.yaml --tls-dir pki --cert gateway/gw1 --join 127.0.0.1:7946
   neptune gateway --config gw.yaml --listen :8443 --metrics 127.0.0.1:9101`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -79,7 +86,7 @@ failed; 503 no replica, no primary or overloaded; 504 deadline.`,
 	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of a node to join; list (config: join)")
 	fs.StringVar(&o.metrics, "metrics", "", "`host:port` serving Prometheus /metrics on its own listener; empty disables (config: metrics)")
 	fs.StringVar(&o.host, "host", "127.0.0.1", "address the gateway's gossip listener binds to")
-	o.sec.add(fs, "client/client", "the gateway's client")
+	o.sec.add(fs, "gateway/gateway", "the gateway")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", "))
 	_ = cmd.MarkFlagRequired("config")
 	_ = cmd.MarkFlagFilename("config", "yaml", "yml")
@@ -119,17 +126,20 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host 
 	cfg = cfg.WithDefaults()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The gossip's material first: a wrong certificate fails at once,
+	// not after joining the cluster.
+	var gsec gateway.GossipSecurity
+	if cfg.Gossip != "" {
+		var err error
+		if gsec, err = gatewayGossip(ctx, sec, log); err != nil {
+			return err
+		}
+	}
 	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cfg.Join, Host: host, Registerer: reg, Logger: log, Security: sec})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	var gsec gateway.GossipSecurity
-	if cfg.Gossip != "" {
-		if gsec, err = gatewayGossip(ctx, sec, log); err != nil {
-			return err
-		}
-	}
 	g, err := gateway.New(cfg, gateway.Deps{Caller: client, Registerer: reg, Logger: log, Gossip: gsec})
 	if err != nil {
 		return err
@@ -169,8 +179,9 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host 
 
 // gatewayGossip authenticates the demand gossip with the other gateways
 // under the cluster keyring the gateway's client joins with (watched, so
-// `neptune keyring use` rotates the gossip's key too); with --insecure
-// the datagrams are plain.
+// `neptune keyring use` rotates the gossip's key too) and signs it with
+// the gateway's certificate (--cert gateway/NAME), whose name the
+// gateway goes by; with --insecure the datagrams are plain.
 func gatewayGossip(ctx context.Context, sec neptune.Security, log *slog.Logger) (gateway.GossipSecurity, error) {
 	if sec.Insecure {
 		return gateway.GossipSecurity{Insecure: true}, nil
@@ -183,8 +194,11 @@ func gatewayGossip(ctx context.Context, sec neptune.Security, log *slog.Logger) 
 	if err != nil {
 		return gateway.GossipSecurity{}, fmt.Errorf("gateway: gossip keys: %w", err)
 	}
+	if id := m.TLS.Identity(); id.Role != pki.RoleGateway {
+		return gateway.GossipSecurity{}, fmt.Errorf("gateway: gossip: signing demand needs a gateway certificate, and --cert %s is a %s's (create one with neptune tls cert create --gateway NAME, present it with --cert gateway/NAME)", sec.Cert, id.Role)
+	}
 	go m.WatchKeyring(ctx)
-	return gateway.GossipSecurity{Keys: m.Keys, Label: m.Label}, nil
+	return gateway.GossipSecurity{Keys: m.Keys, Label: m.Label, Certs: m.TLS}, nil
 }
 
 func newHashKeyCmd() *cobra.Command {

@@ -15,6 +15,7 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/echo"
 	"github.com/neptune-cluster/neptune/internal/gage"
+	"github.com/neptune-cluster/neptune/internal/security"
 )
 
 func writeFile(t *testing.T, name, text string) string {
@@ -29,6 +30,11 @@ func writeFile(t *testing.T, name, text string) string {
 func TestGatewayCommandLineErrors(t *testing.T) {
 	good := writeFile(t, "gw.yaml", "capacity_grps: 100\nroutes: [{service: echo, method: echo}]\n")
 	bad := writeFile(t, "bad.yaml", "capacity_grps: 100\nroutes: [{service: echo, method: echo, partition: {hash: true, query: k}}]\n")
+	gossiping := writeFile(t, "gossip.yaml", "capacity_grps: 100\ngossip: 127.0.0.1:0\nroutes: [{service: echo, method: echo}]\n")
+	pkiDir := t.TempDir()
+	if err := security.Scratch(pkiDir, "test"); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -40,6 +46,9 @@ func TestGatewayCommandLineErrors(t *testing.T) {
 		{[]string{"gateway", "--config", good, "--join", "127.0.0.1:1", "--listen", "nowhere", "--insecure"}, ExitFailed, "listen: "},
 		{[]string{"gateway", "--config", filepath.Join(t.TempDir(), "missing.yaml")}, ExitFailed, "missing.yaml"},
 		{[]string{"gateway", "--config", good, "extra"}, ExitUsage, `unexpected argument "extra"`},
+		// Demand gossip is signed with a gateway certificate: a client's
+		// is refused before the gateway joins anything.
+		{[]string{"gateway", "--config", gossiping, "--join", "127.0.0.1:1", "--tls-dir", pkiDir, "--cert", "client/client"}, ExitFailed, "needs a gateway certificate"},
 	} {
 		code, stdout, stderr := run(t, tc.args)
 		if code != tc.code || stdout != "" || !strings.Contains(stderr, tc.want) {

@@ -22,11 +22,11 @@ import (
 // line, so the defaults shown in help are the node's own.
 type nodeOptions struct {
 	config, id, host, metrics, zone, policy, dataDir, logLevel string
-	gossipPort, rpcPort, pollPort                        int
-	pprof                                                bool
-	interval, ttl                                        time.Duration
-	join, services                                       []string
-	sec                                                  securityFlags
+	gossipPort, rpcPort, pollPort                              int
+	pprof                                                      bool
+	interval, ttl                                              time.Duration
+	join, services                                             []string
+	sec                                                        securityFlags
 }
 
 func newNodeCmd() *cobra.Command {

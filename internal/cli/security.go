@@ -17,21 +17,23 @@ import (
 func newTLSCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tls",
-		Short: "Create the cluster CA and certificates for nodes, clients and operators",
+		Short: "Create the cluster CA and certificates for nodes, clients, operators and gateways",
 		Long: `Create the cluster's certificate authority and the certificates it issues.
 
-Every node, client and operator holds a certificate signed by the cluster
-CA. The certificate names its holder as a URI, neptune://<role>/<name>:
+Every node, client, operator and gateway holds a certificate signed by the
+cluster CA. The certificate names its holder as a URI, neptune://<role>/<name>:
 neptune://node/n1 for node n1, neptune://client/web for a client,
-neptune://operator/alice for an operator. Nodes accept calls from every
-role, replication only from nodes (and only for the node the certificate
-names), and promote only from operators.
+neptune://operator/alice for an operator, neptune://gateway/gw1 for a
+gateway. Nodes accept calls from every role, replication only from nodes
+(and only for the node the certificate names), and promote only from
+operators; gateways accept demand gossip only from gateway certificates.
 
 Files (PEM; private keys are written with mode 0600):
   ca.pem, ca-key.pem                 the CA; keep ca-key.pem off the nodes
   node-<id>.pem, node-<id>-key.pem   a node's certificate and key
   client-<name>.pem …                a client's
   operator-<name>.pem …              an operator's
+  gateway-<name>.pem …               a gateway's
 Every member also needs ca.pem. Nodes re-read their files when they
 change, so a certificate is renewed by writing new files in place.`,
 		Example: `  neptune tls ca create --dir pki --cluster prod
@@ -94,24 +96,28 @@ func newCertCreateCmd() *cobra.Command {
 	var (
 		dir                    string
 		node, client, operator string
+		gatewayName            string
 		hosts                  []string
 		validFor               time.Duration
 		force                  bool
 	)
 	cmd := &cobra.Command{
-		Use:   "create --dir D (--node ID | --client NAME | --operator NAME)",
-		Short: "Issue a node, client or operator certificate signed by the CA in a directory",
+		Use:   "create --dir D (--node ID | --client NAME | --operator NAME | --gateway NAME)",
+		Short: "Issue a node, client, operator or gateway certificate signed by the CA in a directory",
 		Long: `Issue a certificate signed by the CA in --dir (ca.pem, ca-key.pem) and
 write it and its key (mode 0600) into --dir: node-<id>.pem and
 node-<id>-key.pem for --node, client-<name>… for --client,
-operator-<name>… for --operator.
+operator-<name>… for --operator, gateway-<name>… for --gateway.
 
 A node's certificate names its node id: the node must run with that
 --id, and its peers check the id when they dial it and when it sends
-replication messages or announcements. Names use letters, digits and
+replication messages or announcements. A gateway's certificate names
+the gateway: it may only call services, and the other gateways accept
+its demand datagrams only under that name. Names use letters, digits and
 . _ - ~ : @.`,
 		Example: `  neptune tls cert create --dir pki --node n1
   neptune tls cert create --dir pki --client web
+  neptune tls cert create --dir pki --gateway gw1
   neptune tls cert create --dir pki --node n2 --host n2.example.net,10.0.0.2`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -122,6 +128,8 @@ replication messages or announcements. Names use letters, digits and
 				id, flag = pki.Identity{Role: pki.RoleNode, Name: node}, "--node"
 			case client != "":
 				id, flag = pki.Identity{Role: pki.RoleClient, Name: client}, "--client"
+			case gatewayName != "":
+				id, flag = pki.Identity{Role: pki.RoleGateway, Name: gatewayName}, "--gateway"
 			default:
 				id, flag = pki.Identity{Role: pki.RoleOperator, Name: operator}, "--operator"
 			}
@@ -152,12 +160,13 @@ replication messages or announcements. Names use letters, digits and
 	fs.StringVar(&node, "node", "", "issue a node certificate for node `id`")
 	fs.StringVar(&client, "client", "", "issue a client certificate for `name`")
 	fs.StringVar(&operator, "operator", "", "issue an operator certificate for `name`")
+	fs.StringVar(&gatewayName, "gateway", "", "issue a gateway certificate for gateway `name` (its config's name:)")
 	fs.StringSliceVar(&hosts, "host", nil, "extra DNS `names` or IP addresses for tools that check host names; list")
 	fs.DurationVar(&validFor, "valid-for", pki.DefaultCertValidity, "how long the certificate is valid (never beyond the CA)")
 	fs.BoolVar(&force, "force", false, "replace existing files")
 	_ = cmd.MarkFlagRequired("dir")
-	cmd.MarkFlagsOneRequired("node", "client", "operator")
-	cmd.MarkFlagsMutuallyExclusive("node", "client", "operator")
+	cmd.MarkFlagsOneRequired("node", "client", "operator", "gateway")
+	cmd.MarkFlagsMutuallyExclusive("node", "client", "operator", "gateway")
 	return cmd
 }
 

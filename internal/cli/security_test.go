@@ -24,6 +24,7 @@ func TestTLSCommandsBootstrapACluster(t *testing.T) {
 		{"--node", pki.Identity{Role: pki.RoleNode, Name: "n1"}},
 		{"--client", pki.Identity{Role: pki.RoleClient, Name: "web"}},
 		{"-operator", pki.Identity{Role: pki.RoleOperator, Name: "alice"}}, // Go-style flags still work
+		{"--gateway", pki.Identity{Role: pki.RoleGateway, Name: "gw1"}},
 	} {
 		code, stdout, stderr := run(t, []string{"tls", "cert", "create", "--dir", dir, tc.flag, tc.id.Name})
 		if code != ExitOK || !strings.Contains(stdout, tc.id.URI().String()) {
@@ -55,8 +56,8 @@ func TestTLSCommandErrorsNameTheFlag(t *testing.T) {
 		{[]string{"tls", "ca", "create"}, ExitUsage, `"dir" not set`},
 		{[]string{"tls", "ca", "create", "--dir", dir}, ExitFailed, "--force"},
 		{[]string{"tls", "ca", "create", "--dir", t.TempDir(), "--cluster", "a b"}, ExitUsage, `--cluster "a b"`},
-		{[]string{"tls", "cert", "create", "--dir", dir}, ExitUsage, "[node client operator]"},
-		{[]string{"tls", "cert", "create", "--dir", dir, "--node", "n1", "--client", "c"}, ExitUsage, "[node client operator]"},
+		{[]string{"tls", "cert", "create", "--dir", dir}, ExitUsage, "[node client operator gateway]"},
+		{[]string{"tls", "cert", "create", "--dir", dir, "--node", "n1", "--client", "c"}, ExitUsage, "[node client operator gateway]"},
 		{[]string{"tls", "cert", "create", "--dir", dir, "--node", "n/1"}, ExitUsage, `--node "n/1"`},
 		{[]string{"tls", "cert", "create", "--dir", dir, "--client", "c", "--valid-for", "-1h"}, ExitUsage, "--valid-for"},
 		{[]string{"tls", "cert", "create", "--dir", t.TempDir(), "--node", "n1"}, ExitFailed, "--dir"},

@@ -142,16 +142,31 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// gatewayPollWait bounds each load poll of the gateway dashboard's
+// Cluster view, as a node's does: a member that does not answer in time
+// shows its load as late.
+const gatewayPollWait = 20 * time.Millisecond
+
 // mountGatewayDashboard serves the dashboard on a gateway's metrics
-// listener: its client's yellow pages, its registry and its subscribers.
+// listener: its client's yellow pages (live members, polled
+// concurrently, and the recently departed ones with their replicas), its
+// registry and its subscribers.
 func mountGatewayDashboard(mux *http.ServeMux, g *gateway.Gateway, c *neptune.Client, reg prometheus.Gatherer) error {
 	// g.Name() is "" for a gateway without demand gossip.
 	d, err := dashboard.New(dashboard.Config{Self: g.Name(), Role: "gateway", Gatherer: reg, RSS: dashboard.PeerRSS{},
 		Members: dashboard.MembersFunc(func(ctx context.Context) ([]dashboard.Member, error) {
-			return dashboard.FromClientMembers(c.Members(ctx, 20*time.Millisecond)), nil
+			return dashboard.FromClientMembers(c.Members(ctx, 0)), nil
+		}),
+		Loads: dashboard.LoadFunc(func(ctx context.Context, m dashboard.Member) map[string]map[int]int {
+			cm := dashboard.ToClientMember(m)
+			c.PollLoad(ctx, cm, gatewayPollWait)
+			return dashboard.LoadsOf(cm)
+		}),
+		Departed: dashboard.DepartedFunc(func(context.Context) ([]dashboard.Departed, error) {
+			return dashboard.FromClientDeparted(c.Departed()), nil
 		}),
 		Partitions: dashboard.PartitionsFunc(func(context.Context) ([]dashboard.Partition, error) {
-			return dashboard.FromClientPartitions(c.Partitions()), nil
+			return dashboard.WithClientDeparted(dashboard.FromClientPartitions(c.Partitions()), c.Departed()), nil
 		}),
 		Subscribers: dashboard.SubscribersFunc(func(context.Context) (dashboard.Subscribers, error) {
 			st := g.Status()

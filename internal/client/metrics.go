@@ -29,7 +29,7 @@ func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
 		}, []string{"service", "method"}),
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "neptune_client_polls_total",
-			Help: "Load polls sent, by result (answered or late).",
+			Help: "Load polls sent, by result (answered, late_or_unneeded, or probe: sent off the call path).",
 		}, []string{"result"}),
 		pollTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "neptune_client_poll_seconds",

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -32,7 +33,8 @@ type balancer struct {
 //     the primary, recovering replicas are no candidates;
 //  4. the policy: replicas that keep missing polls are skipped, the
 //     policy plans its polls, the poller asks them, replication keeps the
-//     fresh enough answers, the policy chooses.
+//     fresh enough answers, the policy chooses. Probes (an async policy's)
+//     are sent without waiting; their answers serve later calls.
 func (c *Client) pick(ctx context.Context, r *request) (target, error) {
 	t, err := c.choose(ctx, r)
 	if err == nil {
@@ -79,8 +81,19 @@ func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 	plan := b.policy.Plan(now, ids)
 	b.mu.Unlock()
 
-	if p := rt.mustPoll(ids); p != "" && !slices.Contains(plan.Poll, p) {
-		plan.Poll = append(plan.Poll, p)
+	if p := rt.mustPoll(ids); p != "" {
+		// A level-3 read chooses among replicas shown fresh by current
+		// answers, so its probes become polls it waits for.
+		if len(plan.Probe) > 0 {
+			plan.Poll, plan.Probe = append(plan.Poll, plan.Probe...), nil
+			plan.Wait = cmp.Or(plan.Wait, c.balance.Discard, balance.WaitAllCap)
+		}
+		if !slices.Contains(plan.Poll, p) {
+			plan.Poll = append(plan.Poll, p)
+		}
+	}
+	if len(plan.Probe) > 0 {
+		c.probe(plan.Probe, byID, in.Service, in.Partition, in.Class)
 	}
 	var loads []balance.Load
 	var answers []transport.PollAnswer
@@ -115,6 +128,18 @@ func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 	choice := b.policy.Choose(now, ids, loads)
 	b.policy.Sent(now, choice)
 	return target{byID[choice], b}, nil
+}
+
+// probe polls replicas off the call path: the datagrams leave from another
+// goroutine and the answers reach the policy through reportLate, for later
+// calls.
+func (c *Client) probe(ids []string, byID map[string]membership.Replica, service string, partition int32, class string) {
+	targets := make([]transport.PollTarget, len(ids))
+	for i, id := range ids {
+		targets[i] = transport.PollTarget{Replica: id, Addr: byID[id].PollAddr}
+	}
+	c.metrics.polls.WithLabelValues("probe").Add(float64(len(targets)))
+	go c.poller.Probe(targets, service, partition, class)
 }
 
 // target is the replica a pick chose and the balancer that chose it,

@@ -44,21 +44,27 @@ func (c *Client) Members(ctx context.Context, wait time.Duration) []Member {
 		if len(a.Services) == 0 {
 			continue
 		}
-		m := Member{Node: a.NodeId, RPCAddr: a.RpcAddr, PollAddr: a.PollAddr, MetricsAddr: a.MetricsAddr, Zone: a.Zone, Age: now.Sub(e.Seen)}
-		for _, s := range a.Services {
-			hs := HostedService{Name: s.Name, Load: map[int]int{}}
-			for _, p := range s.Partitions {
-				hs.Partitions = append(hs.Partitions, int(p))
-				hs.Load[int(p)] = -1
-			}
-			m.Services = append(m.Services, hs)
-		}
+		m := memberOf(a, now.Sub(e.Seen))
 		if wait > 0 {
 			c.PollLoad(ctx, m, wait)
 		}
 		out = append(out, m)
 	}
 	return out
+}
+
+// memberOf is the member a announces, seen age ago, every load -1.
+func memberOf(a *pb.Announcement, age time.Duration) Member {
+	m := Member{Node: a.NodeId, RPCAddr: a.RpcAddr, PollAddr: a.PollAddr, MetricsAddr: a.MetricsAddr, Zone: a.Zone, Age: age}
+	for _, s := range a.Services {
+		hs := HostedService{Name: s.Name, Load: map[int]int{}}
+		for _, p := range s.Partitions {
+			hs.Partitions = append(hs.Partitions, int(p))
+			hs.Load[int(p)] = -1
+		}
+		m.Services = append(m.Services, hs)
+	}
+	return m
 }
 
 // PollLoad polls m's load for every partition it hosts, all at once, into
@@ -96,6 +102,9 @@ type ReplicaInfo struct {
 	// Lease (primary) is what was left of its majority lease when it
 	// announced (or answered); 0: it holds none and is not fresh.
 	Lease time.Duration
+	// VersionAgo (a level-3 primary) is its committed version Staleness
+	// ago: a replica below it is beyond the staleness bound.
+	VersionAgo uint64
 	// Diverged: the replica found its log differs from the primary's below
 	// its commit point; it serves nothing until rebuilt.
 	Diverged bool
@@ -114,7 +123,7 @@ type PartitionInfo struct {
 // replicaInfo is node's replica status st as ReplicaInfo.
 func replicaInfo(node string, st *pb.ReplicaStatus) ReplicaInfo {
 	return ReplicaInfo{Node: node, Role: replica.Role(st.Role).String(), Phase: int(st.Phase), Epoch: st.Epoch, Primary: st.Primary,
-		Version: st.Version, Commit: st.Commit, Last: st.Last, Lease: time.Duration(st.LeaseMs) * time.Millisecond, Diverged: st.Diverged}
+		Version: st.Version, Commit: st.Commit, Last: st.Last, Lease: time.Duration(st.LeaseMs) * time.Millisecond, VersionAgo: st.VersionAgo, Diverged: st.Diverged}
 }
 
 // Partitions returns the replicated partitions in the yellow pages, sorted,

@@ -81,14 +81,31 @@ func FromDeparted(ds []membership.Departed) []Departed {
 	return out
 }
 
+// FromClientDeparted converts a client's departed members
+// (Client.Departed).
+func FromClientDeparted(ds []client.Departed) []Departed {
+	out := make([]Departed, 0, len(ds))
+	for _, d := range ds {
+		m := Member{Node: d.Node, RPCAddr: d.RPCAddr, PollAddr: d.PollAddr, MetricsAddr: d.MetricsAddr}
+		for _, s := range d.Services {
+			m.Services = append(m.Services, Hosted{Name: s.Name, Partitions: s.Partitions})
+		}
+		out = append(out, Departed{Member: m, LastSeen: d.LastSeen, Why: d.Why})
+	}
+	return out
+}
+
 // FromClientPartitions converts a client's partition listing
-// (Client.Partitions); it carries no staleness marks or leases.
+// (Client.Partitions): a primary's lease as announced and, at level 3,
+// its version of Staleness ago, which marks replicas beyond the bound
+// (the bound itself is not announced, so it is not shown).
 func FromClientPartitions(ps []client.PartitionInfo) []Partition {
 	out := make([]Partition, 0, len(ps))
 	for _, p := range ps {
 		dp := Partition{Service: p.Service, Partition: p.Partition, Level: p.Level}
 		for _, r := range p.Replicas {
-			dp.Replicas = append(dp.Replicas, Replica{Node: r.Node, Role: r.Role, Epoch: r.Epoch, Primary: r.Primary, Version: r.Version, Commit: r.Commit})
+			dp.Replicas = append(dp.Replicas, Replica{Node: r.Node, Role: r.Role, Epoch: r.Epoch, Primary: r.Primary, Version: r.Version, Commit: r.Commit,
+				VersionAgo: r.VersionAgo, Lease: r.Lease, HasLease: r.Lease != 0})
 		}
 		out = append(out, dp)
 	}
@@ -140,6 +157,43 @@ func FromPages(now time.Time, entries []membership.Entry, staleness func(service
 // (membership.Gossip.Departed): a dashboard opened after a node died
 // still shows which replica the failover lost.
 func WithDeparted(ps []Partition, ds []membership.Departed) []Partition {
+	var gone []goneReplica
+	for _, d := range ds {
+		for _, s := range d.Ann.GetServices() {
+			for _, r := range s.GetReplicas() {
+				gone = append(gone, goneReplica{service: s.GetName(), partition: int(r.GetPartition()), level: int(r.GetLevel()),
+					r: Replica{Node: d.Node, Role: RoleGone, Epoch: r.GetEpoch(), Primary: r.GetPrimary(), Version: r.GetVersion(), Commit: r.GetCommit()}})
+			}
+		}
+	}
+	return addGone(ps, gone)
+}
+
+// WithClientDeparted is WithDeparted for a client's departed members
+// (Client.Departed), which is all a gateway has.
+func WithClientDeparted(ps []Partition, ds []client.Departed) []Partition {
+	var gone []goneReplica
+	for _, d := range ds {
+		for _, p := range d.Partitions {
+			for _, r := range p.Replicas {
+				gone = append(gone, goneReplica{service: p.Service, partition: p.Partition, level: p.Level,
+					r: Replica{Node: r.Node, Role: RoleGone, Epoch: r.Epoch, Primary: r.Primary, Version: r.Version, Commit: r.Commit}})
+			}
+		}
+	}
+	return addGone(ps, gone)
+}
+
+// goneReplica is a departed member's replica of a partition.
+type goneReplica struct {
+	service          string
+	partition, level int
+	r                Replica
+}
+
+// addGone adds the gone replicas to their partitions in ps, creating a
+// partition none of whose replicas is left.
+func addGone(ps []Partition, gone []goneReplica) []Partition {
 	type key struct {
 		svc  string
 		part int
@@ -148,20 +202,15 @@ func WithDeparted(ps []Partition, ds []membership.Departed) []Partition {
 	for i, p := range ps {
 		at[key{p.Service, p.Partition}] = i
 	}
-	for _, d := range ds {
-		for _, s := range d.Ann.GetServices() {
-			for _, r := range s.GetReplicas() {
-				k := key{s.GetName(), int(r.GetPartition())}
-				i, ok := at[k]
-				if !ok {
-					i = len(ps)
-					at[k] = i
-					ps = append(ps, Partition{Service: k.svc, Partition: k.part, Level: int(r.GetLevel())})
-				}
-				ps[i].Replicas = append(ps[i].Replicas, Replica{Node: d.Node, Role: RoleGone, Epoch: r.GetEpoch(), Primary: r.GetPrimary(),
-					Version: r.GetVersion(), Commit: r.GetCommit()})
-			}
+	for _, g := range gone {
+		k := key{g.service, g.partition}
+		i, ok := at[k]
+		if !ok {
+			i = len(ps)
+			at[k] = i
+			ps = append(ps, Partition{Service: k.svc, Partition: k.part, Level: g.level})
 		}
+		ps[i].Replicas = append(ps[i].Replicas, g.r)
 	}
 	return ps
 }

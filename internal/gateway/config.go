@@ -85,8 +85,9 @@ type Config struct {
 	// gateway's own measure and the configured capacity.
 	Measured *bool `yaml:"measured"`
 
-	// Several gateways: Name identifies this one to its peers (default
-	// the gossip address as bound); Gossip is the UDP address it exchanges demand
+	// Several gateways: Name identifies this one to its peers (secured:
+	// the name its gateway certificate gives, which it must equal if set;
+	// insecure: default the gossip address as bound); Gossip is the UDP address it exchanges demand
 	// on; Peers are other gateways' gossip addresses (a peer that sends
 	// to this one is answered too, so one side listing the other is
 	// enough). Every GossipPeriod (default 100ms) each gateway sends its

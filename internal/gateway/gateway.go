@@ -19,6 +19,7 @@ import (
 	"github.com/neptune-cluster/neptune/adapter"
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/gage"
+	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/transport"
 )
 
@@ -41,8 +42,9 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	// Gossip authenticates the demand gossip with the other gateways:
-	// the cluster's keys, or Insecure. Required when the config has a
-	// gossip address.
+	// the cluster's keys and the gateway's certificate (whose name is the
+	// gateway's name: a config's name must match it, and defaults to
+	// it), or Insecure. Required when the config has a gossip address.
 	Gossip GossipSecurity
 }
 
@@ -112,8 +114,21 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 	}
 	var gsp *gossiper
 	if cfg.Gossip != "" {
-		if !d.Gossip.Insecure && d.Gossip.Keys == nil {
-			return nil, errors.New("gateway: gossip is configured but Deps.Gossip has no keys: give the cluster keyring's (security.Material.Keys) or set Deps.Gossip.Insecure")
+		if !d.Gossip.Insecure && (d.Gossip.Keys == nil || d.Gossip.Certs == nil) {
+			return nil, errors.New("gateway: gossip is configured but Deps.Gossip has no keys or no certificate: give the cluster keyring's (security.Material.Keys) and the gateway's certificate (security.Material.TLS), or set Deps.Gossip.Insecure")
+		}
+		if !d.Gossip.Insecure {
+			// The certificate names the gateway: its peers accept its
+			// demand only under that name.
+			id := d.Gossip.Certs.Identity()
+			switch {
+			case id.Role != pki.RoleGateway:
+				return nil, fmt.Errorf("gateway: gossip needs a gateway certificate, and this one names %s (neptune tls cert create --gateway NAME, presented with --cert gateway/NAME)", id)
+			case cfg.Name == "":
+				cfg.Name = id.Name
+			case cfg.Name != id.Name:
+				return nil, fmt.Errorf("gateway: name: %q, but the gateway's certificate names gateway %q: its peers accept its demand only under that name", cfg.Name, id.Name)
+			}
 		}
 		var subs []string
 		for _, s := range gc.All() {

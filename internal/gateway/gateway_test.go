@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,12 +58,23 @@ func (f *fakeCaller) log() []call {
 // start builds a gateway from YAML and runs its loop for the test.
 func start(t *testing.T, y string, c Caller, clk clock.Clock) (*Gateway, *prometheus.Registry) {
 	t.Helper()
+	return startWith(t, y, c, clk, nil)
+}
+
+// startWith is start with the gossip security sec (nil: the test
+// cluster's, for the config's name or "a").
+func startWith(t *testing.T, y string, c Caller, clk clock.Clock, sec *GossipSecurity) (*Gateway, *prometheus.Registry) {
+	t.Helper()
 	cfg, err := ParseConfig([]byte(y))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if sec == nil {
+		s := testGossip(t, cmp.Or(cfg.Name, "a"))
+		sec = &s
+	}
 	reg := prometheus.NewRegistry()
-	g, err := New(cfg, Deps{Caller: c, Clock: clk, Registerer: reg, Gossip: testGossip})
+	g, err := New(cfg, Deps{Caller: c, Clock: clk, Registerer: reg, Gossip: *sec})
 	if err != nil {
 		t.Fatal(err)
 	}

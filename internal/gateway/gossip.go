@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/gage"
+	"github.com/neptune-cluster/neptune/internal/ratelimit"
 )
 
 // Demand gossip between gateways (issue 12 item 6). Every gossip period
@@ -52,7 +54,8 @@ type gossiper struct {
 	peers []*net.UDPAddr
 	ttl   time.Duration
 	self  string
-	auth  *demandAuth // nil: insecure, plain JSON
+	auth  *demandAuth        // nil: insecure, plain JSON
+	limit *ratelimit.PerPeer // per source address; nil: none
 	subs  map[string]bool
 	log   *slog.Logger
 	// dropped counts a refused datagram by reason; accepted one that
@@ -92,6 +95,9 @@ func newGossiper(cfg Config, subs []string, sec GossipSecurity, clk clock.Clock,
 	g := &gossiper{
 		conn: conn, clk: clk, ttl: time.Duration(cfg.PeerTTL), self: cfg.Name, auth: auth, subs: map[string]bool{}, log: log,
 		dropped: func(string) {}, accepted: func() {}, heard: map[string]heardPeer{},
+	}
+	if rate := cmp.Or(sec.Rate, DefaultGossipRate); rate > 0 {
+		g.limit = ratelimit.New(rate, cmp.Or(sec.Burst, DefaultGossipBurst))
 	}
 	for _, s := range subs {
 		g.subs[s] = true
@@ -189,6 +195,10 @@ func (g *gossiper) receive(merge func(gage.GatewayDemand)) {
 		if err != nil {
 			return // closed
 		}
+		if g.limit != nil && !g.limit.Allow(from.AddrPort().Addr(), g.clk.Now()) {
+			g.refused(from, drop(gossipRateLimited, "over the limit of datagrams from %v", from.IP))
+			continue
+		}
 		m, err := g.decode(g.clk.Now(), buf[:n])
 		if err != nil {
 			g.refused(from, err)
@@ -208,16 +218,17 @@ func (g *gossiper) receive(merge func(gage.GatewayDemand)) {
 }
 
 // decode checks one received datagram at now: its size, its
-// authentication (unless insecure) and its content. Only a datagram that
-// passes all three names a peer or moves a share.
+// authentication (unless insecure: the HMAC, and the signature of the
+// gateway certificate naming the gateway it speaks for) and its content.
+// Only a datagram that passes all three names a peer or moves a share.
 func (g *gossiper) decode(now time.Time, pkt []byte) (gage.GatewayDemand, error) {
 	if len(pkt) > maxDatagram {
 		return gage.GatewayDemand{}, drop(gossipOversized, "over %d bytes", maxDatagram)
 	}
-	payload := pkt
+	payload, signer := pkt, ""
 	if g.auth != nil {
 		var err error
-		if payload, err = g.auth.open(now, pkt); err != nil {
+		if payload, signer, err = g.auth.open(now, pkt); err != nil {
 			return gage.GatewayDemand{}, err
 		}
 	}
@@ -227,6 +238,9 @@ func (g *gossiper) decode(now time.Time, pkt []byte) (gage.GatewayDemand, error)
 	}
 	if w.Gateway == "" || len(w.Gateway) > maxGatewayName {
 		return gage.GatewayDemand{}, drop(gossipMalformed, "gateway name of %d bytes", len(w.Gateway))
+	}
+	if g.auth != nil && w.Gateway != signer {
+		return gage.GatewayDemand{}, drop(gossipSigner, "demand for gateway %q signed by gateway %q", w.Gateway, signer)
 	}
 	d := make(map[string]float64, len(w.Demand))
 	for sub, v := range w.Demand {

@@ -67,6 +67,12 @@ routes: [{service: cost, method: m}]
 // it hears it. regA is a's metrics.
 func gossipPair(t *testing.T, clk *clock.Manual, bPeers ...string) (a, b *Gateway, stopB func(), regA *prometheus.Registry) {
 	t.Helper()
+	return gossipPairWith(t, clk, testGossip(t, "a"), bPeers...)
+}
+
+// gossipPairWith is gossipPair with a's gossip security secA.
+func gossipPairWith(t *testing.T, clk *clock.Manual, secA GossipSecurity, bPeers ...string) (a, b *Gateway, stopB func(), regA *prometheus.Registry) {
+	t.Helper()
 	y := `
 capacity_grps: 100000
 unit: {net: 1000}
@@ -80,12 +86,12 @@ routes: [{service: s, method: m}]
 	f := &fakeCaller{answer: func(context.Context, call) (*neptune.Response, error) {
 		return &neptune.Response{Body: bytes.Repeat([]byte{'x'}, 1000)}, nil
 	}}
-	a, regA = start(t, fmt.Sprintf(y, "name: a"), f, clk)
+	a, regA = startWith(t, fmt.Sprintf(y, "name: a"), f, clk, &secA)
 	cfg, err := ParseConfig([]byte(fmt.Sprintf(y, "name: b\npeers: ["+strings.Join(append([]string{a.GossipAddr()}, bPeers...), ", ")+"]")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err = New(cfg, Deps{Caller: f, Clock: clk, Gossip: testGossip})
+	b, err = New(cfg, Deps{Caller: f, Clock: clk, Gossip: testGossip(t, "b")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,6 @@ package membership
 
 import (
 	"crypto"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/binary"
@@ -188,7 +186,7 @@ func (a *annAuth) seal(payload []byte, seq uint64) (*sealed, []byte, error) {
 		return nil, nil, fmt.Errorf("membership: certificate key of type %T cannot sign", cert.PrivateKey)
 	}
 	s := &sealed{fp: sha256.Sum256(cert.Leaf.Raw), at: a.clock.Now().UnixMilli(), payload: payload}
-	sig, err := sign(key, a.signed(s))
+	sig, err := pki.Sign(key, a.signed(s))
 	if err != nil {
 		return nil, nil, fmt.Errorf("membership: sign announcement: %w", err)
 	}
@@ -237,7 +235,7 @@ func (a *annAuth) open(b []byte) (*pb.Announcement, *sealed, error) {
 	if d := now.Sub(time.UnixMilli(s.at)); d > a.maxAge || d < -a.maxAge {
 		return nil, nil, fmt.Errorf("%w: %v old (node %s)", ErrAnnouncementStale, d, node)
 	}
-	if err := checkSignature(cert, a.signed(&s), s.sig); err != nil {
+	if err := pki.CheckSignature(cert, a.signed(&s), s.sig); err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrAnnouncementSigner, err)
 	}
 	var ann pb.Announcement
@@ -297,29 +295,6 @@ func (a *annAuth) remember(fp [sha256.Size]byte, c *x509.Certificate, node strin
 		clear(a.node)
 	}
 	a.known[fp], a.node[fp] = c, node
-}
-
-func sign(key crypto.Signer, msg []byte) ([]byte, error) {
-	if _, ok := key.Public().(ed25519.PublicKey); ok {
-		return key.Sign(rand.Reader, msg, crypto.Hash(0))
-	}
-	d := sha256.Sum256(msg)
-	return key.Sign(rand.Reader, d[:], crypto.SHA256)
-}
-
-func checkSignature(c *x509.Certificate, msg, sig []byte) error {
-	var alg x509.SignatureAlgorithm
-	switch c.PublicKeyAlgorithm {
-	case x509.ECDSA:
-		alg = x509.ECDSAWithSHA256
-	case x509.Ed25519:
-		alg = x509.PureEd25519
-	case x509.RSA:
-		alg = x509.SHA256WithRSA
-	default:
-		return fmt.Errorf("unsupported key algorithm %v", c.PublicKeyAlgorithm)
-	}
-	return c.CheckSignature(alg, msg, sig)
 }
 
 // encodeState writes push/pull state of signed announcements:

@@ -89,6 +89,11 @@ type Config struct {
 	// MaxMessageBytes bounds a request or response body and a replicated
 	// write (default nerr.DefaultMaxMessageBytes).
 	MaxMessageBytes int
+	// MaxAggregateDeadline and MaxAggregateParticipants bound what one
+	// aggregation request may ask of the node (aggregation.ServerConfig;
+	// defaults aggregation.DefaultMaxDeadline, DefaultMaxParticipants).
+	MaxAggregateDeadline     time.Duration
+	MaxAggregateParticipants int
 }
 
 func (c Config) withDefaults() Config {
@@ -129,6 +134,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxMessageBytes < 0 || c.MaxMessageBytes > transport.MaxMessage {
 		return fmt.Errorf("neptune: NodeConfig.MaxMessageBytes must be in 0..%d, got %d", transport.MaxMessage, c.MaxMessageBytes)
+	}
+	if c.MaxAggregateDeadline < 0 || c.MaxAggregateParticipants < 0 {
+		return fmt.Errorf("neptune: NodeConfig.MaxAggregateDeadline (%v) and MaxAggregateParticipants (%d) must be >= 0 (0: the default)", c.MaxAggregateDeadline, c.MaxAggregateParticipants)
 	}
 	if c.AnnounceInterval < 0 {
 		return fmt.Errorf("neptune: NodeConfig.AnnounceInterval must be > 0, got %v", c.AnnounceInterval)
@@ -380,7 +388,8 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	n.dash.client.Store(n.client)
-	n.agg = aggregation.NewServer(aggregation.ServerConfig{Self: n.cfg.ID, Services: n, Caller: n.client.Aggregation(), Clock: n.clock})
+	n.agg = aggregation.NewServer(aggregation.ServerConfig{Self: n.cfg.ID, Services: n, Caller: n.client.Aggregation(), Clock: n.clock,
+		MaxDeadline: n.cfg.MaxAggregateDeadline, MaxParticipants: n.cfg.MaxAggregateParticipants})
 	if n.repl != nil {
 		if err := n.repl.Start(); err != nil {
 			n.Close()

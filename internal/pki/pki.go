@@ -9,7 +9,7 @@
 //
 //	neptune://<role>/<name>
 //
-// where role is node, client or operator and name is the node id (for a
+// where role is node, client, operator or gateway and name is the node id (for a
 // node) or a free name (for clients and operators); for example
 // neptune://node/n1. The subject common name repeats the name for humans
 // and logs, but authorisation reads only the URI: one field, covered by
@@ -26,6 +26,10 @@
 package pki
 
 import (
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -47,15 +51,20 @@ const (
 	// RoleOperator calls services and runs administrative operations
 	// (promote a replica, change configuration).
 	RoleOperator Role = "operator"
+	// RoleGateway is an HTTP gateway (Gage's front door): it calls
+	// services for its subscribers and signs the demand datagrams it
+	// gossips to the other gateways, which accept demand only under a
+	// gateway certificate naming the gateway it comes from.
+	RoleGateway Role = "gateway"
 )
 
 // Roles lists every role.
-var Roles = []Role{RoleNode, RoleClient, RoleOperator}
+var Roles = []Role{RoleNode, RoleClient, RoleOperator, RoleGateway}
 
 // Valid reports whether r is one of the roles.
 func (r Role) Valid() bool {
 	switch r {
-	case RoleNode, RoleClient, RoleOperator:
+	case RoleNode, RoleClient, RoleOperator, RoleGateway:
 		return true
 	}
 	return false
@@ -82,7 +91,7 @@ func (id Identity) URI() *url.URL {
 // id, a URI path segment and part of a file name.
 func (id Identity) Validate() error {
 	if !id.Role.Valid() {
-		return fmt.Errorf("pki: unknown role %q (want node, client or operator)", id.Role)
+		return fmt.Errorf("pki: unknown role %q (want node, client, operator or gateway)", id.Role)
 	}
 	return ValidateName(id.Name)
 }
@@ -159,4 +168,32 @@ func ClusterOf(ca *x509.Certificate) string {
 		return ""
 	}
 	return ca.Subject.Organization[0]
+}
+
+// Sign signs msg with a member's certificate key: Ed25519 over msg
+// itself, ECDSA and RSA over its SHA-256 digest. Members sign what they
+// gossip (announcements, gateways' demand) so that a receiver knows which
+// member wrote it, not just that some holder of the cluster key did.
+func Sign(key crypto.Signer, msg []byte) ([]byte, error) {
+	if _, ok := key.Public().(ed25519.PublicKey); ok {
+		return key.Sign(rand.Reader, msg, crypto.Hash(0))
+	}
+	d := sha256.Sum256(msg)
+	return key.Sign(rand.Reader, d[:], crypto.SHA256)
+}
+
+// CheckSignature verifies a signature Sign made with the key of c.
+func CheckSignature(c *x509.Certificate, msg, sig []byte) error {
+	var alg x509.SignatureAlgorithm
+	switch c.PublicKeyAlgorithm {
+	case x509.ECDSA:
+		alg = x509.ECDSAWithSHA256
+	case x509.Ed25519:
+		alg = x509.PureEd25519
+	case x509.RSA:
+		alg = x509.SHA256WithRSA
+	default:
+		return fmt.Errorf("unsupported key algorithm %v", c.PublicKeyAlgorithm)
+	}
+	return c.CheckSignature(alg, msg, sig)
 }

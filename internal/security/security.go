@@ -278,12 +278,13 @@ func (m *Material) WatchKeyring(ctx context.Context) {
 }
 
 // Scratch creates throwaway material for a cluster in dir: a CA, a
-// certificate for each node id, an operator certificate "operator" and a
-// client certificate "client", and a keyring file (dir/keyring.json).
+// certificate for each node id, an operator certificate "operator", a
+// client certificate "client" and a gateway certificate "gateway", and a
+// keyring file (dir/keyring.json).
 // It replaces whatever is there: for the demo and tests, never for a
 // production CA.
 func Scratch(dir, cluster string, nodes ...string) error {
-	ids := []pki.Identity{{Role: pki.RoleOperator, Name: "operator"}, {Role: pki.RoleClient, Name: "client"}}
+	ids := []pki.Identity{{Role: pki.RoleOperator, Name: "operator"}, {Role: pki.RoleClient, Name: "client"}, {Role: pki.RoleGateway, Name: "gateway"}}
 	for _, n := range nodes {
 		ids = append(ids, pki.Identity{Role: pki.RoleNode, Name: n})
 	}

@@ -25,6 +25,7 @@ type Rule struct {
 }
 
 var (
+	callers      = []pki.Role{pki.RoleClient, pki.RoleNode, pki.RoleOperator, pki.RoleGateway}
 	anyMember    = []pki.Role{pki.RoleClient, pki.RoleNode, pki.RoleOperator}
 	nodesOnly    = []pki.Role{pki.RoleNode}
 	operatorOnly = []pki.Role{pki.RoleOperator}
@@ -34,9 +35,14 @@ var (
 // who may call it. A method missing from it is refused to everyone, so a
 // method added to the service is closed until a rule opens it.
 //
-//   - Call, Stream, Aggregate: any member. Clients call; nodes forward
-//     writes to the primary and aggregation subtrees to their children;
-//     operators use the same client.
+//   - Call: any member and gateways. Clients call; nodes forward writes
+//     to the primary; operators use the same client; gateways call for
+//     their subscribers (and need nothing else: a gateway routes no
+//     stream method and runs no aggregation).
+//   - Stream, Aggregate: any member but gateways. A blocking aggregation
+//     (AggregateRequest.blocking, the NoED experiment's baseline, which
+//     holds a worker on every node of the tree for the whole call) only
+//     from operators, and from nodes forwarding a subtree of one.
 //   - Replicate: nodes only, and the batch and every message in it must
 //     come from the node id the caller's certificate names, so a node
 //     speaks only for its own replicas.
@@ -48,13 +54,29 @@ var (
 //
 // Future configuration changes (keyring, membership) belong with Promote.
 var Rules = map[string]Rule{
-	pb.Node_Call_FullMethodName:            {Roles: anyMember},
+	pb.Node_Call_FullMethodName:            {Roles: callers},
 	pb.Node_Stream_FullMethodName:          {Roles: anyMember},
-	pb.Node_Aggregate_FullMethodName:       {Roles: anyMember},
+	pb.Node_Aggregate_FullMethodName:       {Roles: anyMember, Check: blockingFromOperator},
 	pb.Node_Replicate_FullMethodName:       {Roles: nodesOnly, Check: replicateFromCaller},
 	pb.Node_Promote_FullMethodName:         {Roles: operatorOnly},
 	pb.Node_InstallSnapshot_FullMethodName: {Roles: nodesOnly, Check: snapshotFromCaller},
 	pb.Node_ChangeReplicas_FullMethodName:  {Roles: operatorOnly},
+}
+
+// blockingFromOperator refuses a blocking aggregation from a client: it
+// ties up a worker of every node in the tree for as long as the call
+// lasts, a baseline for experiments rather than a way to call. Operators
+// run experiments; nodes forward the subtrees of a call their root
+// admitted.
+func blockingFromOperator(caller pki.Identity, msg any) error {
+	r, ok := msg.(*pb.AggregateRequest)
+	if !ok {
+		return fmt.Errorf("unexpected message %T", msg)
+	}
+	if r.Blocking && caller.Role != pki.RoleOperator && caller.Role != pki.RoleNode {
+		return fmt.Errorf("a blocking aggregation (an experiment's baseline) needs an operator certificate, not %s", caller)
+	}
+	return nil
 }
 
 // snapshotFromCaller refuses a snapshot chunk that claims to come from a

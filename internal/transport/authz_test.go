@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ var (
 	idN2  = pki.Identity{Role: pki.RoleNode, Name: "n2"}
 	idWeb = pki.Identity{Role: pki.RoleClient, Name: "web"}
 	idOps = pki.Identity{Role: pki.RoleOperator, Name: "alice"}
+	idGw  = pki.Identity{Role: pki.RoleGateway, Name: "gw1"}
 )
 
 // recorder is a Node server that answers every method and records the
@@ -94,7 +96,7 @@ func newSecureRig(t *testing.T, rules map[string]Rule) *secureRig {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	r := &secureRig{t: t, ctx: ctx, dir: t.TempDir(), stranger: t.TempDir(), rec: &recorder{callers: make(chan pki.Identity, 1)}}
-	if _, err := pki.Bootstrap(r.dir, "c", idN1, idN2, idWeb, idOps); err != nil {
+	if _, err := pki.Bootstrap(r.dir, "c", idN1, idN2, idWeb, idOps, idGw); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pki.Bootstrap(r.stranger, "c", idN2, idOps); err != nil {
@@ -191,7 +193,10 @@ func code(err error) codes.Code { return status.Code(err) }
 // server: each rule of Rules admits exactly the roles it names.
 func TestAuthorisationTable(t *testing.T) {
 	r := newSecureRig(t, nil)
-	members := map[pki.Role]pki.Identity{pki.RoleNode: idN2, pki.RoleClient: idWeb, pki.RoleOperator: idOps}
+	members := map[pki.Role]pki.Identity{pki.RoleNode: idN2, pki.RoleClient: idWeb, pki.RoleOperator: idOps, pki.RoleGateway: idGw}
+	if len(members) != len(pki.Roles) {
+		t.Fatalf("the test covers %d of the %d roles", len(members), len(pki.Roles))
+	}
 	clients := map[pki.Role]pb.NodeClient{}
 	for role, id := range members {
 		clients[role] = r.as(id)
@@ -218,6 +223,35 @@ func TestAuthorisationTable(t *testing.T) {
 	if len(Rules) != len(pb.Node_ServiceDesc.Methods)+len(pb.Node_ServiceDesc.Streams) {
 		t.Errorf("Rules has %d entries for %d methods", len(Rules), len(pb.Node_ServiceDesc.Methods)+len(pb.Node_ServiceDesc.Streams))
 	}
+}
+
+// TestBlockingAggregationOnlyForOperators: a blocking aggregation holds a
+// worker on every node of its tree for the whole call, so only an
+// operator (running an experiment) may ask for one, and a node forwarding
+// a subtree of it; a client is refused before the handler runs, and its
+// non-blocking calls still pass. (A gateway may not aggregate at all:
+// TestAuthorisationTable.)
+func TestBlockingAggregationOnlyForOperators(t *testing.T) {
+	r := newSecureRig(t, nil)
+	for _, tc := range []struct {
+		id      pki.Identity
+		allowed bool
+	}{{idWeb, false}, {idOps, true}, {idN2, true}} {
+		cl := r.as(tc.id)
+		_, err := cl.Aggregate(r.ctx, &pb.AggregateRequest{Service: "kv", Blocking: true})
+		switch {
+		case tc.allowed && err != nil:
+			t.Errorf("blocking as %s: %v, want admitted", tc.id, err)
+		case tc.allowed:
+			<-r.rec.callers
+		case code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "operator certificate"):
+			t.Errorf("blocking as %s: %v, want PermissionDenied naming the operator certificate", tc.id, err)
+		}
+	}
+	if _, err := r.as(idWeb).Aggregate(r.ctx, &pb.AggregateRequest{Service: "kv"}); err != nil {
+		t.Errorf("non-blocking as a client: %v", err)
+	}
+	<-r.rec.callers
 }
 
 func TestReplicateOnlyForTheCertificatesNode(t *testing.T) {

@@ -263,9 +263,10 @@ type sentPoll struct {
 	sent time.Time
 }
 
-// LateFunc receives an answer that arrived after its Poll returned. Late
-// answers must not decide the call they were for (stale load information
-// misleads), but a policy may still learn from them.
+// LateFunc receives an answer that arrived after its Poll returned, and
+// every answer to a Probe. Late answers must not decide the call they were
+// for (stale load information misleads), but a policy may still learn from
+// them.
 type LateFunc func(service string, a PollAnswer)
 
 // lateHorizon is how long an unanswered poll is remembered for LateFunc.
@@ -321,32 +322,7 @@ func (p *Poller) Poll(ctx context.Context, targets []PollTarget, service string,
 // to the OnLate function.
 func (p *Poller) PollFirst(ctx context.Context, targets []PollTarget, service string, partition int32, class string, wait time.Duration, enough int) []PollAnswer {
 	replies := make(chan PollAnswer, len(targets))
-	ids := make([]uint64, 0, len(targets))
-	now := p.clock.Now()
-	p.mu.Lock()
-	p.forget(now)
-	for _, t := range targets {
-		ua, err := p.resolve(t.Addr)
-		if err != nil {
-			p.log.Debug("bad poll address", "replica", t.Replica, "addr", t.Addr, "err", err)
-			continue
-		}
-		p.nextID++
-		id := p.nextID
-		msg, _ := proto.Marshal(&pb.PollRequest{Id: id, Service: service, Partition: partition, Class: class})
-		if p.auth != nil {
-			msg = p.auth.seal(pollKindRequest, msg, pollNonce{p.instance, id})
-		}
-		p.waiting[id] = &pending{replica: t.Replica, service: service, sent: now, replies: replies}
-		ids = append(ids, id)
-		if _, err := p.conn.WriteToUDP(msg, ua); err != nil {
-			delete(p.waiting, id)
-			ids = ids[:len(ids)-1]
-			continue
-		}
-		p.sentOrder = append(p.sentOrder, sentPoll{id: id, sent: now})
-	}
-	p.mu.Unlock()
+	ids := p.send(targets, service, partition, class, replies)
 	defer func() {
 		// Unanswered polls stay known for lateHorizon so a late answer can
 		// still reach LateFunc; the caller no longer listens.
@@ -392,6 +368,45 @@ func drain(answers []PollAnswer, replies <-chan PollAnswer, enough int) []PollAn
 	return answers
 }
 
+// Probe sends polls without waiting for them: every answer goes to the
+// OnLate function, as a late one would. It is how a policy polls off the
+// call path (balance.Plan.Probe).
+func (p *Poller) Probe(targets []PollTarget, service string, partition int32, class string) {
+	p.send(targets, service, partition, class, nil)
+}
+
+// send sends a poll to each target and registers it, delivering answers
+// to replies (nil: to the OnLate function); it returns the polls' ids.
+func (p *Poller) send(targets []PollTarget, service string, partition int32, class string, replies chan<- PollAnswer) []uint64 {
+	ids := make([]uint64, 0, len(targets))
+	now := p.clock.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.forget(now)
+	for _, t := range targets {
+		ua, err := p.resolve(t.Addr)
+		if err != nil {
+			p.log.Debug("bad poll address", "replica", t.Replica, "addr", t.Addr, "err", err)
+			continue
+		}
+		p.nextID++
+		id := p.nextID
+		msg, _ := proto.Marshal(&pb.PollRequest{Id: id, Service: service, Partition: partition, Class: class})
+		if p.auth != nil {
+			msg = p.auth.seal(pollKindRequest, msg, pollNonce{p.instance, id})
+		}
+		p.waiting[id] = &pending{replica: t.Replica, service: service, sent: now, replies: replies}
+		ids = append(ids, id)
+		if _, err := p.conn.WriteToUDP(msg, ua); err != nil {
+			delete(p.waiting, id)
+			ids = ids[:len(ids)-1]
+			continue
+		}
+		p.sentOrder = append(p.sentOrder, sentPoll{id: id, sent: now})
+	}
+	return ids
+}
+
 // forget drops polls sent more than lateHorizon ago; callers hold p.mu.
 func (p *Poller) forget(now time.Time) {
 	n := 0
@@ -404,7 +419,8 @@ func (p *Poller) forget(now time.Time) {
 	}
 }
 
-// OnLate makes f receive the answers that arrive after their Poll returned.
+// OnLate makes f receive the answers that arrive after their Poll returned,
+// and the answers to probes.
 // f runs on the poller's reading goroutine and must not block.
 func (p *Poller) OnLate(f LateFunc) {
 	p.mu.Lock()

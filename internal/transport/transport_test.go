@@ -248,3 +248,23 @@ func FuzzPollRequestDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestProbeReturnsAtOnceAndReportsEveryAnswer(t *testing.T) {
+	r := newPollRig(t)
+	addr, open := r.gated()
+	r.pl.Probe([]PollTarget{{"a", addr}, {"b", r.server()}}, "kv", 2, "") // returns without any answer in
+	r.clock.Advance(3 * time.Millisecond)
+	open()
+	got := map[string]PollAnswer{}
+	for len(got) < 2 {
+		select {
+		case a := <-r.late:
+			got[a.Replica] = a
+		case <-r.ctx.Done():
+			t.Fatalf("probe answers reaching LateFunc: %+v, want a and b", got)
+		}
+	}
+	if got["a"].Queue != 4 || got["b"].Queue != 9 || got["a"].RTT != 3*time.Millisecond {
+		t.Fatalf("probe answers %+v, want a queue 4 after 3ms, b queue 9", got)
+	}
+}

@@ -81,6 +81,10 @@ or its baseline was unhealthy), with the reason printed.`,
 	fs.Float64Var(&cfg.GoalP99, "goal-p99", cfg.GoalP99, "goal: default's p99 at most this × the oracle's")
 	fs.Float64Var(&cfg.GoalP2C, "goal-p2c", cfg.GoalP2C, "goal: default's mean at least this × better than localp2c's")
 	fs.Float64Var(&cfg.GoalSlow, "goal-slow", cfg.GoalSlow, "goal: with one replica --slow× slow, p99 at most this × the healthy p99")
+	fs.Float64Var(&cfg.AsyncMean, "goal-async-mean", cfg.AsyncMean, "goal: the async policy's mean at most this × the oracle's")
+	fs.Float64Var(&cfg.AsyncP99, "goal-async-p99", cfg.AsyncP99, "goal: the async policy's p99 at most this × the oracle's")
+	fs.Float64Var(&cfg.AsyncContended, "goal-async-contended", cfg.AsyncContended, "goal with --hog: the async policy's mean and p99 at most this × the oracle's")
+	fs.IntVar(&cfg.Hog, "hog", cfg.Hog, "run this many CPU-spinning goroutines beside the goals section (the contended async goal)")
 	addSeed(fs, &cfg.Seed, "the traces (shared by every contender of a row group)")
 	fs.StringVar(&cfg.HAProxy, "haproxy", cfg.HAProxy, "HAProxy executable; its rows are skipped if it is not found")
 	return cmd

@@ -141,10 +141,16 @@ func (c *Cluster) Conns(cert string) (*transport.Conns, error) {
 
 // nodeCert issues node id's certificate on first use.
 func (c *Cluster) nodeCert(id string) error {
+	return c.Issue(pki.Identity{Role: pki.RoleNode, Name: id})
+}
+
+// Issue issues a certificate for nid in the cluster's PKI directory (a
+// gateway's, say, presented with SecurityArgs("gateway/NAME")) unless it
+// has one; nothing for an insecure cluster.
+func (c *Cluster) Issue(nid pki.Identity) error {
 	if c.pki == "" {
 		return nil
 	}
-	nid := pki.Identity{Role: pki.RoleNode, Name: id}
 	if _, err := os.Stat(pki.FilesFor(c.pki, nid).Cert); err == nil {
 		return nil
 	}

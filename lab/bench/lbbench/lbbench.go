@@ -132,6 +132,14 @@ type Config struct {
 	// GoalSlow × its healthy p99.
 	GoalLoad                             float64
 	GoalMean, GoalP99, GoalP2C, GoalSlow float64
+	// AsyncMean and AsyncP99 are issue 18's goals for the async policy
+	// (probes off the call path), at GoalLoad: its mean and p99 at most
+	// this × the oracle's; with Hog set, both at most AsyncContended ×.
+	AsyncMean, AsyncP99, AsyncContended float64
+	// Hog is how many CPU-spinning goroutines the benchmark runs beside
+	// the goals section, to judge the async goal on a contended machine;
+	// 0 runs none.
+	Hog int
 	// Seed is the trace seed, shared by every contender of a row group.
 	Seed uint64
 	// HAProxy is the HAProxy executable; its rows are skipped if it is not
@@ -145,7 +153,7 @@ func DefaultConfig() Config {
 	return Config{Sections: Sections, Nodes: 16, Clients: 16, Procs: 4, Duration: 3 * time.Second, GoalDuration: 6 * time.Second,
 		Rounds: 3, Warmup: 500 * time.Millisecond, Workloads: []string{"exp", "fine"}, Loads: []float64{0.5, 0.9}, Scale: 1,
 		Broadcast: 100 * time.Millisecond, Slow: 10, GoalLoad: 0.9, GoalMean: 1.2, GoalP99: 1.35, GoalP2C: 2, GoalSlow: 1.5,
-		Seed: 1, HAProxy: "haproxy"}
+		AsyncMean: 1.10, AsyncP99: 1.2, AsyncContended: 1.25, Seed: 1, HAProxy: "haproxy"}
 }
 
 // Validate names the first bad field.
@@ -174,8 +182,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("lbbench: duration and goal duration must exceed the warm-up (%v)", c.Warmup)
 	case c.Scale <= 0 || c.Slow < 1:
 		return errors.New("lbbench: scale must be > 0 and slow >= 1")
-	case !(c.GoalMean > 0 && c.GoalP99 > 0 && c.GoalP2C > 0 && c.GoalSlow > 0):
+	case !(c.GoalMean > 0 && c.GoalP99 > 0 && c.GoalP2C > 0 && c.GoalSlow > 0 && c.AsyncMean > 0 && c.AsyncP99 > 0 && c.AsyncContended > 0):
 		return errors.New("lbbench: goal thresholds must be > 0")
+	case c.Hog < 0:
+		return errors.New("lbbench: hog must be >= 0")
 	}
 	return nil
 }
@@ -244,6 +254,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		cs := []lbCell{
 			{Label: balance.NameOracle, Policy: balance.NameOracle},
 			{Label: "default:" + def.Policy, Policy: def.Policy},
+			{Label: asyncLabel, Policy: balance.NameAsync},
 			{Label: "poll-3 (10ms discard)", Policy: balance.NamePolling},
 			{Label: balance.NameLocalP2C, Policy: balance.NameLocalP2C},
 			{Label: "broadcast-" + cfg.Broadcast.String(), Policy: balance.NameBroadcast},
@@ -360,11 +371,15 @@ func lbGoals(ctx context.Context, stdout io.Writer, conns *transport.Conns, srv 
 		// One replica slow: the offered load stays GoalLoad of the degraded
 		// capacity (as in the simulator), so only the balancing differs.
 		{Label: slowLabel, Policy: def, Capacity: float64(len(srv)-1) + 1/slow},
+		// Issue 18 item 3: probes off the call path, beside the
+		// synchronous default.
+		{Label: asyncLabel, Policy: balance.NameAsync},
 	}
-	// Where the asynchronous poller (issue 18 item 3) plugs in: once
-	// internal/client probes off the call path, its policy is one more
-	// cell here (and in contenders()), judged by the same lbVerdicts, with
-	// the paper's synchronous polling kept as a contender.
+	if cfg.Hog > 0 {
+		fmt.Fprintf(stdout, "contended: %d CPU-spinning goroutines run beside every goal cell (--hog)\n", cfg.Hog)
+		stopHog := hog(cfg.Hog)
+		defer stopHog()
+	}
 	pooled := map[string]*lbResult{}
 	perRound := make([]map[string]lbStats, rounds)
 	// worstLag is each contender's largest per-round mean lateness: one
@@ -418,11 +433,11 @@ func lbGoals(ctx context.Context, stdout io.Writer, conns *transport.Conns, srv 
 	}
 	fmt.Fprintf(stdout, "\ngoals (default %s, exp, %g%% load; thresholds fixed before the run):\n", def, 100*load)
 	input := func(st map[string]lbStats) lbGoalInput {
-		return lbGoalInput{
-			oracle: st[balance.NameOracle], dflt: st["default:"+def], p2c: st[balance.NameLocalP2C], slow: st[slowLabel],
-			lag:   [4]time.Duration{worstLag[balance.NameOracle], worstLag["default:"+def], worstLag[balance.NameLocalP2C], worstLag[slowLabel]},
-			press: [4]float64{press[balance.NameOracle], press["default:"+def], press[balance.NameLocalP2C], press[slowLabel]},
+		in := lbGoalInput{oracle: st[balance.NameOracle], dflt: st["default:"+def], p2c: st[balance.NameLocalP2C], slow: st[slowLabel], async: st[asyncLabel]}
+		for i, l := range []string{balance.NameOracle, "default:" + def, balance.NameLocalP2C, slowLabel, asyncLabel} {
+			in.lag[i], in.press[i] = worstLag[l], press[l]
 		}
+		return in
 	}
 	var rs []lbGoalInput
 	for _, st := range perRound {
@@ -434,14 +449,17 @@ func lbGoals(ctx context.Context, stdout io.Writer, conns *transport.Conns, srv 
 	return nil
 }
 
+// asyncLabel names the async policy's rows.
+const asyncLabel = "async (probes, no wait)"
+
 // lbGoalInput is what the goals are judged on: each contender's pooled
 // statistics, its worst round's mean dispatch lateness and the machine's
-// CPU pressure in its worst round (oracle, default, localp2c, slow; -1
-// unknown).
+// CPU pressure in its worst round (oracle, default, localp2c, slow, async;
+// -1 unknown).
 type lbGoalInput struct {
-	oracle, dflt, p2c, slow lbStats
-	lag                     [4]time.Duration
-	press                   [4]float64
+	oracle, dflt, p2c, slow, async lbStats
+	lag                            [5]time.Duration
+	press                          [5]float64
 }
 
 // lbVerdicts judges issue 3's goals on the pooled rounds and on each
@@ -468,10 +486,19 @@ func lbVerdicts(cfg Config, clients int, pooled lbGoalInput, rounds []lbGoalInpu
 func lbChecks(cfg Config, clients int, in lbGoalInput) []*report.Check {
 	or, dflt, p2c, slowDef := in.oracle, in.dflt, in.p2c, in.slow
 	ratio := func(a, b time.Duration) float64 { return float64(a) / float64(b) }
+	idx := map[string]int{"oracle": 0, "default": 1, "localp2c": 2, "slow-replica": 3, "async": 4}
 	starved := func(c *report.Check, names ...string) *report.Check {
-		idx := map[string]int{"oracle": 0, "default": 1, "localp2c": 2, "slow-replica": 3}
 		for _, n := range names {
 			bench.Starvation{Lag: in.lag[idx[n]], Pressure: in.press[idx[n]]}.Doubt(c, "the "+n+" row")
+		}
+		return c
+	}
+	// contended judges a row beside the hog: the machine's CPU pressure is
+	// the condition under test (the hog makes it), so only a client late
+	// to dispatch makes the row undecidable.
+	contended := func(c *report.Check, names ...string) *report.Check {
+		for _, n := range names {
+			bench.Starvation{Lag: in.lag[idx[n]], Pressure: -1}.Doubt(c, "the "+n+" row")
 		}
 		return c
 	}
@@ -489,11 +516,28 @@ func lbChecks(cfg Config, clients int, in lbGoalInput) []*report.Check {
 	for _, c := range []*report.Check{mean, p99, better, slow} {
 		c.Doubt(or.n == 0 || dflt.n == 0, "a baseline measured no request")
 	}
+	asyncMean, asyncP99, when := cfg.AsyncMean, cfg.AsyncP99, ""
+	if cfg.Hog > 0 {
+		asyncMean, asyncP99, when = cfg.AsyncContended, cfg.AsyncContended, fmt.Sprintf(", contended (%d spinning goroutines)", cfg.Hog)
+	}
+	am := report.AtMost(fmt.Sprintf("async mean ≤ %g× oracle%s", asyncMean, when), ratio(in.async.mean, or.mean), asyncMean,
+		fmt.Sprintf("%.3f× (%.1f vs %.1f ms)", ratio(in.async.mean, or.mean), report.Ms(in.async.mean), report.Ms(or.mean)))
+	ap := report.AtMost(fmt.Sprintf("async p99 ≤ %g× oracle%s", asyncP99, when), ratio(in.async.p99, or.p99), asyncP99,
+		fmt.Sprintf("%.3f× (%.1f vs %.1f ms)", ratio(in.async.p99, or.p99), report.Ms(in.async.p99), report.Ms(or.p99)))
+	judgeAsync := starved
+	if cfg.Hog > 0 {
+		judgeAsync = contended
+	}
+	for _, c := range []*report.Check{am, ap} {
+		c.Doubt(or.n == 0 || in.async.n == 0, "a baseline measured no request")
+	}
 	return []*report.Check{
 		starved(mean, "oracle", "default"),
 		starved(p99, "oracle", "default"),
 		starved(better, "default", "localp2c"),
 		starved(slow, "default", "slow-replica"),
+		judgeAsync(am, "oracle", "async"),
+		judgeAsync(ap, "oracle", "async"),
 	}
 }
 
@@ -833,6 +877,15 @@ func Client(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 				loads = append(loads, balance.Load{Replica: a.Replica, Queue: a.Queue, RTT: a.RTT})
 			}
 		}
+		if len(plan.Probe) > 0 {
+			// Off the call path, as internal/client does: the answers
+			// reach the policy through OnLate.
+			targets := make([]transport.PollTarget, len(plan.Probe))
+			for i, id := range plan.Probe {
+				targets[i] = transport.PollTarget{Replica: id, Addr: byID[id].Poll}
+			}
+			go in.poller.Probe(targets, "work", 0, "")
+		}
 		in.mu.Lock()
 		now := time.Now()
 		if oracle {
@@ -896,4 +949,27 @@ func lbPush(ctx context.Context, poller *transport.Poller, srv []lbServer, mean 
 			}
 		}()
 	}
+}
+
+// hog runs n goroutines that spin until the returned stop is called: a CPU
+// hog beside the benchmark, for its contended goal.
+func hog(n int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for x := uint64(1); ; x = x*6364136223846793005 + 1 {
+				if x&0xffff == 0 {
+					select {
+					case <-done:
+						return
+					default:
+					}
+				}
+			}
+		}()
+	}
+	return func() { close(done); wg.Wait() }
 }

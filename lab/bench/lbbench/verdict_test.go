@@ -16,8 +16,9 @@ func quietLB() lbGoalInput {
 		dflt:   lbStats{n: 1000, mean: ms(70), p99: ms(360)},
 		p2c:    lbStats{n: 1000, mean: ms(200), p99: ms(900)},
 		slow:   lbStats{n: 1000, mean: ms(75), p99: ms(400)},
-		lag:    [4]time.Duration{ms(0.2), ms(0.2), ms(0.2), ms(0.2)},
-		press:  [4]float64{0.05, 0.05, -1, 0.05},
+		async:  lbStats{n: 1000, mean: ms(64), p99: ms(330)},
+		lag:    [5]time.Duration{ms(0.2), ms(0.2), ms(0.2), ms(0.2), ms(0.2)},
+		press:  [5]float64{0.05, 0.05, -1, 0.05, 0.05},
 	}
 }
 
@@ -39,9 +40,10 @@ func TestLBVerdictsPassOnAQuietRun(t *testing.T) {
 
 func TestLBVerdictsCanFail(t *testing.T) {
 	in := quietLB()
-	in.dflt.mean, in.dflt.p99 = ms(80), ms(450) // 1.33× and 1.5× oracle
-	in.p2c.mean = ms(120)                       // 1.5× the default
-	in.slow.p99 = ms(900)                       // 2× healthy
+	in.dflt.mean, in.dflt.p99 = ms(80), ms(450)   // 1.33× and 1.5× oracle
+	in.p2c.mean = ms(120)                         // 1.5× the default
+	in.slow.p99 = ms(900)                         // 2× healthy
+	in.async.mean, in.async.p99 = ms(70), ms(370) // 1.17× and 1.23× oracle
 	for i, c := range lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in}) {
 		if c.Outcome() != report.Fail {
 			t.Errorf("goal %d: %s", i, c)
@@ -87,7 +89,8 @@ func TestLBSlowReplicaNotPassOnStarvedRows(t *testing.T) {
 	// A starved oracle decides none of the ratios to it.
 	in = quietLB()
 	in.lag[0] = ms(4)
-	if o := outcomes(lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in})); o[0] != report.Inconclusive || o[1] != report.Inconclusive || o[2] != report.Pass {
+	if o := outcomes(lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in})); o[0] != report.Inconclusive || o[1] != report.Inconclusive || o[2] != report.Pass ||
+		o[4] != report.Inconclusive || o[5] != report.Inconclusive {
 		t.Errorf("starved oracle: %v", o)
 	}
 }
@@ -110,5 +113,38 @@ func TestLBGoalThresholdsAreInputs(t *testing.T) {
 	cfg.GoalMean = 1.1 // quietLB's 1.167× now misses
 	if c := lbVerdicts(cfg, 16, quietLB(), []lbGoalInput{quietLB(), quietLB()})[0]; c.Outcome() != report.Fail || !strings.Contains(c.Goal, "1.1×") {
 		t.Errorf("mean goal at 1.1: %s", c)
+	}
+}
+
+// The async goals: 1.10× and 1.2× on a quiet machine, 1.25× for both when
+// the run is contended (--hog); a starved async row decides neither.
+func TestLBAsyncGoals(t *testing.T) {
+	in := quietLB()
+	in.async.mean, in.async.p99 = ms(72), ms(370) // 1.2× and 1.23× oracle
+	cfg := DefaultConfig()
+	if o := outcomes(lbVerdicts(cfg, 16, in, []lbGoalInput{in, in})); o[4] != report.Fail || o[5] != report.Fail {
+		t.Errorf("quiet, async 1.2×/1.23×: %v, want FAIL FAIL", o[4:])
+	}
+	cfg.Hog = 2
+	got := lbVerdicts(cfg, 16, in, []lbGoalInput{in, in})
+	if o := outcomes(got); o[4] != report.Pass || o[5] != report.Pass || !strings.Contains(got[4].Goal, "contended") {
+		t.Errorf("contended, async 1.2×/1.23× against 1.25×: %v (%s)", o[4:], got[4])
+	}
+	// Beside the hog the machine is busy by design: its CPU pressure does
+	// not decide the contended goal, a client late to dispatch does.
+	in.press[0], in.press[4] = 0.9, 0.9
+	if o := outcomes(lbVerdicts(cfg, 16, in, []lbGoalInput{in, in})); o[4] != report.Pass || o[5] != report.Pass {
+		t.Errorf("contended, machine busy from the hog: %v, want PASS PASS", o[4:])
+	}
+	in.lag[4] = ms(4)
+	if o := outcomes(lbVerdicts(cfg, 16, in, []lbGoalInput{in, in})); o[4] != report.Inconclusive || o[5] != report.Inconclusive {
+		t.Errorf("starved async row: %v", o[4:])
+	}
+	// Without the hog a busy machine makes the async goals undecidable.
+	cfg.Hog = 0
+	in = quietLB()
+	in.press[4] = 0.9
+	if o := outcomes(lbVerdicts(cfg, 16, in, []lbGoalInput{in, in})); o[4] != report.Inconclusive || o[5] != report.Inconclusive {
+		t.Errorf("quiet goal on a busy machine: %v", o[4:])
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/neptune-cluster/neptune/lab/bench"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
 	"github.com/neptune-cluster/neptune/lab/report"
+	"github.com/neptune-cluster/neptune/lab/sim/repsim"
 )
 
 // Sections are the parts of `neptune bench replication`, in the order
@@ -788,43 +789,6 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 
 // ---- Fig 5.2 and 5.3: Zipf-skewed load ----
 
-// zipfWeights returns partition weights of a Zipf distribution over n
-// partitions whose most popular partition draws the fraction f of the
-// requests (the paper's imbalance factor): 1/n is uniform, 1 is one
-// partition only.
-func zipfWeights(n int, f float64) []float64 {
-	w := make([]float64, n)
-	switch {
-	case f >= 1:
-		w[0] = 1
-		return w
-	case f <= 1/float64(n):
-		for i := range w {
-			w[i] = 1
-		}
-		return w
-	}
-	first := func(s float64) float64 {
-		var h float64
-		for i := range n {
-			h += math.Pow(float64(i+1), -s)
-		}
-		return 1 / h
-	}
-	lo, hi := 0.0, 64.0
-	for range 100 {
-		if mid := (lo + hi) / 2; first(mid) < f {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	for i := range w {
-		w[i] = math.Pow(float64(i+1), -lo)
-	}
-	return w
-}
-
 // benchReplSkew measures Fig 5.2 (level 2, degrees 1-4) and Fig 5.3
 // (degree 4, levels 1-3) under Zipf-skewed partition load at 10 % writes,
 // with the cells of one imbalance factor run in turn, rounds times.
@@ -847,7 +811,7 @@ func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts
 			}
 			for _, c := range order {
 				ci := slices.Index(cfgs, c)
-				ops, err := replCell(ctx, filepath.Join(tmp, fmt.Sprintf("skew-r%dl%dd%df%d", r, c.level, c.degree, fi)), c.level, c.degree, 0.1, clients, cell, zipfWeights(parts, f))
+				ops, err := replCell(ctx, filepath.Join(tmp, fmt.Sprintf("skew-r%dl%dd%df%d", r, c.level, c.degree, fi)), c.level, c.degree, 0.1, clients, cell, repsim.ZipfWeights(parts, f))
 				if err != nil {
 					return fmt.Errorf("level %d degree %d imbalance %.3f: %w", c.level, c.degree, f, err)
 				}

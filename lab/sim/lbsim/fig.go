@@ -309,6 +309,7 @@ func goals(ctx context.Context, o Options, stdout io.Writer) error {
 		{"oracle", policy(balance.NameOracle, nil)},
 		{"default:" + def.Policy, def},
 		pollingD(3), pollingD(def.ProbeSize),
+		{"async", policy(balance.NameAsync, nil)},
 		{"localp2c", policy(balance.NameLocalP2C, nil)},
 		{"broadcast-1s", policy(balance.NameBroadcast, func(c *balance.Config) { c.BroadcastInterval = time.Second })},
 		{"random", policy(balance.NameRandom, nil)},
@@ -320,7 +321,7 @@ func goals(ctx context.Context, o Options, stdout io.Writer) error {
 		}
 	}
 	// One replica 10× slower, at the same load relative to capacity.
-	slowCons := []contender{cons[0], cons[1], cons[2], cons[3]}
+	slowCons := []contender{cons[0], cons[1], cons[2], cons[3], cons[4]}
 	for _, c := range slowCons {
 		cfg := o.config(PoissonExp, load, c.cfg)
 		cfg.SlowServers, cfg.SlowFactor = 1, 10

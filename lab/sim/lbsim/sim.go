@@ -298,22 +298,30 @@ func (r *run) step(e event) {
 func (r *run) arrive(id int32) {
 	q := &r.reqs[id]
 	plan := r.policies[q.client].Plan(r.eng.Time(), r.names)
+	if int(id) >= r.cfg.Warmup {
+		r.polls += len(plan.Poll) + len(plan.Probe)
+	}
+	// Asynchronous probes: their answers reach a decided request, so they
+	// go to Report (evPollAnswer), for the client's later calls.
+	r.sendPolls(id, plan.Probe)
 	if len(plan.Poll) == 0 {
 		r.decide(id)
 		return
 	}
-	if int(id) >= r.cfg.Warmup {
-		r.polls += len(plan.Poll)
-	}
 	q.waiting = len(plan.Poll)
-	for _, name := range plan.Poll {
+	r.sendPolls(id, plan.Poll)
+	r.eng.After(plan.Wait, event{kind: evDeadline, req: id})
+}
+
+// sendPolls sends a poll to each named server on behalf of request id.
+func (r *run) sendPolls(id int32, names []string) {
+	for _, name := range names {
 		s, ok := r.index[name]
 		if !ok {
 			panic(fmt.Sprintf("lbsim: policy polled unknown replica %q", name))
 		}
 		r.eng.After(r.cfg.PollDelay, event{kind: evPollAtServer, server: s, req: id})
 	}
-	r.eng.After(plan.Wait, event{kind: evDeadline, req: id})
 }
 
 func (r *run) decide(id int32) {

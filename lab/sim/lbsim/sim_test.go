@@ -189,3 +189,37 @@ func TestValidateNamesField(t *testing.T) {
 		}
 	}
 }
+
+// TestAsyncProbesOffTheCallPath: the async policy's calls never wait for a
+// poll (their choice is made on arrival), it sends ProbeRate probes per
+// request, and a client that calls often enough (one client carrying the
+// whole load, a call every ~3.5 ms) keeps its pool fresh and lands within
+// 15% of the oracle's mean, where 16 independent clients, each calling
+// every ~55 ms (the service time), reuse stale answers and do far worse.
+func TestAsyncProbesOffTheCallPath(t *testing.T) {
+	t.Parallel()
+	run := func(policy string, clients int) Result {
+		cfg := DefaultConfig()
+		cfg.Requests, cfg.Warmup = size(30_000), size(3000)
+		cfg.Clients, cfg.Policy.Policy = clients, policy
+		res, err := Simulate(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	one := run(balance.NameAsync, 1)
+	if one.MeanPoll != 0 {
+		t.Errorf("async: mean time to a choice %v, want 0 (no call waits)", one.MeanPoll)
+	}
+	if want := float64(3); one.PollsPerRequest != want {
+		t.Errorf("async: %g probes per request, want %g", one.PollsPerRequest, want)
+	}
+	if m, _ := one.Ratio(run(balance.NameOracle, 1)); m > 1.15 {
+		t.Errorf("async, one busy client: mean %.3f× the oracle's, want ≤ 1.15×", m)
+	}
+	many, _ := run(balance.NameAsync, 16).Ratio(run(balance.NameOracle, 16))
+	if many < 1.3 {
+		t.Errorf("async, 16 clients each calling every ~55 ms: mean %.3f× the oracle's; the pool's answers are stale by the next call, want > 1.3× (if this holds, revisit the default)", many)
+	}
+}
