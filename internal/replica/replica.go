@@ -747,9 +747,10 @@ func (r *Replica) sendAppend(now time.Time, to ID) {
 	m := Message{Type: MsgAppend, To: to, PrevLSN: next - 1, PrevEpoch: r.term(next - 1), Entries: es,
 		Commit: r.commit, LastEpoch: r.term(r.commit), Trunc: r.truncPoint(), InSync: pr.inSync,
 		Sent: r.stamp(now), Echo: echo, Transfer: !r.timeoutSent.IsZero()}
-	if pr.match == 0 && hasMember(r.committed.Members, to) {
-		// It may not host the partition yet (a replica just added): this
-		// tells its node to create it, with the set that names it.
+	if !pr.inSync && hasMember(r.committed.Members, to) {
+		// It may not host the partition (a replica just added, or added
+		// back while its node dropped the removed one): this tells its
+		// node to create it, with the set that names it.
 		m.Members, m.MembersAt = r.committed.Members, r.committed.LSN
 	}
 	r.send(m)
