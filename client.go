@@ -220,11 +220,29 @@ func (c *Client) ForcePromote(ctx context.Context, node, service string, partiti
 	return c.c.Promote(ctx, node, service, partition, true)
 }
 
+// ChangeReplicas asks node, the primary of service's partition, to add
+// the replica add (joining as a learner with priority, promoted to voter
+// once it caught up) or to remove the replica remove (the primary itself
+// hands its role over first), and waits until ctx ends for the change to
+// commit; ReplicaSet.Done tells whether it did. The partition serves
+// throughout. An error wrapping ErrNoPrimary means node is not the
+// primary (nothing changed); another error after the call was sent means
+// the change may have happened: look at the replica set (Partitions) or
+// ask again, which is safe. An operator's certificate is needed.
+func (c *Client) ChangeReplicas(ctx context.Context, node, service string, partition int, add string, priority int, remove string) (ReplicaSet, error) {
+	return c.c.ChangeReplicas(ctx, node, service, partition, add, priority, remove)
+}
+
 // Close leaves the cluster and closes connections.
 func (c *Client) Close() error { return c.c.Close() }
 
 // What Members, Departed and Partitions report.
 type (
+	// ReplicaSet is a partition's replica set after a change
+	// (ChangeReplicas).
+	ReplicaSet = client.ReplicaSet
+	// ReplicaMember is one replica of a ReplicaSet.
+	ReplicaMember = client.ReplicaMember
 	// Member is one node in the yellow pages.
 	Member = client.Member
 	// HostedService is a service a member hosts, with polled loads.

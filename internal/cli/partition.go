@@ -138,16 +138,16 @@ var durableBuiltins = map[string]func(dir string) (neptune.Service, error){
 }
 
 // replicatedService builds a replicated service for the node named id and
-// returns the partitions it hosts (none: skip it).
+// returns the partitions it registers: all of the service's. Those whose
+// configured replica set names the node are hosted from the start; the
+// others are on standby, hosted once a replica-set change (`neptune
+// partition add|move`) names the node.
 func replicatedService(fc FileConfig, s ServiceConfig) (svc neptune.Service, parts []int, err error) {
 	r, err := s.Replication.toReplication("config: services." + s.Name)
 	if err != nil {
 		return svc, nil, err
 	}
-	parts = r.PartitionsOn(fc.ID, s.Partitions)
-	if len(parts) == 0 {
-		return svc, nil, nil
-	}
+	parts = s.Partitions
 	if mk, ok := durableBuiltins[s.Name]; ok {
 		if svc, err = mk(filepath.Join(fc.DataDir, "service-"+s.Name)); err != nil {
 			return svc, nil, err
@@ -213,7 +213,7 @@ func newPartitionCmd() *cobra.Command {
 		Use:   "partition",
 		Short: "Operate on replicated partitions",
 	}
-	cmd.AddCommand(newPromoteCmd())
+	cmd.AddCommand(newPromoteCmd(), newMembersCmd("add"), newMembersCmd("remove"), newMembersCmd("move"), newApplyCmd())
 	return cmd
 }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,11 @@ func TestReplicationConfigErrorsNameTheKey(t *testing.T) {
 	}
 }
 
-func TestReplicatedServiceHostsOnlyPlacedPartitions(t *testing.T) {
+// TestReplicatedServiceRegistersEveryPartition: a node registers every
+// partition of a replicated service, so that it can host one a
+// replica-set change names it for; the runtime hosts the placed ones
+// from the start.
+func TestReplicatedServiceRegistersEveryPartition(t *testing.T) {
 	fc, err := ParseConfig([]byte("id: b\ndata_dir: " + t.TempDir() + "\nservices:\n  - name: kv\n    partitions: 0-3\n    replication:\n      level: 2\n      nodes: [a, b, c]\n      degree: 2\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -47,9 +52,12 @@ func TestReplicatedServiceHostsOnlyPlacedPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !slices.Equal(parts, []int{0, 1, 2, 3}) {
+		t.Errorf("parts = %v, want 0-3", parts)
+	}
 	// Place: p0 a,b; p1 b,c; p2 c,a; p3 a,b.
-	if want := []int{0, 1, 3}; len(parts) != 3 || parts[0] != want[0] || parts[1] != want[1] || parts[2] != want[2] {
-		t.Errorf("parts = %v, want %v", parts, want)
+	if on := svc.Replication.PartitionsOn("b", parts); !slices.Equal(on, []int{0, 1, 3}) {
+		t.Errorf("placed on b: %v", on)
 	}
 	if svc.Replication == nil || svc.Check == nil {
 		t.Errorf("service not replicated with a Check: %+v", svc.Replication)

@@ -21,9 +21,9 @@ func (n *Node) announcement() *pb.Announcement {
 	slices.Sort(names)
 	for _, name := range names {
 		h := n.services[name]
-		hs := &pb.HostedService{Name: name, Partitions: h.partitions}
+		hs := &pb.HostedService{Name: name, Partitions: n.hostedPartitions(h)}
 		if h.svc.Replication != nil && n.repl != nil {
-			hs.Replicas = n.repl.Status(name, h.partitions)
+			hs.Replicas = n.repl.Status(name, hs.Partitions)
 		}
 		for _, m := range h.svc.Methods {
 			hs.Methods = append(hs.Methods, &pb.MethodInfo{Name: m.Name, Mode: pb.Mode(m.Mode), Stream: m.Stream != nil})
@@ -37,7 +37,7 @@ func (n *Node) announcement() *pb.Announcement {
 // (dispatch.Pool.LoadFor).
 func (n *Node) load(service string, partition int32, class string) (int, bool) {
 	h, ok := n.services[service]
-	if !ok || !slices.Contains(h.partitions, partition) {
+	if !ok || !n.hostsPartition(h, partition) {
 		return 0, false
 	}
 	return h.pool.LoadFor(class), true
@@ -113,4 +113,22 @@ func (p *peers) Forward(ctx context.Context, node, addr string, in *pb.CallReque
 		return nil, err
 	}
 	return cl.Call(ctx, in)
+}
+
+// hostedPartitions are the partitions of h hosted here now: a replicated
+// service's are those whose replicas the replication runtime hosts (its
+// replica sets change while serving), another's those registered.
+func (n *Node) hostedPartitions(h *hosted) []int32 {
+	if h.svc.Replication != nil && n.repl != nil {
+		return n.repl.Hosting(h.svc.Name)
+	}
+	return h.partitions
+}
+
+// hostsPartition reports whether partition of h is hosted here now.
+func (n *Node) hostsPartition(h *hosted, partition int32) bool {
+	if h.svc.Replication != nil && n.repl != nil {
+		return n.repl.Hosts(h.svc.Name, partition)
+	}
+	return slices.Contains(h.partitions, partition)
 }

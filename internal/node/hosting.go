@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/aggregation"
@@ -33,7 +32,7 @@ func (n *Node) lookup(svc string, partition int32, method string, mode service.M
 	if !ok {
 		return nil, nil, fmt.Errorf("%w %q on node %s", nerr.ErrUnknownService, svc, n.cfg.ID)
 	}
-	if !slices.Contains(h.partitions, partition) {
+	if !n.hostsPartition(h, partition) {
 		return nil, nil, fmt.Errorf("%w %d of service %q on node %s", nerr.ErrUnknownPartition, partition, svc, n.cfg.ID)
 	}
 	m, ok := h.methods[method]

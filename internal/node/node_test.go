@@ -10,8 +10,10 @@ import (
 )
 
 // TestReplicatedRegisterIsAllOrNothing: a replicated service one of whose
-// partitions has no replica on this node is refused whole; none of its
-// partitions is left to the replication runtime.
+// partitions has an invalid replica set is refused whole; none of its
+// partitions is left to the replication runtime. A partition whose
+// replica set does not name this node is on standby: registered, but
+// neither announced nor served until a replica-set change names the node.
 func TestReplicatedRegisterIsAllOrNothing(t *testing.T) {
 	n, err := New(Config{Security: security.Config{Insecure: true}, ID: "a", DataDir: t.TempDir()})
 	if err != nil {
@@ -20,14 +22,15 @@ func TestReplicatedRegisterIsAllOrNothing(t *testing.T) {
 	noop := func(context.Context, *service.Request) (*service.Response, error) { return nil, nil }
 	svc := service.Service{Name: "kv", Methods: []service.Method{{Name: "put", Mode: service.Write, Handler: noop}},
 		Replication: &service.Replication{Level: 2, Replicas: map[int][]service.ReplicaSpec{
-			0: {{Node: "a", Priority: 1}}, 1: {{Node: "b", Priority: 1}}}}}
-	if err := n.Register(svc, 0, 1); err == nil || !strings.Contains(err.Error(), "partition 1") {
+			0: {{Node: "a", Priority: 1}}, 1: {{Node: "b", Priority: 1}, {Node: "b", Priority: 2}}}}}
+	if err := n.Register(svc, 0, 1); err == nil || !strings.Contains(err.Error(), "Replicas[1]") {
 		t.Fatalf("Register = %v, want partition 1 refused", err)
 	}
-	if got := n.repl.Status("kv", []int32{0, 1}); len(got) != 0 {
-		t.Fatalf("replication kept %d partitions of the refused service", len(got))
+	if n.repl != nil && len(n.repl.Hosting("kv")) != 0 {
+		t.Fatal("replication kept partitions of the refused service")
 	}
-	if err := n.Register(svc, 0); err != nil {
-		t.Fatalf("the valid partition alone: %v", err)
+	svc.Replication.Replicas[1] = []service.ReplicaSpec{{Node: "b", Priority: 1}}
+	if err := n.Register(svc, 0, 1); err != nil {
+		t.Fatalf("partition 1 on standby: %v", err)
 	}
 }

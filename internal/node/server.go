@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/replica"
 	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -98,6 +99,20 @@ func (s *nodeServer) Promote(ctx context.Context, in *pb.PromoteRequest) (*pb.Pr
 		return nil, transport.ToStatus(err)
 	}
 	return &pb.PromoteReply{Status: st}, nil
+}
+
+// ChangeReplicas is the operator's `neptune partition add|remove|move`,
+// at the partition's primary.
+func (s *nodeServer) ChangeReplicas(ctx context.Context, in *pb.ChangeReplicasRequest) (*pb.ChangeReplicasReply, error) {
+	if s.n.repl == nil {
+		return nil, transport.ToStatus(fmt.Errorf("%w %d of replicated service %q on node %s", nerr.ErrUnknownPartition, in.Partition, in.Service, s.n.cfg.ID))
+	}
+	out, err := s.n.repl.ChangeReplicas(ctx, in.Service, in.Partition,
+		replica.Change{Add: replica.ID(in.Add), Priority: int(in.Priority), Remove: replica.ID(in.Remove)})
+	if err != nil {
+		return nil, transport.ToStatus(err)
+	}
+	return out, nil
 }
 
 // Aggregate runs this node's part of an aggregation.

@@ -30,6 +30,7 @@ type disk struct {
 	log     []Entry
 	applied LSN // lazily persisted executed marker (lags the service)
 	base    map[ID]uint64
+	conf    *ConfState
 }
 
 type delayed struct {
@@ -44,6 +45,11 @@ type node struct {
 	svc  service
 	nApp int
 	inc  int // incarnation: bumped by each crash
+	// joinConf: the node hosts no replica until an append names it in
+	// Members (a replica added while serving, config_test.go); then the
+	// replica set it was created with.
+	joinable bool
+	joinConf *ConfState
 }
 
 // cluster runs replicas over a simulated network with explicit time; every
@@ -108,6 +114,9 @@ type cluster struct {
 	// directory), when every replica serves, so that two wipes never
 	// take the only copies of a write.
 	wipes int
+	// members, if set, are the replicas checkConverged compares (the
+	// final replica set after changes).
+	members []ID
 }
 
 // snapshot is a primary's service state in transfer to a follower.
@@ -118,6 +127,7 @@ type snapshot struct {
 	lsnEpoch      Epoch
 	svc           service
 	fromIncarnate int
+	conf          ConfState
 }
 
 func (s service) clone() service {
@@ -160,7 +170,14 @@ func (c *cluster) start(n *node) {
 	c.t.Helper()
 	cfg := c.cfg
 	cfg.ID = n.id
-	r, err := New(cfg, Restore{HardState: n.disk.hs, Entries: slices.Clone(n.disk.log), Applied: n.disk.applied, Base: maps.Clone(n.disk.base)})
+	rs := Restore{HardState: n.disk.hs, Entries: slices.Clone(n.disk.log), Applied: n.disk.applied, Base: maps.Clone(n.disk.base), ConfState: n.disk.conf}
+	if n.joinConf != nil {
+		cfg.Replicas = n.joinConf.Members
+		if rs.ConfState == nil {
+			rs.ConfState = n.joinConf
+		}
+	}
+	r, err := New(cfg, rs)
 	if err != nil {
 		c.t.Fatalf("restart %s: %v", n.id, err)
 	}
@@ -211,6 +228,10 @@ func (c *cluster) process(n *node) {
 		if rd.Installed != nil {
 			n.disk.log, n.disk.applied = nil, rd.Installed.LSN
 		}
+		if rd.ConfState != nil {
+			cs := *rd.ConfState
+			n.disk.conf = &cs
+		}
 		if rd.HardState != nil {
 			n.disk.hs = *rd.HardState
 		}
@@ -243,7 +264,7 @@ func (c *cluster) process(n *node) {
 			// writes: it covers everything executed.
 			l := n.svc.lastLSN
 			c.snaps = append(c.snaps, snapshot{from: n.id, to: to, epoch: n.r.epoch, lsn: l, lsnEpoch: n.r.term(l),
-				svc: n.svc.clone(), fromIncarnate: n.inc})
+				svc: n.svc.clone(), fromIncarnate: n.inc, conf: n.r.Committed()})
 		}
 		c.post(rd.Messages)
 		for _, rp := range rd.Replies {
@@ -497,6 +518,11 @@ func (c *cluster) deliver(i int) {
 	}
 	c.net = slices.Delete(c.net, i, i+1)
 	n := c.nodes[m.To]
+	if n.r == nil && n.joinable && hasMember(m.Members, m.To) && c.nodes[m.From].r != nil {
+		// The node's shell creates the replica the append names it in.
+		n.joinable, n.joinConf = false, &ConfState{LSN: m.MembersAt, Members: m.Members}
+		c.start(n)
+	}
 	if n.r == nil || c.nodes[m.From].r == nil || c.blocked[[2]ID{m.From, m.To}] || (c.drop > 0 && c.rng.Float64() < c.drop) {
 		return
 	}
@@ -518,7 +544,7 @@ func (c *cluster) deliverSnap(i int) {
 	ok := n.r != nil && !c.isPaused(s.to) && !c.blocked[[2]ID{s.from, s.to}] && !(c.drop > 0 && c.rng.Float64() < c.drop)
 	if ok && n.r.WantsSnapshot(s.from, s.epoch, s.lsn) {
 		n.svc = s.svc.clone()
-		n.r.InstallSnapshot(c.local(s.to, c.now), s.lsn, s.lsnEpoch)
+		n.r.InstallSnapshot(c.local(s.to, c.now), s.lsn, s.lsnEpoch, &s.conf)
 		c.installed++
 		c.process(n)
 		return
@@ -624,7 +650,11 @@ func (c *cluster) checkConverged() {
 	c.t.Helper()
 	digests := map[string]string{}
 	present := map[string]map[string]bool{}
-	for _, id := range c.order {
+	ids := c.order
+	if c.members != nil {
+		ids = c.members
+	}
+	for _, id := range ids {
 		ops := slices.Clone(c.nodes[id].svc.ops)
 		if c.cfg.Level == Level1 {
 			slices.Sort(ops) // commutative writes: order may differ

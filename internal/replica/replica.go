@@ -19,8 +19,27 @@ import (
 type Replica struct {
 	cfg   Config
 	prio  map[ID]int
-	peers []ID // other replicas, in Config order
+	peers []ID // other replicas (members, then leavers), in replica-set order
 	alive map[ID]bool
+
+	// The replica set (config.go): committed is the newest committed one,
+	// confLog the configuration entries in the log after it; voters and
+	// voterPeers (without this replica) are the current set's voters;
+	// leaving are peers a primary removed that still get appends for a
+	// while. fixedQuorum: Config.MinLive was set, so the set is static.
+	committed   ConfState
+	confLog     []ConfState
+	voters      map[ID]bool
+	voterPeers  []ID
+	leaving     map[ID]leaver
+	inConf      map[ID]bool // the current set's members, as applyConf last saw them
+	fixedQuorum bool
+	// leaveOnTransfer: the transfer under way removes this primary;
+	// removeAfter: the primary that handed over to us so as to leave,
+	// which we remove once we may.
+	leaveOnTransfer bool
+	removeAfter     ID
+	probedAt        time.Time // last probeRemoved
 
 	role    Role
 	phase   Phase
@@ -186,6 +205,7 @@ func New(cfg Config, rs Restore) (*Replica, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	fixed := cfg.MinLive != 0
 	cfg = cfg.withDefaults()
 	r := &Replica{
 		cfg:       cfg,
@@ -211,16 +231,15 @@ func New(cfg Config, rs Restore) (*Replica, error) {
 		// until when: the grace runs from the start (see observe).
 		contactEpoch: rs.HardState.Epoch,
 		contactSent:  math.MaxInt64,
+		fixedQuorum:  fixed,
+		leaving:      map[ID]leaver{},
+		committed:    ConfState{Members: slices.Clone(cfg.Replicas)},
+	}
+	if rs.ConfState != nil {
+		r.committed = ConfState{LSN: rs.ConfState.LSN, Members: slices.Clone(rs.ConfState.Members)}
 	}
 	if r.vv == nil {
 		r.vv, r.base = map[ID]uint64{}, map[ID]uint64{}
-	}
-	for _, p := range cfg.Replicas {
-		r.prio[p.ID] = p.Priority
-		r.alive[p.ID] = true
-		if p.ID != cfg.ID {
-			r.peers = append(r.peers, p.ID)
-		}
 	}
 	r.first = max(r.applied, r.commit) + 1
 	if len(r.log) > 0 {
@@ -236,6 +255,9 @@ func New(cfg Config, rs Restore) (*Replica, error) {
 	}
 	r.stable = r.last()
 	r.truncated = r.first - 1
+	r.noteConfEntries(r.log)
+	r.noteCommitted()
+	r.applyConf()
 	checkTo := min(r.commit, r.last())
 	if cfg.Level == Level1 {
 		for _, e := range r.log {
@@ -260,9 +282,12 @@ func New(cfg Config, rs Restore) (*Replica, error) {
 func (r *Replica) Status() Status {
 	s := Status{ID: r.cfg.ID, Role: r.role, Phase: r.phase, Epoch: r.epoch, Primary: r.primary,
 		Applied: r.applied, Commit: r.commit, Last: r.last()}
+	ms := r.members()
+	s.Members, s.MembersPending = ms.Members, len(r.confLog) > 0
+	s.Removed = !hasMember(ms.Members, r.cfg.ID) && !hasMember(r.committed.Members, r.cfg.ID)
 	if r.role == Primary {
 		s.Live = []ID{r.cfg.ID}
-		for _, p := range r.peers {
+		for _, p := range r.voterPeers {
 			if r.progress[p].inSync {
 				s.Live = append(s.Live, p)
 			}
@@ -398,10 +423,15 @@ func (r *Replica) Tick(now time.Time) {
 	}
 	if r.shouldElect(now) {
 		r.startPreVote(now)
-	} else if beat && r.dataless() && !r.primaryLive(now) && now.Sub(r.lastHeard) >= r.cfg.ElectionTimeout {
+	} else if beat && !r.primaryLive(now) && now.Sub(r.lastHeard) >= r.cfg.ElectionTimeout {
 		// (after the same wait as an election: a running primary usually
 		// reaches a new replica first)
-		r.announceEmpty()
+		if r.dataless() {
+			r.announceEmpty()
+		} else if !r.electing && !r.preVoting && now.Sub(r.probedAt) >= r.cfg.AckTimeout {
+			r.probedAt = now
+			r.probeRemoved()
+		}
 	}
 }
 
@@ -424,10 +454,15 @@ func (r *Replica) Step(now time.Time, m Message) {
 		return
 	}
 	if _, ok := r.prio[m.From]; !ok {
+		r.noticeRemoved(m)
 		return
 	}
 	if r.cfg.Level == Level1 {
 		r.stepL1(m)
+		return
+	}
+	if len(m.Members) > 0 && !hasMember(m.Members, r.cfg.ID) {
+		r.learnRemoved(m)
 		return
 	}
 	// A vote request raises our epoch only if we grant it, so a candidate
@@ -564,6 +599,9 @@ func (r *Replica) logAppend(es []Entry) {
 	}
 	r.log = append(r.log, es...)
 	r.rd.Entries = append(r.rd.Entries, es...)
+	if r.noteConfEntries(es) {
+		r.applyConf()
+	}
 }
 
 // truncateTo drops entries up to l from memory and tells the shell.
@@ -599,8 +637,11 @@ func (r *Replica) stepDown() {
 	r.primary = ""
 	r.inSync = false
 	r.transferTo, r.timeoutSent = "", time.Time{}
+	r.leaveOnTransfer = false
 	r.forced = false
 	if r.role == Primary {
+		clear(r.leaving)
+		defer r.applyConf()
 		r.role = Recovering
 		r.phase = PhaseCatchUp
 		r.progress = map[ID]*progress{}
@@ -651,7 +692,7 @@ func (r *Replica) becomePrimary(now time.Time) {
 	r.progress = map[ID]*progress{}
 	for _, p := range r.peers {
 		_, granted := r.grants[p]
-		r.progress[p] = &progress{next: r.last() + 1, inSync: granted, lastAck: now}
+		r.progress[p] = &progress{next: r.last() + 1, inSync: granted && r.isVoter(p), lastAck: now}
 	}
 	clear(r.grants) // their log tails are adopted: holding them would pin a burst's bodies
 	// Honest freshness: the adopted log holds every committed write, so
@@ -704,9 +745,16 @@ func (r *Replica) sendAppend(now time.Time, to ID) {
 	if now.Before(r.leaseUntil()) {
 		echo = pr.ackStamp
 	}
-	r.send(Message{Type: MsgAppend, To: to, PrevLSN: next - 1, PrevEpoch: r.term(next - 1), Entries: es,
+	m := Message{Type: MsgAppend, To: to, PrevLSN: next - 1, PrevEpoch: r.term(next - 1), Entries: es,
 		Commit: r.commit, LastEpoch: r.term(r.commit), Trunc: r.truncPoint(), InSync: pr.inSync,
-		Sent: r.stamp(now), Echo: echo, Transfer: !r.timeoutSent.IsZero()})
+		Sent: r.stamp(now), Echo: echo, Transfer: !r.timeoutSent.IsZero()}
+	if !pr.inSync && hasMember(r.committed.Members, to) {
+		// It may not host the partition (a replica just added, or added
+		// back while its node dropped the removed one): this tells its
+		// node to create it, with the set that names it.
+		m.Members, m.MembersAt = r.committed.Members, r.committed.LSN
+	}
+	r.send(m)
 	if snap {
 		return
 	}
@@ -755,7 +803,7 @@ func (r *Replica) truncPoint() LSN {
 
 func (r *Replica) liveCount() int {
 	n := 1
-	for _, p := range r.peers {
+	for _, p := range r.voterPeers {
 		if r.progress[p].inSync {
 			n++
 		}
@@ -771,13 +819,14 @@ func (r *Replica) tickPrimary(now time.Time, beat bool) {
 		return
 	}
 	r.tickTransfer(now)
+	r.tickConfig(now)
 	for _, p := range r.peers {
 		pr := r.progress[p]
 		if !pr.snapUntil.IsZero() && !pr.snapshotting(now) {
 			pr.snapUntil = time.Time{} // timed out: asked again at the next sign it needs one
 		}
 		late := !pr.waitingSince.IsZero() && now.Sub(pr.waitingSince) >= r.cfg.AckTimeout
-		if pr.inSync && (!r.alive[p] || late) && r.liveCount()-1 >= r.cfg.MinLive {
+		if pr.inSync && (!r.alive[p] || late) && r.liveCount()-1 >= r.minLive() {
 			pr.inSync = false // failed: it must catch up before rejoining
 		}
 	}
@@ -790,7 +839,10 @@ func (r *Replica) tickPrimary(now time.Time, beat bool) {
 	}
 	for _, p := range r.peers {
 		pr := r.progress[p]
-		if !r.alive[p] {
+		if !r.alive[p] && r.isVoter(p) {
+			// (Learners and leavers get heartbeats anyway: a node hosts
+			// a learner only once an append names it, and a leaver must
+			// learn it left, so neither may be heard from before.)
 			continue
 		}
 		// Waiting is counted from the last progress or, after a quiet
@@ -805,11 +857,11 @@ func (r *Replica) tickPrimary(now time.Time, beat bool) {
 }
 
 func (r *Replica) maybeCommit(now time.Time) {
-	if r.liveCount() < r.cfg.MinLive || r.quorumLost(now) {
+	if r.liveCount() < r.minLive() || r.quorumLost(now) {
 		return
 	}
 	n := r.stable
-	for _, p := range r.peers {
+	for _, p := range r.voterPeers {
 		if pr := r.progress[p]; pr.inSync {
 			n = min(n, pr.match)
 		}
@@ -822,6 +874,7 @@ func (r *Replica) maybeCommit(now time.Time) {
 	}
 	r.commit = n
 	r.hsDirty = true
+	r.noteCommitted()
 	r.history = append(r.history, versionAt{at: now, lsn: n})
 	for _, p := range r.peers {
 		if r.alive[p] {
@@ -858,7 +911,7 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 		// if our log no longer reaches back that far (the snapshot is then
 		// past its log's end, so installing it drops nothing it holds).
 		pr.match, pr.waitingSince, pr.resetSent = min(m.Commit, m.Trunc), time.Time{}, r.stamp(now)+1
-		if pr.inSync && r.liveCount()-1 >= r.cfg.MinLive {
+		if pr.inSync && r.liveCount()-1 >= r.minLive() {
 			pr.inSync = false
 		}
 		pr.next = m.Trunc + 1
@@ -909,8 +962,11 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 		}
 	}
 	pr.next = max(pr.next, pr.match+1)
-	if !pr.inSync && r.alive[m.From] && pr.match >= r.commit {
+	if !pr.inSync && r.alive[m.From] && pr.match >= r.commit && r.isVoter(m.From) {
 		pr.inSync = true // caught up: rejoins the live set
+	}
+	if !r.isVoter(m.From) && r.alive[m.From] {
+		r.maybePromote(now)
 	}
 	r.maybeCommit(now)
 	if pr.next <= r.last() {
@@ -984,7 +1040,11 @@ func (r *Replica) WantsSnapshot(from ID, epoch Epoch, lsn LSN) bool {
 // longer reflects it). The next Ready carries Installed, for the wal, and
 // the acknowledgement with which the primary resumes its appends at
 // lsn+1.
-func (r *Replica) InstallSnapshot(now time.Time, lsn LSN, lsnEpoch Epoch) {
+//
+// conf is the replica set the snapshot carries (the primary's Committed;
+// nil: keep ours): it is committed, possibly at an LSN above lsn, whose
+// entry then comes again with the log and changes nothing.
+func (r *Replica) InstallSnapshot(now time.Time, lsn LSN, lsnEpoch Epoch, conf *ConfState) {
 	r.observe(now)
 	clear(r.log)
 	r.log = nil
@@ -996,6 +1056,12 @@ func (r *Replica) InstallSnapshot(now time.Time, lsn LSN, lsnEpoch Epoch) {
 	r.role, r.phase, r.inSync = Recovering, PhaseCatchUp, false
 	r.rd.Entries, r.rd.Apply, r.rd.Check, r.rd.Truncate = nil, nil, nil, 0
 	r.rd.Installed = &Installed{LSN: lsn, Epoch: lsnEpoch}
+	r.confLog = nil
+	if conf != nil {
+		r.committed = ConfState{LSN: conf.LSN, Members: slices.Clone(conf.Members)}
+	}
+	r.rd.ConfState = &ConfState{LSN: r.committed.LSN, Members: r.committed.Members}
+	r.applyConf()
 	if r.primary != "" {
 		r.send(Message{Type: MsgAppendResp, To: r.primary, LSN: lsn, Hint: lsn, Snapshot: true})
 	}
@@ -1074,7 +1140,7 @@ func (r *Replica) freshUntil() time.Time {
 // leaseFloor). Each of them received it after it was sent and refuses to
 // help elect another primary for Lease after that, by its own clock.
 func (r *Replica) leaseBase() time.Time {
-	need := r.cfg.MinLive - 1
+	need := r.minLive() - 1
 	if r.role != Primary {
 		return time.Time{}
 	}
@@ -1084,7 +1150,7 @@ func (r *Replica) leaseBase() time.Time {
 	// (On the stack for the usual replica counts: every append asks, via
 	// leaseUntil, whether to echo.)
 	ts := make([]time.Time, 0, 8)
-	for _, p := range r.peers {
+	for _, p := range r.voterPeers {
 		if t := r.progress[p].ackSent; !t.IsZero() && !t.Before(r.leaseFloor) {
 			ts = append(ts, t)
 		}
@@ -1126,12 +1192,12 @@ func (r *Replica) quorumLost(now time.Time) bool {
 	if r.role != Primary || r.forced || !r.timeoutSent.IsZero() {
 		return false
 	}
-	need := r.cfg.MinLive - 1
+	need := r.minLive() - 1
 	if need <= 0 {
 		return false
 	}
 	var ts []time.Time
-	for _, p := range r.peers {
+	for _, p := range r.voterPeers {
 		if h := r.progress[p].heard; !h.IsZero() {
 			ts = append(ts, h)
 		}
@@ -1173,8 +1239,8 @@ func (r *Replica) tickTransfer(now time.Time) {
 		return
 	}
 	target := ID("")
-	for _, p := range r.peers {
-		if r.alive[p] && r.prio[p] > r.prio[r.cfg.ID] && (target == "" || r.prio[p] > r.prio[target]) {
+	for _, p := range r.voterPeers {
+		if p != r.removeAfter && r.alive[p] && r.prio[p] > r.prio[r.cfg.ID] && (target == "" || r.prio[p] > r.prio[target]) {
 			target = p
 		}
 	}
@@ -1201,7 +1267,7 @@ func (r *Replica) maybeSendTimeoutNow(now time.Time) {
 	}
 	r.timeoutSent = now
 	r.transferEnd = now.Add(r.cfg.ElectionTimeout)
-	r.send(Message{Type: MsgTimeoutNow, To: r.transferTo, Sent: r.stamp(now)})
+	r.send(Message{Type: MsgTimeoutNow, To: r.transferTo, Sent: r.stamp(now), Leave: r.leaveOnTransfer})
 }
 
 // abortTransfer resumes after a transfer that did not complete. Answers
@@ -1214,7 +1280,7 @@ func (r *Replica) abortTransfer(now time.Time) {
 		// after must step down at once, not claim its role for a lease more.
 		r.leaseFloor, r.became = now, r.transferEnd
 	}
-	r.transferTo, r.timeoutSent = "", time.Time{}
+	r.transferTo, r.timeoutSent, r.leaveOnTransfer = "", time.Time{}, false
 	r.nextTransfer = now.Add(4 * r.cfg.ElectionTimeout)
 	ws := r.waiting
 	r.waiting = nil
@@ -1224,8 +1290,11 @@ func (r *Replica) abortTransfer(now time.Time) {
 }
 
 func (r *Replica) handleTimeoutNow(now time.Time, m Message) {
-	if m.Epoch != r.epoch || m.From != r.primary || r.role != Secondary || r.diverged || m.Sent == 0 {
+	if m.Epoch != r.epoch || m.From != r.primary || r.role != Secondary || r.diverged || m.Sent == 0 || !r.isVoter(r.cfg.ID) {
 		return
+	}
+	if m.Leave {
+		r.removeAfter = m.From
 	}
 	r.startElection(now, m.Sent)
 }
@@ -1372,6 +1441,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 	if c := min(m.Commit, matched); c > r.commit {
 		r.commit = c
 		r.hsDirty = true
+		r.noteCommitted()
 	}
 	if t := min(m.Trunc, r.applied); t > r.truncated {
 		r.truncateTo(t)
@@ -1392,7 +1462,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 // is pending) no live higher-priority peer that could lead instead.
 // Priority never deposes a live primary: that is a leadership transfer.
 func (r *Replica) shouldElect(now time.Time) bool {
-	if r.electing || r.preVoting || r.diverged {
+	if r.electing || r.preVoting || r.diverged || !r.isVoter(r.cfg.ID) {
 		return false
 	}
 	if r.primaryLive(now) || r.inGrace(now) {
@@ -1404,7 +1474,7 @@ func (r *Replica) shouldElect(now time.Time) bool {
 	}
 	self := r.prio[r.cfg.ID]
 	dataless := r.dataless()
-	for _, q := range r.peers {
+	for _, q := range r.voterPeers {
 		if !r.alive[q] {
 			continue
 		}
@@ -1485,7 +1555,7 @@ func (r *Replica) startPreVote(now time.Time) {
 		r.startElection(now, 0)
 		return
 	}
-	for _, p := range r.peers {
+	for _, p := range r.voterPeers {
 		if r.alive[p] {
 			r.sendAt(r.epoch+1, Message{Type: MsgPreVote, To: p, Commit: r.commit, LSN: r.last()})
 		}
@@ -1512,7 +1582,7 @@ func (r *Replica) startElection(now time.Time, transfer int64) {
 	r.electing = true
 	r.electDeadline = now.Add(r.cfg.ElectionTimeout)
 	r.grants = map[ID]Message{}
-	for _, p := range r.peers {
+	for _, p := range r.voterPeers {
 		if r.alive[p] {
 			r.send(Message{Type: MsgVote, To: p, Commit: r.commit, LSN: r.last(), Transfer: transfer != 0, Sent: transfer})
 		}
@@ -1529,21 +1599,27 @@ func (r *Replica) startElection(now time.Time, transfer int64) {
 // simply has not heard from yet. Alone in its partition it needs nothing
 // more.
 func (r *Replica) mayLead(grants map[ID]Message) bool {
-	if 1+len(grants) < r.cfg.MinLive {
+	n := 1
+	for _, p := range r.voterPeers { // (only the current set's voters count)
+		if _, ok := grants[p]; ok {
+			n++
+		}
+	}
+	if n < r.minLive() {
 		return false
 	}
 	if !r.dataless() {
 		return true
 	}
 	heard := 0
-	for _, p := range r.peers {
+	for _, p := range r.voterPeers {
 		if _, ok := grants[p]; ok {
 			heard++
 		} else if r.alive[p] {
 			return false
 		}
 	}
-	return heard > 0 || len(r.peers) == 0
+	return heard > 0 || len(r.voterPeers) == 0
 }
 
 // mayGrant reports whether this replica would vote for m's candidate (a
@@ -1556,6 +1632,9 @@ func (r *Replica) mayGrant(m Message) bool {
 	// primary for good.
 	if candEmpty, empty := m.LSN == 0 && m.Commit == 0, r.dataless(); candEmpty != empty && !(empty && m.Commit == 0) {
 		return false
+	}
+	if !r.isVoter(r.cfg.ID) || !r.isVoter(m.From) {
+		return false // learners and removed replicas neither vote nor lead
 	}
 	if r.diverged || m.Epoch < r.epoch || (m.Epoch == r.epoch && r.vote != "" && r.vote != m.From) {
 		return false

@@ -300,6 +300,16 @@ type Message struct {
 	// acknowledgement of an installed snapshot: it holds everything up to
 	// LSN, and the primary resumes its appends after it.
 	Snapshot bool
+	// Members (Append) is the primary's committed replica set, from its
+	// configuration entry at MembersAt, sent to a peer that has not yet
+	// acknowledged anything: a node that hosts no replica of the
+	// partition creates one when it is named there (see config.go).
+	Members   []Peer
+	MembersAt LSN
+	// Leave (TimeoutNow) asks the target, once elected, to remove the
+	// handing-over primary from the replica set (an operator's removal
+	// of the primary).
+	Leave bool
 }
 
 // Ready is a batch of work for the shell. Process it in this order: persist
@@ -331,6 +341,11 @@ type Ready struct {
 	// flight per peer; the core asks again after Config.SnapshotTimeout
 	// or after SnapshotFailed.
 	Snapshots []ID
+	// ConfState (non-nil when it changed) is the committed replica set:
+	// the shell stores it durably before HardState and Entries (it may
+	// run ahead of the stored commit point, never behind), and hands it
+	// back in Restore.ConfState.
+	ConfState *ConfState
 	// Installed (follower) is set when a snapshot was installed: before
 	// HardState and Entries, the shell makes the log empty, starting after
 	// Installed.LSN, with the executed marker at Installed.LSN, durably
@@ -351,7 +366,7 @@ type Installed struct {
 func (rd *Ready) Empty() bool {
 	return rd.HardState == nil && len(rd.Entries) == 0 && rd.Truncate == 0 && len(rd.Check) == 0 &&
 		len(rd.Apply) == 0 && len(rd.Messages) == 0 && len(rd.Replies) == 0 && len(rd.Snapshots) == 0 &&
-		rd.Installed == nil
+		rd.Installed == nil && rd.ConfState == nil
 }
 
 // Status is what a replica publishes (in announcements and poll replies).
@@ -391,6 +406,13 @@ type Status struct {
 	// (see Message.Echo). Zero when it cannot show it. A level-3
 	// secondary serves reads only before it.
 	FreshUntil time.Time
+	// Members is the current replica set (the newest configuration entry
+	// in the log, committed or not); MembersPending that it is not yet
+	// committed. Removed: this replica is in neither the current nor the
+	// committed set, so its node stops hosting it.
+	Members        []Peer
+	MembersPending bool
+	Removed        bool
 }
 
 // ClockDrift is the clock-rate difference between replicas that leases
@@ -405,11 +427,14 @@ func leaseFor(lease time.Duration) time.Duration {
 	return lease - time.Duration(float64(lease)*ClockDrift)
 }
 
-// Peer is one replica of the partition with its static priority; the
-// highest priority is the preferred primary.
+// Peer is one replica of the partition with its priority; the highest
+// priority is the preferred primary. A Learner receives the log but does
+// not vote, count for commits or leases, or serve, until it is promoted
+// (see config.go).
 type Peer struct {
 	ID       ID
 	Priority int
+	Learner  bool
 }
 
 // Config configures one replica. Zero durations take the defaults.
@@ -418,9 +443,11 @@ type Config struct {
 	Replicas []Peer // all replicas of the partition, this one included
 	Level    Level
 	// MinLive is the smallest live set (primary included) that may commit
-	// and the number of votes an election needs. Default: a majority, which
-	// keeps a partitioned old primary from committing. 1 is the paper's
-	// behaviour (it assumes no network partitions).
+	// and the number of votes an election needs. Default: a majority of
+	// the current replica set's voters, which keeps a partitioned old
+	// primary from committing. 1 is the paper's behaviour (it assumes no
+	// network partitions). A partition with MinLive set explicitly cannot
+	// change its replica set (ChangeMembers).
 	MinLive int
 	// Heartbeat is how often the primary sends heartbeats (level 1: digests).
 	Heartbeat time.Duration
@@ -534,4 +561,7 @@ type Restore struct {
 	Applied   LSN
 	// Base is the last Ready.TruncateBase stored (level 1).
 	Base map[ID]uint64
+	// ConfState is the last Ready.ConfState stored (nil: none yet, the
+	// replica set is Config.Replicas).
+	ConfState *ConfState
 }

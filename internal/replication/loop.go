@@ -73,8 +73,9 @@ type proposal struct {
 
 // run is the partition's event loop: one event (a proposal, a message, an
 // operator action or a clock tick) at a time, then whatever else is
-// queued, then the replica's Ready batches.
-func (p *part) run(ctx context.Context) {
+// queued, then the replica's Ready batches. It returns true when it ended
+// because the replica learned it was removed from the replica set.
+func (p *part) run(ctx context.Context) (removed bool) {
 	defer close(p.done)
 	clk := p.rt.clock
 	tick := clk.NewTicker(tickEvery)
@@ -84,7 +85,7 @@ func (p *part) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			p.failPending(nerr.ErrClosed)
-			return
+			return false
 		case pr := <-p.props:
 			p.propose(pr)
 		case m := <-p.inbox:
@@ -98,10 +99,18 @@ func (p *part) run(ctx context.Context) {
 		if err := p.process(ctx); err != nil {
 			p.rt.log.Error("replication stopped", "service", p.key.service, "partition", p.key.partition, "err", err)
 			p.failPending(fmt.Errorf("%w: %w", errStopped, err))
-			return
+			return false
+		}
+		if p.status.Load().Removed {
+			p.failPending(fmt.Errorf("%w: %w", nerr.ErrUnknownOutcome, errRemoved))
+			return true
 		}
 	}
 }
+
+// errRemoved: the replica left its partition's replica set while a write
+// it accepted was pending (it may run at the remaining replicas).
+var errRemoved = errors.New("neptune: replica removed from the replica set")
 
 // tickIfDue ticks the replica once the clock has reached the next tick.
 // Ticks follow the clock rather than the ticker's deliveries (the ticker
@@ -257,7 +266,7 @@ func (p *part) apply(ctx context.Context, es []replica.Entry) error {
 	var last replica.LSN
 	for _, e := range es {
 		last = e.LSN
-		if e.Method == "" || p.skipExecuted(e) {
+		if e.Method == "" || e.IsConfig() || p.skipExecuted(e) {
 			continue
 		}
 		req := &service.Request{Service: p.key.service, Partition: int(p.key.partition), Method: e.Method, Mode: service.Write, Body: e.Body, LSN: uint64(e.LSN)}
@@ -329,11 +338,8 @@ func (p *part) result(r replica.Reply) Result {
 func (p *part) feedAlive(now time.Time) {
 	hosts := p.rt.cfg.Directory.Hosts(p.key.service, p.key.partition)
 	primary := string(p.status.Load().Primary)
-	for _, peer := range p.cfg.Replicas {
-		id := string(peer.ID)
-		if id == p.rt.cfg.Self {
-			continue
-		}
-		p.core.SetAlive(peer.ID, p.rt.det.alive(id, now, slices.Contains(hosts, id), id == primary, p.cfg.AckTimeout))
+	for _, peer := range p.core.Peers() {
+		id := string(peer)
+		p.core.SetAlive(peer, p.rt.det.alive(id, now, slices.Contains(hosts, id), id == primary, p.cfg.AckTimeout))
 	}
 }

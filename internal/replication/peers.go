@@ -300,17 +300,6 @@ const probeEvery = 250 * time.Millisecond
 // the other end, count as hearing from each other, and replication
 // resumes.
 func (rt *Runtime) probeLost(ctx context.Context) {
-	var peers []string
-	for _, p := range rt.parts {
-		for _, r := range p.cfg.Replicas {
-			if id := string(r.ID); id != rt.cfg.Self && !slices.Contains(peers, id) {
-				peers = append(peers, id)
-			}
-		}
-	}
-	if len(peers) == 0 {
-		return
-	}
 	t := rt.clock.NewTicker(probeEvery)
 	defer t.Stop()
 	for {
@@ -319,7 +308,7 @@ func (rt *Runtime) probeLost(ctx context.Context) {
 			return
 		case <-t.Chan():
 		}
-		for _, id := range peers {
+		for _, id := range rt.peerNodes() {
 			if listed := rt.cfg.Directory.RPCAddr(id); listed != "" {
 				rt.mu.Lock()
 				rt.addrs[id] = listed
@@ -340,4 +329,20 @@ func (rt *Runtime) probeLost(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// peerNodes lists the nodes of the hosted replicas' current replica sets,
+// this one excepted.
+func (rt *Runtime) peerNodes() []string {
+	rt.pmu.RLock()
+	defer rt.pmu.RUnlock()
+	var peers []string
+	for _, p := range rt.parts {
+		for _, r := range p.status.Load().Members {
+			if id := string(r.ID); id != rt.cfg.Self && !slices.Contains(peers, id) {
+				peers = append(peers, id)
+			}
+		}
+	}
+	return peers
 }

@@ -16,7 +16,6 @@ package replication
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -133,9 +132,6 @@ const (
 	defaultAckTimeout = 500 * time.Millisecond
 )
 
-// errNoReplicaSet reports a registered partition with no replica here.
-var errNoReplicaSet = errors.New("neptune: partition has no replica on this node")
-
 type partKey struct {
 	service   string
 	partition int32
@@ -146,7 +142,19 @@ type Runtime struct {
 	cfg   Config
 	log   *slog.Logger
 	clock clock.Clock
-	parts map[partKey]*part // fixed after Register
+
+	// parts are the replicas hosted here: opened at Start, created when
+	// an append names this node in its partition's replica set (a replica
+	// added while serving), dropped when one learns it was removed.
+	// specs are the registered partitions: those whose static replica set
+	// names this node are hosted from the start, the others on standby
+	// (hosted once named, or at Start if their data directory exists).
+	// templates, per service, host partitions nobody registered here.
+	pmu       sync.RWMutex
+	parts     map[partKey]*part
+	specs     map[partKey]Partition
+	templates map[string]Partition
+	joinMu    sync.Mutex // one replica created at a time
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -167,104 +175,223 @@ func New(cfg Config) *Runtime {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	clk := clock.OrReal(cfg.Clock)
-	return &Runtime{cfg: cfg, log: cfg.Logger, clock: clk, parts: map[partKey]*part{}, peers: map[string]*peerLanes{}, addrs: map[string]string{},
-		det: newDetector(clk)}
+	return &Runtime{cfg: cfg, log: cfg.Logger, clock: clk, parts: map[partKey]*part{}, specs: map[partKey]Partition{},
+		templates: map[string]Partition{}, peers: map[string]*peerLanes{}, addrs: map[string]string{}, det: newDetector(clk)}
 }
 
 // Register prepares replicas of ps (typically one service's partitions
-// on this node); their loops start with Start. It registers all of them or,
-// if one is invalid, none.
+// on this node); their loops start with Start. A partition whose static
+// replica set does not name this node is on standby: hosted once a
+// replica-set change names it. It registers all of them or, if one is
+// invalid, none.
 func (rt *Runtime) Register(ps ...Partition) error {
-	parts := make([]*part, 0, len(ps))
 	for _, p := range ps {
-		pt, err := rt.prepare(p)
-		if err != nil {
+		if _, err := rt.config(p, nil); err != nil {
 			return err
 		}
-		parts = append(parts, pt)
 	}
-	for _, pt := range parts {
-		rt.parts[pt.key] = pt
+	rt.pmu.Lock()
+	defer rt.pmu.Unlock()
+	for _, p := range ps {
+		rt.specs[partKey{p.Service, p.Partition}] = p
+		rt.templates[p.Service] = p
 	}
 	return nil
 }
 
-// prepare checks p's replica set and builds its replica's config.
-func (rt *Runtime) prepare(p Partition) (*part, error) {
+// config builds p's replica config with the replica set members (nil:
+// the static one, which need not name this node).
+func (rt *Runtime) config(p Partition, members []replica.Peer) (replica.Config, error) {
 	r := p.Replication
-	specs := r.ReplicasOf(int(p.Partition))
-	if !slices.ContainsFunc(specs, func(s service.ReplicaSpec) bool { return s.Node == rt.cfg.Self }) {
-		return nil, fmt.Errorf("neptune: register %q partition %d: %w %q (replicas: %v)", p.Service, p.Partition, errNoReplicaSet, rt.cfg.Self, specs)
-	}
 	if r.Linearizable && r.Level == int(replica.Level1) {
-		return nil, fmt.Errorf("neptune: register %q: Replication.Linearizable needs level 2 or 3", p.Service)
+		return replica.Config{}, fmt.Errorf("neptune: register %q: Replication.Linearizable needs level 2 or 3", p.Service)
 	}
 	cfg := replica.Config{ID: replica.ID(rt.cfg.Self), Level: replica.Level(r.Level), MinLive: r.MinLive,
 		Heartbeat: r.Heartbeat, AckTimeout: r.AckTimeout, ElectionTimeout: r.ElectionTimeout,
-		WriteWait: r.WriteWait, Staleness: r.Staleness, Lease: r.Lease}
-	for _, s := range specs {
-		cfg.Replicas = append(cfg.Replicas, replica.Peer{ID: replica.ID(s.Node), Priority: s.Priority})
+		WriteWait: r.WriteWait, Staleness: r.Staleness, Lease: r.Lease, Replicas: members}
+	if members == nil {
+		cfg.Replicas = staticMembers(p)
+		if !slices.ContainsFunc(cfg.Replicas, func(m replica.Peer) bool { return m.ID == cfg.ID }) {
+			cfg.Replicas = append(cfg.Replicas, replica.Peer{ID: cfg.ID}) // (standby: only to validate the rest)
+		}
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("neptune: register %q partition %d: %w", p.Service, p.Partition, err)
+		return cfg, fmt.Errorf("neptune: register %q partition %d: %w", p.Service, p.Partition, err)
 	}
 	if cfg.AckTimeout == 0 {
 		cfg.AckTimeout = defaultAckTimeout
 	}
-	pt := &part{rt: rt, spec: p, key: partKey{p.Service, p.Partition}, cfg: cfg,
+	return cfg, nil
+}
+
+// staticMembers is p's replica set as its Replication declares it.
+func staticMembers(p Partition) []replica.Peer {
+	var ms []replica.Peer
+	for _, s := range p.Replication.ReplicasOf(int(p.Partition)) {
+		ms = append(ms, replica.Peer{ID: replica.ID(s.Node), Priority: s.Priority})
+	}
+	return ms
+}
+
+// open opens the replica of spec's partition here, from its write log:
+// with the stored replica set, else join's (the set an append named this
+// node in), else the static one. It returns nil, and keeps nothing open,
+// if that set does not name this node (a replica removed, or standby) or,
+// without join, if a standby partition has no data directory here.
+func (rt *Runtime) open(spec Partition, join *replica.ConfState) (*part, error) {
+	key := partKey{spec.Service, spec.Partition}
+	self := replica.ID(rt.cfg.Self)
+	static := staticMembers(spec)
+	named := func(ms []replica.Peer) bool {
+		return slices.ContainsFunc(ms, func(m replica.Peer) bool { return m.ID == self })
+	}
+	dir := filepath.Join(rt.cfg.DataDir, key.service, strconv.Itoa(int(key.partition)))
+	if _, err := os.Stat(dir); err != nil && join == nil && !named(static) {
+		return nil, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("neptune: data dir: %w", err)
+	}
+	l, err := wal.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("neptune: %s partition %d: %w", key.service, key.partition, err)
+	}
+	fail := func(err error) (*part, error) {
+		_ = l.Close()
+		return nil, fmt.Errorf("neptune: %s partition %d: %w", key.service, key.partition, err)
+	}
+	rs, err := l.Restore()
+	if err != nil {
+		return fail(err)
+	}
+	if join != nil && (rs.ConfState == nil || join.LSN > rs.ConfState.LSN) {
+		rs.ConfState = join
+	}
+	members := static
+	if rs.ConfState != nil {
+		members = rs.ConfState.Members
+	}
+	if !named(members) {
+		_ = l.Close()
+		return nil, nil
+	}
+	cfg, err := rt.config(spec, members)
+	if err != nil {
+		return fail(err)
+	}
+	p := &part{rt: rt, spec: spec, key: key, cfg: cfg,
 		inbox: make(chan replica.Message, 4096), props: make(chan proposal, 1024),
 		ops: make(chan func(time.Time), 16), done: make(chan struct{}), changed: make(chan struct{})}
-	pt.ask = pt.current
-	// Calls may arrive before Start finishes: they see a recovering replica.
-	pt.status.Store(&replica.Status{ID: cfg.ID, Role: replica.Recovering, Phase: replica.PhaseCheck})
-	return pt, nil
+	p.ask = p.current
+	if p.core, err = replica.New(cfg, rs); err != nil {
+		return fail(err)
+	}
+	recs, high, err := l.Dedup()
+	if err != nil {
+		return fail(err)
+	}
+	p.dedup = replica.NewDedupTable(0, recs, high)
+	p.log = l
+	p.pending = map[uint64]chan Result{}
+	// Request ids must not repeat across restarts: old entries in the
+	// log carry this replica's earlier ids.
+	p.nextReq = uint64(rt.clock.Now().UnixNano())
+	p.publish(p.core.Status())
+	return p, nil
 }
 
 // Start opens every replica's log and starts its loop.
 func (rt *Runtime) Start() error {
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
-	for _, p := range rt.parts {
-		dir := filepath.Join(rt.cfg.DataDir, p.key.service, strconv.Itoa(int(p.key.partition)))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("neptune: data dir: %w", err)
-		}
-		l, err := wal.Open(dir)
+	rt.pmu.Lock()
+	defer rt.pmu.Unlock()
+	for key, spec := range rt.specs {
+		p, err := rt.open(spec, nil)
 		if err != nil {
-			return fmt.Errorf("neptune: %s partition %d: %w", p.key.service, p.key.partition, err)
-		}
-		rs, err := l.Restore()
-		if err == nil {
-			p.core, err = replica.New(p.cfg, rs)
-		}
-		if err == nil {
-			var recs []replica.DedupRecord
-			var high int64
-			if recs, high, err = l.Dedup(); err == nil {
-				p.dedup = replica.NewDedupTable(0, recs, high)
+			for _, q := range rt.parts {
+				_ = q.log.Close()
 			}
+			clear(rt.parts)
+			return err
 		}
-		if err != nil {
-			_ = l.Close()
-			return fmt.Errorf("neptune: %s partition %d: %w", p.key.service, p.key.partition, err)
+		if p != nil {
+			rt.parts[key] = p
 		}
-		p.log = l
-		p.pending = map[uint64]chan Result{}
-		// Request ids must not repeat across restarts: old entries in the
-		// log carry this replica's earlier ids.
-		p.nextReq = uint64(rt.clock.Now().UnixNano())
-		p.publish(p.core.Status())
 	}
 	rt.wg.Add(1)
 	go func() { defer rt.wg.Done(); rt.probeLost(rt.ctx) }()
 	rt.wg.Add(1)
 	go func() { defer rt.wg.Done(); rt.releaseMemory(rt.ctx) }()
 	for _, p := range rt.parts {
-		rt.wg.Add(1)
-		go func() { defer rt.wg.Done(); p.run(rt.ctx) }()
-		rt.wg.Add(1)
-		go func() { defer rt.wg.Done(); p.keepBeats(rt.ctx) }()
+		rt.startPart(p)
 	}
 	return nil
+}
+
+// startPart starts p's loop. A loop that ends because its replica was
+// removed from the replica set closes the log and drops the replica: the
+// node no longer announces or serves it. Its data directory stays (a
+// removal that a new primary's log undoes finds it again).
+func (rt *Runtime) startPart(p *part) {
+	rt.wg.Add(2)
+	go func() { defer rt.wg.Done(); p.keepBeats(rt.ctx) }()
+	go func() {
+		defer rt.wg.Done()
+		if !p.run(rt.ctx) {
+			return
+		}
+		rt.log.Info("replica removed from its partition's replica set: no longer hosted here (data kept)",
+			"service", p.key.service, "partition", p.key.partition)
+		rt.pmu.Lock()
+		_ = p.log.Close()
+		delete(rt.parts, p.key)
+		rt.pmu.Unlock()
+		rt.hostingChanged()
+	}()
+}
+
+// join creates the replica of pm's partition when pm names this node in
+// the replica set (a replica added while serving) and the node hosts the
+// service; nil if it does not, or could not.
+func (rt *Runtime) join(pm *pb.ReplicaMessage) *part {
+	if !slices.ContainsFunc(pm.Members, func(m *pb.ReplicaPeer) bool { return m.Id == rt.cfg.Self }) {
+		return nil
+	}
+	key := partKey{pm.Service, pm.Partition}
+	rt.joinMu.Lock()
+	defer rt.joinMu.Unlock()
+	rt.pmu.RLock()
+	spec, known := rt.specs[key]
+	tmpl, hosted := rt.templates[pm.Service]
+	_, exists := rt.parts[key]
+	rt.pmu.RUnlock()
+	if exists || !hosted || rt.ctx == nil || rt.ctx.Err() != nil {
+		return nil
+	}
+	if !known {
+		spec = tmpl
+		spec.Partition = pm.Partition
+	}
+	p, err := rt.open(spec, &replica.ConfState{LSN: replica.LSN(pm.MembersLsn), Members: fromPBPeers(pm.Members)})
+	if err != nil || p == nil {
+		rt.log.Warn("cannot host a replica this node was added as", "service", pm.Service, "partition", pm.Partition, "err", err)
+		return nil
+	}
+	rt.log.Info("hosting a replica this node was added as", "service", pm.Service, "partition", pm.Partition, "from", pm.From)
+	rt.pmu.Lock()
+	rt.parts[key] = p
+	rt.startPart(p)
+	rt.pmu.Unlock()
+	rt.hostingChanged()
+	return p
+}
+
+// hostingChanged tells the node that the replicas hosted here changed, so
+// that it announces it at once (Config.OnRoleChange).
+func (rt *Runtime) hostingChanged() {
+	if f := rt.cfg.OnRoleChange; f != nil {
+		f()
+	}
 }
 
 // Stop stops the loops and the senders and closes the logs.
@@ -272,8 +399,12 @@ func (rt *Runtime) Stop() {
 	if rt.cancel == nil {
 		return
 	}
+	rt.joinMu.Lock() // no replica is created meanwhile
 	rt.cancel()
+	rt.joinMu.Unlock()
 	rt.wg.Wait()
+	rt.pmu.Lock()
+	defer rt.pmu.Unlock()
 	for _, p := range rt.parts {
 		if p.log != nil {
 			_ = p.log.Close()
@@ -282,8 +413,35 @@ func (rt *Runtime) Stop() {
 }
 
 func (rt *Runtime) part(service string, partition int32) (*part, error) {
-	if p, ok := rt.parts[partKey{service, partition}]; ok {
+	if p := rt.lookup(service, partition); p != nil {
 		return p, nil
 	}
 	return nil, fmt.Errorf("%w %d of replicated service %q on node %s", nerr.ErrUnknownPartition, partition, service, rt.cfg.Self)
+}
+
+// lookup is the replica of the partition hosted here, or nil.
+func (rt *Runtime) lookup(service string, partition int32) *part {
+	rt.pmu.RLock()
+	defer rt.pmu.RUnlock()
+	return rt.parts[partKey{service, partition}]
+}
+
+// Hosts reports whether the replica of service's partition is hosted here.
+func (rt *Runtime) Hosts(service string, partition int32) bool {
+	return rt.lookup(service, partition) != nil
+}
+
+// Hosting lists the partitions of service whose replicas are hosted here
+// now, in order: what the node announces and serves.
+func (rt *Runtime) Hosting(service string) []int32 {
+	rt.pmu.RLock()
+	defer rt.pmu.RUnlock()
+	var out []int32
+	for k := range rt.parts {
+		if k.service == service {
+			out = append(out, k.partition)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

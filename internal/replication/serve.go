@@ -292,9 +292,11 @@ func (rt *Runtime) Replicate(in *pb.ReplicaBatch) error {
 	var err error
 	for _, pm := range in.Messages {
 		k := partKey{pm.Service, pm.Partition}
-		p, ok := rt.parts[k]
-		if !ok {
-			continue
+		p := rt.lookup(pm.Service, pm.Partition)
+		if p == nil {
+			if p = rt.join(pm); p == nil {
+				continue
+			}
 		}
 		if pm.Reject && replica.MsgType(pm.Type) == replica.MsgAppendResp {
 			rt.forgetDelivered(in.From, &k)
@@ -372,7 +374,7 @@ func (p *part) promoteWait() time.Duration {
 func (rt *Runtime) Status(service string, partitions []int32) []*pb.ReplicaStatus {
 	var out []*pb.ReplicaStatus
 	for _, part := range partitions {
-		if p, ok := rt.parts[partKey{service, part}]; ok {
+		if p := rt.lookup(service, part); p != nil {
 			out = append(out, toPBStatus(part, p.cfg.Level, p.spec.Replication.Linearizable, *p.status.Load(), rt.clock.Now()))
 		}
 	}
@@ -381,8 +383,8 @@ func (rt *Runtime) Status(service string, partitions []int32) []*pb.ReplicaStatu
 
 // PollVersion answers the replication part of a load poll.
 func (rt *Runtime) PollVersion(service string, partition int32) transport.Version {
-	p, ok := rt.parts[partKey{service, partition}]
-	if !ok {
+	p := rt.lookup(service, partition)
+	if p == nil {
 		return transport.Version{}
 	}
 	st := p.status.Load()

@@ -141,6 +141,8 @@ func (p *part) sendSnapshot(ctx context.Context, ss SnapshotSender, to replica.I
 		recs, high = d.tableAt(lsn)
 		hdr = &pb.SnapshotChunk{From: p.rt.cfg.Self, Service: p.key.service, Partition: p.key.partition, To: string(to),
 			Epoch: uint64(epoch), Lsn: uint64(lsn), LsnEpoch: uint64(p.core.Term(lsn))}
+		conf := p.core.Committed()
+		hdr.Members, hdr.MembersLsn = toPBPeers(conf.Members), uint64(conf.LSN)
 	})
 	if img != nil {
 		defer os.Remove(img.Name())
@@ -324,7 +326,7 @@ func (rt *Runtime) InstallSnapshot(ctx context.Context, recv func() (*pb.Snapsho
 		return nil, err
 	}
 	if hdr.To != rt.cfg.Self || hdr.From == rt.cfg.Self ||
-		!slices.ContainsFunc(p.cfg.Replicas, func(r replica.Peer) bool { return string(r.ID) == hdr.From }) {
+		!slices.ContainsFunc(p.status.Load().Members, func(r replica.Peer) bool { return string(r.ID) == hdr.From }) {
 		return nil, fmt.Errorf("%w: snapshot of %s/%d from %q to %q: not a peer replica of this node's", nerr.ErrUnknownPartition,
 			hdr.Service, hdr.Partition, hdr.From, hdr.To)
 	}
@@ -406,7 +408,11 @@ func (p *part) installSnapshot(now time.Time, hdr *pb.SnapshotChunk, f *os.File)
 		p.rt.log.Error("restored snapshot reports an LSN beyond what it covers", "service", p.key.service,
 			"partition", p.key.partition, "restored", got, "covers", lsn)
 	}
-	p.core.InstallSnapshot(now, lsn, replica.Epoch(hdr.LsnEpoch))
+	var conf *replica.ConfState
+	if len(hdr.Members) > 0 {
+		conf = &replica.ConfState{LSN: replica.LSN(hdr.MembersLsn), Members: fromPBPeers(hdr.Members)}
+	}
+	p.core.InstallSnapshot(now, lsn, replica.Epoch(hdr.LsnEpoch), conf)
 	p.dedup = replica.NewDedupTable(0, recs, high)
 	p.installed = &installedDedup{recs: recs, high: high}
 	p.rt.log.Info("snapshot installed here", "service", p.key.service, "partition", p.key.partition, "from", hdr.From, "lsn", lsn)

@@ -192,6 +192,7 @@ func (l tlog) Write(b []byte) (int, error) { l.t.Log(string(bytes.TrimSpace(b)))
 // By default the service is kv on a memStore.
 type memCluster struct {
 	t      *testing.T
+	ids    []string // every node, running or not
 	clk    *clock.Manual
 	net    *memNet
 	dirs   map[string]string
@@ -216,11 +217,18 @@ func newMemClusterOf(t *testing.T, newStore func() TestStore, method string, bod
 	c := &memCluster{t: t, clk: clock.NewManual(t0), net: &memNet{rts: map[string]*Runtime{}, blocked: map[[2]string]bool{}}, dirs: map[string]string{},
 		stores: map[string]TestStore{}, newStore: newStore, method: method, body: body}
 	for _, id := range []string{"a", "b", "c"} {
-		c.dirs[id] = t.TempDir()
-		c.stores[id] = newStore()
-		c.start(id)
+		c.addNode(id)
 	}
 	return c
+}
+
+// addNode starts a node id that hosts kv partition 0 (on standby unless
+// it is a, b or c).
+func (c *memCluster) addNode(id string) {
+	c.ids = append(c.ids, id)
+	c.dirs[id] = c.t.TempDir()
+	c.stores[id] = c.newStore()
+	c.start(id)
 }
 
 // wipe stops id and starts it again with an empty data directory and
@@ -264,7 +272,8 @@ func (c *memCluster) stop(id string) {
 	rt.Stop()
 }
 
-func (c *memCluster) part(id string) *part { return c.net.rt(id).parts[partKey{"kv", 0}] }
+// part is id's replica of kv partition 0 (nil: not hosted there).
+func (c *memCluster) part(id string) *part { return c.net.rt(id).lookup("kv", 0) }
 
 // advance moves the clock by d in ticks; at each step every running loop
 // handles it and every message sent meanwhile is delivered and handled
@@ -284,9 +293,27 @@ func (c *memCluster) advance(d time.Duration) {
 }
 
 func (c *memCluster) settleAll() {
-	for _, id := range []string{"a", "b", "c"} {
-		if c.net.rt(id) != nil {
-			settle(c.t, c.part(id))
+	for _, id := range c.ids {
+		if c.net.rt(id) == nil {
+			continue
+		}
+		if p := c.part(id); p != nil {
+			// (A loop that ends meanwhile, its replica removed, is done.)
+			done := make(chan struct{})
+			for _, op := range []func(time.Time){func(time.Time) {}, func(time.Time) { close(done) }} {
+				select {
+				case p.ops <- op:
+				case <-p.done:
+				case <-time.After(5 * time.Second):
+					c.t.Fatal("partition loop not taking operations")
+				}
+			}
+			select {
+			case <-done:
+			case <-p.done:
+			case <-time.After(5 * time.Second):
+				c.t.Fatal("partition loop stuck")
+			}
 		}
 	}
 }
@@ -294,12 +321,12 @@ func (c *memCluster) settleAll() {
 // quiet reports whether no replication message is queued, in flight or
 // in an inbox on any running node.
 func (c *memCluster) quiet() bool {
-	for _, id := range []string{"a", "b", "c"} {
+	for _, id := range c.ids {
 		rt := c.net.rt(id)
 		if rt == nil {
 			continue
 		}
-		if len(c.part(id).inbox) > 0 || !c.slow && c.part(id).snapBusy.Load() > 0 {
+		if p := c.part(id); p != nil && (len(p.inbox) > 0 || !c.slow && p.snapBusy.Load() > 0) {
 			return false
 		}
 		rt.mu.Lock()
@@ -320,8 +347,8 @@ func (c *memCluster) quiet() bool {
 }
 
 func (c *memCluster) primary() string {
-	for _, id := range []string{"a", "b", "c"} {
-		if c.net.rt(id) != nil && c.part(id).status.Load().Role == replica.Primary {
+	for _, id := range c.ids {
+		if c.net.rt(id) != nil && c.part(id) != nil && c.part(id).status.Load().Role == replica.Primary {
 			return id
 		}
 	}

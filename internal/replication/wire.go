@@ -29,7 +29,8 @@ func toPBMessage(k partKey, m replica.Message) *pb.ReplicaMessage {
 	pm := &pb.ReplicaMessage{Service: k.service, Partition: k.partition, Type: int32(m.Type), From: string(m.From), To: string(m.To),
 		Epoch: uint64(m.Epoch), PrevLsn: uint64(m.PrevLSN), PrevEpoch: uint64(m.PrevEpoch), Commit: uint64(m.Commit),
 		Trunc: uint64(m.Trunc), InSync: m.InSync, Lsn: uint64(m.LSN), Reject: m.Reject, Hint: uint64(m.Hint),
-		Granted: m.Granted, LastEpoch: uint64(m.LastEpoch), Sent: m.Sent, Transfer: m.Transfer, Echo: m.Echo, Snapshot: m.Snapshot, Restarted: m.Restarted}
+		Granted: m.Granted, LastEpoch: uint64(m.LastEpoch), Sent: m.Sent, Transfer: m.Transfer, Echo: m.Echo, Snapshot: m.Snapshot, Restarted: m.Restarted,
+		Members: toPBPeers(m.Members), MembersLsn: uint64(m.MembersAt), Leave: m.Leave}
 	for _, e := range m.Entries {
 		pm.Entries = append(pm.Entries, &pb.ReplicaEntry{Epoch: uint64(e.Epoch), Lsn: uint64(e.LSN), Method: e.Method,
 			Body: e.Body, Origin: string(e.Origin), ReqId: e.ReqID, Seq: e.Seq, WriteId: e.WriteID, Time: e.Time})
@@ -48,7 +49,8 @@ func fromPBMessage(pm *pb.ReplicaMessage) replica.Message {
 		Epoch: replica.Epoch(pm.Epoch), PrevLSN: replica.LSN(pm.PrevLsn), PrevEpoch: replica.Epoch(pm.PrevEpoch),
 		Commit: replica.LSN(pm.Commit), Trunc: replica.LSN(pm.Trunc), InSync: pm.InSync, LSN: replica.LSN(pm.Lsn),
 		Reject: pm.Reject, Hint: replica.LSN(pm.Hint), Granted: pm.Granted, LastEpoch: replica.Epoch(pm.LastEpoch),
-		Sent: pm.Sent, Transfer: pm.Transfer, Echo: pm.Echo, Snapshot: pm.Snapshot, Restarted: pm.Restarted}
+		Sent: pm.Sent, Transfer: pm.Transfer, Echo: pm.Echo, Snapshot: pm.Snapshot, Restarted: pm.Restarted,
+		Members: fromPBPeers(pm.Members), MembersAt: replica.LSN(pm.MembersLsn), Leave: pm.Leave}
 	for _, e := range pm.Entries {
 		m.Entries = append(m.Entries, replica.Entry{Epoch: replica.Epoch(e.Epoch), LSN: replica.LSN(e.Lsn), Method: e.Method,
 			Body: e.Body, Origin: replica.ID(e.Origin), ReqID: e.ReqId, Seq: e.Seq, WriteID: e.WriteId, Time: e.Time})
@@ -60,4 +62,26 @@ func fromPBMessage(pm *pb.ReplicaMessage) replica.Message {
 		}
 	}
 	return m
+}
+
+func toPBPeers(ps []replica.Peer) []*pb.ReplicaPeer {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]*pb.ReplicaPeer, len(ps))
+	for i, p := range ps {
+		out[i] = &pb.ReplicaPeer{Id: string(p.ID), Priority: int32(p.Priority), Learner: p.Learner}
+	}
+	return out
+}
+
+func fromPBPeers(ps []*pb.ReplicaPeer) []replica.Peer {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]replica.Peer, len(ps))
+	for i, p := range ps {
+		out[i] = replica.Peer{ID: replica.ID(p.Id), Priority: int(p.Priority), Learner: p.Learner}
+	}
+	return out
 }

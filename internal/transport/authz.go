@@ -60,6 +60,7 @@ var Rules = map[string]Rule{
 	pb.Node_Replicate_FullMethodName:       {Roles: nodesOnly, Check: replicateFromCaller},
 	pb.Node_Promote_FullMethodName:         {Roles: operatorOnly},
 	pb.Node_InstallSnapshot_FullMethodName: {Roles: nodesOnly, Check: snapshotFromCaller},
+	pb.Node_ChangeReplicas_FullMethodName:  {Roles: operatorOnly},
 }
 
 // blockingFromOperator refuses a blocking aggregation from a client: it

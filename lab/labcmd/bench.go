@@ -10,6 +10,7 @@ import (
 	"github.com/neptune-cluster/neptune/lab/bench/burstbench"
 	"github.com/neptune-cluster/neptune/lab/bench/dacbench"
 	"github.com/neptune-cluster/neptune/lab/bench/lbbench"
+	"github.com/neptune-cluster/neptune/lab/bench/movebench"
 	"github.com/neptune-cluster/neptune/lab/bench/overhead"
 	"github.com/neptune-cluster/neptune/lab/bench/replbench"
 	"github.com/neptune-cluster/neptune/lab/bench/walbench"
@@ -21,7 +22,7 @@ func benchCmd() *cobra.Command {
 in-process nodes. Each benchmark runs its contenders side by side in one
 run, interleaved in rounds so drift in the machine affects all alike, and
 prints ratios; --sections picks the parts of those that have several.`,
-		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(),
+		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), moveCmd(),
 		echoServerCmd(), faultsClientCmd(), httpProgramCmd(), lbClientCmd())
 }
 
@@ -279,5 +280,23 @@ func lbClientCmd() *cobra.Command {
 		return lbbench.Client(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout())
 	})
 	cmd.Hidden = true
+	return cmd
+}
+
+func moveCmd() *cobra.Command {
+	cfg := movebench.DefaultConfig()
+	cmd := leaf("move [flags]", "Write throughput while a partition's replica moves (issue 17)",
+		`Four in-process nodes, kv partition 0 replicated on three; --writers
+concurrent writers; in interleaved rounds, a steady cell and a cell in
+which one replica moves back and forth between two nodes (add, wait for
+it to catch up and vote, remove) without pause. Prints each cell's
+acknowledged writes per second and the moving/steady ratio against
+--goal.`,
+		experiment(&cfg, nil, nil, movebench.Run))
+	fs := cmd.Flags()
+	fs.IntVar(&cfg.Writers, "writers", cfg.Writers, "concurrent writers")
+	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measuring time per cell")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds")
+	fs.Float64Var(&cfg.Goal, "goal", cfg.Goal, "goal: moving throughput at least this × steady")
 	return cmd
 }

@@ -37,6 +37,8 @@ var (
 	// dedupHighKey holds the dedup table's high-water entry time, and
 	// dedupKey(id) one executed identity's record (see replica.DedupTable).
 	dedupHighKey = []byte("t")
+	// confKey holds the committed replica set (replica.Ready.ConfState).
+	confKey = []byte("c")
 )
 
 // entryFormat is the version of encodeEntry written now.
@@ -152,6 +154,14 @@ func (l *Log) Persist(rd *replica.Ready) error {
 // log is first reset to the snapshot's base (Install, with the dedup
 // table that came with the snapshot), then the rest is persisted.
 func (l *Log) PersistInstalled(rd *replica.Ready, dedup []replica.DedupRecord, high int64) error {
+	if cs := rd.ConfState; cs != nil {
+		// First, synced: the committed set may run ahead of the stored
+		// commit point (its entry is committed cluster-wide), never behind
+		// a truncation that dropped its entry.
+		if err := l.db.Set(confKey, replica.EncodeConfState(*cs), pebble.Sync); err != nil {
+			return fmt.Errorf("wal: replica set: %w", err)
+		}
+	}
 	hs := rd.HardState
 	if in := rd.Installed; in != nil {
 		if err := l.Install(in.LSN, hs, dedup, high); err != nil {
@@ -251,6 +261,16 @@ func (l *Log) Restore() (replica.Restore, error) {
 		if err != nil {
 			return rs, err
 		}
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return rs, fmt.Errorf("wal: %w", err)
+	}
+	if v, closer, err := l.db.Get(confKey); err == nil {
+		cs, err := replica.DecodeConfState(v)
+		closer.Close()
+		if err != nil {
+			return rs, fmt.Errorf("%w: replica set: %w", ErrCorrupt, err)
+		}
+		rs.ConfState = &cs
 	} else if !errors.Is(err, pebble.ErrNotFound) {
 		return rs, fmt.Errorf("wal: %w", err)
 	}

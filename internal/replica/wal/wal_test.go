@@ -353,3 +353,32 @@ func TestInstallResetsToTheSnapshotBase(t *testing.T) {
 		t.Fatalf("replica over the installed log: %+v", s)
 	}
 }
+
+// TestReplicaSetSurvivesReopen: the committed replica set a Ready
+// carries is stored and comes back in Restore.
+func TestReplicaSetSurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := l.Restore(); err != nil || rs.ConfState != nil {
+		t.Fatalf("fresh log: %+v, %v", rs.ConfState, err)
+	}
+	cs := replica.ConfState{LSN: 7, Members: []replica.Peer{{ID: "a", Priority: 2}, {ID: "d", Learner: true}}}
+	rd := replica.Ready{ConfState: &cs, HardState: &replica.HardState{Epoch: 1, Commit: 7}, Entries: entries(1, 7, 1)}
+	if err := l.Persist(&rd); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	rs, err := l.Restore()
+	if err != nil || rs.ConfState == nil || rs.ConfState.LSN != 7 || !slices.Equal(rs.ConfState.Members, cs.Members) {
+		t.Fatalf("restored %+v, %v", rs.ConfState, err)
+	}
+}

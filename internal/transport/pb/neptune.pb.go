@@ -1525,7 +1525,16 @@ type ReplicaMessage struct {
 	// restarted (AppendResp with reject): the sender restarted and may have
 	// lost entries it acknowledged; trunc says where its log ends, commit
 	// what it surely holds.
-	Restarted     bool `protobuf:"varint,23,opt,name=restarted,proto3" json:"restarted,omitempty"`
+	Restarted bool `protobuf:"varint,23,opt,name=restarted,proto3" json:"restarted,omitempty"`
+	// members (Append): the primary's committed replica set, from its
+	// configuration entry at members_lsn, to a peer that acknowledged
+	// nothing yet: a node hosting no replica of the partition creates one
+	// if it is named (replica.Message.Members).
+	Members    []*ReplicaPeer `protobuf:"bytes,24,rep,name=members,proto3" json:"members,omitempty"`
+	MembersLsn uint64         `protobuf:"varint,25,opt,name=members_lsn,json=membersLsn,proto3" json:"members_lsn,omitempty"`
+	// leave (TimeoutNow): the target removes the handing-over primary once
+	// elected.
+	Leave         bool `protobuf:"varint,26,opt,name=leave,proto3" json:"leave,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1721,6 +1730,88 @@ func (x *ReplicaMessage) GetRestarted() bool {
 	return false
 }
 
+func (x *ReplicaMessage) GetMembers() []*ReplicaPeer {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ReplicaMessage) GetMembersLsn() uint64 {
+	if x != nil {
+		return x.MembersLsn
+	}
+	return 0
+}
+
+func (x *ReplicaMessage) GetLeave() bool {
+	if x != nil {
+		return x.Leave
+	}
+	return false
+}
+
+// ReplicaPeer is one replica of a partition's replica set.
+type ReplicaPeer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Priority      int32                  `protobuf:"varint,2,opt,name=priority,proto3" json:"priority,omitempty"`
+	Learner       bool                   `protobuf:"varint,3,opt,name=learner,proto3" json:"learner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaPeer) Reset() {
+	*x = ReplicaPeer{}
+	mi := &file_neptune_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaPeer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaPeer) ProtoMessage() {}
+
+func (x *ReplicaPeer) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaPeer.ProtoReflect.Descriptor instead.
+func (*ReplicaPeer) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReplicaPeer) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ReplicaPeer) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *ReplicaPeer) GetLearner() bool {
+	if x != nil {
+		return x.Learner
+	}
+	return false
+}
+
 type ReplicaBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -1731,7 +1822,7 @@ type ReplicaBatch struct {
 
 func (x *ReplicaBatch) Reset() {
 	*x = ReplicaBatch{}
-	mi := &file_neptune_proto_msgTypes[17]
+	mi := &file_neptune_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +1834,7 @@ func (x *ReplicaBatch) String() string {
 func (*ReplicaBatch) ProtoMessage() {}
 
 func (x *ReplicaBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[17]
+	mi := &file_neptune_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +1847,7 @@ func (x *ReplicaBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaBatch.ProtoReflect.Descriptor instead.
 func (*ReplicaBatch) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{17}
+	return file_neptune_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplicaBatch) GetFrom() string {
@@ -1781,7 +1872,7 @@ type ReplicaBatchAck struct {
 
 func (x *ReplicaBatchAck) Reset() {
 	*x = ReplicaBatchAck{}
-	mi := &file_neptune_proto_msgTypes[18]
+	mi := &file_neptune_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1884,7 @@ func (x *ReplicaBatchAck) String() string {
 func (*ReplicaBatchAck) ProtoMessage() {}
 
 func (x *ReplicaBatchAck) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[18]
+	mi := &file_neptune_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1897,7 @@ func (x *ReplicaBatchAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaBatchAck.ProtoReflect.Descriptor instead.
 func (*ReplicaBatchAck) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{18}
+	return file_neptune_proto_rawDescGZIP(), []int{19}
 }
 
 // SnapshotChunk is one piece of a snapshot stream. Every chunk names its
@@ -1814,22 +1905,27 @@ func (*ReplicaBatchAck) Descriptor() ([]byte, []int) {
 // also the partition, the recipient replica, the primary's epoch and the
 // LSN the snapshot covers with that entry's epoch (0: unknown).
 type SnapshotChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
-	Service       string                 `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
-	Partition     int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
-	To            string                 `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Lsn           uint64                 `protobuf:"varint,6,opt,name=lsn,proto3" json:"lsn,omitempty"`
-	LsnEpoch      uint64                 `protobuf:"varint,7,opt,name=lsn_epoch,json=lsnEpoch,proto3" json:"lsn_epoch,omitempty"`
-	Data          []byte                 `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	From      string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Service   string                 `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	Partition int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	To        string                 `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`
+	Epoch     uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Lsn       uint64                 `protobuf:"varint,6,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	LsnEpoch  uint64                 `protobuf:"varint,7,opt,name=lsn_epoch,json=lsnEpoch,proto3" json:"lsn_epoch,omitempty"`
+	Data      []byte                 `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
+	// members (first chunk): the primary's committed replica set, from its
+	// configuration entry at members_lsn; the follower installs it with the
+	// snapshot.
+	Members       []*ReplicaPeer `protobuf:"bytes,9,rep,name=members,proto3" json:"members,omitempty"`
+	MembersLsn    uint64         `protobuf:"varint,10,opt,name=members_lsn,json=membersLsn,proto3" json:"members_lsn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_neptune_proto_msgTypes[19]
+	mi := &file_neptune_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +1937,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[19]
+	mi := &file_neptune_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +1950,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{19}
+	return file_neptune_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SnapshotChunk) GetFrom() string {
@@ -1913,6 +2009,20 @@ func (x *SnapshotChunk) GetData() []byte {
 	return nil
 }
 
+func (x *SnapshotChunk) GetMembers() []*ReplicaPeer {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetMembersLsn() uint64 {
+	if x != nil {
+		return x.MembersLsn
+	}
+	return 0
+}
+
 // SnapshotAck says whether the follower installed the snapshot; if not,
 // reason says why (not wanted: it no longer needs it or follows another
 // primary).
@@ -1926,7 +2036,7 @@ type SnapshotAck struct {
 
 func (x *SnapshotAck) Reset() {
 	*x = SnapshotAck{}
-	mi := &file_neptune_proto_msgTypes[20]
+	mi := &file_neptune_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2048,7 @@ func (x *SnapshotAck) String() string {
 func (*SnapshotAck) ProtoMessage() {}
 
 func (x *SnapshotAck) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[20]
+	mi := &file_neptune_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2061,7 @@ func (x *SnapshotAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotAck.ProtoReflect.Descriptor instead.
 func (*SnapshotAck) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{20}
+	return file_neptune_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SnapshotAck) GetInstalled() bool {
@@ -1982,7 +2092,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_neptune_proto_msgTypes[21]
+	mi := &file_neptune_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2104,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[21]
+	mi := &file_neptune_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2117,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{21}
+	return file_neptune_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PromoteRequest) GetService() string {
@@ -2040,7 +2150,7 @@ type PromoteReply struct {
 
 func (x *PromoteReply) Reset() {
 	*x = PromoteReply{}
-	mi := &file_neptune_proto_msgTypes[22]
+	mi := &file_neptune_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2162,7 @@ func (x *PromoteReply) String() string {
 func (*PromoteReply) ProtoMessage() {}
 
 func (x *PromoteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[22]
+	mi := &file_neptune_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2175,7 @@ func (x *PromoteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteReply.ProtoReflect.Descriptor instead.
 func (*PromoteReply) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{22}
+	return file_neptune_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PromoteReply) GetStatus() *ReplicaStatus {
@@ -2073,6 +2183,147 @@ func (x *PromoteReply) GetStatus() *ReplicaStatus {
 		return x.Status
 	}
 	return nil
+}
+
+// ChangeReplicasRequest names one replica to add (with its priority) or
+// to remove.
+type ChangeReplicasRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Add           string                 `protobuf:"bytes,3,opt,name=add,proto3" json:"add,omitempty"`
+	Priority      int32                  `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`
+	Remove        string                 `protobuf:"bytes,5,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeReplicasRequest) Reset() {
+	*x = ChangeReplicasRequest{}
+	mi := &file_neptune_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeReplicasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeReplicasRequest) ProtoMessage() {}
+
+func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeReplicasRequest.ProtoReflect.Descriptor instead.
+func (*ChangeReplicasRequest) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ChangeReplicasRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ChangeReplicasRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ChangeReplicasRequest) GetAdd() string {
+	if x != nil {
+		return x.Add
+	}
+	return ""
+}
+
+func (x *ChangeReplicasRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *ChangeReplicasRequest) GetRemove() string {
+	if x != nil {
+		return x.Remove
+	}
+	return ""
+}
+
+// ChangeReplicasReply is the partition's committed replica set after the
+// change, and whether the change is complete in it (an added replica a
+// voter, a removed one gone).
+type ChangeReplicasReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Members       []*ReplicaPeer         `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	Done          bool                   `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	Primary       string                 `protobuf:"bytes,3,opt,name=primary,proto3" json:"primary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeReplicasReply) Reset() {
+	*x = ChangeReplicasReply{}
+	mi := &file_neptune_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeReplicasReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeReplicasReply) ProtoMessage() {}
+
+func (x *ChangeReplicasReply) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeReplicasReply.ProtoReflect.Descriptor instead.
+func (*ChangeReplicasReply) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ChangeReplicasReply) GetMembers() []*ReplicaPeer {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ChangeReplicasReply) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *ChangeReplicasReply) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
 }
 
 var File_neptune_proto protoreflect.FileDescriptor
@@ -2212,7 +2463,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\x06req_id\x18\x06 \x01(\x04R\x05reqId\x12\x10\n" +
 	"\x03seq\x18\a \x01(\x04R\x03seq\x12\x19\n" +
 	"\bwrite_id\x18\b \x01(\tR\awriteId\x12\x12\n" +
-	"\x04time\x18\t \x01(\x03R\x04time\"\xc3\x05\n" +
+	"\x04time\x18\t \x01(\x03R\x04time\"\xad\x06\n" +
 	"\x0eReplicaMessage\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x12\n" +
@@ -2239,14 +2490,22 @@ const file_neptune_proto_rawDesc = "" +
 	"\btransfer\x18\x14 \x01(\bR\btransfer\x12\x12\n" +
 	"\x04echo\x18\x15 \x01(\x03R\x04echo\x12\x1a\n" +
 	"\bsnapshot\x18\x16 \x01(\bR\bsnapshot\x12\x1c\n" +
-	"\trestarted\x18\x17 \x01(\bR\trestarted\x1a;\n" +
+	"\trestarted\x18\x17 \x01(\bR\trestarted\x121\n" +
+	"\amembers\x18\x18 \x03(\v2\x17.neptune.v1.ReplicaPeerR\amembers\x12\x1f\n" +
+	"\vmembers_lsn\x18\x19 \x01(\x04R\n" +
+	"membersLsn\x12\x14\n" +
+	"\x05leave\x18\x1a \x01(\bR\x05leave\x1a;\n" +
 	"\rVersionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"Z\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"S\n" +
+	"\vReplicaPeer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bpriority\x18\x02 \x01(\x05R\bpriority\x12\x18\n" +
+	"\alearner\x18\x03 \x01(\bR\alearner\"Z\n" +
 	"\fReplicaBatch\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x126\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1a.neptune.v1.ReplicaMessageR\bmessages\"\x11\n" +
-	"\x0fReplicaBatchAck\"\xc4\x01\n" +
+	"\x0fReplicaBatchAck\"\x98\x02\n" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x1c\n" +
@@ -2255,7 +2514,11 @@ const file_neptune_proto_rawDesc = "" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03lsn\x18\x06 \x01(\x04R\x03lsn\x12\x1b\n" +
 	"\tlsn_epoch\x18\a \x01(\x04R\blsnEpoch\x12\x12\n" +
-	"\x04data\x18\b \x01(\fR\x04data\"C\n" +
+	"\x04data\x18\b \x01(\fR\x04data\x121\n" +
+	"\amembers\x18\t \x03(\v2\x17.neptune.v1.ReplicaPeerR\amembers\x12\x1f\n" +
+	"\vmembers_lsn\x18\n" +
+	" \x01(\x04R\n" +
+	"membersLsn\"C\n" +
 	"\vSnapshotAck\x12\x1c\n" +
 	"\tinstalled\x18\x01 \x01(\bR\tinstalled\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"^\n" +
@@ -2264,19 +2527,30 @@ const file_neptune_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
 	"\x05force\x18\x03 \x01(\bR\x05force\"A\n" +
 	"\fPromoteReply\x121\n" +
-	"\x06status\x18\x01 \x01(\v2\x19.neptune.v1.ReplicaStatusR\x06status*;\n" +
+	"\x06status\x18\x01 \x01(\v2\x19.neptune.v1.ReplicaStatusR\x06status\"\x95\x01\n" +
+	"\x15ChangeReplicasRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x10\n" +
+	"\x03add\x18\x03 \x01(\tR\x03add\x12\x1a\n" +
+	"\bpriority\x18\x04 \x01(\x05R\bpriority\x12\x16\n" +
+	"\x06remove\x18\x05 \x01(\tR\x06remove\"v\n" +
+	"\x13ChangeReplicasReply\x121\n" +
+	"\amembers\x18\x01 \x03(\v2\x17.neptune.v1.ReplicaPeerR\amembers\x12\x12\n" +
+	"\x04done\x18\x02 \x01(\bR\x04done\x12\x18\n" +
+	"\aprimary\x18\x03 \x01(\tR\aprimary*;\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tMODE_READ\x10\x01\x12\x0e\n" +
 	"\n" +
-	"MODE_WRITE\x10\x022\x91\x03\n" +
+	"MODE_WRITE\x10\x022\xe7\x03\n" +
 	"\x04Node\x129\n" +
 	"\x04Call\x12\x17.neptune.v1.CallRequest\x1a\x18.neptune.v1.CallResponse\x126\n" +
 	"\x06Stream\x12\x17.neptune.v1.CallRequest\x1a\x11.neptune.v1.Chunk0\x01\x12H\n" +
 	"\tAggregate\x12\x1c.neptune.v1.AggregateRequest\x1a\x1d.neptune.v1.AggregateResponse\x12B\n" +
 	"\tReplicate\x12\x18.neptune.v1.ReplicaBatch\x1a\x1b.neptune.v1.ReplicaBatchAck\x12?\n" +
 	"\aPromote\x12\x1a.neptune.v1.PromoteRequest\x1a\x18.neptune.v1.PromoteReply\x12G\n" +
-	"\x0fInstallSnapshot\x12\x19.neptune.v1.SnapshotChunk\x1a\x17.neptune.v1.SnapshotAck(\x01B:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
+	"\x0fInstallSnapshot\x12\x19.neptune.v1.SnapshotChunk\x1a\x17.neptune.v1.SnapshotAck(\x01\x12T\n" +
+	"\x0eChangeReplicas\x12!.neptune.v1.ChangeReplicasRequest\x1a\x1f.neptune.v1.ChangeReplicasReplyB:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
 
 var (
 	file_neptune_proto_rawDescOnce sync.Once
@@ -2291,33 +2565,36 @@ func file_neptune_proto_rawDescGZIP() []byte {
 }
 
 var file_neptune_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_neptune_proto_goTypes = []any{
-	(Mode)(0),                   // 0: neptune.v1.Mode
-	(*CallRequest)(nil),         // 1: neptune.v1.CallRequest
-	(*CallResponse)(nil),        // 2: neptune.v1.CallResponse
-	(*Chunk)(nil),               // 3: neptune.v1.Chunk
-	(*Announcement)(nil),        // 4: neptune.v1.Announcement
-	(*HostedService)(nil),       // 5: neptune.v1.HostedService
-	(*ReplicaStatus)(nil),       // 6: neptune.v1.ReplicaStatus
-	(*MethodInfo)(nil),          // 7: neptune.v1.MethodInfo
-	(*PollRequest)(nil),         // 8: neptune.v1.PollRequest
-	(*PollReply)(nil),           // 9: neptune.v1.PollReply
-	(*PagesState)(nil),          // 10: neptune.v1.PagesState
-	(*RelayedAnnouncement)(nil), // 11: neptune.v1.RelayedAnnouncement
-	(*AggregateRequest)(nil),    // 12: neptune.v1.AggregateRequest
-	(*Participant)(nil),         // 13: neptune.v1.Participant
-	(*ReplicaAddr)(nil),         // 14: neptune.v1.ReplicaAddr
-	(*AggregateResponse)(nil),   // 15: neptune.v1.AggregateResponse
-	(*ReplicaEntry)(nil),        // 16: neptune.v1.ReplicaEntry
-	(*ReplicaMessage)(nil),      // 17: neptune.v1.ReplicaMessage
-	(*ReplicaBatch)(nil),        // 18: neptune.v1.ReplicaBatch
-	(*ReplicaBatchAck)(nil),     // 19: neptune.v1.ReplicaBatchAck
-	(*SnapshotChunk)(nil),       // 20: neptune.v1.SnapshotChunk
-	(*SnapshotAck)(nil),         // 21: neptune.v1.SnapshotAck
-	(*PromoteRequest)(nil),      // 22: neptune.v1.PromoteRequest
-	(*PromoteReply)(nil),        // 23: neptune.v1.PromoteReply
-	nil,                         // 24: neptune.v1.ReplicaMessage.VersionsEntry
+	(Mode)(0),                     // 0: neptune.v1.Mode
+	(*CallRequest)(nil),           // 1: neptune.v1.CallRequest
+	(*CallResponse)(nil),          // 2: neptune.v1.CallResponse
+	(*Chunk)(nil),                 // 3: neptune.v1.Chunk
+	(*Announcement)(nil),          // 4: neptune.v1.Announcement
+	(*HostedService)(nil),         // 5: neptune.v1.HostedService
+	(*ReplicaStatus)(nil),         // 6: neptune.v1.ReplicaStatus
+	(*MethodInfo)(nil),            // 7: neptune.v1.MethodInfo
+	(*PollRequest)(nil),           // 8: neptune.v1.PollRequest
+	(*PollReply)(nil),             // 9: neptune.v1.PollReply
+	(*PagesState)(nil),            // 10: neptune.v1.PagesState
+	(*RelayedAnnouncement)(nil),   // 11: neptune.v1.RelayedAnnouncement
+	(*AggregateRequest)(nil),      // 12: neptune.v1.AggregateRequest
+	(*Participant)(nil),           // 13: neptune.v1.Participant
+	(*ReplicaAddr)(nil),           // 14: neptune.v1.ReplicaAddr
+	(*AggregateResponse)(nil),     // 15: neptune.v1.AggregateResponse
+	(*ReplicaEntry)(nil),          // 16: neptune.v1.ReplicaEntry
+	(*ReplicaMessage)(nil),        // 17: neptune.v1.ReplicaMessage
+	(*ReplicaPeer)(nil),           // 18: neptune.v1.ReplicaPeer
+	(*ReplicaBatch)(nil),          // 19: neptune.v1.ReplicaBatch
+	(*ReplicaBatchAck)(nil),       // 20: neptune.v1.ReplicaBatchAck
+	(*SnapshotChunk)(nil),         // 21: neptune.v1.SnapshotChunk
+	(*SnapshotAck)(nil),           // 22: neptune.v1.SnapshotAck
+	(*PromoteRequest)(nil),        // 23: neptune.v1.PromoteRequest
+	(*PromoteReply)(nil),          // 24: neptune.v1.PromoteReply
+	(*ChangeReplicasRequest)(nil), // 25: neptune.v1.ChangeReplicasRequest
+	(*ChangeReplicasReply)(nil),   // 26: neptune.v1.ChangeReplicasReply
+	nil,                           // 27: neptune.v1.ReplicaMessage.VersionsEntry
 }
 var file_neptune_proto_depIdxs = []int32{
 	0,  // 0: neptune.v1.CallRequest.mode:type_name -> neptune.v1.Mode
@@ -2330,26 +2607,31 @@ var file_neptune_proto_depIdxs = []int32{
 	13, // 7: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
 	14, // 8: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
 	16, // 9: neptune.v1.ReplicaMessage.entries:type_name -> neptune.v1.ReplicaEntry
-	24, // 10: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
-	17, // 11: neptune.v1.ReplicaBatch.messages:type_name -> neptune.v1.ReplicaMessage
-	6,  // 12: neptune.v1.PromoteReply.status:type_name -> neptune.v1.ReplicaStatus
-	1,  // 13: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
-	1,  // 14: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
-	12, // 15: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
-	18, // 16: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
-	22, // 17: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
-	20, // 18: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
-	2,  // 19: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
-	3,  // 20: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
-	15, // 21: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
-	19, // 22: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
-	23, // 23: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
-	21, // 24: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	27, // 10: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
+	18, // 11: neptune.v1.ReplicaMessage.members:type_name -> neptune.v1.ReplicaPeer
+	17, // 12: neptune.v1.ReplicaBatch.messages:type_name -> neptune.v1.ReplicaMessage
+	18, // 13: neptune.v1.SnapshotChunk.members:type_name -> neptune.v1.ReplicaPeer
+	6,  // 14: neptune.v1.PromoteReply.status:type_name -> neptune.v1.ReplicaStatus
+	18, // 15: neptune.v1.ChangeReplicasReply.members:type_name -> neptune.v1.ReplicaPeer
+	1,  // 16: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
+	1,  // 17: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
+	12, // 18: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
+	19, // 19: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
+	23, // 20: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
+	21, // 21: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
+	25, // 22: neptune.v1.Node.ChangeReplicas:input_type -> neptune.v1.ChangeReplicasRequest
+	2,  // 23: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
+	3,  // 24: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
+	15, // 25: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
+	20, // 26: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
+	24, // 27: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
+	22, // 28: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
+	26, // 29: neptune.v1.Node.ChangeReplicas:output_type -> neptune.v1.ChangeReplicasReply
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_neptune_proto_init() }
@@ -2363,7 +2645,7 @@ func file_neptune_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_neptune_proto_rawDesc), len(file_neptune_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	Node_Replicate_FullMethodName       = "/neptune.v1.Node/Replicate"
 	Node_Promote_FullMethodName         = "/neptune.v1.Node/Promote"
 	Node_InstallSnapshot_FullMethodName = "/neptune.v1.Node/InstallSnapshot"
+	Node_ChangeReplicas_FullMethodName  = "/neptune.v1.Node/ChangeReplicas"
 )
 
 // NodeClient is the client API for Node service.
@@ -59,6 +60,10 @@ type NodeClient interface {
 	// partition and what the snapshot covers, and every chunk carries at
 	// most 256 KiB of it. The follower restores it and answers once done.
 	InstallSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotAck], error)
+	// ChangeReplicas adds a replica to a partition or removes one (the
+	// operator's `neptune partition add|remove|move`), at its primary's
+	// node; it answers once the change committed or its wait ran out.
+	ChangeReplicas(ctx context.Context, in *ChangeReplicasRequest, opts ...grpc.CallOption) (*ChangeReplicasReply, error)
 }
 
 type nodeClient struct {
@@ -141,6 +146,16 @@ func (c *nodeClient) InstallSnapshot(ctx context.Context, opts ...grpc.CallOptio
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Node_InstallSnapshotClient = grpc.ClientStreamingClient[SnapshotChunk, SnapshotAck]
 
+func (c *nodeClient) ChangeReplicas(ctx context.Context, in *ChangeReplicasRequest, opts ...grpc.CallOption) (*ChangeReplicasReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChangeReplicasReply)
+	err := c.cc.Invoke(ctx, Node_ChangeReplicas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -168,6 +183,10 @@ type NodeServer interface {
 	// partition and what the snapshot covers, and every chunk carries at
 	// most 256 KiB of it. The follower restores it and answers once done.
 	InstallSnapshot(grpc.ClientStreamingServer[SnapshotChunk, SnapshotAck]) error
+	// ChangeReplicas adds a replica to a partition or removes one (the
+	// operator's `neptune partition add|remove|move`), at its primary's
+	// node; it answers once the change committed or its wait ran out.
+	ChangeReplicas(context.Context, *ChangeReplicasRequest) (*ChangeReplicasReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -195,6 +214,9 @@ func (UnimplementedNodeServer) Promote(context.Context, *PromoteRequest) (*Promo
 }
 func (UnimplementedNodeServer) InstallSnapshot(grpc.ClientStreamingServer[SnapshotChunk, SnapshotAck]) error {
 	return status.Error(codes.Unimplemented, "method InstallSnapshot not implemented")
+}
+func (UnimplementedNodeServer) ChangeReplicas(context.Context, *ChangeReplicasRequest) (*ChangeReplicasReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ChangeReplicas not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -307,6 +329,24 @@ func _Node_InstallSnapshot_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Node_InstallSnapshotServer = grpc.ClientStreamingServer[SnapshotChunk, SnapshotAck]
 
+func _Node_ChangeReplicas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChangeReplicasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).ChangeReplicas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_ChangeReplicas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).ChangeReplicas(ctx, req.(*ChangeReplicasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -329,6 +369,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Promote",
 			Handler:    _Node_Promote_Handler,
+		},
+		{
+			MethodName: "ChangeReplicas",
+			Handler:    _Node_ChangeReplicas_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
