@@ -115,10 +115,18 @@ func registerOnly(t *testing.T) (*Runtime, *part) {
 	t.Helper()
 	rt := New(Config{Self: "a", DataDir: t.TempDir(), Directory: &fakeDir{}, Sender: &fakeSender{}})
 	rep := &service.Replication{Level: 2, Replicas: map[int][]service.ReplicaSpec{0: {{Node: "a", Priority: 2}, {Node: "b", Priority: 1}}}}
-	if err := rt.Register(Partition{Service: "kv", Partition: 0, Replication: rep}); err != nil {
+	spec := Partition{Service: "kv", Partition: 0, Replication: rep}
+	if err := rt.Register(spec); err != nil {
 		t.Fatal(err)
 	}
-	return rt, rt.parts[partKey{"kv", 0}]
+	// Opened, not started: the test plays the loop.
+	p, err := rt.open(spec, nil)
+	if err != nil || p == nil {
+		t.Fatalf("open: %v, %v", p, err)
+	}
+	t.Cleanup(func() { _ = p.log.Close() })
+	rt.parts[partKey{"kv", 0}] = p
+	return rt, p
 }
 
 // TestMemoryReleasedAfterABurst: once releaseAfterBytes of entries were
