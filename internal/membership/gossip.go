@@ -423,6 +423,12 @@ func (g *Gossip) loop(ctx context.Context) {
 	}
 }
 
+// Announce announces this member now and returns once its own yellow
+// pages hold the new announcement (AnnounceNow is the asynchronous form).
+// A node calls it when it starts serving replicas, so a call made right
+// after its Start finds them.
+func (g *Gossip) Announce() { g.broadcast(g.refresh(), nil) }
+
 // AnnounceNow announces this member at once instead of at the next
 // AnnounceInterval: a node calls it when a replica's role or epoch
 // changes, so clients route writes to a new primary within a gossip hop

@@ -395,6 +395,8 @@ func (n *Node) Start(ctx context.Context) error {
 			n.Close()
 			return err
 		}
+		// The first announcement went out before the replicas were open.
+		n.client.Gossip().Announce()
 	}
 	go n.acct.run(n.acctStop)
 	n.log.Info("node started", "rpc", n.rpcLn.Addr().String(), "poll", n.polls.Addr(), "gossip", n.GossipAddr(), "services", len(n.services))

@@ -67,6 +67,11 @@ func (r *recorder) Promote(ctx context.Context, _ *pb.PromoteRequest) (*pb.Promo
 	return &pb.PromoteReply{}, nil
 }
 
+func (r *recorder) ChangeReplicas(ctx context.Context, _ *pb.ChangeReplicasRequest) (*pb.ChangeReplicasReply, error) {
+	r.seen(ctx)
+	return &pb.ChangeReplicasReply{}, nil
+}
+
 func (r *recorder) InstallSnapshot(s grpc.ClientStreamingServer[pb.SnapshotChunk, pb.SnapshotAck]) error {
 	for {
 		if _, err := s.Recv(); errors.Is(err, io.EOF) {
@@ -174,10 +179,14 @@ func (r *secureRig) call(cl pb.NodeClient, method string, from string) error {
 		_, err = cl.Replicate(ctx, &pb.ReplicaBatch{From: from, Messages: []*pb.ReplicaMessage{{Service: "kv", From: from, To: "n1"}}})
 	case pb.Node_Promote_FullMethodName:
 		_, err = cl.Promote(ctx, &pb.PromoteRequest{Service: "kv"})
+	case pb.Node_ChangeReplicas_FullMethodName:
+		_, err = cl.ChangeReplicas(ctx, &pb.ChangeReplicasRequest{Service: "kv", Add: "n9"})
 	case pb.Node_InstallSnapshot_FullMethodName:
 		var s grpc.ClientStreamingClient[pb.SnapshotChunk, pb.SnapshotAck]
 		if s, err = cl.InstallSnapshot(ctx); err == nil {
-			if err = s.Send(&pb.SnapshotChunk{From: from, Service: "kv", To: "n1"}); err == nil {
+			// Send returns io.EOF when the server has already ended the
+			// stream (a refusal); its status comes with CloseAndRecv.
+			if err = s.Send(&pb.SnapshotChunk{From: from, Service: "kv", To: "n1"}); err == nil || errors.Is(err, io.EOF) {
 				_, err = s.CloseAndRecv()
 			}
 		}
