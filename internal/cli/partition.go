@@ -277,18 +277,11 @@ func (o *promoteOptions) run(ctx context.Context, stdout io.Writer) error {
 	if o.partition < 0 {
 		return Usagef("--partition must be >= 0, got %d", o.partition)
 	}
-	sec, err := o.sec.client()
-	if err != nil {
-		return err
-	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: o.join, Security: sec})
+	c, err := o.sec.dialAndListen(ctx, o.join, o.wait)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if err := sleep(ctx, o.wait); err != nil {
-		return err
-	}
 	var reps []neptune.ReplicaInfo
 	for _, p := range c.Partitions() {
 		if p.Service == o.service && p.Partition == o.partition {

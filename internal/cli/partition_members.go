@@ -92,18 +92,11 @@ func (o *membersOptions) run(ctx context.Context, stdout io.Writer, verb string,
 	if err != nil || partition < 0 {
 		return Usagef("PARTITION must be a number >= 0, got %q", args[1])
 	}
-	sec, err := o.sec.client()
-	if err != nil {
-		return err
-	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: o.join, Security: sec})
+	c, err := o.sec.dialAndListen(ctx, o.join, o.wait)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if err := sleep(ctx, o.wait); err != nil {
-		return err
-	}
 	p := &partitionRef{c: c, service: service, partition: partition, timeout: o.timeout, out: stdout}
 	switch verb {
 	case "add":
@@ -190,18 +183,11 @@ func (o *applyOptions) run(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sec, err := o.sec.client()
-	if err != nil {
-		return err
-	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: o.join, Security: sec})
+	c, err := o.sec.dialAndListen(ctx, o.join, o.wait)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if err := sleep(ctx, o.wait); err != nil {
-		return err
-	}
 	found := false
 	for _, s := range fc.Services {
 		if s.Replication == nil || (o.service != "" && s.Name != o.service) {

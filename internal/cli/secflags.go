@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -84,4 +86,23 @@ func (o *securityFlags) client() (neptune.Security, error) {
 		return neptune.Security{}, Usagef("--tls-dir is required (the directory with ca.pem and your %s certificate), or --insecure for a cluster running without protection", o.cert)
 	}
 	return neptune.Security{Dir: o.dir, Cert: o.cert, KeyringFile: o.keyring, Cluster: o.cluster}, nil
+}
+
+// dialAndListen joins the cluster as a client with these credentials and
+// listens to announcements for wait, so the yellow pages are filled before
+// an operator's command looks up a partition.
+func (o *securityFlags) dialAndListen(ctx context.Context, join []string, wait time.Duration) (*neptune.Client, error) {
+	sec, err := o.client()
+	if err != nil {
+		return nil, err
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: join, Security: sec})
+	if err != nil {
+		return nil, err
+	}
+	if err := sleep(ctx, wait); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
