@@ -72,13 +72,19 @@ type cluster struct {
 	// paused node takes no input (no tick, no message) until its time,
 	// then resumes with its old state; rate is a node's clock rate
 	// against the global clock (1 by default), within ClockDrift.
-	dup     float64
-	delay   time.Duration
-	later   []delayed
-	blocked map[[2]ID]bool
-	paused  map[ID]time.Time
-	rate    map[ID]float64
-	t0      time.Time
+	dup   float64
+	delay time.Duration
+	// bulk holds every message that carries entries that long (large
+	// bodies take a while on the wire), while the others travel at once
+	// (the shell's control lane).
+	bulk time.Duration
+	// entriesTo counts the entries sent to each replica (resends too).
+	entriesTo map[ID]int
+	later     []delayed
+	blocked   map[[2]ID]bool
+	paused    map[ID]time.Time
+	rate      map[ID]float64
+	t0        time.Time
 	// silentSince is when each link (from, to) fell silent (blocked, or
 	// from paused); after AckTimeout the recipient's failure detector
 	// reports the sender dead, as the shell's does, until it is heard.
@@ -300,6 +306,24 @@ func (c *cluster) global(id ID, t time.Time) time.Time {
 
 // post queues sent messages, through the delay line if one is set.
 func (c *cluster) post(ms []Message) {
+	for _, m := range ms {
+		if m.Type == MsgAppend && len(m.Entries) > 0 {
+			if c.entriesTo == nil {
+				c.entriesTo = map[ID]int{}
+			}
+			c.entriesTo[m.To] += len(m.Entries)
+		}
+	}
+	if c.bulk > 0 {
+		for _, m := range ms {
+			if len(m.Entries) > 0 {
+				c.later = append(c.later, delayed{m: m, due: c.now.Add(c.bulk)})
+			} else {
+				c.net = append(c.net, m)
+			}
+		}
+		return
+	}
 	if c.delay <= 0 {
 		c.net = append(c.net, ms...)
 		return

@@ -114,6 +114,10 @@ type Replica struct {
 	// data (no log, no commit point: a brand-new or wiped replica) or with
 	// some; absent means not known yet. See dataless.
 	empty map[ID]bool
+	// behind records the peers whose last (pre-)vote request showed a log
+	// less recent than ours: they cannot win our vote, so a higher
+	// priority among them holds us back from no election (shouldElect).
+	behind map[ID]bool
 
 	// Clients.
 	pending map[uint64]bool // ReqIDs of writes this replica logged
@@ -184,6 +188,44 @@ type progress struct {
 	// snapUntil: a snapshot to this peer is in flight until then (asked
 	// for in a Ready.Snapshots); meanwhile it gets heartbeats only.
 	snapUntil time.Time
+	// resentAt: when the unacknowledged entries were last sent again
+	// (retransmitAfter counts from it too, or every heartbeat would
+	// resend them while the first copy is still on its way).
+	resentAt time.Time
+	// flight: the appends with entries sent and not yet acknowledged,
+	// oldest first, and their bytes (Config.MaxInflightBytes).
+	flight      []flight
+	flightBytes int
+}
+
+// flight is one append with entries on its way: its last LSN and bytes.
+type flight struct {
+	last  LSN
+	bytes int
+}
+
+// windowOpen reports whether the peer may be sent more entries now.
+// Appends at or after next were superseded (the primary went back to
+// resend from there, or the peer got a snapshot): they no longer count.
+func (pr *progress) windowOpen(limit int) bool {
+	for n := len(pr.flight); n > 0 && pr.flight[n-1].last >= pr.next; n-- {
+		pr.flightBytes -= pr.flight[n-1].bytes
+		pr.flight = pr.flight[:n-1]
+	}
+	return pr.flightBytes < limit
+}
+
+// acked drops the appends the peer acknowledged (up to match).
+func (pr *progress) acked() {
+	i := 0
+	for i < len(pr.flight) && pr.flight[i].last <= pr.match {
+		pr.flightBytes -= pr.flight[i].bytes
+		i++
+	}
+	pr.flight = pr.flight[i:]
+	if len(pr.flight) == 0 {
+		pr.flight = nil // (let a long catch-up's backing array go)
+	}
 }
 
 // snapshotting reports whether a snapshot to this peer is in flight.
@@ -223,6 +265,7 @@ func New(cfg Config, rs Restore) (*Replica, error) {
 		pending:   map[uint64]bool{},
 		progress:  map[ID]*progress{},
 		empty:     map[ID]bool{},
+		behind:    map[ID]bool{},
 		vv:        maps.Clone(rs.Base),
 		synced:    map[ID]bool{},
 		peerVV:    map[ID]map[ID]uint64{},
@@ -663,39 +706,26 @@ func (r *Replica) appendLocal(now time.Time, w Write) {
 	}
 	r.logAppend([]Entry{e})
 	for _, p := range r.peers {
-		if pr := r.progress[p]; r.alive[p] && pr.next == e.LSN {
+		if pr := r.progress[p]; r.alive[p] && pr.next == e.LSN && pr.windowOpen(r.cfg.MaxInflightBytes) {
 			r.sendAppend(now, p)
 		}
 	}
 }
 
 func (r *Replica) becomePrimary(now time.Time) {
-	best, bestFrom := Message{LastEpoch: r.term(r.last()), LSN: r.last()}, r.cfg.ID
-	for _, id := range r.peers { // Config order: deterministic
-		g, ok := r.grants[id]
-		if ok && cmp.Or(cmp.Compare(g.LastEpoch, best.LastEpoch), cmp.Compare(g.LSN, best.LSN)) > 0 {
-			best, bestFrom = g, id
-		}
-	}
-	if bestFrom != r.cfg.ID {
-		var es []Entry
-		for _, e := range best.Entries {
-			if e.LSN > r.handed && e.LSN >= r.first && (e.LSN > r.last() || r.entry(e.LSN).Epoch != e.Epoch || len(es) > 0) {
-				es = append(es, e)
-			}
-		}
-		r.logAppend(es)
-	}
+	// Every voter's log is at most as recent as ours (mayGrant), so ours
+	// holds every committed write: nothing to adopt.
 	r.electing, r.preVoting = false, false
 	clear(r.empty) // stale once we lead (see handleAppend)
+	clear(r.behind)
 	r.role, r.phase, r.primary, r.inSync = Primary, PhaseServing, r.cfg.ID, true
 	r.progress = map[ID]*progress{}
 	for _, p := range r.peers {
 		_, granted := r.grants[p]
 		r.progress[p] = &progress{next: r.last() + 1, inSync: granted && r.isVoter(p), lastAck: now}
 	}
-	clear(r.grants) // their log tails are adopted: holding them would pin a burst's bodies
-	// Honest freshness: the adopted log holds every committed write, so
+	clear(r.grants)
+	// Honest freshness: our log holds every committed write, so
 	// its last LSN, not our commit point (which may lag what the old
 	// primary acknowledged), is the version clients may already have seen.
 	r.history = []versionAt{{at: now, lsn: r.last()}}
@@ -731,10 +761,17 @@ func (r *Replica) sendAppend(now time.Time, to ID) {
 	// come after the snapshot.
 	snap := pr.snapshotting(now)
 	next := max(pr.next, r.first)
+	pr.next = next
 	if snap {
 		next = r.last() + 1
 	}
 	end := min(r.last(), next+LSN(r.cfg.MaxBatch)-1)
+	if !pr.windowOpen(r.cfg.MaxInflightBytes) {
+		// Paced: as many bytes as the window holds are on their way; this
+		// is a heartbeat (PrevLSN at or past the peer's log end is taken
+		// as one) until acknowledgements open the window again.
+		end = next - 1
+	}
 	var es []Entry
 	if next <= end {
 		es = slices.Clone(r.log[next-r.first : end+1-r.first])
@@ -759,9 +796,29 @@ func (r *Replica) sendAppend(now time.Time, to ID) {
 		return
 	}
 	pr.next = max(next, end+1)
-	if len(es) > 0 && pr.waitingSince.IsZero() {
-		pr.waitingSince = now
+	if len(es) > 0 {
+		size := 0
+		for _, e := range es {
+			size += e.size()
+		}
+		pr.flight = append(pr.flight, flight{last: end, bytes: size})
+		pr.flightBytes += size
+		if pr.waitingSince.IsZero() {
+			pr.waitingSince = now
+		}
 	}
+}
+
+// heartbeat sends peer to an append without entries: it proves this
+// primary live, renews its lease and carries the commit point. It never
+// waits behind entries (the shell sends it in its control lane).
+func (r *Replica) heartbeat(now time.Time, to ID) {
+	pr := r.progress[to]
+	next := pr.next
+	pr.next = r.last() + 1 // (sendAppend sends no entries past the log's end)
+	flight, bytes := pr.flight, pr.flightBytes
+	r.sendAppend(now, to)
+	pr.next, pr.flight, pr.flightBytes = next, flight, bytes
 }
 
 // batchLen is how many of es, from the first, fit MaxBatchBytes (at least
@@ -848,10 +905,15 @@ func (r *Replica) tickPrimary(now time.Time, beat bool) {
 		// Waiting is counted from the last progress or, after a quiet
 		// spell, from when entries were sent again: an old lastAck alone
 		// would resend a fresh write at the first heartbeat.
-		if since := pr.waitingSince; pr.match < r.last() && now.Sub(later(pr.lastAck, since)) >= r.retransmitAfter() {
+		since := later(later(pr.lastAck, pr.waitingSince), pr.resentAt)
+		if pr.match < r.last() && pr.next > pr.match+1 && now.Sub(since) >= r.retransmitAfter() {
 			pr.next = pr.match + 1 // no progress: resend what is unacknowledged
+			pr.resentAt = now
 		}
-		r.sendAppend(now, p)
+		r.heartbeat(now, p)
+		if pr.next <= r.last() && !pr.snapshotting(now) && pr.windowOpen(r.cfg.MaxInflightBytes) {
+			r.sendAppend(now, p)
+		}
 	}
 	r.pruneHistory(now)
 }
@@ -955,6 +1017,7 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 	}
 	if m.LSN > pr.match {
 		pr.match = m.LSN
+		pr.acked()
 		pr.lastAck = now
 		pr.waitingSince = time.Time{}
 		if pr.match < r.last() {
@@ -969,7 +1032,7 @@ func (r *Replica) handleAppendResp(now time.Time, m Message) {
 		r.maybePromote(now)
 	}
 	r.maybeCommit(now)
-	if pr.next <= r.last() {
+	if pr.next <= r.last() && pr.windowOpen(r.cfg.MaxInflightBytes) {
 		r.sendAppend(now, m.From)
 	}
 }
@@ -1374,6 +1437,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		// theirs before is stale (a replica without data says so again).
 		clear(r.empty)
 		r.empty[m.From] = false
+		clear(r.behind)
 		for _, w := range r.waiting {
 			r.rd.Replies = append(r.rd.Replies, Reply{ReqID: w.w.ReqID, Err: &NotPrimaryError{Primary: m.From}})
 		}
@@ -1484,9 +1548,11 @@ func (r *Replica) shouldElect(now time.Time) bool {
 			// data elsewhere: it waits for that peer's primary.
 			return false
 		}
-		if !promoting && r.prio[q] > self && !(known && empty && !dataless) {
-			// A higher-priority peer without data cannot win against us
-			// (we refuse it our vote), so it does not hold us back.
+		if !promoting && r.prio[q] > self && !(known && empty && !dataless) && !r.behind[q] {
+			// A higher-priority peer without data, or with a less recent
+			// log, cannot win against us (we refuse it our vote), so it
+			// does not hold us back; once it has caught up under the
+			// primary we elect, a leadership transfer hands it the role.
 			return false
 		}
 	}
@@ -1557,7 +1623,7 @@ func (r *Replica) startPreVote(now time.Time) {
 	}
 	for _, p := range r.voterPeers {
 		if r.alive[p] {
-			r.sendAt(r.epoch+1, Message{Type: MsgPreVote, To: p, Commit: r.commit, LSN: r.last()})
+			r.sendAt(r.epoch+1, Message{Type: MsgPreVote, To: p, Commit: r.commit, LSN: r.last(), LastEpoch: r.term(r.last())})
 		}
 	}
 }
@@ -1584,7 +1650,8 @@ func (r *Replica) startElection(now time.Time, transfer int64) {
 	r.grants = map[ID]Message{}
 	for _, p := range r.voterPeers {
 		if r.alive[p] {
-			r.send(Message{Type: MsgVote, To: p, Commit: r.commit, LSN: r.last(), Transfer: transfer != 0, Sent: transfer})
+			r.send(Message{Type: MsgVote, To: p, Commit: r.commit, LSN: r.last(), LastEpoch: r.term(r.last()),
+				Transfer: transfer != 0, Sent: transfer})
 		}
 	}
 	if r.mayLead(r.grants) {
@@ -1636,6 +1703,9 @@ func (r *Replica) mayGrant(m Message) bool {
 	if !r.isVoter(r.cfg.ID) || !r.isVoter(m.From) {
 		return false // learners and removed replicas neither vote nor lead
 	}
+	if r.logNewer(m) {
+		return false
+	}
 	if r.diverged || m.Epoch < r.epoch || (m.Epoch == r.epoch && r.vote != "" && r.vote != m.From) {
 		return false
 	}
@@ -1663,10 +1733,27 @@ func (r *Replica) mayGrant(m Message) bool {
 	return !r.inGrace(r.now)
 }
 
+// logNewer reports whether this replica's log is more recent than that of
+// the candidate of vote request m, as in Raft (§5.4.1): a later last
+// epoch, or the same one and more entries. Refusing such a candidate means
+// whoever wins a vote holds every committed write already, so a grant
+// carries no log tail: elections never wait for bulk data (a tail of large
+// writes could take longer to arrive than an election lasts, and every
+// election would start over). A candidate shorter than our commit point
+// lacks committed writes whatever its last epoch says (our last entry's
+// epoch is unknown after a snapshot).
+func (r *Replica) logNewer(m Message) bool {
+	if m.LSN < r.commit {
+		return true
+	}
+	return cmp.Or(cmp.Compare(r.term(r.last()), m.LastEpoch), cmp.Compare(r.last(), m.LSN)) > 0
+}
+
 func (r *Replica) handleVote(m Message) {
 	if m.Reject {
 		return // announceEmpty's probe: noteData took what it says
 	}
+	r.behind[m.From] = r.logNewer(m)
 	if m.Type == MsgPreVote {
 		if r.mayGrant(m) {
 			r.sendAt(m.Epoch, Message{Type: MsgPreVoteResp, To: m.From, Granted: true, LSN: r.last(), Commit: r.commit})
@@ -1682,12 +1769,7 @@ func (r *Replica) handleVote(m Message) {
 	r.stepDown()
 	r.epoch, r.vote, r.hsDirty = m.Epoch, m.From, true
 	r.lastHeard = r.now
-	from := max(m.Commit+1, r.first)
-	var es []Entry
-	if from <= r.last() {
-		es = slices.Clone(r.log[from-r.first:])
-	}
-	r.send(Message{Type: MsgVoteResp, To: m.From, Granted: true, LSN: r.last(), LastEpoch: r.term(r.last()), Entries: es})
+	r.send(Message{Type: MsgVoteResp, To: m.From, Granted: true, LSN: r.last(), LastEpoch: r.term(r.last())})
 }
 
 func (r *Replica) handleVoteResp(now time.Time, m Message) {

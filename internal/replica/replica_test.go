@@ -2,6 +2,7 @@ package replica
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -159,15 +160,19 @@ func TestFailoverByPriorityKeepsAckedWrites(t *testing.T) {
 }
 
 // The old primary got a write to c only and crashed: the write was never
-// acknowledged, and c may hold it. b must adopt c's log before serving so
-// that b and c do not diverge.
-func TestNewPrimaryAdoptsMostRecentLog(t *testing.T) {
+// acknowledged, and c may hold it. c refuses b its vote (b's log is less
+// recent), so c leads first and b and c do not diverge; b, preferred,
+// takes over by leadership transfer once it has caught up.
+func TestMostRecentLogLeadsFirst(t *testing.T) {
 	c := settled(t, Level2, []int{3, 2, 1})
 	w := c.write("a")
 	c.deliverTo(MsgAppend, "c")
 	c.net = nil // the append to b and c's ack are lost
 	c.crash("a")
 	c.settle(500 * time.Millisecond)
+	if !slices.Contains(slices.Collect(maps.Values(c.primaries)), "c") {
+		t.Fatalf("c never led: primaries %v", c.primaries)
+	}
 	if c.primary() != "b" {
 		t.Fatalf("primary %q, want b", c.primary())
 	}

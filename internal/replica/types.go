@@ -12,9 +12,12 @@
 // Levels 2 and 3 use one primary per epoch. The primary orders writes by LSN
 // and executes a write only after every replica in its live set (which must
 // keep at least MinLive members) has acknowledged durable receipt; secondaries
-// execute committed writes in LSN order. Failover elects the live replica with
-// the highest priority; it adopts the most recent log among MinLive voters
-// before serving, so it holds every committed write. A primary acts alone
+// execute committed writes in LSN order. Failover elects, among the live
+// replicas whose log is the most recent of MinLive voters (a voter refuses
+// a candidate with a less recent log, as in Raft), the one with the
+// highest priority, so it holds every committed write and a vote carries
+// no log; a follower far behind is caught up in bounded windows
+// (MaxInflightBytes). A primary acts alone
 // (serves reads) only within a lease a majority renews, voters wait out any
 // lease before electing another, a pre-vote keeps a cut-off replica from
 // raising its epoch, and priority is applied by leadership transfer. Level 1
@@ -185,8 +188,8 @@ const (
 	MsgAppendResp
 	// MsgVote asks for a vote in an election at Epoch.
 	MsgVote
-	// MsgVoteResp grants or refuses a vote; a grant carries the voter's log
-	// after the candidate's commit point.
+	// MsgVoteResp grants or refuses a vote (never carrying entries: an
+	// election must not wait for bulk data).
 	MsgVoteResp
 	// MsgDigest (level 1) carries the sender's version vector.
 	MsgDigest
@@ -256,11 +259,10 @@ type Message struct {
 	Reject bool
 	Hint   LSN
 
-	// Vote: Commit is the candidate's commit point and LSN its last entry
-	// (both 0: it has no data); Reject marks a probe that asks for no
-	// vote (see announceEmpty). VoteResp: a grant
-	// carries the voter's last entry (LSN, LastEpoch) and its log after the
-	// candidate's commit point in Entries.
+	// Vote, PreVote: Commit is the candidate's commit point and LSN and
+	// LastEpoch its last entry (LSN and Commit 0: it has no data); Reject
+	// marks a probe that asks for no vote (see announceEmpty). VoteResp:
+	// the voter's last entry (LSN, LastEpoch).
 	Granted   bool
 	LastEpoch Epoch
 
@@ -471,6 +473,13 @@ type Config struct {
 	// message limit.
 	MaxBatch      int
 	MaxBatchBytes int
+	// MaxInflightBytes bounds what the primary has sent a follower and
+	// not yet heard acknowledged (the bytes MaxBatchBytes counts; one
+	// message may pass it, as in go.etcd.io/raft's MaxInflightBytes):
+	// a follower far behind is caught up at the pace it acknowledges,
+	// not with its whole backlog queued at once in the transport.
+	// Default: 4 × MaxBatchBytes.
+	MaxInflightBytes int
 	// SnapshotTimeout is how long the primary waits for a snapshot it
 	// asked for (Ready.Snapshots) to be installed before asking again.
 	SnapshotTimeout time.Duration
@@ -503,6 +512,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = 4 << 20
+	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = 4 * c.MaxBatchBytes
 	}
 	if c.SnapshotTimeout == 0 {
 		c.SnapshotTimeout = time.Minute
