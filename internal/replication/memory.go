@@ -67,13 +67,12 @@ func entryBytes(es []replica.Entry) int64 {
 }
 
 // enqueue offers m to p's inbox: false if the inbox is full (by count, or,
-// for entries the protocol retransmits, by entry bytes when it already
-// holds some). A vote grant is never refused for bytes: it is sent once,
-// and an election waits for it.
+// for entries, which the protocol retransmits, by entry bytes when it
+// already holds some).
 func (p *part) enqueue(m replica.Message) bool {
 	n := msgBytes(m)
 	if n > 0 {
-		if held := p.inboxHeld.Add(n); held > inboxBytes && held != n && m.Type != replica.MsgVoteResp {
+		if held := p.inboxHeld.Add(n); held > inboxBytes && held != n {
 			p.inboxHeld.Add(-n)
 			return false
 		}

@@ -97,11 +97,6 @@ func TestInboxBoundsEntryBytes(t *testing.T) {
 	if got := len(p.inbox); got != 3 {
 		t.Fatalf("inbox holds %d messages, want 3 (two entries and the heartbeat)", got)
 	}
-	grant := big(9)
-	grant.Type = int32(replica.MsgVoteResp)
-	if err := rt.Replicate(&pb.ReplicaBatch{From: "b", Messages: []*pb.ReplicaMessage{grant}}); err != nil {
-		t.Fatalf("a vote grant carrying a log tail was refused for bytes: %v", err)
-	}
 	p.took(<-p.inbox)
 	p.took(<-p.inbox)
 	if err := rt.Replicate(&pb.ReplicaBatch{From: "b", Messages: []*pb.ReplicaMessage{big(3)}}); err != nil {
@@ -159,21 +154,20 @@ func TestMemoryReleasedAfterABurst(t *testing.T) {
 
 // TestBulkLaneDropsSupersededMessages: a message with entries for a
 // partition drops the queued ones of that partition from an older epoch
-// (a vote grant of an earlier election, an old primary's append), which
-// their receiver would refuse anyway; other partitions' and the same
-// epoch's stay, in order.
+// (an old primary's appends), which their receiver would refuse anyway;
+// other partitions' and the same epoch's stay, in order.
 func TestBulkLaneDropsSupersededMessages(t *testing.T) {
 	pq := newPeerQueue()
-	grant := func(part int32, epoch uint64) *pb.ReplicaMessage {
+	app := func(part int32, epoch uint64) *pb.ReplicaMessage {
 		pm := appendMsg(epoch, 1, 2)
-		pm.Type, pm.Partition = int32(replica.MsgVoteResp), part
+		pm.Partition = part
 		return pm
 	}
-	pq.push(grant(0, 5))
-	pq.push(grant(1, 5))
-	pq.push(grant(0, 6))
+	pq.push(app(0, 5))
+	pq.push(app(1, 5))
+	pq.push(app(0, 6))
 	pq.push(appendMsg(6, 3)) // partition 0, the same epoch
-	pq.push(grant(0, 7))
+	pq.push(app(0, 7))
 	var got []string
 	total := 0
 	for _, m := range pq.q {

@@ -22,8 +22,9 @@ import (
 //   - the control lane carries every message without entries: heartbeats
 //     (appends with no entries), acks, rejects, votes, digests. They are
 //     small and they are what failure detection and elections listen to.
-//   - the bulk lane carries messages with entries (appends, gossip, a vote
-//     reply handing over a log tail), in FIFO order.
+//   - the bulk lane carries messages with entries (appends, gossip), in
+//     FIFO order. (Votes carry no entries: an election never waits for
+//     bulk data.)
 //
 // A multi-MiB batch in flight or queued therefore never delays a
 // heartbeat: on one gRPC connection the two calls are separate HTTP/2
@@ -109,10 +110,8 @@ func (pq *peerQueue) push(pm *pb.ReplicaMessage) {
 
 // dropSuperseded removes the queued messages of pm's partition sent at
 // an older epoch: their receiver refuses or ignores them once it has seen
-// pm's epoch. In a burst they are what made elections go on: every
-// election's vote grants carry the voter's log tail (several large
-// entries), and a grant queued behind the grants of earlier elections
-// reached the candidate only after it had started another one.
+// pm's epoch, and a deposed primary's queued appends may hold a burst's
+// bodies.
 func (pq *peerQueue) dropSuperseded(pm *pb.ReplicaMessage) {
 	keep := 0
 	for i, m := range pq.q {
