@@ -46,10 +46,7 @@ func (k *beatKeeper) busy(since time.Time) {
 // keepBeats runs until ctx ends, resending p's last heartbeats every
 // interval while p's loop has been busy that long and p leads.
 func (p *part) keepBeats(ctx context.Context) {
-	interval := p.cfg.Heartbeat
-	if interval <= 0 {
-		interval = 50 * time.Millisecond // replica's default
-	}
+	interval := p.heartbeat()
 	clk := p.rt.clock
 	t := clk.NewTicker(interval)
 	defer t.Stop()
@@ -65,6 +62,14 @@ func (p *part) keepBeats(ctx context.Context) {
 			p.rt.send(p.key, m)
 		}
 	}
+}
+
+// heartbeat is the partition's heartbeat interval.
+func (p *part) heartbeat() time.Duration {
+	if p.cfg.Heartbeat <= 0 {
+		return 50 * time.Millisecond // replica's default
+	}
+	return p.cfg.Heartbeat
 }
 
 // keepBeatsFor bounds how long the keeper speaks for a busy loop. A loop
@@ -90,4 +95,30 @@ func (k *beatKeeper) due(now time.Time, interval time.Duration, st *replica.Stat
 		}
 	}
 	return beats
+}
+
+// contact returns the answer the node gives, for its busy partition loop,
+// to heartbeat m from its primary: an acknowledgement of contact only (LSN
+// 0, no Sent), which keeps the primary's check-quorum from counting this
+// replica silent while the loop persists and executes a large batch (both
+// followers are busy with the same batch, and the primary stepped down in
+// a burst of 8 MiB writes every few seconds). It echoes no Sent, so it
+// renews no lease: the loop has not seen m, and only its own answers
+// promise that the replica refuses other candidates (voter grace). ok is
+// false unless the loop has been busy a heartbeat interval (at most
+// keepBeatsFor, as for the primary's side) and m is a heartbeat of the
+// primary and epoch st follows.
+func (k *beatKeeper) contact(now time.Time, interval time.Duration, st *replica.Status, self replica.ID, m replica.Message) (replica.Message, bool) {
+	if m.Type != replica.MsgAppend || len(m.Entries) > 0 || st == nil || st.Role == replica.Primary ||
+		m.From != st.Primary || m.Epoch != st.Epoch || m.To != self {
+		return replica.Message{}, false
+	}
+	k.mu.Lock()
+	busy := now.Sub(k.busySince)
+	idle := k.busySince.IsZero()
+	k.mu.Unlock()
+	if idle || busy < interval || busy > keepBeatsFor {
+		return replica.Message{}, false
+	}
+	return replica.Message{Type: replica.MsgAppendResp, From: self, To: m.From, Epoch: m.Epoch, Hint: st.Applied}, true
 }

@@ -40,3 +40,50 @@ func TestKeeperResendsBeatsOnlyForABusyNotAStuckLoop(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyFollowerAcknowledgesContact: while a follower's loop is busy
+// (persisting and executing a large batch), its node answers its
+// primary's heartbeats with a contact-only acknowledgement (no LSN, no
+// Sent: no lease), so the primary's check-quorum does not step it down;
+// never for an idle or stuck loop, another primary or epoch, or an append
+// with entries.
+func TestBusyFollowerAcknowledgesContact(t *testing.T) {
+	const interval = 50 * time.Millisecond
+	var k beatKeeper
+	st := &replica.Status{Role: replica.Secondary, Epoch: 4, Primary: "a", Applied: 9}
+	beat := replica.Message{Type: replica.MsgAppend, From: "a", To: "b", Epoch: 4, Sent: 77}
+	if _, ok := k.contact(t0, interval, st, "b", beat); ok {
+		t.Fatal("idle loop: answered for it")
+	}
+	k.busy(t0)
+	withEntries := beat
+	withEntries.Entries = []replica.Entry{{LSN: 10, Epoch: 4}}
+	other, older := beat, beat
+	other.From = "c"
+	older.Epoch = 3
+	for _, c := range []struct {
+		name string
+		at   time.Duration
+		st   *replica.Status
+		m    replica.Message
+		want bool
+	}{
+		{"busy less than a heartbeat", interval / 2, st, beat, false},
+		{"busy a heartbeat", interval, st, beat, true},
+		{"busy long", keepBeatsFor, st, beat, true},
+		{"stuck", keepBeatsFor + interval, st, beat, false},
+		{"entries", interval, st, withEntries, false},
+		{"not its primary", interval, st, other, false},
+		{"an older epoch", interval, st, older, false},
+		{"a primary", interval, &replica.Status{Role: replica.Primary, Epoch: 4, Primary: "a"}, beat, false},
+	} {
+		got, ok := k.contact(t0.Add(c.at), interval, c.st, "b", c.m)
+		if ok != c.want {
+			t.Errorf("%s: answered %v, want %v", c.name, ok, c.want)
+			continue
+		}
+		if ok && (got.Type != replica.MsgAppendResp || got.To != "a" || got.From != "b" || got.Epoch != 4 || got.LSN != 0 || got.Sent != 0 || got.Reject || got.Hint != 9) {
+			t.Errorf("%s: answer %+v, want a contact-only ack to a at epoch 4", c.name, got)
+		}
+	}
+}

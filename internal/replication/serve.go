@@ -301,8 +301,12 @@ func (rt *Runtime) Replicate(in *pb.ReplicaBatch) error {
 		if pm.Reject && replica.MsgType(pm.Type) == replica.MsgAppendResp {
 			rt.forgetDelivered(in.From, &k)
 		}
-		if !p.enqueue(fromPBMessage(pm)) && len(pm.Entries) > 0 {
+		m := fromPBMessage(pm)
+		if !p.enqueue(m) && len(pm.Entries) > 0 {
 			err = errInboxFull
+		}
+		if ack, ok := p.keeper.contact(rt.clock.Now(), p.heartbeat(), p.status.Load(), replica.ID(rt.cfg.Self), m); ok {
+			rt.send(k, ack)
 		}
 	}
 	return err
