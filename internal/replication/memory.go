@@ -32,7 +32,9 @@ import (
 //     runtime's forced collection (2 min) and the scavenger's slow return.
 //     Once a node has persisted releaseAfterBytes of entries and then been
 //     quiet for releaseIdle, and again at releaseSettled, the runtime
-//     collects and returns freed memory to the OS at once (releaser).
+//     collects and returns freed memory to the OS at once (releaser);
+//   - the C heap: pebble's memtables are malloc'd, and glibc kept what a
+//     burst freed; the releaser trims it too (trimCHeap).
 const (
 	// inboxBytes bounds the entry bytes queued in one partition's inbox
 	// (one message is always admitted, whatever its size).
@@ -220,9 +222,12 @@ func (rt *Runtime) releaseMemory(ctx context.Context) {
 		if rt.mem.due(rt.clock.Now()) {
 			release := rt.mem.release
 			if release == nil {
-				release = debug.FreeOSMemory
+				release = func() { debug.FreeOSMemory(); trimCHeap() }
 			}
 			release()
 		}
 	}
 }
+
+// tuneOnce applies tuneCHeap for the process.
+var tuneOnce sync.Once

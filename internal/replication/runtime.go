@@ -171,6 +171,7 @@ type Runtime struct {
 
 // New returns a runtime with no partitions; Register them, then Start.
 func New(cfg Config) *Runtime {
+	tuneOnce.Do(tuneCHeap)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
