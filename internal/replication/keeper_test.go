@@ -1,8 +1,14 @@
 package replication
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/neptune-cluster/neptune/internal/replica"
 )
@@ -84,6 +90,26 @@ func TestBusyFollowerAcknowledgesContact(t *testing.T) {
 		}
 		if ok && (got.Type != replica.MsgAppendResp || got.To != "a" || got.From != "b" || got.Epoch != 4 || got.LSN != 0 || got.Sent != 0 || got.Reject || got.Hint != 9) {
 			t.Errorf("%s: answer %+v, want a contact-only ack to a at epoch 4", c.name, got)
+		}
+	}
+}
+
+// TestTimedOutCallKeepsDeliveries: only a control call that failed by its
+// deadline (a busy peer) is told apart from one the peer refused (it may
+// have restarted, so what it was sent must go again).
+func TestTimedOutCallKeepsDeliveries(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{fmt.Errorf("replicate to b: %w", context.DeadlineExceeded), true},
+		{status.Error(codes.DeadlineExceeded, "context deadline exceeded"), true},
+		{status.Error(codes.Unavailable, "connection refused"), false},
+		{errors.New("node b is not in the yellow pages"), false},
+	} {
+		if got := timedOut(c.err); got != c.want {
+			t.Errorf("timedOut(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }
