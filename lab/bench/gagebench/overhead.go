@@ -84,12 +84,12 @@ func (e *env) overhead(ctx context.Context) ([]*report.Check, error) {
 		}
 	}
 	type row struct {
-		name       string
-		call       func(context.Context, []byte) error
-		proc       *proc // whose CPU is counted; nil: none
-		seq, conc  bench.Cell
-		cpu        time.Duration
-		perRound   []float64
+		name      string
+		call      func(context.Context, []byte) error
+		proc      *proc // whose CPU is counted; nil: none
+		seq, conc bench.Cell
+		cpu       time.Duration
+		perRound  []float64
 	}
 	rows := []*row{
 		{name: "direct client", call: direct},
