@@ -37,7 +37,7 @@ type Config struct {
 	// Nodes host echo (partition 0).
 	Nodes int
 	// Scale multiplies the paper's figures: reservations 250:150:50 GRPS
-	// (Table 1), 250:200 (Table 2), a capacity of 600 GRPS.
+	// (Table 1, capacity 600 GRPS), 250:200 (Table 2, capacity 700).
 	Scale float64
 	// Cell is the measured time per contender per round, after Warmup.
 	Cell, Warmup time.Duration
@@ -230,21 +230,20 @@ type contender struct {
 }
 
 // cellResult is one contender's cell: per subscriber, what was asked,
-// served and dropped in the measured window, and the GRU a request cost.
+// answered and dropped in the measured window (by the clients), and what
+// the gateway served in it (GRU, by its status at the window's ends).
 type cellResult struct {
 	counts map[string]*tally
-	cost   map[string]float64
+	gru    map[string]float64 // served in the window
+	n      map[string]int64   // requests served in the window
 	starve bench.Starvation
 	late   time.Duration
 	secs   float64
-	// capacity is the gateway's capacity (GRPS) at the cell's end: the
-	// declared one, refined where the nodes measured.
-	capacity float64
 }
 
 func (r *cellResult) add(o *cellResult) {
 	if r.counts == nil {
-		r.counts, r.cost = map[string]*tally{}, map[string]float64{}
+		r.counts, r.gru, r.n = map[string]*tally{}, map[string]float64{}, map[string]int64{}
 	}
 	for s, t := range o.counts {
 		if r.counts[s] == nil {
@@ -253,31 +252,29 @@ func (r *cellResult) add(o *cellResult) {
 		c := r.counts[s]
 		c.asked, c.ok, c.dropped, c.other = c.asked+t.asked, c.ok+t.ok, c.dropped+t.dropped, c.other+t.other
 	}
-	for s, c := range o.cost {
-		if c > 0 {
-			r.cost[s] = c // the last round's: the EWMA has settled
-		}
+	for s, g := range o.gru {
+		r.gru[s] += g
+		r.n[s] += o.n[s]
 	}
 	r.starve = r.starve.Worse(o.starve)
 	r.late = max(r.late, o.late)
 	r.secs += o.secs
-	r.capacity = o.capacity
 }
 
-// servedGRPS is what sub was served, in GRPS.
+// servedGRPS is what the gateway served sub in the windows, in GRPS.
 func (r *cellResult) servedGRPS(sub string) float64 {
-	t := r.counts[sub]
-	if t == nil || r.secs == 0 {
+	if r == nil || r.secs == 0 {
 		return 0
 	}
-	return float64(t.ok) * r.costOf(sub) / r.secs
+	return r.gru[sub] / r.secs
 }
 
+// costOf is what one of sub's requests cost, in GRU.
 func (r *cellResult) costOf(sub string) float64 {
-	if c := r.cost[sub]; c > 0 {
-		return c
+	if r == nil || r.n[sub] == 0 {
+		return math.NaN()
 	}
-	return 1
+	return r.gru[sub] / float64(r.n[sub])
 }
 
 // runCell drives flows at c for the warm-up and the cell and measures the
@@ -287,30 +284,31 @@ func (e *env) runCell(ctx context.Context, c contender, flows []flow, seed uint6
 		flows[i].targets = []string{c.target.http}
 		flows[i].weights = []float64{1}
 	}
-	before, err := c.gateway.status(e.hc)
-	if err != nil {
-		return nil, fmt.Errorf("%s: status: %w", c.name, err)
-	}
 	probe := bench.StartLagProbe(5 * time.Millisecond)
 	start := time.Now()
 	from, to := start.Add(e.cfg.Warmup), start.Add(e.cfg.Warmup+e.cfg.Cell)
 	cctx, cancel := context.WithDeadline(ctx, to)
-	outs := drive(cctx, e.hc, flows, "/echo", make([]byte, e.cfg.Body), seed)
-	cancel()
+	defer cancel()
+	done := make(chan []outcome, 1)
+	go func() { done <- drive(cctx, e.hc, flows, "/echo", make([]byte, e.cfg.Body), seed) }()
+	time.Sleep(time.Until(from))
+	before, err1 := c.gateway.status(e.hc)
+	t0 := time.Now()
+	time.Sleep(time.Until(to))
+	after, err2 := c.gateway.status(e.hc)
+	secs := time.Since(t0).Seconds()
+	outs := <-done
 	st := probe.Stop()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	after, err := c.gateway.status(e.hc)
-	if err != nil {
+	if err := errors.Join(err1, err2); err != nil {
 		return nil, fmt.Errorf("%s: status: %w", c.name, err)
 	}
-	res := &cellResult{counts: count(outs, from, to), cost: map[string]float64{}, starve: st, late: lateness(outs, from, to), secs: e.cfg.Cell.Seconds(), capacity: after.CapacityGRU}
+	res := &cellResult{counts: count(outs, from, to), gru: map[string]float64{}, n: map[string]int64{}, starve: st, late: lateness(outs, from, to), secs: secs}
 	for _, f := range flows {
 		b, a := sub(before, f.sub), sub(after, f.sub)
-		if n := a.Served - b.Served; n > 0 {
-			res.cost[f.sub] = (a.ServedGRU - b.ServedGRU) / float64(n)
-		}
+		res.gru[f.sub], res.n[f.sub] = a.ServedGRU-b.ServedGRU, a.Served-b.Served
 	}
 	return res, nil
 }

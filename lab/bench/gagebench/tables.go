@@ -64,13 +64,13 @@ func (e *env) startContenders(ctx context.Context, section string, schedulers []
 	return append(cs, contender{name: "nginx", target: ng, gateway: up}), stop, nil
 }
 
-// printCosts prints what a request cost and the capacity each contender's
-// gateway saw.
+// printCosts prints what a request cost as each contender's gateway
+// measured it.
 func (e *env) printCosts(cs []contender, res []*cellResult, sub string) {
-	fmt.Fprint(e.w, "cost of a request (GRU) and capacity (GRPS) as each gateway saw them:")
+	fmt.Fprintf(e.w, "GRU per request of %s (the nodes' measure):", sub)
 	for j, c := range cs {
 		if res[j] != nil {
-			fmt.Fprintf(e.w, " %s %.3f, %.1f;", c.name, res[j].costOf(sub), res[j].capacity)
+			fmt.Fprintf(e.w, " %s %.3f;", c.name, res[j].costOf(sub))
 		}
 	}
 	fmt.Fprintln(e.w)
@@ -123,12 +123,12 @@ func (e *env) table1(ctx context.Context) ([]*report.Check, error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(e.w, "Table 1: isolation. Declared capacity %.0f GRPS; site3 asks 8x its reservation. Per second over %d x %v; got%% = answered 200 of what was asked.\n",
+	fmt.Fprintf(e.w, "Table 1: isolation. Declared capacity %.0f GRPS; site3 asks 8x its reservation (asks/s: the Poisson rate; asked/s: what came in the window). GRPS served by the gateway's count over %d x %v; got%% = answered 200 of what was asked in it.\n",
 		capacity, e.cfg.Rounds, e.cfg.Cell)
 	fmt.Fprintf(e.w, "nginx: limit_req per Host at the reservation (1 request ~ 1 GRU), burst = reservation x max_wait, in front of a FIFO gateway.\n")
-	header := []string{"subscriber", "reserved", "asked/s"}
+	header := []string{"subscriber", "reserved", "asks/s"}
 	for _, c := range cs {
-		header = append(header, c.name+" GRPS", "drop/s", "got%")
+		header = append(header, c.name+" asked/s", "GRPS", "drop/s", "got%")
 	}
 	t := report.NewTable(header...)
 	for i, sb := range subs {
@@ -136,14 +136,14 @@ func (e *env) table1(ctx context.Context) ([]*report.Check, error) {
 		for j := range cs {
 			r := res[j]
 			if r == nil {
-				row = append(row, "-", "-", "-")
+				row = append(row, "-", "-", "-", "-")
 				continue
 			}
 			tl := r.counts[sb.name]
 			if tl == nil {
 				tl = &tally{}
 			}
-			row = append(row, fmt.Sprintf("%.1f", r.servedGRPS(sb.name)), fmt.Sprintf("%.1f", float64(tl.dropped)/r.secs), pct(ratio(float64(tl.ok), float64(tl.asked))))
+			row = append(row, fmt.Sprintf("%.1f", float64(tl.asked)/r.secs), fmt.Sprintf("%.1f", r.servedGRPS(sb.name)), fmt.Sprintf("%.1f", float64(tl.dropped)/r.secs), pct(ratio(float64(tl.ok), float64(tl.asked))))
 		}
 		t.Add(row...)
 	}
@@ -196,13 +196,14 @@ func isolationVerdict(name string, within []string, flood string, r *cellResult,
 }
 
 // table2 is spare sharing: two subscribers over their reservations
-// (250:200), asking in another proportion (1.6x and 2x), so a FIFO splits
-// the spare by demand and Gage by reservation.
+// (250:200) of a capacity of 700 (the paper's served total, about 760),
+// asking alike (2x and 2.5x their reservations), so a FIFO splits the
+// capacity by demand and Gage the spare by reservation.
 func (e *env) table2(ctx context.Context) ([]*report.Check, error) {
 	s := e.cfg.Scale
 	subs := []subscriberSpec{{"site1", 250 * s}, {"site2", 200 * s}}
-	capacity := 600 * s
-	asks := []float64{1.6 * subs[0].res, 2 * subs[1].res}
+	capacity := 700 * s
+	asks := []float64{2 * subs[0].res, 2.5 * subs[1].res}
 	cs, stop, err := e.startContenders(ctx, "t2", []string{"credit", "tag", "fifo"}, false, capacity, subs)
 	if err != nil {
 		return nil, err
