@@ -101,8 +101,8 @@ func (e *env) split(ctx context.Context) ([]*report.Check, error) {
 		cost = (sub(last, "A").ServedGRU - sub(before, "A").ServedGRU) / float64(n)
 	}
 
-	// Per second: A through each gateway, A's total, B.
-	secs := int(math.Ceil(end.Sub(from).Seconds()))
+	// Per whole second: A through each gateway, A's total, B.
+	secs := int(end.Sub(from).Seconds())
 	tl := report.NewTimeline(time.Second, secs, 3)
 	for _, o := range outs {
 		if o.code != 200 || o.due.Before(from) {
