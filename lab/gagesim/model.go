@@ -41,8 +41,8 @@ type scenario struct {
 	warmup, duration time.Duration
 	// killAt > 0: the last gateway dies at this time (from the start);
 	// its clients go to the others.
-	killAt     time.Duration
-	netDelay   time.Duration
+	killAt   time.Duration
+	netDelay time.Duration
 	// perResponse reports each request's usage to its gateway as it
 	// completes, as the HTTP gateway does (the node's measure rides on
 	// the call's answer); otherwise usage goes with the node's report
@@ -50,8 +50,8 @@ type scenario struct {
 	// comes from the accounting cycle either way.
 	perResponse bool
 	bin         time.Duration // width of the served-usage bins
-	perGateway bool          // keep bins per gateway too
-	seed       uint64
+	perGateway  bool          // keep bins per gateway too
+	seed        uint64
 }
 
 // result is what a run measured over [warmup, warmup+duration].
