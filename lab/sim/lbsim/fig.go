@@ -393,3 +393,67 @@ func ms(d time.Duration) string {
 }
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', 4, 64) }
+
+// asyncSweep is issue 18's question for the simulator: does async
+// (Prequal's probes off the call path) match the synchronous default once
+// it probes more? Exp at 90% load, for 1, 4 and Options.Clients clients,
+// async at its default probe rate and at 8 and 16 probes per call, beside
+// the oracle and the default. The goals, fixed before the run: async's
+// mean ≤ the default's at each client count (the bar for making it the
+// default), and ≤ 1.10× the oracle's with Options.Clients clients.
+func asyncSweep(ctx context.Context, o Options, stdout io.Writer) error {
+	const load = 0.9
+	def := balance.DefaultConfig()
+	cons := []contender{
+		{"oracle", policy(balance.NameOracle, nil)},
+		{"default:" + def.Policy, def},
+		{"async", policy(balance.NameAsync, nil)},
+		{"async, 8 probes/call", policy(balance.NameAsync, func(c *balance.Config) { c.ProbeRate = 8 })},
+		{"async, 16 probes/call, 1 use", policy(balance.NameAsync, func(c *balance.Config) { c.ProbeRate, c.ProbeReuse = 16, 1 })},
+	}
+	var counts []int
+	for _, n := range []int{1, 4, o.Clients} {
+		if !slices.Contains(counts, n) {
+			counts = append(counts, n)
+		}
+	}
+	var cfgs []Config
+	for _, n := range counts {
+		for _, c := range cons {
+			cfg := o.config(PoissonExp, load, c.cfg)
+			cfg.Clients = n
+			cfgs = append(cfgs, cfg)
+		}
+	}
+	res, err := runAll(ctx, cfgs)
+	if err != nil {
+		return err
+	}
+	tb := report.NewTable("clients", "policy", "mean ms", "p99 ms", "mean/oracle", "p99/oracle", "polls/req")
+	var checks []*report.Check
+	for i, n := range counts {
+		row := res[i*len(cons) : (i+1)*len(cons)]
+		for j, c := range cons {
+			m, p := row[j].Ratio(row[0])
+			tb.Add(strconv.Itoa(n), c.name, ms(row[j].Mean), ms(row[j].P99), ftoa(m), ftoa(p), ftoa(row[j].PollsPerRequest))
+		}
+		a, d := row[2], row[1]
+		checks = append(checks, report.AtMost(fmt.Sprintf("%d clients: async mean ≤ the default's", n), float64(a.Mean)/float64(d.Mean), 1,
+			fmt.Sprintf("%.3f× (%s vs %s ms)", float64(a.Mean)/float64(d.Mean), ms(a.Mean), ms(d.Mean))))
+		if n == o.Clients {
+			m, _ := a.Ratio(row[0])
+			checks = append(checks, report.AtMost(fmt.Sprintf("%d clients: async mean ≤ 1.1× oracle", n), m, 1.1, fmt.Sprintf("%.3f×", m)))
+		}
+	}
+	fmt.Fprintf(stdout, "Async probes — exp, %g%% load, %d servers, %d requests per run (ratios to the oracle with as many clients)\n",
+		100*load, o.Servers, o.Requests)
+	tb.Print(stdout)
+	if err := tb.Save(filepath.Join(o.Out, "async.csv")); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "\ngoals (fixed before the run):")
+	for _, c := range checks {
+		fmt.Fprintf(stdout, "  %s\n", c)
+	}
+	return nil
+}
