@@ -19,13 +19,13 @@ func TestRunWritesFigures(t *testing.T) {
 	if err := Run(context.Background(), o, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"fig3.1.csv", "fig3.1-load90.svg", "fig3.2.csv", "fig3.2-load90.svg", "fig3.3.csv", "fig3.3-load90.svg", "goals.csv"} {
+	for _, f := range []string{"fig3.1.csv", "fig3.1-load90.svg", "fig3.2.csv", "fig3.2-load90.svg", "fig3.3.csv", "fig3.3-load90.svg", "goals.csv", "async.csv"} {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil || len(b) == 0 {
 			t.Errorf("%s: %v (%d bytes)", f, err, len(b))
 		}
 	}
-	for _, want := range []string{"Fig 3.1", "Fig 3.2", "Fig 3.3", "Goals", "default:", "localp2c"} {
+	for _, want := range []string{"Fig 3.1", "Fig 3.2", "Fig 3.3", "Goals", "default:", "localp2c", "Async probes", "async mean ≤ the default's"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
