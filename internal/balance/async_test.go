@@ -96,14 +96,16 @@ func TestAsyncOneProbeInFlightPerReplica(t *testing.T) {
 // whose answers are that fresh: with two replicas it used to send two
 // probes per call.
 func TestAsyncDoesNotReprobeFreshAnswers(t *testing.T) {
-	a := newAsyncForTest(t, 2, 50*time.Millisecond, 100)
+	// Reuse 2: the answers are used up after two calls each, yet they
+	// are still fresh.
+	a := newAsyncForTest(t, 2, 50*time.Millisecond, 2)
 	cands := replicas(2)
 	for _, r := range cands {
 		a.Report(t0, Load{Replica: r, Queue: 0})
 	}
 	for at := time.Duration(0); at < 5*time.Millisecond; at += 250 * time.Microsecond {
 		if pl, _ := call(a, t0.Add(at), cands); len(pl.Probe) != 0 {
-			t.Fatalf("at +%v, answers younger than ProbeAge/10: Plan probes %v, want none", at, pl.Probe)
+			t.Fatalf("at +%v, answered less than ProbeAge/10 ago: Plan probes %v, want none", at, pl.Probe)
 		}
 	}
 	if pl, _ := call(a, t0.Add(5*time.Millisecond), cands); len(pl.Probe) != 2 {
