@@ -308,6 +308,9 @@ func goals(ctx context.Context, o Options, stdout io.Writer) error {
 	cons := []contender{
 		{"oracle", policy(balance.NameOracle, nil)},
 		{"default:" + def.Policy, def},
+		// More information per call, the candidate for a default with
+		// margin (not judged).
+		{def.Policy + "-10", policy(def.Policy, func(c *balance.Config) { c.ProbeSize = 10 })},
 		pollingD(3), pollingD(def.ProbeSize),
 		{"async", policy(balance.NameAsync, nil)},
 		{"localp2c", policy(balance.NameLocalP2C, nil)},
@@ -321,7 +324,7 @@ func goals(ctx context.Context, o Options, stdout io.Writer) error {
 		}
 	}
 	// One replica 10× slower, at the same load relative to capacity.
-	slowCons := []contender{cons[0], cons[1], cons[2], cons[3], cons[4]}
+	slowCons := cons[:6]
 	for _, c := range slowCons {
 		cfg := o.config(PoissonExp, load, c.cfg)
 		cfg.SlowServers, cfg.SlowFactor = 1, 10
