@@ -85,6 +85,7 @@ or its baseline was unhealthy), with the reason printed.`,
 	fs.Float64Var(&cfg.AsyncMean, "goal-async-mean", cfg.AsyncMean, "goal: the async policy's mean at most this × the oracle's")
 	fs.Float64Var(&cfg.AsyncP99, "goal-async-p99", cfg.AsyncP99, "goal: the async policy's p99 at most this × the oracle's")
 	fs.Float64Var(&cfg.AsyncContended, "goal-async-contended", cfg.AsyncContended, "goal with --hog: the async policy's mean and p99 at most this × the oracle's")
+	fs.IntVar(&cfg.MoreProbes, "more-probes", cfg.MoreProbes, "goals section: add a row (not judged) for the default polling this many replicas per call; 0 skips it")
 	fs.IntVar(&cfg.Hog, "hog", cfg.Hog, "run this many CPU-spinning goroutines beside the goals section (the contended async goal)")
 	addSeed(fs, &cfg.Seed, "the traces (shared by every contender of a row group)")
 	fs.StringVar(&cfg.HAProxy, "haproxy", cfg.HAProxy, "HAProxy executable; its rows are skipped if it is not found")
