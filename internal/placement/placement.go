@@ -83,6 +83,9 @@ type Change struct {
 	Partition int32
 	Kind      Kind
 	Node      string
+	// From is, for an Add, the replica it replaces or moves ("" if
+	// none): the new one takes its place, priority included.
+	From string
 	// Why, for logs and operators: "replace n3 (down 6m0s)", ...
 	Why string
 	// Rebalance marks a rebalancing step: when the caller starts it, it
@@ -197,11 +200,13 @@ func Plan(now time.Time, st State, cfg Config) []Change {
 		if !ok {
 			continue
 		}
-		why := "restore degree"
+		why, from := "restore degree", ""
 		if g := pt.ofHealth(gone); len(g) > 0 {
-			why = fmt.Sprintf("replace %s (down %v)", g[0], now.Sub(p.nodes[g[0]].DownSince).Round(time.Second))
+			why, from = fmt.Sprintf("replace %s (down %v)", g[0], now.Sub(p.nodes[g[0]].DownSince).Round(time.Second)), g[0]
 		}
-		out = append(out, p.add(pt, target, why))
+		c := p.add(pt, target, why)
+		c.From = from
+		out = append(out, c)
 		busy[n.i] = true
 		inFlight++
 	}
@@ -454,7 +459,7 @@ func (p *planner) moveReplica() (Change, bool) {
 				continue
 			}
 			c := p.add(pt, to, "rebalance from "+src)
-			c.Rebalance = true
+			c.From, c.Rebalance = src, true
 			return c, true
 		}
 	}

@@ -322,7 +322,7 @@ func TestAReplacementRespectsZones(t *testing.T) {
 	c.kill("c1")
 	c.now = c.now.Add(2 * time.Minute)
 	cs := Plan(c.now, c.state(), c.cfg)
-	if want := []Change{{Service: "kv", Partition: 0, Kind: Add, Node: "c2", Why: "replace c1 (down 2m0s)"}}; !reflect.DeepEqual(cs, want) {
+	if want := []Change{{Service: "kv", Partition: 0, Kind: Add, Node: "c2", From: "c1", Why: "replace c1 (down 2m0s)"}}; !reflect.DeepEqual(cs, want) {
 		t.Fatalf("plan %v, want %v (zone C's other node, though a2 holds fewer)", cs, want)
 	}
 	// Without zones the emptiest node gets it.

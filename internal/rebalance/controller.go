@@ -1,0 +1,217 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/placement"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// Config configures the controller. The zero value runs it with the
+// planner's defaults.
+type Config struct {
+	// Off: this node never acts. Set it on every node to turn automatic
+	// placement off (the actor is chosen among all nodes).
+	Off bool
+	// Placement is the planner's configuration (grace, MaxInFlight,
+	// Interval).
+	Placement placement.Config
+	// Poll is how often the controller looks at the yellow pages
+	// (default 1 s): reading them costs nothing, and the planner itself
+	// bounds how fast anything changes.
+	Poll time.Duration
+	// ChangeTimeout bounds one change (default 10 min): adding a replica
+	// waits until it caught up, which ships the partition's state.
+	ChangeTimeout time.Duration
+}
+
+// Defaults.
+const (
+	DefaultPoll          = time.Second
+	DefaultChangeTimeout = 10 * time.Minute
+)
+
+// Source gives the cluster as this node's yellow pages show it.
+type Source interface {
+	View() View
+}
+
+// Changer carries out one replica-set change at node, the partition's
+// primary, and returns once it committed (as `neptune partition
+// add|remove` does).
+type Changer interface {
+	ChangeReplicas(ctx context.Context, node string, req *pb.ChangeReplicasRequest) error
+}
+
+// Controller runs the planner when this node is the actor and carries
+// out its changes, each in its own goroutine, one per partition at most.
+type Controller struct {
+	cfg      Config
+	self     string
+	services []Service
+	src      Source
+	changer  Changer
+	clock    clock.Clock
+	log      *slog.Logger
+
+	mu        sync.Mutex
+	pending   map[Key]placement.Change
+	lastStart time.Time
+	mem       Memory
+	wg        sync.WaitGroup
+	stop      chan struct{}
+	done      chan struct{}
+	ctx       context.Context
+	cancel    context.CancelFunc
+}
+
+// New creates a controller for node self placing services.
+func New(cfg Config, self string, services []Service, src Source, changer Changer, clk clock.Clock, log *slog.Logger) *Controller {
+	if cfg.Poll <= 0 {
+		cfg.Poll = DefaultPoll
+	}
+	if cfg.ChangeTimeout <= 0 {
+		cfg.ChangeTimeout = DefaultChangeTimeout
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Controller{cfg: cfg, self: self, services: services, src: src, changer: changer, clock: clock.OrReal(clk),
+		log: log.With("component", "placement"), pending: map[Key]placement.Change{}, mem: Memory{},
+		stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel}
+}
+
+// Start runs the controller until Stop.
+func (c *Controller) Start() {
+	go func() {
+		defer close(c.done)
+		for {
+			select {
+			case <-c.stop:
+				return
+			case <-c.clock.After(c.cfg.Poll):
+			}
+			c.Round(c.clock.Now())
+		}
+	}()
+}
+
+// Stop ends the controller and the changes under way (a change asked
+// for may still complete at its primary).
+func (c *Controller) Stop() {
+	select {
+	case <-c.stop:
+		return
+	default:
+	}
+	close(c.stop)
+	<-c.done
+	c.cancel()
+	c.wg.Wait()
+}
+
+// Round looks at the cluster once at now and, if this node is the
+// actor, starts the planned changes that are not already under way. It
+// returns the changes it started.
+func (c *Controller) Round(now time.Time) []placement.Change {
+	if c.cfg.Off {
+		return nil
+	}
+	v := c.src.View()
+	if Actor(v, c.services) != c.self {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, parts := Observe(now, v, c.services, c.mem)
+	// A change asked for shows in the yellow pages only once its primary
+	// announces it: count an add under way as joining meanwhile, so the
+	// planner's MaxInFlight holds.
+	for i := range st.Partitions {
+		p := &st.Partitions[i]
+		if ch, ok := c.pending[Key{p.Service, p.Partition}]; ok && ch.Kind == placement.Add && !slices.Contains(p.Replicas, ch.Node) {
+			p.Replicas = append(p.Replicas, ch.Node)
+			p.Joining = append(p.Joining, ch.Node)
+		}
+	}
+	st.LastStart = c.lastStart
+	var started []placement.Change
+	for _, ch := range placement.Plan(now, st, c.cfg.Placement) {
+		k := Key{ch.Service, ch.Partition}
+		if _, busy := c.pending[k]; busy {
+			continue
+		}
+		i := slices.IndexFunc(st.Partitions, func(p placement.Partition) bool { return p.Service == k.Service && p.Partition == k.Partition })
+		primary := st.Partitions[i].Primary
+		if primary == "" {
+			continue // no primary to order it now; planned again next round
+		}
+		req := request(ch, parts[k].Members)
+		if ch.Rebalance {
+			c.lastStart = now
+		}
+		c.pending[k] = ch
+		started = append(started, ch)
+		c.log.Info("placement change", "change", ch.String(), "primary", primary)
+		c.wg.Add(1)
+		go c.execute(k, ch, primary, req)
+	}
+	return started
+}
+
+// execute carries ch out at primary and forgets it when done.
+func (c *Controller) execute(k Key, ch placement.Change, primary string, req *pb.ChangeReplicasRequest) {
+	defer c.wg.Done()
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ChangeTimeout)
+	defer cancel()
+	start := c.clock.Now()
+	err := c.changer.ChangeReplicas(ctx, primary, req)
+	c.mu.Lock()
+	delete(c.pending, k)
+	c.mu.Unlock()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		c.log.Warn("placement change failed; planned again next round", "change", ch.String(), "err", err)
+		return
+	}
+	c.log.Info("placement change done", "change", ch.String(), "took", c.clock.Since(start).Round(time.Millisecond))
+}
+
+// Pending is how many changes are under way.
+func (c *Controller) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
+}
+
+// request is ch as a ChangeReplicas request against members, the
+// replica set it was planned from: a new replica takes the priority of
+// the one it replaces (1 if none); a hand-off raises the new primary's
+// priority above every other member's.
+func request(ch placement.Change, members []*pb.ReplicaPeer) *pb.ChangeReplicasRequest {
+	req := &pb.ChangeReplicasRequest{Service: ch.Service, Partition: ch.Partition, Expect: make([]string, 0, len(members))}
+	top, prio := int32(0), map[string]int32{}
+	for _, m := range members {
+		req.Expect = append(req.Expect, m.Id)
+		prio[m.Id] = m.Priority
+		top = max(top, m.Priority)
+	}
+	switch ch.Kind {
+	case placement.Add:
+		req.Add, req.Priority = ch.Node, max(prio[ch.From], 1)
+	case placement.Remove:
+		req.Remove = ch.Node
+	case placement.Lead:
+		req.Add, req.Priority, req.SetPriority = ch.Node, top+1, true
+	default:
+		panic(fmt.Sprintf("rebalance: unknown change kind %v", ch.Kind))
+	}
+	return req
+}
