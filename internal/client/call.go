@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -232,30 +233,57 @@ func (c *Client) attempt(ctx context.Context, cl pb.NodeClient, r *request, node
 	}
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	type result struct {
-		out *pb.CallResponse
-		err error
+	w := &moveWatch{c: c, k: k, node: node, cancel: cancel}
+	w.arm(moved)
+	defer w.disarm()
+	out, err := cl.Call(actx, r.in, opts...)
+	if errors.Is(context.Cause(actx), errPrimaryMoved) && ctx.Err() == nil {
+		return nil, errPrimaryMoved
 	}
-	done := make(chan result, 1)
-	go func() {
-		out, err := cl.Call(actx, r.in, opts...)
-		done <- result{out, err}
-	}()
-	for {
-		select {
-		case res := <-done:
-			if errors.Is(context.Cause(actx), errPrimaryMoved) && ctx.Err() == nil {
-				return nil, errPrimaryMoved
-			}
-			return res.out, res.err
-		case <-moved:
-			c.mu.Lock()
-			view, moved = c.views.of[k], c.views.moved
-			c.mu.Unlock()
-			if view.movedFrom(c.clock.Now(), node) {
-				cancel(errPrimaryMoved)
-			}
-		}
+	return out, err
+}
+
+// moveWatch gives up an attempt when the yellow pages name another
+// primary for its partition. It waits on the views' moved context with
+// context.AfterFunc, so the common case (no change while the call is out)
+// starts no goroutine; each change re-arms it on the next moved context.
+type moveWatch struct {
+	c      *Client
+	k      partKey
+	node   string
+	cancel context.CancelCauseFunc
+
+	mu   sync.Mutex
+	stop func() bool // unregisters the pending AfterFunc
+	done bool
+}
+
+func (w *moveWatch) arm(moved context.Context) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.stop = context.AfterFunc(moved, w.recheck)
+	}
+}
+
+// recheck runs on its own goroutine after a primary claim changed.
+func (w *moveWatch) recheck() {
+	w.c.mu.Lock()
+	view, moved := w.c.views.of[w.k], w.c.views.moved
+	w.c.mu.Unlock()
+	if view.movedFrom(w.c.clock.Now(), w.node) {
+		w.cancel(errPrimaryMoved)
+		return
+	}
+	w.arm(moved)
+}
+
+func (w *moveWatch) disarm() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+	if w.stop != nil {
+		w.stop()
 	}
 }
 

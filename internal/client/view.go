@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"slices"
 	"time"
 
@@ -185,14 +186,17 @@ type views struct {
 	of map[partKey]*replicaView
 	// in lists the partitions each node's last announcement put it in.
 	in map[string][]partKey
-	// moved is closed, and replaced, whenever an announcement changes
+	// moved is cancelled, and replaced, whenever an announcement changes
 	// which node claims to be some partition's primary, or at which
-	// epoch (see Client.primaryMoved).
-	moved chan struct{}
+	// epoch (see Client.attempt). A context rather than a channel, so a
+	// waiting call registers with context.AfterFunc and costs no goroutine.
+	moved       context.Context
+	cancelMoved context.CancelFunc
 }
 
 func (vs *views) init() {
-	vs.of, vs.in, vs.moved = map[partKey]*replicaView{}, map[string][]partKey{}, make(chan struct{})
+	vs.of, vs.in = map[partKey]*replicaView{}, map[string][]partKey{}
+	vs.moved, vs.cancelMoved = context.WithCancel(context.Background())
 }
 
 // primaryClaim is who a view's announcements call primary, at which epoch.
@@ -214,8 +218,8 @@ func (vs *views) set(k partKey, node string, v *replicaView) {
 		vs.of[k] = v
 	}
 	if wasP != isP || wasE != isE {
-		close(vs.moved)
-		vs.moved = make(chan struct{})
+		vs.cancelMoved()
+		vs.moved, vs.cancelMoved = context.WithCancel(context.Background())
 	}
 }
 

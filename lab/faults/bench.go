@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -87,8 +86,8 @@ func RunBench(ctx context.Context, bc BenchConfig, w io.Writer) error {
 		}
 		start := time.Now()
 		res, err := Run(ctx, cfg)
-		if bc.Keep || err != nil || res.Finding() != "" {
-			fmt.Fprintf(w, "  kept %s%s\n", dir, note(res.Finding()))
+		if finding := res.Finding(bc.Lease); bc.Keep || err != nil || finding != "" {
+			fmt.Fprintf(w, "  kept %s%s\n", dir, note(finding))
 		} else {
 			os.RemoveAll(dir)
 		}
@@ -186,24 +185,20 @@ func RunThroughput(ctx context.Context, bc BenchConfig, exe string, w io.Writer)
 	return nil
 }
 
-// Finding names what in this schedule misses a goal ("" if nothing), so
-// the bench keeps its logs and histories to look at.
-func (r *Result) Finding() string {
+// Finding names the goals this schedule alone fails ("" if none), so the
+// bench keeps its logs and histories to look at. It judges the schedule
+// with the same goals as the whole run, so the two never drift apart.
+func (r *Result) Finding(lease time.Duration) string {
 	if r == nil {
 		return ""
 	}
+	var t Tally
+	t.Add(r)
 	var f []string
-	add := func(cond bool, what string) {
-		if cond {
-			f = append(f, what)
+	for _, g := range t.Goals(GoalTargets{Lease: lease}) {
+		if g.Verdict == "FAIL" {
+			f = append(f, g.Name)
 		}
 	}
-	add(r.List != nil && !r.List.Valid(), "list anomalies")
-	add(r.KVDivergent > 0 || !r.Converged, "divergent or not converged")
-	add(r.Register != nil && len(r.Register.NonLinearizable) > 0, "non-linearizable")
-	add(len(r.Stale)+len(r.Sessions) > 0, "stale reads")
-	add(r.Primaries.Double+len(r.Collisions)+len(r.Order) > 0, "two primaries")
-	add(r.NoResume > 0, "no resumed write")
-	add(r.Unsettled > 0 || slices.ContainsFunc(r.Settle, func(d time.Duration) bool { return d > SettleGoal }), "slow to settle on one primary")
 	return strings.Join(f, ", ")
 }

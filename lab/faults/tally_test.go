@@ -53,6 +53,12 @@ func TestGoalsVerdicts(t *testing.T) {
 	if v["lost"] != "INCONCLUSIVE" {
 		t.Errorf("lost is %s, want INCONCLUSIVE", v["lost"])
 	}
+	if f := clean().Finding(g.Lease); f != "" {
+		t.Errorf("a clean schedule's finding is %q, want none", f)
+	}
+	if f, want := bad.Finding(g.Lease), "divergent, stale beyond bound, non-linearizable, two primaries, writes resume after isolation, one primary after a heal, failover after SIGKILL"; f != want {
+		t.Errorf("finding %q, want %q", f, want)
+	}
 }
 
 // TestSettleMeasuresTheFirstStableView: a fault settles when every
