@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -97,6 +98,9 @@ func restoreOnce(ctx context.Context, exe, dir string, sizeMiB int, cfg RestoreC
 	var r restoreResult
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return r, err
+	}
 	cl, err := Start(ctx, Config{Exe: exe, Dir: dir, Service: "kv", Nodes: 4, Parts: 1, Grace: cfg.Grace, Interval: time.Second})
 	if err != nil {
 		return r, err
