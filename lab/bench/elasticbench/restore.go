@@ -74,8 +74,12 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, stdout io.Writer) error 
 			return fmt.Errorf("restore at %d MiB: %w", size, err)
 		}
 		rate := float64(size) / r.copy.Seconds()
-		fmt.Fprintf(stdout, "%6d MiB %9.2fs %11.2fs %9.2fs %9.2fs %8.1f MiB/s\n", size, r.load.Seconds(), r.toStart.Seconds(), r.copy.Seconds(),
-			r.total.Seconds(), rate)
+		rateText := fmt.Sprintf("%8.1f MiB/s", rate)
+		if r.copy < 50*time.Millisecond {
+			rateText = "  (too short)" // within a few looks at the yellow pages
+		}
+		fmt.Fprintf(stdout, "%6d MiB %9.2fs %11.2fs %9.2fs %9.2fs %s\n", size, r.load.Seconds(), r.toStart.Seconds(), r.copy.Seconds(),
+			r.total.Seconds(), rateText)
 		if size >= cfg.GoalFromMiB {
 			c := report.AtLeast(fmt.Sprintf("copy rate ≥ %.0f MiB/s at %d MiB", cfg.Goal, size), rate, cfg.Goal,
 				fmt.Sprintf("%.1f MiB/s (%.2fs for %d MiB)", rate, r.copy.Seconds(), size))

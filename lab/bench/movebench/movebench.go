@@ -105,6 +105,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	loaded := time.Since(loadStart)
 
 	var acked atomic.Int64
+	var gaps gapMeter
 	wctx, stopWriters := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for w := range cfg.Writers {
@@ -117,6 +118,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 				cancel()
 				if err == nil {
 					acked.Add(1)
+					gaps.ack()
 				}
 			}
 		}()
@@ -138,8 +140,9 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	for round := range cfg.Rounds {
 		probe := bench.StartLagProbe(10 * time.Millisecond)
 		n0, t0 := acked.Load(), time.Now()
+		gaps.reset()
 		time.Sleep(cfg.Cell)
-		sn, st := acked.Load()-n0, time.Since(t0)
+		sn, st, sgap := acked.Load()-n0, time.Since(t0), gaps.reset()
 
 		n0, t0 = acked.Load(), time.Now()
 		moves := 0
@@ -153,11 +156,11 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 			from, to = to, from
 			moves++
 		}
-		mn, mt := acked.Load()-n0, time.Since(t0)
+		mn, mt, mgap := acked.Load()-n0, time.Since(t0), gaps.reset()
 		starved = starved.Worse(probe.Stop())
 		steady, moving := float64(sn)/st.Seconds(), float64(mn)/mt.Seconds()
-		fmt.Fprintf(stdout, "round %d: steady %.0f writes/s, moving %.0f writes/s (%d move(s) in %v): %.2f×\n",
-			round, steady, moving, moves, mt.Round(time.Millisecond), moving/steady)
+		fmt.Fprintf(stdout, "round %d: steady %.0f writes/s (longest pause %v), moving %.0f writes/s (%d move(s) in %v, longest pause %v): %.2f×\n",
+			round, steady, sgap.Round(time.Millisecond), moving, moves, mt.Round(time.Millisecond), mgap.Round(time.Millisecond), moving/steady)
 		rounds = append(rounds, moving/steady >= cfg.Goal)
 		steadyN, steadyT, movingN, movingT = steadyN+sn, steadyT+st, movingN+mn, movingT+mt
 	}
@@ -167,6 +170,42 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		fmt.Sprintf("steady %.0f writes/s, moving %.0f writes/s: %.2f×", steady, moving, ratio))
 	fmt.Fprintln(stdout, starved.Doubt(report.Rounds(chk, rounds), "the run"))
 	return nil
+}
+
+// gapMeter is the longest pause between two acknowledged writes (of any
+// writer) since the last reset.
+type gapMeter struct {
+	mu      sync.Mutex
+	last    time.Time
+	gap     time.Duration
+	resetAt time.Time
+}
+
+func (g *gapMeter) ack() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	from := g.last
+	if from.Before(g.resetAt) {
+		from = g.resetAt
+	}
+	g.gap = max(g.gap, now.Sub(from))
+	g.last = now
+}
+
+// reset returns the longest pause so far (the pause still open
+// included) and starts over.
+func (g *gapMeter) reset() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	from := g.last
+	if from.Before(g.resetAt) {
+		from = g.resetAt
+	}
+	gap := max(g.gap, now.Sub(from))
+	g.gap, g.resetAt = 0, now
+	return gap
 }
 
 // load puts mib MiB of 64 KiB values into partition 0, 8 at a time.
