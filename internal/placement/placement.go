@@ -34,6 +34,9 @@ type Node struct {
 	Alive bool
 	// DownSince is when a node that is not alive was last seen alive.
 	DownSince time.Time
+	// Services, if set, are the only services the node can host a
+	// replica of (nil: any).
+	Services []string
 }
 
 // Partition is one partition of a replicated service.
@@ -412,6 +415,9 @@ func (p *planner) zones(pt *part, from, to string) int {
 func (p *planner) target(pt *part, from string, ok func(string) bool) (string, bool) {
 	var cands []string
 	for _, n := range p.up {
+		if svcs := p.nodes[n].Services; svcs != nil && !slices.Contains(svcs, pt.Service) {
+			continue
+		}
 		if !slices.Contains(pt.Replicas, n) && (ok == nil || ok(n)) {
 			cands = append(cands, n)
 		}

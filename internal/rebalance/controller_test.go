@@ -339,3 +339,29 @@ func (s *forgetful) View() View {
 	}
 	return v
 }
+
+// TestOnlyNodesHostingTheServiceGetReplicas: a live node that does not
+// run the service (it could never host the replica) is never chosen.
+func TestOnlyNodesHostingTheServiceGetReplicas(t *testing.T) {
+	f := newFake([]string{"a", "b", "c", "d"}, 4, 3)
+	src := &withOther{fake: f}
+	c := New(Config{Placement: placement.Config{Grace: time.Second}}, "a", kvService(4), src, f, nil, nil)
+	now := t0
+	f.kill("d", now)
+	rounds(c, &now, time.Minute, f.full)
+	for p, ms := range f.parts {
+		if slices.ContainsFunc(ms, func(m *pb.ReplicaPeer) bool { return m.Id == "0web" }) {
+			t.Fatalf("partition %d placed on a node without the service: %v", p, ms)
+		}
+	}
+}
+
+// withOther adds a live node "0web" (the lowest id: it must not be the
+// actor either) hosting another service only.
+type withOther struct{ *fake }
+
+func (s *withOther) View() View {
+	v := s.fake.View()
+	v.Live = append(v.Live, &pb.Announcement{NodeId: "0web", Services: []*pb.HostedService{{Name: "web"}}})
+	return v
+}

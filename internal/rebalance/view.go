@@ -93,7 +93,11 @@ func Observe(now time.Time, v View, services []Service, mem Memory) (placement.S
 	for _, a := range v.Live {
 		live[a.NodeId] = true
 		delete(mem, a.NodeId)
-		st.Nodes = append(st.Nodes, placement.Node{ID: a.NodeId, Zone: a.Zone, Alive: true})
+		svcs := []string{} // (not nil: hosts only these)
+		for _, hs := range a.Services {
+			svcs = append(svcs, hs.Name)
+		}
+		st.Nodes = append(st.Nodes, placement.Node{ID: a.NodeId, Zone: a.Zone, Alive: true, Services: svcs})
 	}
 	zone := map[string]string{}
 	for _, d := range v.Departed {
