@@ -314,10 +314,11 @@ func (pt *part) settled() bool {
 	return !pt.underWay() && pt.short() <= 0 && len(pt.ofHealth(waiting)) == 0 && len(pt.ofHealth(gone)) == 0
 }
 
-// underWay: a move is in progress (a replica joining, or one more than
-// the degree waiting to be removed).
+// underWay: a move is in progress (a replica joining on a node not
+// gone, or one more than the degree waiting to be removed).
 func (pt *part) underWay() bool {
-	return len(pt.Joining) > 0 || len(pt.Replicas)-len(pt.ofHealth(gone)) > pt.Degree
+	return slices.ContainsFunc(pt.Joining, func(j string) bool { return pt.health[j] != gone }) ||
+		len(pt.Replicas)-len(pt.ofHealth(gone)) > pt.Degree
 }
 
 // short is how many replicas it lacks, counting those on nodes that may
@@ -351,7 +352,16 @@ func (p *planner) waiting() bool {
 // has its full degree of serving replicas, a replica on a gone node goes
 // (its log no longer waits for it), or else, if it has more serving
 // replicas than its degree, the one whose removal leaves the best spread.
+//
+// A joining replica on a gone node never catches up: it is removed
+// first (while it stays, the partition counts as under way and would
+// hold MaxInFlight for good).
 func (p *planner) finish(pt *part) (Change, bool) {
+	for _, j := range pt.Joining {
+		if pt.health[j] == gone {
+			return p.remove(pt, j, fmt.Sprintf("abandon the add: %s down %v", j, p.now.Sub(p.nodes[j].DownSince).Round(time.Second))), true
+		}
+	}
 	serving := pt.serving()
 	if len(serving) < pt.Degree || len(pt.Joining) > 0 {
 		return Change{}, false

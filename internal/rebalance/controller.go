@@ -62,7 +62,7 @@ type Controller struct {
 	log      *slog.Logger
 
 	mu        sync.Mutex
-	pending   map[Key]placement.Change
+	pending   map[Key]pending
 	lastStart time.Time
 	mem       Memory
 	wg        sync.WaitGroup
@@ -70,6 +70,12 @@ type Controller struct {
 	done      chan struct{}
 	ctx       context.Context
 	cancel    context.CancelFunc
+}
+
+// pending is a change under way and how to stop waiting for it.
+type pending struct {
+	placement.Change
+	cancel context.CancelFunc
 }
 
 // New creates a controller for node self placing services.
@@ -85,7 +91,7 @@ func New(cfg Config, self string, services []Service, src Source, changer Change
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Controller{cfg: cfg, self: self, services: services, src: src, changer: changer, clock: clock.OrReal(clk),
-		log: log.With("component", "placement"), pending: map[Key]placement.Change{}, mem: Memory{},
+		log: log.With("component", "placement"), pending: map[Key]pending{}, mem: Memory{},
 		stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
@@ -131,6 +137,13 @@ func (c *Controller) Round(now time.Time) []placement.Change {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// An add waits until the new replica caught up, which never happens
+	// if its node died: stop waiting, so the planner can abandon it.
+	for _, p := range c.pending {
+		if p.Kind == placement.Add && !slices.ContainsFunc(v.Live, func(a *pb.Announcement) bool { return a.NodeId == p.Node }) {
+			p.cancel()
+		}
+	}
 	st, parts := Observe(now, v, c.services, c.mem)
 	// A change asked for shows in the yellow pages only once its primary
 	// announces it: count an add under way as joining meanwhile, so the
@@ -158,26 +171,30 @@ func (c *Controller) Round(now time.Time) []placement.Change {
 		if ch.Rebalance {
 			c.lastStart = now
 		}
-		c.pending[k] = ch
+		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ChangeTimeout)
+		c.pending[k] = pending{ch, cancel}
 		started = append(started, ch)
 		c.log.Info("placement change", "change", ch.String(), "primary", primary)
 		c.wg.Add(1)
-		go c.execute(k, ch, primary, req)
+		go c.execute(ctx, k, ch, primary, req)
 	}
 	return started
 }
 
 // execute carries ch out at primary and forgets it when done.
-func (c *Controller) execute(k Key, ch placement.Change, primary string, req *pb.ChangeReplicasRequest) {
+func (c *Controller) execute(ctx context.Context, k Key, ch placement.Change, primary string, req *pb.ChangeReplicasRequest) {
 	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ChangeTimeout)
-	defer cancel()
 	start := c.clock.Now()
 	err := c.changer.ChangeReplicas(ctx, primary, req)
 	c.mu.Lock()
+	c.pending[k].cancel()
 	delete(c.pending, k)
 	c.mu.Unlock()
-	if err != nil && !errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.Canceled) {
+		c.log.Info("placement change no longer waited for", "change", ch.String())
+		return
+	}
+	if err != nil {
 		c.log.Warn("placement change failed; planned again next round", "change", ch.String(), "err", err)
 		return
 	}

@@ -365,3 +365,48 @@ func (s *withOther) View() View {
 	v.Live = append(v.Live, &pb.Announcement{NodeId: "0web", Services: []*pb.HostedService{{Name: "web"}}})
 	return v
 }
+
+// TestAddToANodeThatDiesIsAbandoned: the node a replica is being added
+// to dies before it caught up; the actor stops waiting for the add, and
+// once that node is gone the learner is removed and the replica re-created
+// elsewhere.
+func TestAddToANodeThatDiesIsAbandoned(t *testing.T) {
+	f := newFake([]string{"a", "b", "c", "d", "e"}, 1, 3) // partition 0 on a, b, c
+	h := &hanging{fake: f, node: "d", started: make(chan struct{}, 1)}
+	c := New(Config{Placement: placement.Config{Grace: 10 * time.Second}}, "a", kvService(1), f, h, nil, nil)
+	now := t0
+	f.kill("c", now)
+	now = now.Add(11 * time.Second)
+	if cs := c.Round(now); len(cs) != 1 || cs[0].Node != "d" {
+		t.Fatalf("started %v, want the add on d", cs)
+	}
+	<-h.started
+	f.kill("d", now)
+	now = now.Add(time.Second)
+	c.Round(now) // stops waiting for the add to d
+	c.wg.Wait()
+	rounds(c, &now, time.Minute, f.full)
+	if !f.full() {
+		t.Fatalf("not back to full degree: %v", f.parts[0])
+	}
+}
+
+// hanging adds a replica on node as a learner that never catches up: the
+// call waits until its context ends.
+type hanging struct {
+	*fake
+	node    string
+	started chan struct{}
+}
+
+func (h *hanging) ChangeReplicas(ctx context.Context, node string, req *pb.ChangeReplicasRequest) error {
+	if req.Add != h.node || req.SetPriority {
+		return h.fake.ChangeReplicas(ctx, node, req)
+	}
+	h.mu.Lock()
+	h.parts[req.Partition] = append(h.parts[req.Partition], &pb.ReplicaPeer{Id: req.Add, Priority: req.Priority, Learner: true})
+	h.mu.Unlock()
+	h.started <- struct{}{}
+	<-ctx.Done()
+	return ctx.Err()
+}
