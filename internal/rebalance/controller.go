@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,6 +65,11 @@ type Controller struct {
 	mu        sync.Mutex
 	pending   map[Key]pending
 	lastStart time.Time
+	// shape is the cluster as last seen (live nodes, each partition's
+	// primary and replica set) and calmSince since when it has not
+	// changed: rebalancing waits for Interval of calm (see Round).
+	shape     string
+	calmSince time.Time
 	mem       Memory
 	wg        sync.WaitGroup
 	stop      chan struct{}
@@ -155,7 +161,17 @@ func (c *Controller) Round(now time.Time) []placement.Change {
 			p.Joining = append(p.Joining, ch.Node)
 		}
 	}
+	// Rebalancing waits until the cluster kept its shape for Interval: a
+	// failover or a restart moves primaries for a few seconds (priority
+	// hands them back), and a node just joined may still be opening its
+	// replicas; rebalancing on that transient would fight it.
+	if sh := shape(st); sh != c.shape {
+		c.shape, c.calmSince = sh, now
+	}
 	st.LastStart = c.lastStart
+	if c.calmSince.After(st.LastStart) {
+		st.LastStart = c.calmSince
+	}
 	var started []placement.Change
 	for _, ch := range placement.Plan(now, st, c.cfg.Placement) {
 		k := Key{ch.Service, ch.Partition}
@@ -206,6 +222,24 @@ func (c *Controller) Pending() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.pending)
+}
+
+// shape is what rebalancing waits to see stable: the live nodes and each
+// partition's primary, replicas and joining replicas.
+func shape(st placement.State) string {
+	var live []string
+	for _, n := range st.Nodes {
+		if n.Alive {
+			live = append(live, n.ID)
+		}
+	}
+	slices.Sort(live)
+	var b strings.Builder
+	fmt.Fprintln(&b, live)
+	for _, p := range st.Partitions {
+		fmt.Fprintln(&b, p.Service, p.Partition, p.Primary, slices.Sorted(slices.Values(p.Replicas)), slices.Sorted(slices.Values(p.Joining)))
+	}
+	return b.String()
 }
 
 // request is ch as a ChangeReplicas request against members, the

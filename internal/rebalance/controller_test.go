@@ -410,3 +410,41 @@ func (h *hanging) ChangeReplicas(ctx context.Context, node string, req *pb.Chang
 	<-ctx.Done()
 	return ctx.Err()
 }
+
+// TestRebalancingWaitsForCalm: with new nodes to even out, the actor
+// waits until the cluster kept its shape for Interval; while primaries
+// keep moving (a failover and its hand-back) it does not rebalance.
+func TestRebalancingWaitsForCalm(t *testing.T) {
+	f := newFake([]string{"a", "b", "c", "d"}, 8, 3)
+	c := New(Config{Placement: placement.Config{Interval: 10 * time.Second}}, "a", kvService(8), f, f, nil, nil)
+	f.mu.Lock()
+	f.alive["e"] = true
+	f.mu.Unlock()
+	now := t0
+	for i := range 60 {
+		if i%5 == 0 { // a primary moves every 5 s
+			f.mu.Lock()
+			ms := f.parts[1]
+			f.primary[1] = ms[i/5%len(ms)].Id
+			f.mu.Unlock()
+		}
+		if cs := c.Round(now); len(cs) > 0 {
+			t.Fatalf("%v: rebalanced while primaries move: %v", now.Sub(t0), cs)
+		}
+		now = now.Add(time.Second)
+	}
+	f.mu.Lock()
+	f.elect(1)
+	f.mu.Unlock()
+	calm := now
+	for c.Round(now) == nil {
+		if now.Sub(calm) > time.Minute {
+			t.Fatal("never rebalanced once calm")
+		}
+		now = now.Add(time.Second)
+	}
+	c.wg.Wait()
+	if waited := now.Sub(calm); waited < 10*time.Second {
+		t.Fatalf("rebalanced %v after the cluster calmed, Interval 10s", waited)
+	}
+}
