@@ -94,6 +94,9 @@ type Change struct {
 	// Rebalance marks a rebalancing step: when the caller starts it, it
 	// records the time as State.LastStart.
 	Rebalance bool
+	// Surplus marks the removal of a serving replica beyond the degree
+	// (the end of a move; or undoing an operator's add).
+	Surplus bool
 }
 
 func (c Change) String() string {
@@ -380,7 +383,9 @@ func (p *planner) finish(pt *part) (Change, bool) {
 			cmp.Compare(boolInt(a != pt.Primary), boolInt(b != pt.Primary)),
 			cmp.Compare(a, b))
 	})
-	return p.remove(pt, victim, "rebalanced"), true
+	c := p.remove(pt, victim, "rebalanced")
+	c.Surplus = true
+	return c, true
 }
 
 func boolInt(b bool) int {

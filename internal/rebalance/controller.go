@@ -70,6 +70,9 @@ type Controller struct {
 	// changed: rebalancing waits for Interval of calm (see Round).
 	shape     string
 	calmSince time.Time
+	// moving are the partitions this actor added a replica to and has not
+	// removed one from since: their surplus replica is its own move's.
+	moving map[Key]bool
 	mem       Memory
 	wg        sync.WaitGroup
 	stop      chan struct{}
@@ -97,7 +100,7 @@ func New(cfg Config, self string, services []Service, src Source, changer Change
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Controller{cfg: cfg, self: self, services: services, src: src, changer: changer, clock: clock.OrReal(clk),
-		log: log.With("component", "placement"), pending: map[Key]pending{}, mem: Memory{},
+		log: log.With("component", "placement"), pending: map[Key]pending{}, mem: Memory{}, moving: map[Key]bool{},
 		stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
@@ -183,6 +186,18 @@ func (c *Controller) Round(now time.Time) []placement.Change {
 		if primary == "" {
 			continue // no primary to order it now; planned again next round
 		}
+		// A surplus replica this actor did not add is an operator's move
+		// under way (`partition move` adds, then removes): it is left
+		// alone until the cluster was calm for Interval.
+		if ch.Surplus && !c.moving[k] && now.Sub(c.calmSince) < c.interval() {
+			continue
+		}
+		switch ch.Kind {
+		case placement.Add:
+			c.moving[k] = true
+		case placement.Remove:
+			delete(c.moving, k)
+		}
 		req := request(ch, parts[k].Members)
 		if ch.Rebalance {
 			c.lastStart = now
@@ -222,6 +237,13 @@ func (c *Controller) Pending() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.pending)
+}
+
+func (c *Controller) interval() time.Duration {
+	if c.cfg.Placement.Interval > 0 {
+		return c.cfg.Placement.Interval
+	}
+	return placement.DefaultInterval
 }
 
 // shape is what rebalancing waits to see stable: the live nodes and each

@@ -448,3 +448,49 @@ func TestRebalancingWaitsForCalm(t *testing.T) {
 		t.Fatalf("rebalanced %v after the cluster calmed, Interval 10s", waited)
 	}
 }
+
+// TestOperatorMoveIsLeftAlone: an operator's `partition move` adds a
+// replica, then removes the old one; the actor, seeing a replica beyond
+// the degree it did not add, leaves it to the operator instead of
+// removing one itself (which with the operator's removal would leave the
+// partition a replica short).
+func TestOperatorMoveIsLeftAlone(t *testing.T) {
+	f := newFake([]string{"a", "b", "c", "d"}, 4, 3)
+	c := New(Config{Placement: placement.Config{Interval: 10 * time.Second}}, "a", kvService(4), f, f, nil, nil)
+	now := t0
+	rounds(c, &now, 30*time.Second, func() bool { return false })
+	calls := f.calls
+	ms := f.parts[0]
+	from, to := ms[len(ms)-1].Id, "d"
+	if slices.ContainsFunc(ms, func(m *pb.ReplicaPeer) bool { return m.Id == to }) {
+		t.Fatalf("partition 0 already on d: %v", ms)
+	}
+	expect := func() []string {
+		var ids []string
+		for _, m := range f.parts[0] {
+			ids = append(ids, m.Id)
+		}
+		return ids
+	}
+	if err := f.ChangeReplicas(context.Background(), f.primary[0], &pb.ChangeReplicasRequest{Partition: 0, Add: to, Priority: 1, Expect: expect()}); err != nil {
+		t.Fatal(err)
+	}
+	rounds(c, &now, 3*time.Second, func() bool { return false })
+	if f.calls != calls+1 {
+		t.Fatalf("the actor changed something during the operator's move: %v", f.parts[0])
+	}
+	if err := f.ChangeReplicas(context.Background(), f.primary[0], &pb.ChangeReplicasRequest{Partition: 0, Remove: from, Expect: expect()}); err != nil {
+		t.Fatalf("the operator's removal: %v", err)
+	}
+	if len(f.parts[0]) != 3 {
+		t.Fatalf("partition 0 has %d replicas after the move", len(f.parts[0]))
+	}
+	// An add left behind (beyond the degree) is undone once calm.
+	if err := f.ChangeReplicas(context.Background(), f.primary[0], &pb.ChangeReplicasRequest{Partition: 0, Add: from, Priority: 1, Expect: expect()}); err != nil {
+		t.Fatal(err)
+	}
+	rounds(c, &now, time.Minute, func() bool { return len(f.parts[0]) == 3 })
+	if len(f.parts[0]) != 3 {
+		t.Fatalf("a surplus replica stayed: %v", f.parts[0])
+	}
+}

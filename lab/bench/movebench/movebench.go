@@ -78,7 +78,8 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	var join []string
 	for _, id := range ids {
 		n, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: id, Join: join,
-			AnnounceInterval: 200 * time.Millisecond, AnnounceTTL: time.Second, DataDir: filepath.Join(dir, id)})
+			AnnounceInterval: 200 * time.Millisecond, AnnounceTTL: time.Second, DataDir: filepath.Join(dir, id),
+			Placement: neptune.Placement{Off: true}}) // (the bench moves replicas itself)
 		if err != nil {
 			return err
 		}
