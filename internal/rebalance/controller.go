@@ -73,12 +73,12 @@ type Controller struct {
 	// moving are the partitions this actor added a replica to and has not
 	// removed one from since: their surplus replica is its own move's.
 	moving map[Key]bool
-	mem       Memory
-	wg        sync.WaitGroup
-	stop      chan struct{}
-	done      chan struct{}
-	ctx       context.Context
-	cancel    context.CancelFunc
+	mem    Memory
+	wg     sync.WaitGroup
+	stop   chan struct{}
+	done   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // pending is a change under way and how to stop waiting for it.
