@@ -19,6 +19,13 @@ const (
 	defaultHotQuantile = 0.8
 )
 
+// freshFraction: a replica that answered less than ProbeAge/freshFraction
+// ago is not probed again, even if its answer is used up. A client calling far more
+// often than the cluster changes (sequential calls ~250 µs apart on
+// loopback) would otherwise probe every replica on every call, paying
+// the datagrams' CPU for answers it already has.
+const freshFraction = 10
+
 // Async keeps polling off the call path, after Google's Prequal (Wydrowski
 // et al., NSDI'24). Every call asks the shell to probe ProbeRate random
 // replicas asynchronously (Plan.Probe) and chooses at once from a pool of
@@ -55,8 +62,11 @@ type Async struct {
 	// since: one probe in flight per replica, so a client calling far
 	// more often than a probe's round trip does not flood its replicas.
 	probing map[string]time.Time
-	slow    speeds
-	last    choice
+	// answered is when each replica last answered, whether or not its
+	// answer is still pooled (ProbeReuse may have used it up).
+	answered map[string]time.Time
+	slow     speeds
+	last     choice
 }
 
 // pooled is one probe answer in the pool.
@@ -73,23 +83,25 @@ func (p *pooled) corrected() int { return max(0, p.rif+p.sent-p.done) }
 
 func newAsync(cfg Config, rng *rand.Rand) *Async {
 	return &Async{
-		rng:     rng,
-		rate:    cmp.Or(cfg.ProbeRate, defaultProbeRate),
-		size:    cmp.Or(cfg.PoolSize, defaultPoolSize),
-		age:     cmp.Or(cfg.ProbeAge, defaultProbeAge),
-		reuse:   cmp.Or(cfg.ProbeReuse, defaultProbeReuse),
-		hot:     cmp.Or(cfg.HotQuantile, defaultHotQuantile),
-		own:     map[string]int{},
-		probing: map[string]time.Time{},
-		slow:    speeds{},
+		rng:      rng,
+		rate:     cmp.Or(cfg.ProbeRate, defaultProbeRate),
+		size:     cmp.Or(cfg.PoolSize, defaultPoolSize),
+		age:      cmp.Or(cfg.ProbeAge, defaultProbeAge),
+		reuse:    cmp.Or(cfg.ProbeReuse, defaultProbeReuse),
+		hot:      cmp.Or(cfg.HotQuantile, defaultHotQuantile),
+		own:      map[string]int{},
+		probing:  map[string]time.Time{},
+		answered: map[string]time.Time{},
+		slow:     speeds{},
 	}
 }
 
 // Plan asks for ProbeRate asynchronous probes on average (the fraction
 // rounded at random), to random candidates without a pooled answer first,
 // never to one whose last probe is still unanswered (and younger than
-// ProbeAge: a lost answer does not silence a replica for good). It never
-// asks the caller to wait.
+// ProbeAge: a lost answer does not silence a replica for good), nor to
+// one that answered less than ProbeAge/freshFraction ago. It never asks
+// the caller to wait.
 func (a *Async) Plan(now time.Time, candidates []string) Plan {
 	a.expire(now)
 	n := int(a.rate)
@@ -103,6 +115,9 @@ func (a *Async) Plan(now time.Time, candidates []string) Plan {
 	var known []string
 	for _, c := range candidates {
 		if at, ok := a.probing[c]; ok && now.Sub(at) <= a.age {
+			continue
+		}
+		if at, ok := a.answered[c]; ok && now.Sub(at) < a.age/freshFraction {
 			continue
 		}
 		if a.find(c) < 0 {
@@ -226,6 +241,7 @@ func (a *Async) Done(_ time.Time, replica string, latency time.Duration) {
 // the replica's older one; a full pool evicts its oldest answer.
 func (a *Async) Report(now time.Time, l Load) {
 	delete(a.probing, l.Replica)
+	a.answered[l.Replica] = now
 	if i := a.find(l.Replica); i >= 0 {
 		if a.pool[i].at.After(now) {
 			return
@@ -238,9 +254,15 @@ func (a *Async) Report(now time.Time, l Load) {
 	a.pool = append(a.pool, &pooled{replica: l.Replica, rif: l.Queue, at: now})
 }
 
-// expire drops answers older than the age limit.
+// expire drops answers older than the age limit, and forgets answers
+// too old to hold back a probe.
 func (a *Async) expire(now time.Time) {
 	a.pool = slices.DeleteFunc(a.pool, func(p *pooled) bool { return now.Sub(p.at) > a.age })
+	for r, at := range a.answered {
+		if now.Sub(at) >= a.age/freshFraction {
+			delete(a.answered, r)
+		}
+	}
 }
 
 func (a *Async) find(replica string) int {

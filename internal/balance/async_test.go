@@ -43,7 +43,7 @@ func TestAsyncProbeRateFollowsRequestRate(t *testing.T) {
 			for _, r := range pl.Probe { // every probe answered before the next call
 				a.Report(now.Add(time.Millisecond/2), Load{Replica: r, Queue: 1})
 			}
-			now = now.Add(time.Millisecond)
+			now = now.Add(10 * time.Millisecond) // past ProbeAge/10: no answer is too fresh to probe again
 		}
 		if got := float64(probes) / calls; math.Abs(got-rate) > 0.05 {
 			t.Errorf("rate %v: %.3f probes per call", rate, got)
@@ -80,13 +80,36 @@ func TestAsyncOneProbeInFlightPerReplica(t *testing.T) {
 	if third := a.Plan(t0.Add(2*time.Millisecond), cands).Probe; len(third) != 0 {
 		t.Fatalf("every replica awaits an answer, yet Plan probes %v", third)
 	}
-	// An answer frees its replica; a lost one stops counting after ProbeAge.
+	// An answer frees its replica (once it is no longer fresh); a lost one
+	// stops counting after ProbeAge.
 	a.Report(t0.Add(3*time.Millisecond), Load{Replica: first[0], Queue: 0})
-	if got := a.Plan(t0.Add(3*time.Millisecond), cands).Probe; !slices.Equal(got, first[:1]) {
+	if got := a.Plan(t0.Add(8*time.Millisecond), cands).Probe; !slices.Equal(got, first[:1]) {
 		t.Fatalf("after %s answered, Plan probes %v, want it alone", first[0], got)
 	}
 	if got := a.Plan(t0.Add(52*time.Millisecond), cands).Probe; len(got) != 2 {
 		t.Fatalf("after ProbeAge with answers lost, Plan probes %v, want 2", got)
+	}
+}
+
+// A client calling far more often than ProbeAge/10 (the overhead
+// benchmark's sequential calls, ~250 µs apart) does not probe replicas
+// whose answers are that fresh: with two replicas it used to send two
+// probes per call.
+func TestAsyncDoesNotReprobeFreshAnswers(t *testing.T) {
+	// Reuse 2: the answers are used up after two calls each, yet they
+	// are still fresh.
+	a := newAsyncForTest(t, 2, 50*time.Millisecond, 2)
+	cands := replicas(2)
+	for _, r := range cands {
+		a.Report(t0, Load{Replica: r, Queue: 0})
+	}
+	for at := time.Duration(0); at < 5*time.Millisecond; at += 250 * time.Microsecond {
+		if pl, _ := call(a, t0.Add(at), cands); len(pl.Probe) != 0 {
+			t.Fatalf("at +%v, answered less than ProbeAge/10 ago: Plan probes %v, want none", at, pl.Probe)
+		}
+	}
+	if pl, _ := call(a, t0.Add(5*time.Millisecond), cands); len(pl.Probe) != 2 {
+		t.Fatalf("at ProbeAge/10: Plan probes %v, want both replicas", pl.Probe)
 	}
 }
 

@@ -249,6 +249,13 @@ func (c *Credit) dispatch(q *creditQueue) Vector {
 	return p
 }
 
+// Cancel implements Scheduler.
+func (c *Credit) Cancel(now time.Time, r Request) bool {
+	c.advance(now)
+	i, err := c.byName.find(r.Subscriber)
+	return err == nil && c.queues[i].q.remove(r.ID)
+}
+
 // Report implements Scheduler.
 func (c *Credit) Report(now time.Time, u Usage) error {
 	c.advance(now)

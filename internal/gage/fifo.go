@@ -73,6 +73,17 @@ func (f *FIFO) Next(now time.Time) (Request, bool) {
 	return r, true
 }
 
+// Cancel implements Scheduler.
+func (f *FIFO) Cancel(now time.Time, r Request) bool {
+	f.advance(now)
+	i, err := f.byName.find(r.Subscriber)
+	if err != nil || !f.q.remove(r.ID) {
+		return false
+	}
+	f.lens[i]--
+	return true
+}
+
 // Report implements Scheduler.
 func (f *FIFO) Report(now time.Time, u Usage) error {
 	f.advance(now)

@@ -31,6 +31,12 @@ type harness struct {
 	loads  map[string]load
 	acct   time.Duration
 	report bool // whether usage is reported (false breaks correction)
+	// giveUp, if set, is how long a client waits: a request still queued
+	// that long is cancelled (Scheduler.Cancel), as the gateway does when
+	// a request's wait bound passes.
+	giveUp  time.Duration
+	queued  map[string][]Request
+	granted map[uint64]bool
 
 	acc     map[string]float64 // fractional arrivals carried over
 	n       map[string]int     // requests arrived
@@ -51,6 +57,29 @@ func newHarness(t *testing.T, s Scheduler, loads map[string]load) *harness {
 		t: t, s: s, unit: DefaultUnit, now: t0, loads: loads, acct: 100 * time.Millisecond, report: true,
 		acc: map[string]float64{}, n: map[string]int{}, pending: map[string]Usage{}, nextRep: t0.Add(100 * time.Millisecond),
 		served: map[string]Vector{}, count: map[string]int{}, arrived: map[string]int{}, dropped: map[string]int{},
+		queued: map[string][]Request{}, granted: map[uint64]bool{},
+	}
+}
+
+// giveUpOnOld cancels the requests that have waited giveUp, counting them
+// as dropped.
+func (h *harness) giveUpOnOld() {
+	for name, rs := range h.queued {
+		for len(rs) > 0 && h.now.Sub(rs[0].Arrived) >= h.giveUp {
+			r := rs[0]
+			rs = rs[1:]
+			if h.granted[r.ID] {
+				delete(h.granted, r.ID)
+				continue
+			}
+			if !h.s.Cancel(h.now, r) {
+				h.t.Fatalf("cancel of a waiting request %d of %s: not found", r.ID, name)
+			}
+			if !r.Arrived.Before(h.from) {
+				h.dropped[name]++
+			}
+		}
+		h.queued[name] = rs
 	}
 }
 
@@ -68,17 +97,26 @@ func (h *harness) run(d time.Duration) {
 				if counted {
 					h.arrived[name]++
 				}
-				if err := h.s.Enqueue(h.now, Request{ID: h.nextID, Subscriber: name, Arrived: h.now}); err != nil {
+				r := Request{ID: h.nextID, Subscriber: name, Arrived: h.now}
+				if err := h.s.Enqueue(h.now, r); err != nil {
 					if counted {
 						h.dropped[name]++
 					}
+				} else if h.giveUp > 0 {
+					h.queued[name] = append(h.queued[name], r)
 				}
 			}
+		}
+		if h.giveUp > 0 {
+			h.giveUpOnOld()
 		}
 		for {
 			r, ok := h.s.Next(h.now)
 			if !ok {
 				break
+			}
+			if h.giveUp > 0 {
+				h.granted[r.ID] = true
 			}
 			l := h.loads[r.Subscriber]
 			u := l.use

@@ -41,6 +41,11 @@ type Scheduler interface {
 	Enqueue(now time.Time, r Request) error
 	// Next returns the request to dispatch now, if any may go.
 	Next(now time.Time) (Request, bool)
+	// Cancel takes a request still waiting out of its queue (its client
+	// gave up: the wait bound, the deadline, a closed connection), so it
+	// is never dispatched and costs its subscriber nothing, neither
+	// credit nor share of the spare. It reports whether r was waiting.
+	Cancel(now time.Time, r Request) bool
 	// Report accounts for measured usage: it corrects the charges made at
 	// dispatch, which were predictions, and updates the predictions.
 	Report(now time.Time, u Usage) error
@@ -244,6 +249,24 @@ func (r *ring) push(x Request) {
 }
 
 func (r *ring) peek() Request { return r.buf[r.head] }
+
+// remove takes the request with id out, keeping the others' order, and
+// reports whether it was there. Linear: queues are bounded (MaxQueue) and
+// cancellations rarer than dispatches.
+func (r *ring) remove(id uint64) bool {
+	for i := range r.size {
+		if r.buf[(r.head+i)%len(r.buf)].ID != id {
+			continue
+		}
+		for j := i; j < r.size-1; j++ {
+			r.buf[(r.head+j)%len(r.buf)] = r.buf[(r.head+j+1)%len(r.buf)]
+		}
+		r.buf[(r.head+r.size-1)%len(r.buf)] = Request{}
+		r.size--
+		return true
+	}
+	return false
+}
 
 func (r *ring) pop() Request {
 	x := r.buf[r.head]

@@ -38,6 +38,74 @@ func TestIsolationFloodingSubscriberDoesNotHurtOthers(t *testing.T) {
 	}
 }
 
+// Clients that give up: both subscribers ask more than capacity allows,
+// site2 by more, so more of its queued requests reach the clients' wait
+// bound and are cancelled. A cancelled request costs nothing: the spare is
+// still split in proportion to the reservations. (Dispatched at its turn
+// and refunded instead, as the gateway used to, each still advanced the
+// tag scheduler's tags, and site2 got no spare at all.)
+func TestCancelledRequestsTakeNoShareOfTheSpare(t *testing.T) {
+	for name, mk := range schedulers {
+		t.Run(name, func(t *testing.T) {
+			s := mustSched(t, mk, subs("site1", 50.0, "site2", 40.0), 120)
+			h := newHarness(t, s, map[string]load{"site1": {rate: 80, use: gru}, "site2": {rate: 80, use: gru}})
+			h.giveUp = 500 * time.Millisecond
+			h.run(2 * time.Second)
+			h.measure()
+			h.run(20 * time.Second)
+			s1, s2 := h.grps("site1")-50, h.grps("site2")-40
+			if got := s1 / s2; !within(got, 1.25, 0.03) {
+				t.Errorf("spare %.1f : %.1f GRPS = %.3f, want 1.25 ± 3%%", s1, s2, got)
+			}
+			if h.dropped["site2"] == 0 {
+				t.Errorf("no request of site2 was given up on: the test tests nothing")
+			}
+			for _, q := range s.Queues() {
+				if q.Len > 80/2+1 {
+					t.Errorf("%s's queue holds %d requests, more than the clients wait for", q.Subscriber, q.Len)
+				}
+			}
+		})
+	}
+}
+
+func TestCancel(t *testing.T) {
+	for name, mk := range map[string]func(Config, Options) (Scheduler, error){
+		"credit": schedulers["credit"], "tag": schedulers["tag"],
+		"fifo": func(c Config, o Options) (Scheduler, error) { return NewFIFO(c, o) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := mustSched(t, mk, subs("a", 10.0), 1000)
+			for i := range 4 {
+				if err := s.Enqueue(t0, Request{ID: uint64(i), Subscriber: "a", Arrived: t0}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !s.Cancel(t0, Request{ID: 0, Subscriber: "a"}) || !s.Cancel(t0, Request{ID: 2, Subscriber: "a"}) {
+				t.Fatal("a waiting request was not cancelled")
+			}
+			if s.Cancel(t0, Request{ID: 2, Subscriber: "a"}) || s.Cancel(t0, Request{ID: 9, Subscriber: "a"}) || s.Cancel(t0, Request{ID: 1, Subscriber: "nobody"}) {
+				t.Error("cancelled a request that was not waiting")
+			}
+			if q := s.Queues()[0]; q.Len != 2 {
+				t.Errorf("queue length %d after two of four cancelled", q.Len)
+			}
+			var got []uint64
+			now := t0
+			for range 1000 {
+				if r, ok := s.Next(now); ok {
+					got = append(got, r.ID)
+					continue
+				}
+				now = now.Add(time.Millisecond)
+			}
+			if len(got) != 2 || got[0] != 1 || got[1] != 3 {
+				t.Errorf("dispatched %v, want [1 3]", got)
+			}
+		})
+	}
+}
+
 // The same load through the FIFO gateway: the flood takes from everyone,
 // which is what the test above guards against (and proves it can fail).
 func TestFIFOLetsTheFloodHurtOthers(t *testing.T) {

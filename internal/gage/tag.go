@@ -177,6 +177,26 @@ func (t *Tag) dispatch(q *tagQueue) Request {
 	return r
 }
 
+// Cancel implements Scheduler. A cancelled head's tags go with it: the
+// next head is tagged from the last dispatch, as after a dispatch.
+func (t *Tag) Cancel(now time.Time, r Request) bool {
+	t.advance(now)
+	i, err := t.byName.find(r.Subscriber)
+	if err != nil {
+		return false
+	}
+	q := t.queues[i]
+	wasHead := q.q.len() > 0 && q.q.peek().ID == r.ID
+	if !q.q.remove(r.ID) {
+		return false
+	}
+	if wasHead {
+		q.head = false
+		t.tagHead(q, math.Inf(-1))
+	}
+	return true
+}
+
 // Report implements Scheduler: the capacity budget is corrected, the
 // prediction updated; tags already given stay.
 func (t *Tag) Report(now time.Time, u Usage) error {

@@ -434,21 +434,22 @@ routes:
 	if v := value(t, reg, "neptune_gateway_queue_length", "subscriber", gage.DefaultName); v != 0 {
 		t.Errorf("queue length gauge %v after both gave up, want 0", v)
 	}
-	// The two refused keep their places in the scheduler until their
-	// turn, when they go at no charge.
+	// The two refused leave the scheduler at once, with no turn: left
+	// queued until their turn, they would count in the schedulers'
+	// shares of the spare as if served. The clock does not move, so
+	// only the cancellation can empty the queue.
+	queued(t, g, gage.DefaultName, 0)
 	go send("/short")
-	queued(t, g, gage.DefaultName, 3)
+	queued(t, g, gage.DefaultName, 1)
 	clk.Advance(100 * time.Millisecond)
 	if r := <-results; r.code != 504 {
 		t.Errorf("past the deadline while queued: %+v, want 504", r)
 	}
+	queued(t, g, gage.DefaultName, 0)
 	if n := len(f.log()); n != 1 {
 		t.Errorf("%d calls, want only the first", n)
 	}
-	// The abandoned requests leave the queue with their turn, charged
-	// nothing.
 	clk.Advance(2 * time.Second)
-	queued(t, g, gage.DefaultName, 0)
 	if got := value(t, reg, "neptune_gateway_dropped_total", "subscriber", gage.DefaultName, "reason", dropOverShare); got != 2 {
 		t.Errorf("dropped (wait) %v, want 2", got)
 	}

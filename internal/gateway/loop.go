@@ -34,6 +34,7 @@ type loop struct {
 	metrics  *metrics
 	arrivals chan arrival
 	usage    chan gage.Usage
+	cancels  chan *ticket
 	snaps    chan chan []gage.QueueState
 	stopped  chan struct{} // closed when run returns
 	// cl is the cluster view (capacity, peers' demand), ticked every
@@ -54,6 +55,7 @@ type loop struct {
 // is never both served and refused, with no lock between the two.
 type ticket struct {
 	sub   string
+	id    uint64 // set by the loop before it answers the arrival
 	state atomic.Int32
 	turn  chan struct{} // closed when granted
 }
@@ -79,6 +81,7 @@ func newLoop(clk clock.Clock, s gage.Scheduler, m *metrics, cl *cluster, period 
 		gossip:   make(chan gage.GatewayDemand, 64),
 		arrivals: make(chan arrival),
 		usage:    make(chan gage.Usage, 4096),
+		cancels:  make(chan *ticket, 4096),
 		snaps:    make(chan chan []gage.QueueState),
 		stopped:  make(chan struct{}),
 		waiting:  map[uint64]*ticket{},
@@ -111,6 +114,8 @@ func (l *loop) run(ctx context.Context) {
 			l.arrive(l.clk.Now(), a)
 		case u := <-l.usage:
 			l.report(l.clk.Now(), u)
+		case t := <-l.cancels:
+			l.cancel(l.clk.Now(), t)
 		case s := <-l.snaps:
 			// Dispatch at the current time first, so a snapshot shows
 			// every decision due by now (tests on a manual clock step
@@ -140,15 +145,29 @@ func (l *loop) arrive(now time.Time, a arrival) {
 		a.reply <- err
 		return
 	}
+	a.t.id = id
 	l.waiting[id] = a.t
 	l.metrics.onQueued(a.t.sub, 1)
 	a.reply <- nil
 }
 
+// cancel takes a request whose handler gave up out of the scheduler, so
+// it is not dispatched: dispatched and refunded instead, it would still
+// count as served in the schedulers' shares of the spare (Credit's
+// running count, Tag's tags), and a subscriber whose requests time out
+// in the queue would lose its share of the spare to the others.
+func (l *loop) cancel(now time.Time, t *ticket) {
+	if l.waiting[t.id] != t {
+		return // dispatched meanwhile: dispatch drops it at no charge
+	}
+	delete(l.waiting, t.id)
+	l.sched.Cancel(now, gage.Request{ID: t.id, Subscriber: t.sub})
+}
+
 // dispatch grants every request the scheduler lets go now. A request
-// whose handler gave up meanwhile is reported at once as having used
-// nothing, which refunds the prediction it was charged and drains the
-// scheduler's count of outstanding requests.
+// whose handler gave up before the loop could cancel it is reported at
+// once as having used nothing, which refunds the prediction it was
+// charged and drains the scheduler's count of outstanding requests.
 func (l *loop) dispatch(now time.Time) {
 	for {
 		r, ok := l.sched.Next(now)
@@ -213,10 +232,14 @@ func (l *loop) wait(ctx context.Context, sub string, maxWait time.Duration) erro
 	if !t.abandon() {
 		return nil // granted meanwhile: the turn is ours after all
 	}
-	// The request keeps its place in the scheduler (which cannot take a
-	// request out) until its turn, when the loop drops it at no charge;
-	// the gauge counts only requests still waiting.
+	// The loop takes it out of the scheduler; if the channel is full, it
+	// keeps its place until its turn, when the loop drops it at no
+	// charge. The gauge counts only requests still waiting.
 	l.metrics.onQueued(sub, -1)
+	select {
+	case l.cancels <- t:
+	default:
+	}
 	return err
 }
 

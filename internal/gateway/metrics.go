@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"math"
 	"strconv"
 	"sync/atomic"
 
@@ -46,6 +47,8 @@ type subMetrics struct {
 	// The same counts for /api/subscribers, which reads them without
 	// going through a Prometheus gather.
 	nDemanded, nServed, nDropped atomic.Int64
+	// nServedMicroGRU is servedGRU in millionths, for the same reader.
+	nServedMicroGRU atomic.Int64
 }
 
 // Reasons a request is dropped, the reason label of dropped_total.
@@ -132,7 +135,10 @@ func (m *metrics) onServed(sub string) {
 	m.subs[sub].nServed.Add(1)
 }
 
-func (m *metrics) onUsed(sub string, g float64) { m.subs[sub].servedGRU.Add(g) }
+func (m *metrics) onUsed(sub string, g float64) {
+	m.subs[sub].servedGRU.Add(g)
+	m.subs[sub].nServedMicroGRU.Add(int64(math.Round(g * 1e6)))
+}
 
 func (m *metrics) onDrop(sub, why string) {
 	m.subs[sub].dropped[why].Inc()

@@ -22,6 +22,9 @@ type SubscriberStatus struct {
 	Demanded int64 `json:"demanded"`
 	Served   int64 `json:"served"`
 	Dropped  int64 `json:"dropped"`
+	// ServedGRU is what the served requests cost, in GRU, since the
+	// start: the rate of its change is the rate served in GRPS.
+	ServedGRU float64 `json:"served_gru"`
 }
 
 // Status is a gateway's state for operators.
@@ -50,6 +53,7 @@ func (g *Gateway) Status() Status {
 		out.Subscribers = append(out.Subscribers, SubscriberStatus{
 			Name: s.Name, Reserved: s.Reservation, Limit: s.Limit, Share: share, DemandGRPS: st.DemandGRPS[s.Name],
 			Demanded: sm.nDemanded.Load(), Served: sm.nServed.Load(), Dropped: sm.nDropped.Load(),
+			ServedGRU: float64(sm.nServedMicroGRU.Load()) / 1e6,
 		})
 	}
 	return out

@@ -41,11 +41,17 @@ type scenario struct {
 	warmup, duration time.Duration
 	// killAt > 0: the last gateway dies at this time (from the start);
 	// its clients go to the others.
-	killAt     time.Duration
-	netDelay   time.Duration
-	bin        time.Duration // width of the served-usage bins
-	perGateway bool          // keep bins per gateway too
-	seed       uint64
+	killAt   time.Duration
+	netDelay time.Duration
+	// perResponse reports each request's usage to its gateway as it
+	// completes, as the HTTP gateway does (the node's measure rides on
+	// the call's answer); otherwise usage goes with the node's report
+	// every accounting cycle, the paper's feedback (§3.5). The capacity
+	// comes from the accounting cycle either way.
+	perResponse bool
+	bin         time.Duration // width of the served-usage bins
+	perGateway  bool          // keep bins per gateway too
+	seed        uint64
 }
 
 // result is what a run measured over [warmup, warmup+duration].
@@ -420,9 +426,14 @@ func (b *backend) complete(w *world, r *req) {
 	now := w.eng.Now()
 	b.n--
 	b.total = b.total.Add(r.use)
-	a := &b.usage[r.gw][r.sub]
-	a.n++
-	a.used = a.used.Add(r.use)
+	if w.sc.perResponse {
+		gw, u := w.gws[r.gw], gage.Usage{Subscriber: w.names[r.sub], Requests: 1, Used: r.use}
+		w.eng.After(w.sc.netDelay, func() { gw.receive(w, []gage.Usage{u}, nil) })
+	} else {
+		a := &b.usage[r.gw][r.sub]
+		a.n++
+		a.used = a.used.Add(r.use)
+	}
 	if w.measured(r.arrived) {
 		sr := &w.res.subs[r.sub]
 		sr.completed = sr.completed.Add(r.use)
@@ -485,12 +496,14 @@ func (w *world) report(b *backend) {
 		if gw.dead {
 			continue
 		}
-		w.eng.After(w.sc.netDelay, func() { gw.receive(w, us, nr) })
+		w.eng.After(w.sc.netDelay, func() { gw.receive(w, us, &nr) })
 	}
 	w.eng.After(w.sc.acct, func() { w.report(b) })
 }
 
-func (gw *gateway) receive(w *world, us []gage.Usage, nr gage.NodeReport) {
+// receive takes usage reports and, if nr is set, a node's accounting
+// cycle.
+func (gw *gateway) receive(w *world, us []gage.Usage, nr *gage.NodeReport) {
 	if gw.dead {
 		return
 	}
@@ -504,8 +517,10 @@ func (gw *gateway) receive(w *world, us []gage.Usage, nr gage.NodeReport) {
 			gw.avgCost[i] = 0.8*gw.avgCost[i] + 0.2*gage.DefaultUnit.Cost(u.Used)/float64(u.Requests)
 		}
 	}
-	gw.est.Observe(now, nr)
-	w.applyCapacity(gw)
+	if nr != nil {
+		gw.est.Observe(now, *nr)
+		w.applyCapacity(gw)
+	}
 	gw.pump(w)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +109,31 @@ func TestFiles(t *testing.T) {
 	}
 	if b, err := readFile(cfg.Out + "/failover.svg"); err != nil || !strings.Contains(b, "<svg") {
 		t.Errorf("failover.svg: %v", err)
+	}
+}
+
+// The gateway feeds each response's usage back at once; the nodes'
+// accounting cycle only sets the capacity. On the trace's lumpy sizes the
+// simulated gateway must then deviate less than with usage per cycle (the
+// paper's feedback), which lags by up to a cycle.
+func TestUsagePerResponseCorrectsSooner(t *testing.T) {
+	cfg := DefaultConfig()
+	dev1 := func(perResponse bool) float64 {
+		sc := base(cfg, "gage", 8*time.Second)
+		sc.warmup, sc.perResponse = time.Second, perResponse
+		res := []float64{300, 200, 150, 100}
+		sc.capacity = 750
+		for i, r := range res {
+			sc.subs = append(sc.subs, subSpec{name: fmt.Sprintf("s%d", i+1), res: r, demand: 1.5 * r, sizes: sizes{kind: "trace"}})
+		}
+		r, err := simulate(context.Background(), sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return meanDev(r, time.Second)
+	}
+	perCycle, perResponse := dev1(false), dev1(true)
+	if perResponse >= 0.9*perCycle {
+		t.Errorf("deviation at 1 s: %.1f%% with usage per response, %.1f%% per cycle: want clearly less", 100*perResponse, 100*perCycle)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/neptune-cluster/neptune/lab/bench/burstbench"
 	"github.com/neptune-cluster/neptune/lab/bench/dacbench"
 	"github.com/neptune-cluster/neptune/lab/bench/elasticbench"
+	"github.com/neptune-cluster/neptune/lab/bench/gagebench"
 	"github.com/neptune-cluster/neptune/lab/bench/lbbench"
 	"github.com/neptune-cluster/neptune/lab/bench/movebench"
 	"github.com/neptune-cluster/neptune/lab/bench/overhead"
@@ -18,12 +19,12 @@ import (
 )
 
 func benchCmd() *cobra.Command {
-	return group("bench", "Run a benchmark: overhead, lb, replication, wal, apps, dac, append, burst, faults",
+	return group("bench", "Run a benchmark: overhead, lb, replication, wal, apps, dac, append, burst, faults, gage",
 		`Run a benchmark on real node processes (re-executions of this binary) or
 in-process nodes. Each benchmark runs its contenders side by side in one
 run, interleaved in rounds so drift in the machine affects all alike, and
 prints ratios; --sections picks the parts of those that have several.`,
-		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), moveCmd(), restoreCmd(),
+		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), moveCmd(), restoreCmd(), gageBenchCmd(),
 		echoServerCmd(), faultsClientCmd(), httpProgramCmd(), lbClientCmd())
 }
 
@@ -85,6 +86,7 @@ or its baseline was unhealthy), with the reason printed.`,
 	fs.Float64Var(&cfg.AsyncMean, "goal-async-mean", cfg.AsyncMean, "goal: the async policy's mean at most this × the oracle's")
 	fs.Float64Var(&cfg.AsyncP99, "goal-async-p99", cfg.AsyncP99, "goal: the async policy's p99 at most this × the oracle's")
 	fs.Float64Var(&cfg.AsyncContended, "goal-async-contended", cfg.AsyncContended, "goal with --hog: the async policy's mean and p99 at most this × the oracle's")
+	fs.IntVar(&cfg.MoreProbes, "more-probes", cfg.MoreProbes, "goals section: add a row (not judged) for the default polling this many replicas per call; 0 skips it")
 	fs.IntVar(&cfg.Hog, "hog", cfg.Hog, "run this many CPU-spinning goroutines beside the goals section (the contended async goal)")
 	addSeed(fs, &cfg.Seed, "the traces (shared by every contender of a row group)")
 	fs.StringVar(&cfg.HAProxy, "haproxy", cfg.HAProxy, "HAProxy executable; its rows are skipped if it is not found")
@@ -253,6 +255,46 @@ was unhealthy at the goal's rate), with the reason printed.`,
 	addSeed(fs, &cfg.Seed, "the arrivals")
 	addOut(fs, &cfg.Out, "the CSV and SVG files (empty: none)")
 	fs.BoolVarP(&cfg.Verbose, "verbose", "v", cfg.Verbose, "print the failed calls of every cell by error")
+	return cmd
+}
+
+func gageBenchCmd() *cobra.Command {
+	cfg := gagebench.DefaultConfig()
+	cmd := leaf("gage [flags]", "Guaranteed request rates per subscriber through gateway processes (issue 12)",
+		`Start --nodes node processes hosting echo and, per contender, a
+neptune gateway process (credit: Gage; tag: mClock-style; fifo:
+reservations off) and nginx with limit_req per subscriber in front of a
+FIFO gateway; send each subscriber's open-loop Poisson load, told apart
+by Host, through each in interleaved rounds.
+
+Sections: table1 (isolation: 250:150:50 x --scale GRPS, the small one
+asking 8x), table2 (spare sharing: 250:200, both over), split (two
+gateways gossiping demand, A's demand split 90/10, then one SIGKILLed),
+overhead (direct client vs gateway with and without reservations vs
+nginx as a plain proxy: latency added, throughput, proxy CPU per
+request). Goals are flags, fixed before the run; each is PASS, FAIL or
+INCONCLUSIVE (a starved cell, rounds that disagree, nginx missing).`,
+		experiment(&cfg, nil, nil, gagebench.Run))
+	cmd.Example = "  flock /work/bench.lock neptune bench gage --sections table1,table2"
+	fs := cmd.Flags()
+	addSections(fs, &cfg.Sections, gagebench.Sections)
+	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "node processes hosting echo")
+	fs.Float64Var(&cfg.Scale, "scale", cfg.Scale, "multiply the paper's reservations and capacity (600 GRPS) by this")
+	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measured time per contender per round")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured start of each cell")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds, pooled")
+	fs.IntVar(&cfg.Body, "body", cfg.Body, "echo request bytes (about one GRU of network with the answer)")
+	fs.DurationVar(&cfg.MaxWait, "max-wait", cfg.MaxWait, "the gateways' max_wait (and nginx's burst at the rate)")
+	fs.StringVar(&cfg.Nginx, "nginx", cfg.Nginx, "nginx executable; its cells are INCONCLUSIVE if it is not found")
+	fs.DurationVar(&cfg.PeerTTL, "peer-ttl", cfg.PeerTTL, "split: the gateways' peer_ttl")
+	fs.DurationVar(&cfg.GossipPeriod, "gossip-period", cfg.GossipPeriod, "split: the gateways' gossip_period")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "overhead: closed-loop callers")
+	fs.DurationVar(&cfg.OverheadCell, "overhead-cell", cfg.OverheadCell, "overhead: time per contender per mode per round")
+	addSeed(fs, &cfg.Seed, "the arrivals")
+	fs.Float64Var(&cfg.GoalGot, "goal-got", cfg.GoalGot, "goal: subscribers within reservation get at least this fraction of what they ask")
+	fs.Float64Var(&cfg.GoalSpare, "goal-spare", cfg.GoalSpare, "goal: spare ratio within this fraction of the reservation ratio")
+	fs.Float64Var(&cfg.GoalSplit, "goal-split", cfg.GoalSplit, "goal: a subscriber's total through two gateways within this fraction of its reservation")
+	fs.Float64Var(&cfg.GoalThroughput, "goal-throughput", cfg.GoalThroughput, "goal: throughput with reservations at least this x without")
 	return cmd
 }
 

@@ -82,3 +82,15 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// The goals section's extra row polls more replicas than the default:
+// the cell must carry its ProbeSize to the client processes.
+func TestMergeCellCarriesProbeSize(t *testing.T) {
+	base := lbCell{PollSize: 3, Clients: 16}
+	if got := mergeCell(base, lbCell{Label: "p", Policy: "prequal", ProbeSize: 10}, "exp", 0.9, time.Second); got.ProbeSize != 10 || got.PollSize != 3 {
+		t.Errorf("merged %+v, want ProbeSize 10 and the base's PollSize", got)
+	}
+	if got := mergeCell(base, lbCell{Label: "d", Policy: "prequal"}, "exp", 0.9, time.Second); got.ProbeSize != 0 {
+		t.Errorf("merged %+v, want the default's ProbeSize (0)", got)
+	}
+}

@@ -191,8 +191,8 @@ func TestValidateNamesField(t *testing.T) {
 }
 
 // TestAsyncProbesOffTheCallPath: the async policy's calls never wait for a
-// poll (their choice is made on arrival), it sends ProbeRate probes per
-// request, and a client that calls often enough (one client carrying the
+// poll (their choice is made on arrival), it sends about ProbeRate probes
+// per request, and a client that calls often enough (one client carrying the
 // whole load, a call every ~3.5 ms) keeps its pool fresh and lands within
 // 15% of the oracle's mean, where 16 independent clients, each calling
 // every ~55 ms (the service time), reuse stale answers and do far worse.
@@ -212,8 +212,10 @@ func TestAsyncProbesOffTheCallPath(t *testing.T) {
 	if one.MeanPoll != 0 {
 		t.Errorf("async: mean time to a choice %v, want 0 (no call waits)", one.MeanPoll)
 	}
-	if want := float64(3); one.PollsPerRequest != want {
-		t.Errorf("async: %g probes per request, want %g", one.PollsPerRequest, want)
+	// ProbeRate per call, less the few replicas whose answer is too fresh
+	// to probe again.
+	if got := one.PollsPerRequest; got > 3 || got < 2.8 {
+		t.Errorf("async: %g probes per request, want 2.8–3", got)
 	}
 	if m, _ := one.Ratio(run(balance.NameOracle, 1)); m > 1.15 {
 		t.Errorf("async, one busy client: mean %.3f× the oracle's, want ≤ 1.15×", m)

@@ -1,0 +1,333 @@
+// Package gagebench is `neptune bench gage`: Gage's guarantees (issue 12)
+// measured through `neptune gateway` processes in front of real node
+// processes, beside the same load through a FIFO gateway (reservations
+// off), nginx with limit_req per subscriber, and a direct Neptune client.
+//
+// The service is echo, a network-bound profile: a request's cost is its
+// message bytes, which the node measures exactly, so a GRU is the same
+// on a loaded machine as on an idle one and the figures measure the
+// scheduler rather than the machine. The capacity is declared (the
+// gateway's capacity_grps) and the nodes' reports refine it only in the
+// resources they measure; the scheduler paces dispatches to it, so, as
+// in the paper, the cluster's capacity is what is shared.
+package gagebench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
+	"github.com/neptune-cluster/neptune/lab/report"
+)
+
+// Sections are the parts of `neptune bench gage`, in the order they run.
+var Sections = []string{"table1", "table2", "split", "overhead"}
+
+// Config are the knobs of `neptune bench gage`.
+type Config struct {
+	Sections []string
+	// Nodes host echo (partition 0).
+	Nodes int
+	// Scale multiplies the paper's figures: reservations 250:150:50 GRPS
+	// (Table 1, capacity 600 GRPS), 250:200 (Table 2, capacity 700).
+	Scale float64
+	// Cell is the measured time per contender per round, after Warmup.
+	Cell, Warmup time.Duration
+	Rounds       int
+	// Body is the echo request's bytes (the answer has as many): with
+	// framing, about one GRU of 2,000 network bytes.
+	Body int
+	// MaxWait is the gateways' bound on a request's wait for its turn
+	// (then 429); nginx's limit_req burst is the same wait at the rate.
+	MaxWait time.Duration
+	// Nginx is the nginx executable; its cells are INCONCLUSIVE if it is
+	// not found.
+	Nginx string
+	// PeerTTL and GossipPeriod are the two gateways' (the split section).
+	PeerTTL, GossipPeriod time.Duration
+	// Concurrency is the closed-loop callers of the overhead section.
+	Concurrency int
+	// OverheadCell is the overhead section's time per contender per
+	// round.
+	OverheadCell time.Duration
+	Seed         uint64
+
+	// Goals, fixed before the run (issue 12): the subscribers within
+	// their reservations get at least GoalGot of what they ask; the spare
+	// ratio within GoalSpare of the reservation ratio; a subscriber's
+	// total through two gateways within GoalSplit of its reservation;
+	// throughput with reservations at least GoalThroughput × without.
+	GoalGot, GoalSpare, GoalSplit, GoalThroughput float64
+}
+
+// DefaultConfig is scale 0.2 (Table 1: 50:30:10 GRPS of 120), two nodes,
+// 8 s cells after 2 s of warm-up, two rounds.
+func DefaultConfig() Config {
+	return Config{
+		Sections: Sections, Nodes: 2, Scale: 0.2, Cell: 8 * time.Second, Warmup: 2 * time.Second, Rounds: 2,
+		Body: 1000, MaxWait: 500 * time.Millisecond, Nginx: "nginx", PeerTTL: time.Second, GossipPeriod: 100 * time.Millisecond,
+		Concurrency: 8, OverheadCell: 3 * time.Second, Seed: 1,
+		GoalGot: 0.99, GoalSpare: 0.03, GoalSplit: 0.05, GoalThroughput: 0.98,
+	}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	for _, s := range c.Sections {
+		if !slices.Contains(Sections, s) {
+			return fmt.Errorf("gagebench: unknown section %q (want %v)", s, Sections)
+		}
+	}
+	switch {
+	case c.Nodes < 1 || c.Rounds < 1 || c.Concurrency < 1:
+		return errors.New("gagebench: nodes, rounds and concurrency must be >= 1")
+	case c.Scale <= 0 || c.Body < 0:
+		return errors.New("gagebench: scale must be > 0 and body >= 0")
+	case c.Cell <= 0 || c.Warmup < 0 || c.OverheadCell <= 0 || c.MaxWait <= 0 || c.PeerTTL <= c.GossipPeriod || c.GossipPeriod <= 0:
+		return errors.New("gagebench: cell, overhead cell, max wait and gossip period must be > 0, warm-up >= 0, peer TTL > gossip period")
+	case !(c.GoalGot > 0 && c.GoalSpare > 0 && c.GoalSplit > 0 && c.GoalThroughput > 0):
+		return errors.New("gagebench: goals must be > 0")
+	}
+	return nil
+}
+
+// env is what every section shares: the node processes, this executable,
+// the scratch directory.
+type env struct {
+	cfg   Config
+	exe   string
+	dir   string
+	cl    *localcluster.Cluster
+	nginx string // "" if not found
+	hc    *http.Client
+	w     io.Writer
+}
+
+// Run is `neptune bench gage`.
+func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	exe, dir, cleanup, err := localcluster.Scratch("neptune-bench-gage-")
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	e := &env{cfg: cfg, exe: exe, dir: dir, cl: localcluster.New(exe, dir), nginx: findNginx(cfg.Nginx), hc: newHTTPClient(), w: stdout}
+	defer e.cl.Close()
+	for i := range cfg.Nodes {
+		if _, err := e.cl.Start(ctx, localcluster.Spec{ID: fmt.Sprint("n", i), Services: []string{"echo:0"},
+			Args: []string{"--announce-interval", "200ms", "--announce-ttl", "2s"}}); err != nil {
+			return err
+		}
+	}
+	nginx := e.nginx
+	if nginx == "" {
+		nginx = fmt.Sprintf("NOT FOUND (%q): its cells are INCONCLUSIVE", cfg.Nginx)
+	}
+	fmt.Fprintf(stdout, "Gage through real processes: %d node processes hosting echo, gateways as `neptune gateway` processes, nginx %s.\n", cfg.Nodes, nginx)
+	fmt.Fprintf(stdout, "GRU = 10 ms CPU, 10 ms disk, 2000 B network (the paper's); a %d B echo costs about 1 GRU (network-bound), as the nodes measure it.\n", cfg.Body)
+	fmt.Fprintf(stdout, "Scale %.2g of the paper's reservations; cells %v after %v warm-up, %d rounds interleaved; max_wait %v; seed %d.\n\n",
+		cfg.Scale, cfg.Cell, cfg.Warmup, cfg.Rounds, cfg.MaxWait, cfg.Seed)
+	var checks []*report.Check
+	for _, s := range Sections {
+		if !slices.Contains(cfg.Sections, s) {
+			continue
+		}
+		var cs []*report.Check
+		switch s {
+		case "table1":
+			cs, err = e.table1(ctx)
+		case "table2":
+			cs, err = e.table2(ctx)
+		case "split":
+			cs, err = e.split(ctx)
+		case "overhead":
+			cs, err = e.overhead(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("gagebench: %s: %w", s, err)
+		}
+		checks = append(checks, cs...)
+	}
+	fmt.Fprintln(stdout, "Goals (issue 12, fixed before the run; judged on Gage's credit scheduler)")
+	for _, c := range checks {
+		fmt.Fprintln(stdout, c)
+	}
+	fmt.Fprintln(stdout, report.Tally(checks...))
+	return nil
+}
+
+// subscriberSpec is one subscriber of a gateway config.
+type subscriberSpec struct {
+	name string
+	res  float64
+}
+
+func host(sub string) string { return sub + ".example" }
+
+// gatewayConfig is a gateway's YAML: echo at /echo, subscribers told
+// apart by Host, the declared capacity, and gossip if extra says so.
+func (e *env) gatewayConfig(scheduler string, capacity float64, subs []subscriberSpec, extra string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: 127.0.0.1:0\nmetrics: 127.0.0.1:0\njoin: [%s]\nscheduler: %s\ncapacity_grps: %g\nmax_wait: %v\ntimeout: 10s\nqueue: 1024\n",
+		strings.Join(e.cl.Seeds(), ", "), scheduler, capacity, e.cfg.MaxWait)
+	b.WriteString(extra)
+	b.WriteString("subscribers:\n")
+	for _, s := range subs {
+		fmt.Fprintf(&b, "  - {name: %s, reservation: %g, rules: [{host: %s}]}\n", s.name, s.res, host(s.name))
+	}
+	b.WriteString("routes: [{path_prefix: /echo, service: echo, method: echo}]\n")
+	return b.String()
+}
+
+// waitReady sends one request of each subscriber through target until
+// all are answered 200.
+func (e *env) waitReady(ctx context.Context, target string, subs []subscriberSpec) error {
+	body := make([]byte, e.cfg.Body)
+	return localcluster.Wait(ctx, 20*time.Second, func(ctx context.Context) error {
+		for _, s := range subs {
+			out := drive1(ctx, e.hc, target, host(s.name), body)
+			if out != http.StatusOK {
+				return fmt.Errorf("%s via %s: status %d", s.name, target, out)
+			}
+		}
+		return nil
+	})
+}
+
+// drive1 sends one request and returns its status (0: no answer).
+func drive1(ctx context.Context, hc *http.Client, target, host string, body []byte) int {
+	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+target+"/echo", strings.NewReader(string(body)))
+	if err != nil {
+		return 0
+	}
+	req.Host = host
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// contender is one way of serving a section's load: the process clients
+// send to, and the gateway whose status tells the cost of a request.
+type contender struct {
+	name    string
+	target  *proc // nil: missing (nginx not found)
+	gateway *proc
+	missing string
+}
+
+// cellResult is one contender's cell: per subscriber, what was asked,
+// answered and dropped in the measured window (by the clients), and what
+// the gateway served in it (GRU, by its status at the window's ends).
+type cellResult struct {
+	counts map[string]*tally
+	gru    map[string]float64 // served in the window
+	n      map[string]int64   // requests served in the window
+	starve bench.Starvation
+	late   time.Duration
+	secs   float64
+}
+
+func (r *cellResult) add(o *cellResult) {
+	if r.counts == nil {
+		r.counts, r.gru, r.n = map[string]*tally{}, map[string]float64{}, map[string]int64{}
+	}
+	for s, t := range o.counts {
+		if r.counts[s] == nil {
+			r.counts[s] = &tally{}
+		}
+		c := r.counts[s]
+		c.asked, c.ok, c.dropped, c.other = c.asked+t.asked, c.ok+t.ok, c.dropped+t.dropped, c.other+t.other
+	}
+	for s, g := range o.gru {
+		r.gru[s] += g
+		r.n[s] += o.n[s]
+	}
+	r.starve = r.starve.Worse(o.starve)
+	r.late = max(r.late, o.late)
+	r.secs += o.secs
+}
+
+// servedGRPS is what the gateway served sub in the windows, in GRPS.
+func (r *cellResult) servedGRPS(sub string) float64 {
+	if r == nil || r.secs == 0 {
+		return 0
+	}
+	return r.gru[sub] / r.secs
+}
+
+// costOf is what one of sub's requests cost, in GRU.
+func (r *cellResult) costOf(sub string) float64 {
+	if r == nil || r.n[sub] == 0 {
+		return math.NaN()
+	}
+	return r.gru[sub] / float64(r.n[sub])
+}
+
+// runCell drives flows at c for the warm-up and the cell and measures the
+// window after the warm-up.
+func (e *env) runCell(ctx context.Context, c contender, flows []flow, seed uint64) (*cellResult, error) {
+	for i := range flows {
+		flows[i].targets = []string{c.target.http}
+		flows[i].weights = []float64{1}
+	}
+	probe := bench.StartLagProbe(5 * time.Millisecond)
+	start := time.Now()
+	from, to := start.Add(e.cfg.Warmup), start.Add(e.cfg.Warmup+e.cfg.Cell)
+	cctx, cancel := context.WithDeadline(ctx, to)
+	defer cancel()
+	done := make(chan []outcome, 1)
+	go func() { done <- drive(cctx, e.hc, flows, "/echo", make([]byte, e.cfg.Body), seed) }()
+	time.Sleep(time.Until(from))
+	before, err1 := c.gateway.status(e.hc)
+	t0 := time.Now()
+	time.Sleep(time.Until(to))
+	after, err2 := c.gateway.status(e.hc)
+	secs := time.Since(t0).Seconds()
+	outs := <-done
+	st := probe.Stop()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("%s: status: %w", c.name, err)
+	}
+	res := &cellResult{counts: count(outs, from, to), gru: map[string]float64{}, n: map[string]int64{}, starve: st, late: lateness(outs, from, to), secs: secs}
+	for _, f := range flows {
+		b, a := sub(before, f.sub), sub(after, f.sub)
+		res.gru[f.sub], res.n[f.sub] = a.ServedGRU-b.ServedGRU, a.Served-b.Served
+	}
+	return res, nil
+}
+
+// starvedDoubts adds the doubts a cell's starvation casts on c.
+func starvedDoubts(c *report.Check, r *cellResult, what string) *report.Check {
+	if r == nil {
+		return c
+	}
+	r.starve.Doubt(c, what)
+	cond, why := bench.Starved("the load generator of "+what+" (arrivals' mean lateness)", r.late)
+	return c.Doubt(cond, "%s", why)
+}
+
+func pct(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) }
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return a / b
+}

@@ -1,0 +1,172 @@
+package gagebench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/report"
+)
+
+// overheadBody is the overhead section's echo request: small, so the
+// figures are the proxies' per-request cost, not copying.
+const overheadBody = 100
+
+// overhead compares, on the same nodes: a direct Neptune client; the
+// gateway with reservations (credit) and without (fifo), both with a
+// capacity far above the load so only their own cost shows; and nginx
+// as a plain reverse proxy in front of the credit gateway, the reference
+// for what a proxy hop costs. Sequential calls give the latency each
+// adds; --concurrency closed-loop callers give throughput and, from
+// /proc, the CPU the proxy process spends per request.
+func (e *env) overhead(ctx context.Context) ([]*report.Check, error) {
+	subs := []subscriberSpec{{"site1", 250 * e.cfg.Scale}}
+	const capacity = 1e6
+	sec := e.cl.SecurityArgs("")
+	gw, err := startGateway(ctx, e.exe, e.dir, "oh-gage", e.gatewayConfig("credit", capacity, subs, ""), sec)
+	if err != nil {
+		return nil, err
+	}
+	defer gw.kill()
+	fifo, err := startGateway(ctx, e.exe, e.dir, "oh-fifo", e.gatewayConfig("fifo", capacity, subs, ""), sec)
+	if err != nil {
+		return nil, err
+	}
+	defer fifo.kill()
+	var ng *proc
+	if e.nginx != "" {
+		if ng, err = startNginx(ctx, e.nginx, e.dir, "oh-nginx", gw.http, nil); err != nil {
+			return nil, err
+		}
+		defer ng.kill()
+	}
+	for _, p := range []*proc{gw, fifo, ng} {
+		if p != nil {
+			if err := e.waitReady(ctx, p.http, subs); err != nil {
+				return nil, err
+			}
+		}
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: e.cl.Seeds(), Security: e.cl.ClientSecurity("client/client")})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	direct := func(ctx context.Context, body []byte) error {
+		_, err := c.Call(ctx, "echo", 0, "echo", body)
+		return err
+	}
+	if err := waitFor(ctx, 10*time.Second, func() bool { return direct(ctx, nil) == nil }); err != nil {
+		return nil, fmt.Errorf("direct client: %w", err)
+	}
+	via := func(p *proc) func(context.Context, []byte) error {
+		return func(ctx context.Context, body []byte) error {
+			req, err := http.NewRequestWithContext(ctx, "POST", "http://"+p.http+"/echo", bytes.NewReader(body))
+			if err != nil {
+				return err
+			}
+			req.Host = host("site1")
+			resp, err := e.hc.Do(req)
+			if err != nil {
+				return err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("status %d", resp.StatusCode)
+			}
+			return nil
+		}
+	}
+	type row struct {
+		name      string
+		call      func(context.Context, []byte) error
+		proc      *proc // whose CPU is counted; nil: none
+		seq, conc bench.Cell
+		cpu       time.Duration
+		perRound  []float64
+	}
+	rows := []*row{
+		{name: "direct client", call: direct},
+		{name: "gateway, reservations on (credit)", call: via(gw), proc: gw},
+		{name: "gateway, reservations off (fifo)", call: via(fifo), proc: fifo},
+	}
+	if ng != nil {
+		rows = append(rows, &row{name: "nginx proxy -> credit gateway", call: via(ng), proc: ng})
+	}
+	body := make([]byte, overheadBody)
+	probe := bench.StartLagProbe(5 * time.Millisecond)
+	for r := range e.cfg.Rounds {
+		fmt.Fprintf(e.w, "  [overhead round %d/%d]\n", r+1, e.cfg.Rounds)
+		for _, rw := range rows {
+			if err := bench.RunCell(ctx, rw.call, body, 1, e.cfg.OverheadCell, &rw.seq); err != nil {
+				return nil, fmt.Errorf("%s: %w", rw.name, err)
+			}
+			var cpu0 time.Duration
+			if rw.proc != nil {
+				cpu0, _ = cpuTime(rw.proc.cmd.Process.Pid)
+			}
+			var cell bench.Cell
+			if err := bench.RunCell(ctx, rw.call, body, e.cfg.Concurrency, e.cfg.OverheadCell, &cell); err != nil {
+				return nil, fmt.Errorf("%s: %w", rw.name, err)
+			}
+			if rw.proc != nil {
+				cpu1, _ := cpuTime(rw.proc.cmd.Process.Pid)
+				rw.cpu += cpu1 - cpu0
+			}
+			rw.perRound = append(rw.perRound, cell.Rate())
+			rw.conc.Add(&cell)
+		}
+	}
+	st := probe.Stop()
+	fmt.Fprintf(e.w, "Overhead: echo of %d B, %d rounds of %v per contender and mode; sequential (1 caller) and %d closed-loop callers.\n",
+		overheadBody, e.cfg.Rounds, e.cfg.OverheadCell, e.cfg.Concurrency)
+	fmt.Fprintln(e.w, "added = mean sequential latency over the hop below it (the gateways over the direct client, nginx over the credit gateway it fronts).")
+	t := report.NewTable("contender", "seq mean", "p50", "p99", "added", "req/s", "x fifo", "proxy CPU/request")
+	base := rows[0].seq.Latency().Mean
+	for i, rw := range rows {
+		lat := rw.seq.Latency()
+		ref := base
+		if i == 3 {
+			ref = rows[1].seq.Latency().Mean
+		}
+		added := "-"
+		if i > 0 {
+			added = fmt.Sprintf("%+.0f µs", float64(lat.Mean-ref)/float64(time.Microsecond))
+		}
+		cpu := "-"
+		if rw.proc != nil && rw.conc.Latency().N > 0 {
+			cpu = fmt.Sprintf("%.0f µs", float64(rw.cpu)/float64(time.Microsecond)/float64(rw.conc.Latency().N))
+		}
+		t.Add(rw.name, lat.Fmt(lat.Mean), lat.Fmt(lat.P50), lat.Fmt(lat.P99), added, fmt.Sprintf("%.0f", rw.conc.Rate()),
+			fmt.Sprintf("%.3f", rw.conc.Rate()/rows[2].conc.Rate()), cpu)
+	}
+	t.Print(e.w)
+	if ng == nil {
+		fmt.Fprintf(e.w, "(nginx not found (%q): no proxy-cost reference row)\n", e.cfg.Nginx)
+	}
+	fmt.Fprintln(e.w)
+	var rounds []float64
+	for r := range rows[1].perRound {
+		rounds = append(rounds, rows[1].perRound[r]/rows[2].perRound[r])
+	}
+	ch := throughputVerdict(rows[1].conc.Rate()/rows[2].conc.Rate(), rounds, e.cfg.GoalThroughput)
+	st.Doubt(ch, "the overhead cells")
+	return []*report.Check{ch}, nil
+}
+
+// throughputVerdict judges the overhead goal: throughput with
+// reservations at least goal × without, pooled, every round agreeing.
+func throughputVerdict(pooled float64, perRound []float64, goal float64) *report.Check {
+	c := report.AtLeast(fmt.Sprintf("overhead: gateway throughput with reservations >= %.2fx without", goal), pooled, goal, fmt.Sprintf("%.3fx", pooled))
+	var ok []bool
+	for _, r := range perRound {
+		ok = append(ok, r >= goal)
+	}
+	return report.Rounds(c, ok)
+}

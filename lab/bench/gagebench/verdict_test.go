@@ -1,0 +1,106 @@
+package gagebench
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/report"
+)
+
+// cell is a pooled result with these tallies and a quiet machine.
+func cell(ts map[string]tally) *cellResult {
+	r := &cellResult{counts: map[string]*tally{}, secs: 8, starve: bench.Starvation{Lag: 100 * time.Microsecond, Pressure: 0.05}}
+	for s, t := range ts {
+		r.counts[s] = &t
+	}
+	return r
+}
+
+func TestIsolationVerdict(t *testing.T) {
+	good := map[string]tally{"a": {asked: 400, ok: 400}, "b": {asked: 200, ok: 199, dropped: 0, other: 1}, "f": {asked: 600, ok: 300, dropped: 300}}
+	for _, tc := range []struct {
+		name string
+		r    *cellResult
+		want report.Outcome
+	}{
+		{"one failed call", cell(good), report.Fail},
+		{"all served, flood dropped", cell(map[string]tally{"a": {asked: 400, ok: 400}, "b": {asked: 200, ok: 200}, "f": {asked: 600, ok: 300, dropped: 300}}), report.Pass},
+		{"within reservation dropped", cell(map[string]tally{"a": {asked: 400, ok: 399, dropped: 1}, "b": {asked: 200, ok: 200}, "f": {asked: 600, ok: 300, dropped: 300}}), report.Fail},
+		{"flood not dropped", cell(map[string]tally{"a": {asked: 400, ok: 400}, "b": {asked: 200, ok: 200}, "f": {asked: 600, ok: 600}}), report.Fail},
+		{"missing contender", nil, report.Inconclusive},
+	} {
+		if c := isolationVerdict("gage", []string{"a", "b"}, "f", tc.r, 0.99); c.Outcome() != tc.want {
+			t.Errorf("%s: %s", tc.name, c)
+		}
+	}
+	r := cell(map[string]tally{"a": {asked: 400, ok: 400}, "b": {asked: 200, ok: 200}, "f": {asked: 600, ok: 300, dropped: 300}})
+	r.starve.Pressure = 0.5
+	if c := isolationVerdict("gage", []string{"a", "b"}, "f", r, 0.99); c.Outcome() != report.Inconclusive || !strings.Contains(c.String(), "starved") {
+		t.Errorf("starved cell: %s", c)
+	}
+	r.starve.Pressure, r.late = 0.05, 10*time.Millisecond
+	if c := isolationVerdict("gage", []string{"a", "b"}, "f", r, 0.99); c.Outcome() != report.Inconclusive {
+		t.Errorf("late load generator: %s", c)
+	}
+}
+
+func TestSpareVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		s1, s2 float64
+		want   report.Outcome
+	}{
+		{27.8, 22.2, report.Pass},
+		{30, 20, report.Fail}, // 1.5
+		{20, 30, report.Fail}, // FIFO's kind of split
+		{10, -2, report.Fail}, // one got less than its reservation
+		{0, 0, report.Inconclusive},
+	} {
+		if c := spareVerdict("gage", tc.s1, tc.s2, 1.25, 0.03); c.Outcome() != tc.want {
+			t.Errorf("spare %v:%v: %s", tc.s1, tc.s2, c)
+		}
+	}
+}
+
+func TestSplitAndKillVerdicts(t *testing.T) {
+	if c := splitVerdict(40.8, 40, 0.05); c.Outcome() != report.Pass {
+		t.Errorf("2%% over: %s", c)
+	}
+	if c := splitVerdict(36, 40, 0.05); c.Outcome() != report.Fail {
+		t.Errorf("10%% under: %s", c)
+	}
+	const bound = 1100 * time.Millisecond
+	for _, tc := range []struct {
+		back  time.Duration
+		after float64
+		want  report.Outcome
+	}{
+		{time.Second, 40.5, report.Pass},
+		{bound + statusPoll, 40, report.Pass},
+		{1300 * time.Millisecond, 40, report.Fail}, // late
+		{0, 40, report.Fail},                       // never
+		{time.Second, 35, report.Fail},             // back, but short of the reservation
+	} {
+		if c := killVerdict(tc.back, bound, tc.after, 40, 0.05); c.Outcome() != tc.want {
+			t.Errorf("back %v, after %v: %s", tc.back, tc.after, c)
+		}
+	}
+}
+
+func TestThroughputVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		pooled float64
+		rounds []float64
+		want   report.Outcome
+	}{
+		{0.99, []float64{0.99, 1.0}, report.Pass},
+		{0.95, []float64{0.94, 0.96}, report.Fail},
+		{0.985, []float64{0.97, 1.0}, report.Inconclusive}, // rounds disagree
+		{0.99, []float64{0.99}, report.Inconclusive},       // one round
+	} {
+		if c := throughputVerdict(tc.pooled, tc.rounds, 0.98); c.Outcome() != tc.want {
+			t.Errorf("%v %v: %s", tc.pooled, tc.rounds, c)
+		}
+	}
+}
