@@ -32,7 +32,7 @@ func TestReplicaMoveWhileWriting(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cl, nodes, c := appProcs(t, ctx, "m", "kv", 2, 2, "")
+	cl, nodes, c := appProcs(t, ctx, "m", "kv", 2, 2, "placement: {off: true}\n") // the operator moves replicas here, not placement
 	args := slices.Clone(nodes[0].Spec.Args)
 	dataDir := slices.Index(args, "-data-dir") + 1
 	args[dataDir] = filepath.Join(filepath.Dir(args[dataDir]), "m4")

@@ -14,6 +14,8 @@ import (
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/node"
 	"github.com/neptune-cluster/neptune/internal/pki"
+	"github.com/neptune-cluster/neptune/internal/placement"
+	"github.com/neptune-cluster/neptune/internal/rebalance"
 )
 
 // NodeConfig configures a node. Zero fields take the documented defaults.
@@ -79,6 +81,32 @@ type NodeConfig struct {
 	// caller cannot make the node hold work for as long as it asks.
 	MaxAggregateDeadline     time.Duration
 	MaxAggregateParticipants int
+	// Placement tunes automatic replica placement (see Placement).
+	Placement Placement
+}
+
+// Placement tunes automatic replica placement of replicated services
+// (issue 17). One node at a time (the live node with the lowest id)
+// replaces the replicas of a node down for longer than Grace elsewhere,
+// spreading a partition's replicas across zones (NodeConfig.Zone), and,
+// when nodes join, moves replicas and primaries until every node holds
+// within one of every other, at most MaxInFlight moves at once and one
+// rebalancing step per Interval. Every change is an ordinary replica-set
+// change (`neptune partition add|remove`). Set it alike on every node.
+type Placement struct {
+	// Off turns automatic placement off (set it on every node: the
+	// actor is chosen among all of them).
+	Off bool
+	// Grace is how long a node may be down before its replicas are
+	// re-created elsewhere (default 5 minutes): a restart or a short
+	// network partition should not ship a partition's whole state.
+	Grace time.Duration
+	// Interval is the least time between two rebalancing steps (default
+	// 30 s), so a growing cluster evens out at a bounded rate.
+	Interval time.Duration
+	// MaxInFlight bounds the partitions with a move under way at once
+	// (default 1): each move ships a partition's state.
+	MaxInFlight int
 }
 
 // Validate reports the first invalid field by name.
@@ -104,6 +132,8 @@ func (c NodeConfig) internal() (node.Config, error) {
 		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir, Security: sec,
 		Cluster: c.Cluster, MaxMessageBytes: c.MaxMessageBytes,
 		MaxAggregateDeadline: c.MaxAggregateDeadline, MaxAggregateParticipants: c.MaxAggregateParticipants,
+		Placement: rebalance.Config{Off: c.Placement.Off, Placement: placement.Config{Grace: c.Placement.Grace,
+			Interval: c.Placement.Interval, MaxInFlight: c.Placement.MaxInFlight}},
 	}
 	return cfg, cfg.Validate()
 }

@@ -44,6 +44,17 @@ type FileConfig struct {
 	// Security is the node's certificate directory and keyring
 	// (secflags.go); required unless security.insecure is set.
 	Security SecurityConfig `yaml:"security"`
+	// Placement tunes automatic replica placement (neptune.Placement).
+	Placement PlacementConfig `yaml:"placement"`
+}
+
+// PlacementConfig is neptune.Placement: off, grace (default 5m),
+// interval (default 30s), max_in_flight (default 1).
+type PlacementConfig struct {
+	Off         bool     `yaml:"off"`
+	Grace       Duration `yaml:"grace"`
+	Interval    Duration `yaml:"interval"`
+	MaxInFlight int      `yaml:"max_in_flight"`
 }
 
 // BalanceConfig selects the load-balancing policy.
@@ -204,6 +215,10 @@ func (c FileConfig) Validate() error {
 	}
 	if c.AnnounceInterval < 0 {
 		return fmt.Errorf("config: announce_interval must be positive, got %v", time.Duration(c.AnnounceInterval))
+	}
+	if c.Placement.Grace < 0 || c.Placement.Interval < 0 || c.Placement.MaxInFlight < 0 {
+		return fmt.Errorf("config: placement.grace (%v), placement.interval (%v) and placement.max_in_flight (%d) must be >= 0 (0: the default)",
+			time.Duration(c.Placement.Grace), time.Duration(c.Placement.Interval), c.Placement.MaxInFlight)
 	}
 	if c.AnnounceTTL < 0 {
 		return fmt.Errorf("config: announce_ttl must be positive, got %v", time.Duration(c.AnnounceTTL))

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseConfigAcceptsTheExample(t *testing.T) {
@@ -17,7 +18,7 @@ func TestParseConfigAcceptsTheExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("examples/node.yaml: %v", err)
 	}
-	if c.ID != "n1" || len(c.Services) != 2 || len(c.Services[1].Partitions) != 4 {
+	if c.ID != "n1" || len(c.Services) != 2 || len(c.Services[1].Partitions) != 4 || time.Duration(c.Placement.Grace) != 5*time.Minute {
 		t.Fatalf("parsed %+v", c)
 	}
 }
@@ -34,6 +35,7 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"ttl below interval", base + "announce_interval: 2s\nannounce_ttl: 1s\n", "announce_ttl"},
 		{"unknown policy", base + "balance:\n  policy: magic\n", "balance.policy"},
 		{"bad poll size", base + "balance:\n  poll_size: -1\n", "balance.poll_size"},
+		{"negative grace", base + "placement:\n  grace: -1m\n", "placement.grace"},
 		{"no services", "id: n1\n", "services is empty"},
 		{"unknown service", "id: n1\nservices:\n  - name: nope\n    partitions: [0]\n", "services[0].name"},
 		{"duplicate service", base + "  - name: echo\n    partitions: [1]\n", "services[1].name"},

@@ -194,6 +194,8 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		Balance:          bal,
 		Logger:           log,
 		DataDir:          fc.DataDir,
+		Placement: neptune.Placement{Off: fc.Placement.Off, Grace: time.Duration(fc.Placement.Grace),
+			Interval: time.Duration(fc.Placement.Interval), MaxInFlight: fc.Placement.MaxInFlight},
 	})
 	if err != nil {
 		return nil, err

@@ -65,7 +65,8 @@ committed by a majority, one at a time. The command talks to the
 partition's primary (found in the yellow pages) and prints the replica
 set after each step. On an error it says whether the change may have
 happened; asking again is safe. Only an operator certificate (--cert
-operator/NAME) may change replica sets.`,
+operator/NAME) may change replica sets (besides nodes: automatic
+placement, the node config's placement section, makes the same changes).`,
 		Example: fmt.Sprintf("  neptune partition %s --tls-dir pki --cert operator/alice --join 127.0.0.1:7946 kv 0 %s", verb,
 			map[string]string{"add": "d", "remove": "c", "move": "c d"}[verb]),
 		Args: args,

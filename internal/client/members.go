@@ -31,6 +31,13 @@ type ReplicaMember struct {
 // waits, until ctx ends, for the change to commit. An error wrapping
 // nerr.ErrNoPrimary means node was not the primary and nothing changed.
 func (c *Client) ChangeReplicas(ctx context.Context, node, service string, partition int, add string, priority int, remove string) (ReplicaSet, error) {
+	return c.ChangeReplicaSet(ctx, node, &pb.ChangeReplicasRequest{Service: service, Partition: int32(partition), Add: add,
+		Priority: int32(priority), Remove: remove})
+}
+
+// ChangeReplicaSet is ChangeReplicas with the whole request, such as an
+// expected replica set (req.Expect) the change is refused without.
+func (c *Client) ChangeReplicaSet(ctx context.Context, node string, req *pb.ChangeReplicasRequest) (ReplicaSet, error) {
 	var addr string
 	for _, e := range c.gossip.Snapshot() {
 		if e.Ann.NodeId == node {
@@ -44,8 +51,7 @@ func (c *Client) ChangeReplicas(ctx context.Context, node, service string, parti
 	if err != nil {
 		return ReplicaSet{}, err
 	}
-	out, err := cl.ChangeReplicas(ctx, &pb.ChangeReplicasRequest{Service: service, Partition: int32(partition), Add: add,
-		Priority: int32(priority), Remove: remove})
+	out, err := cl.ChangeReplicas(ctx, req)
 	if err != nil {
 		return ReplicaSet{}, transport.FromStatus(node, err)
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/metrics"
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/pki"
+	"github.com/neptune-cluster/neptune/internal/rebalance"
 	"github.com/neptune-cluster/neptune/internal/replication"
 	"github.com/neptune-cluster/neptune/internal/security"
 	"github.com/neptune-cluster/neptune/internal/service"
@@ -94,6 +95,9 @@ type Config struct {
 	// defaults aggregation.DefaultMaxDeadline, DefaultMaxParticipants).
 	MaxAggregateDeadline     time.Duration
 	MaxAggregateParticipants int
+	// Placement configures automatic replica placement (rebalance.go):
+	// replacing dead nodes' replicas, evening out replicas and primaries.
+	Placement rebalance.Config
 }
 
 func (c Config) withDefaults() Config {
@@ -137,6 +141,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxAggregateDeadline < 0 || c.MaxAggregateParticipants < 0 {
 		return fmt.Errorf("neptune: NodeConfig.MaxAggregateDeadline (%v) and MaxAggregateParticipants (%d) must be >= 0 (0: the default)", c.MaxAggregateDeadline, c.MaxAggregateParticipants)
+	}
+	if pc := c.Placement.Placement; pc.Grace < 0 || pc.Interval < 0 || pc.MaxInFlight < 0 {
+		return fmt.Errorf("neptune: NodeConfig.Placement: Grace (%v), Interval (%v) and MaxInFlight (%d) must be >= 0 (0: the default)", pc.Grace, pc.Interval, pc.MaxInFlight)
 	}
 	if c.AnnounceInterval < 0 {
 		return fmt.Errorf("neptune: NodeConfig.AnnounceInterval must be > 0, got %v", c.AnnounceInterval)
@@ -196,7 +203,8 @@ type Node struct {
 	rpcLn   net.Listener
 	polls   *transport.PollServer
 	client  *client.Client
-	repl    *replication.Runtime // nil without replicated services
+	repl    *replication.Runtime  // nil without replicated services
+	placer  *rebalance.Controller // nil without replicated services or with placement off
 	agg     *aggregation.Server
 	httpSrv *http.Server
 	httpLn  net.Listener
@@ -397,6 +405,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		// The first announcement went out before the replicas were open.
 		n.client.Gossip().Announce()
+		n.startPlacement()
 	}
 	go n.acct.run(n.acctStop)
 	n.log.Info("node started", "rpc", n.rpcLn.Addr().String(), "poll", n.polls.Addr(), "gossip", n.GossipAddr(), "services", len(n.services))
@@ -439,6 +448,9 @@ func (n *Node) Close() error {
 
 func (n *Node) close() {
 	close(n.acctStop)
+	if n.placer != nil {
+		n.placer.Stop()
+	}
 	if n.repl != nil {
 		n.repl.Stop()
 	}

@@ -108,11 +108,24 @@ func (s *nodeServer) ChangeReplicas(ctx context.Context, in *pb.ChangeReplicasRe
 		return nil, transport.ToStatus(fmt.Errorf("%w %d of replicated service %q on node %s", nerr.ErrUnknownPartition, in.Partition, in.Service, s.n.cfg.ID))
 	}
 	out, err := s.n.repl.ChangeReplicas(ctx, in.Service, in.Partition,
-		replica.Change{Add: replica.ID(in.Add), Priority: int(in.Priority), Remove: replica.ID(in.Remove)})
+		replica.Change{Add: replica.ID(in.Add), Priority: int(in.Priority), Remove: replica.ID(in.Remove),
+			Expect: expectIDs(in.Expect), SetPriority: in.SetPriority})
 	if err != nil {
 		return nil, transport.ToStatus(err)
 	}
 	return out, nil
+}
+
+// expectIDs is a request's expected replica set (nil: none expected).
+func expectIDs(ids []string) []replica.ID {
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make([]replica.ID, len(ids))
+	for i, id := range ids {
+		out[i] = replica.ID(id)
+	}
+	return out
 }
 
 // Aggregate runs this node's part of an aggregation.

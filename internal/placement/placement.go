@@ -34,6 +34,9 @@ type Node struct {
 	Alive bool
 	// DownSince is when a node that is not alive was last seen alive.
 	DownSince time.Time
+	// Services, if set, are the only services the node can host a
+	// replica of (nil: any).
+	Services []string
 }
 
 // Partition is one partition of a replicated service.
@@ -83,11 +86,17 @@ type Change struct {
 	Partition int32
 	Kind      Kind
 	Node      string
+	// From is, for an Add, the replica it replaces or moves ("" if
+	// none): the new one takes its place, priority included.
+	From string
 	// Why, for logs and operators: "replace n3 (down 6m0s)", ...
 	Why string
 	// Rebalance marks a rebalancing step: when the caller starts it, it
 	// records the time as State.LastStart.
 	Rebalance bool
+	// Surplus marks the removal of a serving replica beyond the degree
+	// (the end of a move; or undoing an operator's add).
+	Surplus bool
 }
 
 func (c Change) String() string {
@@ -197,11 +206,13 @@ func Plan(now time.Time, st State, cfg Config) []Change {
 		if !ok {
 			continue
 		}
-		why := "restore degree"
+		why, from := "restore degree", ""
 		if g := pt.ofHealth(gone); len(g) > 0 {
-			why = fmt.Sprintf("replace %s (down %v)", g[0], now.Sub(p.nodes[g[0]].DownSince).Round(time.Second))
+			why, from = fmt.Sprintf("replace %s (down %v)", g[0], now.Sub(p.nodes[g[0]].DownSince).Round(time.Second)), g[0]
 		}
-		out = append(out, p.add(pt, target, why))
+		c := p.add(pt, target, why)
+		c.From = from
+		out = append(out, c)
 		busy[n.i] = true
 		inFlight++
 	}
@@ -306,10 +317,11 @@ func (pt *part) settled() bool {
 	return !pt.underWay() && pt.short() <= 0 && len(pt.ofHealth(waiting)) == 0 && len(pt.ofHealth(gone)) == 0
 }
 
-// underWay: a move is in progress (a replica joining, or one more than
-// the degree waiting to be removed).
+// underWay: a move is in progress (a replica joining on a node not
+// gone, or one more than the degree waiting to be removed).
 func (pt *part) underWay() bool {
-	return len(pt.Joining) > 0 || len(pt.Replicas)-len(pt.ofHealth(gone)) > pt.Degree
+	return slices.ContainsFunc(pt.Joining, func(j string) bool { return pt.health[j] != gone }) ||
+		len(pt.Replicas)-len(pt.ofHealth(gone)) > pt.Degree
 }
 
 // short is how many replicas it lacks, counting those on nodes that may
@@ -343,7 +355,16 @@ func (p *planner) waiting() bool {
 // has its full degree of serving replicas, a replica on a gone node goes
 // (its log no longer waits for it), or else, if it has more serving
 // replicas than its degree, the one whose removal leaves the best spread.
+//
+// A joining replica on a gone node never catches up: it is removed
+// first (while it stays, the partition counts as under way and would
+// hold MaxInFlight for good).
 func (p *planner) finish(pt *part) (Change, bool) {
+	for _, j := range pt.Joining {
+		if pt.health[j] == gone {
+			return p.remove(pt, j, fmt.Sprintf("abandon the add: %s down %v", j, p.now.Sub(p.nodes[j].DownSince).Round(time.Second))), true
+		}
+	}
 	serving := pt.serving()
 	if len(serving) < pt.Degree || len(pt.Joining) > 0 {
 		return Change{}, false
@@ -362,7 +383,9 @@ func (p *planner) finish(pt *part) (Change, bool) {
 			cmp.Compare(boolInt(a != pt.Primary), boolInt(b != pt.Primary)),
 			cmp.Compare(a, b))
 	})
-	return p.remove(pt, victim, "rebalanced"), true
+	c := p.remove(pt, victim, "rebalanced")
+	c.Surplus = true
+	return c, true
 }
 
 func boolInt(b bool) int {
@@ -407,6 +430,9 @@ func (p *planner) zones(pt *part, from, to string) int {
 func (p *planner) target(pt *part, from string, ok func(string) bool) (string, bool) {
 	var cands []string
 	for _, n := range p.up {
+		if svcs := p.nodes[n].Services; svcs != nil && !slices.Contains(svcs, pt.Service) {
+			continue
+		}
 		if !slices.Contains(pt.Replicas, n) && (ok == nil || ok(n)) {
 			cands = append(cands, n)
 		}
@@ -454,7 +480,7 @@ func (p *planner) moveReplica() (Change, bool) {
 				continue
 			}
 			c := p.add(pt, to, "rebalance from "+src)
-			c.Rebalance = true
+			c.From, c.Rebalance = src, true
 			return c, true
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -136,6 +137,7 @@ func (c *cluster) step(d time.Duration) []Change {
 				t.Fatalf("%v: %v leaves %d serving replicas, degree %d: %+v", c.now.Sub(t0), ch, left, p.Degree, *p)
 			}
 			p.Replicas = slices.DeleteFunc(p.Replicas, func(x string) bool { return x == ch.Node })
+			p.Joining = slices.DeleteFunc(p.Joining, func(x string) bool { return x == ch.Node })
 			if p.Primary == ch.Node {
 				p.Primary = ""
 				for _, r := range p.Replicas {
@@ -322,7 +324,7 @@ func TestAReplacementRespectsZones(t *testing.T) {
 	c.kill("c1")
 	c.now = c.now.Add(2 * time.Minute)
 	cs := Plan(c.now, c.state(), c.cfg)
-	if want := []Change{{Service: "kv", Partition: 0, Kind: Add, Node: "c2", Why: "replace c1 (down 2m0s)"}}; !reflect.DeepEqual(cs, want) {
+	if want := []Change{{Service: "kv", Partition: 0, Kind: Add, Node: "c2", From: "c1", Why: "replace c1 (down 2m0s)"}}; !reflect.DeepEqual(cs, want) {
 		t.Fatalf("plan %v, want %v (zone C's other node, though a2 holds fewer)", cs, want)
 	}
 	// Without zones the emptiest node gets it.
@@ -442,4 +444,25 @@ func (c *cluster) dump() {
 	for _, p := range c.parts {
 		c.t.Logf("%d: %v primary %s", p.Partition, p.Replicas, p.Primary)
 	}
+}
+
+// A replica added on a node that then dies never catches up: once its
+// node is gone it is removed and the partition gets another, and it does
+// not hold MaxInFlight meanwhile.
+func TestAJoiningReplicaOnADeadNodeIsAbandoned(t *testing.T) {
+	c := newCluster(t, Config{Grace: time.Minute}, names(6))
+	c.parts = []*Partition{
+		{Service: "kv", Partition: 0, Degree: 3, Replicas: []string{"n1", "n2", "n3", "n4"}, Joining: []string{"n4"}, Primary: "n1"},
+		{Service: "kv", Partition: 1, Degree: 3, Replicas: []string{"n1", "n2", "n5"}, Primary: "n1"},
+	}
+	c.kill("n4")
+	c.kill("n5")
+	c.now = c.now.Add(2 * time.Minute)
+	cs := Plan(c.now, c.state(), c.cfg)
+	want := []string{"kv/0 remove n4", "kv/1 add"}
+	if len(cs) != 2 || !strings.HasPrefix(cs[0].String(), want[0]) || !strings.HasPrefix(cs[1].String(), want[1]) {
+		t.Fatalf("plan %v, want the dead learner removed and partition 1's replacement started", cs)
+	}
+	c.run(time.Hour, 5*time.Minute)
+	c.checkFull()
 }

@@ -45,11 +45,22 @@ type ConfState struct {
 }
 
 // Change is an operator's replica-set change: add Add (as a learner,
-// promoted once caught up) with Priority, or remove Remove.
+// promoted once caught up) with Priority, or remove Remove. With
+// SetPriority, Add names a member whose priority becomes Priority (the
+// primary hands its role to a live in-sync member of higher priority
+// than its own, so this moves the primary role for good).
+//
+// Expect, if set, is the replica set (ids, any order) the change was
+// planned against: an automatic planner acting on a view that may be
+// stale (or two of them acting at once) changes nothing unless the set
+// is still the one it saw.
 type Change struct {
 	Add      ID
 	Priority int
 	Remove   ID
+	Expect   []ID
+	// SetPriority: change Add's priority instead of adding it.
+	SetPriority bool
 }
 
 var (
@@ -267,6 +278,27 @@ func (r *Replica) ChangeMembers(now time.Time, ch Change) error {
 		return ErrNoPrimary
 	}
 	cur := r.members().Members
+	if ch.Expect != nil && !sameIDs(cur, ch.Expect) {
+		return fmt.Errorf("%w: the replica set is %v, not the expected %v", ErrChangeRefused, peerIDs(cur), ch.Expect)
+	}
+	if ch.SetPriority {
+		i := slices.IndexFunc(cur, func(p Peer) bool { return p.ID == ch.Add })
+		switch {
+		case ch.Add == "" || ch.Remove != "":
+			return fmt.Errorf("%w: a priority change names one member (Add) and nothing to remove", ErrChangeRefused)
+		case i < 0:
+			return fmt.Errorf("%w: %s is not a member", ErrChangeRefused, ch.Add)
+		case cur[i].Priority == ch.Priority:
+			return nil
+		}
+		if err := r.changeReady(); err != nil {
+			return err
+		}
+		next := slices.Clone(cur)
+		next[i].Priority = ch.Priority
+		r.appendConf(now, next)
+		return nil
+	}
 	if ch.Add != "" {
 		if hasMember(cur, ch.Add) {
 			return nil
@@ -305,6 +337,27 @@ func (r *Replica) ChangeMembers(now time.Time, ch Change) error {
 	}
 	r.appendConf(now, next)
 	return nil
+}
+
+// sameIDs reports whether ps are exactly the replicas ids name.
+func sameIDs(ps []Peer, ids []ID) bool {
+	if len(ps) != len(ids) {
+		return false
+	}
+	for _, id := range ids {
+		if !hasMember(ps, id) {
+			return false
+		}
+	}
+	return true
+}
+
+func peerIDs(ps []Peer) []ID {
+	out := make([]ID, len(ps))
+	for i, p := range ps {
+		out[i] = p.ID
+	}
+	return out
 }
 
 // changeReady reports whether the primary may log a change now: the last

@@ -404,3 +404,61 @@ func TestMembershipChangesUnderFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestChangeExpectsReplicaSet: a change planned against a replica set
+// that is no longer the partition's (a stale view, or another planner's
+// change first) is refused and logs nothing; one that names the current
+// set, in any order, goes through.
+func TestChangeExpectsReplicaSet(t *testing.T) {
+	c := newCluster(t, 1, Level2, []int{3, 2, 1}, nil)
+	c.settle(500 * time.Millisecond)
+	c.joiner("d")
+	c.joiner("e")
+	last := c.nodes[c.primary()].r.last()
+	if err := c.change(Change{Add: "d", Expect: []ID{"a", "b"}}); !errors.Is(err, ErrChangeRefused) {
+		t.Fatalf("add against a stale set: %v, want ErrChangeRefused", err)
+	}
+	if got := c.nodes[c.primary()].r.last(); got != last {
+		t.Fatalf("a refused change logged entries: last %d, was %d", got, last)
+	}
+	if err := c.change(Change{Add: "d", Expect: []ID{"c", "a", "b"}}); err != nil {
+		t.Fatalf("add against the current set: %v", err)
+	}
+	if !c.until(5*time.Second, false, func() bool { s := c.committedSet(); return s != nil && isVoterIn(s, "d") }) {
+		t.Fatal("d never became a voter")
+	}
+	// A second planner that saw {a,b,c} too must not add e on top.
+	if err := c.change(Change{Add: "e", Expect: []ID{"a", "b", "c"}}); !errors.Is(err, ErrChangeRefused) {
+		t.Fatalf("second add against the old set: %v, want ErrChangeRefused", err)
+	}
+	if err := c.change(Change{Remove: "c", Expect: []ID{"a", "b", "c", "d"}}); err != nil {
+		t.Fatalf("remove against the current set: %v", err)
+	}
+}
+
+// TestSetPriorityMovesThePrimary: raising a secondary's priority above
+// the primary's, through the log, hands the primary role to it, and a
+// later election keeps it there.
+func TestSetPriorityMovesThePrimary(t *testing.T) {
+	c := newCluster(t, 1, Level2, []int{3, 2, 1}, nil)
+	c.settle(500 * time.Millisecond)
+	if p := c.primary(); p != "a" {
+		t.Fatalf("primary %q, want a (the highest priority)", p)
+	}
+	if err := c.change(Change{Add: "x", Priority: 9, SetPriority: true}); !errors.Is(err, ErrChangeRefused) {
+		t.Fatalf("priority of a non-member: %v, want ErrChangeRefused", err)
+	}
+	if err := c.change(Change{Add: "c", Priority: 4, SetPriority: true, Expect: []ID{"a", "b", "c"}}); err != nil {
+		t.Fatalf("set priority: %v", err)
+	}
+	if !c.until(5*time.Second, true, func() bool { return c.primary() == "c" }) {
+		t.Fatalf("primary %q after c's priority rose above a's, want c", c.primary())
+	}
+	c.settle(time.Second)
+	c.checkConverged()
+	c.checkAnswered()
+	set := c.committedSet()
+	if i := slices.IndexFunc(set, func(p Peer) bool { return p.ID == "c" }); i < 0 || set[i].Priority != 4 {
+		t.Fatalf("committed set %+v: c's priority not 4", set)
+	}
+}

@@ -14,7 +14,7 @@ func toPBStatus(partition int32, level replica.Level, linearizable bool, st repl
 	return &pb.ReplicaStatus{Partition: partition, Role: int32(st.Role), Phase: int32(st.Phase), Epoch: uint64(st.Epoch),
 		Primary: string(st.Primary), Version: uint64(st.Applied), Commit: uint64(st.Commit),
 		VersionAgo: uint64(st.VersionAgo), Level: int32(level), LeaseMs: transport.LeaseMillis(leaseLeft(st, now)),
-		Diverged: st.Diverged, Linearizable: linearizable, Last: uint64(st.Last)}
+		Diverged: st.Diverged, Linearizable: linearizable, Last: uint64(st.Last), Members: toPBPeers(st.Members)}
 }
 
 // leaseLeft is what is left at now of the lease st shows (0 if none).

@@ -25,10 +25,10 @@ type Rule struct {
 }
 
 var (
-	callers      = []pki.Role{pki.RoleClient, pki.RoleNode, pki.RoleOperator, pki.RoleGateway}
-	anyMember    = []pki.Role{pki.RoleClient, pki.RoleNode, pki.RoleOperator}
-	nodesOnly    = []pki.Role{pki.RoleNode}
-	operatorOnly = []pki.Role{pki.RoleOperator}
+	callers           = []pki.Role{pki.RoleClient, pki.RoleNode, pki.RoleOperator, pki.RoleGateway}
+	anyMember         = []pki.Role{pki.RoleClient, pki.RoleNode, pki.RoleOperator}
+	nodesOnly         = []pki.Role{pki.RoleNode}
+	operatorsAndNodes = []pki.Role{pki.RoleOperator, pki.RoleNode}
 )
 
 // Rules is the authorisation table: every method of the Node service and
@@ -48,9 +48,11 @@ var (
 //     speaks only for its own replicas.
 //   - InstallSnapshot: nodes only, every chunk from the caller's node
 //     (as Replicate).
-//   - Promote: operators only. No node calls Promote today (the
-//     replication runtime elects primaries over Replicate); an internal
-//     forward, if one is added, gets its own rule with a check.
+//   - Promote, ChangeReplicas: operators, and nodes: the node acting
+//     for placement (internal/rebalance) replaces dead nodes' replicas
+//     and evens out replicas and primaries with the operator's calls.
+//     A node may already replicate any partition it hosts; these let it
+//     change where they live, which a node trusted with the data may.
 //
 // Future configuration changes (keyring, membership) belong with Promote.
 var Rules = map[string]Rule{
@@ -58,9 +60,9 @@ var Rules = map[string]Rule{
 	pb.Node_Stream_FullMethodName:          {Roles: anyMember},
 	pb.Node_Aggregate_FullMethodName:       {Roles: anyMember, Check: blockingFromOperator},
 	pb.Node_Replicate_FullMethodName:       {Roles: nodesOnly, Check: replicateFromCaller},
-	pb.Node_Promote_FullMethodName:         {Roles: operatorOnly},
+	pb.Node_Promote_FullMethodName:         {Roles: operatorsAndNodes},
 	pb.Node_InstallSnapshot_FullMethodName: {Roles: nodesOnly, Check: snapshotFromCaller},
-	pb.Node_ChangeReplicas_FullMethodName:  {Roles: operatorOnly},
+	pb.Node_ChangeReplicas_FullMethodName:  {Roles: operatorsAndNodes},
 }
 
 // blockingFromOperator refuses a blocking aggregation from a client: it

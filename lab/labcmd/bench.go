@@ -9,6 +9,7 @@ import (
 	"github.com/neptune-cluster/neptune/lab/bench/appsbench"
 	"github.com/neptune-cluster/neptune/lab/bench/burstbench"
 	"github.com/neptune-cluster/neptune/lab/bench/dacbench"
+	"github.com/neptune-cluster/neptune/lab/bench/elasticbench"
 	"github.com/neptune-cluster/neptune/lab/bench/gagebench"
 	"github.com/neptune-cluster/neptune/lab/bench/lbbench"
 	"github.com/neptune-cluster/neptune/lab/bench/movebench"
@@ -23,7 +24,7 @@ func benchCmd() *cobra.Command {
 in-process nodes. Each benchmark runs its contenders side by side in one
 run, interleaved in rounds so drift in the machine affects all alike, and
 prints ratios; --sections picks the parts of those that have several.`,
-		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), moveCmd(), gageBenchCmd(),
+		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), moveCmd(), restoreCmd(), gageBenchCmd(),
 		echoServerCmd(), faultsClientCmd(), httpProgramCmd(), lbClientCmd())
 }
 
@@ -325,20 +326,43 @@ func lbClientCmd() *cobra.Command {
 	return cmd
 }
 
+func restoreCmd() *cobra.Command {
+	cfg := elasticbench.DefaultRestoreConfig()
+	cmd := leaf("restore [flags]", "Time to restore a partition's full degree after a node dies, versus its data (issue 17)",
+		`For each --sizes (MiB of kv data in partition 0): four node processes,
+partition 0 replicated on three, the fourth spare; load the data, SIGKILL
+a secondary's node for good, and time automatic placement re-creating
+the replica on the spare: to the replacement's start (detection, the
+--grace, the controller's next look), the copy (until the new replica
+serves at the primary's version) and the total. The copy rate at sizes
+from --goal-from MiB is judged against --goal.`,
+		experiment(&cfg, nil, nil, elasticbench.RunRestore))
+	fs := cmd.Flags()
+	fs.IntSliceVar(&cfg.SizesMiB, "sizes", cfg.SizesMiB, "kv data sizes in MiB, one cluster each")
+	fs.IntVar(&cfg.Value, "value", cfg.Value, "bytes per kv value")
+	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "placement grace")
+	fs.Float64Var(&cfg.Goal, "goal", cfg.Goal, "goal: copy rate at least this many MiB/s")
+	fs.IntVar(&cfg.GoalFromMiB, "goal-from", cfg.GoalFromMiB, "judge the goal at sizes of at least this many MiB")
+	return cmd
+}
+
 func moveCmd() *cobra.Command {
 	cfg := movebench.DefaultConfig()
 	cmd := leaf("move [flags]", "Write throughput while a partition's replica moves (issue 17)",
 		`Four in-process nodes, kv partition 0 replicated on three; --writers
-concurrent writers; in interleaved rounds, a steady cell and a cell in
-which one replica moves back and forth between two nodes (add, wait for
-it to catch up and vote, remove) without pause. Prints each cell's
-acknowledged writes per second and the moving/steady ratio against
---goal.`,
+concurrent writers, partition 0 loaded with --data MiB first; in
+interleaved rounds, a steady cell and a single move of one replica
+between two nodes (add, wait for it to catch up and vote, remove),
+measured from the add to the removal (--continuous: moves back and forth
+without pause for a whole cell instead). Prints each cell's acknowledged
+writes per second and the moving/steady ratio against --goal.`,
 		experiment(&cfg, nil, nil, movebench.Run))
 	fs := cmd.Flags()
 	fs.IntVar(&cfg.Writers, "writers", cfg.Writers, "concurrent writers")
 	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measuring time per cell")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds")
 	fs.Float64Var(&cfg.Goal, "goal", cfg.Goal, "goal: moving throughput at least this × steady")
+	fs.IntVar(&cfg.DataMiB, "data", cfg.DataMiB, "MiB of kv data in the partition before the run")
+	fs.BoolVar(&cfg.Continuous, "continuous", cfg.Continuous, "move back and forth for a whole cell per round instead of once")
 	return cmd
 }

@@ -499,7 +499,10 @@ type ReplicaStatus struct {
 	// go to the primary).
 	Linearizable bool `protobuf:"varint,12,opt,name=linearizable,proto3" json:"linearizable,omitempty"`
 	// last is the replica's last log entry (committed or not).
-	Last          uint64 `protobuf:"varint,13,opt,name=last,proto3" json:"last,omitempty"`
+	Last uint64 `protobuf:"varint,13,opt,name=last,proto3" json:"last,omitempty"`
+	// members is the replica set as this replica knows it (a primary's is
+	// the one changes are ordered against): placement reads it.
+	Members       []*ReplicaPeer `protobuf:"bytes,14,rep,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -623,6 +626,13 @@ func (x *ReplicaStatus) GetLast() uint64 {
 		return x.Last
 	}
 	return 0
+}
+
+func (x *ReplicaStatus) GetMembers() []*ReplicaPeer {
+	if x != nil {
+		return x.Members
+	}
+	return nil
 }
 
 type MethodInfo struct {
@@ -2186,7 +2196,11 @@ func (x *PromoteReply) GetStatus() *ReplicaStatus {
 }
 
 // ChangeReplicasRequest names one replica to add (with its priority) or
-// to remove.
+// to remove. expect, if set, lists the replica set's members (ids, any
+// order) the change was planned against: the primary refuses it, changing
+// nothing, if its replica set differs. set_priority: change the priority
+// of the member add to priority instead of adding it (the primary hands
+// its role to a member of higher priority than its own).
 type ChangeReplicasRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -2194,6 +2208,8 @@ type ChangeReplicasRequest struct {
 	Add           string                 `protobuf:"bytes,3,opt,name=add,proto3" json:"add,omitempty"`
 	Priority      int32                  `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`
 	Remove        string                 `protobuf:"bytes,5,opt,name=remove,proto3" json:"remove,omitempty"`
+	Expect        []string               `protobuf:"bytes,6,rep,name=expect,proto3" json:"expect,omitempty"`
+	SetPriority   bool                   `protobuf:"varint,7,opt,name=set_priority,json=setPriority,proto3" json:"set_priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2261,6 +2277,20 @@ func (x *ChangeReplicasRequest) GetRemove() string {
 		return x.Remove
 	}
 	return ""
+}
+
+func (x *ChangeReplicasRequest) GetExpect() []string {
+	if x != nil {
+		return x.Expect
+	}
+	return nil
+}
+
+func (x *ChangeReplicasRequest) GetSetPriority() bool {
+	if x != nil {
+		return x.SetPriority
+	}
+	return false
 }
 
 // ChangeReplicasReply is the partition's committed replica set after the
@@ -2365,7 +2395,7 @@ const file_neptune_proto_rawDesc = "" +
 	"partitions\x18\x02 \x03(\x05R\n" +
 	"partitions\x120\n" +
 	"\amethods\x18\x03 \x03(\v2\x16.neptune.v1.MethodInfoR\amethods\x125\n" +
-	"\breplicas\x18\x04 \x03(\v2\x19.neptune.v1.ReplicaStatusR\breplicas\"\xdf\x02\n" +
+	"\breplicas\x18\x04 \x03(\v2\x19.neptune.v1.ReplicaStatusR\breplicas\"\x92\x03\n" +
 	"\rReplicaStatus\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\x05R\x04role\x12\x14\n" +
@@ -2381,7 +2411,8 @@ const file_neptune_proto_rawDesc = "" +
 	" \x01(\rR\aleaseMs\x12\x1a\n" +
 	"\bdiverged\x18\v \x01(\bR\bdiverged\x12\"\n" +
 	"\flinearizable\x18\f \x01(\bR\flinearizable\x12\x12\n" +
-	"\x04last\x18\r \x01(\x04R\x04last\"^\n" +
+	"\x04last\x18\r \x01(\x04R\x04last\x121\n" +
+	"\amembers\x18\x0e \x03(\v2\x17.neptune.v1.ReplicaPeerR\amembers\"^\n" +
 	"\n" +
 	"MethodInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12$\n" +
@@ -2527,13 +2558,15 @@ const file_neptune_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
 	"\x05force\x18\x03 \x01(\bR\x05force\"A\n" +
 	"\fPromoteReply\x121\n" +
-	"\x06status\x18\x01 \x01(\v2\x19.neptune.v1.ReplicaStatusR\x06status\"\x95\x01\n" +
+	"\x06status\x18\x01 \x01(\v2\x19.neptune.v1.ReplicaStatusR\x06status\"\xd0\x01\n" +
 	"\x15ChangeReplicasRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x10\n" +
 	"\x03add\x18\x03 \x01(\tR\x03add\x12\x1a\n" +
 	"\bpriority\x18\x04 \x01(\x05R\bpriority\x12\x16\n" +
-	"\x06remove\x18\x05 \x01(\tR\x06remove\"v\n" +
+	"\x06remove\x18\x05 \x01(\tR\x06remove\x12\x16\n" +
+	"\x06expect\x18\x06 \x03(\tR\x06expect\x12!\n" +
+	"\fset_priority\x18\a \x01(\bR\vsetPriority\"v\n" +
 	"\x13ChangeReplicasReply\x121\n" +
 	"\amembers\x18\x01 \x03(\v2\x17.neptune.v1.ReplicaPeerR\amembers\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x18\n" +
@@ -2601,37 +2634,38 @@ var file_neptune_proto_depIdxs = []int32{
 	5,  // 1: neptune.v1.Announcement.services:type_name -> neptune.v1.HostedService
 	7,  // 2: neptune.v1.HostedService.methods:type_name -> neptune.v1.MethodInfo
 	6,  // 3: neptune.v1.HostedService.replicas:type_name -> neptune.v1.ReplicaStatus
-	0,  // 4: neptune.v1.MethodInfo.mode:type_name -> neptune.v1.Mode
-	11, // 5: neptune.v1.PagesState.entries:type_name -> neptune.v1.RelayedAnnouncement
-	4,  // 6: neptune.v1.RelayedAnnouncement.announcement:type_name -> neptune.v1.Announcement
-	13, // 7: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
-	14, // 8: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
-	16, // 9: neptune.v1.ReplicaMessage.entries:type_name -> neptune.v1.ReplicaEntry
-	27, // 10: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
-	18, // 11: neptune.v1.ReplicaMessage.members:type_name -> neptune.v1.ReplicaPeer
-	17, // 12: neptune.v1.ReplicaBatch.messages:type_name -> neptune.v1.ReplicaMessage
-	18, // 13: neptune.v1.SnapshotChunk.members:type_name -> neptune.v1.ReplicaPeer
-	6,  // 14: neptune.v1.PromoteReply.status:type_name -> neptune.v1.ReplicaStatus
-	18, // 15: neptune.v1.ChangeReplicasReply.members:type_name -> neptune.v1.ReplicaPeer
-	1,  // 16: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
-	1,  // 17: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
-	12, // 18: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
-	19, // 19: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
-	23, // 20: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
-	21, // 21: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
-	25, // 22: neptune.v1.Node.ChangeReplicas:input_type -> neptune.v1.ChangeReplicasRequest
-	2,  // 23: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
-	3,  // 24: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
-	15, // 25: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
-	20, // 26: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
-	24, // 27: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
-	22, // 28: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
-	26, // 29: neptune.v1.Node.ChangeReplicas:output_type -> neptune.v1.ChangeReplicasReply
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	18, // 4: neptune.v1.ReplicaStatus.members:type_name -> neptune.v1.ReplicaPeer
+	0,  // 5: neptune.v1.MethodInfo.mode:type_name -> neptune.v1.Mode
+	11, // 6: neptune.v1.PagesState.entries:type_name -> neptune.v1.RelayedAnnouncement
+	4,  // 7: neptune.v1.RelayedAnnouncement.announcement:type_name -> neptune.v1.Announcement
+	13, // 8: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
+	14, // 9: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
+	16, // 10: neptune.v1.ReplicaMessage.entries:type_name -> neptune.v1.ReplicaEntry
+	27, // 11: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
+	18, // 12: neptune.v1.ReplicaMessage.members:type_name -> neptune.v1.ReplicaPeer
+	17, // 13: neptune.v1.ReplicaBatch.messages:type_name -> neptune.v1.ReplicaMessage
+	18, // 14: neptune.v1.SnapshotChunk.members:type_name -> neptune.v1.ReplicaPeer
+	6,  // 15: neptune.v1.PromoteReply.status:type_name -> neptune.v1.ReplicaStatus
+	18, // 16: neptune.v1.ChangeReplicasReply.members:type_name -> neptune.v1.ReplicaPeer
+	1,  // 17: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
+	1,  // 18: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
+	12, // 19: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
+	19, // 20: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
+	23, // 21: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
+	21, // 22: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
+	25, // 23: neptune.v1.Node.ChangeReplicas:input_type -> neptune.v1.ChangeReplicasRequest
+	2,  // 24: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
+	3,  // 25: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
+	15, // 26: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
+	20, // 27: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
+	24, // 28: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
+	22, // 29: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
+	26, // 30: neptune.v1.Node.ChangeReplicas:output_type -> neptune.v1.ChangeReplicasReply
+	24, // [24:31] is the sub-list for method output_type
+	17, // [17:24] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_neptune_proto_init() }
