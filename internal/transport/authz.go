@@ -28,6 +28,7 @@ var (
 	callers           = []pki.Role{pki.RoleClient, pki.RoleNode, pki.RoleOperator, pki.RoleGateway}
 	anyMember         = []pki.Role{pki.RoleClient, pki.RoleNode, pki.RoleOperator}
 	nodesOnly         = []pki.Role{pki.RoleNode}
+	operatorOnly      = []pki.Role{pki.RoleOperator}
 	operatorsAndNodes = []pki.Role{pki.RoleOperator, pki.RoleNode}
 )
 
@@ -48,11 +49,14 @@ var (
 //     speaks only for its own replicas.
 //   - InstallSnapshot: nodes only, every chunk from the caller's node
 //     (as Replicate).
-//   - Promote, ChangeReplicas: operators, and nodes: the node acting
-//     for placement (internal/rebalance) replaces dead nodes' replicas
-//     and evens out replicas and primaries with the operator's calls.
-//     A node may already replicate any partition it hosts; these let it
-//     change where they live, which a node trusted with the data may.
+//   - Promote: operators only. No node calls Promote (the replication
+//     runtime elects primaries over Replicate, and placement moves a
+//     primary by a priority change through ChangeReplicas).
+//   - ChangeReplicas: operators, and nodes: the node acting for
+//     placement (internal/rebalance) replaces dead nodes' replicas and
+//     evens out replicas and primaries with the operator's call. A node
+//     may already replicate any partition it hosts; this lets it change
+//     where they live, which a node trusted with the data may.
 //
 // Future configuration changes (keyring, membership) belong with Promote.
 var Rules = map[string]Rule{
@@ -60,7 +64,7 @@ var Rules = map[string]Rule{
 	pb.Node_Stream_FullMethodName:          {Roles: anyMember},
 	pb.Node_Aggregate_FullMethodName:       {Roles: anyMember, Check: blockingFromOperator},
 	pb.Node_Replicate_FullMethodName:       {Roles: nodesOnly, Check: replicateFromCaller},
-	pb.Node_Promote_FullMethodName:         {Roles: operatorsAndNodes},
+	pb.Node_Promote_FullMethodName:         {Roles: operatorOnly},
 	pb.Node_InstallSnapshot_FullMethodName: {Roles: nodesOnly, Check: snapshotFromCaller},
 	pb.Node_ChangeReplicas_FullMethodName:  {Roles: operatorsAndNodes},
 }
