@@ -56,7 +56,7 @@ func TestGoalsVerdicts(t *testing.T) {
 	if f := clean().Finding(g.Lease); f != "" {
 		t.Errorf("a clean schedule's finding is %q, want none", f)
 	}
-	if f, want := bad.Finding(g.Lease), "divergent, stale beyond bound, non-linearizable, two primaries, writes resume after isolation, one primary after a heal, failover after SIGKILL"; f != want {
+	if f, want := bad.Finding(g.Lease), "divergent, stale beyond bound, non-linearizable, two primaries, writes resume after isolation, one primary after a heal"; f != want {
 		t.Errorf("finding %q, want %q", f, want)
 	}
 }
