@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -424,5 +425,26 @@ func TestServerPresentsARotatedCertificateWithoutRestart(t *testing.T) {
 	}
 	if after := served(); after == before {
 		t.Fatalf("server still presents certificate %s after reload", before)
+	}
+}
+
+// TestPrivilegedMethodsRoles pins who may call the methods that change
+// data or roles. TestAuthorisationTable checks the server enforces the
+// table; this checks the table itself, so widening a rule is a visible,
+// deliberate change.
+func TestPrivilegedMethodsRoles(t *testing.T) {
+	want := map[string][]pki.Role{
+		pb.Node_Replicate_FullMethodName:       {pki.RoleNode},
+		pb.Node_InstallSnapshot_FullMethodName: {pki.RoleNode},
+		pb.Node_Promote_FullMethodName:         {pki.RoleOperator},
+		pb.Node_ChangeReplicas_FullMethodName:  {pki.RoleOperator, pki.RoleNode},
+	}
+	for method, roles := range want {
+		got := slices.Clone(Rules[method].Roles)
+		slices.Sort(got)
+		slices.Sort(roles)
+		if !slices.Equal(got, roles) {
+			t.Errorf("%s: roles %v, want %v", method, got, roles)
+		}
 	}
 }
