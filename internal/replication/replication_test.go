@@ -118,7 +118,11 @@ func startPartWith(t *testing.T, snd Sender, self string, hosts ...string) (*Run
 func settle(t *testing.T, p *part) {
 	t.Helper()
 	done := make(chan struct{})
-	for _, op := range []func(time.Time){func(time.Time) {}, func(time.Time) { close(done) }} {
+	// The loop publishes its status after every event, the last op's too:
+	// settle returns only after that publish, so a status a test publishes
+	// next is not overwritten by the loop's (the loop is then idle).
+	var published <-chan struct{}
+	for _, op := range []func(time.Time){func(time.Time) {}, func(time.Time) { published = p.statusChanged(); close(done) }} {
 		select {
 		case p.ops <- op:
 		case <-time.After(5 * time.Second):
@@ -129,6 +133,11 @@ func settle(t *testing.T, p *part) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("partition loop stuck")
+	}
+	select {
+	case <-published:
+	case <-time.After(5 * time.Second):
+		t.Fatal("partition loop did not publish after an operation")
 	}
 }
 
