@@ -2,9 +2,7 @@ package client
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -38,16 +36,7 @@ func (c *Client) ChangeReplicas(ctx context.Context, node, service string, parti
 // ChangeReplicaSet is ChangeReplicas with the whole request, such as an
 // expected replica set (req.Expect) the change is refused without.
 func (c *Client) ChangeReplicaSet(ctx context.Context, node string, req *pb.ChangeReplicasRequest) (ReplicaSet, error) {
-	var addr string
-	for _, e := range c.gossip.Snapshot() {
-		if e.Ann.NodeId == node {
-			addr = e.Ann.RpcAddr
-		}
-	}
-	if addr == "" {
-		return ReplicaSet{}, fmt.Errorf("%w: node %q is not in the yellow pages", nerr.ErrNoReplica, node)
-	}
-	cl, err := c.conns.ClientFor(node, addr)
+	cl, err := c.nodeClient(node)
 	if err != nil {
 		return ReplicaSet{}, err
 	}

@@ -157,6 +157,21 @@ func (c *Client) Partitions() []PartitionInfo {
 	return out
 }
 
+// nodeClient is a connection to node, found by its id in the yellow pages
+// (operator calls that must reach one particular node).
+func (c *Client) nodeClient(node string) (pb.NodeClient, error) {
+	var addr string
+	for _, e := range c.gossip.Snapshot() {
+		if e.Ann.NodeId == node {
+			addr = e.Ann.RpcAddr
+		}
+	}
+	if addr == "" {
+		return nil, fmt.Errorf("%w: node %q is not in the yellow pages", nerr.ErrNoReplica, node)
+	}
+	return c.conns.ClientFor(node, addr)
+}
+
 // Promote asks node's replica of service's partition to become its
 // primary and returns the replica's status after. Without force the
 // replica calls an election that needs a majority of the partition's
@@ -167,16 +182,7 @@ func (c *Client) Partitions() []PartitionInfo {
 // logs now differ below their commit point: they report Diverged and serve
 // nothing until rebuilt). Acknowledged writes it lacks are lost.
 func (c *Client) Promote(ctx context.Context, node, service string, partition int, force bool) (ReplicaInfo, error) {
-	var addr string
-	for _, e := range c.gossip.Snapshot() {
-		if e.Ann.NodeId == node {
-			addr = e.Ann.RpcAddr
-		}
-	}
-	if addr == "" {
-		return ReplicaInfo{}, fmt.Errorf("%w: node %q is not in the yellow pages", nerr.ErrNoReplica, node)
-	}
-	cl, err := c.conns.ClientFor(node, addr)
+	cl, err := c.nodeClient(node)
 	if err != nil {
 		return ReplicaInfo{}, err
 	}
