@@ -754,19 +754,35 @@ func (r *Replica) becomePrimary(now time.Time) {
 	r.maybeCommit(now)
 }
 
-func (r *Replica) sendAppend(now time.Time, to ID) {
+// sendAppend sends peer the next entries it lacks (or a heartbeat while
+// its window is full or a snapshot is on its way).
+func (r *Replica) sendAppend(now time.Time, to ID) { r.appendTo(now, to, true) }
+
+// heartbeat sends peer to an append without entries: it proves this
+// primary live, renews its lease and carries the commit point. It never
+// waits behind entries (the shell sends it in its control lane), and it
+// leaves the peer's progress as it is.
+func (r *Replica) heartbeat(now time.Time, to ID) { r.appendTo(now, to, false) }
+
+// appendTo sends peer an append: with entries, the next ones it lacks (as
+// many as the batch and its in-flight window allow), recorded in its
+// progress; without, a heartbeat at the log's end.
+func (r *Replica) appendTo(now time.Time, to ID, entries bool) {
 	pr := r.progress[to]
 	// While a snapshot is on its way the peer gets heartbeats only (they
 	// keep it following us and renew our lease): the entries it needs
 	// come after the snapshot.
-	snap := pr.snapshotting(now)
-	next := max(pr.next, r.first)
-	pr.next = next
-	if snap {
+	beat := !entries || pr.snapshotting(now)
+	next := r.last() + 1 // a heartbeat: PrevLSN at the log's end
+	if entries {
+		next = max(pr.next, r.first)
+		pr.next = next
+	}
+	if beat {
 		next = r.last() + 1
 	}
 	end := min(r.last(), next+LSN(r.cfg.MaxBatch)-1)
-	if !pr.windowOpen(r.cfg.MaxInflightBytes) {
+	if !beat && !pr.windowOpen(r.cfg.MaxInflightBytes) {
 		// Paced: as many bytes as the window holds are on their way; this
 		// is a heartbeat (PrevLSN at or past the peer's log end is taken
 		// as one) until acknowledgements open the window again.
@@ -792,7 +808,7 @@ func (r *Replica) sendAppend(now time.Time, to ID) {
 		m.Members, m.MembersAt = r.committed.Members, r.committed.LSN
 	}
 	r.send(m)
-	if snap {
+	if beat {
 		return
 	}
 	pr.next = max(next, end+1)
@@ -807,18 +823,6 @@ func (r *Replica) sendAppend(now time.Time, to ID) {
 			pr.waitingSince = now
 		}
 	}
-}
-
-// heartbeat sends peer to an append without entries: it proves this
-// primary live, renews its lease and carries the commit point. It never
-// waits behind entries (the shell sends it in its control lane).
-func (r *Replica) heartbeat(now time.Time, to ID) {
-	pr := r.progress[to]
-	next := pr.next
-	pr.next = r.last() + 1 // (sendAppend sends no entries past the log's end)
-	flight, bytes := pr.flight, pr.flightBytes
-	r.sendAppend(now, to)
-	pr.next, pr.flight, pr.flightBytes = next, flight, bytes
 }
 
 // batchLen is how many of es, from the first, fit MaxBatchBytes (at least
