@@ -133,15 +133,16 @@ func (c *Controller) Stop() {
 	c.wg.Wait()
 }
 
-// Round looks at the cluster once at now and, if this node is the
-// actor, starts the planned changes that are not already under way. It
+// Round looks at the cluster once at now and, for the services this
+// node is the actor of, starts the planned changes that are not already under way. It
 // returns the changes it started.
 func (c *Controller) Round(now time.Time) []placement.Change {
 	if c.cfg.Off {
 		return nil
 	}
 	v := c.src.View()
-	if Actor(v, c.services) != c.self {
+	mine := slices.DeleteFunc(slices.Clone(c.services), func(s Service) bool { return Actor(v, s) != c.self })
+	if len(mine) == 0 {
 		return nil
 	}
 	c.mu.Lock()
@@ -153,7 +154,7 @@ func (c *Controller) Round(now time.Time) []placement.Change {
 			p.cancel()
 		}
 	}
-	st, parts := Observe(now, v, c.services, c.mem)
+	st, parts := Observe(now, v, mine, c.mem)
 	// A change asked for shows in the yellow pages only once its primary
 	// announces it: count an add under way as joining meanwhile, so the
 	// planner's MaxInFlight holds.
