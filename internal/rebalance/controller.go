@@ -18,8 +18,9 @@ import (
 // Config configures the controller. The zero value runs it with the
 // planner's defaults.
 type Config struct {
-	// Off: this node never acts. Set it on every node to turn automatic
-	// placement off (the actor is chosen among all nodes).
+	// Off: this node never acts (it announces so, and the actor is
+	// chosen among the others). Set it on every node to turn automatic
+	// placement off.
 	Off bool
 	// Placement is the planner's configuration (grace, MaxInFlight,
 	// Interval).

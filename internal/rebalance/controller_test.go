@@ -31,6 +31,7 @@ type fake struct {
 	degree   int
 	hidden   map[string]bool // live nodes a view leaves out (a lagging view)
 	service  string          // the one service it hosts (kv unless set)
+	off      map[string]bool // nodes announcing placement off
 }
 
 func newFake(nodes []string, parts, degree int) *fake {
@@ -83,7 +84,7 @@ func (f *fake) ann(n string) *pb.Announcement {
 			hs.Replicas = append(hs.Replicas, &pb.ReplicaStatus{Partition: p, Role: role, Epoch: 1, Members: cp})
 		}
 	}
-	return &pb.Announcement{NodeId: n, Services: []*pb.HostedService{hs}}
+	return &pb.Announcement{NodeId: n, Services: []*pb.HostedService{hs}, PlacementOff: f.off[n]}
 }
 
 func (f *fake) View() View {
@@ -296,7 +297,7 @@ func TestStaleActorIsRefused(t *testing.T) {
 }
 
 // TestOffNeverActs: a controller turned off does nothing, dead nodes or
-// not.
+// not, and the next node acts instead of one announcing it is off.
 func TestOffNeverActs(t *testing.T) {
 	f := newFake([]string{"a", "b", "c", "d"}, 4, 3)
 	c := New(Config{Off: true, Placement: placement.Config{Grace: time.Second}}, "a", kvService(4), f, f, nil, nil)
@@ -305,6 +306,13 @@ func TestOffNeverActs(t *testing.T) {
 	rounds(c, &now, time.Minute, f.full)
 	if f.calls != 0 {
 		t.Fatalf("%d changes from a controller that is off", f.calls)
+	}
+	// a announces it is off: b, the next lowest, acts instead.
+	f.off = map[string]bool{"a": true}
+	b := New(Config{Placement: placement.Config{Grace: time.Second}}, "b", kvService(4), f, f, nil, nil)
+	rounds(b, &now, time.Minute, f.full)
+	if !f.full() {
+		t.Fatalf("b never acted while a, the lowest, announced placement off: %v", f.parts)
 	}
 }
 

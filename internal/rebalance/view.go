@@ -57,14 +57,15 @@ type View struct {
 type Memory map[string]time.Time
 
 // Actor is the node that acts for service s: the live node with the
-// lowest id among those announcing it ("" if none). Each service has its
+// lowest id among those announcing it, placement off on none ("" if
+// none). Each service has its
 // own actor, since only the nodes hosting a service know its partitions
 // and degrees: a node that is the lowest overall but does not host s
 // must not keep s's hosts from acting.
 func Actor(v View, s Service) string {
 	best := ""
 	for _, a := range v.Live {
-		if (best == "" || a.NodeId < best) && slices.ContainsFunc(a.Services, func(hs *pb.HostedService) bool { return hs.Name == s.Name }) {
+		if (best == "" || a.NodeId < best) && !a.PlacementOff && slices.ContainsFunc(a.Services, func(hs *pb.HostedService) bool { return hs.Name == s.Name }) {
 			best = a.NodeId
 		}
 	}
