@@ -19,10 +19,11 @@ const (
 	NameOracle     = "oracle"
 	NamePrequal    = "prequal"
 	NameAsync      = "async"
+	NamePush       = "push"
 )
 
 // Names lists every policy New accepts, in a stable order.
-var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle, NamePrequal, NameAsync}
+var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle, NamePrequal, NameAsync, NamePush}
 
 // WaitAllCap bounds the wait for poll answers when Config.Discard is 0
 // ("wait for every answer"): a dead replica must not stall a call forever.
@@ -165,6 +166,8 @@ func New(cfg Config, rng *rand.Rand) (Policy, error) {
 		return newPrequal(cfg, rng), nil
 	case NameAsync:
 		return newAsync(cfg, rng), nil
+	case NamePush:
+		return newPush(rng), nil
 	}
 	return nil, fmt.Errorf("%w: %q not implemented yet", ErrUnknownPolicy, cfg.Policy)
 }
