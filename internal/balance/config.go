@@ -23,7 +23,12 @@ const (
 )
 
 // Names lists every policy New accepts, in a stable order.
-var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle, NamePrequal, NameAsync, NamePush}
+var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle, NamePrequal, NameAsync}
+
+// SimNames are the policies New also accepts that need what no node gives
+// yet, so Names (what a node offers) leaves them out: NamePush needs
+// replicas that push their load, which only the simulator's do.
+var SimNames = []string{NamePush}
 
 // WaitAllCap bounds the wait for poll answers when Config.Discard is 0
 // ("wait for every answer"): a dead replica must not stall a call forever.
@@ -95,7 +100,7 @@ func DefaultConfig() Config {
 
 // Validate reports the first invalid field.
 func (c Config) Validate() error {
-	if !slices.Contains(Names, c.Policy) {
+	if !slices.Contains(Names, c.Policy) && !slices.Contains(SimNames, c.Policy) {
 		return fmt.Errorf("%w: Policy %q (want one of %v)", ErrUnknownPolicy, c.Policy, Names)
 	}
 	if c.PollSize < 1 {

@@ -1,6 +1,7 @@
 package balance
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -62,5 +63,15 @@ func TestPushCorrectsByOwnTraffic(t *testing.T) {
 	p.Done(t0, "a", time.Millisecond) // a back to 1
 	if r := p.Choose(t0, cands, nil); r != "a" {
 		t.Fatalf("chose %q, want a once our requests to it are done", r)
+	}
+}
+
+// A node offers Names; push would wait there for pushes no replica sends.
+func TestPushIsForTheSimulatorOnly(t *testing.T) {
+	if slices.Contains(Names, NamePush) {
+		t.Fatalf("Names %v offers %s, but no node pushes its load yet", Names, NamePush)
+	}
+	if err := withPolicy(NamePush).Validate(); err != nil {
+		t.Fatalf("the simulator's push policy does not validate: %v", err)
 	}
 }
