@@ -44,6 +44,24 @@ import (
 //     nothing). This is start-time fair queueing on the spare: the paper's
 //     shares, overshooting by at most one request in all, and using the
 //     whole spare whenever anyone waits.
+//   - Round 1 does not wait for the pacer: it may run ahead of it by up to
+//     Burst's worth of capacity, and only round 2 waits for the pacer to
+//     be open. Reservations are admitted against the capacity (Admit), so
+//     what round 1 sends is already within it; the pacer is there to
+//     bound the spare. When one subscriber's request costs far more than
+//     predicted, the correction drives the shared pacer into debt; if
+//     round 1 waited for it, every other subscriber's reserved service
+//     would stop until the pacer had repaid the overrun (at the whole
+//     capacity's rate, sooner than the overrunner's own balance at its
+//     reservation's rate), and the capacity they lost would come back
+//     later as spare, shared by reservation whoever lost it: one
+//     subscriber's large request moved the others' service around in
+//     time. Charged to the overrunner's balance alone, it costs only the
+//     overrunner. In simulation on the SPECweb99-like mix this took the
+//     deviation at 1 s windows from 10.0% to 8.4% (mean of six seeds),
+//     the floor of serving whole requests on that mix; the bound keeps an
+//     overbooked gateway (capacity below the reservations) from
+//     overrunning the cluster by more than Burst.
 //   - A queue in debt beyond that one-request overshoot (its requests cost
 //     more than predicted) takes no spare until the debt is paid; in the
 //     paper this falls out of having one balance for both rounds.
@@ -167,18 +185,23 @@ func (c *Credit) Enqueue(now time.Time, r Request) error {
 // Next implements Scheduler.
 func (c *Credit) Next(now time.Time) (Request, bool) {
 	c.advance(now)
-	if !c.pace.open() {
+	// Round 1: reservations, which may run ahead of the pacer by up to
+	// Burst's worth of capacity (see the type's doc).
+	open := c.pace.open()
+	if !open && !c.pace.within(c.opt.Burst) {
 		return Request{}, false
 	}
-	// Round 1: reservations.
 	if i, ok := c.pickReserved(); ok {
 		q := c.queues[i]
 		p := c.dispatch(q)
 		q.bal = q.bal.Sub(p)
 		return q.q.pop(), true
 	}
-	// Round 2: the spare, to the waiting queue that has had the least of
-	// it for its reservation.
+	// Round 2, only while the pacer is open: the spare, to the waiting
+	// queue that has had the least of it for its reservation.
+	if !open {
+		return Request{}, false
+	}
 	// A queue in debt beyond the one-request overshoot round 1 allows
 	// used more than it was charged (its requests cost more than
 	// predicted) and pays that back before it shares the spare; otherwise
