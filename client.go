@@ -233,6 +233,16 @@ func (c *Client) ChangeReplicas(ctx context.Context, node, service string, parti
 	return c.c.ChangeReplicas(ctx, node, service, partition, add, priority, remove)
 }
 
+// SetReplicaPriority asks node, the primary of service's partition, to
+// give the member replica the priority priority, through the
+// partition's log, and waits like ChangeReplicas. The highest-priority
+// live, caught-up replica is the preferred primary: the primary hands
+// its role to it, so this moves the primary role for good (Promote only
+// moves it until priorities hand it back). Errors as ChangeReplicas.
+func (c *Client) SetReplicaPriority(ctx context.Context, node, service string, partition int, replica string, priority int) (ReplicaSet, error) {
+	return c.c.SetReplicaPriority(ctx, node, service, partition, replica, priority)
+}
+
 // Close leaves the cluster and closes connections.
 func (c *Client) Close() error { return c.c.Close() }
 

@@ -121,6 +121,18 @@ func TestReplicaMoveWhileWriting(t *testing.T) {
 		return slices.Equal(reps, []string{"m1", "m2", "m3"})
 	})
 	verifyOn(t, ctx, cl, c, 0, []string{"m1", "m2", "m3"}, w.acked[0])
+
+	// A priority above every other replica's moves the primary role for
+	// good: `neptune partition priority` makes m2 partition 0's primary.
+	if primaryOf(c, 0) == "m2" {
+		t.Fatal("m2 is partition 0's primary already: the priority step would show nothing")
+	}
+	cmd = exec.CommandContext(ctx, neptuneBinary(t), append([]string{"partition", "priority", "--join", strings.Join(cl.Seeds(), ","),
+		"--timeout", "30s", "kv", "0", "m2", "10"}, cl.SecurityArgs("operator/operator")...)...)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "priority of m2 to 10: done") {
+		t.Fatalf("partition priority: %v\n%s", err, out)
+	}
+	waitFor(t, 10*time.Second, func() bool { return primaryOf(c, 0) == "m2" })
 }
 
 // replicasOf lists the nodes announcing a replica of kv partition p.

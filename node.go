@@ -94,8 +94,9 @@ type NodeConfig struct {
 // rebalancing step per Interval. Every change is an ordinary replica-set
 // change (`neptune partition add|remove`). Set it alike on every node.
 type Placement struct {
-	// Off turns automatic placement off (set it on every node: the
-	// actor is chosen among all of them).
+	// Off: this node never acts for automatic placement (it announces
+	// so; another node hosting the service acts instead). Set it on
+	// every node to turn automatic placement off.
 	Off bool
 	// Grace is how long a node may be down before its replicas are
 	// re-created elsewhere (default 5 minutes): a restart or a short

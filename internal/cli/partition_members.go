@@ -14,7 +14,8 @@ import (
 	neptune "github.com/neptune-cluster/neptune"
 )
 
-// membersOptions are the flags of `neptune partition add|remove|move`.
+// membersOptions are the flags of `neptune partition
+// add|remove|move|priority`.
 type membersOptions struct {
 	join     []string
 	priority int
@@ -54,6 +55,14 @@ remaining ones is refused.`
 		long = `Move a replicated partition's replica from node FROM to node TO while the
 partition serves: add TO (with FROM's priority unless --priority is set),
 wait until it caught up and votes, then remove FROM.`
+	case "priority":
+		use, short, args = "priority SERVICE PARTITION NODE PRIORITY", "Change the priority of NODE's replica of a partition", cobra.ExactArgs(4)
+		long = `Change the priority of NODE's replica of a replicated partition. The
+highest-priority live replica that holds the log is the preferred primary:
+the primary hands its role to it, so raising a replica above every other
+moves the primary role for good (neptune partition promote moves it only
+until priorities hand it back). The command waits for the change to
+commit, not for the hand-over.`
 	}
 	cmd := &cobra.Command{
 		Use:   use,
@@ -68,7 +77,7 @@ happened; asking again is safe. Only an operator certificate (--cert
 operator/NAME) may change replica sets (besides nodes: automatic
 placement, the node config's placement section, makes the same changes).`,
 		Example: fmt.Sprintf("  neptune partition %s --tls-dir pki --cert operator/alice --join 127.0.0.1:7946 kv 0 %s", verb,
-			map[string]string{"add": "d", "remove": "c", "move": "c d"}[verb]),
+			map[string]string{"add": "d", "remove": "c", "move": "c d", "priority": "b 10"}[verb]),
 		Args: args,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), cmd.OutOrStdout(), verb, args, cmd.Flags().Changed("priority"))
@@ -77,7 +86,7 @@ placement, the node config's placement section, makes the same changes).`,
 	fs := cmd.Flags()
 	fs.SortFlags = false
 	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of any node; list (required)")
-	if verb != "remove" {
+	if verb == "add" || verb == "move" {
 		fs.IntVar(&o.priority, "priority", 1, "the new replica's `priority` (the highest-priority replica is the preferred primary)")
 	}
 	fs.DurationVar(&o.wait, "wait", time.Second, "how long to listen for announcements first")
@@ -106,12 +115,18 @@ func (o *membersOptions) run(ctx context.Context, stdout io.Writer, verb string,
 	case "remove":
 		_, err = p.change(ctx, "", 0, args[2])
 		return err
+	case "priority":
+		prio, err := strconv.Atoi(args[3])
+		if err != nil {
+			return Usagef("PRIORITY must be a number, got %q", args[3])
+		}
+		_, err = p.setPriority(ctx, args[2], prio)
+		return err
 	}
 	from, to := args[2], args[3]
 	prio := o.priority
 	if !prioritySet {
-		// Asking to add a member changes nothing and answers the set.
-		rs, err := p.ask(ctx, from, 0, "")
+		rs, err := p.readSet(ctx, from)
 		if err != nil {
 			return fmt.Errorf("reading the replica set (nothing changed): %w", err)
 		}
@@ -205,8 +220,7 @@ func (o *applyOptions) run(ctx context.Context, stdout io.Writer) error {
 			if primary == "" {
 				return fmt.Errorf("%s partition %d: no primary announced (nothing changed here)", s.Name, part)
 			}
-			// Asking to add a member changes nothing and answers the set.
-			cur, err := p.ask(ctx, primary, 0, "")
+			cur, err := p.readSet(ctx, primary)
 			if err != nil {
 				return fmt.Errorf("%s partition %d: reading the replica set (nothing changed here): %w", s.Name, part, err)
 			}
@@ -269,8 +283,24 @@ func (p *partitionRef) change(ctx context.Context, add string, priority int, rem
 	if remove != "" {
 		what = "remove " + remove
 	}
+	return p.step(ctx, what, func(ctx context.Context, primary string) (neptune.ReplicaSet, error) {
+		return p.c.ChangeReplicas(ctx, primary, p.service, p.partition, add, priority, remove)
+	})
+}
+
+// setPriority changes replica's priority, waits for it to commit and
+// prints the result.
+func (p *partitionRef) setPriority(ctx context.Context, replica string, priority int) (neptune.ReplicaSet, error) {
+	return p.step(ctx, fmt.Sprintf("priority of %s to %d", replica, priority), func(ctx context.Context, primary string) (neptune.ReplicaSet, error) {
+		return p.c.SetReplicaPriority(ctx, primary, p.service, p.partition, replica, priority)
+	})
+}
+
+// step makes one change by call at the partition's primary (ask), waits
+// for it to commit and prints the result.
+func (p *partitionRef) step(ctx context.Context, what string, call changeCall) (neptune.ReplicaSet, error) {
 	start := time.Now()
-	rs, err := p.ask(ctx, add, priority, remove)
+	rs, err := p.ask(ctx, call)
 	if err != nil {
 		return rs, fmt.Errorf("%s partition %d: %s: %w", p.service, p.partition, what, err)
 	}
@@ -286,13 +316,13 @@ func (p *partitionRef) change(ctx context.Context, add string, priority int, rem
 // ask sends the change to the partition's announced primary, following
 // it while announcements lag (a primary that is not one any more changed
 // nothing). Errors say whether the change may have happened.
-func (p *partitionRef) ask(ctx context.Context, add string, priority int, remove string) (neptune.ReplicaSet, error) {
+func (p *partitionRef) ask(ctx context.Context, call changeCall) (neptune.ReplicaSet, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	for {
 		primary := announcedPrimary(p.c, p.service, p.partition)
 		if primary != "" {
-			rs, err := p.c.ChangeReplicas(ctx, primary, p.service, p.partition, add, priority, remove)
+			rs, err := call(ctx, primary)
 			switch {
 			case err == nil:
 				return rs, nil
@@ -308,6 +338,17 @@ func (p *partitionRef) ask(ctx context.Context, add string, priority int, remove
 		case <-time.After(changeRetry):
 		}
 	}
+}
+
+// changeCall makes one change at primary.
+type changeCall func(ctx context.Context, primary string) (neptune.ReplicaSet, error)
+
+// readSet asks primary for the replica set: adding a member changes
+// nothing and answers the set.
+func (p *partitionRef) readSet(ctx context.Context, member string) (neptune.ReplicaSet, error) {
+	return p.ask(ctx, func(ctx context.Context, primary string) (neptune.ReplicaSet, error) {
+		return p.c.ChangeReplicas(ctx, primary, p.service, p.partition, member, 0, "")
+	})
 }
 
 // announcedPrimary is the replica the yellow pages announce as the

@@ -33,6 +33,13 @@ func (c *Client) ChangeReplicas(ctx context.Context, node, service string, parti
 		Priority: int32(priority), Remove: remove})
 }
 
+// SetReplicaPriority asks node, the primary of service's partition, to
+// change the member replica's priority, and waits like ChangeReplicas.
+func (c *Client) SetReplicaPriority(ctx context.Context, node, service string, partition int, replica string, priority int) (ReplicaSet, error) {
+	return c.ChangeReplicaSet(ctx, node, &pb.ChangeReplicasRequest{Service: service, Partition: int32(partition), Add: replica,
+		Priority: int32(priority), SetPriority: true})
+}
+
 // ChangeReplicaSet is ChangeReplicas with the whole request, such as an
 // expected replica set (req.Expect) the change is refused without.
 func (c *Client) ChangeReplicaSet(ctx context.Context, node string, req *pb.ChangeReplicasRequest) (ReplicaSet, error) {

@@ -13,7 +13,8 @@ import (
 // each service's partitions, its method table (callers take a method's
 // mode from it) and its replicas' status.
 func (n *Node) announcement() *pb.Announcement {
-	a := &pb.Announcement{RpcAddr: n.rpcLn.Addr().String(), PollAddr: n.polls.Addr(), MetricsAddr: n.MetricsAddr(), Zone: n.cfg.Zone}
+	a := &pb.Announcement{RpcAddr: n.rpcLn.Addr().String(), PollAddr: n.polls.Addr(), MetricsAddr: n.MetricsAddr(), Zone: n.cfg.Zone,
+		PlacementOff: n.cfg.Placement.Off}
 	names := make([]string, 0, len(n.services))
 	for name := range n.services {
 		names = append(names, name)

@@ -18,8 +18,9 @@ import (
 // Config configures the controller. The zero value runs it with the
 // planner's defaults.
 type Config struct {
-	// Off: this node never acts. Set it on every node to turn automatic
-	// placement off (the actor is chosen among all nodes).
+	// Off: this node never acts (it announces so, and the actor is
+	// chosen among the others). Set it on every node to turn automatic
+	// placement off.
 	Off bool
 	// Placement is the planner's configuration (grace, MaxInFlight,
 	// Interval).
@@ -133,15 +134,16 @@ func (c *Controller) Stop() {
 	c.wg.Wait()
 }
 
-// Round looks at the cluster once at now and, if this node is the
-// actor, starts the planned changes that are not already under way. It
+// Round looks at the cluster once at now and, for the services this
+// node is the actor of, starts the planned changes that are not already under way. It
 // returns the changes it started.
 func (c *Controller) Round(now time.Time) []placement.Change {
 	if c.cfg.Off {
 		return nil
 	}
 	v := c.src.View()
-	if Actor(v, c.services) != c.self {
+	mine := slices.DeleteFunc(slices.Clone(c.services), func(s Service) bool { return Actor(v, s) != c.self })
+	if len(mine) == 0 {
 		return nil
 	}
 	c.mu.Lock()
@@ -153,7 +155,7 @@ func (c *Controller) Round(now time.Time) []placement.Change {
 			p.cancel()
 		}
 	}
-	st, parts := Observe(now, v, c.services, c.mem)
+	st, parts := Observe(now, v, mine, c.mem)
 	// A change asked for shows in the yellow pages only once its primary
 	// announces it: count an add under way as joining meanwhile, so the
 	// planner's MaxInFlight holds.

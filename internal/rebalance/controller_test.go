@@ -1,6 +1,7 @@
 package rebalance
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -29,6 +30,8 @@ type fake struct {
 	maxExtra int // most members beyond the degree any partition had
 	degree   int
 	hidden   map[string]bool // live nodes a view leaves out (a lagging view)
+	service  string          // the one service it hosts (kv unless set)
+	off      map[string]bool // nodes announcing placement off
 }
 
 func newFake(nodes []string, parts, degree int) *fake {
@@ -67,7 +70,7 @@ func (f *fake) kill(n string, at time.Time) {
 }
 
 func (f *fake) ann(n string) *pb.Announcement {
-	hs := &pb.HostedService{Name: "kv"}
+	hs := &pb.HostedService{Name: cmp.Or(f.service, "kv")}
 	for p, ms := range f.parts {
 		if slices.ContainsFunc(ms, func(m *pb.ReplicaPeer) bool { return m.Id == n }) {
 			role := int32(1)
@@ -81,7 +84,7 @@ func (f *fake) ann(n string) *pb.Announcement {
 			hs.Replicas = append(hs.Replicas, &pb.ReplicaStatus{Partition: p, Role: role, Epoch: 1, Members: cp})
 		}
 	}
-	return &pb.Announcement{NodeId: n, Services: []*pb.HostedService{hs}}
+	return &pb.Announcement{NodeId: n, Services: []*pb.HostedService{hs}, PlacementOff: f.off[n]}
 }
 
 func (f *fake) View() View {
@@ -273,7 +276,7 @@ func TestStaleActorIsRefused(t *testing.T) {
 	f.mu.Lock()
 	f.hidden["a"] = false
 	f.mu.Unlock()
-	if Actor(vb, kvService(5)) != "b" {
+	if Actor(vb, kvService(5)[0]) != "b" {
 		t.Fatal("b's view does not make it the actor")
 	}
 	// a plans and acts; b planned from the same sets before a's change.
@@ -294,7 +297,7 @@ func TestStaleActorIsRefused(t *testing.T) {
 }
 
 // TestOffNeverActs: a controller turned off does nothing, dead nodes or
-// not.
+// not, and the next node acts instead of one announcing it is off.
 func TestOffNeverActs(t *testing.T) {
 	f := newFake([]string{"a", "b", "c", "d"}, 4, 3)
 	c := New(Config{Off: true, Placement: placement.Config{Grace: time.Second}}, "a", kvService(4), f, f, nil, nil)
@@ -303,6 +306,13 @@ func TestOffNeverActs(t *testing.T) {
 	rounds(c, &now, time.Minute, f.full)
 	if f.calls != 0 {
 		t.Fatalf("%d changes from a controller that is off", f.calls)
+	}
+	// a announces it is off: b, the next lowest, acts instead.
+	f.off = map[string]bool{"a": true}
+	b := New(Config{Placement: placement.Config{Grace: time.Second}}, "b", kvService(4), f, f, nil, nil)
+	rounds(b, &now, time.Minute, f.full)
+	if !f.full() {
+		t.Fatalf("b never acted while a, the lowest, announced placement off: %v", f.parts)
 	}
 }
 
@@ -493,4 +503,55 @@ func TestOperatorMoveIsLeftAlone(t *testing.T) {
 	if len(f.parts[0]) != 3 {
 		t.Fatalf("a surplus replica stayed: %v", f.parts[0])
 	}
+}
+
+// TestEachServiceHasItsOwnActor: node x hosts kv and web; a, lower than
+// x, hosts kv only. x is web's actor (and replaces a dead web node's
+// replicas), a is kv's, and x never acts for kv.
+func TestEachServiceHasItsOwnActor(t *testing.T) {
+	kv := newFake([]string{"a", "b", "c", "x"}, 4, 3)
+	web := newFake([]string{"x", "y", "z", "zz"}, 4, 3)
+	web.service = "web"
+	two := twoServices{kv, web}
+	webSvc := Service{Name: "web", Partitions: []int32{0, 1, 2, 3}, Degree: func(int32) int { return 3 }}
+	x := New(Config{Placement: placement.Config{Grace: time.Second}}, "x", append(kvService(4), webSvc), two, two, nil, nil)
+	now := t0
+	kv.kill("c", now)
+	web.kill("zz", now)
+	rounds(x, &now, time.Minute, web.full)
+	if !web.full() {
+		t.Fatalf("web's dead replicas were never replaced by its actor x: %v", web.parts)
+	}
+	if kv.calls != 0 {
+		t.Fatalf("x acted for kv (%d changes), whose actor is a", kv.calls)
+	}
+	a := New(Config{Placement: placement.Config{Grace: time.Second}}, "a", kvService(4), two, two, nil, nil)
+	rounds(a, &now, time.Minute, kv.full)
+	if !kv.full() {
+		t.Fatalf("kv's dead replicas were never replaced by its actor a: %v", kv.parts)
+	}
+}
+
+// twoServices is the yellow pages of two fakes, kv and web, whose nodes
+// may overlap: a node in both announces both services.
+type twoServices struct{ kv, web *fake }
+
+func (s twoServices) View() View {
+	v := s.kv.View()
+	for _, a := range s.web.View().Live {
+		if i := slices.IndexFunc(v.Live, func(b *pb.Announcement) bool { return b.NodeId == a.NodeId }); i >= 0 {
+			v.Live[i].Services = append(v.Live[i].Services, a.Services...)
+		} else {
+			v.Live = append(v.Live, a)
+		}
+	}
+	v.Departed = append(v.Departed, s.web.View().Departed...)
+	return v
+}
+
+func (s twoServices) ChangeReplicas(ctx context.Context, node string, req *pb.ChangeReplicasRequest) error {
+	if req.Service == "web" {
+		return s.web.ChangeReplicas(ctx, node, req)
+	}
+	return s.kv.ChangeReplicas(ctx, node, req)
 }

@@ -1,13 +1,13 @@
 // Package rebalance puts the placement planner (internal/placement) to
-// work on a running cluster (issue 17): one node at a time, the actor,
+// work on a running cluster (issue 17): one node per service, its actor,
 // reads the yellow pages, plans, and carries the plan out with the
 // replica-set changes an operator makes (`neptune partition add|remove`),
 // a bounded number at a time.
 //
-// Who acts: the live node with the lowest id among those hosting a
-// replicated service the actor knows, by its own yellow pages. Every
-// node runs the controller; all but one find they are not the actor and
-// do nothing. No election is needed and nothing stalls: when the actor
+// Who acts: for each replicated service, the live node with the lowest
+// id among those hosting it, by its own yellow pages. Every
+// node runs the controller; for each service all but one find they are
+// not its actor and do nothing. No election is needed and nothing stalls: when the actor
 // dies, the next lowest takes over once membership drops it, and the
 // planner keeps no state a successor would need (it plans from the
 // cluster as it is). Two nodes may briefly both believe they are the
@@ -56,14 +56,16 @@ type View struct {
 // grace, counted from when it was last seen.
 type Memory map[string]time.Time
 
-// Actor is the node that acts: the live node with the lowest id among
-// those announcing one of services ("" if none).
-func Actor(v View, services []Service) string {
+// Actor is the node that acts for service s: the live node with the
+// lowest id among those announcing it, placement off on none ("" if
+// none). Each service has its
+// own actor, since only the nodes hosting a service know its partitions
+// and degrees: a node that is the lowest overall but does not host s
+// must not keep s's hosts from acting.
+func Actor(v View, s Service) string {
 	best := ""
 	for _, a := range v.Live {
-		if (best == "" || a.NodeId < best) && slices.ContainsFunc(a.Services, func(hs *pb.HostedService) bool {
-			return slices.ContainsFunc(services, func(s Service) bool { return s.Name == hs.Name })
-		}) {
+		if (best == "" || a.NodeId < best) && !a.PlacementOff && slices.ContainsFunc(a.Services, func(hs *pb.HostedService) bool { return hs.Name == s.Name }) {
 			best = a.NodeId
 		}
 	}

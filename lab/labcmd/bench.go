@@ -354,8 +354,10 @@ from --goal-from MiB is judged against --goal.`,
 func moveCmd() *cobra.Command {
 	cfg := movebench.DefaultConfig()
 	cmd := leaf("move [flags]", "Write throughput while a partition's replica moves (issue 17)",
-		`Four in-process nodes, kv partition 0 replicated on three; --writers
-concurrent writers, partition 0 loaded with --data MiB first; in
+		`Four in-process nodes, kv partition 0 replicated on three and loaded
+with --data MiB first. A closed loop of --writers concurrent writers
+measures the capacity; then writes arrive at --load times it (open loop,
+Poisson; --load 0 keeps the closed loop, the machine saturated). In
 interleaved rounds, a steady cell and a single move of one replica
 between two nodes (add, wait for it to catch up and vote, remove),
 measured from the add to the removal (--continuous: moves back and forth
@@ -363,7 +365,8 @@ without pause for a whole cell instead). Prints each cell's acknowledged
 writes per second and the moving/steady ratio against --goal.`,
 		experiment(&cfg, nil, nil, movebench.Run))
 	fs := cmd.Flags()
-	fs.IntVar(&cfg.Writers, "writers", cfg.Writers, "concurrent writers")
+	fs.IntVar(&cfg.Writers, "writers", cfg.Writers, "concurrent writers of the closed loop")
+	fs.Float64Var(&cfg.Load, "load", cfg.Load, "offered write rate as a fraction of the closed loop's capacity (0: the closed loop throughout)")
 	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measuring time per cell")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds")
 	fs.Float64Var(&cfg.Goal, "goal", cfg.Goal, "goal: moving throughput at least this × steady")

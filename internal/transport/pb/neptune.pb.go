@@ -313,7 +313,11 @@ type Announcement struct {
 	MetricsAddr string           `protobuf:"bytes,7,opt,name=metrics_addr,json=metricsAddr,proto3" json:"metrics_addr,omitempty"`
 	// zone is the node's failure domain (NodeConfig.Zone), which placement
 	// spreads a partition's replicas across; "" if not set.
-	Zone          string `protobuf:"bytes,8,opt,name=zone,proto3" json:"zone,omitempty"`
+	Zone string `protobuf:"bytes,8,opt,name=zone,proto3" json:"zone,omitempty"`
+	// placement_off: this node never acts for automatic placement
+	// (NodeConfig.Placement.Off), so no service's actor is chosen among
+	// such nodes.
+	PlacementOff  bool `protobuf:"varint,9,opt,name=placement_off,json=placementOff,proto3" json:"placement_off,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -402,6 +406,13 @@ func (x *Announcement) GetZone() string {
 		return x.Zone
 	}
 	return ""
+}
+
+func (x *Announcement) GetPlacementOff() bool {
+	if x != nil {
+		return x.PlacementOff
+	}
+	return false
 }
 
 type HostedService struct {
@@ -2379,7 +2390,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\x1b\n" +
 	"\x05Chunk\x12\x12\n" +
-	"\x04body\x18\x01 \x01(\fR\x04body\"\x81\x02\n" +
+	"\x04body\x18\x01 \x01(\fR\x04body\"\xa6\x02\n" +
 	"\fAnnouncement\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
 	"\brpc_addr\x18\x02 \x01(\tR\arpcAddr\x12\x1b\n" +
@@ -2388,7 +2399,8 @@ const file_neptune_proto_rawDesc = "" +
 	"\vincarnation\x18\x05 \x01(\x03R\vincarnation\x125\n" +
 	"\bservices\x18\x06 \x03(\v2\x19.neptune.v1.HostedServiceR\bservices\x12!\n" +
 	"\fmetrics_addr\x18\a \x01(\tR\vmetricsAddr\x12\x12\n" +
-	"\x04zone\x18\b \x01(\tR\x04zone\"\xac\x01\n" +
+	"\x04zone\x18\b \x01(\tR\x04zone\x12#\n" +
+	"\rplacement_off\x18\t \x01(\bR\fplacementOff\"\xac\x01\n" +
 	"\rHostedService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
