@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -31,9 +32,11 @@ const Workers = 1
 //   - work (read): body is the service time, Encode'd; sleeps it times the
 //     slowdown and answers "pid=<process id>" so callers can tell which
 //     node served them.
-//   - spin (read): body is a CPU time, Encode'd; computes for that long
-//     (wall time, so less CPU on a loaded machine: the node measures what
-//     was used) and answers like work. A CPU-bound request.
+//   - spin (read): body is a CPU time, Encode'd; computes until its
+//     thread has used that much CPU (where the thread's CPU clock can be
+//     read; elsewhere, that much wall time), at most ten times as long in
+//     wall time, and answers like work. A CPU-bound request whose cost
+//     does not shrink on a loaded machine.
 //   - fsync (read): body is a byte count, EncodeBytes'd; writes that many
 //     bytes to a fresh file under the system's temporary directory,
 //     fsyncs it and removes it, and answers like work. A disk-bound
@@ -119,9 +122,12 @@ func (s *server) spin(ctx context.Context, r *neptune.Request) (*neptune.Respons
 	if err != nil {
 		return nil, err
 	}
-	end := time.Now().Add(time.Duration(ns))
+	runtime.LockOSThread() // the thread's CPU clock measures this goroutine
+	defer runtime.UnlockOSThread()
+	used := cpuClock()
+	end, deadline := used()+time.Duration(ns), time.Now().Add(10*time.Duration(ns))
 	x := uint64(1)
-	for i := 0; time.Now().Before(end); i++ {
+	for i := 0; used() < end && time.Now().Before(deadline); i++ {
 		for range 1000 {
 			x = x*6364136223846793005 + 1442695040888963407
 		}
