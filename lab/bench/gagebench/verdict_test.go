@@ -117,7 +117,7 @@ func TestProfiles(t *testing.T) {
 	}
 	e := &env{cfg: DefaultConfig(), cl: nil, prof: profiles["disk"]}
 	y := e.gatewayConfigFor(nil, "credit", 120, []subscriberSpec{{"a", 10}}, "")
-	for _, want := range []string{"disk_bandwidth: 10000000", "measured: false", "{path_prefix: /fsync, service: work, method: fsync}"} {
+	for _, want := range []string{"disk_bandwidth: 10000000", "measured_capacity: false", "{path_prefix: /fsync, service: work, method: fsync}"} {
 		if !strings.Contains(y, want) {
 			t.Errorf("disk profile's gateway config lacks %q:\n%s", want, y)
 		}
