@@ -19,10 +19,16 @@ const (
 	NameOracle     = "oracle"
 	NamePrequal    = "prequal"
 	NameAsync      = "async"
+	NamePush       = "push"
 )
 
 // Names lists every policy New accepts, in a stable order.
 var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle, NamePrequal, NameAsync}
+
+// SimNames are the policies New also accepts that need what no node gives
+// yet, so Names (what a node offers) leaves them out: NamePush needs
+// replicas that push their load, which only the simulator's do.
+var SimNames = []string{NamePush}
 
 // WaitAllCap bounds the wait for poll answers when Config.Discard is 0
 // ("wait for every answer"): a dead replica must not stall a call forever.
@@ -94,7 +100,7 @@ func DefaultConfig() Config {
 
 // Validate reports the first invalid field.
 func (c Config) Validate() error {
-	if !slices.Contains(Names, c.Policy) {
+	if !slices.Contains(Names, c.Policy) && !slices.Contains(SimNames, c.Policy) {
 		return fmt.Errorf("%w: Policy %q (want one of %v)", ErrUnknownPolicy, c.Policy, Names)
 	}
 	if c.PollSize < 1 {
@@ -165,6 +171,8 @@ func New(cfg Config, rng *rand.Rand) (Policy, error) {
 		return newPrequal(cfg, rng), nil
 	case NameAsync:
 		return newAsync(cfg, rng), nil
+	case NamePush:
+		return newPush(rng), nil
 	}
 	return nil, fmt.Errorf("%w: %q not implemented yet", ErrUnknownPolicy, cfg.Policy)
 }

@@ -68,7 +68,8 @@ network with the paper's delays to non-preemptive FIFO servers.
 Sections: 3.1 (load-index inaccuracy vs delay), 3.2 (broadcast interval),
 3.3 (poll size), goals (issue 3's goals at 90% load; adds the det and hv
 workloads), async (issue 18: async probes against the default at 1, 4 and
---clients clients).`,
+--clients clients), push (issue 18: servers push their load instead of
+being polled, 3 seeds).`,
 		experiment(&o, &o.Out, prepare, lbsim.Run))
 	fs := cmd.Flags()
 	addSections(fs, &o.Sections, lbsim.Sections)

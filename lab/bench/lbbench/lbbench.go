@@ -71,6 +71,12 @@ type lbResult struct {
 	Lag      []time.Duration
 	Errors   int
 	FirstErr string
+	// Pressure is the machine's CPU pressure (bench.Starvation) while the
+	// measured requests ran, from the end of the warm-up to the last
+	// response; -1 unknown. runLBCell sets it, not the client processes:
+	// starting them (exec, dialling, warming the connections) happens
+	// before the trace and is no part of what the rows measure.
+	Pressure float64 `json:"-"`
 }
 
 func (r *lbResult) merge(o lbResult) {
@@ -411,9 +417,8 @@ func lbGoals(ctx context.Context, stdout io.Writer, conns *transport.Conns, srv 
 					return err
 				}
 			}
-			probe := bench.StartLagProbe(5 * time.Millisecond)
 			res, err := run(c)
-			press[c.Label] = max(press[c.Label], probe.Stop().Pressure)
+			press[c.Label] = max(press[c.Label], res.Pressure)
 			if isSlow {
 				if serr := setSlowdown(ctx, conns, srv[0], 1); err == nil {
 					err = serr
@@ -571,10 +576,14 @@ func setSlowdown(ctx context.Context, conns *transport.Conns, s lbServer, factor
 }
 
 // startLBCluster starts n nodes hosting work:0 with one worker each and
-// returns their addresses from the yellow pages.
+// returns their addresses from the yellow pages. The nodes announce every
+// 10 s instead of every second (TTL scaled alike): the cluster does not
+// change once started, and at the default 16 idle nodes spend ~38% of a
+// core on announcements (half of it with this), CPU the 2-core machine's
+// pressure charges to every row.
 func startLBCluster(ctx context.Context, exe, dir string, n int) ([]lbServer, func(), error) {
 	cfg := filepath.Join(dir, "work.yaml")
-	if err := os.WriteFile(cfg, []byte("services:\n  - name: work\n    partitions: [0]\n    workers: 1\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte("announce_interval: 10s\nannounce_ttl: 50s\nservices:\n  - name: work\n    partitions: [0]\n    workers: 1\n"), 0o644); err != nil {
 		return nil, nil, err
 	}
 	cl := localcluster.New(exe, dir)
@@ -668,6 +677,15 @@ func startHAProxy(ctx context.Context, bin, dir string, srv []lbServer) (*haprox
 func runLBCell(ctx context.Context, exe string, srv []lbServer, c lbCell) (lbResult, error) {
 	// Give every process time to start before the trace begins.
 	startAt := time.Now().Add(300*time.Millisecond + 50*time.Millisecond*time.Duration(c.Procs))
+	// The machine's pressure is read over the measured requests only.
+	probe := make(chan *bench.LagProbe, 1)
+	measure := time.AfterFunc(time.Until(startAt.Add(c.Warmup)), func() { probe <- bench.StartLagProbe(5 * time.Millisecond) })
+	pressure := func() float64 {
+		if measure.Stop() {
+			return -1 // the cell ended before its warm-up did
+		}
+		return (<-probe).Stop().Pressure
+	}
 	var (
 		mu     sync.Mutex
 		merged lbResult
@@ -706,6 +724,7 @@ func runLBCell(ctx context.Context, exe string, srv []lbServer, c lbCell) (lbRes
 		}()
 	}
 	wg.Wait()
+	merged.Pressure = pressure()
 	return merged, errors.Join(errs...)
 }
 

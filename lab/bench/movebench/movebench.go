@@ -25,6 +25,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,6 +80,13 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	// Other work on the machine is judged in the second before the nodes
+	// start; during the run the pressure is this benchmark's own (four
+	// nodes and the writers on the same cores, alike in the steady and the
+	// moving cells, which interleave) and is printed, not judged.
+	quiet := bench.StartLagProbe(10 * time.Millisecond)
+	time.Sleep(time.Second)
+	before := quiet.Stop()
 	dir, err := os.MkdirTemp("", "movebench")
 	if err != nil {
 		return fmt.Errorf("movebench: %w", err)
@@ -123,17 +131,18 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	loaded := time.Since(loadStart)
 
 	var acked atomic.Int64
-	var gaps gapMeter
+	var gaps ackMeter
 	wctx, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stopLoad(); wg.Wait() }()
 	put := func(name string) {
 		cctx, cancel := context.WithTimeout(wctx, 2*time.Second)
+		began := time.Now()
 		_, err := c.Call(cctx, "kv", 0, "put", []byte(name+"=v"))
 		cancel()
 		if err == nil {
 			acked.Add(1)
-			gaps.ack()
+			gaps.ack(time.Since(began))
 		}
 	}
 	closed, stopClosed := context.WithCancel(wctx)
@@ -172,13 +181,13 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	var steadyN, movingN int64
 	var steadyT, movingT time.Duration
 	var rounds []bool
-	var starved bench.Starvation
+	var during bench.Starvation
 	for round := range cfg.Rounds {
 		probe := bench.StartLagProbe(10 * time.Millisecond)
 		n0, t0 := acked.Load(), time.Now()
 		gaps.reset()
 		time.Sleep(cfg.Cell)
-		sn, st, sgap := acked.Load()-n0, time.Since(t0), gaps.reset()
+		sn, st, sgap, sp99 := acked.Load()-n0, time.Since(t0), gaps.reset(), gaps.p99
 
 		n0, t0 = acked.Load(), time.Now()
 		moves := 0
@@ -192,11 +201,12 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 			from, to = to, from
 			moves++
 		}
-		mn, mt, mgap := acked.Load()-n0, time.Since(t0), gaps.reset()
-		starved = starved.Worse(probe.Stop())
+		mn, mt, mgap, mp99 := acked.Load()-n0, time.Since(t0), gaps.reset(), gaps.p99
+		during = during.Worse(probe.Stop())
 		steady, moving := float64(sn)/st.Seconds(), float64(mn)/mt.Seconds()
-		fmt.Fprintf(stdout, "round %d: steady %.0f writes/s (longest pause %v), moving %.0f writes/s (%d move(s) in %v, longest pause %v): %.2f×\n",
-			round, steady, sgap.Round(time.Millisecond), moving, moves, mt.Round(time.Millisecond), mgap.Round(time.Millisecond), moving/steady)
+		fmt.Fprintf(stdout, "round %d: steady %.0f writes/s (p99 %v, longest pause %v), moving %.0f writes/s (%d move(s) in %v, p99 %v, longest pause %v): %.2f×\n",
+			round, steady, sp99.Round(time.Millisecond), sgap.Round(time.Millisecond), moving, moves, mt.Round(time.Millisecond),
+			mp99.Round(time.Millisecond), mgap.Round(time.Millisecond), moving/steady)
 		rounds = append(rounds, moving/steady >= cfg.Goal)
 		steadyN, steadyT, movingN, movingT = steadyN+sn, steadyT+st, movingN+mn, movingT+mt
 	}
@@ -207,7 +217,11 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if shed != nil && shed.Load() > 0 {
 		chk.Measured += fmt.Sprintf("; %d writes not sent (%d already in flight)", shed.Load(), maxInFlight)
 	}
-	fmt.Fprintln(stdout, starved.Doubt(report.Rounds(chk, rounds), "the run"))
+	if during.Pressure >= 0 {
+		fmt.Fprintf(stdout, "during the run, with this benchmark's own nodes and writers (not judged): CPU pressure up to %.0f%%, client wake-up lateness up to %.2f ms\n",
+			100*during.Pressure, float64(during.Lag)/float64(time.Millisecond))
+	}
+	fmt.Fprintln(stdout, before.Doubt(report.Rounds(chk, rounds), "the second before the nodes started"))
 	return nil
 }
 
@@ -255,16 +269,20 @@ func openLoad(ctx context.Context, wg *sync.WaitGroup, rate float64, put func(na
 	return &shed
 }
 
-// gapMeter is the longest pause between two acknowledged writes (of any
-// writer) since the last reset.
-type gapMeter struct {
+// ackMeter follows acknowledged writes (of any writer) between resets:
+// the longest pause between two, and each one's latency.
+type ackMeter struct {
 	mu      sync.Mutex
 	last    time.Time
 	gap     time.Duration
 	resetAt time.Time
+	lats    []time.Duration
+	// p99 is the 99th percentile latency of the writes acknowledged
+	// before the last reset since the one before.
+	p99 time.Duration
 }
 
-func (g *gapMeter) ack() {
+func (g *ackMeter) ack(lat time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
@@ -274,11 +292,12 @@ func (g *gapMeter) ack() {
 	}
 	g.gap = max(g.gap, now.Sub(from))
 	g.last = now
+	g.lats = append(g.lats, lat)
 }
 
 // reset returns the longest pause so far (the pause still open
-// included) and starts over.
-func (g *gapMeter) reset() time.Duration {
+// included), sets p99, and starts over.
+func (g *ackMeter) reset() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
@@ -288,6 +307,12 @@ func (g *gapMeter) reset() time.Duration {
 	}
 	gap := max(g.gap, now.Sub(from))
 	g.gap, g.resetAt = 0, now
+	g.p99 = 0
+	if n := len(g.lats); n > 0 {
+		slices.Sort(g.lats)
+		g.p99 = g.lats[min(n-1, n*99/100)]
+	}
+	g.lats = g.lats[:0]
 	return gap
 }
 

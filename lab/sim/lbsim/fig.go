@@ -471,3 +471,72 @@ func asyncSweep(ctx context.Context, o Options, stdout io.Writer) error {
 	}
 	return nil
 }
+
+// pushSeeds is how many seeds the push section runs each contender on.
+const pushSeeds = 3
+
+// pushSweep asks whether servers pushing their load can replace polls on
+// the call path: exp at 90% load, Options.Clients clients, on pushSeeds
+// traces. Beside the oracle, the default, the default polling 10 replicas,
+// the paper's poll-3 and async: join-idle-queue (an idle server tells one
+// random client) and push on change (a server pushes its queue to every
+// client, or to 4 random ones, whenever it changes). The goals, fixed
+// before the run: on every seed, push on change to every client has a
+// mean ≤ 1.10× and a p99 ≤ 1.2× the oracle's.
+func pushSweep(ctx context.Context, o Options, stdout io.Writer) error {
+	const load = 0.9
+	def := balance.DefaultConfig()
+	type pushed struct {
+		contender
+		idle, change int
+	}
+	push := policy(balance.NamePush, nil)
+	cons := []pushed{
+		{contender: contender{"oracle", policy(balance.NameOracle, nil)}},
+		{contender: contender{"default:" + def.Policy, def}},
+		{contender: contender{def.Policy + "-10 (waits for 10)", policy(def.Policy, func(c *balance.Config) { c.ProbeSize = 10 })}},
+		{contender: pollingD(3)},
+		{contender: contender{"async", policy(balance.NameAsync, nil)}},
+		{contender: contender{"push, idle to 1 client (jiq)", push}, idle: 1},
+		{contender: contender{"push, change to 4 clients", push}, change: 4},
+		{contender: contender{"push, change to all", push}, change: o.Clients},
+	}
+	const judged = 7 // push, change to all
+	var cfgs []Config
+	for s := range uint64(pushSeeds) {
+		for _, c := range cons {
+			cfg := o.config(PoissonExp, load, c.cfg)
+			cfg.Seed += s
+			cfg.PushIdle, cfg.PushChange = c.idle, c.change
+			cfgs = append(cfgs, cfg)
+		}
+	}
+	res, err := runAll(ctx, cfgs)
+	if err != nil {
+		return err
+	}
+	tb := report.NewTable("seed", "policy", "mean ms", "p99 ms", "mean/oracle", "p99/oracle", "msgs/req")
+	var checks []*report.Check
+	for s := range pushSeeds {
+		row := res[s*len(cons) : (s+1)*len(cons)]
+		for j, c := range cons {
+			m, p := row[j].Ratio(row[0])
+			tb.Add(strconv.FormatUint(o.Seed+uint64(s), 10), c.name, ms(row[j].Mean), ms(row[j].P99), ftoa(m), ftoa(p), ftoa(row[j].PollsPerRequest))
+		}
+		m, p := row[judged].Ratio(row[0])
+		checks = append(checks,
+			report.AtMost(fmt.Sprintf("seed %d: %s mean ≤ 1.1× oracle", o.Seed+uint64(s), cons[judged].name), m, 1.1, fmt.Sprintf("%.3f×", m)),
+			report.AtMost(fmt.Sprintf("seed %d: %s p99 ≤ 1.2× oracle", o.Seed+uint64(s), cons[judged].name), p, 1.2, fmt.Sprintf("%.3f×", p)))
+	}
+	fmt.Fprintf(stdout, "Pushed loads — exp, %g%% load, %d servers, %d clients, %d requests per run (ratios to the oracle of the same seed; msgs/req: polls and pushes sent per request)\n",
+		100*load, o.Servers, o.Clients, o.Requests)
+	tb.Print(stdout)
+	if err := tb.Save(filepath.Join(o.Out, "push.csv")); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "\ngoals (fixed before the run):")
+	for _, c := range checks {
+		fmt.Fprintf(stdout, "  %s\n", c)
+	}
+	return nil
+}

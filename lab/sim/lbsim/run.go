@@ -9,7 +9,7 @@ import (
 )
 
 // Sections are the parts of `neptune sim lb`, in the order they run.
-var Sections = []string{"3.1", "3.2", "3.3", "goals", "async"}
+var Sections = []string{"3.1", "3.2", "3.3", "goals", "async", "push"}
 
 // Run is `neptune sim lb`: it reproduces dissertation Figs 3.1–3.3 and
 // checks issue 3's goals, printing tables and writing CSV and SVG files to
@@ -24,7 +24,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	steps := map[string]func(context.Context, Options, io.Writer) error{"3.1": fig31, "3.2": fig32, "3.3": fig33, "goals": goalsAll, "async": asyncSweep}
+	steps := map[string]func(context.Context, Options, io.Writer) error{"3.1": fig31, "3.2": fig32, "3.3": fig33, "goals": goalsAll, "async": asyncSweep, "push": pushSweep}
 	for _, f := range Sections {
 		if !slices.Contains(o.Sections, f) {
 			continue

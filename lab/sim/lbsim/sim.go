@@ -43,6 +43,13 @@ type Config struct {
 	// serve each request.
 	SlowServers int
 	SlowFactor  float64
+	// PushIdle, if > 0, makes a server that runs out of work (and every
+	// server at the start) push queue 0 to that many random clients
+	// (join-idle-queue). PushChange, if > 0, makes every server push its
+	// queue to that many random clients (all of them if >= Clients)
+	// whenever it changes. Both arrive PollDelay later, through Report; the
+	// push policy is built for them.
+	PushIdle, PushChange int
 	// Seed fixes the arrival trace (shared by every policy run with the same
 	// seed, so contenders see identical requests) and the policies' sources.
 	Seed uint64
@@ -89,6 +96,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("lbsim: SlowServers must be in [0, Servers], got %d", c.SlowServers)
 	case c.SlowFactor <= 0:
 		return fmt.Errorf("lbsim: SlowFactor must be > 0, got %g", c.SlowFactor)
+	case c.PushIdle < 0 || c.PushChange < 0:
+		return fmt.Errorf("lbsim: PushIdle and PushChange must be >= 0, got %d, %d", c.PushIdle, c.PushChange)
 	}
 	if err := c.Policy.Validate(); err != nil {
 		return fmt.Errorf("lbsim: Policy: %w", err)
@@ -103,7 +112,7 @@ type Result struct {
 	Mean, P50, P99 time.Duration
 	// MeanPoll is the mean time from arrival to the choice of a server.
 	MeanPoll time.Duration
-	// PollsPerRequest counts poll messages sent per request.
+	// PollsPerRequest counts polls and pushed loads sent per request.
 	PollsPerRequest float64
 	Measured        int
 }
@@ -125,6 +134,7 @@ const (
 	evResponse                      // response reaches the client
 	evPush                          // server broadcasts its load
 	evPushArrive                    // the broadcast reaches the clients
+	evPushOne                       // a push reaches one client (req holds its index)
 )
 
 // event is what the engine queues; the time is the engine's.
@@ -141,6 +151,7 @@ const (
 	streamTrace      = 0x7ace
 	streamPush       = 0xb0ad
 	streamInaccuracy = 0xf31
+	streamIdle       = 0x1d1e
 	streamPolicy     = 1000
 )
 
@@ -171,8 +182,10 @@ type run struct {
 	policies []balance.Policy
 	exact    bool // oracle: report exact loads before each choice
 	pushRNG  *rand.Rand
+	idleRNG  *rand.Rand
 	done     int
 	polls    int
+	pushes   int // push datagrams, counted with the polls per request
 	lat      []time.Duration
 	pollTime time.Duration
 }
@@ -190,6 +203,7 @@ func Simulate(cfg Config) (Result, error) {
 		index:   make(map[string]int32, cfg.Servers),
 		exact:   cfg.Policy.Policy == balance.NameOracle,
 		pushRNG: eng.Rand(streamPush),
+		idleRNG: eng.Rand(streamIdle),
 	}
 	for i := range r.servers {
 		r.servers[i].speed = 1
@@ -222,6 +236,9 @@ func Simulate(cfg Config) (Result, error) {
 		for s := range r.servers {
 			eng.At(r.pushInterval(), event{kind: evPush, server: int32(s)})
 		}
+	}
+	for s := range r.servers {
+		r.pushIdle(int32(s))
 	}
 	for r.done < len(r.reqs) {
 		ev, _ := eng.Step()
@@ -264,6 +281,7 @@ func (r *run) step(e event) {
 		if len(s.fifo) == 1 {
 			r.startService(e.server)
 		}
+		r.pushChange(e.server)
 	case evServiceDone:
 		s := &r.servers[e.server]
 		id := s.fifo[0]
@@ -271,7 +289,10 @@ func (r *run) step(e event) {
 		r.eng.After(r.cfg.NetDelay, event{kind: evResponse, req: id, server: e.server})
 		if len(s.fifo) > 0 {
 			r.startService(e.server)
+		} else {
+			r.pushIdle(e.server)
 		}
+		r.pushChange(e.server)
 	case evResponse:
 		q := &r.reqs[e.req]
 		lat := r.eng.Now() - q.arrive
@@ -287,12 +308,37 @@ func (r *run) step(e event) {
 		if r.done < len(r.reqs) {
 			r.eng.After(r.pushInterval(), event{kind: evPush, server: e.server})
 		}
+	case evPushOne:
+		r.policies[e.req].Report(r.eng.Time(), balance.Load{Replica: r.names[e.server], Queue: int(e.queue)})
 	case evPushArrive:
 		l := balance.Load{Replica: r.names[e.server], Queue: int(e.queue)}
 		for _, p := range r.policies {
 			p.Report(r.eng.Time(), l)
 		}
 	}
+}
+
+// pushIdle tells PushIdle distinct random clients that server s is idle.
+func (r *run) pushIdle(s int32) { r.pushTo(s, r.cfg.PushIdle) }
+
+// pushChange pushes server s's queue to PushChange random clients.
+func (r *run) pushChange(s int32) { r.pushTo(s, r.cfg.PushChange) }
+
+// pushTo pushes server s's queue to n distinct random clients.
+func (r *run) pushTo(s int32, n int) {
+	if n == 0 || r.done >= len(r.reqs) {
+		return
+	}
+	q := int32(len(r.servers[s].fifo))
+	if n >= r.cfg.Clients {
+		r.eng.After(r.cfg.PollDelay, event{kind: evPushArrive, server: s, queue: q})
+		r.pushes += r.cfg.Clients
+		return
+	}
+	for _, c := range r.idleRNG.Perm(r.cfg.Clients)[:n] {
+		r.eng.After(r.cfg.PollDelay, event{kind: evPushOne, server: s, req: int32(c), queue: q})
+	}
+	r.pushes += n
 }
 
 func (r *run) arrive(id int32) {
@@ -358,7 +404,7 @@ func (r *run) result() Result {
 		P50:             s.P50,
 		P99:             s.P99,
 		MeanPoll:        r.pollTime / time.Duration(n),
-		PollsPerRequest: float64(r.polls) / float64(n),
+		PollsPerRequest: float64(r.polls+r.pushes*len(r.lat)/len(r.reqs)) / float64(n),
 		Measured:        n,
 	}
 }

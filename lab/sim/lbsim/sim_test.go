@@ -225,3 +225,36 @@ func TestAsyncProbesOffTheCallPath(t *testing.T) {
 		t.Errorf("async, 16 clients each calling every ~55 ms: mean %.3f× the oracle's; the pool's answers are stale by the next call, want > 1.3× (if this holds, revisit the default)", many)
 	}
 }
+
+// Servers pushing their queue on every change to every client give the
+// push policy the oracle's information one datagram late, with no call
+// waiting; join-idle-queue alone (16 clients, each calling every ~55 ms)
+// leaves most calls without a token.
+func TestPushedLoads(t *testing.T) {
+	t.Parallel()
+	run := func(policy string, idle, change int) Result {
+		cfg := DefaultConfig()
+		cfg.Requests, cfg.Warmup = size(30_000), size(3000)
+		cfg.Policy.Policy, cfg.PushIdle, cfg.PushChange = policy, idle, change
+		res, err := Simulate(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	oracle := run(balance.NameOracle, 0, 0)
+	change := run(balance.NamePush, 0, 16)
+	if change.MeanPoll != 0 {
+		t.Errorf("push: mean time to a choice %v, want 0", change.MeanPoll)
+	}
+	// Two changes per request (arrival, departure), each to 16 clients.
+	if got := change.PollsPerRequest; got < 30 || got > 34 {
+		t.Errorf("push on change: %g messages per request, want ~32", got)
+	}
+	if m, _ := change.Ratio(oracle); m > 1.1 {
+		t.Errorf("push on change to every client: mean %.3f× the oracle's, want ≤ 1.1×", m)
+	}
+	if m, _ := run(balance.NamePush, 1, 0).Ratio(oracle); m < 1.3 {
+		t.Errorf("join-idle-queue, 16 clients: mean %.3f× the oracle's, want > 1.3× (if this holds, revisit the push section)", m)
+	}
+}
