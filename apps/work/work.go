@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,16 @@ const Workers = 1
 //   - work (read): body is the service time, Encode'd; sleeps it times the
 //     slowdown and answers "pid=<process id>" so callers can tell which
 //     node served them.
+//   - spin (read): body is a CPU time, Encode'd; computes until its
+//     thread has used that much CPU (where the thread's CPU clock can be
+//     read; elsewhere, that much wall time), at most ten times as long in
+//     wall time, and answers like work. A CPU-bound request whose cost
+//     does not shrink on a loaded machine.
+//   - fsync (read): body is a byte count, EncodeBytes'd; writes that many
+//     bytes to a fresh file under the system's temporary directory,
+//     fsyncs it and removes it, and answers like work. A disk-bound
+//     request: the node's per-thread I/O accounting sees the bytes
+//     written, and the time is the device's.
 //   - slowdown (write): body is a decimal factor (e.g. "10"); every later
 //     work call on this node sleeps that many times longer. It answers with
 //     the previous factor. A fault-injection knob for experiments: call it
@@ -43,6 +54,8 @@ func Service() neptune.Service {
 		Workers: Workers,
 		Methods: []neptune.Method{
 			{Name: "work", Mode: neptune.Read, Handler: s.work},
+			{Name: "spin", Mode: neptune.Read, Handler: s.spin},
+			{Name: "fsync", Mode: neptune.Read, Handler: s.fsync},
 			{Name: "slowdown", Mode: neptune.Write, Handler: s.setSlowdown},
 		},
 	}
@@ -50,6 +63,12 @@ func Service() neptune.Service {
 
 // Encode is the body of a work call that takes d.
 func Encode(d time.Duration) []byte { return binary.AppendUvarint(nil, uint64(max(d, 0))) }
+
+// EncodeBytes is the body of an fsync call that writes n bytes.
+func EncodeBytes(n int) []byte { return binary.AppendUvarint(nil, uint64(max(n, 0))) }
+
+// maxFsync bounds an fsync call's bytes, so a request cannot fill the disk.
+const maxFsync = 64 << 20
 
 // PID parses a work response body into the serving node's process id.
 func PID(body []byte) (int, error) {
@@ -88,4 +107,70 @@ func (s *server) setSlowdown(_ context.Context, r *neptune.Request) (*neptune.Re
 	}
 	old := math.Float64frombits(s.slowdown.Swap(math.Float64bits(f)))
 	return &neptune.Response{Body: strconv.AppendFloat(nil, old, 'g', -1, 64)}, nil
+}
+
+func decode(body []byte, what string) (uint64, error) {
+	v, n := binary.Uvarint(body)
+	if n <= 0 || n != len(body) {
+		return 0, fmt.Errorf("%w: body must be %s", ErrBadRequest, what)
+	}
+	return v, nil
+}
+
+func (s *server) spin(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
+	ns, err := decode(r.Body, "a CPU time from work.Encode")
+	if err != nil {
+		return nil, err
+	}
+	runtime.LockOSThread() // the thread's CPU clock measures this goroutine
+	defer runtime.UnlockOSThread()
+	used := cpuClock()
+	end, deadline := used()+time.Duration(ns), time.Now().Add(10*time.Duration(ns))
+	x := uint64(1)
+	for i := 0; used() < end && time.Now().Before(deadline); i++ {
+		for range 1000 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+		if i%64 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	if x == 0 { // never: keeps the loop from being optimised away
+		return nil, errors.New("work: spin")
+	}
+	return &neptune.Response{Body: s.pid}, nil
+}
+
+func (s *server) fsync(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
+	n, err := decode(r.Body, "a byte count from work.EncodeBytes")
+	if err != nil {
+		return nil, err
+	}
+	if n > maxFsync {
+		return nil, fmt.Errorf("%w: fsync of %d bytes, at most %d", ErrBadRequest, n, maxFsync)
+	}
+	f, err := os.CreateTemp("", "neptune-work-fsync-*")
+	if err != nil {
+		return nil, fmt.Errorf("work: fsync: %w", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, min(n, 1<<20))
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	for left := n; left > 0; {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		k := min(left, uint64(len(buf)))
+		if _, err := f.Write(buf[:k]); err != nil {
+			return nil, fmt.Errorf("work: fsync: %w", err)
+		}
+		left -= k
+	}
+	if err := f.Sync(); err != nil {
+		return nil, fmt.Errorf("work: fsync: %w", err)
+	}
+	return &neptune.Response{Body: s.pid}, nil
 }

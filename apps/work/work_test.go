@@ -67,3 +67,25 @@ func TestWorkStopsWhenCallerGivesUp(t *testing.T) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 }
+
+func TestSpinAndFsync(t *testing.T) {
+	svc := Service()
+	start := time.Now()
+	if _, err := call(t, svc, "spin", Encode(5*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 5*time.Millisecond {
+		t.Errorf("spin of 5ms returned after %v", d)
+	}
+	if _, err := call(t, svc, "fsync", EncodeBytes(3<<20+5)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		method string
+		body   []byte
+	}{{"spin", nil}, {"fsync", []byte{0xff}}, {"fsync", EncodeBytes(maxFsync + 1)}} {
+		if _, err := call(t, svc, tc.method, tc.body); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("%s(%x): %v, want ErrBadRequest", tc.method, tc.body, err)
+		}
+	}
+}

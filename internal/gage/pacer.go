@@ -48,6 +48,17 @@ func (p *pacer) advance(now time.Time) {
 // open reports whether a dispatch may go now.
 func (p *pacer) open() bool { return p.unit.positive(p.budget) }
 
+// within reports whether the budget is above -d's worth of capacity in
+// every scheduled resource.
+func (p *pacer) within(d time.Duration) bool {
+	for r, x := range p.unit {
+		if x > 0 && p.budget[r] <= -p.capacity[r]*d.Seconds() {
+			return false
+		}
+	}
+	return true
+}
+
 func (p *pacer) charge(v Vector) { p.budget = p.budget.Sub(v) }
 
 // correct adds a refund (positive) or an overrun (negative). A refund may

@@ -407,3 +407,66 @@ func TestReservationsSmoothOverShortWindows(t *testing.T) {
 		})
 	}
 }
+
+// One subscriber's request that costs far more than predicted is paid from
+// that subscriber's balance, not from the others' reserved service: the
+// correction puts the shared capacity budget in debt, and the others'
+// reservations must go on regardless (before, every subscriber stopped
+// until the capacity budget had repaid the overrun, and got the capacity
+// back later as spare).
+func TestOverrunDoesNotHoldBackOthersReservations(t *testing.T) {
+	c, err := NewCredit(subs("a", 100.0, "b", 100.0), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetCapacity(t0, DefaultUnit.Times(200))
+	var id uint64
+	for range 200 {
+		for _, s := range []string{"a", "b"} {
+			id++
+			if err := c.Enqueue(t0, Request{ID: id, Subscriber: s, Arrived: t0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	served := map[string]int{}
+	overrun := false
+	step := func(now time.Time) {
+		for {
+			r, ok := c.Next(now)
+			if !ok {
+				return
+			}
+			use := gru
+			if r.Subscriber == "b" && !overrun && now.After(t0.Add(500*time.Millisecond)) {
+				use, overrun = gru.Scale(30), true // 30 GRU charged 1: 0.3 s of b's reservation
+			}
+			served[r.Subscriber]++
+			if err := c.Report(now, Usage{Subscriber: r.Subscriber, Requests: 1, Used: use}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	now := t0
+	for now.Before(t0.Add(500 * time.Millisecond)) { // settle
+		now = now.Add(time.Millisecond)
+		step(now)
+	}
+	for !overrun {
+		now = now.Add(time.Millisecond)
+		step(now)
+	}
+	clear(served)
+	end := now.Add(100 * time.Millisecond)
+	for now.Before(end) {
+		now = now.Add(time.Millisecond)
+		step(now)
+	}
+	// In 100 ms a's reservation is 10 requests; b owes 0.3 s and gets none.
+	if served["a"] < 9 {
+		t.Errorf("a got %d requests in the 100 ms after b's overrun, want its reservation's 10 (b got %d)", served["a"], served["b"])
+	}
+	if served["b"] > 1 {
+		t.Errorf("b got %d requests in the 100 ms after its 30 GRU overrun, want none", served["b"])
+	}
+}

@@ -84,6 +84,14 @@ type Config struct {
 	// resource they say nothing of. Default true; false keeps the
 	// gateway's own measure and the configured capacity.
 	Measured *bool `yaml:"measured"`
+	// MeasuredCapacity: whether the nodes' reports drive the capacity
+	// estimate (default: as Measured). False with Measured true charges
+	// requests what the nodes measured and paces to the configured
+	// capacity, for a cluster whose capacity is known better than its
+	// nodes can measure it: nodes sharing a machine with other work (CPU
+	// busy is the machine's), or a disk_bandwidth that is a model rather
+	// than the device's.
+	MeasuredCapacity *bool `yaml:"measured_capacity"`
 
 	// Several gateways: Name identifies this one to its peers (secured:
 	// the name its gateway certificate gives, which it must equal if set;
@@ -345,6 +353,9 @@ func (c Config) WithDefaults() Config {
 	if c.Measured == nil {
 		t := true
 		c.Measured = &t
+	}
+	if c.MeasuredCapacity == nil {
+		c.MeasuredCapacity = c.Measured
 	}
 	def(&c.GossipPeriod, DefaultGossipPeriod)
 	def(&c.PeerTTL, DefaultPeerTTL)

@@ -61,7 +61,7 @@ func newCluster(cfg Config, gc gage.Config, log *slog.Logger) (*cluster, error) 
 		return nil, err
 	}
 	c := &cluster{
-		gc: gc, unit: u, declared: cfg.CapacityVector(), diskBW: float64(cfg.DiskBandwidth), measured: *cfg.Measured, log: log,
+		gc: gc, unit: u, declared: cfg.CapacityVector(), diskBW: float64(cfg.DiskBandwidth), measured: *cfg.Measured && *cfg.MeasuredCapacity, log: log,
 		est: est, lastLoad: map[string]service.NodeLoad{}, meters: map[string]*gage.Meter{}, predicted: map[string]float64{},
 	}
 	c.applied = c.declared

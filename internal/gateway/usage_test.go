@@ -62,6 +62,38 @@ routes: [{service: cost, method: m}]
 	}
 }
 
+// With measured_capacity: false the gateway still charges what the node
+// measured, but paces to the configured capacity: the node's accounting
+// cycles, which made it measured above, leave it alone.
+func TestMeasuredCapacityOffKeepsTheConfiguredCapacity(t *testing.T) {
+	cost := neptune.Service{Name: "cost", Methods: []neptune.Method{{Name: "m", Mode: neptune.Read,
+		Handler: func(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
+			return &neptune.Response{Body: []byte("ok"), Used: neptune.Usage{CPU: 50 * time.Millisecond}}, nil
+		}}}}
+	nd := startNode(t, cost)
+	g, _ := start(t, `
+capacity_grps: 100000
+measured_capacity: false
+subscribers:
+  - {name: gold, reservation: 10, api_keys: [`+gage.HashKey("gold")+`]}
+routes: [{service: cost, method: m}]
+`, nd.Client(), nil)
+	for i := range 15 { // 300 ms: accounting cycles of at most 100 ms
+		if w := do(g, "POST", "/", key("gold"), ""); w.Code != 200 {
+			t.Fatalf("request %d: %d %q", i, w.Code, w.Body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, q := range g.loop.queues(context.Background()) {
+		if q.Subscriber == "gold" && (q.Predicted < 5 || q.Predicted > 6) {
+			t.Errorf("gold's predicted cost = %.2f GRU, want about 5: the node's measure", q.Predicted)
+		}
+	}
+	if st := g.Status(); st.Measured || st.CapacityGRU != 100000 {
+		t.Errorf("capacity %.1f GRPS, measured %v: want the configured 100000", st.CapacityGRU, st.Measured)
+	}
+}
+
 // gossipPair builds two gateways on one manual clock that gossip over
 // loopback UDP; b names a (and bPeers) as its peers, and a learns b when
 // it hears it. regA is a's metrics.

@@ -210,6 +210,9 @@ type variant struct {
 	// perResponse: usage fed back per response, as the gateway does
 	// (scenario.perResponse); judged: the goal is judged on this row.
 	perResponse, judged bool
+	// exactCost: the reference row, each request's cost known at
+	// dispatch (scenario.exactCost).
+	exactCost bool
 }
 
 // deviation is Figs 3-6: every subscriber asks 1.5x its reservation on a
@@ -237,26 +240,27 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 	}{
 		{"Fig 3: accounting cycle (size CV 50%)", nil},
 		{"Fig 4: footprint (share of reads missing the page cache)", []variant{
-			{"<1 MB, all cached", sizes{kind: "footprint", pDisk: 0}, 0, true, true},
-			{"32 MB, 10% miss", sizes{kind: "footprint", pDisk: 0.1}, 0, true, true},
-			{"64 MB, 50% miss", sizes{kind: "footprint", pDisk: 0.5}, 0, true, true},
-			{"128 MB, 90% miss", sizes{kind: "footprint", pDisk: 0.9}, 0, true, true},
+			{"<1 MB, all cached", sizes{kind: "footprint", pDisk: 0}, 0, true, true, false},
+			{"32 MB, 10% miss", sizes{kind: "footprint", pDisk: 0.1}, 0, true, true, false},
+			{"64 MB, 50% miss", sizes{kind: "footprint", pDisk: 0.5}, 0, true, true, false},
+			{"128 MB, 90% miss", sizes{kind: "footprint", pDisk: 0.9}, 0, true, true, false},
 		}},
 		{"Fig 5: request size variation (the paper's CVs)", []variant{
-			{"CV 0%", cvSizes(0), 0, true, true}, {"CV 13.6%", cvSizes(0.136), 0, true, true},
-			{"CV 110.4%", cvSizes(1.104), 0, true, true}, {"CV 117.4%", cvSizes(1.174), 0, true, true},
+			{"CV 0%", cvSizes(0), 0, true, true, false}, {"CV 13.6%", cvSizes(0.136), 0, true, true, false},
+			{"CV 110.4%", cvSizes(1.104), 0, true, true, false}, {"CV 117.4%", cvSizes(1.174), 0, true, true, false},
 		}},
 		{"Fig 6: SPECweb99-like trace", []variant{
-			{"trace", sizes{kind: "trace"}, 0, true, true},
-			{"trace, usage per cycle", sizes{kind: "trace"}, 0, false, false},
+			{"trace", sizes{kind: "trace"}, 0, true, true, false},
+			{"trace, usage per cycle", sizes{kind: "trace"}, 0, false, false, false},
+			{"trace, cost known at dispatch", sizes{kind: "trace"}, 0, true, false, true},
 		}},
 	}
 	// Fig 3 is the paper's feedback, usage per accounting cycle, at each
 	// cycle; the gateway's, per response, is its last row.
 	for _, a := range acctRows {
-		figs[0].variants = append(figs[0].variants, variant{"accounting " + a.String(), cvSizes(0.5), a, false, a == cfg.AccountingCycle})
+		figs[0].variants = append(figs[0].variants, variant{"accounting " + a.String(), cvSizes(0.5), a, false, a == cfg.AccountingCycle, false})
 	}
-	figs[0].variants = append(figs[0].variants, variant{"usage per response", cvSizes(0.5), 0, true, false})
+	figs[0].variants = append(figs[0].variants, variant{"usage per response", cvSizes(0.5), 0, true, false, false})
 	fmt.Fprintf(w, "\nFigs 3-6: deviation from the reservation vs averaging window. Reservations %s GRPS, each asking 1.5x;\n", joinF(res))
 	fmt.Fprintf(w, "capacity = the reservations (no spare); mean over subscribers and windows of |served/reserved - 1|, %v measured.\n", cfg.DeviationDuration)
 	fmt.Fprintf(w, "Usage reaches the scheduler per response, as through the gateway (the node's measure on the call's answer), except\n")
@@ -283,7 +287,7 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 				if v.acct > 0 {
 					sc.acct = v.acct
 				}
-				sc.perResponse = v.perResponse
+				sc.perResponse, sc.exactCost = v.perResponse, v.exactCost
 				for i, r := range res {
 					sc.subs = append(sc.subs, subSpec{name: fmt.Sprintf("s%d", i+1), res: r, demand: 1.5 * r, sizes: v.sizes})
 				}
@@ -331,8 +335,9 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 				for _, r := range res {
 					floor += e / (2 * r) / float64(len(res))
 				}
-				fmt.Fprintf(w, "granularity floor at 1 s: a request costs %.1f GRU on average where a window's edge falls (E[c^2]/E[c]); half of it\n", e)
-				fmt.Fprintf(w, "over each reservation's 1 s is %s on average over the subscribers, what serving whole requests costs any scheduler.\n", pct(floor))
+				fmt.Fprintf(w, "granularity at 1 s: a request costs %.1f GRU on average where a window's edge falls (E[c^2]/E[c]); half of it\n", e)
+				fmt.Fprintf(w, "over each reservation's 1 s is %s on average over the subscribers. The row \"cost known at dispatch\" is the same\n", pct(floor))
+				fmt.Fprintf(w, "scheduler told each request's actual usage as it dispatches it: what no cost prediction can beat.\n")
 			}
 		}
 		has4 := cfg.DeviationDuration >= 4*time.Second

@@ -49,9 +49,14 @@ type scenario struct {
 	// every accounting cycle, the paper's feedback (§3.5). The capacity
 	// comes from the accounting cycle either way.
 	perResponse bool
-	bin         time.Duration // width of the served-usage bins
-	perGateway  bool          // keep bins per gateway too
-	seed        uint64
+	// exactCost reports each request's actual usage to its gateway the
+	// moment it is dispatched, as if its cost were known beforehand: a
+	// reference no gateway can reach, which bounds what better cost
+	// prediction could gain.
+	exactCost  bool
+	bin        time.Duration // width of the served-usage bins
+	perGateway bool          // keep bins per gateway too
+	seed       uint64
 }
 
 // result is what a run measured over [warmup, warmup+duration].
@@ -348,6 +353,11 @@ func (gw *gateway) pump(w *world) {
 		r := gw.queued[d.ID]
 		delete(gw.queued, d.ID)
 		be := w.pickBackend()
+		if w.sc.exactCost {
+			if err := gw.sched.Report(now, gage.Usage{Subscriber: w.names[r.sub], Requests: 1, Used: r.use}); err != nil {
+				panic(err) // the simulation only reports its own subscribers
+			}
+		}
 		w.eng.After(w.sc.netDelay, func() { be.arrive(w, r) })
 	}
 	t, ok := gw.sched.Wake(now)
@@ -426,10 +436,12 @@ func (b *backend) complete(w *world, r *req) {
 	now := w.eng.Now()
 	b.n--
 	b.total = b.total.Add(r.use)
-	if w.sc.perResponse {
+	switch {
+	case w.sc.exactCost: // reported at dispatch
+	case w.sc.perResponse:
 		gw, u := w.gws[r.gw], gage.Usage{Subscriber: w.names[r.sub], Requests: 1, Used: r.use}
 		w.eng.After(w.sc.netDelay, func() { gw.receive(w, []gage.Usage{u}, nil) })
-	} else {
+	default:
 		a := &b.usage[r.gw][r.sub]
 		a.n++
 		a.used = a.used.Add(r.use)

@@ -267,6 +267,10 @@ reservations off) and nginx with limit_req per subscriber in front of a
 FIFO gateway; send each subscriber's open-loop Poisson load, told apart
 by Host, through each in interleaved rounds.
 
+Profiles (--profile): net, echo, network-bound; cpu, a 10 ms spin (1 GRU of CPU) per
+request at a quarter of --scale; disk, 100 KB written and fsynced per
+request, disk_bandwidth 10 MB/s.
+
 Sections: table1 (isolation: 250:150:50 x --scale GRPS, the small one
 asking 8x), table2 (spare sharing: 250:200, both over), split (two
 gateways gossiping demand, A's demand split 90/10, then one SIGKILLed),
@@ -279,6 +283,7 @@ INCONCLUSIVE (a starved cell, rounds that disagree, nginx missing).`,
 	fs := cmd.Flags()
 	addSections(fs, &cfg.Sections, gagebench.Sections)
 	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "node processes hosting echo")
+	fs.StringSliceVar(&cfg.Profiles, "profile", cfg.Profiles, "service profiles of table1 and table2, of net (echo), cpu (a 10 ms spin), disk (100 KB written and fsynced); split and overhead run with net")
 	fs.Float64Var(&cfg.Scale, "scale", cfg.Scale, "multiply the paper's reservations and capacity (600 GRPS) by this")
 	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measured time per contender per round")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured start of each cell")

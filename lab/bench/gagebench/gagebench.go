@@ -3,10 +3,18 @@
 // processes, beside the same load through a FIFO gateway (reservations
 // off), nginx with limit_req per subscriber, and a direct Neptune client.
 //
-// The service is echo, a network-bound profile: a request's cost is its
-// message bytes, which the node measures exactly, so a GRU is the same
-// on a loaded machine as on an idle one and the figures measure the
-// scheduler rather than the machine. The capacity is declared (the
+// Three service profiles (--profile): net, echo, whose cost is its message
+// bytes, which the node measures exactly, so a GRU is the same on a
+// loaded machine as on an idle one; cpu, work.spin computing 10 ms a
+// request (one GRU of CPU, the thread's CPU time as the node measures
+// it); disk, work.fsync writing and fsyncing 100 KB
+// a request (one GRU of disk at the gateways' disk_bandwidth of 10 MB/s,
+// a disk of the paper's time). The cpu profile runs at a quarter of the
+// scale so that its capacity is a third of a core: the bottleneck is the
+// declared capacity the gateway shares (both profiles keep the gateways
+// on it, measured_capacity: false), not the machine's two cores, which the
+// benchmark's own processes also need; the disk profile's requests wait on
+// the device and use little CPU. The capacity is declared (the
 // gateway's capacity_grps) and the nodes' reports refine it only in the
 // resources they measure; the scheduler paces dispatches to it, so, as
 // in the paper, the cluster's capacity is what is shared.
@@ -23,6 +31,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/neptune-cluster/neptune/apps/work"
 	"github.com/neptune-cluster/neptune/lab/bench"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
 	"github.com/neptune-cluster/neptune/lab/report"
@@ -34,6 +43,9 @@ var Sections = []string{"table1", "table2", "split", "overhead"}
 // Config are the knobs of `neptune bench gage`.
 type Config struct {
 	Sections []string
+	// Profiles are the service profiles to run table1 and table2 with, of
+	// net, cpu, disk (split and overhead run with net only).
+	Profiles []string
 	// Nodes host echo (partition 0).
 	Nodes int
 	// Scale multiplies the paper's figures: reservations 250:150:50 GRPS
@@ -72,7 +84,7 @@ type Config struct {
 // 8 s cells after 2 s of warm-up, two rounds.
 func DefaultConfig() Config {
 	return Config{
-		Sections: Sections, Nodes: 2, Scale: 0.2, Cell: 8 * time.Second, Warmup: 2 * time.Second, Rounds: 2,
+		Sections: Sections, Profiles: []string{"net"}, Nodes: 2, Scale: 0.2, Cell: 8 * time.Second, Warmup: 2 * time.Second, Rounds: 2,
 		Body: 1000, MaxWait: 500 * time.Millisecond, Nginx: "nginx", PeerTTL: time.Second, GossipPeriod: 100 * time.Millisecond,
 		Concurrency: 8, OverheadCell: 3 * time.Second, Seed: 1,
 		GoalGot: 0.99, GoalSpare: 0.03, GoalSplit: 0.05, GoalThroughput: 0.98,
@@ -84,6 +96,14 @@ func (c Config) Validate() error {
 	for _, s := range c.Sections {
 		if !slices.Contains(Sections, s) {
 			return fmt.Errorf("gagebench: unknown section %q (want %v)", s, Sections)
+		}
+	}
+	if len(c.Profiles) == 0 {
+		return errors.New("gagebench: no profile")
+	}
+	for _, p := range c.Profiles {
+		if _, ok := profiles[p]; !ok {
+			return fmt.Errorf("gagebench: unknown profile %q (want net, cpu or disk)", p)
 		}
 	}
 	switch {
@@ -106,7 +126,8 @@ type env struct {
 	exe   string
 	dir   string
 	cl    *localcluster.Cluster
-	nginx string // "" if not found
+	nginx string  // "" if not found
+	prof  profile // the profile being run
 	hc    *http.Client
 	w     io.Writer
 }
@@ -124,7 +145,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	e := &env{cfg: cfg, exe: exe, dir: dir, cl: localcluster.New(exe, dir), nginx: findNginx(cfg.Nginx), hc: newHTTPClient(), w: stdout}
 	defer e.cl.Close()
 	for i := range cfg.Nodes {
-		if _, err := e.cl.Start(ctx, localcluster.Spec{ID: fmt.Sprint("n", i), Services: []string{"echo:0"},
+		if _, err := e.cl.Start(ctx, localcluster.Spec{ID: fmt.Sprint("n", i), Services: []string{"echo:0", "work:0"},
 			Args: []string{"--announce-interval", "200ms", "--announce-ttl", "2s"}}); err != nil {
 			return err
 		}
@@ -133,30 +154,47 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if nginx == "" {
 		nginx = fmt.Sprintf("NOT FOUND (%q): its cells are INCONCLUSIVE", cfg.Nginx)
 	}
-	fmt.Fprintf(stdout, "Gage through real processes: %d node processes hosting echo, gateways as `neptune gateway` processes, nginx %s.\n", cfg.Nodes, nginx)
-	fmt.Fprintf(stdout, "GRU = 10 ms CPU, 10 ms disk, 2000 B network (the paper's); a %d B echo costs about 1 GRU (network-bound), as the nodes measure it.\n", cfg.Body)
+	fmt.Fprintf(stdout, "Gage through real processes: %d node processes hosting echo and work, gateways as `neptune gateway` processes, nginx %s.\n", cfg.Nodes, nginx)
+	fmt.Fprintf(stdout, "GRU = 10 ms CPU, 10 ms disk, 2000 B network (the paper's). Profiles %s:\n", strings.Join(cfg.Profiles, ", "))
+	for _, p := range cfg.Profiles {
+		fmt.Fprintf(stdout, "  %s: %s\n", p, profiles[p].what(cfg))
+	}
 	fmt.Fprintf(stdout, "Scale %.2g of the paper's reservations; cells %v after %v warm-up, %d rounds interleaved; max_wait %v; seed %d.\n\n",
 		cfg.Scale, cfg.Cell, cfg.Warmup, cfg.Rounds, cfg.MaxWait, cfg.Seed)
 	var checks []*report.Check
-	for _, s := range Sections {
-		if !slices.Contains(cfg.Sections, s) {
-			continue
+	for _, pn := range cfg.Profiles {
+		e.prof = profiles[pn]
+		for _, s := range Sections {
+			if !slices.Contains(cfg.Sections, s) {
+				continue
+			}
+			if pn != "net" && (s == "split" || s == "overhead") {
+				continue // they measure the gateway, whatever the service
+			}
+			if len(cfg.Profiles) > 1 || pn != "net" {
+				fmt.Fprintf(stdout, "== profile %s ==\n", pn)
+			}
+			var cs []*report.Check
+			switch s {
+			case "table1":
+				cs, err = e.table1(ctx)
+			case "table2":
+				cs, err = e.table2(ctx)
+			case "split":
+				cs, err = e.split(ctx)
+			case "overhead":
+				cs, err = e.overhead(ctx)
+			}
+			if err != nil {
+				return fmt.Errorf("gagebench: %s, profile %s: %w", s, pn, err)
+			}
+			if pn != "net" {
+				for _, c := range cs {
+					c.Goal = "[" + pn + "] " + c.Goal
+				}
+			}
+			checks = append(checks, cs...)
 		}
-		var cs []*report.Check
-		switch s {
-		case "table1":
-			cs, err = e.table1(ctx)
-		case "table2":
-			cs, err = e.table2(ctx)
-		case "split":
-			cs, err = e.split(ctx)
-		case "overhead":
-			cs, err = e.overhead(ctx)
-		}
-		if err != nil {
-			return fmt.Errorf("gagebench: %s: %w", s, err)
-		}
-		checks = append(checks, cs...)
 	}
 	fmt.Fprintln(stdout, "Goals (issue 12, fixed before the run; judged on Gage's credit scheduler)")
 	for _, c := range checks {
@@ -177,25 +215,36 @@ func host(sub string) string { return sub + ".example" }
 // gatewayConfig is a gateway's YAML: echo at /echo, subscribers told
 // apart by Host, the declared capacity, and gossip if extra says so.
 func (e *env) gatewayConfig(scheduler string, capacity float64, subs []subscriberSpec, extra string) string {
+	return e.gatewayConfigFor(e.cl.Seeds(), scheduler, capacity, subs, extra)
+}
+
+// gatewayConfigFor is gatewayConfig joining seeds.
+func (e *env) gatewayConfigFor(seeds []string, scheduler string, capacity float64, subs []subscriberSpec, extra string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: 127.0.0.1:0\nmetrics: 127.0.0.1:0\njoin: [%s]\nscheduler: %s\ncapacity_grps: %g\nmax_wait: %v\ntimeout: 10s\nqueue: 1024\n",
-		strings.Join(e.cl.Seeds(), ", "), scheduler, capacity, e.cfg.MaxWait)
+		strings.Join(seeds, ", "), scheduler, capacity, e.cfg.MaxWait)
+	if e.prof.diskBW > 0 {
+		fmt.Fprintf(&b, "disk_bandwidth: %d\n", e.prof.diskBW)
+	}
+	if e.prof.declared {
+		b.WriteString("measured_capacity: false\n")
+	}
 	b.WriteString(extra)
 	b.WriteString("subscribers:\n")
 	for _, s := range subs {
 		fmt.Fprintf(&b, "  - {name: %s, reservation: %g, rules: [{host: %s}]}\n", s.name, s.res, host(s.name))
 	}
-	b.WriteString("routes: [{path_prefix: /echo, service: echo, method: echo}]\n")
+	fmt.Fprintf(&b, "routes: [{path_prefix: %s, service: %s, method: %s}]\n", e.prof.path, e.prof.service, e.prof.method)
 	return b.String()
 }
 
 // waitReady sends one request of each subscriber through target until
 // all are answered 200.
 func (e *env) waitReady(ctx context.Context, target string, subs []subscriberSpec) error {
-	body := make([]byte, e.cfg.Body)
+	body := e.prof.body(e.cfg)
 	return localcluster.Wait(ctx, 20*time.Second, func(ctx context.Context) error {
 		for _, s := range subs {
-			out := drive1(ctx, e.hc, target, host(s.name), body)
+			out := drive1(ctx, e.hc, target, e.prof.path, host(s.name), body)
 			if out != http.StatusOK {
 				return fmt.Errorf("%s via %s: status %d", s.name, target, out)
 			}
@@ -205,8 +254,8 @@ func (e *env) waitReady(ctx context.Context, target string, subs []subscriberSpe
 }
 
 // drive1 sends one request and returns its status (0: no answer).
-func drive1(ctx context.Context, hc *http.Client, target, host string, body []byte) int {
-	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+target+"/echo", strings.NewReader(string(body)))
+func drive1(ctx context.Context, hc *http.Client, target, path, host string, body []byte) int {
+	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+target+path, strings.NewReader(string(body)))
 	if err != nil {
 		return 0
 	}
@@ -290,7 +339,7 @@ func (e *env) runCell(ctx context.Context, c contender, flows []flow, seed uint6
 	cctx, cancel := context.WithDeadline(ctx, to)
 	defer cancel()
 	done := make(chan []outcome, 1)
-	go func() { done <- drive(cctx, e.hc, flows, "/echo", make([]byte, e.cfg.Body), seed) }()
+	go func() { done <- drive(cctx, e.hc, flows, e.prof.path, e.prof.body(e.cfg), seed) }()
 	time.Sleep(time.Until(from))
 	before, err1 := c.gateway.status(e.hc)
 	t0 := time.Now()
@@ -330,4 +379,42 @@ func ratio(a, b float64) float64 {
 		return math.NaN()
 	}
 	return a / b
+}
+
+// profile is a service profile: what a request runs on the nodes and how
+// the gateways route to it.
+type profile struct {
+	path, service, method string
+	body                  func(Config) []byte
+	// scale multiplies Config.Scale for this profile.
+	scale float64
+	// diskBW, if > 0, is the gateways' disk_bandwidth (bytes/s).
+	diskBW int
+	// declared keeps the gateways on the declared capacity
+	// (measured_capacity: false; requests are still charged what the nodes
+	// measured): the nodes' CPU busy figure is the whole machine's, which the
+	// benchmark's other processes share, and the disk's utilisation counts
+	// the device's time, not disk_bandwidth's, so either estimate would
+	// measure the machine rather than the capacity the cell shares.
+	declared bool
+	what     func(Config) string
+}
+
+// profiles are the service profiles of --profile.
+var profiles = map[string]profile{
+	"net": {path: "/echo", service: "echo", method: "echo", scale: 1,
+		body: func(c Config) []byte { return make([]byte, c.Body) },
+		what: func(c Config) string {
+			return fmt.Sprintf("echo of %d B, about 1 GRU of network as the nodes measure it; scale %.2g", c.Body, c.Scale)
+		}},
+	"cpu": {path: "/spin", service: "work", method: "spin", scale: 0.25, declared: true,
+		body: func(Config) []byte { return work.Encode(10 * time.Millisecond) },
+		what: func(c Config) string {
+			return fmt.Sprintf("work.spin computing 10 ms, 1 GRU of CPU (the thread's CPU time); scale %.2g (Table 1's capacity %.0f GRPS = %.2f cores)", c.Scale*0.25, 600*c.Scale*0.25, 6*c.Scale*0.25)
+		}},
+	"disk": {path: "/fsync", service: "work", method: "fsync", scale: 1, diskBW: 10_000_000, declared: true,
+		body: func(Config) []byte { return work.EncodeBytes(100_000) },
+		what: func(c Config) string {
+			return fmt.Sprintf("work.fsync writing and fsyncing 100 KB, 1 GRU of disk at disk_bandwidth 10 MB/s (the thread's write_bytes); scale %.2g", c.Scale)
+		}},
 }

@@ -72,7 +72,7 @@ func (e *env) split(ctx context.Context) ([]*report.Check, error) {
 	dctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	done := make(chan []outcome, 1)
-	go func() { done <- drive(dctx, e.hc, flows, "/echo", make([]byte, e.cfg.Body), e.cfg.Seed) }()
+	go func() { done <- drive(dctx, e.hc, flows, e.prof.path, e.prof.body(e.cfg), e.cfg.Seed) }()
 
 	time.Sleep(time.Until(kill))
 	before, _ := g0.status(e.hc)

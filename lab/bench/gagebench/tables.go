@@ -103,7 +103,7 @@ func (e *env) rounds(ctx context.Context, section string, cs []contender, mkFlow
 // proportion; the two within their reservations ask 90% of it, the small
 // one 8× its reservation.
 func (e *env) table1(ctx context.Context) ([]*report.Check, error) {
-	s := e.cfg.Scale
+	s := e.cfg.Scale * e.prof.scale
 	subs := []subscriberSpec{{"site1", 250 * s}, {"site2", 150 * s}, {"site3", 50 * s}}
 	capacity := 600 * s
 	asks := []float64{0.9 * subs[0].res, 0.9 * subs[1].res, 8 * subs[2].res}
@@ -200,7 +200,7 @@ func isolationVerdict(name string, within []string, flood string, r *cellResult,
 // asking alike (2x and 2.5x their reservations), so a FIFO splits the
 // capacity by demand and Gage the spare by reservation.
 func (e *env) table2(ctx context.Context) ([]*report.Check, error) {
-	s := e.cfg.Scale
+	s := e.cfg.Scale * e.prof.scale
 	subs := []subscriberSpec{{"site1", 250 * s}, {"site2", 200 * s}}
 	capacity := 700 * s
 	asks := []float64{2 * subs[0].res, 2.5 * subs[1].res}

@@ -104,3 +104,22 @@ func TestThroughputVerdict(t *testing.T) {
 		}
 	}
 }
+
+func TestProfiles(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Profiles = []string{"net", "gpu"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `"gpu"`) {
+		t.Errorf("unknown profile: %v", err)
+	}
+	cfg.Profiles = nil
+	if err := cfg.Validate(); err == nil {
+		t.Error("no profile accepted")
+	}
+	e := &env{cfg: DefaultConfig(), cl: nil, prof: profiles["disk"]}
+	y := e.gatewayConfigFor(nil, "credit", 120, []subscriberSpec{{"a", 10}}, "")
+	for _, want := range []string{"disk_bandwidth: 10000000", "measured_capacity: false", "{path_prefix: /fsync, service: work, method: fsync}"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("disk profile's gateway config lacks %q:\n%s", want, y)
+		}
+	}
+}
