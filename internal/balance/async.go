@@ -192,19 +192,7 @@ func (a *Async) Choose(now time.Time, candidates []string, answers []Load) strin
 // leastInFlight is the candidate with the fewest of this client's own
 // requests in flight, ties at random.
 func (a *Async) leastInFlight(candidates []string) string {
-	pick, best, ties := "", 0, 0
-	for _, c := range candidates {
-		switch n := a.own[c]; {
-		case ties == 0 || n < best:
-			pick, best, ties = c, n, 1
-		case n == best:
-			ties++
-			if a.rng.IntN(ties) == 0 {
-				pick = c
-			}
-		}
-	}
-	return pick
+	return leastBy(a.rng, candidates, func(c string) int { return a.own[c] })
 }
 
 // Sent counts the request against the replica's pooled answer and its

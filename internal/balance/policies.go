@@ -85,6 +85,24 @@ func leastQueue(rng *rand.Rand, candidates []string, answers []Load) (replica st
 	return replica, ties > 0
 }
 
+// leastBy returns the candidate with the smallest key, breaking ties
+// uniformly at random (reservoir sampling); "" if there is none.
+func leastBy(rng *rand.Rand, candidates []string, key func(string) int) string {
+	pick, best, ties := "", 0, 0
+	for _, c := range candidates {
+		switch q := key(c); {
+		case ties == 0 || q < best:
+			pick, best, ties = c, q, 1
+		case q == best:
+			ties++
+			if rng.IntN(ties) == 0 {
+				pick = c
+			}
+		}
+	}
+	return pick
+}
+
 // RoundRobin cycles through the candidates in order. Not safe for concurrent
 // use.
 type RoundRobin struct {
@@ -117,20 +135,7 @@ func (p *reported) Report(_ time.Time, l Load) { p.loads[l.Replica] = l.Queue }
 
 // Choose picks the candidate with the least last-reported load, ties at random.
 func (p *reported) Choose(_ time.Time, candidates []string, _ []Load) string {
-	best, ties, pick := 0, 0, ""
-	for _, c := range candidates {
-		q := p.loads[c]
-		switch {
-		case ties == 0 || q < best:
-			pick, best, ties = c, q, 1
-		case q == best:
-			ties++
-			if p.rng.IntN(ties) == 0 {
-				pick = c
-			}
-		}
-	}
-	return pick
+	return leastBy(p.rng, candidates, func(c string) int { return p.loads[c] })
 }
 
 // Broadcast is the dissertation's broadcast policy (§3.2.2): replicas push

@@ -51,23 +51,12 @@ func (p *Push) Choose(now time.Time, candidates []string, answers []Load) string
 		p.idle = slices.Delete(p.idle, i, i+1)
 		return r
 	}
-	pick, best, ties := "", 0, 0
-	for _, c := range candidates {
-		q := p.ownOut[c]
+	return leastBy(p.rng, candidates, func(c string) int {
 		if l := p.loads[c]; l != nil {
-			q = max(0, l.queue+l.sent-l.done)
+			return max(0, l.queue+l.sent-l.done)
 		}
-		switch {
-		case ties == 0 || q < best:
-			pick, best, ties = c, q, 1
-		case q == best:
-			ties++
-			if p.rng.IntN(ties) == 0 {
-				pick = c
-			}
-		}
-	}
-	return pick
+		return p.ownOut[c]
+	})
 }
 
 // Sent counts the request against the replica's pushed queue.
