@@ -85,9 +85,9 @@ type server struct {
 }
 
 func (s *server) work(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
-	ns, n := binary.Uvarint(r.Body)
-	if n <= 0 || n != len(r.Body) {
-		return nil, fmt.Errorf("%w: body must be a service time from work.Encode", ErrBadRequest)
+	ns, err := decode(r.Body, "a service time from work.Encode")
+	if err != nil {
+		return nil, err
 	}
 	d := time.Duration(float64(ns) * math.Float64frombits(s.slowdown.Load()))
 	t := time.NewTimer(d)
@@ -109,6 +109,7 @@ func (s *server) setSlowdown(_ context.Context, r *neptune.Request) (*neptune.Re
 	return &neptune.Response{Body: strconv.AppendFloat(nil, old, 'g', -1, 64)}, nil
 }
 
+// decode reads a body of one uvarint (what it must be, for the error).
 func decode(body []byte, what string) (uint64, error) {
 	v, n := binary.Uvarint(body)
 	if n <= 0 || n != len(body) {
