@@ -149,8 +149,10 @@ type Balancing struct {
 	// queue), "random", "roundrobin", "localp2c" (power of two choices on
 	// this client's own outstanding calls), "async" (Prequal's probes off
 	// the call path: no call waits for a poll; for clients that call far
-	// more often than a request takes), "broadcast" and "oracle"
-	// (baselines that expect pushed loads).
+	// more often than a request takes), "push" (no poll at all: the
+	// replicas push their load to the client on every change, while it
+	// keeps calling), "broadcast" and "oracle" (baselines that expect
+	// loads pushed at intervals, which nodes do not send).
 	Policy string
 	// PollSize is how many replicas the polling policy asks (default 3).
 	PollSize int

@@ -27,11 +27,17 @@ type Load struct {
 // and chooses at once, without waiting for them; every answer goes to
 // Report, for later calls. It is how the async policy keeps polling off the
 // call path.
+//
+// Subscribe lists replicas whose load the caller keeps subscribed to: the
+// replicas push it whenever it changes, for a lease the caller renews
+// while calls are made, and each push goes to Report. Nothing waits for a
+// push; it is how the push policy learns loads with no poll at all.
 type Plan struct {
-	Poll   []string
-	Wait   time.Duration
-	Enough int
-	Probe  []string
+	Poll      []string
+	Wait      time.Duration
+	Enough    int
+	Probe     []string
+	Subscribe []string
 }
 
 // Policy chooses a replica for one call.

@@ -23,12 +23,7 @@ const (
 )
 
 // Names lists every policy New accepts, in a stable order.
-var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle, NamePrequal, NameAsync}
-
-// SimNames are the policies New also accepts that need what no node gives
-// yet, so Names (what a node offers) leaves them out: NamePush needs
-// replicas that push their load, which only the simulator's do.
-var SimNames = []string{NamePush}
+var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle, NamePrequal, NameAsync, NamePush}
 
 // WaitAllCap bounds the wait for poll answers when Config.Discard is 0
 // ("wait for every answer"): a dead replica must not stall a call forever.
@@ -82,6 +77,13 @@ type Config struct {
 	ProbeAge    time.Duration
 	ProbeReuse  int
 	HotQuantile float64
+	// IdleTokens makes the push policy spend a pushed queue of 0 as a
+	// one-use idle token (join-idle-queue), for replicas that tell one
+	// client, not all, that they are idle. Off by default: nodes push
+	// every change to every subscriber, and then every client holds the
+	// same token and spends it at once, a herd (simulated at a 2 ms push
+	// delay: 1.18× Oracle with tokens, 1.10× without).
+	IdleTokens bool
 }
 
 // DefaultConfig selects prequal, which beat the paper's polling in the
@@ -100,7 +102,7 @@ func DefaultConfig() Config {
 
 // Validate reports the first invalid field.
 func (c Config) Validate() error {
-	if !slices.Contains(Names, c.Policy) && !slices.Contains(SimNames, c.Policy) {
+	if !slices.Contains(Names, c.Policy) {
 		return fmt.Errorf("%w: Policy %q (want one of %v)", ErrUnknownPolicy, c.Policy, Names)
 	}
 	if c.PollSize < 1 {
@@ -172,7 +174,7 @@ func New(cfg Config, rng *rand.Rand) (Policy, error) {
 	case NameAsync:
 		return newAsync(cfg, rng), nil
 	case NamePush:
-		return newPush(rng), nil
+		return newPush(rng, cfg.IdleTokens), nil
 	}
 	return nil, fmt.Errorf("%w: %q not implemented yet", ErrUnknownPolicy, cfg.Policy)
 }

@@ -80,7 +80,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestNewEveryName(t *testing.T) {
-	for _, name := range append(slices.Clone(Names), SimNames...) {
+	for _, name := range Names {
 		p := mustNew(t, withPolicy(name), 1)
 		cands := replicas(4)
 		p.Plan(t0, cands)

@@ -8,8 +8,8 @@ import (
 
 // Push chooses from loads the replicas pushed to this client, without
 // polling: no call waits and no probe is sent. It serves two server-side
-// push schemes (the simulator models both; the node shell sends neither
-// yet):
+// push schemes (the simulator models both; nodes push on change, to the
+// clients that subscribed through Plan.Subscribe):
 //
 //   - Join-idle-queue (Lu et al., Performance 2011): a replica that runs
 //     out of work tells one random client (or a few) that it is idle. Each
@@ -18,24 +18,26 @@ import (
 //   - Push on change: a replica pushes its queue to every client each
 //     time it changes, so the table is at most one datagram stale.
 //
-// Choose takes an unused idle token if it holds one (the newest: the least
-// likely to be stale); else the replica with the least pushed queue,
+// With Config.IdleTokens (join-idle-queue), Choose takes an unused idle
+// token if it holds one (the newest: the least likely to be stale); else,
+// and always without tokens, the replica with the least pushed queue,
 // corrected by this client's own sends and completions since the push,
 // ties at random; a replica never heard of counts as queue 0 corrected
 // the same way. Not safe for concurrent use.
 type Push struct {
 	rng    *rand.Rand
+	tokens bool              // keep idle tokens (Config.IdleTokens)
 	loads  map[string]*probe // last pushed queue, with own traffic since
 	idle   []string          // unused idle tokens, oldest first
 	ownOut map[string]int    // own requests in flight, for replicas never heard of
 }
 
-func newPush(rng *rand.Rand) *Push {
-	return &Push{rng: rng, loads: map[string]*probe{}, ownOut: map[string]int{}}
+func newPush(rng *rand.Rand, tokens bool) *Push {
+	return &Push{rng: rng, tokens: tokens, loads: map[string]*probe{}, ownOut: map[string]int{}}
 }
 
-// Plan never polls: the replicas push.
-func (*Push) Plan(time.Time, []string) Plan { return Plan{} }
+// Plan never polls: it keeps every candidate's pushes subscribed.
+func (*Push) Plan(_ time.Time, candidates []string) Plan { return Plan{Subscribe: candidates} }
 
 // Choose spends the newest idle token naming a candidate, else picks the
 // least corrected queue.
@@ -82,6 +84,9 @@ func (p *Push) Done(_ time.Time, replica string, _ time.Duration) {
 // Report records a pushed queue; a queue of 0 is also an idle token.
 func (p *Push) Report(now time.Time, l Load) {
 	p.loads[l.Replica] = &probe{queue: l.Queue, at: now}
+	if !p.tokens {
+		return
+	}
 	if l.Queue == 0 {
 		p.idle = append(p.idle, l.Replica)
 	} else {

@@ -6,15 +6,23 @@ import (
 	"time"
 )
 
-func TestPushNeverPolls(t *testing.T) {
+func TestPushNeverPollsAndSubscribesToEveryCandidate(t *testing.T) {
 	p := mustNew(t, withPolicy(NamePush), 1)
-	if pl := p.Plan(t0, replicas(4)); len(pl.Poll) != 0 || len(pl.Probe) != 0 {
-		t.Fatalf("plan %+v, want no poll and no probe", pl)
+	cands := replicas(4)
+	if pl := p.Plan(t0, cands); len(pl.Poll) != 0 || len(pl.Probe) != 0 || !slices.Equal(pl.Subscribe, cands) {
+		t.Fatalf("plan %+v, want no poll, no probe and a subscription to each of %v", pl, cands)
 	}
 }
 
+// withTokens is the push policy as join-idle-queue runs it.
+func withTokens() Config {
+	c := withPolicy(NamePush)
+	c.IdleTokens = true
+	return c
+}
+
 func TestPushSpendsEachIdleTokenOnce(t *testing.T) {
-	p := mustNew(t, withPolicy(NamePush), 1)
+	p := mustNew(t, withTokens(), 1)
 	cands := replicas(4)
 	for _, r := range []string{"b", "c", "d"} {
 		p.Report(t0, Load{Replica: r, Queue: 2})
@@ -39,13 +47,32 @@ func TestPushSpendsEachIdleTokenOnce(t *testing.T) {
 }
 
 func TestPushBusyVoidsIdleToken(t *testing.T) {
-	p := mustNew(t, withPolicy(NamePush), 1)
+	p := mustNew(t, withTokens(), 1)
 	cands := []string{"a", "b"}
 	p.Report(t0, Load{Replica: "a", Queue: 1})
 	p.Report(t0, Load{Replica: "b", Queue: 0})
 	p.Report(t0.Add(time.Millisecond), Load{Replica: "b", Queue: 3})
 	if r := p.Choose(t0, cands, nil); r != "a" {
 		t.Fatalf("chose %q: b's idle token outlived its busy push", r)
+	}
+}
+
+// Nodes push every change to every subscriber, so by default a pushed 0
+// is no token: every client would hold it and spend it at once. The
+// choice follows the queue corrected by this client's own sends.
+func TestPushWithoutTokensFollowsCorrectedQueues(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{{withPolicy(NamePush), "a"}, {withTokens(), "b"}} {
+		p := mustNew(t, tc.cfg, 1)
+		p.Report(t0, Load{Replica: "a", Queue: 1})
+		p.Report(t0, Load{Replica: "b", Queue: 0})
+		p.Sent(t0, "b")
+		p.Sent(t0, "b") // b: 0 + 2 sent = 2 > a's 1
+		if r := p.Choose(t0, []string{"a", "b"}, nil); r != tc.want {
+			t.Errorf("IdleTokens %v: chose %q, want %q", tc.cfg.IdleTokens, r, tc.want)
+		}
 	}
 }
 
@@ -63,15 +90,5 @@ func TestPushCorrectsByOwnTraffic(t *testing.T) {
 	p.Done(t0, "a", time.Millisecond) // a back to 1
 	if r := p.Choose(t0, cands, nil); r != "a" {
 		t.Fatalf("chose %q, want a once our requests to it are done", r)
-	}
-}
-
-// A node offers Names; push would wait there for pushes no replica sends.
-func TestPushIsForTheSimulatorOnly(t *testing.T) {
-	if slices.Contains(Names, NamePush) {
-		t.Fatalf("Names %v offers %s, but no node pushes its load yet", Names, NamePush)
-	}
-	if err := withPolicy(NamePush).Validate(); err != nil {
-		t.Fatalf("the simulator's push policy does not validate: %v", err)
 	}
 }

@@ -29,7 +29,7 @@ func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
 		}, []string{"service", "method"}),
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "neptune_client_polls_total",
-			Help: "Load polls sent, by result (answered, late_or_unneeded, or probe: sent off the call path).",
+			Help: "Load polls sent, by result (answered, late_or_unneeded, or sent off the call path: probe, subscribe for pushed loads).",
 		}, []string{"result"}),
 		pollTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "neptune_client_poll_seconds",

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -14,14 +15,30 @@ import (
 	"github.com/neptune-cluster/neptune/internal/transport"
 )
 
-// balancer is one service's balancing state: its policy and which
-// replicas answer polls. Policies are not safe for concurrent use; mu is
-// held around each use but never across a poll.
+// balancer is one service's balancing state: its policy, which replicas
+// answer polls and when its push subscriptions need renewing. Policies
+// are not safe for concurrent use; mu is held around each use but never
+// across a poll.
 type balancer struct {
 	mu     sync.Mutex
 	policy balance.Policy
 	health *membership.PollHealth
+	// renew is when each subscription (Plan.Subscribe) is next renewed:
+	// half its lease after it was sent.
+	renew map[subKey]time.Time
 }
+
+// subKey is one push subscription of a balancer.
+type subKey struct {
+	replica   string
+	partition int32
+	class     string
+}
+
+// pushLease is how long a push subscription lasts. It is renewed when
+// half is left, by the first call after that: a client that stops calling
+// stops costing the replicas pushes within a lease.
+const pushLease = 2 * time.Second
 
 // pick chooses the replica for one attempt of r, reading forward:
 //
@@ -95,6 +112,9 @@ func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 	if len(plan.Probe) > 0 {
 		c.probe(plan.Probe, byID, in.Service, in.Partition, in.Class)
 	}
+	if len(plan.Subscribe) > 0 {
+		c.subscribe(b, plan.Subscribe, byID, in.Service, in.Partition, in.Class)
+	}
 	var loads []balance.Load
 	var answers []transport.PollAnswer
 	if len(plan.Poll) > 0 {
@@ -142,6 +162,38 @@ func (c *Client) probe(ids []string, byID map[string]membership.Replica, service
 	go c.poller.Probe(targets, service, partition, class)
 }
 
+// subscribe keeps b subscribed to the pushed loads of ids off the call
+// path: the subscriptions due for renewal are sent from another
+// goroutine, and the answers and pushes reach the policy through
+// reportLate.
+func (c *Client) subscribe(b *balancer, ids []string, byID map[string]membership.Replica, service string, partition int32, class string) {
+	var targets []transport.PollTarget
+	b.mu.Lock()
+	now := c.clock.Now()
+	for _, id := range ids {
+		k := subKey{id, partition, class}
+		if now.Before(b.renew[k]) {
+			continue
+		}
+		if b.renew == nil {
+			b.renew = map[subKey]time.Time{}
+		}
+		b.renew[k] = now.Add(pushLease / 2)
+		targets = append(targets, transport.PollTarget{Replica: id, Addr: byID[id].PollAddr})
+	}
+	if len(targets) > 0 {
+		// Forget subscriptions whose lease is over (their replica left, or
+		// no call wanted them since).
+		maps.DeleteFunc(b.renew, func(_ subKey, at time.Time) bool { return now.Sub(at) >= pushLease/2 })
+	}
+	b.mu.Unlock()
+	if len(targets) == 0 {
+		return
+	}
+	c.metrics.polls.WithLabelValues("subscribe").Add(float64(len(targets)))
+	go c.poller.Subscribe(targets, service, partition, class, pushLease)
+}
+
 // target is the replica a pick chose and the balancer that chose it,
 // which hears when the call is done.
 type target struct {
@@ -171,8 +223,9 @@ func (c *Client) balancerLocked(service string) (*balancer, error) {
 	return b, nil
 }
 
-// reportLate gives a poll answer that missed its call to the service's
-// policy, which may learn from it (the default poller pools it).
+// reportLate gives the service's policy a poll answer that missed its
+// call, a probe's or subscription's answer, or a pushed load; the policy
+// may learn from it (prequal pools it, push chooses by it).
 func (c *Client) reportLate(service string, a transport.PollAnswer) {
 	c.mu.Lock()
 	b := c.balancers[service]

@@ -27,6 +27,12 @@ type Config struct {
 	// QueueLimit bounds the queued (not yet running) requests; a request
 	// arriving at a full queue fails fast with ErrOverloaded. Default 1024.
 	QueueLimit int
+	// OnChange, if set, is called after a request took a slot, joined the
+	// queue or released its slot: the load index (Load, LoadFor) may have
+	// changed. It runs on the request's goroutine, outside the pool's
+	// lock, and must be cheap and never block (the node signals its poll
+	// server, which pushes loads to subscribed clients).
+	OnChange func()
 }
 
 // WithDefaults fills zero fields.
@@ -88,6 +94,9 @@ func New(cfg Config, s sched.Scheduler, clk clock.Clock, onFinish FinishFunc) (*
 	if onFinish == nil {
 		onFinish = func(string, time.Duration, time.Duration, error) {}
 	}
+	if cfg.OnChange == nil {
+		cfg.OnChange = func() {}
+	}
 	return &Pool{cfg: cfg, clock: clk, sched: s, onFinish: onFinish}, nil
 }
 
@@ -124,6 +133,7 @@ func (p *Pool) do(ctx context.Context, class string, run func(context.Context) (
 		}
 		p.active++
 		p.mu.Unlock()
+		p.cfg.OnChange()
 		p.runHolding(ctx, r, now, run)
 		return nil
 	case p.sched.Len() >= p.cfg.QueueLimit:
@@ -134,6 +144,7 @@ func (p *Pool) do(ctx context.Context, class string, run func(context.Context) (
 	r.Value = w
 	p.sched.Push(now, r)
 	p.mu.Unlock()
+	p.cfg.OnChange()
 
 	select {
 	case err := <-w.grant:
@@ -180,6 +191,7 @@ func (p *Pool) runHolding(ctx context.Context, r *sched.Request, start time.Time
 // runnable queued request.
 func (p *Pool) release(r *sched.Request, used time.Duration) {
 	now := p.clock.Now()
+	defer p.cfg.OnChange() // after the unlock
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.active--

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -131,5 +132,37 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("Validate(%+v) = %v, want it to name %s", c.cfg, err, c.want)
 		}
+	}
+}
+
+// TestPoolSignalsEveryLoadChange: OnChange follows the load index, seen
+// after each signal, through a slot taken, a request queued and both
+// leaving.
+func TestPoolSignalsEveryLoadChange(t *testing.T) {
+	var p *Pool
+	var mu sync.Mutex
+	var seen []int
+	p, err := New(Config{Workers: 1, OnChange: func() { mu.Lock(); seen = append(seen, p.Load()); mu.Unlock() }}, sched.NewFIFO(), clock.Real(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, first := blocker(t, p)
+	second, queued := make(chan struct{}), make(chan error, 1)
+	go func() { queued <- p.Do(context.Background(), "", func(context.Context) { <-second }) }()
+	waitLoad(t, p, 2)
+	release()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	close(second)
+	if err := <-queued; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Took the slot (1), queued (2), the first left and handed the slot
+	// on (1), the second left (0).
+	if want := []int{1, 2, 1, 0}; !slices.Equal(seen, want) {
+		t.Fatalf("loads seen at each signal %v, want %v", seen, want)
 	}
 }

@@ -44,6 +44,15 @@ func (n *Node) load(service string, partition int32, class string) (int, bool) {
 	return h.pool.LoadFor(class), true
 }
 
+// loadChanged is every pool's OnChange: a request took a slot, queued or
+// left, so the poll server pushes the loads that changed to subscribed
+// clients. It never blocks (PollServer.Notify).
+func (n *Node) loadChanged() {
+	if s := n.pushes.Load(); s != nil {
+		s.Notify()
+	}
+}
+
 // pollVersion answers the replication part of a load poll.
 func (n *Node) pollVersion(service string, partition int32) transport.Version {
 	if n.repl == nil {

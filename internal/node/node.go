@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -199,9 +200,12 @@ type Node struct {
 	started   bool
 	closeOnce sync.Once
 
-	grpc    *grpc.Server
-	rpcLn   net.Listener
-	polls   *transport.PollServer
+	grpc  *grpc.Server
+	rpcLn net.Listener
+	polls *transport.PollServer
+	// pushes is polls once it listens: the pools' OnChange (loadChanged)
+	// reads it from request goroutines, which start before it is set.
+	pushes  atomic.Pointer[transport.PollServer]
 	client  *client.Client
 	repl    *replication.Runtime  // nil without replicated services
 	placer  *rebalance.Controller // nil without replicated services or with placement off
@@ -287,7 +291,7 @@ func (n *Node) Register(svc service.Service, partitions ...int) error {
 	if err != nil {
 		return fmt.Errorf("neptune: register %q: %w", svc.Name, err)
 	}
-	pool, err := dispatch.New(dispatch.Config{Workers: svc.Workers, QueueLimit: svc.QueueLimit}, aggregation.WithReduceFirst(&h.svc, sch), n.clock,
+	pool, err := dispatch.New(dispatch.Config{Workers: svc.Workers, QueueLimit: svc.QueueLimit, OnChange: n.loadChanged}, aggregation.WithReduceFirst(&h.svc, sch), n.clock,
 		func(class string, queued, _ time.Duration, _ error) {
 			n.metrics.wait.WithLabelValues(name, class).Observe(queued.Seconds())
 		})
@@ -369,6 +373,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.Close()
 		return fmt.Errorf("neptune: listen for polls (PollPort): %w", err)
 	}
+	n.pushes.Store(n.polls)
 	if n.cfg.MetricsAddr != "" {
 		if err := n.serveMetrics(); err != nil {
 			n.Close()

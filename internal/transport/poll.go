@@ -87,7 +87,8 @@ func WithServerClock(c clock.Clock) PollOption {
 	return func(s *PollServer) { s.clock = clock.OrReal(c) }
 }
 
-// PollServer answers load polls over UDP (the paper's load index server).
+// PollServer answers load polls over UDP (the paper's load index server)
+// and pushes loads to subscribed pollers (push.go).
 type PollServer struct {
 	conn    *net.UDPConn
 	load    LoadFunc
@@ -100,6 +101,7 @@ type PollServer struct {
 	guard   replayGuard
 	limit   *ratelimit.PerPeer
 	stats   pollServerCounters
+	subs    *subscriptions
 }
 
 // PollServerStats counts what a poll server did with the datagrams it
@@ -110,17 +112,20 @@ type PollServerStats struct {
 	// valid HMAC; Replayed ones were stale or seen before; Limited ones
 	// exceeded their source's rate.
 	Malformed, Unauthenticated, Replayed, Limited uint64
+	// Pushed counts loads pushed to subscriptions; Unsubscribed counts
+	// subscribe polls answered but not subscribed, the table being full.
+	Pushed, Unsubscribed uint64
 }
 
 type pollServerCounters struct {
-	answered, malformed, unauthenticated, replayed, limited atomic.Uint64
+	answered, malformed, unauthenticated, replayed, limited, pushed, unsubscribed atomic.Uint64
 }
 
 // Stats returns the server's counters.
 func (s *PollServer) Stats() PollServerStats {
 	c := &s.stats
 	return PollServerStats{Answered: c.answered.Load(), Malformed: c.malformed.Load(), Unauthenticated: c.unauthenticated.Load(),
-		Replayed: c.replayed.Load(), Limited: c.limited.Load()}
+		Replayed: c.replayed.Load(), Limited: c.limited.Load(), Pushed: c.pushed.Load(), Unsubscribed: c.unsubscribed.Load()}
 }
 
 // ListenPoll starts a poll server on addr ("host:port"; port 0 picks one).
@@ -133,7 +138,7 @@ func ListenPoll(addr string, load LoadFunc, log *slog.Logger, opts ...PollOption
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen for polls on %s: %w", addr, err)
 	}
-	s := &PollServer{conn: conn, load: load, log: log, done: make(chan struct{}), clock: clock.Real()}
+	s := &PollServer{conn: conn, load: load, log: log, done: make(chan struct{}), clock: clock.Real(), subs: newSubscriptions()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -141,16 +146,19 @@ func ListenPoll(addr string, load LoadFunc, log *slog.Logger, opts ...PollOption
 		s.guard.window = s.auth.window
 	}
 	go s.serve()
+	go s.notifier()
 	return s, nil
 }
 
 // Addr is the address the server listens on.
 func (s *PollServer) Addr() string { return s.conn.LocalAddr().String() }
 
-// Close stops the server.
+// Close stops the server and its pushes.
 func (s *PollServer) Close() error {
+	close(s.subs.quit)
 	err := s.conn.Close()
 	<-s.done
+	<-s.subs.done
 	return err
 }
 
@@ -201,6 +209,9 @@ func (s *PollServer) serve() {
 				rep.WorkNs, rep.Capacity = int64(w.Pending), int32(w.Capacity)
 			}
 		}
+		if known && req.SubscribeMs > 0 {
+			s.subscribe(from, &req, nonce, q)
+		}
 		out, _ := proto.Marshal(rep)
 		if s.auth != nil {
 			out = s.auth.seal(pollKindReply, out, nonce)
@@ -244,6 +255,9 @@ type Poller struct {
 	sentOrder []sentPoll
 	late      LateFunc
 
+	// subs are the live subscriptions by their poll id (push.go).
+	subs map[uint64]*subscribed
+
 	// auth, when set, authenticates polls and replies; instance is this
 	// poller's half of every poll's nonce.
 	auth     *PollAuth
@@ -263,8 +277,8 @@ type sentPoll struct {
 	sent time.Time
 }
 
-// LateFunc receives an answer that arrived after its Poll returned, and
-// every answer to a Probe. Late answers must not decide the call they were
+// LateFunc receives an answer that arrived after its Poll returned, every
+// answer to a Probe or Subscribe and every push. Late answers must not decide the call they were
 // for (stale load information misleads), but a policy may still learn from
 // them.
 type LateFunc func(service string, a PollAnswer)
@@ -285,7 +299,8 @@ func WithClock(c clock.Clock) PollerOption { return func(p *Poller) { p.clock = 
 func WithPollerAuth(a *PollAuth) PollerOption { return func(p *Poller) { p.auth = a } }
 
 // Rejected is how many replies the poller dropped because they did not
-// authenticate or answered no poll of this poller.
+// authenticate or answered no poll of this poller, and how many pushes it
+// dropped for no live subscription or an old sequence number.
 func (p *Poller) Rejected() uint64 { return p.rejected.Load() }
 
 // NewPoller opens the poller's socket.
@@ -295,7 +310,7 @@ func NewPoller(log *slog.Logger, opts ...PollerOption) (*Poller, error) {
 		return nil, fmt.Errorf("transport: open poll socket: %w", err)
 	}
 	p := &Poller{conn: conn, log: log, clock: clock.Real(), done: make(chan struct{}), waiting: map[uint64]*pending{}, addrs: map[string]*net.UDPAddr{},
-		instance: randomInstance()}
+		subs: map[uint64]*subscribed{}, instance: randomInstance()}
 	for _, o := range opts {
 		o(p)
 	}
@@ -322,7 +337,7 @@ func (p *Poller) Poll(ctx context.Context, targets []PollTarget, service string,
 // to the OnLate function.
 func (p *Poller) PollFirst(ctx context.Context, targets []PollTarget, service string, partition int32, class string, wait time.Duration, enough int) []PollAnswer {
 	replies := make(chan PollAnswer, len(targets))
-	ids := p.send(targets, service, partition, class, replies)
+	ids := p.send(targets, service, partition, class, replies, 0)
 	defer func() {
 		// Unanswered polls stay known for lateHorizon so a late answer can
 		// still reach LateFunc; the caller no longer listens.
@@ -372,17 +387,19 @@ func drain(answers []PollAnswer, replies <-chan PollAnswer, enough int) []PollAn
 // OnLate function, as a late one would. It is how a policy polls off the
 // call path (balance.Plan.Probe).
 func (p *Poller) Probe(targets []PollTarget, service string, partition int32, class string) {
-	p.send(targets, service, partition, class, nil)
+	p.send(targets, service, partition, class, nil, 0)
 }
 
 // send sends a poll to each target and registers it, delivering answers
-// to replies (nil: to the OnLate function); it returns the polls' ids.
-func (p *Poller) send(targets []PollTarget, service string, partition int32, class string, replies chan<- PollAnswer) []uint64 {
+// to replies (nil: to the OnLate function), subscribing for lease if it is
+// positive; it returns the polls' ids.
+func (p *Poller) send(targets []PollTarget, service string, partition int32, class string, replies chan<- PollAnswer, lease time.Duration) []uint64 {
 	ids := make([]uint64, 0, len(targets))
 	now := p.clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.forget(now)
+	p.expire(now)
 	for _, t := range targets {
 		ua, err := p.resolve(t.Addr)
 		if err != nil {
@@ -391,7 +408,7 @@ func (p *Poller) send(targets []PollTarget, service string, partition int32, cla
 		}
 		p.nextID++
 		id := p.nextID
-		msg, _ := proto.Marshal(&pb.PollRequest{Id: id, Service: service, Partition: partition, Class: class})
+		msg, _ := proto.Marshal(&pb.PollRequest{Id: id, Service: service, Partition: partition, Class: class, SubscribeMs: LeaseMillis(lease)})
 		if p.auth != nil {
 			msg = p.auth.seal(pollKindRequest, msg, pollNonce{p.instance, id})
 		}
@@ -403,6 +420,9 @@ func (p *Poller) send(targets []PollTarget, service string, partition int32, cla
 			continue
 		}
 		p.sentOrder = append(p.sentOrder, sentPoll{id: id, sent: now})
+		if lease > 0 {
+			p.subs[id] = &subscribed{replica: t.Replica, service: service, expires: now.Add(lease)}
+		}
 	}
 	return ids
 }
@@ -465,6 +485,10 @@ func (p *Poller) read() {
 				continue
 			}
 		} else if proto.Unmarshal(pkt, &rep) != nil {
+			continue
+		}
+		if rep.PushSeq > 0 {
+			p.pushed(&rep)
 			continue
 		}
 		p.mu.Lock()

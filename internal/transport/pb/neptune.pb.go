@@ -708,11 +708,15 @@ func (x *MethodInfo) GetStream() bool {
 
 // PollRequest asks a node for its load on one service partition.
 type PollRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Service       string                 `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
-	Partition     int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
-	Class         string                 `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Service   string                 `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	Partition int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	Class     string                 `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
+	// subscribe_ms > 0 also asks the node to push this (service,
+	// partition, class) load for that many milliseconds (capped by the
+	// node): each push is a PollReply with this poll's id and push_seq > 0.
+	SubscribeMs   uint32 `protobuf:"varint,5,opt,name=subscribe_ms,json=subscribeMs,proto3" json:"subscribe_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -775,6 +779,13 @@ func (x *PollRequest) GetClass() string {
 	return ""
 }
 
+func (x *PollRequest) GetSubscribeMs() uint32 {
+	if x != nil {
+		return x.SubscribeMs
+	}
+	return 0
+}
+
 type PollReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -801,7 +812,11 @@ type PollReply struct {
 	// lease_ms (replicated primary): what is left of its majority lease, in
 	// milliseconds; 0 when it holds none (then it is not fresh: version_ago
 	// is 0 and it serves no level-3 read).
-	LeaseMs       uint32 `protobuf:"varint,11,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	LeaseMs uint32 `protobuf:"varint,11,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// push_seq is 0 in the answer to a poll; an unsolicited push to a
+	// subscription (PollRequest.subscribe_ms) carries 1, 2, ... in the
+	// order sent, so a replayed push is recognised.
+	PushSeq       uint64 `protobuf:"varint,12,opt,name=push_seq,json=pushSeq,proto3" json:"push_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -909,6 +924,13 @@ func (x *PollReply) GetCapacity() int32 {
 func (x *PollReply) GetLeaseMs() uint32 {
 	if x != nil {
 		return x.LeaseMs
+	}
+	return 0
+}
+
+func (x *PollReply) GetPushSeq() uint64 {
+	if x != nil {
+		return x.PushSeq
 	}
 	return 0
 }
@@ -2429,12 +2451,13 @@ const file_neptune_proto_rawDesc = "" +
 	"MethodInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12$\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x10.neptune.v1.ModeR\x04mode\x12\x16\n" +
-	"\x06stream\x18\x03 \x01(\bR\x06stream\"k\n" +
+	"\x06stream\x18\x03 \x01(\bR\x06stream\"\x8e\x01\n" +
 	"\vPollRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x14\n" +
-	"\x05class\x18\x04 \x01(\tR\x05class\"\xa6\x02\n" +
+	"\x05class\x18\x04 \x01(\tR\x05class\x12!\n" +
+	"\fsubscribe_ms\x18\x05 \x01(\rR\vsubscribeMs\"\xc1\x02\n" +
 	"\tPollReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\x05R\x05queue\x12\x14\n" +
@@ -2450,7 +2473,8 @@ const file_neptune_proto_rawDesc = "" +
 	"\awork_ns\x18\t \x01(\x03R\x06workNs\x12\x1a\n" +
 	"\bcapacity\x18\n" +
 	" \x01(\x05R\bcapacity\x12\x19\n" +
-	"\blease_ms\x18\v \x01(\rR\aleaseMs\"G\n" +
+	"\blease_ms\x18\v \x01(\rR\aleaseMs\x12\x19\n" +
+	"\bpush_seq\x18\f \x01(\x04R\apushSeq\"G\n" +
 	"\n" +
 	"PagesState\x129\n" +
 	"\aentries\x18\x01 \x03(\v2\x1f.neptune.v1.RelayedAnnouncementR\aentries\"j\n" +
