@@ -12,10 +12,14 @@ func TestStarvationDoubts(t *testing.T) {
 		s    Starvation
 		want report.Outcome
 	}{
-		{Starvation{Lag: 100 * time.Microsecond, Pressure: 0.05}, report.Pass},
-		{Starvation{Lag: 100 * time.Microsecond, Pressure: -1}, report.Pass}, // pressure unknown
-		{Starvation{Lag: 3 * time.Millisecond, Pressure: 0.05}, report.Inconclusive},
-		{Starvation{Lag: 100 * time.Microsecond, Pressure: 0.8}, report.Inconclusive},
+		{Starvation{Lag: 100 * time.Microsecond, Pressure: 0.05, Others: 0.02}, report.Pass},
+		{Starvation{Lag: 100 * time.Microsecond, Pressure: -1, Others: -1}, report.Pass}, // nothing known of the machine
+		{Starvation{Lag: 3 * time.Millisecond, Pressure: 0.05, Others: 0.02}, report.Inconclusive},
+		// The benchmark's own wake-ups make pressure, not other work.
+		{Starvation{Lag: 100 * time.Microsecond, Pressure: 0.8, Others: 0.05}, report.Pass},
+		{Starvation{Lag: 100 * time.Microsecond, Pressure: 0.05, Others: 0.5}, report.Inconclusive},
+		// Other work unknown: the pressure decides.
+		{Starvation{Lag: 100 * time.Microsecond, Pressure: 0.8, Others: -1}, report.Inconclusive},
 	} {
 		c := tc.s.Doubt(report.AtMost("x ≤ 1", 0.5, 1, "0.5"), "the sequential cells")
 		if c.Outcome() != tc.want {
@@ -26,8 +30,8 @@ func TestStarvationDoubts(t *testing.T) {
 			t.Errorf("%+v, missed: %s", tc.s, c)
 		}
 	}
-	w := Starvation{Lag: time.Millisecond, Pressure: 0.1}.Worse(Starvation{Lag: 2 * time.Microsecond, Pressure: 0.3})
-	if w.Lag != time.Millisecond || w.Pressure != 0.3 {
+	w := Starvation{Lag: time.Millisecond, Pressure: 0.1, Others: 0.4}.Worse(Starvation{Lag: 2 * time.Microsecond, Pressure: 0.3, Others: 0.1})
+	if w.Lag != time.Millisecond || w.Pressure != 0.3 || w.Others != 0.4 {
 		t.Errorf("worse: %+v", w)
 	}
 }

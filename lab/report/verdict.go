@@ -109,6 +109,15 @@ func Rounds(c *Check, rounds []bool) *Check {
 	return c.Doubt(!agree, "rounds disagree: the difference is within this run's noise; run more rounds on a quieter machine")
 }
 
+// Outcomes lists the checks' outcomes in order, for tests and summaries.
+func Outcomes(checks []*Check) []Outcome {
+	out := make([]Outcome, len(checks))
+	for i, c := range checks {
+		out[i] = c.Outcome()
+	}
+	return out
+}
+
 // Tally counts outcomes: "3 PASS, 1 FAIL, 1 INCONCLUSIVE".
 func Tally(checks ...*Check) string {
 	n := map[Outcome]int{}

@@ -23,6 +23,7 @@ import (
 	"github.com/neptune-cluster/neptune/apps/forum"
 	"github.com/neptune-cluster/neptune/lab/bench"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
+	"github.com/neptune-cluster/neptune/lab/report"
 )
 
 // Sections are the parts of `neptune bench apps`, in the order they run:
@@ -295,10 +296,29 @@ func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell 
 	fmt.Fprintf(stdout, "\nbench apps: HTTP service direct vs through a Neptune node (HTTP adapter), 1 KiB body, %d rounds of %v per cell\n", rounds, cell)
 	fmt.Fprintf(stdout, "%-22s %5s %10s %9s %9s %9s %9s\n", "contender", "conc", "calls/s", "mean", "p50", "p99", "lat×prev")
 	body := []byte(strings.Repeat("x", 1024))
+	var goal *report.Check
 	for _, n := range []int{1, conc} {
-		results, err := bench.RunRounds(ctx, contenders, body, n, cell, rounds)
-		if err != nil {
-			return err
+		// Rounds one at a time, merged, so the goal can see each round.
+		results := map[string]*bench.Cell{}
+		var ratios []float64
+		probe := bench.StartLagProbe(5 * time.Millisecond)
+		for range rounds {
+			round, err := bench.RunRounds(ctx, contenders, body, n, cell, 1)
+			if err != nil {
+				return err
+			}
+			ratios = append(ratios, float64(round["neptune "+workName].Latency().Mean)/float64(round["direct "+workName].Latency().Mean))
+			for name, c := range round {
+				if results[name] == nil {
+					results[name] = &bench.Cell{}
+				}
+				results[name].Add(c)
+			}
+		}
+		starved := probe.Stop()
+		if n == 1 {
+			pooled := float64(results["neptune "+workName].Latency().Mean) / float64(results["direct "+workName].Latency().Mean)
+			goal = adapterGoal(work, pooled, ratios, starved)
 		}
 		for i, ct := range contenders {
 			if i == 5 {
@@ -311,5 +331,24 @@ func benchAdapter(ctx context.Context, stdout io.Writer, dir string, work, cell 
 			fmt.Fprintf(stdout, "%-22s %5d %10.0f %9s %9s %9s %9.2f\n", ct.Name, n, res.Rate(), lat.Mean, lat.Fmt(lat.P50), lat.Fmt(lat.P99), float64(lat.Mean)/float64(baseLat.Mean))
 		}
 	}
+	fmt.Fprintln(stdout, goal)
 	return nil
+}
+
+// adapterGoalRatio bounds what the adapter adds to a program's sequential
+// latency on its work route (a 1 ms service by default): Neptune's hop and
+// the adapter's HTTP hop together at most 30%.
+const adapterGoalRatio = 1.3
+
+// adapterGoal judges the sequential work route: mean latency through the
+// node over direct, pooled and per round (which must agree); a starved
+// run cannot decide it.
+func adapterGoal(work time.Duration, pooled float64, rounds []float64, st bench.Starvation) *report.Check {
+	var met []bool
+	for _, r := range rounds {
+		met = append(met, r <= adapterGoalRatio)
+	}
+	c := report.AtMost(fmt.Sprintf("adapter: a %v service's sequential latency through the node ≤ %.1f× direct", work, adapterGoalRatio), pooled, adapterGoalRatio,
+		fmt.Sprintf("%.2f×", pooled))
+	return st.Doubt(report.Rounds(c, met), "the sequential adapter cells")
 }

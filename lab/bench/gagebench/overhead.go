@@ -28,12 +28,12 @@ func (e *env) overhead(ctx context.Context) ([]*report.Check, error) {
 	subs := []subscriberSpec{{"site1", 250 * e.cfg.Scale}}
 	const capacity = 1e6
 	sec := e.cl.SecurityArgs("")
-	gw, err := startGateway(ctx, e.exe, e.dir, "oh-gage", e.gatewayConfig("credit", capacity, subs, ""), sec)
+	gw, err := startGateway(ctx, e.exe, e.dir, "oh-gage", e.gatewayConfig("credit", capacity, subs, ""), sec, e.cfg.Procs)
 	if err != nil {
 		return nil, err
 	}
 	defer gw.kill()
-	fifo, err := startGateway(ctx, e.exe, e.dir, "oh-fifo", e.gatewayConfig("fifo", capacity, subs, ""), sec)
+	fifo, err := startGateway(ctx, e.exe, e.dir, "oh-fifo", e.gatewayConfig("fifo", capacity, subs, ""), sec, e.cfg.Procs)
 	if err != nil {
 		return nil, err
 	}

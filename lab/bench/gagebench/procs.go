@@ -26,6 +26,7 @@ type proc struct {
 	name string
 	cmd  *exec.Cmd
 	log  string
+	done chan struct{} // closed when the process has exited
 	// http is where clients send requests; metrics serves the gateway's
 	// status (empty for nginx); gossip is its demand gossip address.
 	http, metrics, gossip string
@@ -33,20 +34,23 @@ type proc struct {
 
 var gatewayUp = regexp.MustCompile(`gateway up: http (\S+), metrics (\S+), gossip (\S+)`)
 
-// startGateway runs `neptune gateway` with config (YAML) and waits for its
-// "gateway up" line.
-func startGateway(ctx context.Context, exe, dir, name, config string, secArgs []string) (*proc, error) {
+// startGateway runs `neptune gateway` with config (YAML), GOMAXPROCS
+// procs (0: Go's default), and waits for its "gateway up" line.
+func startGateway(ctx context.Context, exe, dir, name, config string, secArgs []string, procs int) (*proc, error) {
 	path := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		return nil, err
 	}
-	p := &proc{name: name, log: filepath.Join(dir, name+".log")}
+	p := &proc{name: name, log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
 	logf, err := os.Create(p.log)
 	if err != nil {
 		return nil, err
 	}
 	p.cmd = exec.Command(exe, append([]string{"gateway", "--config", path, "--log-level", "warn"}, secArgs...)...)
 	p.cmd.Stderr = logf
+	if procs > 0 {
+		p.cmd.Env = append(os.Environ(), fmt.Sprint("GOMAXPROCS=", procs))
+	}
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
 		logf.Close()
@@ -56,7 +60,7 @@ func startGateway(ctx context.Context, exe, dir, name, config string, secArgs []
 		logf.Close()
 		return nil, fmt.Errorf("gagebench: start gateway %s: %w", name, err)
 	}
-	go func() { _ = p.cmd.Wait(); logf.Close() }()
+	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
 	up := make(chan []string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -91,6 +95,29 @@ func startGateway(ctx context.Context, exe, dir, name, config string, secArgs []
 func (p *proc) kill() {
 	if p != nil && p.cmd.Process != nil {
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	}
+}
+
+// stopAll ends ps, each with SIGTERM and, if still running after bound,
+// SIGKILL. A gateway so stopped leaves the membership: killed, it would
+// be a dead member the nodes probe and gossip about for seconds, CPU
+// they spend in the next section's first cells.
+func stopAll(ps []*proc, bound time.Duration) {
+	for _, p := range ps {
+		if p != nil && p.cmd.Process != nil {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	deadline := time.After(bound)
+	for _, p := range ps {
+		if p == nil || p.cmd.Process == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-deadline:
+			p.kill()
+		}
 	}
 }
 
@@ -209,12 +236,12 @@ http {
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	p := &proc{name: name, log: filepath.Join(root, "logs", "error.log"), http: fmt.Sprintf("127.0.0.1:%d", port)}
+	p := &proc{name: name, log: filepath.Join(root, "logs", "error.log"), http: fmt.Sprintf("127.0.0.1:%d", port), done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "-p", root, "-c", path)
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("gagebench: start nginx: %w", err)
 	}
-	go func() { _ = p.cmd.Wait() }()
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
 	if err := localcluster.WaitTCP(ctx, p.http, 10*time.Second); err != nil {
 		p.kill()
 		b, _ := os.ReadFile(p.log)

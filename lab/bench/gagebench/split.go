@@ -32,12 +32,12 @@ func (e *env) split(ctx context.Context) ([]*report.Check, error) {
 		return s
 	}
 	sec := e.cl.SecurityArgs("")
-	g0, err := startGateway(ctx, e.exe, e.dir, "split-gw0", e.gatewayConfig("credit", capacity, subs, extra("gw0", "")), sec)
+	g0, err := startGateway(ctx, e.exe, e.dir, "split-gw0", e.gatewayConfig("credit", capacity, subs, extra("gw0", "")), sec, e.cfg.Procs)
 	if err != nil {
 		return nil, err
 	}
 	defer g0.kill()
-	g1, err := startGateway(ctx, e.exe, e.dir, "split-gw1", e.gatewayConfig("credit", capacity, subs, extra("gw1", g0.gossip)), sec)
+	g1, err := startGateway(ctx, e.exe, e.dir, "split-gw1", e.gatewayConfig("credit", capacity, subs, extra("gw1", g0.gossip)), sec, e.cfg.Procs)
 	if err != nil {
 		return nil, err
 	}

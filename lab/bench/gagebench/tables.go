@@ -5,20 +5,18 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
+	"github.com/neptune-cluster/neptune/lab/bench"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
 
 // startContenders starts one gateway process per scheduler and, with
 // withNginx, nginx limiting each subscriber to its reservation in front
-// of a FIFO gateway of its own; stop kills them all.
+// of a FIFO gateway of its own; stop ends them all (stopAll).
 func (e *env) startContenders(ctx context.Context, section string, schedulers []string, withNginx bool, capacity float64, subs []subscriberSpec) (cs []contender, stop func(), err error) {
 	var procs []*proc
-	stop = func() {
-		for _, p := range procs {
-			p.kill()
-		}
-	}
+	stop = func() { stopAll(procs, 5*time.Second) }
 	defer func() {
 		if err != nil {
 			stop()
@@ -26,7 +24,7 @@ func (e *env) startContenders(ctx context.Context, section string, schedulers []
 	}()
 	for _, s := range schedulers {
 		name := map[string]string{"credit": "gage", "tag": "mclock", "fifo": "fifo"}[s]
-		p, err := startGateway(ctx, e.exe, e.dir, section+"-"+name, e.gatewayConfig(s, capacity, subs, ""), e.cl.SecurityArgs(""))
+		p, err := startGateway(ctx, e.exe, e.dir, section+"-"+name, e.gatewayConfig(s, capacity, subs, ""), e.cl.SecurityArgs(""), e.cfg.Procs)
 		if err != nil {
 			return nil, stop, err
 		}
@@ -42,7 +40,7 @@ func (e *env) startContenders(ctx context.Context, section string, schedulers []
 	if e.nginx == "" {
 		return append(cs, contender{name: "nginx", missing: fmt.Sprintf("nginx not found (%q): install it or pass --nginx", e.cfg.Nginx)}), stop, nil
 	}
-	up, err := startGateway(ctx, e.exe, e.dir, section+"-nginx-upstream", e.gatewayConfig("fifo", capacity, subs, ""), e.cl.SecurityArgs(""))
+	up, err := startGateway(ctx, e.exe, e.dir, section+"-nginx-upstream", e.gatewayConfig("fifo", capacity, subs, ""), e.cl.SecurityArgs(""), e.cfg.Procs)
 	if err != nil {
 		return nil, stop, err
 	}
@@ -74,11 +72,31 @@ func (e *env) printCosts(cs []contender, res []*cellResult, sub string) {
 		}
 	}
 	fmt.Fprintln(e.w)
+	// Every cell's machine, not only a starved one's: how far the run was
+	// from the bound (bench.OtherWork) that would leave it undecided.
+	fmt.Fprintf(e.w, "The machine, worst cell (INCONCLUSIVE above %.2f cores of other work):", bench.OtherWork)
+	for j, c := range cs {
+		if res[j] != nil {
+			fmt.Fprintf(e.w, " %s: %s;", c.name, res[j].starve)
+		}
+	}
+	fmt.Fprintln(e.w)
 }
+
+// settle is the pause between starting a section's contenders and its
+// first cell.
+const settle = time.Second
 
 // rounds runs every contender's cell in each round, the same arrivals
 // (seed) for all of a round, and pools the rounds.
 func (e *env) rounds(ctx context.Context, section string, cs []contender, mkFlows func() []flow) ([]*cellResult, error) {
+	// The contenders just joined the membership; their joins are gossiped
+	// to every member before the first cell measures the machine.
+	select {
+	case <-time.After(settle):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	res := make([]*cellResult, len(cs))
 	for r := range e.cfg.Rounds {
 		for i, c := range cs {

@@ -36,11 +36,11 @@ func TestIsolationVerdict(t *testing.T) {
 		}
 	}
 	r := cell(map[string]tally{"a": {asked: 400, ok: 400}, "b": {asked: 200, ok: 200}, "f": {asked: 600, ok: 300, dropped: 300}})
-	r.starve.Pressure = 0.5
-	if c := isolationVerdict("gage", []string{"a", "b"}, "f", r, 0.99); c.Outcome() != report.Inconclusive || !strings.Contains(c.String(), "starved") {
+	r.starve.Pressure, r.starve.Others = 0.5, 0.5
+	if c := isolationVerdict("gage", []string{"a", "b"}, "f", r, 0.99); c.Outcome() != report.Inconclusive || !strings.Contains(c.String(), "other work") {
 		t.Errorf("starved cell: %s", c)
 	}
-	r.starve.Pressure, r.late = 0.05, 10*time.Millisecond
+	r.starve.Pressure, r.starve.Others, r.late = 0.05, 0.02, 10*time.Millisecond
 	if c := isolationVerdict("gage", []string{"a", "b"}, "f", r, 0.99); c.Outcome() != report.Inconclusive {
 		t.Errorf("late load generator: %s", c)
 	}
@@ -120,6 +120,16 @@ func TestProfiles(t *testing.T) {
 	for _, want := range []string{"disk_bandwidth: 10000000", "measured_capacity: false", "{path_prefix: /fsync, service: work, method: fsync}"} {
 		if !strings.Contains(y, want) {
 			t.Errorf("disk profile's gateway config lacks %q:\n%s", want, y)
+		}
+	}
+}
+
+func TestValidateProcs(t *testing.T) {
+	cfg := DefaultConfig()
+	for procs, ok := range map[int]bool{-1: false, 0: true, 1: true, 4: true} {
+		cfg.Procs = procs
+		if err := cfg.Validate(); (err == nil) != ok {
+			t.Errorf("procs %d: %v", procs, err)
 		}
 	}
 }

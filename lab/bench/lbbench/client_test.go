@@ -49,27 +49,30 @@ func TestClientReplaysItsShareOfTheTrace(t *testing.T) {
 		srv = append(srv, lbServer{ID: m.Node, RPC: m.RPCAddr, Poll: m.PollAddr})
 	}
 	def := balance.DefaultConfig()
-	cell := lbCell{Label: "poll", Workload: "exp", Load: 0.3, Policy: balance.NamePolling, PollSize: 2, Discard: def.Discard,
-		Clients: 2, Procs: 2, Duration: 400 * time.Millisecond, Scale: 0.1, Capacity: 2, Broadcast: def.BroadcastInterval, Seed: 3}
-	job, err := json.Marshal(clientJob{Cell: cell, Servers: srv, Proc: 1, Start: time.Now().Add(100 * time.Millisecond)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := Client(ctx, bytes.NewReader(job), &out); err != nil {
-		t.Fatal(err)
-	}
-	var res lbResult
-	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-		t.Fatal(err)
-	}
-	var mine int // the requests of client 1, the share of process 1
-	for _, a := range lbTrace(lbsim.PoissonExp, cell.Load, cell.Capacity, cell.Scale, cell.Clients, cell.Duration, cell.Seed) {
-		if a.Client == 1 {
-			mine++
+	// polling waits for its polls; push subscribes and never polls.
+	for _, policy := range []string{balance.NamePolling, balance.NamePush} {
+		cell := lbCell{Label: policy, Workload: "exp", Load: 0.3, Policy: policy, PollSize: 2, Discard: def.Discard,
+			Clients: 2, Procs: 2, Duration: 400 * time.Millisecond, Scale: 0.1, Capacity: 2, Broadcast: def.BroadcastInterval, Seed: 3}
+		job, err := json.Marshal(clientJob{Cell: cell, Servers: srv, Proc: 1, Start: time.Now().Add(100 * time.Millisecond)})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if res.Errors != 0 || len(res.Lat) != mine || len(res.Poll) != mine || len(res.Lag) != mine || mine == 0 {
-		t.Fatalf("measured %d requests (%d errors, first %q); its share of the trace is %d", len(res.Lat), res.Errors, res.FirstErr, mine)
+		var out bytes.Buffer
+		if err := Client(ctx, bytes.NewReader(job), &out); err != nil {
+			t.Fatal(err)
+		}
+		var res lbResult
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatal(err)
+		}
+		var mine int // the requests of client 1, the share of process 1
+		for _, a := range lbTrace(lbsim.PoissonExp, cell.Load, cell.Capacity, cell.Scale, cell.Clients, cell.Duration, cell.Seed) {
+			if a.Client == 1 {
+				mine++
+			}
+		}
+		if res.Errors != 0 || len(res.Lat) != mine || len(res.Poll) != mine || len(res.Lag) != mine || mine == 0 {
+			t.Fatalf("%s: measured %d requests (%d errors, first %q); its share of the trace is %d", policy, len(res.Lat), res.Errors, res.FirstErr, mine)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/neptune-cluster/neptune/lab/bench"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
 
@@ -17,17 +18,11 @@ func quietLB() lbGoalInput {
 		p2c:    lbStats{n: 1000, mean: ms(200), p99: ms(900)},
 		slow:   lbStats{n: 1000, mean: ms(75), p99: ms(400)},
 		async:  lbStats{n: 1000, mean: ms(64), p99: ms(330)},
-		lag:    [5]time.Duration{ms(0.2), ms(0.2), ms(0.2), ms(0.2), ms(0.2)},
-		press:  [5]float64{0.05, 0.05, -1, 0.05, 0.05},
+		push:   lbStats{n: 1000, mean: ms(63), p99: ms(320)},
+		lag:    [6]time.Duration{ms(0.2), ms(0.2), ms(0.2), ms(0.2), ms(0.2), ms(0.2)},
+		machine: [6]bench.Starvation{{Pressure: 0.05, Others: 0.02}, {Pressure: 0.05, Others: 0.02}, {Pressure: -1, Others: -1},
+			{Pressure: 0.05, Others: 0.02}, {Pressure: 0.05, Others: 0.02}, {Pressure: 0.05, Others: 0.02}},
 	}
-}
-
-func outcomes(cs []*report.Check) []report.Outcome {
-	var out []report.Outcome
-	for _, c := range cs {
-		out = append(out, c.Outcome())
-	}
-	return out
 }
 
 func TestLBVerdictsPassOnAQuietRun(t *testing.T) {
@@ -44,6 +39,7 @@ func TestLBVerdictsCanFail(t *testing.T) {
 	in.p2c.mean = ms(120)                         // 1.5× the default
 	in.slow.p99 = ms(900)                         // 2× healthy
 	in.async.mean, in.async.p99 = ms(70), ms(370) // 1.17× and 1.23× oracle
+	in.push.mean, in.push.p99 = ms(67), ms(365)   // 1.12× and 1.22× oracle
 	for i, c := range lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in}) {
 		if c.Outcome() != report.Fail {
 			t.Errorf("goal %d: %s", i, c)
@@ -82,14 +78,14 @@ func TestLBSlowReplicaNotPassOnStarvedRows(t *testing.T) {
 	}
 	// A busy machine during the slow row's run is enough.
 	in = quietLB()
-	in.press[3] = 0.6
+	in.machine[3].Others = 0.6
 	if c := lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in})[3]; c.Outcome() != report.Inconclusive || !strings.Contains(c.String(), "machine") {
 		t.Errorf("busy machine: %s", c)
 	}
 	// A starved oracle decides none of the ratios to it.
 	in = quietLB()
 	in.lag[0] = ms(4)
-	if o := outcomes(lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in})); o[0] != report.Inconclusive || o[1] != report.Inconclusive || o[2] != report.Pass ||
+	if o := report.Outcomes(lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in})); o[0] != report.Inconclusive || o[1] != report.Inconclusive || o[2] != report.Pass ||
 		o[4] != report.Inconclusive || o[5] != report.Inconclusive {
 		t.Errorf("starved oracle: %v", o)
 	}
@@ -122,29 +118,48 @@ func TestLBAsyncGoals(t *testing.T) {
 	in := quietLB()
 	in.async.mean, in.async.p99 = ms(72), ms(370) // 1.2× and 1.23× oracle
 	cfg := DefaultConfig()
-	if o := outcomes(lbVerdicts(cfg, 16, in, []lbGoalInput{in, in})); o[4] != report.Fail || o[5] != report.Fail {
+	if o := report.Outcomes(lbVerdicts(cfg, 16, in, []lbGoalInput{in, in})); o[4] != report.Fail || o[5] != report.Fail {
 		t.Errorf("quiet, async 1.2×/1.23×: %v, want FAIL FAIL", o[4:])
 	}
 	cfg.Hog = 2
 	got := lbVerdicts(cfg, 16, in, []lbGoalInput{in, in})
-	if o := outcomes(got); o[4] != report.Pass || o[5] != report.Pass || !strings.Contains(got[4].Goal, "contended") {
+	if o := report.Outcomes(got); o[4] != report.Pass || o[5] != report.Pass || !strings.Contains(got[4].Goal, "contended") {
 		t.Errorf("contended, async 1.2×/1.23× against 1.25×: %v (%s)", o[4:], got[4])
 	}
 	// Beside the hog the machine is busy by design: its CPU pressure does
 	// not decide the contended goal, a client late to dispatch does.
-	in.press[0], in.press[4] = 0.9, 0.9
-	if o := outcomes(lbVerdicts(cfg, 16, in, []lbGoalInput{in, in})); o[4] != report.Pass || o[5] != report.Pass {
+	in.machine[0].Others, in.machine[4].Others = 0.9, 0.9
+	if o := report.Outcomes(lbVerdicts(cfg, 16, in, []lbGoalInput{in, in})); o[4] != report.Pass || o[5] != report.Pass {
 		t.Errorf("contended, machine busy from the hog: %v, want PASS PASS", o[4:])
 	}
 	in.lag[4] = ms(4)
-	if o := outcomes(lbVerdicts(cfg, 16, in, []lbGoalInput{in, in})); o[4] != report.Inconclusive || o[5] != report.Inconclusive {
+	if o := report.Outcomes(lbVerdicts(cfg, 16, in, []lbGoalInput{in, in})); o[4] != report.Inconclusive || o[5] != report.Inconclusive {
 		t.Errorf("starved async row: %v", o[4:])
 	}
 	// Without the hog a busy machine makes the async goals undecidable.
 	cfg.Hog = 0
 	in = quietLB()
-	in.press[4] = 0.9
-	if o := outcomes(lbVerdicts(cfg, 16, in, []lbGoalInput{in, in})); o[4] != report.Inconclusive || o[5] != report.Inconclusive {
+	in.machine[4].Others = 0.9
+	if o := report.Outcomes(lbVerdicts(cfg, 16, in, []lbGoalInput{in, in})); o[4] != report.Inconclusive || o[5] != report.Inconclusive {
 		t.Errorf("quiet goal on a busy machine: %v", o[4:])
+	}
+}
+
+// Push is judged on the async goals, on its own row: a slow push row
+// fails while async passes, and a starved push row decides nothing.
+func TestLBPushGoals(t *testing.T) {
+	in := quietLB()
+	in.push.mean, in.push.p99 = ms(72), ms(370) // 1.2× and 1.23× oracle
+	got := lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in})
+	if o := report.Outcomes(got); o[4] != report.Pass || o[5] != report.Pass || o[6] != report.Fail || o[7] != report.Fail {
+		t.Errorf("push 1.2×/1.23×, async within: %v, want PASS PASS FAIL FAIL", o[4:])
+	}
+	if !strings.HasPrefix(got[6].Goal, "push mean") || !strings.HasPrefix(got[7].Goal, "push p99") {
+		t.Errorf("push goals named %q, %q", got[6].Goal, got[7].Goal)
+	}
+	in = quietLB()
+	in.machine[5].Others = 0.9
+	if o := report.Outcomes(lbVerdicts(DefaultConfig(), 16, in, []lbGoalInput{in, in})); o[6] != report.Inconclusive || o[7] != report.Inconclusive || o[4] != report.Pass {
+		t.Errorf("busy machine on the push row only: %v", o[4:])
 	}
 }

@@ -11,9 +11,10 @@
 // way, so the cost of security is measured in the same run against the
 // same plaintext rows: goal latency ≤ 1.1× and throughput ≥ 0.9×.
 //
-// The async policy (probes off the call path, issue 18 item 3) has its
-// own row and printed polling cost beside the default's; the goal is
-// judged on whichever policy is the default.
+// The async policy (probes off the call path, issue 18 item 3) and push
+// (nodes push their load to subscribed clients) have their own rows and
+// printed polling cost beside the default's; the goal is judged on
+// whichever policy is the default.
 package overhead
 
 import (
@@ -158,7 +159,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	}
 	def := balance.DefaultConfig().Policy
 	clients, secured := map[string]*neptune.Client{}, map[string]*neptune.Client{}
-	for _, policy := range []string{balance.NameRandom, balance.NamePolling, def, balance.NameAsync} {
+	for _, policy := range []string{balance.NameRandom, balance.NamePolling, def, balance.NameAsync, balance.NamePush} {
 		if clients[policy] != nil {
 			continue
 		}
@@ -208,6 +209,13 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if def != balance.NameAsync {
 		asyncName = "neptune, async (probes)"
 		contenders = append(contenders, bench.Contender{Name: asyncName, Call: viaNeptune(clients[balance.NameAsync])})
+	}
+	// pushName is the push policy's row (nodes push their load to the
+	// subscribed client, issue 18), printed beside the default.
+	pushName := "neptune, default (" + balance.NamePush + ")"
+	if def != balance.NamePush {
+		pushName = "neptune, push (pushed loads)"
+		contenders = append(contenders, bench.Contender{Name: pushName, Call: viaNeptune(clients[balance.NamePush])})
 	}
 	// The security pairs: each mTLS row against its plaintext twin.
 	pairs := []securityPair{{plain: "neptune, polling off", secure: "neptune+mTLS, polling off"}}
@@ -272,7 +280,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	// path); the paper's poll-3 is printed beside it.
 	fmt.Fprintf(stdout, "\npolling cost per sequential call, %d eligible replicas (mean with polling − mean with polling off):\n", replicas)
 	off := "neptune, polling off|1"
-	for _, name := range slices.Compact([]string{"neptune, poll-3 (paper)", defName, asyncName}) {
+	for _, name := range slices.Compact([]string{"neptune, poll-3 (paper)", defName, asyncName, pushName}) {
 		key := name + "|1"
 		var rounds []time.Duration
 		for r := range perRound[key] {

@@ -497,7 +497,7 @@ func pushSweep(ctx context.Context, o Options, stdout io.Writer) error {
 		{contender: contender{def.Policy + "-10 (waits for 10)", policy(def.Policy, func(c *balance.Config) { c.ProbeSize = 10 })}},
 		{contender: pollingD(3)},
 		{contender: contender{"async", policy(balance.NameAsync, nil)}},
-		{contender: contender{"push, idle to 1 client (jiq)", push}, idle: 1},
+		{contender: contender{"push, idle to 1 client (jiq)", policy(balance.NamePush, func(c *balance.Config) { c.IdleTokens = true })}, idle: 1},
 		{contender: contender{"push, change to 4 clients", push}, change: 4},
 		{contender: contender{"push, change to all", push}, change: o.Clients},
 	}

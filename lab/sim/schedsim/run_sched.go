@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/sched"
+	"github.com/neptune-cluster/neptune/lab/bench"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
 
@@ -222,6 +223,7 @@ func dispatchCost(ctx context.Context, w io.Writer, decisions int) error {
 		cs = append(cs, &contender{name: name, load: newDispatchLoad(s, names, 1000), pops: make([]time.Duration, 0, decisions)})
 	}
 	const rounds = 20
+	probe := bench.StartLagProbe(5 * time.Millisecond)
 	for range rounds {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -237,11 +239,12 @@ func dispatchCost(ctx context.Context, w io.Writer, decisions int) error {
 			c.busy += time.Since(start)
 		}
 	}
+	starved := probe.Stop()
 	fifo := cs[0]
 	perStep := func(c *contender) time.Duration { return c.busy / time.Duration(len(c.pops)) }
 	fmt.Fprintf(w, "\ndispatch cost at 200%% demand, %d decisions each, interleaved (times include two clock reads per decision)\n", len(fifo.pops))
 	fmt.Fprintf(w, "%-22s %9s %9s %9s %9s %9s %12s\n", "scheduler", "step", "pop mean", "pop p50", "pop p99", "step/fifo", "extra/1ms req")
-	ok := true
+	var goal *report.Check
 	for _, c := range cs {
 		pops := report.Summarize(c.pops)
 		mean, p50, p99 := pops.Mean, pops.P50, pops.P99
@@ -249,9 +252,19 @@ func dispatchCost(ctx context.Context, w io.Writer, decisions int) error {
 		fmt.Fprintf(w, "%-22s %9v %9v %9v %9v %9.2f %11.3f%%\n", c.name, perStep(c), mean, p50, p99,
 			float64(perStep(c))/float64(perStep(fifo)), extra)
 		if c == cs[len(cs)-1] {
-			ok = p99 <= 5*time.Microsecond && extra <= 2
+			goal = dispatchGoal(p99, extra, starved)
 		}
 	}
-	fmt.Fprintf(w, "goal 100 classes: decision p99 ≤ 5µs and overhead vs FIFO ≤ 2%% of a 1 ms request: %s\n", report.Verdict(ok))
+	fmt.Fprintln(w, goal)
 	return nil
+}
+
+// dispatchGoal judges the 100-class scheduler's timing: its decision p99
+// and its extra time per request over FIFO, as a share of a 1 ms request.
+// They are wall-clock figures, so a starved process (or a busy machine,
+// which preempts a timed decision) cannot decide them.
+func dispatchGoal(p99 time.Duration, extraPct float64, st bench.Starvation) *report.Check {
+	c := &report.Check{Goal: "100 classes: decision p99 ≤ 5µs and overhead vs FIFO ≤ 2% of a 1 ms request",
+		Met: p99 <= 5*time.Microsecond && extraPct <= 2, Measured: fmt.Sprintf("p99 %v, overhead %.3f%%", p99, extraPct)}
+	return st.Doubt(c, "the timed decisions")
 }
