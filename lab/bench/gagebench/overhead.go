@@ -100,6 +100,21 @@ func (e *env) overhead(ctx context.Context) ([]*report.Check, error) {
 		rows = append(rows, &row{name: "nginx proxy -> credit gateway", call: via(ng), proc: ng})
 	}
 	body := make([]byte, overheadBody)
+	// conc runs one closed-loop slice of rw for d, counting its proxy's CPU.
+	conc := func(rw *row, d time.Duration, into *bench.Cell) error {
+		var cpu0 time.Duration
+		if rw.proc != nil {
+			cpu0, _ = cpuTime(rw.proc.cmd.Process.Pid)
+		}
+		if err := bench.RunCell(ctx, rw.call, body, e.cfg.Concurrency, d, into); err != nil {
+			return fmt.Errorf("%s: %w", rw.name, err)
+		}
+		if rw.proc != nil {
+			cpu1, _ := cpuTime(rw.proc.cmd.Process.Pid)
+			rw.cpu += cpu1 - cpu0
+		}
+		return nil
+	}
 	probe := bench.StartLagProbe(5 * time.Millisecond)
 	for r := range e.cfg.Rounds {
 		fmt.Fprintf(e.w, "  [overhead round %d/%d]\n", r+1, e.cfg.Rounds)
@@ -107,17 +122,31 @@ func (e *env) overhead(ctx context.Context) ([]*report.Check, error) {
 			if err := bench.RunCell(ctx, rw.call, body, 1, e.cfg.OverheadCell, &rw.seq); err != nil {
 				return nil, fmt.Errorf("%s: %w", rw.name, err)
 			}
-			var cpu0 time.Duration
-			if rw.proc != nil {
-				cpu0, _ = cpuTime(rw.proc.cmd.Process.Pid)
+		}
+		// The judged pair (reservations on and off) runs its throughput in
+		// overheadSlices slices each, in the order ABBA ABBA (BAAB in odd
+		// rounds): the machine's speed drifts by several percent within a
+		// round here, which a cell run wholly before the other charges to
+		// one of them; alternating spreads the drift over both alike.
+		pair := [2]*row{rows[1], rows[2]}
+		if r%2 == 1 {
+			pair[0], pair[1] = pair[1], pair[0]
+		}
+		var cells [2]bench.Cell
+		for i := range 2 * overheadSlices {
+			k := (i + i/2) % 2 // 0 1 1 0 0 1 1 0 ...
+			if err := conc(pair[k], e.cfg.OverheadCell/overheadSlices, &cells[k]); err != nil {
+				return nil, err
 			}
+		}
+		for k, rw := range pair {
+			rw.perRound = append(rw.perRound, cells[k].Rate())
+			rw.conc.Add(&cells[k])
+		}
+		for _, rw := range append([]*row{rows[0]}, rows[3:]...) {
 			var cell bench.Cell
-			if err := bench.RunCell(ctx, rw.call, body, e.cfg.Concurrency, e.cfg.OverheadCell, &cell); err != nil {
-				return nil, fmt.Errorf("%s: %w", rw.name, err)
-			}
-			if rw.proc != nil {
-				cpu1, _ := cpuTime(rw.proc.cmd.Process.Pid)
-				rw.cpu += cpu1 - cpu0
+			if err := conc(rw, e.cfg.OverheadCell, &cell); err != nil {
+				return nil, err
 			}
 			rw.perRound = append(rw.perRound, cell.Rate())
 			rw.conc.Add(&cell)
@@ -159,6 +188,10 @@ func (e *env) overhead(ctx context.Context) ([]*report.Check, error) {
 	st.Doubt(ch, "the overhead cells")
 	return []*report.Check{ch}, nil
 }
+
+// overheadSlices is how many slices each judged contender's throughput
+// cell is cut into per round, alternated ABBA with the other's.
+const overheadSlices = 4
 
 // throughputVerdict judges the overhead goal: throughput with
 // reservations at least goal × without, pooled, every round agreeing.
