@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/neptune-cluster/neptune"
@@ -196,10 +197,13 @@ const overheadSlices = 4
 // throughputVerdict judges the overhead goal: throughput with
 // reservations at least goal × without, pooled, every round agreeing.
 func throughputVerdict(pooled float64, perRound []float64, goal float64) *report.Check {
-	c := report.AtLeast(fmt.Sprintf("overhead: gateway throughput with reservations >= %.2fx without", goal), pooled, goal, fmt.Sprintf("%.3fx", pooled))
 	var ok []bool
-	for _, r := range perRound {
+	each := make([]string, len(perRound))
+	for i, r := range perRound {
 		ok = append(ok, r >= goal)
+		each[i] = fmt.Sprintf("%.3f", r)
 	}
+	c := report.AtLeast(fmt.Sprintf("overhead: gateway throughput with reservations >= %.2fx without", goal), pooled, goal,
+		fmt.Sprintf("%.3fx (rounds: %s)", pooled, strings.Join(each, ", ")))
 	return report.Rounds(c, ok)
 }
