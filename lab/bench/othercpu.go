@@ -135,3 +135,11 @@ func treeTicks(root int) (int64, bool) {
 	}
 	return total, true
 }
+
+// TreeCPU is the CPU time this process and its descendants have used,
+// reaped ones included: what a benchmark's own processes cost, whatever
+// else the machine runs. ok is false off Linux.
+func TreeCPU() (time.Duration, bool) {
+	t, ok := treeTicks(os.Getpid())
+	return time.Duration(t) * time.Second / clockTicks, ok
+}

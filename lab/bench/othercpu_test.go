@@ -84,3 +84,25 @@ func TestReadProcParsesThisProcess(t *testing.T) {
 		t.Fatal("treeTicks(self) failed")
 	}
 }
+
+func TestTreeCPUCountsOwnWork(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	before, ok := TreeCPU()
+	if !ok {
+		t.Fatal("TreeCPU failed")
+	}
+	// Spin until the process has used 100 ms of CPU by its own clock.
+	var x uint64
+	for start := time.Now(); time.Since(start) < 2*time.Second; {
+		for i := range 1_000_000 {
+			x += uint64(i)
+		}
+		if after, _ := TreeCPU(); after-before >= 100*time.Millisecond {
+			return
+		}
+	}
+	after, _ := TreeCPU()
+	t.Fatalf("TreeCPU grew %v in 2 s of spinning (x=%d), want >= 100ms", after-before, x)
+}

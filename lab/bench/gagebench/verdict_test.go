@@ -88,7 +88,7 @@ func TestSplitAndKillVerdicts(t *testing.T) {
 	}
 }
 
-func TestThroughputVerdict(t *testing.T) {
+func TestRatioVerdict(t *testing.T) {
 	for _, tc := range []struct {
 		pooled float64
 		rounds []float64
@@ -99,7 +99,7 @@ func TestThroughputVerdict(t *testing.T) {
 		{0.985, []float64{0.97, 1.0}, report.Inconclusive}, // rounds disagree
 		{0.99, []float64{0.99}, report.Inconclusive},       // one round
 	} {
-		if c := throughputVerdict(tc.pooled, tc.rounds, 0.98); c.Outcome() != tc.want {
+		if c := ratioVerdict("ratio", tc.pooled, tc.rounds, 0.98); c.Outcome() != tc.want {
 			t.Errorf("%v %v: %s", tc.pooled, tc.rounds, c)
 		}
 	}
