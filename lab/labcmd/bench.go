@@ -245,7 +245,7 @@ was unhealthy at the goal's rate), with the reason printed.`,
 	fs.Float64Var(&cfg.TreesGoal, "trees-goal", cfg.TreesGoal, "trees goal: LAT's mean at least this many percent below Flat's and Binomial's")
 	fs.DurationVar(&cfg.Deadline, "deadline", cfg.Deadline, "aggregation deadline T")
 	fs.DurationVar(&cfg.Budget, "budget", cfg.Budget, "staged-timeout budget per reduction rank (a; 4× the mean reduction)")
-	fs.Float64Var(&cfg.Fig20Rate, "fig20-rate", cfg.Fig20Rate, "Fig 20 request rate (75% of capacity in the paper)")
+	fs.Float64Var(&cfg.Fig20Rate, "fig20-rate", cfg.Fig20Rate, "Fig 20 request rate (the paper: 75% of capacity; here the highest at which None and Base are healthy)")
 	fs.Float64Var(&cfg.Fig20Goal, "fig20-goal", cfg.Fig20Goal, "Fig 20 goal: EP+ED's quality-aware throughput with both nodes slow at least this × None's and Base's")
 	fs.DurationVar(&cfg.Fig20Len, "fig20-len", cfg.Fig20Len, "Fig 20 timeline (paper: 60s; at least 18s); node A is slow from len/6 to len/2, node B from len/3 to 2len/3")
 	fs.Float64Var(&cfg.Slow, "slow", cfg.Slow, "fig20 and hedge: slowdown factor of the slow nodes")

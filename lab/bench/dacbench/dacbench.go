@@ -371,11 +371,16 @@ type Config struct {
 	// heterogeneous setting), fixed before the run; it is added to Rates
 	// if missing.
 	TreesGoalRate, TreesGoal float64
-	// Fig20Rate is Fig 20's request rate (75 % of capacity in the paper)
-	// and Fig20Len its timeline (paper: 60 s): node A is slow from len/6
-	// to len/2, node B from len/3 to 2len/3. Fig20Goal is the goal's
-	// least ratio of EP+ED's quality-aware throughput to None's and Base's
-	// while both nodes are slow.
+	// Fig20Rate is Fig 20's request rate and Fig20Len its timeline
+	// (paper: 60 s): node A is slow from len/6 to len/2, node B from len/3
+	// to 2len/3. Fig20Goal is the goal's least ratio of EP+ED's
+	// quality-aware throughput to None's and Base's while both nodes are
+	// slow. The paper ran at 75% of capacity; here None and Base are
+	// already overloaded at 25 and 45 req/s before any node is slow (a
+	// ratio to them would measure their collapse), so the rate is 10, the
+	// highest of 10, 25, 45 at which both complete their calls while the
+	// cluster is healthy (2026-11-27), and the timeline 36 s, so the
+	// both-slow window is 4 s rather than 1.
 	Fig20Rate float64
 	Fig20Len  time.Duration
 	Fig20Goal float64
@@ -401,7 +406,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Sections: Sections, Nodes: 24, Workers: 2, Fast: 4, Cell: 3 * time.Second, Warmup: 500 * time.Millisecond,
 		Rates: []float64{20, 40, 55, 65}, EDRates: []float64{5, 10, 30, 65}, Deadline: 2 * time.Second, Budget: 20 * time.Millisecond,
-		TreesGoalRate: 65, TreesGoal: 35, Fig20Goal: 1.25, Fig20Rate: 45, Fig20Len: 18 * time.Second, Slow: 5, StopRate: 20, StopK: []int{1, 2}, HedgeRate: 40, HedgeCell: 8 * time.Second,
+		TreesGoalRate: 65, TreesGoal: 35, Fig20Goal: 1.25, Fig20Rate: 10, Fig20Len: 36 * time.Second, Slow: 5, StopRate: 20, StopK: []int{1, 2}, HedgeRate: 40, HedgeCell: 8 * time.Second,
 		Seed: 1, Out: "out/dac"}
 }
 
