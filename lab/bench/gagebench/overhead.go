@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/gage"
 	"github.com/neptune-cluster/neptune/lab/bench"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
@@ -214,7 +215,19 @@ func (e *env) overhead(ctx context.Context) ([]*report.Check, error) {
 	for _, ch := range checks {
 		st.Doubt(ch, "the overhead cells")
 	}
-	return checks, nil
+	// The schedulers alone, in this process: the only difference between
+	// the two gateways.
+	creditCost, err := schedulerCost(func(c gage.Config, o gage.Options) (gage.Scheduler, error) { return gage.NewCredit(c, o) }, len(subs), 100_000, 5)
+	if err != nil {
+		return nil, err
+	}
+	fifoCost, err := schedulerCost(func(c gage.Config, o gage.Options) (gage.Scheduler, error) { return gage.NewFIFO(c, o) }, len(subs), 100_000, 5)
+	if err != nil {
+		return nil, err
+	}
+	offCPU := time.Duration(report.Mean(off.treeCPU) * float64(time.Second))
+	fmt.Fprintf(e.w, "scheduler alone per request (Enqueue, Next, Wake, Report; fastest of 5 × 100,000): credit %v, fifo %v\n\n", creditCost, fifoCost)
+	return append(checks, schedCostVerdict(creditCost, fifoCost, offCPU, g)), nil
 }
 
 // overheadSlices is how many slices each judged contender's throughput

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/neptune-cluster/neptune/internal/gage"
 	"github.com/neptune-cluster/neptune/lab/bench"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
@@ -133,3 +134,39 @@ func TestValidateProcs(t *testing.T) {
 		}
 	}
 }
+
+func TestSchedCostVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		credit, fifo, perRequest time.Duration
+		want                     report.Outcome
+	}{
+		{500 * time.Nanosecond, 300 * time.Nanosecond, 260 * time.Microsecond, report.Pass},
+		{10 * time.Microsecond, 300 * time.Nanosecond, 260 * time.Microsecond, report.Fail}, // 3.7%
+		{500 * time.Nanosecond, 300 * time.Nanosecond, 0, report.Inconclusive},
+	} {
+		if c := schedCostVerdict(tc.credit, tc.fifo, tc.perRequest, 0.98); c.Outcome() != tc.want {
+			t.Errorf("%v %v %v: %s", tc.credit, tc.fifo, tc.perRequest, c)
+		}
+	}
+}
+
+// The measurement runs the scheduler as the gateway's loop does and
+// refuses a scheduler that holds requests with the capacity idle (its
+// figure would be the cost of queueing, not of deciding).
+func TestSchedulerCost(t *testing.T) {
+	fifo := func(c gage.Config, o gage.Options) (gage.Scheduler, error) { return gage.NewFIFO(c, o) }
+	if d, err := schedulerCost(fifo, 3, 1000, 2); err != nil || d <= 0 {
+		t.Errorf("fifo: %v, %v; want a positive cost", d, err)
+	}
+	holding := func(c gage.Config, o gage.Options) (gage.Scheduler, error) {
+		s, err := gage.NewFIFO(c, o)
+		return neverNext{s}, err
+	}
+	if _, err := schedulerCost(holding, 1, 10, 1); err == nil {
+		t.Error("a scheduler that never dispatches was measured")
+	}
+}
+
+type neverNext struct{ gage.Scheduler }
+
+func (neverNext) Next(time.Time) (gage.Request, bool) { return gage.Request{}, false }
