@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -23,9 +22,8 @@ type balancer struct {
 	mu     sync.Mutex
 	policy balance.Policy
 	health *membership.PollHealth
-	// renew is when each subscription (Plan.Subscribe) is next renewed:
-	// half its lease after it was sent.
-	renew map[subKey]time.Time
+	// renew is when each subscription (Plan.Subscribe) is next sent.
+	renew transport.Renewals[subKey]
 }
 
 // subKey is one push subscription of a balancer.
@@ -35,10 +33,8 @@ type subKey struct {
 	class     string
 }
 
-// pushLease is how long a push subscription lasts. It is renewed when
-// half is left, by the first call after that: a client that stops calling
-// stops costing the replicas pushes within a lease.
-const pushLease = 2 * time.Second
+// pushLease is how long a push subscription lasts.
+const pushLease = transport.SubscribeLease
 
 // pick chooses the replica for one attempt of r, reading forward:
 //
@@ -171,20 +167,12 @@ func (c *Client) subscribe(b *balancer, ids []string, byID map[string]membership
 	b.mu.Lock()
 	now := c.clock.Now()
 	for _, id := range ids {
-		k := subKey{id, partition, class}
-		if now.Before(b.renew[k]) {
-			continue
+		if b.renew.Due(now, subKey{id, partition, class}) {
+			targets = append(targets, transport.PollTarget{Replica: id, Addr: byID[id].PollAddr})
 		}
-		if b.renew == nil {
-			b.renew = map[subKey]time.Time{}
-		}
-		b.renew[k] = now.Add(pushLease / 2)
-		targets = append(targets, transport.PollTarget{Replica: id, Addr: byID[id].PollAddr})
 	}
 	if len(targets) > 0 {
-		// Forget subscriptions whose lease is over (their replica left, or
-		// no call wanted them since).
-		maps.DeleteFunc(b.renew, func(_ subKey, at time.Time) bool { return now.Sub(at) >= pushLease/2 })
+		b.renew.Forget(now)
 	}
 	b.mu.Unlock()
 	if len(targets) == 0 {

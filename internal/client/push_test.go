@@ -61,7 +61,7 @@ func TestSubscriptionsRenewAtHalfTheirLease(t *testing.T) {
 	// No call for a whole lease: the subscriptions are forgotten.
 	clk.Advance(pushLease)
 	call(0, "")
-	if sent() != 10 || len(b.renew) != 2 {
-		t.Fatalf("after an idle lease: %d sent, %d remembered; want 10 and only the renewed 2", sent(), len(b.renew))
+	if sent() != 10 || b.renew.Len() != 2 {
+		t.Fatalf("after an idle lease: %d sent, %d remembered; want 10 and only the renewed 2", sent(), b.renew.Len())
 	}
 }

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"maps"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,42 @@ import (
 
 // MaxSubscribeLease caps the lease a subscribe poll may ask for.
 const MaxSubscribeLease = 10 * time.Second
+
+// SubscribeLease is the lease a client asks for its push subscriptions.
+// It renews one once half is left, on the first call after that
+// (Renewals), so a client that stops calling stops costing the replicas
+// pushes within a lease.
+const SubscribeLease = 2 * time.Second
+
+// Renewals is when each of a client's push subscriptions is next due to
+// be sent (Poller.Subscribe with SubscribeLease): at once when new, then
+// once half its lease has passed. It takes the time as an input and does
+// no I/O. The zero value is ready; not safe for concurrent use.
+type Renewals[K comparable] struct {
+	next map[K]time.Time
+}
+
+// Due reports whether k's subscription is to be sent at now, and if so
+// counts it sent.
+func (r *Renewals[K]) Due(now time.Time, k K) bool {
+	if now.Before(r.next[k]) {
+		return false
+	}
+	if r.next == nil {
+		r.next = map[K]time.Time{}
+	}
+	r.next[k] = now.Add(SubscribeLease / 2)
+	return true
+}
+
+// Forget drops the subscriptions whose lease is over at now: no call
+// wanted them since, or their replica left.
+func (r *Renewals[K]) Forget(now time.Time) {
+	maps.DeleteFunc(r.next, func(_ K, at time.Time) bool { return now.Sub(at) >= SubscribeLease/2 })
+}
+
+// Len is how many subscriptions r remembers.
+func (r *Renewals[K]) Len() int { return len(r.next) }
 
 // DefaultMaxSubscriptions is the default bound on a poll server's
 // subscriptions.

@@ -793,25 +793,9 @@ type lbInstance struct {
 	// poller is the instance's own, so answers arriving after a choice
 	// reach this instance's policy (as neptune.Client does).
 	poller *transport.Poller
-	// renew is when each replica's push subscription is next renewed.
-	renew map[string]time.Time
-}
-
-// lbPushLease is the push subscriptions' lease, internal/client's.
-const lbPushLease = 2 * time.Second
-
-// due returns the subscriptions of ids to (re)send at now, renewing each
-// when half its lease is left, as internal/client does; callers hold mu.
-func (in *lbInstance) due(now time.Time, ids []string, byID map[string]lbServer) []transport.PollTarget {
-	var targets []transport.PollTarget
-	for _, id := range ids {
-		if now.Before(in.renew[id]) {
-			continue
-		}
-		in.renew[id] = now.Add(lbPushLease / 2)
-		targets = append(targets, transport.PollTarget{Replica: id, Addr: byID[id].Poll})
-	}
-	return targets
+	// renew is when each replica's push subscription is next sent, as
+	// internal/client keeps it.
+	renew transport.Renewals[string]
 }
 
 // Client is the hidden `neptune bench lb-client` process: it reads its job
@@ -849,7 +833,7 @@ func Client(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		in := &lbInstance{pol: p, outstanding: map[string]int{}, renew: map[string]time.Time{}}
+		in := &lbInstance{pol: p, outstanding: map[string]int{}}
 		if in.poller, err = transport.NewPoller(slog.New(slog.DiscardHandler)); err != nil {
 			return err
 		}
@@ -957,11 +941,16 @@ func Client(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 			go in.poller.Probe(targets, "work", 0, "")
 		}
 		if len(plan.Subscribe) > 0 {
+			var targets []transport.PollTarget
 			in.mu.Lock()
-			targets := in.due(t0, plan.Subscribe, byID)
+			for _, id := range plan.Subscribe {
+				if in.renew.Due(t0, id) {
+					targets = append(targets, transport.PollTarget{Replica: id, Addr: byID[id].Poll})
+				}
+			}
 			in.mu.Unlock()
 			if len(targets) > 0 {
-				go in.poller.Subscribe(targets, "work", 0, "", lbPushLease)
+				go in.poller.Subscribe(targets, "work", 0, "", transport.SubscribeLease)
 			}
 		}
 		in.mu.Lock()
