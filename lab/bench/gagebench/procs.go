@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -140,28 +139,6 @@ func sub(st gateway.Status, name string) gateway.SubscriberStatus {
 		}
 	}
 	return gateway.SubscriberStatus{}
-}
-
-// cpuTime is the process's user and system CPU time, from /proc.
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name may hold spaces: fields count from its ")".
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("gagebench: short /proc/%d/stat", pid)
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("gagebench: /proc/%d/stat: %v %v", pid, err1, err2)
-	}
-	const hz = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / hz, nil
 }
 
 // nginxLimit is one subscriber's limit_req zone: requests whose Host is
