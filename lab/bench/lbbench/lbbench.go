@@ -521,7 +521,8 @@ func lbChecks(cfg Config, clients int, in lbGoalInput) []*report.Check {
 	starved := func(c *report.Check, names ...string) *report.Check {
 		for _, n := range names {
 			m := in.machine[idx[n]]
-			bench.Starvation{Lag: in.lag[idx[n]], Pressure: m.Pressure, Others: m.Others}.Doubt(c, "the "+n+" row")
+			m.Lag = in.lag[idx[n]]
+			m.Doubt(c, "the "+n+" row")
 		}
 		return c
 	}
