@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -104,6 +105,24 @@ func (p *LagProbe) Stop() Starvation {
 		st.Others = otherCores(p.cpu0, cpu1, el)
 	}
 	return st
+}
+
+// Before is what the machine did in the second before a benchmark starts
+// its processes. Other work is judged over the whole run, but a closed
+// loop's lateness and CPU pressure during the run are its own, so they
+// are judged here, before it (see WithOthers). It returns early if ctx
+// ends.
+func Before(ctx context.Context) Starvation {
+	p := StartLagProbe(10 * time.Millisecond)
+	Sleep(ctx, time.Second)
+	return p.Stop()
+}
+
+// WithOthers is s (read Before a run) with the other work seen during
+// the run if that was more: what a closed-loop benchmark is judged on.
+func (s Starvation) WithOthers(during Starvation) Starvation {
+	s.Others = max(s.Others, during.Others)
+	return s
 }
 
 // BusyMachine is the CPU pressure above which the machine counts as

@@ -70,9 +70,7 @@ func Run(ctx context.Context, bc BenchConfig, w io.Writer) error {
 	// start and in the dedup cells; the pressure in the cells is this
 	// benchmark's own (three nodes and the closed-loop appenders, alike in
 	// the two interleaved cells) and is printed, not judged.
-	quiet := bench.StartLagProbe(10 * time.Millisecond)
-	time.Sleep(time.Second)
-	before := quiet.Stop()
+	before := bench.Before(ctx)
 	cl, err := Start(ctx, cfg)
 	if err != nil {
 		return err
@@ -122,11 +120,7 @@ func Run(ctx context.Context, bc BenchConfig, w io.Writer) error {
 		fmt.Fprintf(w, "during the dedup cells: %s; client wake-up lateness up to %.2f ms (this benchmark's own load, not judged)\n",
 			during, float64(during.Lag)/float64(time.Millisecond))
 	}
-	// Other work is judged before the start and during the cells; the
-	// lateness and pressure only before (in the cells they are the
-	// closed loop's own).
-	machine := before
-	machine.Others = max(before.Others, during.Others)
+	machine := before.WithOthers(during)
 	for _, c := range verdicts(res, rep.Valid(), with, without, rounds, machine) {
 		fmt.Fprintln(w, c)
 	}

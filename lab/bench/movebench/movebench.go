@@ -85,9 +85,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	// benchmark's own (four nodes and the writers on the same cores, alike
 	// in the steady and the moving cells, which interleave) and is printed,
 	// not judged.
-	quiet := bench.StartLagProbe(10 * time.Millisecond)
-	time.Sleep(time.Second)
-	before := quiet.Stop()
+	before := bench.Before(ctx)
 	dir, err := os.MkdirTemp("", "movebench")
 	if err != nil {
 		return fmt.Errorf("movebench: %w", err)
@@ -220,11 +218,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "during the run: %s; client wake-up lateness up to %.2f ms (this benchmark's own load, not judged)\n",
 		during, float64(during.Lag)/float64(time.Millisecond))
-	// Other work is judged before the start and during the run; the
-	// lateness and pressure only before (during the run they are the
-	// benchmark's own).
-	machine := before
-	machine.Others = max(before.Others, during.Others)
+	machine := before.WithOthers(during)
 	fmt.Fprintln(stdout, machine.Doubt(report.Rounds(chk, rounds), "the run (lateness and pressure: the second before the nodes started)"))
 	return nil
 }

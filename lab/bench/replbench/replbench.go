@@ -156,9 +156,7 @@ func benchReplThroughput(ctx context.Context, stdout io.Writer, out, tmp string,
 	// Other work on the machine is judged in the second before the first
 	// cell; in the cells the pressure is the benchmark's own closed loop,
 	// alike for both levels of a pair.
-	quiet := bench.StartLagProbe(10 * time.Millisecond)
-	time.Sleep(time.Second)
-	before := quiet.Stop()
+	before := bench.Before(ctx)
 	for r := range rounds {
 		order := slices.Clone(levs)
 		if r%2 == 1 {
