@@ -200,10 +200,14 @@ type outgoing struct {
 // push sends every live subscription whose load changed its new load.
 func (s *PollServer) push() {
 	t := s.subs
+	now := s.clock.Now()
 	t.mu.Lock()
-	t.expire(s.clock.Now())
 	var out []outgoing
 	for k, sub := range t.table {
+		if !now.Before(sub.expires) {
+			delete(t.table, k) // its lease ended
+			continue
+		}
 		q, known := s.load(k.service, k.partition, k.class)
 		if !known || q == sub.last {
 			continue
@@ -212,6 +216,7 @@ func (s *PollServer) push() {
 		sub.seq++
 		out = append(out, outgoing{to: k.from, nonce: sub.nonce, rep: &pb.PollReply{Id: sub.nonce.counter, Queue: int32(q), Known: true, PushSeq: sub.seq}})
 	}
+	t.size.Store(int64(len(t.table)))
 	t.mu.Unlock()
 	for _, o := range out {
 		b, _ := proto.Marshal(o.rep)
