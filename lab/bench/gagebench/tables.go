@@ -92,9 +92,7 @@ const settle = time.Second
 func (e *env) rounds(ctx context.Context, section string, cs []contender, mkFlows func() []flow) ([]*cellResult, error) {
 	// The contenders just joined the membership; their joins are gossiped
 	// to every member before the first cell measures the machine.
-	select {
-	case <-time.After(settle):
-	case <-ctx.Done():
+	if bench.Sleep(ctx, settle); ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	res := make([]*cellResult, len(cs))
