@@ -72,6 +72,7 @@ type Gateway struct {
 	loop     *loop
 	cluster  *cluster
 	gossip   *gossiper // nil without peers
+	pace     *pacer    // nil unless pace_responses
 	metrics  *metrics
 	caller   Caller
 	clk      clock.Clock
@@ -108,6 +109,10 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	sched.SetCapacity(clk.Now(), cfg.CapacityVector())
+	pace, err := newPacer(cfg, clk)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	m, err := newMetrics(reg, gc)
 	if err != nil {
 		return nil, err
@@ -157,7 +162,7 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 	return &Gateway{
 		cfg: cfg, routes: newRouteTable(cfg.Routes, time.Duration(cfg.Timeout)), classify: cl,
 		unit: gc.UnitOrDefault(), loop: newLoop(clk, sched, m, view, time.Duration(cfg.GossipPeriod)), cluster: view,
-		gossip: gsp, metrics: m, caller: d.Caller, clk: clk, log: log,
+		gossip: gsp, metrics: m, caller: d.Caller, clk: clk, log: log, pace: pace,
 		retryAfter: strconv.Itoa(max(1, int(math.Ceil(time.Duration(cfg.RetryAfter).Seconds())))),
 	}, nil
 }
@@ -357,8 +362,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, start time.Time)
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	w.WriteHeader(http.StatusOK)
-	w.Write(resp.Body)
-	return http.StatusOK
+	return g.send(r.Context(), w, sub, http.StatusOK, resp.Body)
 }
 
 // apiKey returns the request's API key, "" if it presents none, and
@@ -417,7 +421,16 @@ func (g *Gateway) relay(w http.ResponseWriter, r *http.Request, rt *route, sub s
 		out[k] = vs
 	}
 	w.WriteHeader(status)
-	w.Write(body)
+	return g.send(r.Context(), w, sub, status, body)
+}
+
+// send writes a response's body, paced if the gateway paces responses,
+// and returns the status to record: status, or 499 if the client went
+// away while its response was being paced.
+func (g *Gateway) send(ctx context.Context, w http.ResponseWriter, sub string, status int, body []byte) int {
+	if err := g.pace.write(ctx, w, sub, body); err != nil && ctx.Err() != nil {
+		return statusClientGone
+	}
 	return status
 }
 

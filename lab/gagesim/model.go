@@ -53,7 +53,12 @@ type scenario struct {
 	// moment it is dispatched, as if its cost were known beforehand: a
 	// reference no gateway can reach, which bounds what better cost
 	// prediction could gain.
-	exactCost  bool
+	exactCost bool
+	// pace sends each response's bytes out of the gateway through its
+	// gage.Shaper, in chunks, as the gateway's pace_responses does; the
+	// network usage is then counted as the chunks leave the gateway (the
+	// outgoing link, §3.1) instead of on the node's link.
+	pace       bool
 	bin        time.Duration // width of the served-usage bins
 	perGateway bool          // keep bins per gateway too
 	seed       uint64
@@ -70,6 +75,10 @@ type result struct {
 	// shareBack is when, after the kill, gateway 0 first counted itself
 	// the only live gateway (and so took every reservation whole).
 	shareBack time.Duration
+	// paced[s] is, with pace, how long each measured response of
+	// subscriber s waited in the shaper: from reaching the gateway to its
+	// last chunk leaving.
+	paced [][]time.Duration
 }
 
 type subResult struct {
@@ -145,6 +154,7 @@ type gateway struct {
 	split   *gage.Splitter
 	meters  []gage.Meter
 	avgCost []float64 // per subscriber, GRU per request from usage reports
+	shaper  *gage.Shaper
 	queued  map[uint64]*req
 	wakeAt  time.Duration // pending wake event, -1 if none
 }
@@ -173,7 +183,7 @@ func simulate(ctx context.Context, sc scenario) (*result, error) {
 		w.names = append(w.names, s.name)
 	}
 	nb := int((sc.duration + sc.bin - 1) / sc.bin)
-	w.res = &result{sc: sc, subs: make([]subResult, len(sc.subs)), bins: make([][]gage.Vector, len(sc.subs))}
+	w.res = &result{sc: sc, subs: make([]subResult, len(sc.subs)), bins: make([][]gage.Vector, len(sc.subs)), paced: make([][]time.Duration, len(sc.subs))}
 	for i := range sc.subs {
 		w.res.subs[i].spec = sc.subs[i]
 		w.res.bins[i] = make([]gage.Vector, nb)
@@ -204,6 +214,11 @@ func simulate(ctx context.Context, sc scenario) (*result, error) {
 			meters: make([]gage.Meter, len(sc.subs)), avgCost: make([]float64, len(sc.subs))}
 		for i := range gw.avgCost {
 			gw.avgCost[i] = 1
+		}
+		if sc.pace {
+			if gw.shaper, err = gage.NewShaper(w.cfg, gage.ShaperOptions{}); err != nil {
+				return nil, fmt.Errorf("gagesim: %w", err)
+			}
 		}
 		if sc.gateways > 1 {
 			gw.split, err = gage.NewSplitter(gw.name, w.cfg, gage.SplitOptions{TTL: sc.ttl})
@@ -422,7 +437,9 @@ func (b *backend) start(w *world, st gage.Resource) {
 	s.busy, s.started = true, w.eng.Now()
 	svc := time.Duration(r.use[st] / w.backendRates()[st] * float64(time.Second))
 	w.eng.After(svc, func() {
-		w.accrue(r, st, s.started, w.eng.Now())
+		if st != gage.Net || !w.sc.pace { // paced bytes count as they leave the gateway
+			w.accrue(r, st, r.use[st], s.started, w.eng.Now())
+		}
 		s.busyAcc += w.eng.Now() - max(s.started, b.lastTick)
 		s.busy = false
 		if len(s.q) > 0 {
@@ -455,14 +472,43 @@ func (b *backend) complete(w *world, r *req) {
 		sr.served = sr.served.Add(r.use)
 		sr.nServed++
 	}
+	if w.sc.pace && r.use[gage.Net] > 0 {
+		w.eng.After(w.sc.netDelay, func() {
+			n := r.use[gage.Net]
+			w.egress(w.gws[r.gw].shaper.Response(w.eng.Time(), w.names[r.sub], int(n)), r, n, w.eng.Now())
+		})
+	}
 }
 
-// accrue spreads r's use of resource st over its service [from, to) in
-// the usage bins: resource usage accrues while it is used, as the kernel's
-// per-thread accounting sees it (§3.5), so a long request does not land in
-// one bin at its end.
-func (w *world) accrue(r *req, st gage.Resource, from, to time.Duration) {
-	total := r.use[st]
+// chunk is how many bytes the gateway writes at a time when it paces a
+// response (gateway.paceChunk).
+const chunk = 16 << 10
+
+// egress sends the left bytes of r's response out of its gateway, paced by
+// p, a chunk at a time as the gateway writes them, each offered once the
+// one before has gone. The bytes leave at the backend link's rate (the
+// gateway's link is as fast as a node's).
+func (w *world) egress(p *gage.Paced, r *req, left float64, since time.Duration) {
+	n := min(left, chunk)
+	due := p.Next(w.eng.Time(), int(n)).Sub(epoch)
+	w.eng.At(due, func() {
+		out := time.Duration(n / w.sc.backendNet * float64(time.Second))
+		w.accrue(r, gage.Net, n, due, due+out)
+		if left > n {
+			w.egress(p, r, left-n, since)
+			return
+		}
+		if w.measured(r.arrived) {
+			w.res.paced[r.sub] = append(w.res.paced[r.sub], due+out-since)
+		}
+	})
+}
+
+// accrue spreads total of r's use of resource st over its service
+// [from, to) in the usage bins: resource usage accrues while it is used,
+// as the kernel's per-thread accounting sees it (§3.5), so a long request
+// does not land in one bin at its end.
+func (w *world) accrue(r *req, st gage.Resource, total float64, from, to time.Duration) {
 	span := to - from
 	for t := from; t < to; {
 		i := (t - w.from) / w.sc.bin

@@ -1,0 +1,71 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/gage"
+)
+
+// paceChunk is how many bytes of a paced response go out at a time: small
+// enough that a 100 GRPS subscriber's response (250 KB/s paced) leaves in
+// steps of 65 ms, large enough that a write per chunk costs nothing.
+const paceChunk = 16 << 10
+
+// pacer writes response bodies through a gage.Shaper (pace_responses),
+// which it guards: the handlers of concurrent requests share it, so a
+// subscriber's concurrent responses share its pace.
+type pacer struct {
+	clk    clock.Clock
+	mu     sync.Mutex
+	shaper *gage.Shaper
+}
+
+func newPacer(cfg Config, clk clock.Clock) (*pacer, error) {
+	if !cfg.PaceResponses {
+		return nil, nil
+	}
+	s, err := gage.NewShaper(cfg.Gage(), gage.ShaperOptions{Headroom: cfg.PaceHeadroom, MaxDelay: time.Duration(cfg.PaceMaxDelay)})
+	if err != nil {
+		return nil, err
+	}
+	return &pacer{clk: clk, shaper: s}, nil
+}
+
+// write sends body to w, a chunk at a time when each is due, flushing each
+// so that it leaves then; without pacing (p nil) at once. It stops early,
+// with the context's error, if ctx ends (the client went away).
+func (p *pacer) write(ctx context.Context, w http.ResponseWriter, sub string, body []byte) error {
+	if p == nil {
+		_, err := w.Write(body)
+		return err
+	}
+	rc := http.NewResponseController(w)
+	p.mu.Lock()
+	paced := p.shaper.Response(p.clk.Now(), sub, len(body))
+	p.mu.Unlock()
+	for len(body) > 0 {
+		n := min(len(body), paceChunk)
+		p.mu.Lock()
+		due := paced.Next(p.clk.Now(), n)
+		p.mu.Unlock()
+		if d := due.Sub(p.clk.Now()); d > 0 {
+			t := p.clk.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.Chan():
+			}
+		}
+		if _, err := w.Write(body[:n]); err != nil {
+			return err
+		}
+		_ = rc.Flush() // recorders in tests cannot flush, which is harmless
+		body = body[n:]
+	}
+	return nil
+}
