@@ -48,6 +48,10 @@ const Workers = 1
 //     (nothing is left behind, even by a killed process) and kept open
 //     for later calls: creating, allocating and removing a file for each
 //     call cost the kernel three times the CPU of the write and fsync.
+//   - file (read): body is a byte count, EncodeBytes'd; answers that many
+//     bytes, as a web server answers a static file of that size from the
+//     page cache. A network-bound request: its cost is the response's
+//     bytes.
 //   - slowdown (write): body is a decimal factor (e.g. "10"); every later
 //     work call on this node sleeps that many times longer. It answers with
 //     the previous factor. A fault-injection knob for experiments: call it
@@ -62,6 +66,7 @@ func Service() neptune.Service {
 			{Name: "work", Mode: neptune.Read, Handler: s.work},
 			{Name: "spin", Mode: neptune.Read, Handler: s.spin},
 			{Name: "fsync", Mode: neptune.Read, Handler: s.fsync},
+			{Name: "file", Mode: neptune.Read, Handler: s.file},
 			{Name: "slowdown", Mode: neptune.Write, Handler: s.setSlowdown},
 		},
 	}
@@ -70,11 +75,16 @@ func Service() neptune.Service {
 // Encode is the body of a work call that takes d.
 func Encode(d time.Duration) []byte { return binary.AppendUvarint(nil, uint64(max(d, 0))) }
 
-// EncodeBytes is the body of an fsync call that writes n bytes.
+// EncodeBytes is the body of an fsync call that writes n bytes, or of a
+// file call that answers n bytes.
 func EncodeBytes(n int) []byte { return binary.AppendUvarint(nil, uint64(max(n, 0))) }
 
 // maxFsync bounds an fsync call's bytes, so a request cannot fill the disk.
 const maxFsync = 64 << 20
+
+// maxFile bounds a file call's answer, well within a Neptune call's
+// message.
+const maxFile = 16 << 20
 
 // PID parses a work response body into the serving node's process id.
 func PID(body []byte) (int, error) {
@@ -180,6 +190,20 @@ func (s *server) fsync(ctx context.Context, r *neptune.Request) (*neptune.Respon
 	}
 	return &neptune.Response{Body: s.pid}, nil
 }
+
+func (s *server) file(_ context.Context, r *neptune.Request) (*neptune.Response, error) {
+	n, err := decode(r.Body, "a byte count from work.EncodeBytes")
+	if err != nil {
+		return nil, err
+	}
+	if n > maxFile {
+		return nil, fmt.Errorf("%w: file of %d bytes, at most %d", ErrBadRequest, n, maxFile)
+	}
+	return &neptune.Response{Body: fileBytes()[:n]}, nil
+}
+
+// fileBytes is what file answers, a prefix of it; nothing writes to it.
+var fileBytes = sync.OnceValue(func() []byte { return bytes.Repeat([]byte("neptune "), maxFile/8) })
 
 // takeScratch is an idle scratch file, or a new one, already unlinked.
 // A file grows to the largest count written to it, at most maxFsync.

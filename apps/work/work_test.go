@@ -39,11 +39,23 @@ func TestWorkNamesPIDAndRejectsBadBodies(t *testing.T) {
 	}{
 		{"work", nil},
 		{"work", append(Encode(time.Millisecond), 0)},
+		{"file", EncodeBytes(16<<20 + 1)},
+		{"file", nil},
 		{"slowdown", []byte("0")},
 		{"slowdown", []byte("fast")},
 	} {
 		if _, err := call(t, svc, tc.method, tc.body); !errors.Is(err, ErrBadRequest) {
 			t.Errorf("%s(%q): err = %v, want ErrBadRequest", tc.method, tc.body, err)
+		}
+	}
+}
+
+func TestFileAnswersTheBytesAsked(t *testing.T) {
+	svc := Service()
+	for _, n := range []int{0, 1, 100_000, 16 << 20} {
+		resp, err := call(t, svc, "file", EncodeBytes(n))
+		if err != nil || len(resp.Body) != n {
+			t.Fatalf("file(%d): %d bytes, %v", n, len(resp.Body), err)
 		}
 	}
 }

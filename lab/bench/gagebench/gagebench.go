@@ -39,7 +39,7 @@ import (
 )
 
 // Sections are the parts of `neptune bench gage`, in the order they run.
-var Sections = []string{"table1", "table2", "split", "overhead"}
+var Sections = []string{"table1", "table2", "split", "overhead", "pace"}
 
 // Config are the knobs of `neptune bench gage`.
 type Config struct {
@@ -192,7 +192,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 			if !slices.Contains(cfg.Sections, s) {
 				continue
 			}
-			if pn != "net" && (s == "split" || s == "overhead") {
+			if pn != "net" && (s == "split" || s == "overhead" || s == "pace") {
 				continue // they measure the gateway, whatever the service
 			}
 			if len(cfg.Profiles) > 1 || pn != "net" {
@@ -208,6 +208,8 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 				cs, err = e.split(ctx)
 			case "overhead":
 				cs, err = e.overhead(ctx)
+			case "pace":
+				cs, err = e.pace(ctx)
 			}
 			if err != nil {
 				return fmt.Errorf("gagebench: %s, profile %s: %w", s, pn, err)
@@ -312,6 +314,10 @@ type cellResult struct {
 	starve bench.Starvation
 	late   time.Duration
 	secs   float64
+	// from and outs are the last cell's measured window's start and its
+	// requests, for sections that look at them one cell at a time.
+	from time.Time
+	outs []outcome
 }
 
 func (r *cellResult) add(o *cellResult) {
@@ -350,16 +356,16 @@ func (r *cellResult) costOf(sub string) float64 {
 	return r.gru[sub] / float64(r.n[sub])
 }
 
-// runCell drives flows at c for the warm-up and the cell and measures the
-// window after the warm-up.
-func (e *env) runCell(ctx context.Context, c contender, flows []flow, seed uint64) (*cellResult, error) {
+// runCell drives flows at c for the warm-up and a cell of the given length
+// and measures the window after the warm-up.
+func (e *env) runCell(ctx context.Context, c contender, flows []flow, cell time.Duration, seed uint64) (*cellResult, error) {
 	for i := range flows {
 		flows[i].targets = []string{c.target.http}
 		flows[i].weights = []float64{1}
 	}
 	probe := bench.StartLagProbe(5 * time.Millisecond)
 	start := time.Now()
-	from, to := start.Add(e.cfg.Warmup), start.Add(e.cfg.Warmup+e.cfg.Cell)
+	from, to := start.Add(e.cfg.Warmup), start.Add(e.cfg.Warmup+cell)
 	cctx, cancel := context.WithDeadline(ctx, to)
 	defer cancel()
 	done := make(chan []outcome, 1)
@@ -378,7 +384,7 @@ func (e *env) runCell(ctx context.Context, c contender, flows []flow, seed uint6
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, fmt.Errorf("%s: status: %w", c.name, err)
 	}
-	res := &cellResult{counts: count(outs, from, to), gru: map[string]float64{}, n: map[string]int64{}, starve: st, late: lateness(outs, from, to), secs: secs}
+	res := &cellResult{counts: count(outs, from, to), gru: map[string]float64{}, n: map[string]int64{}, starve: st, late: lateness(outs, from, to), secs: secs, from: from, outs: outs}
 	for _, f := range flows {
 		b, a := sub(before, f.sub), sub(after, f.sub)
 		res.gru[f.sub], res.n[f.sub] = a.ServedGRU-b.ServedGRU, a.Served-b.Served

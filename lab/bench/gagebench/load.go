@@ -23,6 +23,11 @@ type flow struct {
 	// moved, if set and holding a target index, sends that target's share
 	// to target 0 from then on: its clients moved after a kill.
 	moved *atomic.Bool
+	// body, if set, draws each request's body (else all send the
+	// section's); received, if set, is told each read of an answer's
+	// bytes, as they arrive.
+	body     func(*rand.Rand) []byte
+	received func(at time.Time, n int)
 }
 
 // outcome is one request: who sent it where, when it was due and sent,
@@ -33,7 +38,10 @@ type outcome struct {
 	due     time.Time
 	late    time.Duration // how late it left, against due
 	latency time.Duration
-	code    int
+	// transfer is the time from an answer's first bytes to its last, for
+	// flows that watch the bytes arrive (flow.received).
+	transfer time.Duration
+	code     int
 }
 
 // drive runs flows from start until ctx ends and returns every outcome.
@@ -72,16 +80,20 @@ func drive(ctx context.Context, hc *http.Client, flows []flow, path string, body
 				if f.moved != nil && f.moved.Load() {
 					target = 0
 				}
+				b := body
+				if f.body != nil {
+					b = f.body(rng)
+				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					o := outcome{sub: f.sub, target: best, due: due, late: time.Since(due)}
-					req, err := http.NewRequest("POST", "http://"+f.targets[target]+path, bytes.NewReader(body))
+					req, err := http.NewRequest("POST", "http://"+f.targets[target]+path, bytes.NewReader(b))
 					if err == nil {
 						req.Host = f.host
 						sent := time.Now()
 						if resp, err := hc.Do(req); err == nil {
-							_, _ = io.Copy(io.Discard, resp.Body)
+							o.transfer = readAll(resp.Body, f.received)
 							resp.Body.Close()
 							o.code = resp.StatusCode
 						}
@@ -97,6 +109,31 @@ func drive(ctx context.Context, hc *http.Client, flows []flow, path string, body
 	<-ctx.Done()
 	wg.Wait()
 	return out
+}
+
+// readAll reads an answer's body to its end, telling received (if set) of
+// each read as it happens, and returns the time from the first bytes to
+// the last.
+func readAll(body io.Reader, received func(time.Time, int)) time.Duration {
+	if received == nil {
+		_, _ = io.Copy(io.Discard, body)
+		return 0
+	}
+	var first, last time.Time
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			last = time.Now()
+			if first.IsZero() {
+				first = last
+			}
+			received(last, n)
+		}
+		if err != nil {
+			return last.Sub(first)
+		}
+	}
 }
 
 // lateness is how late, on average, requests due in [from, to) left:

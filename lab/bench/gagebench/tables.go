@@ -102,7 +102,7 @@ func (e *env) rounds(ctx context.Context, section string, cs []contender, mkFlow
 				continue
 			}
 			fmt.Fprintf(e.w, "  [%s round %d/%d: %s]\n", section, r+1, e.cfg.Rounds, c.name)
-			cr, err := e.runCell(ctx, c, mkFlows(), e.cfg.Seed+uint64(r))
+			cr, err := e.runCell(ctx, c, mkFlows(), e.cfg.Cell, e.cfg.Seed+uint64(r))
 			if err != nil {
 				return nil, err
 			}

@@ -1,6 +1,7 @@
 package gagebench
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -170,3 +171,19 @@ func TestSchedulerCost(t *testing.T) {
 type neverNext struct{ gage.Scheduler }
 
 func (neverNext) Next(time.Time) (gage.Request, bool) { return gage.Request{}, false }
+
+func TestPaceVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		d1, d4 float64
+		want   report.Outcome
+	}{
+		{0.032, 0.010, report.Pass},
+		{0.069, 0.010, report.Fail},
+		{0.032, 0.021, report.Fail},
+		{math.NaN(), math.NaN(), report.Inconclusive},
+	} {
+		if c := paceVerdict(tc.d1, tc.d4, 0.07); c.Outcome() != tc.want {
+			t.Errorf("%v, %v: %s", tc.d1, tc.d4, c)
+		}
+	}
+}
