@@ -247,28 +247,28 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 	}{
 		{"Fig 3: accounting cycle (size CV 50%)", nil},
 		{"Fig 4: footprint (share of reads missing the page cache)", []variant{
-			{"<1 MB, all cached", sizes{kind: "footprint", pDisk: 0}, 0, true, true, false, false},
-			{"32 MB, 10% miss", sizes{kind: "footprint", pDisk: 0.1}, 0, true, true, false, false},
-			{"64 MB, 50% miss", sizes{kind: "footprint", pDisk: 0.5}, 0, true, true, false, false},
-			{"128 MB, 90% miss", sizes{kind: "footprint", pDisk: 0.9}, 0, true, true, false, false},
+			{label: "<1 MB, all cached", sizes: sizes{kind: "footprint", pDisk: 0}, perResponse: true, judged: true},
+			{label: "32 MB, 10% miss", sizes: sizes{kind: "footprint", pDisk: 0.1}, perResponse: true, judged: true},
+			{label: "64 MB, 50% miss", sizes: sizes{kind: "footprint", pDisk: 0.5}, perResponse: true, judged: true},
+			{label: "128 MB, 90% miss", sizes: sizes{kind: "footprint", pDisk: 0.9}, perResponse: true, judged: true},
 		}},
 		{"Fig 5: request size variation (the paper's CVs)", []variant{
-			{"CV 0%", cvSizes(0), 0, true, true, false, false}, {"CV 13.6%", cvSizes(0.136), 0, true, true, false, false},
-			{"CV 110.4%", cvSizes(1.104), 0, true, true, false, false}, {"CV 117.4%", cvSizes(1.174), 0, true, true, false, false},
+			{label: "CV 0%", sizes: cvSizes(0), perResponse: true, judged: true}, {label: "CV 13.6%", sizes: cvSizes(0.136), perResponse: true, judged: true},
+			{label: "CV 110.4%", sizes: cvSizes(1.104), perResponse: true, judged: true}, {label: "CV 117.4%", sizes: cvSizes(1.174), perResponse: true, judged: true},
 		}},
 		{"Fig 6: SPECweb99-like trace", []variant{
-			{"trace", sizes{kind: "trace"}, 0, true, true, false, false},
-			{"trace, usage per cycle", sizes{kind: "trace"}, 0, false, false, false, false},
-			{"trace, cost known at dispatch", sizes{kind: "trace"}, 0, true, false, true, false},
-			{"trace, responses paced", sizes{kind: "trace"}, 0, true, false, false, true},
+			{label: "trace", sizes: sizes{kind: "trace"}, perResponse: true, judged: true},
+			{label: "trace, usage per cycle", sizes: sizes{kind: "trace"}},
+			{label: "trace, cost known at dispatch", sizes: sizes{kind: "trace"}, perResponse: true, exactCost: true},
+			{label: "trace, responses paced", sizes: sizes{kind: "trace"}, perResponse: true, pace: true},
 		}},
 	}
 	// Fig 3 is the paper's feedback, usage per accounting cycle, at each
 	// cycle; the gateway's, per response, is its last row.
 	for _, a := range acctRows {
-		figs[0].variants = append(figs[0].variants, variant{"accounting " + a.String(), cvSizes(0.5), a, false, a == cfg.AccountingCycle, false, false})
+		figs[0].variants = append(figs[0].variants, variant{label: "accounting " + a.String(), sizes: cvSizes(0.5), acct: a, judged: a == cfg.AccountingCycle})
 	}
-	figs[0].variants = append(figs[0].variants, variant{"usage per response", cvSizes(0.5), 0, true, false, false, false})
+	figs[0].variants = append(figs[0].variants, variant{label: "usage per response", sizes: cvSizes(0.5), perResponse: true})
 	fmt.Fprintf(w, "\nFigs 3-6: deviation from the reservation vs averaging window. Reservations %s GRPS, each asking 1.5x;\n", joinF(res))
 	fmt.Fprintf(w, "capacity = the reservations (no spare); mean over subscribers and windows of |served/reserved - 1|, %v measured.\n", cfg.DeviationDuration)
 	fmt.Fprintf(w, "Usage reaches the scheduler per response, as through the gateway (the node's measure on the call's answer), except\n")
