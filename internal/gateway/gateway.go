@@ -428,7 +428,11 @@ func (g *Gateway) relay(w http.ResponseWriter, r *http.Request, rt *route, sub s
 // and returns the status to record: status, or 499 if the client went
 // away while its response was being paced.
 func (g *Gateway) send(ctx context.Context, w http.ResponseWriter, sub string, status int, body []byte) int {
-	if err := g.pace.write(ctx, w, sub, body); err != nil && ctx.Err() != nil {
+	held, err := g.pace.write(ctx, w, sub, body)
+	if held > 0 {
+		g.metrics.onPaced(sub, held)
+	}
+	if err != nil && ctx.Err() != nil {
 		return statusClientGone
 	}
 	return status

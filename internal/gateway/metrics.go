@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,6 +25,7 @@ type metrics struct {
 	servedGRU *prometheus.CounterVec
 	dropped   *prometheus.CounterVec
 	queue     *prometheus.GaugeVec
+	paced     *prometheus.CounterVec
 	responses *prometheus.CounterVec
 	latency   prometheus.Histogram
 	share     *prometheus.GaugeVec
@@ -40,6 +42,7 @@ type metrics struct {
 type subMetrics struct {
 	demanded, served, servedGRU prometheus.Counter
 	queue                       prometheus.Gauge
+	paced                       prometheus.Counter
 	dropped                     map[string]prometheus.Counter
 	reserved, share, demand     prometheus.Gauge
 	res                         float64
@@ -75,6 +78,8 @@ func newMetrics(reg prometheus.Registerer, cfg gage.Config) (*metrics, error) {
 			Help: "Requests of each subscriber refused by the scheduler: queue_full and wait (429), deadline (504)."}, []string{"subscriber", "reason"}),
 		queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "neptune_gateway_queue_length",
 			Help: "Requests of each subscriber waiting for their turn."}, sub),
+		paced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "neptune_gateway_paced_seconds_total",
+			Help: "Time each subscriber's responses were held back by pace_responses, summed over responses (over served_total: the mean delay pacing adds)."}, sub),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "neptune_gateway_responses_total",
 			Help: "Responses by HTTP status code."}, []string{"code"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "neptune_gateway_request_seconds",
@@ -94,7 +99,7 @@ func newMetrics(reg prometheus.Registerer, cfg gage.Config) (*metrics, error) {
 	for _, r := range gossipDropReasons {
 		m.gossipDropped.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.reserved, m.limit, m.demanded, m.served, m.servedGRU, m.dropped, m.queue, m.responses, m.latency, m.share, m.demand, m.capacity, m.gossipAccepted, m.gossipDropped} {
+	for _, c := range []prometheus.Collector{m.reserved, m.limit, m.demanded, m.served, m.servedGRU, m.dropped, m.queue, m.paced, m.responses, m.latency, m.share, m.demand, m.capacity, m.gossipAccepted, m.gossipDropped} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -108,7 +113,7 @@ func newMetrics(reg prometheus.Registerer, cfg gage.Config) (*metrics, error) {
 		m.limit.WithLabelValues(s.Name).Set(s.Limit)
 		sm := &subMetrics{
 			demanded: m.demanded.WithLabelValues(s.Name), served: m.served.WithLabelValues(s.Name),
-			servedGRU: m.servedGRU.WithLabelValues(s.Name), queue: m.queue.WithLabelValues(s.Name),
+			servedGRU: m.servedGRU.WithLabelValues(s.Name), queue: m.queue.WithLabelValues(s.Name), paced: m.paced.WithLabelValues(s.Name),
 			dropped:  map[string]prometheus.Counter{},
 			reserved: m.reserved.WithLabelValues(s.Name), share: m.share.WithLabelValues(s.Name), demand: m.demand.WithLabelValues(s.Name),
 			res: s.Reservation,
@@ -139,6 +144,8 @@ func (m *metrics) onUsed(sub string, g float64) {
 	m.subs[sub].servedGRU.Add(g)
 	m.subs[sub].nServedMicroGRU.Add(int64(math.Round(g * 1e6)))
 }
+
+func (m *metrics) onPaced(sub string, held time.Duration) { m.subs[sub].paced.Add(held.Seconds()) }
 
 func (m *metrics) onDrop(sub, why string) {
 	m.subs[sub].dropped[why].Inc()

@@ -36,12 +36,13 @@ func newPacer(cfg Config, clk clock.Clock) (*pacer, error) {
 }
 
 // write sends body to w, a chunk at a time when each is due, flushing each
-// so that it leaves then; without pacing (p nil) at once. It stops early,
-// with the context's error, if ctx ends (the client went away).
-func (p *pacer) write(ctx context.Context, w http.ResponseWriter, sub string, body []byte) error {
+// so that it leaves then; without pacing (p nil) at once. It returns how
+// long the chunks were held in all. It stops early, with the context's
+// error, if ctx ends (the client went away).
+func (p *pacer) write(ctx context.Context, w http.ResponseWriter, sub string, body []byte) (held time.Duration, err error) {
 	if p == nil {
 		_, err := w.Write(body)
-		return err
+		return 0, err
 	}
 	rc := http.NewResponseController(w)
 	p.mu.Lock()
@@ -53,19 +54,20 @@ func (p *pacer) write(ctx context.Context, w http.ResponseWriter, sub string, bo
 		due := paced.Next(p.clk.Now(), n)
 		p.mu.Unlock()
 		if d := due.Sub(p.clk.Now()); d > 0 {
+			held += d
 			t := p.clk.NewTimer(d)
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return ctx.Err()
+				return held, ctx.Err()
 			case <-t.Chan():
 			}
 		}
 		if _, err := w.Write(body[:n]); err != nil {
-			return err
+			return held, err
 		}
 		_ = rc.Flush() // recorders in tests cannot flush, which is harmless
 		body = body[n:]
 	}
-	return nil
+	return held, nil
 }

@@ -98,7 +98,10 @@ func TestPacedResponseLeavesAtThePace(t *testing.T) {
 	body := bytes.Repeat([]byte("0123456789"), 5000)
 	w := &timedWriter{clk: clk, header: http.Header{}}
 	done := make(chan error, 1)
-	go func() { done <- p.write(context.Background(), w, "a", body) }()
+	go func() {
+		_, err := p.write(context.Background(), w, "a", body)
+		done <- err
+	}()
 	if err := drive(t, clk, done); err != nil {
 		t.Fatal(err)
 	}
@@ -115,8 +118,8 @@ func TestPacedResponseLeavesAtThePace(t *testing.T) {
 
 	w = &timedWriter{clk: clk, header: http.Header{}}
 	now := clk.Now()
-	if err := p.write(context.Background(), w, "default", body); err != nil {
-		t.Fatal(err)
+	if held, err := p.write(context.Background(), w, "default", body); err != nil || held != 0 {
+		t.Fatalf("unreserved subscriber's response: held %v, %v", held, err)
 	}
 	if w.body.Len() != len(body) || !w.writes[len(w.writes)-1].at.Equal(now) {
 		t.Fatalf("unreserved subscriber's response paced: %+v", w.writes)
@@ -131,7 +134,10 @@ func TestPacedWriteStopsWhenTheClientGoes(t *testing.T) {
 	w := &timedWriter{clk: clk, header: http.Header{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- p.write(ctx, w, "a", make([]byte, 1<<20)) }()
+	go func() {
+		_, err := p.write(ctx, w, "a", make([]byte, 1<<20))
+		done <- err
+	}()
 	if err := clk.BlockUntilContext(context.Background(), 1); err != nil { // the second chunk waits
 		t.Fatal(err)
 	}
@@ -145,7 +151,8 @@ func TestPacedWriteStopsWhenTheClientGoes(t *testing.T) {
 }
 
 // Through a real HTTP server, a paced response arrives whole, with its
-// Content-Length, for plain and passthrough routes alike.
+// Content-Length, for plain and passthrough routes alike, and the time it
+// was held is counted.
 func TestPacedResponseThroughTheGateway(t *testing.T) {
 	body := bytes.Repeat([]byte("x"), 40_000)
 	f := &fakeCaller{answer: func(_ context.Context, c call) (*neptune.Response, error) {
@@ -155,7 +162,7 @@ func TestPacedResponseThroughTheGateway(t *testing.T) {
 		}
 		return &neptune.Response{Body: body}, nil
 	}}
-	g, _ := start(t, paceConfig+"  - {path_prefix: /web, service: web, method: http, passthrough: true}\n", f, nil)
+	g, reg := start(t, paceConfig+"  - {path_prefix: /web, service: web, method: http, passthrough: true}\n", f, nil)
 	srv := httptest.NewServer(g)
 	defer srv.Close()
 	for path, status := range map[string]int{"/x": 200, "/web": 201} {
@@ -170,6 +177,11 @@ func TestPacedResponseThroughTheGateway(t *testing.T) {
 		if err != nil || resp.StatusCode != status || resp.ContentLength != int64(len(body)) || !bytes.Equal(got, body) {
 			t.Fatalf("%s: status %d, Content-Length %d, %d bytes (%v); want %d and the %d bytes", path, resp.StatusCode, resp.ContentLength, len(got), err, status, len(body))
 		}
+	}
+	// Each response's second and third chunks waited for the pace, 131
+	// ms in all at 1.25 x 200 KB/s, less what the writes themselves took.
+	if held := value(t, reg, "neptune_gateway_paced_seconds_total", "subscriber", "a"); held <= 0 {
+		t.Errorf("paced_seconds_total %v after two paced responses, want > 0", held)
 	}
 }
 
