@@ -29,6 +29,9 @@
 //     in GRPS from measured usage, and reservations checked against it.
 //   - Meter: an exponentially decaying rate, the demand each gateway
 //     gossips.
+//   - Shaper: each reserved subscriber's response bytes paced at its rate
+//     on the way out, so that its network usage is smooth over short
+//     windows (the gateway's pace_responses; beyond the paper).
 //
 // None of these types is safe for concurrent use: a shell owns each one
 // behind its own lock or goroutine.
