@@ -66,8 +66,9 @@ import (
 //     4 s from 2.5% to 2.0% (means of six seeds); the smoother mixes did
 //     not move.
 //   - A queue in debt beyond that one-request overshoot (its requests cost
-//     more than predicted) takes no spare until the debt is paid; in the
-//     paper this falls out of having one balance for both rounds.
+//     more than predicted) takes no spare while another queue waits for
+//     it, until the debt is paid; in the paper this falls out of having
+//     one balance for both rounds.
 //
 // Requests are charged at dispatch with the subscriber's predicted usage
 // (the EWMA M_k of §3.4). When nodes report the actual usage, the
@@ -95,8 +96,11 @@ type Credit struct {
 type creditQueue struct {
 	subQueue
 	bal   Vector  // reservation credit
-	spare float64 // spare served (GRU, predicted) divided by weight
+	spare float64 // spare served (GRU, predicted, corrected by reports) divided by weight
 	lim   Vector  // limit credit
+	// outSpare is the part of out dispatched in round 2, whose
+	// corrections go to spare rather than to bal.
+	outSpare inflight
 }
 
 // minWeight is the spare-sharing weight, in GRPS, of a subscriber without
@@ -209,18 +213,37 @@ func (c *Credit) Next(now time.Time) (Request, bool) {
 	// used more than it was charged (its requests cost more than
 	// predicted) and pays that back before it shares the spare; otherwise
 	// the capacity its debt holds back in round 1 would come straight back
-	// to it here and the correction would change nothing.
-	var best *creditQueue
+	// to it here and the correction would change nothing. But only while
+	// another queue waits for the spare: with none, holding a debtor back
+	// leaves the capacity unused and pays nothing to anyone. (Round 1
+	// keeps a balance near zero, so the corrections of many spare requests,
+	// each a little off, put a small reservation in debt all the time;
+	// paid back only at that reservation's rate, its requests were refused
+	// on an idle cluster: TestSpareSurvivesNoisyCosts.)
+	var best, debtor *creditQueue
 	for _, q := range c.queues {
-		if c.eligible(q) && c.unit.withinOne(q.bal, q.pred.predict()) && (best == nil || q.spare < best.spare) {
+		if !c.eligible(q) {
+			continue
+		}
+		if !c.unit.withinOne(q.bal, q.pred.predict()) {
+			if debtor == nil || q.spare < debtor.spare {
+				debtor = q
+			}
+			continue
+		}
+		if best == nil || q.spare < best.spare {
 			best = q
 		}
+	}
+	if best == nil {
+		best = debtor
 	}
 	if best == nil {
 		return Request{}, false
 	}
 	p := c.dispatch(best)
 	best.spare += c.unit.Cost(p) / best.weight()
+	best.outSpare.add(p)
 	return best.q.pop(), true
 }
 
@@ -290,7 +313,34 @@ func (c *Credit) Report(now time.Time, u Usage) error {
 		return err
 	}
 	q := c.queues[i]
-	corr := q.out.release(u.Requests).Sub(u.Used)
+	spareN := 0
+	if q.out.n > 0 {
+		spareN = int(math.Round(float64(min(u.Requests, q.out.n)) * float64(q.outSpare.n) / float64(q.out.n)))
+	}
+	predSpare := q.outSpare.release(spareN)
+	pred := q.out.release(u.Requests)
+	var usedSpare Vector
+	for r := range usedSpare {
+		if pred[r] > 0 {
+			usedSpare[r] = u.Used[r] * min(predSpare[r]/pred[r], 1)
+		}
+	}
+	// A spare request's correction goes to the spare it was served from,
+	// in the part of the capacity that is truly spare (beyond all the
+	// reservations), and to the reservation balance in the rest. Charged
+	// to the balance alone, the corrections of many spare requests, each a
+	// little off, kept it in debt (round 1 keeps it near zero) and the
+	// subscriber out of the spare: a small reservation with variable costs
+	// got 80 GRPS of spare where an equal one with constant costs got 120
+	// (TestNoisyCostsKeepTheirShareOfTheSpare). Charged to the spare
+	// alone, where there is no true spare (reservations equal to the
+	// capacity, spare only from mispredictions), an overrun escaped the
+	// reservation it was taken from (TestCreditChargesActualUsage).
+	f := c.trueSpare()
+	toSpare := predSpare.Sub(usedSpare).Scale(f)
+	q.spare -= (c.unit.Cost(predSpare) - c.unit.Cost(predSpare.Sub(toSpare))) / q.weight()
+	corrAll := pred.Sub(u.Used)
+	corr := corrAll.Sub(toSpare)
 	// Corrections are bounded the same both ways (Debt): a refund is
 	// service owed just as an overrun is service owed back, and a cap on
 	// refunds only (the Burst cap of idle credit) made a subscriber whose
@@ -298,9 +348,9 @@ func (c *Credit) Report(now time.Time, u Usage) error {
 	r := q.reservation()
 	q.bal = clamp(q.bal.Add(corr), c.rate(r, c.opt.Debt).Scale(-1), c.rate(r, c.opt.Debt))
 	if l := q.limit(); l > 0 {
-		q.lim = clamp(q.lim.Add(corr), c.rate(l, c.opt.Debt).Scale(-1), c.rate(l, c.opt.Debt))
+		q.lim = clamp(q.lim.Add(corrAll), c.rate(l, c.opt.Debt).Scale(-1), c.rate(l, c.opt.Debt))
 	}
-	c.pace.correct(corr)
+	c.pace.correct(corrAll)
 	q.pred.observe(now, u.Used, u.Requests)
 	return nil
 }
@@ -358,6 +408,27 @@ func (c *Credit) Queues() []QueueState {
 		out[i] = q.state(c.unit)
 	}
 	return out
+}
+
+// trueSpare is the fraction of the capacity beyond every reservation (at
+// this gateway's shares), in the bottleneck resource: 0 when the
+// reservations take it all.
+func (c *Credit) trueSpare() float64 {
+	var reserved Vector
+	for _, q := range c.queues {
+		reserved = reserved.Add(c.rate(q.reservation(), time.Second))
+	}
+	f := 1.0
+	for r, x := range c.unit {
+		if x > 0 {
+			if capR := c.pace.capacity[r]; capR > 0 {
+				f = min(f, max(0, 1-reserved[r]/capR))
+			} else {
+				f = 0
+			}
+		}
+	}
+	return f
 }
 
 // overrun reports whether a queue is in debt beyond one predicted request.

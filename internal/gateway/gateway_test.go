@@ -56,14 +56,14 @@ func (f *fakeCaller) log() []call {
 }
 
 // start builds a gateway from YAML and runs its loop for the test.
-func start(t *testing.T, y string, c Caller, clk clock.Clock) (*Gateway, *prometheus.Registry) {
+func start(t testing.TB, y string, c Caller, clk clock.Clock) (*Gateway, *prometheus.Registry) {
 	t.Helper()
 	return startWith(t, y, c, clk, nil)
 }
 
 // startWith is start with the gossip security sec (nil: the test
 // cluster's, for the config's name or "a").
-func startWith(t *testing.T, y string, c Caller, clk clock.Clock, sec *GossipSecurity) (*Gateway, *prometheus.Registry) {
+func startWith(t testing.TB, y string, c Caller, clk clock.Clock, sec *GossipSecurity) (*Gateway, *prometheus.Registry) {
 	t.Helper()
 	cfg, err := ParseConfig([]byte(y))
 	if err != nil {
