@@ -58,10 +58,13 @@ const (
 )
 
 type shaped struct {
-	floor float64 // bytes per second: the reservation's network
-	seen  Meter
-	next  time.Time // when the previous chunk ends at the pace
+	reserved float64 // bytes per second: the whole reservation's network
+	share    float64 // this gateway's part of the reservation
+	seen     Meter
+	next     time.Time // when the previous chunk ends at the pace
 }
+
+func (sh *shaped) floor() float64 { return sh.reserved * sh.share }
 
 // NewShaper builds a shaper for cfg's subscribers. The unit must schedule
 // the network (Unit[Net] > 0): without it there is no byte rate to pace to.
@@ -90,10 +93,21 @@ func NewShaper(cfg Config, o ShaperOptions) (*Shaper, error) {
 	s := &Shaper{opts: o, subs: map[string]*shaped{}}
 	for _, sub := range cfg.Subscribers {
 		if sub.Reservation > 0 {
-			s.subs[sub.Name] = &shaped{floor: sub.Reservation * unit[Net], seen: Meter{Tau: o.Tau}}
+			s.subs[sub.Name] = &shaped{reserved: sub.Reservation * unit[Net], share: 1, seen: Meter{Tau: o.Tau}}
 		}
 	}
 	return s, nil
+}
+
+// SetShare sets this gateway's part (0..1) of sub's reservation, as the
+// gateways split it (Splitter): the pace's floor is that part of the
+// reservation's network rate, so that a gateway carrying a tenth of a
+// subscriber's traffic paces it at a tenth. Unknown and unreserved
+// subscribers, and fractions out of range, are ignored.
+func (s *Shaper) SetShare(sub string, fraction float64) {
+	if sh := s.subs[sub]; sh != nil && fraction >= 0 && fraction <= 1 {
+		sh.share = fraction
+	}
 }
 
 // Response registers a response of n bytes for sub, ready at now, and
@@ -126,7 +140,7 @@ func (p *Paced) Next(now time.Time, n int) time.Time {
 	if sh == nil || n <= 0 {
 		return now
 	}
-	pace := p.shaper.opts.Headroom * max(sh.floor, sh.seen.Rate(now))
+	pace := p.shaper.opts.Headroom * max(sh.floor(), sh.seen.Rate(now))
 	if rest := p.by.Sub(now).Seconds(); rest > 0 {
 		pace = max(pace, float64(p.left)/rest) // what ends the response by its bound
 	} else {

@@ -103,3 +103,19 @@ func TestShaperRefusesBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// A gateway with a tenth of a subscriber's reservation paces at a tenth of
+// its rate: a 20,000-byte response of a 100 GRPS subscriber takes about
+// 0.4 s (1.25 x 20 KB/s, above the 20 KB/s the response itself brings the
+// rate to), not 0.04 s.
+func TestShaperPacesAtTheGatewaysShare(t *testing.T) {
+	s := mustShaper(t, subs("s", 100.0), ShaperOptions{MaxDelay: time.Minute})
+	s.SetShare("s", 0.1)
+	last := send(s, t0, "s", 20_000, 10_000)
+	want := time.Duration(float64(10_000) / (1.25 * 20_000) * float64(time.Second))
+	if d := last.Sub(t0); d < want-time.Millisecond || d > want+time.Millisecond {
+		t.Fatalf("second chunk at %v, want about %v", d, want)
+	}
+	s.SetShare("s", 2) // out of range: ignored
+	s.SetShare("nobody", 0.5)
+}

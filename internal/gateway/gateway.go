@@ -159,6 +159,9 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 		}
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	if pace != nil {
+		pace.share = view.share
+	}
 	return &Gateway{
 		cfg: cfg, routes: newRouteTable(cfg.Routes, time.Duration(cfg.Timeout)), classify: cl,
 		unit: gc.UnitOrDefault(), loop: newLoop(clk, sched, m, view, time.Duration(cfg.GossipPeriod)), cluster: view,

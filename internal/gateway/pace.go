@@ -19,7 +19,10 @@ const paceChunk = 16 << 10
 // which it guards: the handlers of concurrent requests share it, so a
 // subscriber's concurrent responses share its pace.
 type pacer struct {
-	clk    clock.Clock
+	clk clock.Clock
+	// share is this gateway's part of a subscriber's reservation (the
+	// gateways' split), read as each response starts.
+	share  func(sub string) float64
 	mu     sync.Mutex
 	shaper *gage.Shaper
 }
@@ -45,7 +48,12 @@ func (p *pacer) write(ctx context.Context, w http.ResponseWriter, sub string, bo
 		return 0, err
 	}
 	rc := http.NewResponseController(w)
+	share := 1.0
+	if p.share != nil {
+		share = p.share(sub)
+	}
 	p.mu.Lock()
+	p.shaper.SetShare(sub, share)
 	paced := p.shaper.Response(p.clk.Now(), sub, len(body))
 	p.mu.Unlock()
 	for len(body) > 0 {

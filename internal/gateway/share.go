@@ -137,6 +137,17 @@ func (c *cluster) capacity(now time.Time) (gage.Vector, bool) {
 
 // tick re-reads the capacity, gossips this gateway's demand and splits
 // the reservations and the capacity among the live gateways.
+// share is this gateway's last computed part of sub's reservation (1
+// before the first tick and without peers).
+func (c *cluster) share(sub string) float64 {
+	if st := c.status.Load(); st != nil {
+		if f, ok := st.Share[sub]; ok {
+			return f
+		}
+	}
+	return 1
+}
+
 func (c *cluster) tick(now time.Time, sched gage.Scheduler) {
 	for _, q := range sched.Queues() {
 		if q.Predicted > 0 {

@@ -609,6 +609,11 @@ func (w *world) applyCapacity(gw *gateway) {
 	if err := gw.split.Apply(now, gw.sched, c); err != nil {
 		panic(err)
 	}
+	if gw.shaper != nil {
+		for _, n := range w.names {
+			gw.shaper.SetShare(n, gw.split.Fraction(now, n))
+		}
+	}
 }
 
 // gossip is one round: every live gateway publishes its demand, which
