@@ -49,12 +49,18 @@ type ShaperOptions struct {
 	MaxDelay time.Duration
 	// Tau is the time constant of the observed rate (default 1 s).
 	Tau time.Duration
+	// Chunk is how many bytes go out at a time (default 16 KiB): small
+	// enough that a 100 GRPS subscriber's response (250 KB/s paced)
+	// leaves in steps of 65 ms, large enough that a write per chunk costs
+	// nothing.
+	Chunk int
 }
 
 // Shaper defaults.
 const (
 	DefaultShapeHeadroom = 1.25
 	DefaultShapeMaxDelay = time.Second
+	DefaultShapeChunk    = 16 << 10
 )
 
 type shaped struct {
@@ -78,6 +84,9 @@ func NewShaper(cfg Config, o ShaperOptions) (*Shaper, error) {
 	if o.Tau == 0 {
 		o.Tau = time.Second
 	}
+	if o.Chunk == 0 {
+		o.Chunk = DefaultShapeChunk
+	}
 	switch {
 	case o.Headroom < 1 || o.Headroom != o.Headroom:
 		return nil, fmt.Errorf("gage: shaper headroom must be >= 1, got %v", o.Headroom)
@@ -85,6 +94,8 @@ func NewShaper(cfg Config, o ShaperOptions) (*Shaper, error) {
 		return nil, fmt.Errorf("gage: shaper max delay must be >= 0, got %v", o.MaxDelay)
 	case o.Tau < 0:
 		return nil, fmt.Errorf("gage: shaper time constant must be >= 0, got %v", o.Tau)
+	case o.Chunk < 0:
+		return nil, fmt.Errorf("gage: shaper chunk must be >= 0 bytes, got %d", o.Chunk)
 	}
 	unit := cfg.UnitOrDefault()
 	if unit[Net] <= 0 {
@@ -111,7 +122,7 @@ func (s *Shaper) SetShare(sub string, fraction float64) {
 }
 
 // Response registers a response of n bytes for sub, ready at now, and
-// returns it for its chunks to be timed by Next.
+// returns it for its chunks to be cut and timed by Next.
 func (s *Shaper) Response(now time.Time, sub string, n int) *Paced {
 	sh := s.subs[sub]
 	if sh != nil {
@@ -124,22 +135,25 @@ func (s *Shaper) Response(now time.Time, sub string, n int) *Paced {
 type Paced struct {
 	shaper *Shaper
 	sub    *shaped // nil: not paced
-	left   int     // bytes not yet offered
+	left   int     // bytes not yet cut into chunks
 	by     time.Time
 }
 
-// Next returns when the next n bytes of the response, offered at now, may
-// go out: now itself for an unpaced subscriber or one idle for a while,
-// later for one sending faster than its pace, and never so late that the
-// response would end more than MaxDelay after it was ready. The caller
-// sends them then and offers the next chunk after that, so a response's
-// chunks keep their order and a subscriber's concurrent responses share
-// its pace.
-func (p *Paced) Next(now time.Time, n int) time.Time {
+// Next returns the response's next chunk, offered at now: when it may go
+// out and how many bytes it is (0: the response is all out). An unpaced
+// subscriber's response goes whole, at once; a paced one's in chunks, at
+// once for a subscriber idle for a while, later for one sending faster
+// than its pace, and never so late that the response would end more than
+// MaxDelay after it was ready. The caller sends the chunk then and asks
+// for the next one after that, so a response's chunks keep their order
+// and a subscriber's concurrent responses share its pace.
+func (p *Paced) Next(now time.Time) (due time.Time, n int) {
 	sh := p.sub
-	if sh == nil || n <= 0 {
-		return now
+	if sh == nil || p.left <= 0 {
+		n, p.left = p.left, 0
+		return now, n
 	}
+	n = min(p.left, p.shaper.opts.Chunk)
 	pace := p.shaper.opts.Headroom * max(sh.floor(), sh.seen.Rate(now))
 	if rest := p.by.Sub(now).Seconds(); rest > 0 {
 		pace = max(pace, float64(p.left)/rest) // what ends the response by its bound
@@ -147,7 +161,7 @@ func (p *Paced) Next(now time.Time, n int) time.Time {
 		pace = math.Inf(1)
 	}
 	p.left -= n
-	due := sh.next
+	due = sh.next
 	if due.After(p.by) { // behind other responses past this one's bound
 		due = p.by
 	}
@@ -155,5 +169,5 @@ func (p *Paced) Next(now time.Time, n int) time.Time {
 		due = now
 	}
 	sh.next = due.Add(time.Duration(float64(n) / pace * float64(time.Second)))
-	return due
+	return due, n
 }

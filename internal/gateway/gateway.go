@@ -109,10 +109,6 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	sched.SetCapacity(clk.Now(), cfg.CapacityVector())
-	pace, err := newPacer(cfg, clk)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
-	}
 	m, err := newMetrics(reg, gc)
 	if err != nil {
 		return nil, err
@@ -159,8 +155,12 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 		}
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	if pace != nil {
-		pace.share = view.share
+	pace, err := newPacer(cfg, clk, view.share)
+	if err != nil {
+		if gsp != nil {
+			gsp.conn.Close()
+		}
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	return &Gateway{
 		cfg: cfg, routes: newRouteTable(cfg.Routes, time.Duration(cfg.Timeout)), classify: cl,

@@ -10,11 +10,6 @@ import (
 	"github.com/neptune-cluster/neptune/internal/gage"
 )
 
-// paceChunk is how many bytes of a paced response go out at a time: small
-// enough that a 100 GRPS subscriber's response (250 KB/s paced) leaves in
-// steps of 65 ms, large enough that a write per chunk costs nothing.
-const paceChunk = 16 << 10
-
 // pacer writes response bodies through a gage.Shaper (pace_responses),
 // which it guards: the handlers of concurrent requests share it, so a
 // subscriber's concurrent responses share its pace.
@@ -27,7 +22,9 @@ type pacer struct {
 	shaper *gage.Shaper
 }
 
-func newPacer(cfg Config, clk clock.Clock) (*pacer, error) {
+// newPacer is the pacer of cfg (nil without pace_responses); share tells
+// it this gateway's part of a subscriber's reservation.
+func newPacer(cfg Config, clk clock.Clock, share func(sub string) float64) (*pacer, error) {
 	if !cfg.PaceResponses {
 		return nil, nil
 	}
@@ -35,11 +32,12 @@ func newPacer(cfg Config, clk clock.Clock) (*pacer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pacer{clk: clk, shaper: s}, nil
+	return &pacer{clk: clk, share: share, shaper: s}, nil
 }
 
-// write sends body to w, a chunk at a time when each is due, flushing each
-// so that it leaves then; without pacing (p nil) at once. It returns how
+// write sends body to w, in the chunks the shaper cuts, each when it is
+// due, flushing each so that it leaves then; without pacing (p nil) at
+// once. It returns how
 // long the chunks were held in all. It stops early, with the context's
 // error, if ctx ends (the client went away).
 func (p *pacer) write(ctx context.Context, w http.ResponseWriter, sub string, body []byte) (held time.Duration, err error) {
@@ -48,19 +46,18 @@ func (p *pacer) write(ctx context.Context, w http.ResponseWriter, sub string, bo
 		return 0, err
 	}
 	rc := http.NewResponseController(w)
-	share := 1.0
-	if p.share != nil {
-		share = p.share(sub)
-	}
+	share := p.share(sub)
 	p.mu.Lock()
 	p.shaper.SetShare(sub, share)
 	paced := p.shaper.Response(p.clk.Now(), sub, len(body))
 	p.mu.Unlock()
-	for len(body) > 0 {
-		n := min(len(body), paceChunk)
+	for {
 		p.mu.Lock()
-		due := paced.Next(p.clk.Now(), n)
+		due, n := paced.Next(p.clk.Now())
 		p.mu.Unlock()
+		if n == 0 {
+			return held, nil
+		}
 		if d := due.Sub(p.clk.Now()); d > 0 {
 			held += d
 			t := p.clk.NewTimer(d)
@@ -77,5 +74,4 @@ func (p *pacer) write(ctx context.Context, w http.ResponseWriter, sub string, bo
 		_ = rc.Flush() // recorders in tests cannot flush, which is harmless
 		body = body[n:]
 	}
-	return held, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/adapter"
 	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/gage"
 )
 
 // timedWriter records when (on the clock) each write happened and how
@@ -46,7 +47,7 @@ func pacerFor(t *testing.T, y string, clk clock.Clock) *pacer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := newPacer(cfg.WithDefaults(), clk)
+	p, err := newPacer(cfg.WithDefaults(), clk, func(string) float64 { return 1 })
 	if err != nil || p == nil {
 		t.Fatalf("pacer: %v, %v", p, err)
 	}
@@ -111,7 +112,7 @@ func TestPacedResponseLeavesAtThePace(t *testing.T) {
 	if len(w.writes) != 4 || !w.writes[0].at.Equal(t0) {
 		t.Fatalf("writes %+v, want 4 chunks, the first at once", w.writes)
 	}
-	want := time.Duration(float64(3*paceChunk) / (1.25 * 200_000) * float64(time.Second))
+	want := time.Duration(float64(3*gage.DefaultShapeChunk) / (1.25 * 200_000) * float64(time.Second))
 	if got := w.writes[3].at.Sub(t0); got < want || got > want+5*time.Millisecond {
 		t.Fatalf("last chunk at %v, want %v (the pace), give or take the test's clock steps", got, want)
 	}
@@ -145,7 +146,7 @@ func TestPacedWriteStopsWhenTheClientGoes(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("write returned %v, want context.Canceled", err)
 	}
-	if w.body.Len() != paceChunk {
+	if w.body.Len() != gage.DefaultShapeChunk {
 		t.Fatalf("%d bytes written, want only the first chunk", w.body.Len())
 	}
 }

@@ -135,8 +135,6 @@ func (c *cluster) capacity(now time.Time) (gage.Vector, bool) {
 	return v, any
 }
 
-// tick re-reads the capacity, gossips this gateway's demand and splits
-// the reservations and the capacity among the live gateways.
 // share is this gateway's last computed part of sub's reservation (1
 // before the first tick and without peers).
 func (c *cluster) share(sub string) float64 {
@@ -148,6 +146,8 @@ func (c *cluster) share(sub string) float64 {
 	return 1
 }
 
+// tick re-reads the capacity, gossips this gateway's demand and splits
+// the reservations and the capacity among the live gateways.
 func (c *cluster) tick(now time.Time, sched gage.Scheduler) {
 	for _, q := range sched.Queues() {
 		if q.Predicted > 0 {

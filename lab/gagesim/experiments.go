@@ -361,7 +361,7 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 		}
 		if pacedRun != nil {
 			fmt.Fprintf(w, "responses paced (the gateway's pace_responses): each subscriber's response bytes leave the gateway at %.2fx\n", gage.DefaultShapeHeadroom)
-			fmt.Fprintf(w, "the larger of its reservation's network rate and its recent rate, in %d KiB chunks; network usage counted as\n", chunk>>10)
+			fmt.Fprintf(w, "the larger of its reservation's network rate and its recent rate, in %d KiB chunks; network usage counted as\n", gage.DefaultShapeChunk>>10)
 			fmt.Fprintf(w, "they leave. What it costs, gage: the time a response's bytes take to leave the gateway\n")
 			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "subscriber\treserved\tp50\tp99\tmax\t")

@@ -474,33 +474,28 @@ func (b *backend) complete(w *world, r *req) {
 	}
 	if w.sc.pace && r.use[gage.Net] > 0 {
 		w.eng.After(w.sc.netDelay, func() {
-			n := r.use[gage.Net]
-			w.egress(w.gws[r.gw].shaper.Response(w.eng.Time(), w.names[r.sub], int(n)), r, n, w.eng.Now())
+			w.egress(w.gws[r.gw].shaper.Response(w.eng.Time(), w.names[r.sub], int(r.use[gage.Net])), r, w.eng.Now(), w.eng.Now())
 		})
 	}
 }
 
-// chunk is how many bytes the gateway writes at a time when it paces a
-// response (gateway.paceChunk).
-const chunk = 16 << 10
-
-// egress sends the left bytes of r's response out of its gateway, paced by
-// p, a chunk at a time as the gateway writes them, each offered once the
-// one before has gone. The bytes leave at the backend link's rate (the
-// gateway's link is as fast as a node's).
-func (w *world) egress(p *gage.Paced, r *req, left float64, since time.Duration) {
-	n := min(left, chunk)
-	due := p.Next(w.eng.Time(), int(n)).Sub(epoch)
-	w.eng.At(due, func() {
-		out := time.Duration(n / w.sc.backendNet * float64(time.Second))
-		w.accrue(r, gage.Net, n, due, due+out)
-		if left > n {
-			w.egress(p, r, left-n, since)
-			return
-		}
+// egress sends r's response out of its gateway, paced by p, in the chunks
+// p cuts, each asked for as the one before starts to leave, as the gateway
+// writes them; end is when the chunk before ends. The bytes leave at the
+// backend link's rate (the gateway's link is as fast as a node's).
+func (w *world) egress(p *gage.Paced, r *req, since, end time.Duration) {
+	at, n := p.Next(w.eng.Time())
+	if n == 0 {
 		if w.measured(r.arrived) {
-			w.res.paced[r.sub] = append(w.res.paced[r.sub], due+out-since)
+			w.res.paced[r.sub] = append(w.res.paced[r.sub], end-since)
 		}
+		return
+	}
+	due := at.Sub(epoch)
+	w.eng.At(due, func() {
+		out := time.Duration(float64(n) / w.sc.backendNet * float64(time.Second))
+		w.accrue(r, gage.Net, float64(n), due, due+out)
+		w.egress(p, r, since, due+out)
 	})
 }
 
