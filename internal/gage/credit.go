@@ -91,6 +91,10 @@ type Credit struct {
 
 	started    bool
 	cycleStart time.Time
+	// reserved is the sum of the reservations (at this gateway's shares)
+	// per second, kept as shares change: trueSpare reads it on every
+	// report.
+	reserved Vector
 }
 
 type creditQueue struct {
@@ -119,7 +123,9 @@ func NewCredit(cfg Config, opt Options) (*Credit, error) {
 	c := &Credit{opt: opt, unit: u, byName: subscriberIndex{}, pace: pacer{unit: u, burst: opt.Burst, debt: opt.Debt}}
 	for _, s := range cfg.All() {
 		c.byName[s.Name] = len(c.queues)
-		c.queues = append(c.queues, &creditQueue{subQueue: newSubQueue(s, opt)})
+		q := &creditQueue{subQueue: newSubQueue(s, opt)}
+		c.queues = append(c.queues, q)
+		c.reserved = c.reserved.Add(c.rate(q.reservation(), time.Second))
 	}
 	return c, nil
 }
@@ -313,18 +319,7 @@ func (c *Credit) Report(now time.Time, u Usage) error {
 		return err
 	}
 	q := c.queues[i]
-	spareN := 0
-	if q.out.n > 0 {
-		spareN = int(math.Round(float64(min(u.Requests, q.out.n)) * float64(q.outSpare.n) / float64(q.out.n)))
-	}
-	predSpare := q.outSpare.release(spareN)
-	pred := q.out.release(u.Requests)
-	var usedSpare Vector
-	for r := range usedSpare {
-		if pred[r] > 0 {
-			usedSpare[r] = u.Used[r] * min(predSpare[r]/pred[r], 1)
-		}
-	}
+	pred, predSpare, usedSpare := q.release(u)
 	// A spare request's correction goes to the spare it was served from,
 	// in the part of the capacity that is truly spare (beyond all the
 	// reservations), and to the reservation balance in the rest. Charged
@@ -338,7 +333,7 @@ func (c *Credit) Report(now time.Time, u Usage) error {
 	// reservation it was taken from (TestCreditChargesActualUsage).
 	f := c.trueSpare()
 	toSpare := predSpare.Sub(usedSpare).Scale(f)
-	q.spare -= (c.unit.Cost(predSpare) - c.unit.Cost(predSpare.Sub(toSpare))) / q.weight()
+	q.spare += (c.unit.Cost(predSpare.Sub(toSpare)) - c.unit.Cost(predSpare)) / q.weight()
 	corrAll := pred.Sub(u.Used)
 	corr := corrAll.Sub(toSpare)
 	// Corrections are bounded the same both ways (Debt): a refund is
@@ -371,7 +366,10 @@ func (c *Credit) SetShare(now time.Time, subscriber string, fraction float64) er
 	if err != nil {
 		return err
 	}
-	c.queues[i].share = fraction
+	q := c.queues[i]
+	c.reserved = c.reserved.Sub(c.rate(q.reservation(), time.Second))
+	q.share = fraction
+	c.reserved = c.reserved.Add(c.rate(q.reservation(), time.Second))
 	return nil
 }
 
@@ -410,19 +408,34 @@ func (c *Credit) Queues() []QueueState {
 	return out
 }
 
+// release takes the requests u reports out of q's outstanding ones, from
+// both rounds in proportion to what each has out, and returns the
+// predictions released, the part of them round 2 dispatched, and u's usage
+// split in proportion to those predictions.
+func (q *creditQueue) release(u Usage) (pred, predSpare, usedSpare Vector) {
+	spareN := 0
+	if q.out.n > 0 {
+		spareN = int(math.Round(float64(min(u.Requests, q.out.n)) * float64(q.outSpare.n) / float64(q.out.n)))
+	}
+	predSpare = q.outSpare.release(spareN)
+	pred = q.out.release(u.Requests)
+	for r := range usedSpare {
+		if pred[r] > 0 {
+			usedSpare[r] = u.Used[r] * min(predSpare[r]/pred[r], 1)
+		}
+	}
+	return pred, predSpare, usedSpare
+}
+
 // trueSpare is the fraction of the capacity beyond every reservation (at
 // this gateway's shares), in the bottleneck resource: 0 when the
 // reservations take it all.
 func (c *Credit) trueSpare() float64 {
-	var reserved Vector
-	for _, q := range c.queues {
-		reserved = reserved.Add(c.rate(q.reservation(), time.Second))
-	}
 	f := 1.0
 	for r, x := range c.unit {
 		if x > 0 {
 			if capR := c.pace.capacity[r]; capR > 0 {
-				f = min(f, max(0, 1-reserved[r]/capR))
+				f = min(f, max(0, 1-c.reserved[r]/capR))
 			} else {
 				f = 0
 			}
