@@ -55,18 +55,9 @@ func (s sizes) draw(r *rand.Rand) gage.Vector {
 		}
 		return v
 	case "trace":
-		// SPECweb99-like file classes (35% <1 KB, 50% 1-10 KB, 15% 10-100
-		// KB; the 1% over 100 KB left out, one such file would occupy a
-		// simulated node for seconds), 30% of reads missing the cache.
-		var size float64
-		switch u := r.Float64(); {
-		case u < 0.35:
-			size = 100 + 900*r.Float64()
-		case u < 0.85:
-			size = 1000 + 9000*r.Float64()
-		default:
-			size = 10000 + 90000*r.Float64()
-		}
+		// SPECweb99-like file sizes (TraceFileSize), 30% of reads missing
+		// the cache.
+		size := TraceFileSize(r)
 		v := gage.Vector{gage.CPU: 0.002 + size/1e6*0.02, gage.Net: size}
 		if r.Float64() < 0.3 {
 			v[gage.Disk] = 0.008 + size/20e6
@@ -75,6 +66,24 @@ func (s sizes) draw(r *rand.Rand) gage.Vector {
 	}
 	return unitVec
 }
+
+// TraceFileSize draws the bytes of one file of the SPECweb99-like mix:
+// 35% under 1 KB, 50% 1–10 KB, 15% 10–100 KB (the 1% over 100 KB left out,
+// one such file would occupy a simulated node for seconds). `neptune bench
+// gage --sections pace` fetches the same mix from real nodes.
+func TraceFileSize(r *rand.Rand) float64 {
+	switch u := r.Float64(); {
+	case u < 0.35:
+		return 100 + 900*r.Float64()
+	case u < 0.85:
+		return 1000 + 9000*r.Float64()
+	default:
+		return 10000 + 90000*r.Float64()
+	}
+}
+
+// TraceMeanFileSize is the mean of TraceFileSize, in bytes.
+const TraceMeanFileSize = 0.35*550 + 0.5*5500 + 0.15*55000
 
 // meanCost estimates the GRU per request of s's requests, to turn a
 // demand in GRPS into a request rate. It is the cost of the mean usage

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune/apps/work"
+	"github.com/neptune-cluster/neptune/internal/gage"
 	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/gagesim"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
 
@@ -21,18 +23,9 @@ var fileProfile = profile{path: "/file", service: "work", method: "file", scale:
 	body: func(Config) []byte { return work.EncodeBytes(1000) },
 	what: func(Config) string { return "work.file answering SPECweb99-like file sizes" }}
 
-// traceSize draws a file size of the SPECweb99-like mix of the simulation's
-// Fig 6 (lab/gagesim): 35% under 1 KB, 50% 1–10 KB, 15% 10–100 KB.
-func traceSize(r *rand.Rand) int {
-	switch u := r.Float64(); {
-	case u < 0.35:
-		return 100 + r.IntN(900)
-	case u < 0.85:
-		return 1000 + r.IntN(9000)
-	default:
-		return 10000 + r.IntN(90000)
-	}
-}
+// bytesPerGRU is a generic request's network bytes: the files are
+// network-bound, so a reservation in GRPS is so many bytes a second.
+var bytesPerGRU = gage.DefaultUnit[gage.Net]
 
 // paceBin is the width of the bins the received bytes are counted in.
 const paceBin = 10 * time.Millisecond
@@ -85,8 +78,8 @@ func (e *env) pace(ctx context.Context) ([]*report.Check, error) {
 			var flows []flow
 			for j, s := range subs {
 				bins[j] = make([]atomic.Int64, nb)
-				flows = append(flows, flow{sub: s.name, host: host(s.name), rate: 1.5 * s.res / traceMeanGRU,
-					body: func(r *rand.Rand) []byte { return work.EncodeBytes(traceSize(r)) },
+				flows = append(flows, flow{sub: s.name, host: host(s.name), rate: 1.5 * s.res * bytesPerGRU / gagesim.TraceMeanFileSize,
+					body: func(r *rand.Rand) []byte { return work.EncodeBytes(int(gagesim.TraceFileSize(r))) },
 					received: func(at time.Time, n int) {
 						if b := int(at.Sub(t0) / paceBin); b >= 0 && b < nb {
 							bins[j][b].Add(int64(n))
@@ -108,7 +101,7 @@ func (e *env) pace(ctx context.Context) ([]*report.Check, error) {
 			for w, win := range wins {
 				per := int(win / paceBin)
 				for j, s := range subs {
-					want := s.res * 2000 * win.Seconds()
+					want := s.res * bytesPerGRU * win.Seconds()
 					for b := first; b+per <= first+int(cell/paceBin); b += per {
 						var got int64
 						for x := b; x < b+per; x++ {
@@ -148,10 +141,6 @@ func (e *env) pace(ctx context.Context) ([]*report.Check, error) {
 	ch := paceVerdict(d1, d4, report.Mean(devs[0][0]))
 	return []*report.Check{starvedDoubts(ch, pooled[1], "the paced gateway's cells")}, nil
 }
-
-// traceMeanGRU is the mean GRU of a trace request (its bytes over 2,000:
-// the network binds), to turn a demand in GRPS into requests per second.
-const traceMeanGRU = (0.35*550 + 0.5*5500 + 0.15*55000) / 2000
 
 // paceVerdict judges Fig 6's goal on the paced gateway: deviation at most
 // 5% at 1 s windows and 2% at 4 s; whole responses' figure is printed
