@@ -27,6 +27,9 @@ var fileProfile = profile{path: "/file", service: "work", method: "file", scale:
 // network-bound, so a reservation in GRPS is so many bytes a second.
 var bytesPerGRU = gage.DefaultUnit[gage.Net]
 
+// paceMaxWait is the gateways' max_wait in the pace section.
+const paceMaxWait = 5 * time.Second
+
 // paceBin is the width of the bins the received bytes are counted in.
 const paceBin = 10 * time.Millisecond
 
@@ -38,9 +41,15 @@ const paceBin = 10 * time.Millisecond
 // 2,000 B/s) is averaged over subscribers and windows, for the credit
 // scheduler sending whole responses and the same with pace_responses.
 func (e *env) pace(ctx context.Context) ([]*report.Check, error) {
-	saved := e.prof
-	e.prof = fileProfile
-	defer func() { e.prof = saved }()
+	// As in the simulation, a request waits for its turn however long
+	// (within the request timeout) instead of being refused after
+	// max_wait: the figure is of subscribers that always have work
+	// waiting, and a 500 ms bound empties a small subscriber's queue after
+	// each of its large files (one is half a second of a 100 GRPS
+	// reservation), leaving its reservation unused.
+	saved, savedWait := e.prof, e.cfg.MaxWait
+	e.prof, e.cfg.MaxWait = fileProfile, paceMaxWait
+	defer func() { e.prof, e.cfg.MaxWait = saved, savedWait }()
 	k := e.cfg.Scale * 5
 	subs := []subscriberSpec{{"s1", 300 * k}, {"s2", 200 * k}, {"s3", 150 * k}, {"s4", 100 * k}}
 	capacity := 0.0
