@@ -25,7 +25,7 @@ in-process nodes. Each benchmark runs its contenders side by side in one
 run, interleaved in rounds so drift in the machine affects all alike, and
 prints ratios; --sections picks the parts of those that have several.`,
 		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), moveCmd(), restoreCmd(), gageBenchCmd(),
-		echoServerCmd(), faultsClientCmd(), httpProgramCmd(), lbClientCmd())
+		echoServerCmd(), faultsClientCmd(), delayerCmd(), httpProgramCmd(), lbClientCmd())
 }
 
 func overheadCmd() *cobra.Command {

@@ -50,3 +50,11 @@ func faultsClientCmd() *cobra.Command {
 	cmd.Hidden = true
 	return cmd
 }
+
+func delayerCmd() *cobra.Command {
+	cmd := leaf(faults.DelayerVerb, "Packet delayer of the fault suite's lossy links (reads its job from stdin)", "", func(cmd *cobra.Command, _ []string) error {
+		return faults.Delayer(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout())
+	})
+	cmd.Hidden = true
+	return cmd
+}
