@@ -48,6 +48,10 @@ type ClientSpec struct {
 	MaxOps   int
 	Duration time.Duration
 	Seed     uint64
+	// Unreplicated: the services are hosted unreplicated (their
+	// announcements list no replicas), so the client waits until some
+	// node announces both.
+	Unreplicated bool
 }
 
 // Record is one operation in a history file.
@@ -104,7 +108,24 @@ func Client(ctx context.Context, in io.Reader, out io.Writer) error {
 	}
 	defer c.Close()
 	deadline := time.Now().Add(20 * time.Second)
-	for len(c.Partitions()) < 2*spec.Parts {
+	seen := func() bool {
+		if !spec.Unreplicated {
+			return len(c.Partitions()) >= 2*spec.Parts
+		}
+		for _, e := range c.Gossip().Snapshot() {
+			n := 0
+			for _, s := range e.Ann.Services {
+				if s.Name == listappend.Name || s.Name == "kv" {
+					n++
+				}
+			}
+			if n == 2 {
+				return true
+			}
+		}
+		return false
+	}
+	for !seen() {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("faults client %s: services not seen: %+v", spec.Name, c.Partitions())
 		}

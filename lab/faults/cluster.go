@@ -44,7 +44,10 @@ type Cluster struct {
 	// their default).
 	Linearizable, LeaseSet bool
 	// Level is the list-append service's level; kv runs at level 3.
+	// Unreplicated: one node hosting both services without replication
+	// (the baseline of the lossy-link benchmark).
 	Level, Parts int
+	Unreplicated bool
 	Staleness    time.Duration
 
 	exe, dir, config string
@@ -65,8 +68,12 @@ type Node struct {
 }
 
 // clusterYAML is the shared config; lease > 0 sets both services' lease,
-// linearizable adds the option to kv.
+// linearizable adds the option to kv; level 0 is both services without
+// replication.
 func clusterYAML(parts, level int, staleness, lease time.Duration, linearizable bool) string {
+	if level == 0 {
+		return fmt.Sprintf("services:\n  - name: %s\n    partitions: 0-%d\n  - name: kv\n    partitions: 0-%d\n", listappend.Name, parts-1, parts-1)
+	}
 	lin, ls := "", ""
 	if linearizable {
 		lin = ", linearizable: true"
@@ -84,7 +91,8 @@ func clusterYAML(parts, level int, staleness, lease time.Duration, linearizable 
 `, listappend.Name, parts-1, level, staleness, ls, parts-1, staleness, ls, lin)
 }
 
-// StartCluster makes namespaces n1..n3 on net and starts a node in each.
+// StartCluster makes namespaces n1..n3 on net and starts a node in each
+// (level 0: one node, n1, with both services unreplicated).
 // It first tries kv with `linearizable: true` (if linearizable) and both services with
 // `lease: <lease>`; a key the binary refuses is dropped (kv then runs at
 // plain level 3), and said so in Linearizable and LeaseSet.
@@ -94,8 +102,12 @@ func StartCluster(ctx context.Context, net *Net, exe, dir string, level, parts i
 		return nil, err
 	}
 	c := &Cluster{Net: net, Level: level, Parts: parts, Staleness: staleness, exe: exe, dir: dir, config: filepath.Join(dir, "cluster.yaml"),
-		poller: poller, conns: transport.NewConns(), Linearizable: linearizable, LeaseSet: lease > 0}
-	for i := range 3 {
+		poller: poller, conns: transport.NewConns(), Linearizable: linearizable && level > 0, LeaseSet: lease > 0 && level > 0, Unreplicated: level == 0}
+	nodes := 3
+	if c.Unreplicated {
+		nodes = 1
+	}
+	for i := range nodes {
 		id := fmt.Sprintf("n%d", i+1)
 		h, err := net.AddHost(id)
 		if err != nil {
@@ -350,11 +362,11 @@ func (c *Cluster) WaitConverged(ctx context.Context, limit time.Duration) error 
 					if a.Primary {
 						primaries++
 					}
-					if !a.OK || !a.Serving || a.Version != as[0].Version {
+					if !a.OK || (!c.Unreplicated && (!a.Serving || a.Version != as[0].Version)) {
 						ok = false
 					}
 				}
-				if primaries != 1 {
+				if primaries != 1 && !c.Unreplicated {
 					ok = false
 				}
 				if !ok {

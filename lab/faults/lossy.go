@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -236,4 +239,76 @@ type packetQueue interface {
 	read(buf []byte, f func(id uint32)) error
 	verdict(id uint32, accept bool) error
 	Close() error
+}
+
+// quiet waits d (or until ctx ends), printing progress every 10 s.
+func quiet(ctx context.Context, d time.Duration, log io.Writer) {
+	end := time.Now().Add(d)
+	for {
+		left := time.Until(end)
+		if left <= 0 || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(min(left, 10*time.Second)):
+		}
+		if left > 10*time.Second {
+			fmt.Fprintf(log, "  %v of %v\n", (d - time.Until(end)).Round(time.Second), d)
+		}
+	}
+}
+
+// roleLine matches a node's "replica role changed" log line.
+var roleLine = regexp.MustCompile(`^time=(\S+) .*msg="replica role changed" .*service=(\S+) partition=(\d+) .*epoch=(\d+)`)
+
+// countElections counts, over every partition, the epochs some node's
+// replica entered between from and to that no replica had reached
+// before from: each is an election (won or not) in the window.
+func countElections(cl *Cluster, from, to time.Time) int {
+	var lines []string
+	for _, n := range cl.Nodes {
+		b, err := os.ReadFile(n.LogPath)
+		if err == nil {
+			lines = append(lines, strings.Split(string(b), "\n")...)
+		}
+	}
+	return electionsIn(lines, from, to)
+}
+
+// electionsIn is countElections over log lines.
+func electionsIn(lines []string, from, to time.Time) int {
+	before := map[string]uint64{}
+	during := map[string]map[uint64]bool{}
+	for _, l := range lines {
+		m := roleLine.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			continue
+		}
+		epoch, _ := strconv.ParseUint(m[4], 10, 64)
+		part := m[2] + "/" + m[3]
+		switch {
+		case at.Before(from):
+			before[part] = max(before[part], epoch)
+		case !at.After(to):
+			if during[part] == nil {
+				during[part] = map[uint64]bool{}
+			}
+			during[part][epoch] = true
+		}
+	}
+	n := 0
+	for part, es := range during {
+		for e := range es {
+			if e > before[part] {
+				n++
+			}
+		}
+	}
+	return n
 }

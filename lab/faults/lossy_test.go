@@ -177,3 +177,26 @@ func TestImpairedLink(t *testing.T) {
 		}
 	}
 }
+
+// TestElectionsFromLogs counts the epochs entered in the window that no
+// replica had reached before it, once each however many nodes log them.
+func TestElectionsFromLogs(t *testing.T) {
+	lines := []string{
+		`time=2026-11-28T03:29:00.475Z level=INFO msg="replica role changed" node=n1 service=listappend partition=0 role=primary epoch=1 primary=n1 applied=0`,
+		`time=2026-11-28T03:29:00.477Z level=INFO msg="replica role changed" node=n3 service=listappend partition=0 role=secondary epoch=1 primary=n1 applied=0`,
+		`time=2026-11-28T03:29:02.006Z level=INFO msg="replica role changed" node=n2 service=kv partition=1 role=recovering epoch=2 primary="" applied=1`,
+		`time=2026-11-28T03:29:02.169Z level=INFO msg="replica role changed" node=n3 service=kv partition=1 role=recovering epoch=2 primary="" applied=1`,
+		`time=2026-11-28T03:29:02.478Z level=INFO msg="replica role changed" node=n2 service=kv partition=1 role=candidate epoch=3 primary="" applied=1`,
+		`time=2026-11-28T03:29:03.154Z level=INFO msg="replica role changed" node=n3 service=listappend partition=0 role=recovering epoch=1 primary=n1 applied=6`,
+		`time=2026-11-28T03:29:09.000Z level=INFO msg="replica role changed" node=n3 service=listappend partition=0 role=primary epoch=2 primary=n3 applied=6`,
+		`time=2026-11-28T03:29:01.000Z level=INFO msg="node started" node=n1`,
+	}
+	from, _ := time.Parse(time.RFC3339, "2026-11-28T03:29:01Z")
+	to, _ := time.Parse(time.RFC3339, "2026-11-28T03:29:05Z")
+	if got := electionsIn(lines, from, to); got != 2 {
+		t.Fatalf("elections in window = %d, want 2 (kv/1 epochs 2 and 3)", got)
+	}
+	if got := electionsIn(lines, from, to.Add(10*time.Second)); got != 3 {
+		t.Fatalf("elections in the longer window = %d, want 3", got)
+	}
+}

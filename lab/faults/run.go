@@ -46,6 +46,12 @@ type Config struct {
 	// Quiet, if positive, runs no nemesis: the workload runs for Quiet,
 	// and Result.Throughput counts what was acknowledged in it.
 	Quiet time.Duration
+	// Lossy, if not zero, impairs every node's links to the other hosts
+	// (Net.Impair) once the cluster is up, for the whole run.
+	Lossy Impairment
+	// Unreplicated runs one node with both services unreplicated (Level
+	// is then ignored); WritesOnly runs only the appenders.
+	Unreplicated, WritesOnly bool
 }
 
 func (c *Config) defaults() {
@@ -79,6 +85,9 @@ func (c *Config) defaults() {
 	}
 	if c.Log == nil {
 		c.Log = io.Discard
+	}
+	if c.WritesOnly {
+		c.Registers, c.Readers = 0, 0
 	}
 }
 
@@ -127,6 +136,10 @@ type Result struct {
 	ResumeBy map[Kind][]time.Duration
 	// Throughput is what a Quiet run acknowledged in its window.
 	Throughput Throughput
+	// Elections counts, in a Quiet run's window, the epochs some replica
+	// entered (each election, won or not, starts one), over every
+	// partition, from the nodes' logs.
+	Elections int
 	// Settle is, per fault, the time from its end until every client's
 	// yellow pages showed exactly one primary for every partition;
 	// Unsettled counts faults after which some client's had not settled
@@ -151,11 +164,25 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	// A throughput run compares kv at plain level 3 (a baseline binary
 	// may have no linearizable level).
-	cl, err := StartCluster(ctx, net, nodeExe, cfg.Dir, cfg.Level, cfg.Parts, cfg.Staleness, cfg.Lease, cfg.Quiet <= 0, cfg.Log)
+	level := cfg.Level
+	if cfg.Unreplicated {
+		level = 0
+	}
+	cl, err := StartCluster(ctx, net, nodeExe, cfg.Dir, level, cfg.Parts, cfg.Staleness, cfg.Lease, cfg.Quiet <= 0, cfg.Log)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
+	if cfg.Lossy != (Impairment{}) {
+		var ids []string
+		for _, n := range cl.Nodes {
+			ids = append(ids, n.ID)
+		}
+		if err := net.Impair(ctx, cfg.Exe, ids, cfg.Lossy, cfg.Seed); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(cfg.Log, "links impaired: %s on the egress of %v\n", cfg.Lossy, ids)
+	}
 	res = &Result{Seed: cfg.Seed, Linearizable: cl.Linearizable, LeaseSet: cl.LeaseSet, SilentCuts: net.Silent}
 	var steps []Step
 	if cfg.Quiet <= 0 {
@@ -234,8 +261,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		time.Sleep(s.Rest)
 	}
 	if cfg.Quiet > 0 {
-		time.Sleep(cfg.Quiet)
+		quiet(ctx, cfg.Quiet, cfg.Log)
 		res.Throughput.From, res.Throughput.To = begin, time.Now()
+		res.Elections = countElections(cl, begin, res.Throughput.To)
 	}
 	if err := net.Heal(); err != nil {
 		return nil, err
@@ -406,7 +434,7 @@ func startClients(ctx context.Context, net *Net, cl *Cluster, cfg Config) ([]*pr
 		}
 		spec := ClientSpec{Name: name, IP: h.IP, Join: join, Out: filepath.Join(cfg.Dir, name+".jsonl"), Parts: cfg.Parts, Keys: cfg.Keys,
 			Appenders: cfg.Appenders, Registers: cfg.Registers, Readers: cfg.Readers, ElemBase: uint64(i+1) << 48, MaxOps: cfg.MaxOps,
-			Duration: cfg.Budget + 2*time.Minute, Seed: cfg.Seed*2 + uint64(i)}
+			Duration: cfg.Budget + cfg.Quiet + 2*time.Minute, Seed: cfg.Seed*2 + uint64(i), Unreplicated: cfg.Unreplicated}
 		b, _ := json.Marshal(spec)
 		p := &proc{name: name, out: spec.Out, exited: make(chan error, 1)}
 		p.cmd = h.Command(cfg.Exe, cfg.ClientArgs...)

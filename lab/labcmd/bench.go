@@ -19,12 +19,12 @@ import (
 )
 
 func benchCmd() *cobra.Command {
-	return group("bench", "Run a benchmark: overhead, lb, replication, wal, apps, dac, append, burst, faults, gage",
+	return group("bench", "Run a benchmark: overhead, lb, replication, wal, apps, dac, append, burst, faults, lossy, gage",
 		`Run a benchmark on real node processes (re-executions of this binary) or
 in-process nodes. Each benchmark runs its contenders side by side in one
 run, interleaved in rounds so drift in the machine affects all alike, and
 prints ratios; --sections picks the parts of those that have several.`,
-		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), moveCmd(), restoreCmd(), gageBenchCmd(),
+		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), lossyCmd(), moveCmd(), restoreCmd(), gageBenchCmd(),
 		echoServerCmd(), faultsClientCmd(), delayerCmd(), httpProgramCmd(), lbClientCmd())
 }
 

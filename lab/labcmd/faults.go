@@ -58,3 +58,36 @@ func delayerCmd() *cobra.Command {
 	cmd.Hidden = true
 	return cmd
 }
+
+func lossyCmd() *cobra.Command {
+	cfg := faults.DefaultLossyConfig()
+	cmd := leaf("lossy [flags]", "Lossy links: elections and write throughput, replicated vs one unreplicated node, through the same impaired links",
+		`Impair every node's egress (--loss dropped silently in the switch,
+--delay ± --jitter added by a packet delayer in the node's namespace, so
+packets reorder) and run, side by side in each round, one unreplicated
+node and a three-node cluster per --levels, each on fresh namespaces,
+with the same two client processes appending to lists (writes only)
+for --window. Prints each cell's acknowledged writes per second and
+elections (epochs entered, from the nodes' logs), the ratios to the
+unreplicated node, and a verdict per goal fixed before the run (issue
+28: at most one election per minute, writes at least half the
+unreplicated node's). A cell with fewer than --min-writes writes is
+starved: INCONCLUSIVE. Root, iproute2, iptables (NFQUEUE) and nft needed.`,
+		experiment(&cfg, nil, nil, faults.RunLossy))
+	cmd.Example = "  neptune bench lossy --rounds 2 --window 60s"
+	fs := cmd.Flags()
+	fs.Float64Var(&cfg.Link.Loss, "loss", cfg.Link.Loss, "fraction of each node's packets dropped")
+	fs.DurationVar(&cfg.Link.Delay, "delay", cfg.Link.Delay, "mean delay added to each node's packets")
+	fs.DurationVar(&cfg.Link.Jitter, "jitter", cfg.Link.Jitter, "delays are uniform in delay ± jitter (packets reorder)")
+	fs.IntSliceVar(&cfg.Levels, "levels", cfg.Levels, "replicated contenders (levels 2 and 3)")
+	fs.DurationVar(&cfg.Window, "window", cfg.Window, "measured time of each cell")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds; each runs every contender once")
+	addSeed(fs, &cfg.Seed, "the first round")
+	fs.IntVar(&cfg.Appenders, "appenders", cfg.Appenders, "appenders per client process (two processes)")
+	fs.Float64Var(&cfg.ElectionsPerMinute, "elections-goal", cfg.ElectionsPerMinute, "most elections per minute (all partitions)")
+	fs.Float64Var(&cfg.ThroughputGoal, "throughput-goal", cfg.ThroughputGoal, "least ratio of replicated to unreplicated writes per second")
+	fs.IntVar(&cfg.MinWrites, "min-writes", cfg.MinWrites, "fewest acknowledged writes of a judged cell")
+	fs.StringVar(&cfg.NodeExe, "node-exe", cfg.NodeExe, "neptune binary the replicated nodes run (default: this one)")
+	fs.BoolVar(&cfg.Keep, "keep", cfg.Keep, "keep each cell's logs and histories")
+	return cmd
+}
