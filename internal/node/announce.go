@@ -108,6 +108,18 @@ func (p *peers) Replicate(ctx context.Context, node, addr string, batch *pb.Repl
 	return err
 }
 
+// ReplicateControl delivers a batch of control messages on control
+// connection conn to node (replication.ControlSender): lanes 1.. of the
+// node's connections, apart from the shared one.
+func (p *peers) ReplicateControl(ctx context.Context, conn int, node, addr string, batch *pb.ReplicaBatch) error {
+	cl, err := p.client.Conns().ClientOnLane(node, addr, 1+conn)
+	if err != nil {
+		return err
+	}
+	_, err = cl.Replicate(ctx, batch)
+	return err
+}
+
 // OpenSnapshot starts a snapshot stream to node (replication.SnapshotSender).
 func (p *peers) OpenSnapshot(ctx context.Context, node, addr string) (replication.SnapshotStream, error) {
 	cl, err := p.client.Conns().ClientFor(node, addr)

@@ -113,3 +113,78 @@ func TestHeartbeatIsDeliveredWhileALargeBatchIsInFlight(t *testing.T) {
 		t.Fatalf("Resent() = %d entries, %d bytes; want the 4 entries sent twice, once", e, b)
 	}
 }
+
+// stallingSender is a ControlSender whose control connection 0 is stalled
+// (a TCP segment lost: every call on it waits), while the others deliver.
+type stallingSender struct {
+	stalled chan struct{} // a call started on the stalled connection
+	control chan int      // the connection a control message came over
+}
+
+func (s *stallingSender) Replicate(context.Context, string, string, *pb.ReplicaBatch) error {
+	panic("control messages must go over the control connections")
+}
+
+func (s *stallingSender) ReplicateControl(ctx context.Context, conn int, _, _ string, b *pb.ReplicaBatch) error {
+	if conn == 0 {
+		s.stalled <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	for range b.Messages {
+		s.control <- conn
+	}
+	return nil
+}
+
+func (s *stallingSender) Forward(context.Context, string, string, *pb.CallRequest) (*pb.CallResponse, error) {
+	panic("no forwarding in this test")
+}
+
+// Heartbeats go around a stalled control connection (issue 28: on a lossy
+// link one lost segment stalls a TCP connection for a retransmission
+// timeout, and a heartbeat queued behind it would be late everywhere):
+// while one call waits on the stalled connection, every later heartbeat
+// is delivered over the others, and the peer stays alive.
+func TestHeartbeatsGoAroundAStalledConnection(t *testing.T) {
+	clk := clock.NewManual(t0)
+	s := &stallingSender{stalled: make(chan struct{}, 8), control: make(chan int, 64)}
+	rt := New(Config{Self: "a", DataDir: t.TempDir(), Directory: &fakeDir{hosts: []string{"a", "b"}}, Sender: s, Clock: clk})
+	if err := rt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Stop)
+	k := partKey{"kv", 0}
+	beat := replica.Message{Type: replica.MsgAppend, From: "a", To: "b", Epoch: 1}
+	// Send until one heartbeat is stuck on the stalled connection.
+	stuck := false
+	for i := 0; !stuck; i++ {
+		if i > 100 {
+			t.Fatal("no call ever used control connection 0")
+		}
+		rt.send(k, beat)
+		select {
+		case <-s.stalled:
+			stuck = true
+		case <-s.control:
+		case <-time.After(5 * time.Second):
+			t.Fatal("heartbeat not delivered")
+		}
+	}
+	// The clock does not move: the stalled call never times out. Every
+	// heartbeat from now on must still arrive, over connections 1 and 2.
+	for i := range 20 {
+		rt.send(k, beat)
+		select {
+		case conn := <-s.control:
+			if conn == 0 {
+				t.Fatalf("heartbeat %d delivered over the stalled connection", i)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("heartbeat %d not delivered while one control connection is stalled", i)
+		}
+	}
+	if !rt.det.alive("b", clk.Now(), true, false, 500*time.Millisecond) {
+		t.Fatal("a stalled connection made the peer look dead while heartbeats got through")
+	}
+}

@@ -76,6 +76,19 @@ func (pq *peerQueue) onItsWay(pm *pb.ReplicaMessage) bool {
 	return slices.ContainsFunc(pq.q, covers) || slices.ContainsFunc(pq.inflight, covers)
 }
 
+// poke wakes a sender if the queue holds messages.
+func (pq *peerQueue) poke() {
+	pq.mu.Lock()
+	more := len(pq.q) > 0
+	pq.mu.Unlock()
+	if more {
+		select {
+		case pq.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // done ends the call under way.
 func (pq *peerQueue) done() {
 	pq.mu.Lock()
@@ -162,9 +175,11 @@ func (rt *Runtime) send(k partKey, m replica.Message) {
 	if !ok {
 		pl = &peerLanes{ctrl: newPeerQueue(), bulk: newPeerQueue(), sent: map[partKey]replica.LSN{}}
 		rt.peers[to] = pl
-		rt.wg.Add(2)
-		go func() { defer rt.wg.Done(); rt.sender(to, pl, true) }()
-		go func() { defer rt.wg.Done(); rt.sender(to, pl, false) }()
+		rt.wg.Add(1 + controlConns)
+		for conn := range controlConns {
+			go func() { defer rt.wg.Done(); rt.sender(to, pl, true, conn) }()
+		}
+		go func() { defer rt.wg.Done(); rt.sender(to, pl, false, 0) }()
 	}
 	rt.mu.Unlock()
 	if len(m.Entries) == 0 {
@@ -216,7 +231,10 @@ func (rt *Runtime) Resent() (entries, bytes int64) {
 }
 
 // sender delivers one lane's queue in FIFO batches, one call at a time.
-func (rt *Runtime) sender(to string, pl *peerLanes, ctrl bool) {
+// The control lane has controlConns senders, each on its own connection
+// (conn), taking from one queue: while one waits out a stalled call the
+// others carry the heartbeats.
+func (rt *Runtime) sender(to string, pl *peerLanes, ctrl bool, conn int) {
 	pq := pl.bulk
 	if ctrl {
 		pq = pl.ctrl
@@ -232,13 +250,22 @@ func (rt *Runtime) sender(to string, pl *peerLanes, ctrl bool) {
 			if len(batch) == 0 {
 				break
 			}
+			if ctrl {
+				pq.poke() // more queued: an idle sender takes it meanwhile
+			}
 			start := rt.clock.Now()
-			err := rt.deliver(to, batch, size)
+			err := rt.deliver(to, batch, size, ctrl, conn)
 			pq.done()
 			switch {
 			case err != nil && ctrl:
-				rt.det.callFailed(to)
 				if !timedOut(err) {
+					// Only a call the peer refused counts against it (a
+					// killed process refuses at once). One that timed out
+					// met a stalled connection (a lossy link: the other
+					// control connections carry on) or a paused peer, which
+					// its silence shows (a primary's: AckTimeout) or its
+					// late acknowledgements (a follower's).
+					rt.det.callFailed(to)
 					// It may have restarted without what it was sent. (A call
 					// that only timed out met a busy node: forgetting would
 					// let every retransmission through, and in a burst that
@@ -265,15 +292,23 @@ func timedOut(err error) bool {
 
 // deliver makes one Replicate call. Its timeout grows with the batch: a
 // 16 MiB batch on a busy link is slow, not lost.
-func (rt *Runtime) deliver(to string, batch []*pb.ReplicaMessage, size int) error {
+func (rt *Runtime) deliver(to string, batch []*pb.ReplicaMessage, size int, ctrl bool, conn int) error {
 	addr := rt.addrOf(to)
 	if addr == "" {
 		return fmt.Errorf("%w: node %q is not in the yellow pages", nerr.ErrNoReplica, to)
 	}
-	timeout := deliverTimeout + time.Duration(int64(size)*int64(time.Second)/bulkBytesPerSecond)
+	base := deliverTimeout
+	if !ctrl {
+		base = bulkDeliverTimeout
+	}
+	timeout := base + time.Duration(int64(size)*int64(time.Second)/bulkBytesPerSecond)
 	ctx, cancel := clock.WithTimeout(rt.ctx, rt.clock, timeout)
 	defer cancel()
-	return rt.cfg.Sender.Replicate(ctx, to, addr, &pb.ReplicaBatch{From: rt.cfg.Self, Messages: batch})
+	b := &pb.ReplicaBatch{From: rt.cfg.Self, Messages: batch}
+	if cs, ok := rt.cfg.Sender.(ControlSender); ok && ctrl {
+		return cs.ReplicateControl(ctx, conn, to, addr, b)
+	}
+	return rt.cfg.Sender.Replicate(ctx, to, addr, b)
 }
 
 // bulkBytesPerSecond is the slowest link rate a Replicate call is given

@@ -326,16 +326,16 @@ func TestReplicationOutlivesTheYellowPages(t *testing.T) {
 	rt := New(Config{Self: "a", DataDir: t.TempDir(), Directory: dir, Sender: snd, Clock: clock.NewManual(t0)})
 	rt.ctx = context.Background()
 	batch := []*pb.ReplicaMessage{{Service: "kv"}}
-	if err := rt.deliver("b", batch, 10); err != nil {
+	if err := rt.deliver("b", batch, 10, false, 0); err != nil {
 		t.Fatal(err)
 	}
 	dir.mu.Lock()
 	dir.gone = true
 	dir.mu.Unlock()
-	if err := rt.deliver("b", batch, 10); err != nil {
+	if err := rt.deliver("b", batch, 10, false, 0); err != nil {
 		t.Fatalf("delivery to a peer the pages dropped: %v", err)
 	}
-	if err := rt.deliver("c", batch, 10); !errors.Is(err, nerr.ErrNoReplica) {
+	if err := rt.deliver("c", batch, 10, false, 0); !errors.Is(err, nerr.ErrNoReplica) {
 		t.Fatalf("delivery to a peer never listed: %v, want ErrNoReplica", err)
 	}
 	snd.mu.Lock()

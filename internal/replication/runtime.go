@@ -53,6 +53,19 @@ type Sender interface {
 	Forward(ctx context.Context, node, addr string, in *pb.CallRequest) (*pb.CallResponse, error)
 }
 
+// ControlSender is a Sender that can deliver a batch of control messages
+// (no entries) on one of controlConns connections of their own to the
+// node, apart from the one bulk data and calls share. Over TCP a lost
+// segment stalls every call behind it on its connection until it is
+// retransmitted (a tail-loss probe or a retransmission timeout: 200 ms
+// and more, doubling if the copy is lost too); heartbeats spread over
+// independent connections arrive while any one is unstalled, so a lossy
+// link does not silence a live primary (issue 28). Without it the
+// control lane uses Replicate.
+type ControlSender interface {
+	ReplicateControl(ctx context.Context, conn int, node, addr string, batch *pb.ReplicaBatch) error
+}
+
 // Result is a handler's outcome for one write.
 type Result struct {
 	Resp *service.Response
@@ -117,8 +130,22 @@ const (
 	// batchBytes caps one Replicate call, well under gRPC's default
 	// 4 MiB receive limit, which would refuse a whole backlog at once.
 	batchBytes = 1 << 20
-	// deliverTimeout bounds one Replicate call.
+	// controlConns is how many control calls may be in flight to one node,
+	// each on its own connection where the Sender is a ControlSender.
+	controlConns = 3
+	// deliverTimeout bounds one Replicate call of the control lane.
 	deliverTimeout = 300 * time.Millisecond
+	// bulkDeliverTimeout is the base bound of one bulk call (plus its
+	// size at bulkBytesPerSecond). Giving up on a call does not unstall
+	// its connection: on a lossy link the call waits for TCP to
+	// retransmit a lost segment (200 ms and more, doubling when the copy
+	// is lost too), and the next call would wait behind the same segment.
+	// Cancelled, the batch may not arrive whole, and the follower then
+	// refuses the entries after it as a gap until the primary resends
+	// them all: cascades that cost a lossy link most of its writes (issue
+	// 28). A dead peer refuses calls at once, and the control lane
+	// detects a silent one, so waiting here delays nothing else.
+	bulkDeliverTimeout = 2 * time.Second
 	// checkRetry is the pause between failed CHECK calls, applyRetry
 	// between offers of a write the workers refused.
 	checkRetry = 50 * time.Millisecond

@@ -28,9 +28,14 @@ type Conns struct {
 	tls *pki.Source
 }
 
-// connKey names a cached connection: the address, and with TLS the node
-// id the server must prove it is ("" accepts any node).
-type connKey struct{ node, addr string }
+// connKey names a cached connection: the address, with TLS the node id
+// the server must prove it is ("" accepts any node), and the lane: 0 is
+// the connection every caller shares, others are connections of their
+// own (ClientOnLane).
+type connKey struct {
+	node, addr string
+	lane       int
+}
 
 // MaxMessage is the largest gRPC message a node sends or accepts. gRPC's
 // default of 4 MiB would refuse a large request body or a replication batch
@@ -140,10 +145,21 @@ func (c *Conns) Client(addr string) (pb.NodeClient, error) {
 // certificate names the node id), so an address that now belongs to
 // another process cannot receive node's calls. Without TLS it is Client.
 func (c *Conns) ClientFor(node, addr string) (pb.NodeClient, error) {
+	return c.ClientOnLane(node, addr, 0)
+}
+
+// ClientOnLane is ClientFor on a connection of its own: each lane > 0 to
+// an address is a separate TCP connection, so a segment lost on one
+// stalls (until TCP retransmits it) only the calls on that one. The
+// replication runtime sends its small control messages (heartbeats,
+// acknowledgements, votes) over a few such lanes, so a lossy link
+// delays them only when every lane is stalled at once. Lane 0 is
+// ClientFor's shared connection.
+func (c *Conns) ClientOnLane(node, addr string, lane int) (pb.NodeClient, error) {
 	if c.tls == nil {
 		node = ""
 	}
-	k := connKey{node, addr}
+	k := connKey{node, addr, lane}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cc, ok := c.conns[k]; ok {

@@ -1,0 +1,62 @@
+package replica
+
+import (
+	"testing"
+	"time"
+)
+
+// TestFollowerHearingThePrimaryRefusesPreVotes: b no longer hears the
+// primary a (the link a→b drops everything) and asks for pre-votes; c,
+// which still hears a, refuses them (voter grace), and a, the primary,
+// refuses too, so nobody's epoch moves and a stays primary however long
+// b campaigns (pre-vote: a replica cut off on its own disrupts nothing).
+func TestFollowerHearingThePrimaryRefusesPreVotes(t *testing.T) {
+	c := settled(t, Level2, []int{3, 2, 1})
+	epoch := c.nodes["a"].r.Status().Epoch
+	c.blocked[[2]ID{"a", "b"}] = true
+	preVotes := 0
+	for range 600 { // 3 s
+		c.step()
+		if b := c.nodes["b"].r; b.preVoting {
+			preVotes++
+			if len(b.preGrants) > 0 {
+				t.Fatalf("b was granted a pre-vote by %v while they hear the primary", b.preGrants)
+			}
+		}
+	}
+	if preVotes == 0 {
+		t.Fatal("b never asked for a pre-vote: the test shows nothing")
+	}
+	for _, id := range []ID{"a", "c"} {
+		if s := c.nodes[id].r.Status(); s.Epoch != epoch {
+			t.Fatalf("%s at epoch %d, want %d: a cut-off replica's campaign moved it", id, s.Epoch, epoch)
+		}
+	}
+	if p := c.primary(); p != "a" {
+		t.Fatalf("primary %q, want a", p)
+	}
+}
+
+// TestLossyLinksElectNobody: 10% of all messages lost and every one
+// delayed up to 60 ms (so they reorder), writes flowing, for a simulated
+// minute on the manual clock: no election (issue 28: at most one a
+// minute), and writes keep committing.
+func TestLossyLinksElectNobody(t *testing.T) {
+	c := settled(t, Level3, []int{3, 2, 1})
+	epoch := c.nodes["a"].r.Status().Epoch
+	c.drop, c.delay = 0.1, 60*time.Millisecond
+	for i := range 12000 { // 60 s of 5 ms steps
+		if i%20 == 0 {
+			c.write(c.primary())
+		}
+		c.step()
+	}
+	for _, id := range c.order {
+		if s := c.nodes[id].r.Status(); s.Epoch != epoch {
+			t.Fatalf("%s at epoch %d after a minute of lossy links, want %d", id, s.Epoch, epoch)
+		}
+	}
+	if c.nodes["a"].r.Status().Commit < 500 {
+		t.Fatalf("only %d writes committed in a minute", c.nodes["a"].r.Status().Commit)
+	}
+}
