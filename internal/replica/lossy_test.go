@@ -60,3 +60,35 @@ func TestLossyLinksElectNobody(t *testing.T) {
 		t.Fatalf("only %d writes committed in a minute", c.nodes["a"].r.Status().Commit)
 	}
 }
+
+// TestStragglerLeavesTheLiveSet: c's acknowledgements stop arriving (its
+// link to a stalls) while b's arrive; a write commits once c has held it
+// back straggleAfter, not after AckTimeout, and c rejoins the live set
+// when its link works again.
+func TestStragglerLeavesTheLiveSet(t *testing.T) {
+	c := settled(t, Level2, []int{3, 2, 1})
+	a := c.nodes["a"].r
+	c.blocked[[2]ID{"c", "a"}] = true
+	before := a.Status().Commit
+	c.write("a")
+	start := c.now
+	for a.Status().Commit <= before {
+		if c.now.Sub(start) > time.Second {
+			t.Fatal("the write did not commit within a second")
+		}
+		c.step()
+	}
+	if took := c.now.Sub(start); took >= c.cfg.AckTimeout || took > a.straggleAfter()+50*time.Millisecond {
+		t.Fatalf("committed after %v: want about straggleAfter (%v), well before AckTimeout (%v)", took, a.straggleAfter(), c.cfg.AckTimeout)
+	}
+	if a.progress["c"].inSync {
+		t.Fatal("c still in the live set")
+	}
+	delete(c.blocked, [2]ID{"c", "a"})
+	for range 100 {
+		c.step()
+	}
+	if !a.progress["c"].inSync {
+		t.Fatal("c did not rejoin the live set once its acknowledgements arrived")
+	}
+}

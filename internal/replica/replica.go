@@ -862,6 +862,33 @@ func (r *Replica) truncPoint() LSN {
 	return t
 }
 
+// straggleAfter is how long an in-sync follower may keep the commit
+// point waiting while every other in-sync voter has acknowledged more.
+func (r *Replica) straggleAfter() time.Duration { return 3 * r.cfg.Heartbeat }
+
+// straggling reports whether in-sync follower p alone holds the commit
+// point back: it has been waiting for p's acknowledgement straggleAfter,
+// and every other in-sync voter (and this primary's own log) holds more
+// than p acknowledged. Commits wait for every replica of the live set, so
+// on a lossy link one follower whose connection stalls (a lost TCP
+// segment waits 200 ms and more for its retransmission) would stall
+// every write for up to AckTimeout, time after time (issue 28). It
+// leaves the live set instead, as a late one does, and rejoins at its
+// first acknowledgement of the commit point; the live set never shrinks
+// below MinLive (the caller checks).
+func (r *Replica) straggling(now time.Time, p ID) bool {
+	pr := r.progress[p]
+	if pr.waitingSince.IsZero() || now.Sub(pr.waitingSince) < r.straggleAfter() || r.stable <= pr.match {
+		return false
+	}
+	for _, q := range r.voterPeers {
+		if qr := r.progress[q]; q != p && qr.inSync && qr.match <= pr.match {
+			return false
+		}
+	}
+	return true
+}
+
 func (r *Replica) liveCount() int {
 	n := 1
 	for _, p := range r.voterPeers {
@@ -887,7 +914,7 @@ func (r *Replica) tickPrimary(now time.Time, beat bool) {
 			pr.snapUntil = time.Time{} // timed out: asked again at the next sign it needs one
 		}
 		late := !pr.waitingSince.IsZero() && now.Sub(pr.waitingSince) >= r.cfg.AckTimeout
-		if pr.inSync && (!r.alive[p] || late) && r.liveCount()-1 >= r.minLive() {
+		if pr.inSync && (!r.alive[p] || late || r.straggling(now, p)) && r.liveCount()-1 >= r.minLive() {
 			pr.inSync = false // failed: it must catch up before rejoining
 		}
 	}
