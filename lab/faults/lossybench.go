@@ -137,7 +137,8 @@ func contenderName(level int) string {
 }
 
 // LossyVerdicts judges the cells: per replicated level, elections per
-// minute (all rounds' elections over all rounds' windows) and writes per
+// minute (all rounds' elections over all rounds' windows; a cluster that
+// acknowledged fewer than MinWrites a round cannot pass it) and writes per
 // second as a ratio of the unreplicated node's in the same round (the
 // mean of the rounds), each round having to agree (report.Rounds). A
 // cell with fewer than MinWrites acknowledged writes is starved: its
@@ -152,7 +153,7 @@ func LossyVerdicts(lc LossyConfig, cells []LossyCell) []*report.Check {
 	}
 	var out []*report.Check
 	for _, level := range lc.Levels {
-		var elections int
+		var elections, writes int
 		var window time.Duration
 		var ratios []float64
 		var perRound, ratioRounds []bool
@@ -162,6 +163,7 @@ func LossyVerdicts(lc LossyConfig, cells []LossyCell) []*report.Check {
 				continue
 			}
 			elections += c.Elections
+			writes += c.Writes
 			window += c.Window
 			perRound = append(perRound, float64(c.Elections)/c.Window.Minutes() <= lc.ElectionsPerMinute)
 			b, ok := base[c.Round]
@@ -177,6 +179,7 @@ func LossyVerdicts(lc LossyConfig, cells []LossyCell) []*report.Check {
 		ec := report.AtMost(fmt.Sprintf("level %d: elections <= %.1f/minute", level, lc.ElectionsPerMinute), rate, lc.ElectionsPerMinute,
 			fmt.Sprintf("%.2f/minute (%d in %v)", rate, elections, window.Round(time.Second)))
 		ec.Doubt(window < time.Minute && ec.Met, "only %v measured: less than a minute cannot show a rate per minute", window.Round(time.Second))
+		ec.Doubt(ec.Met && writes < lc.MinWrites*len(perRound), "the level-%d cells acknowledged %d writes (< %d a round): a cluster that serves nothing elects nobody", level, writes, lc.MinWrites)
 		if len(perRound) > 1 {
 			ec = report.Rounds(ec, perRound)
 		}
