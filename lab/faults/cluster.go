@@ -51,8 +51,10 @@ type Cluster struct {
 	Staleness    time.Duration
 
 	exe, dir, config string
-	poller           *transport.Poller
-	conns            *transport.Conns
+	// labExe is the binary with the lab's hidden verbs (the delayer).
+	labExe string
+	poller *transport.Poller
+	conns  *transport.Conns
 }
 
 // Node is one node process.

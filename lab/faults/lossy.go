@@ -132,8 +132,22 @@ func (n *Net) Impair(ctx context.Context, exe string, hosts []string, imp Impair
 			return fmt.Errorf("faults: impair %s: no such host", name)
 		}
 		if imp.Delay > 0 {
-			if err := n.startDelayer(ctx, exe, h, DelayerSpec{Queue: delayerQueue, Delay: imp.Delay, Jitter: imp.Jitter, Seed: seed + uint64(i)}); err != nil {
-				return err
+			n.mu.Lock()
+			started := n.delayers[name]
+			n.mu.Unlock()
+			if started != (Impairment{}) && (started.Delay != imp.Delay || started.Jitter != imp.Jitter) {
+				return fmt.Errorf("faults: %s's delayer runs with %s already", name, started)
+			}
+			if started == (Impairment{}) {
+				if err := n.startDelayer(ctx, exe, h, DelayerSpec{Queue: delayerQueue, Delay: imp.Delay, Jitter: imp.Jitter, Seed: seed + uint64(i)}); err != nil {
+					return err
+				}
+				n.mu.Lock()
+				if n.delayers == nil {
+					n.delayers = map[string]Impairment{}
+				}
+				n.delayers[name] = imp
+				n.mu.Unlock()
 			}
 			for _, rule := range [][]string{
 				{"-A", "POSTROUTING", "-o", "eth0", "-d", n.ObserverIP(), "-j", "ACCEPT"},
@@ -161,6 +175,27 @@ func (n *Net) Impair(ctx context.Context, exe string, hosts []string, imp Impair
 		return fmt.Errorf("nft -f (loss): %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// Unimpair takes the impairment off the named hosts' links: their NFQUEUE
+// rules and the switch's loss rules go (the delayers stay, idle, for the
+// next Impair).
+func (n *Net) Unimpair(hosts []string) error {
+	var errs []error
+	for _, name := range hosts {
+		if h := n.Host(name); h != nil {
+			errs = append(errs, iptables(h.NS, "-t", "mangle", "-F", "POSTROUTING"))
+		}
+	}
+	if n.Silent {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", n.sw, "nft", "delete", "table", "bridge", "lossy").CombinedOutput()
+		if err != nil && !strings.Contains(string(out), "No such file") {
+			errs = append(errs, fmt.Errorf("nft delete table bridge lossy: %w: %s", err, strings.TrimSpace(string(out))))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // iptables runs iptables in namespace ns.

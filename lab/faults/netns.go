@@ -51,6 +51,8 @@ type Net struct {
 	hosts map[string]*Host
 	order []string
 	cuts  map[[2]string]bool
+	// delayers are the hosts whose delayer runs, with its impairment.
+	delayers map[string]Impairment
 }
 
 // Host is one namespace with one address.

@@ -173,6 +173,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return nil, err
 	}
 	defer cl.Close()
+	cl.labExe = cfg.Exe
 	if cfg.Lossy != (Impairment{}) {
 		var ids []string
 		for _, n := range cl.Nodes {
@@ -363,6 +364,25 @@ func apply(ctx context.Context, cl *Cluster, s Step) (Event, error) {
 		if err := n.Signal(syscall.SIGCONT); err != nil {
 			return ev, err
 		}
+	case Lossy:
+		ev.Affected = nil // nothing fails: no resume to time
+		ids := make([]string, len(cl.Nodes))
+		for i, n := range cl.Nodes {
+			ids[i] = n.ID
+		}
+		link := SuiteLink
+		if !cl.Net.Silent {
+			link.Loss = 0 // (loss needs nft)
+		}
+		if err := cl.Net.Impair(ctx, cl.labExe, ids, link, uint64(s.Pick)); err != nil {
+			return ev, err
+		}
+		ev.Start = time.Now()
+		time.Sleep(s.Hold)
+		if err := cl.Net.Unimpair(ids); err != nil {
+			return ev, err
+		}
+		ev.Note = fmt.Sprintf("%s; %d elections meanwhile", link, countElections(cl, ev.Start, time.Now()))
 	case Kill, TornWAL:
 		ev.Clients = []string{"c1", "c2"}
 		if err := n.Signal(syscall.SIGKILL); err != nil {

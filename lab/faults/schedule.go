@@ -22,10 +22,16 @@ const (
 	Kill Kind = "kill"
 	// TornWAL SIGKILLs a node, damages its write log's tail, restarts it.
 	TornWAL Kind = "torn-wal"
+	// Lossy impairs every node's egress (SuiteLink: loss, delay, jitter
+	// with reordering) for the hold.
+	Lossy Kind = "lossy"
 )
 
 // Kinds are every nemesis.
-var Kinds = []Kind{IsolatePrimary, Split, Bridge, Pause, Kill, TornWAL}
+var Kinds = []Kind{IsolatePrimary, Split, Bridge, Pause, Kill, TornWAL, Lossy}
+
+// SuiteLink is the lossy nemesis's impairment: issue 28's lossy links.
+var SuiteLink = Impairment{Loss: 0.10, Delay: 30 * time.Millisecond, Jitter: 20 * time.Millisecond}
 
 // Step is one nemesis of a schedule: applied, held, healed, then a rest
 // with no fault.
