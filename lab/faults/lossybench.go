@@ -35,11 +35,11 @@ type LossyConfig struct {
 	// MinWrites is the fewest writes a cell must acknowledge to be judged
 	// (fewer: the cell is starved).
 	MinWrites int
-	// NodeExe, if set, is the binary the replicated nodes run (e.g. built
-	// from main before a fix); clients and the unreplicated node run this
-	// one.
-	NodeExe string
-	Keep    bool
+	// BaselineExe, if set, adds a contender per level whose nodes run
+	// this binary (e.g. built from main before a fix), judged apart;
+	// clients and the unreplicated node run this build.
+	BaselineExe string
+	Keep        bool
 }
 
 // DefaultLossyConfig is the setting: 10% loss, 30 ± 20 ms.
@@ -68,7 +68,8 @@ func (c LossyConfig) Validate() error {
 
 // LossyCell is one contender's figures in one round.
 type LossyCell struct {
-	Level     int // 0: unreplicated
+	Level     int  // 0: unreplicated
+	Baseline  bool // the nodes ran BaselineExe
 	Round     int
 	Writes    int // acknowledged in the window
 	Window    time.Duration
@@ -88,7 +89,17 @@ func RunLossy(ctx context.Context, lc LossyConfig, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	contenders := append([]int{0}, lc.Levels...)
+	type contender struct {
+		level    int
+		baseline bool
+	}
+	contenders := []contender{{0, false}}
+	for _, l := range lc.Levels {
+		contenders = append(contenders, contender{l, false})
+		if lc.BaselineExe != "" {
+			contenders = append(contenders, contender{l, true})
+		}
+	}
 	fmt.Fprintf(w, "lossy links: %s on every node's egress; 2 client processes x %d appenders; %d round(s) of %v per contender\n",
 		lc.Link, lc.Appenders, lc.Rounds, lc.Window)
 	fmt.Fprintf(w, "goals (fixed before the run): <= %.1f elections/minute; writes >= %.2fx one unreplicated node through the same links\n",
@@ -96,17 +107,21 @@ func RunLossy(ctx context.Context, lc LossyConfig, w io.Writer) error {
 	var cells []LossyCell
 	for r := range lc.Rounds {
 		for i := range contenders {
-			level := contenders[(i+r)%len(contenders)]
+			ct := contenders[(i+r)%len(contenders)]
+			level, name := ct.level, contenderName(ct.level)
+			if ct.baseline {
+				name += " baseline nodes"
+			}
 			dir, err := os.MkdirTemp("", "neptune-lossy-")
 			if err != nil {
 				return err
 			}
 			cfg := Config{Exe: exe, Dir: dir, Seed: lc.Seed + uint64(r), Lease: lc.Lease, Level: max(level, 2), Unreplicated: level == 0,
 				Quiet: lc.Window, Lossy: lc.Link, WritesOnly: true, Appenders: lc.Appenders, Log: indent{w}}
-			if level > 0 {
-				cfg.NodeExe = lc.NodeExe
+			if ct.baseline {
+				cfg.NodeExe = lc.BaselineExe
 			}
-			fmt.Fprintf(w, "round %d/%d %s:\n", r+1, lc.Rounds, contenderName(level))
+			fmt.Fprintf(w, "round %d/%d %s:\n", r+1, lc.Rounds, name)
 			res, err := Run(ctx, cfg)
 			if lc.Keep || err != nil {
 				fmt.Fprintf(w, "  kept %s\n", dir)
@@ -114,17 +129,30 @@ func RunLossy(ctx context.Context, lc LossyConfig, w io.Writer) error {
 				os.RemoveAll(dir)
 			}
 			if err != nil {
-				return fmt.Errorf("round %d, %s: %w", r+1, contenderName(level), err)
+				return fmt.Errorf("round %d, %s: %w", r+1, name, err)
 			}
-			c := LossyCell{Level: level, Round: r, Writes: res.Throughput.Appends, Window: res.Throughput.To.Sub(res.Throughput.From), Elections: res.Elections}
+			c := LossyCell{Level: level, Baseline: ct.baseline, Round: r, Writes: res.Throughput.Appends, Window: res.Throughput.To.Sub(res.Throughput.From), Elections: res.Elections}
 			cells = append(cells, c)
-			fmt.Fprintf(w, "  %s: %.1f writes/s (%d in %v), %d elections; lost %d, duplicated %d\n", contenderName(level), c.PerSecond(), c.Writes,
+			fmt.Fprintf(w, "  %s: %.1f writes/s (%d in %v), %d elections; lost %d, duplicated %d\n", name, c.PerSecond(), c.Writes,
 				c.Window.Round(time.Second), c.Elections, res.List.Counts[0], res.List.Counts[1])
 		}
 	}
 	fmt.Fprintln(w)
 	for _, c := range LossyVerdicts(lc, cells) {
 		fmt.Fprintln(w, c)
+	}
+	if lc.BaselineExe != "" {
+		fmt.Fprintf(w, "the same goals for the nodes of %s:\n", lc.BaselineExe)
+		var base []LossyCell
+		for _, c := range cells {
+			if c.Level == 0 || c.Baseline {
+				c.Baseline = false
+				base = append(base, c)
+			}
+		}
+		for _, c := range LossyVerdicts(lc, base) {
+			fmt.Fprintln(w, "  "+c.String())
+		}
 	}
 	return nil
 }
@@ -159,7 +187,7 @@ func LossyVerdicts(lc LossyConfig, cells []LossyCell) []*report.Check {
 		var perRound, ratioRounds []bool
 		starved := []string{}
 		for _, c := range cells {
-			if c.Level != level {
+			if c.Level != level || c.Baseline {
 				continue
 			}
 			elections += c.Elections

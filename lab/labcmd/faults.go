@@ -87,7 +87,7 @@ starved: INCONCLUSIVE. Root, iproute2, iptables (NFQUEUE) and nft needed.`,
 	fs.Float64Var(&cfg.ElectionsPerMinute, "elections-goal", cfg.ElectionsPerMinute, "most elections per minute (all partitions)")
 	fs.Float64Var(&cfg.ThroughputGoal, "throughput-goal", cfg.ThroughputGoal, "least ratio of replicated to unreplicated writes per second")
 	fs.IntVar(&cfg.MinWrites, "min-writes", cfg.MinWrites, "fewest acknowledged writes of a judged cell")
-	fs.StringVar(&cfg.NodeExe, "node-exe", cfg.NodeExe, "neptune binary the replicated nodes run (default: this one)")
+	fs.StringVar(&cfg.BaselineExe, "baseline-exe", cfg.BaselineExe, "also run each level on nodes of this neptune binary (e.g. built from main before a fix), judged apart")
 	fs.BoolVar(&cfg.Keep, "keep", cfg.Keep, "keep each cell's logs and histories")
 	return cmd
 }
