@@ -92,3 +92,48 @@ func TestStragglerLeavesTheLiveSet(t *testing.T) {
 		t.Fatal("c did not rejoin the live set once its acknowledgements arrived")
 	}
 }
+
+// TestSilenceLimitAdaptsToGaps: on a steady link a follower counts its
+// primary gone after AckTimeout of silence; after the primary's appends
+// came with a gap of AckTimeout/2 (a stalled connection), it waits three
+// times that, but never more than 2·AckTimeout; the gap is forgotten after
+// two gap windows of steady appends.
+func TestSilenceLimitAdaptsToGaps(t *testing.T) {
+	c := settled(t, Level2, []int{3, 2, 1})
+	b := c.nodes["b"].r
+	ack := c.cfg.AckTimeout
+	if got := b.SilenceLimit(c.now); got != ack {
+		t.Fatalf("steady link: limit %v, want AckTimeout %v", got, ack)
+	}
+	if !b.primaryLive(b.lastHeard.Add(ack-time.Millisecond)) || b.primaryLive(b.lastHeard.Add(ack)) {
+		t.Fatal("steady link: the primary must count as gone exactly after AckTimeout of silence")
+	}
+	gap := func(d time.Duration) {
+		c.blocked[[2]ID{"a", "b"}] = true
+		for range int(d / (5 * time.Millisecond)) {
+			c.step()
+		}
+		c.heal()
+		for range 20 {
+			c.step()
+		}
+	}
+	gap(ack / 2)
+	limit := b.SilenceLimit(c.now)
+	if want := 3 * ack / 2; limit < want || limit > want+3*(c.cfg.Heartbeat+5*time.Millisecond) {
+		t.Fatalf("after a gap of %v: limit %v, want about %v", ack/2, limit, want)
+	}
+	if !b.primaryLive(b.lastHeard.Add(limit-time.Millisecond)) || b.primaryLive(b.lastHeard.Add(limit)) {
+		t.Fatal("the primary must count as live until the limit, gone at it")
+	}
+	gap(ack) // a longer gap raises it to the bound
+	if got := b.SilenceLimit(c.now); got != 2*ack {
+		t.Fatalf("after a gap of %v: limit %v, want the bound 2·AckTimeout", ack, got)
+	}
+	for range 4200 { // 21 s of steady appends
+		c.step()
+	}
+	if got := b.SilenceLimit(c.now); got != ack {
+		t.Fatalf("after two windows of steady appends: limit %v, want AckTimeout again", got)
+	}
+}

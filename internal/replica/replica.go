@@ -60,6 +60,10 @@ type Replica struct {
 	now       time.Time
 	lastHeard time.Time // last message from a primary (or start)
 	lastBeat  time.Time
+	// gaps are the longest gaps between the current primary's appends in
+	// the current gapWindow (from gapsFrom) and in the one before it.
+	gapsFrom        time.Time
+	gapCur, gapPrev time.Duration
 
 	// Primary.
 	progress map[ID]*progress
@@ -1450,6 +1454,9 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		r.stepDown()
 	}
 	r.electing, r.preVoting = false, false
+	if r.primary == m.From {
+		r.noteGap(now, now.Sub(r.lastHeard))
+	}
 	r.lastHeard = now
 	// Voter grace: this primary may count on us for its lease from m.Sent.
 	r.contactAt, r.contactFrom = now, m.From
@@ -1626,7 +1633,41 @@ func (r *Replica) noteData(m Message) {
 // catches a primary that stepped down without membership noticing.
 func (r *Replica) primaryLive(now time.Time) bool {
 	p := r.primary
-	return p != "" && r.alive[p] && (p == r.cfg.ID || now.Sub(r.lastHeard) < r.cfg.AckTimeout)
+	return p != "" && r.alive[p] && (p == r.cfg.ID || now.Sub(r.lastHeard) < r.SilenceLimit(now))
+}
+
+// gapWindow is how long a gap between a primary's appends is remembered
+// (between one and two windows).
+const gapWindow = 10 * time.Second
+
+// noteGap records a gap between two appends of the current primary.
+func (r *Replica) noteGap(now time.Time, gap time.Duration) {
+	if since := now.Sub(r.gapsFrom); since >= gapWindow {
+		r.gapPrev = r.gapCur
+		if since >= 2*gapWindow {
+			r.gapPrev = 0
+		}
+		r.gapCur, r.gapsFrom = 0, now
+	}
+	r.gapCur = max(r.gapCur, gap)
+}
+
+// SilenceLimit is how long a follower hears nothing from its primary
+// before it counts the primary as gone (and the shell's failure detector
+// suspects it): AckTimeout, or, where the primary's appends have lately
+// come irregularly, three times the longest recent gap between them, at
+// most 2·AckTimeout. On a steady link (appends every Heartbeat) it stays
+// AckTimeout, so a paused or cut-off primary is found as fast as before;
+// on a lossy one, where a lost TCP segment or a stalled process delays a
+// few heartbeats, a silence like those already seen is not taken for a
+// dead primary (issue 28: an election timeout that adapts to the observed
+// inter-arrival times, bounded, as a phi-accrual detector's would).
+func (r *Replica) SilenceLimit(now time.Time) time.Duration {
+	g := r.gapCur
+	if now.Sub(r.gapsFrom) < 2*gapWindow {
+		g = max(g, r.gapPrev)
+	}
+	return min(max(r.cfg.AckTimeout, 3*g), 2*r.cfg.AckTimeout)
 }
 
 // startPreVote asks the live peers whether they would vote for us at

@@ -340,6 +340,6 @@ func (p *part) feedAlive(now time.Time) {
 	primary := string(p.status.Load().Primary)
 	for _, peer := range p.core.Peers() {
 		id := string(peer)
-		p.core.SetAlive(peer, p.rt.det.alive(id, now, slices.Contains(hosts, id), id == primary, p.cfg.AckTimeout))
+		p.core.SetAlive(peer, p.rt.det.alive(id, now, slices.Contains(hosts, id), id == primary, p.core.SilenceLimit(now)))
 	}
 }
