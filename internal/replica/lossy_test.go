@@ -97,7 +97,8 @@ func TestStragglerLeavesTheLiveSet(t *testing.T) {
 // primary gone after AckTimeout of silence; after the primary's appends
 // came with a gap of AckTimeout/2 (a stalled connection), it waits three
 // times that, but never more than 2·AckTimeout; the gap is forgotten after
-// two gap windows of steady appends.
+// two gap windows of steady appends; a gap longer than 2·AckTimeout (an
+// outage) is not counted.
 func TestSilenceLimitAdaptsToGaps(t *testing.T) {
 	c := settled(t, Level2, []int{3, 2, 1})
 	b := c.nodes["b"].r
@@ -131,6 +132,16 @@ func TestSilenceLimitAdaptsToGaps(t *testing.T) {
 		t.Fatalf("after a gap of %v: limit %v, want the bound 2·AckTimeout", ack, got)
 	}
 	for range 4200 { // 21 s of steady appends
+		c.step()
+	}
+	if got := b.SilenceLimit(c.now); got != ack {
+		t.Fatalf("after two windows of steady appends: limit %v, want AckTimeout again", got)
+	}
+	gap(3 * ack) // an outage, not jitter: not counted
+	if got := b.SilenceLimit(c.now); got != ack {
+		t.Fatalf("after an outage of %v: limit %v, want AckTimeout", 3*ack, got)
+	}
+	for range 4200 {
 		c.step()
 	}
 	if got := b.SilenceLimit(c.now); got != ack {

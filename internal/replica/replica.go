@@ -1454,8 +1454,10 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 		r.stepDown()
 	}
 	r.electing, r.preVoting = false, false
-	if r.primary == m.From {
-		r.noteGap(now, now.Sub(r.lastHeard))
+	if gap := now.Sub(r.lastHeard); r.primary == m.From && gap <= 2*r.cfg.AckTimeout {
+		// (A longer gap was an outage, a cut or a pause, not jitter: it
+		// must not slow the detection of the next one.)
+		r.noteGap(now, gap)
 	}
 	r.lastHeard = now
 	// Voter grace: this primary may count on us for its lease from m.Sent.
@@ -1656,7 +1658,7 @@ func (r *Replica) noteGap(now time.Time, gap time.Duration) {
 // before it counts the primary as gone (and the shell's failure detector
 // suspects it): AckTimeout, or, where the primary's appends have lately
 // come irregularly, three times the longest recent gap between them, at
-// most 2·AckTimeout. On a steady link (appends every Heartbeat) it stays
+// most 2·AckTimeout (gaps longer than that are outages and not counted). On a steady link (appends every Heartbeat) it stays
 // AckTimeout, so a paused or cut-off primary is found as fast as before;
 // on a lossy one, where a lost TCP segment or a stalled process delays a
 // few heartbeats, a silence like those already seen is not taken for a
