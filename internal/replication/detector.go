@@ -9,10 +9,11 @@ import (
 
 // detector is the fast failure detector. Memberlist takes seconds to
 // declare a node dead; here a peer is dead once suspectAfter calls to it in
-// a row fail (a killed process refuses connections; a paused one times
-// out), and a primary is dead once silent for its partition's AckTimeout
-// (it heartbeats every Heartbeat). Hearing from a peer clears the
-// suspicion. Safe for concurrent use.
+// a row are refused (a killed process refuses connections; calls that
+// time out are not counted: see sender), and a primary is dead once
+// silent for its replica's SilenceLimit (AckTimeout on a steady link; it
+// heartbeats every Heartbeat). Hearing from a peer clears the suspicion.
+// Safe for concurrent use.
 type detector struct {
 	clock clock.Clock
 
@@ -29,7 +30,7 @@ func newDetector(clk clock.Clock) detector {
 
 // alive reports whether node counts as alive at now: not suspected, and
 // announced in the yellow pages or heard from lately. A primary silent
-// for ackTimeout becomes suspect here.
+// for ackTimeout (the replica's SilenceLimit) becomes suspect here.
 func (d *detector) alive(node string, now time.Time, announced, isPrimary bool, ackTimeout time.Duration) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
