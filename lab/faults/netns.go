@@ -1,8 +1,10 @@
 // Package faults is Neptune's Jepsen-style fault suite: three `neptune
 // node` processes and the client processes that drive them each run in
 // their own network namespace, joined by a bridge, so that nemeses can cut
-// links silently (blackhole routes inside the namespaces), pause and kill
-// processes and tear the write log, while workloads record histories that
+// links silently (blackhole routes inside the namespaces), make them lossy,
+// slow and reordering (lossy.go: an NFQUEUE delayer and nft loss, for a
+// kernel without netem), pause and kill processes and tear the write log,
+// while workloads record histories that
 // internal/replica/check judges: lost, duplicated and divergent appends,
 // non-linearizable register operations, reads beyond level 3's staleness
 // bound and moments with two primaries. The test suite runs one short

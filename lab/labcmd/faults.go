@@ -11,7 +11,8 @@ func faultsCmd() *cobra.Command {
 	cmd := leaf("faults [flags]", "Fault suite: partitions, pauses, kills and torn logs against three nodes in network namespaces",
 		`Run --schedules seeded random schedules of nemeses (isolate the primary,
 majority/minority split, bridge, SIGSTOP past the lease, SIGKILL and
-restart, a torn write-log tail) against three node processes, each in its
+restart, a torn write-log tail, lossy links: 10% loss and 30 ± 20 ms
+with reordering on every node) against three node processes, each in its
 own network namespace (root and iproute2 needed), while two client
 processes in their own namespaces append to lists, put and get registers
 and read at level 3. Each schedule's history is checked; the tallies are
