@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,10 +29,7 @@ func TestSchedules(t *testing.T) {
 		t.Skipf("!!! FAULT SUITE NOT RUN: network namespaces cannot be made here (%v); run as root with iproute2, as CI does", err)
 	}
 	t.Cleanup(Sweep)
-	exe := filepath.Join(t.TempDir(), "neptune")
-	if out, err := exec.Command("go", "build", "-o", exe, "github.com/neptune-cluster/neptune/cmd/neptune").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	exe := testExe(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

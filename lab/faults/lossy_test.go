@@ -42,6 +42,15 @@ var (
 	exeErr  error
 )
 
+// TestMain removes the binary testExe built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if exePath != "" {
+		os.RemoveAll(filepath.Dir(exePath))
+	}
+	os.Exit(code)
+}
+
 // testExe builds the neptune binary once for the tests that run it.
 func testExe(t *testing.T) string {
 	exeOnce.Do(func() {
