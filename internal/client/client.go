@@ -71,6 +71,9 @@ type Config struct {
 	MaxMessageBytes int
 	// Identity is what the member tells and checks at join (a node's).
 	Identity membership.Identity
+	// Retry is how Call retries a call that fails with a retryable error
+	// (zero fields take DefaultRetryPolicy's; NoRetry turns it off).
+	Retry RetryPolicy
 }
 
 // maxAttempts is how many replicas a call tries when connections fail
@@ -97,6 +100,7 @@ type Client struct {
 	conns   *transport.Conns
 	metrics *clientMetrics
 	balance balance.Config
+	retry   RetryPolicy
 	agg     *aggregation.Caller
 	aggM    *aggregation.Metrics
 	// reg and members are for Close, which unregisters the metrics.
@@ -140,6 +144,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	} else if err := cfg.Balance.Validate(); err != nil {
 		return nil, fmt.Errorf("neptune: balance: %w", err)
 	}
+	if err := cfg.Retry.Validate("Retry"); err != nil {
+		return nil, fmt.Errorf("neptune: %w", err)
+	}
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
 	}
@@ -165,6 +172,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		conns:     conns,
 		maxBody:   cmp.Or(cfg.MaxMessageBytes, nerr.DefaultMaxMessageBytes),
 		balance:   cfg.Balance,
+		retry:     cfg.Retry.WithDefaults(),
 		reg:       cfg.Registerer,
 		balancers: map[string]*balancer{},
 		rng:       rand.New(rand.NewPCG(rand.Uint64(), uint64(seq.Add(1)))),
