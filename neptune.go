@@ -169,8 +169,10 @@ type (
 //   - ErrDeadline: a read's deadline; a write's deadline surfaces as
 //     ErrUnknownOutcome if the write had been sent, else as itself (never
 //     executed).
-//   - ErrClosed: the client or node is shutting down; a write pending at a
-//     node that stops surfaces as ErrUnknownOutcome.
+//   - ErrClosed: the node is shutting down and refused the call (it never
+//     ran; retryable: another replica, or the node once restarted, takes
+//     it); a write pending at a node that stops surfaces as
+//     ErrUnknownOutcome.
 //   - any other error is the handler's own: the write executed (or, with
 //     an identity, a retry is answered with that same error).
 var (
@@ -195,7 +197,7 @@ var (
 type UnknownOutcomeError = nerr.UnknownOutcomeError
 
 // Retryable reports whether the same call may succeed if tried again, and
-// trying again is safe: overload, a missing replica or primary, a read's
-// deadline, or a write of unknown outcome that carried an identity (retry
+// trying again is safe: overload, a missing replica or primary, a node
+// shutting down, a read's deadline, or a write of unknown outcome that carried an identity (retry
 // it with WithRetryOf(err)).
 func Retryable(err error) bool { return nerr.Retryable(err) }

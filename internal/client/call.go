@@ -226,6 +226,14 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 			if !pause() {
 				return nil, r.outcome(err)
 			}
+		case errors.Is(err, nerr.ErrClosed) && !errors.Is(err, nerr.ErrUnknownOutcome):
+			// The node is stopping and refused the call (it never ran):
+			// another replica takes it; the node rejoins the view when it
+			// announces itself again.
+			c.gossip.Exclude(t.Node)
+			if failed++; failed >= maxAttempts {
+				return nil, r.outcome(err)
+			}
 		case betweenPrimaries(err, r.mode()):
 			// The partition is electing a primary (a write that gets this
 			// answer never ran): wait a little, then ask again.

@@ -16,7 +16,9 @@ var (
 	ErrNoPrimary        = errors.New("neptune: no primary")
 	ErrDeadline         = errors.New("neptune: deadline exceeded")
 	ErrOverloaded       = errors.New("neptune: overloaded")
-	ErrClosed           = errors.New("neptune: closed")
+	// ErrClosed: the node is stopping and refused the call, which never
+	// ran (a write it had already taken fails with ErrUnknownOutcome).
+	ErrClosed = errors.New("neptune: closed")
 	// ErrUnknownOutcome: a write may or may not have been executed (the
 	// connection broke after it was sent, a forward to the primary failed,
 	// the deadline passed while it was in flight). It is distinct from the
@@ -79,7 +81,7 @@ func Retryable(err error) bool {
 	if errors.Is(err, ErrUnknownOutcome) {
 		return false
 	}
-	for _, e := range []error{ErrNoReplica, ErrNoPrimary, ErrOverloaded, ErrDeadline} {
+	for _, e := range []error{ErrNoReplica, ErrNoPrimary, ErrOverloaded, ErrDeadline, ErrClosed} {
 		if errors.Is(err, e) {
 			return true
 		}

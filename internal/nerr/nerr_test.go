@@ -22,7 +22,7 @@ func TestUnknownOutcomeRetryableOnlyWithIdentity(t *testing.T) {
 	if UnknownOutcome(true, anon) != anon {
 		t.Fatal("re-wrapping changed the verdict")
 	}
-	if !Retryable(ErrNoPrimary) || Retryable(errors.New("handler")) {
+	if !Retryable(ErrNoPrimary) || !Retryable(ErrClosed) || Retryable(errors.New("handler")) {
 		t.Fatal("other errors changed")
 	}
 }
