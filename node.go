@@ -268,6 +268,12 @@ func (n *Node) RPCAddr() string { return n.n.RPCAddr() }
 // MetricsAddr is where /metrics is served, or "".
 func (n *Node) MetricsAddr() string { return n.n.MetricsAddr() }
 
+// ReloadSecurity re-reads the node's certificate, key and keyring files
+// now (what SIGHUP does to `neptune node`); the node also re-reads them on
+// its own, certificates at most every 10 s and the keyring every 5 s. A
+// file that fails to load leaves the node's material as it was.
+func (n *Node) ReloadSecurity() error { return n.n.ReloadSecurity() }
+
 // Close leaves the cluster, stops serving and fails queued requests. It is
 // safe to call more than once.
 func (n *Node) Close() error { return n.n.Close() }

@@ -46,6 +46,8 @@ type FileConfig struct {
 	Security SecurityConfig `yaml:"security"`
 	// Placement tunes automatic replica placement (neptune.Placement).
 	Placement PlacementConfig `yaml:"placement"`
+	// LogLevel is debug, info (default), warn or error; SIGHUP re-reads it.
+	LogLevel string `yaml:"log_level"`
 }
 
 // PlacementConfig is neptune.Placement: off, grace (default 5m),

@@ -6,7 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -54,11 +56,15 @@ keyring. --insecure runs without any protection, and must be said.`,
 			if err != nil {
 				return err
 			}
-			log, err := logger(o.logLevel)
+			level, err := parseLevel(fc.LogLevel)
 			if err != nil {
 				return err
 			}
-			return runNode(cmd.Context(), cmd.OutOrStdout(), fc, log)
+			var lv slog.LevelVar
+			lv.Set(level)
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &lv}))
+			reload := func() (FileConfig, error) { return o.fileConfig(cmd.Flags()) }
+			return runNode(cmd.Context(), cmd.OutOrStdout(), fc, log, &lv, reload)
 		},
 	}
 	o.addFlags(cmd.Flags())
@@ -88,7 +94,7 @@ func (o *nodeOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ttl, "announce-ttl", membership.DefaultTTL, "yellow-page entry lifetime (config: announce_ttl)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "`directory` for replicated services' write logs and state (config: data_dir)")
 	o.sec.add(fs, "", "the node")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", "))
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", ")+"; SIGHUP re-reads it from the config file (config: log_level)")
 }
 
 // fileConfig reads --config, applies the flags set on the command line
@@ -119,6 +125,7 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	set("announce-interval", func() { fc.AnnounceInterval = Duration(o.interval) })
 	set("announce-ttl", func() { fc.AnnounceTTL = Duration(o.ttl) })
 	set("data-dir", func() { fc.DataDir = o.dataDir })
+	set("log-level", func() { fc.LogLevel = o.logLevel })
 	o.sec.apply(fs, &fc.Security)
 	for _, s := range o.services {
 		name, parts, ok := strings.Cut(s, ":")
@@ -134,8 +141,14 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	return fc, fc.Validate()
 }
 
-// runNode starts a node from a validated config and runs it until ctx ends.
-func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Logger) error {
+// runNode starts a node from a validated config and runs it until ctx
+// ends. SIGHUP reloads what can change while it runs, and never stops it:
+// the log level (reload re-reads the config file; the command line and
+// environment still win over it) and the certificate and keyring files.
+func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Logger, level *slog.LevelVar, reload func() (FileConfig, error)) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	node, err := buildNode(fc, log)
 	if err != nil {
 		return err
@@ -148,19 +161,56 @@ func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Log
 		dash = ", dashboard http://" + a + "/"
 	}
 	fmt.Fprintf(stdout, "node %s up: gossip %s, rpc %s%s\n", fc.ID, node.GossipAddr(), node.RPCAddr(), dash)
-	<-ctx.Done()
-	return node.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return node.Close()
+		case <-hup:
+			onHangup(log, level, reload, node.ReloadSecurity)
+		}
+	}
+}
+
+// onHangup applies a SIGHUP: the config file's log level, then the
+// security files. What fails to load is logged and changes nothing.
+func onHangup(log *slog.Logger, level *slog.LevelVar, reload func() (FileConfig, error), reloadSecurity func() error) {
+	fc, err := reload()
+	if err != nil {
+		log.Error("SIGHUP: config not reloaded; the node runs on as it was", "err", err)
+	} else if l, err := parseLevel(fc.LogLevel); err != nil {
+		log.Error("SIGHUP: log level not changed", "err", err)
+	} else if l != level.Level() {
+		log.Info("SIGHUP: log level changed", "from", level.Level(), "to", l)
+		level.Set(l)
+	}
+	if err := reloadSecurity(); err != nil {
+		log.Error("SIGHUP: certificates or keyring not reloaded; the node keeps the ones it had", "err", err)
+		return
+	}
+	log.Info("SIGHUP: configuration reloaded")
 }
 
 var logLevels = []string{"debug", "info", "warn", "error"}
 
 // logger returns a text logger on stderr at level.
 func logger(level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, Usagef("--log-level %q: want one of %s", level, strings.Join(logLevels, ", "))
+	l, err := parseLevel(level)
+	if err != nil {
+		return nil, err
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// parseLevel reads a log level ("" is info).
+func parseLevel(level string) (slog.Level, error) {
+	var l slog.Level
+	if level == "" {
+		return slog.LevelInfo, nil
+	}
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return l, Usagef("--log-level (config: log_level) %q: want one of %s", level, strings.Join(logLevels, ", "))
+	}
+	return l, nil
 }
 
 // fixedCompletion completes a flag's value from a fixed list.

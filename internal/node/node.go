@@ -435,6 +435,9 @@ func (n *Node) GossipAddr() string { return n.client.Gossip().Addr() }
 // RPCAddr is the gRPC address calls arrive on.
 func (n *Node) RPCAddr() string { return n.rpcLn.Addr().String() }
 
+// ReloadSecurity re-reads the node's certificate and keyring files now.
+func (n *Node) ReloadSecurity() error { return n.sec.Reload() }
+
 // MetricsAddr is where /metrics is served, or "".
 func (n *Node) MetricsAddr() string {
 	if n.httpLn == nil {

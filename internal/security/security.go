@@ -235,6 +235,17 @@ func (m *Material) SetKeys(keys [][]byte) error {
 	return nil
 }
 
+// Reload re-reads the certificate files and the keyring file now (an
+// operator's SIGHUP); they are also re-read on their own, the
+// certificates at most every 10 s and the keyring every 5 s. A file that
+// fails to load leaves the material as it was and is reported.
+func (m *Material) Reload() error {
+	if m.Insecure() {
+		return nil
+	}
+	return errors.Join(m.TLS.Reload(), m.ReloadKeyring())
+}
+
 // ReloadKeyring applies the keyring file now.
 func (m *Material) ReloadKeyring() error {
 	keys, err := membership.ReadKeyringFile(m.cfg.KeyringFile)
