@@ -74,4 +74,3 @@ func withEnv(pre func(*cobra.Command, []string) error) func(*cobra.Command, []st
 		return nil
 	}
 }
-
