@@ -22,6 +22,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/balance"
@@ -202,6 +204,11 @@ type Node struct {
 
 	grpc  *grpc.Server
 	rpcLn net.Listener
+	// health answers grpc.health.v1 (health.go); stopHealth ends its
+	// updates; draining makes the node not ready.
+	health     *health.Server
+	stopHealth context.CancelFunc
+	draining   atomic.Bool
 	polls *transport.PollServer
 	// pushes is polls once it listens: the pools' OnChange (loadChanged)
 	// reads it from request goroutines, which start before it is set.
@@ -365,6 +372,9 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.grpc = grpc.NewServer(append(grpcOpts, transport.SizeOptions(n.cfg.MaxMessageBytes)...)...)
 	pb.RegisterNodeServer(n.grpc, &nodeServer{n: n})
+	n.health = health.NewServer()
+	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(n.grpc, n.health)
 	go func() { _ = n.grpc.Serve(n.rpcLn) }()
 
 	n.polls, err = transport.ListenPoll(net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.PollPort)), n.load, n.log,
@@ -413,6 +423,9 @@ func (n *Node) Start(ctx context.Context) error {
 		n.startPlacement()
 	}
 	go n.acct.run(n.acctStop)
+	hctx, stopHealth := context.WithCancel(context.Background())
+	n.stopHealth = stopHealth
+	go n.serveHealth(hctx, n.health)
 	n.log.Info("node started", "rpc", n.rpcLn.Addr().String(), "poll", n.polls.Addr(), "gossip", n.GossipAddr(), "services", len(n.services))
 	return nil
 }
@@ -456,6 +469,9 @@ func (n *Node) Close() error {
 
 func (n *Node) close() {
 	close(n.acctStop)
+	if n.stopHealth != nil {
+		n.stopHealth()
+	}
 	if n.placer != nil {
 		n.placer.Stop()
 	}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -58,6 +59,8 @@ var (
 //     may already replicate any partition it hosts; this lets it change
 //     where they live, which a node trusted with the data may.
 //
+//   - grpc.health.v1 Check and Watch: whoever may call.
+//
 // Future configuration changes (keyring, membership) belong with Promote.
 var Rules = map[string]Rule{
 	pb.Node_Call_FullMethodName:            {Roles: callers},
@@ -67,6 +70,9 @@ var Rules = map[string]Rule{
 	pb.Node_Promote_FullMethodName:         {Roles: operatorOnly},
 	pb.Node_InstallSnapshot_FullMethodName: {Roles: nodesOnly, Check: snapshotFromCaller},
 	pb.Node_ChangeReplicas_FullMethodName:  {Roles: operatorsAndNodes},
+	// grpc.health.v1: whoever may call may ask whether to.
+	healthpb.Health_Check_FullMethodName: {Roles: callers},
+	healthpb.Health_Watch_FullMethodName: {Roles: callers},
 }
 
 // blockingFromOperator refuses a blocking aggregation from a client: it
