@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -158,6 +159,7 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host 
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 		mux.Handle(gateway.StatusPath, g.StatusHandler())
+		mountGatewayHealth(ctx, mux, client)
 		if err := mountGatewayDashboard(mux, g, client, reg); err != nil {
 			ln.Close()
 			mln.Close()
@@ -224,4 +226,29 @@ stays out of shell history and process listings.`,
 			return nil
 		},
 	}
+}
+
+// mountGatewayHealth serves /livez and /healthz (the process serves HTTP)
+// and /readyz on the gateway's metrics listener: ready while it is not
+// draining (ctx not ended) and its yellow pages show a node hosting a
+// service, so it has somewhere to send calls.
+func mountGatewayHealth(ctx context.Context, mux *http.ServeMux, c *neptune.Client) {
+	live := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
+	mux.HandleFunc("GET /livez", live)
+	mux.HandleFunc("GET /healthz", live)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		why := ""
+		switch {
+		case ctx.Err() != nil:
+			why = "draining"
+		case !slices.ContainsFunc(c.Members(r.Context(), 0), func(m neptune.Member) bool { return len(m.Services) > 0 }):
+			why = "no node hosting a service in the yellow pages"
+		}
+		if why != "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready: "+why)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
 }
