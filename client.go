@@ -19,9 +19,16 @@ import (
 type ClientConfig struct {
 	// Join lists gossip addresses ("host:port") of cluster nodes. Required.
 	Join []string
-	// Host is the local address the client's gossip listener binds to.
-	// Default 127.0.0.1.
+	// Host is the local address the client's gossip listener and poll
+	// socket bind to. Default 127.0.0.1 when every Join address is on
+	// loopback, else every interface, so the nodes can reach the client
+	// and tell it of a failover at once.
 	Host string
+	// Advertise is the address the nodes reach the client's gossip at
+	// (default: Host if it names one address, else the local address on
+	// the route to the first Join address). A client advertised on
+	// loopback to a cluster that is not logs a warning.
+	Advertise string
 	// Balance selects the load-balancing policy; the default is prequal
 	// (see Balancing).
 	Balance Balancing
@@ -77,7 +84,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		cfg.Logger.Warn("client running INSECURE: plaintext gRPC and gossip, unauthenticated polls")
 	}
 	c, err := client.New(ctx, client.Config{
-		Host: cfg.Host, Join: cfg.Join, AnnounceTTL: cfg.AnnounceTTL, Balance: bal,
+		Host: cfg.Host, Advertise: cfg.Advertise, Join: cfg.Join, AnnounceTTL: cfg.AnnounceTTL, Balance: bal,
 		Registerer: cfg.Registerer, Logger: cfg.Logger, Security: sec, MaxMessageBytes: cfg.MaxMessageBytes,
 		Retry: cfg.Retry,
 	})

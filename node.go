@@ -22,8 +22,15 @@ import (
 type NodeConfig struct {
 	// ID names the node; unique in the cluster. Required.
 	ID string
-	// Host is the address every listener binds to. Default 127.0.0.1.
+	// Host is the address every listener binds to: an IP, 0.0.0.0 or ::
+	// for every interface, or a host name. Default 127.0.0.1.
 	Host string
+	// Advertise is the host the node tells others to dial for each of its
+	// listeners (in containers: the service or pod name). Default: Host
+	// if it names one address, else the local address on the route to the
+	// first seed, else the first address of an interface that is up. An
+	// address no other host can dial (0.0.0.0, ::) is refused at Start.
+	Advertise string
 	// GossipPort, RPCPort and PollPort are the memberlist, gRPC and UDP
 	// load-poll ports; 0 picks a free port.
 	GossipPort, RPCPort, PollPort int
@@ -127,7 +134,7 @@ func (c NodeConfig) internal() (node.Config, error) {
 		return node.Config{}, err
 	}
 	cfg := node.Config{
-		ID: c.ID, Host: c.Host, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
+		ID: c.ID, Host: c.Host, Advertise: c.Advertise, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
 		MetricsAddr: c.MetricsAddr, Zone: c.Zone, Pprof: c.Pprof, Join: c.Join,
 		AnnounceInterval: c.AnnounceInterval, AnnounceTTL: c.AnnounceTTL,
 		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir, Security: sec,

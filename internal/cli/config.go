@@ -28,6 +28,7 @@ import (
 type FileConfig struct {
 	ID               string          `yaml:"id"`
 	Host             string          `yaml:"host"`
+	Advertise        string          `yaml:"advertise"` // host others dial; default host, or the route to join
 	GossipPort       int             `yaml:"gossip_port"`
 	RPCPort          int             `yaml:"rpc_port"`
 	PollPort         int             `yaml:"poll_port"`

@@ -23,7 +23,7 @@ import (
 // overrides a key of the config file, and only when given on the command
 // line, so the defaults shown in help are the node's own.
 type nodeOptions struct {
-	config, id, host, metrics, zone, policy, dataDir, logLevel string
+	config, id, host, advertise, metrics, zone, policy, dataDir, logLevel string
 	gossipPort, rpcPort, pollPort                              int
 	pprof                                                      bool
 	interval, ttl                                              time.Duration
@@ -80,7 +80,8 @@ func (o *nodeOptions) addFlags(fs *pflag.FlagSet) {
 	fs.SortFlags = false
 	fs.StringVar(&o.config, "config", "", "YAML config `file`; flags override its keys")
 	fs.StringVar(&o.id, "id", "", "node id, unique in the cluster (config: id)")
-	fs.StringVar(&o.host, "host", "127.0.0.1", "address every listener binds to (config: host)")
+	fs.StringVar(&o.host, "host", "127.0.0.1", "address every listener binds to: an IP, 0.0.0.0 or :: for every interface, or a host name (config: host)")
+	fs.StringVar(&o.advertise, "advertise", "", "host others dial for every listener, e.g. the container's service name; default --host if it names one address, else the local address on the route to the first --join (config: advertise)")
 	fs.IntVar(&o.gossipPort, "gossip-port", 0, "memberlist port, UDP and TCP; 0 picks a free one (config: gossip_port)")
 	fs.IntVar(&o.rpcPort, "rpc-port", 0, "gRPC port; 0 picks a free one (config: rpc_port)")
 	fs.IntVar(&o.pollPort, "poll-port", 0, "UDP load-poll port; 0 picks a free one (config: poll_port)")
@@ -114,6 +115,7 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	}
 	set("id", func() { fc.ID = o.id })
 	set("host", func() { fc.Host = o.host })
+	set("advertise", func() { fc.Advertise = o.advertise })
 	set("gossip-port", func() { fc.GossipPort = o.gossipPort })
 	set("rpc-port", func() { fc.RPCPort = o.rpcPort })
 	set("poll-port", func() { fc.PollPort = o.pollPort })
@@ -208,7 +210,7 @@ func parseLevel(level string) (slog.Level, error) {
 		return slog.LevelInfo, nil
 	}
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return l, Usagef("--log-level (config: log_level) %q: want one of %s", level, strings.Join(logLevels, ", "))
+		return l, Usagef("--log-level %q (config: log_level): want one of %s", level, strings.Join(logLevels, ", "))
 	}
 	return l, nil
 }
@@ -232,6 +234,7 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		Security:         sec,
 		ID:               fc.ID,
 		Host:             fc.Host,
+		Advertise:        fc.Advertise,
 		GossipPort:       fc.GossipPort,
 		RPCPort:          fc.RPCPort,
 		PollPort:         fc.PollPort,

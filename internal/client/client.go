@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/hostaddr"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/metrics"
 	"github.com/neptune-cluster/neptune/internal/nerr"
@@ -39,10 +41,15 @@ type Config struct {
 	// ID is the client's gossip member name, unique in the cluster;
 	// default "client-<random>-<n>".
 	ID string
-	// Host and Port are where the gossip listener binds (default
-	// 127.0.0.1, a free port).
+	// Host and Port are where the gossip listener and the poll socket
+	// bind: an address or a name (default 127.0.0.1 if every seed is on
+	// loopback, else every interface), and a port (default: a free one).
 	Host string
 	Port int
+	// Advertise is the address the cluster reaches this member's gossip
+	// at (default: Host if it names one address, else the local address
+	// on the route to the first seed).
+	Advertise string
 	// Join lists gossip addresses ("host:port") of cluster members.
 	Join []string
 	// AnnounceInterval and AnnounceTTL are the yellow pages' refresh and
@@ -147,12 +154,25 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.Retry.Validate("Retry"); err != nil {
 		return nil, fmt.Errorf("neptune: %w", err)
 	}
-	if cfg.Host == "" {
-		cfg.Host = "127.0.0.1"
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Host == "" {
+		cfg.Host = defaultHost(cfg.Join)
+	}
+	bind, err := hostaddr.BindIP(cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("neptune: host %q (ClientConfig.Host, --host): %w", cfg.Host, err)
+	}
+	adv, err := hostaddr.Advertise(cfg.Host, cfg.Advertise, cfg.Join)
+	if err != nil {
+		return nil, fmt.Errorf("neptune: advertise address (ClientConfig.Advertise, --advertise): %w", err)
+	}
+	advIP, err := hostaddr.IP(adv)
+	if err != nil {
+		return nil, fmt.Errorf("neptune: advertise address %q (ClientConfig.Advertise, --advertise): %w", adv, err)
+	}
+	warnUnreachable(cfg.Logger, adv, cfg.Join)
 	if cfg.ID == "" {
 		cfg.ID = fmt.Sprintf("client-%d-%d", rand.Uint32(), seq.Add(1))
 	}
@@ -182,15 +202,16 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if c.metrics, err = newClientMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
-	if c.poller, err = transport.NewPoller(cfg.Logger, append([]transport.PollerOption{transport.WithClock(c.clock)}, cfg.Security.PollerOptions()...)...); err != nil {
+	if c.poller, err = transport.NewPoller(cfg.Logger, append([]transport.PollerOption{transport.WithClock(c.clock), transport.WithPollerBind(net.ParseIP(bind))}, cfg.Security.PollerOptions()...)...); err != nil {
 		c.metrics.unregister(cfg.Registerer)
 		return nil, fmt.Errorf("neptune: %w", err)
 	}
 	c.poller.OnLate(c.reportLate)
 	mcfg := membership.Config{
 		NodeID:           cfg.ID,
-		BindAddr:         cfg.Host,
+		BindAddr:         bind,
 		BindPort:         cfg.Port,
+		AdvertiseAddr:    advIP.String(),
 		Join:             cfg.Join,
 		AnnounceInterval: cfg.AnnounceInterval,
 		TTL:              cfg.AnnounceTTL,
@@ -262,4 +283,33 @@ func (c *Client) Aggregation() *aggregation.Caller { return c.agg }
 // selects an experiment's baseline, zero for the product's behaviour.
 func (c *Client) Aggregate(ctx context.Context, a aggregation.Aggregation, x aggregation.Experiment) (*aggregation.Result, error) {
 	return c.agg.Aggregate(ctx, a, x)
+}
+
+// defaultHost is where a client's gossip binds by default: loopback when
+// every seed is on loopback (a local cluster), else every interface, so
+// the cluster can reach it and tell it of changes at once.
+func defaultHost(seeds []string) string {
+	for _, s := range seeds {
+		if h, _, err := net.SplitHostPort(s); err != nil || !hostaddr.Loopback(h) {
+			return "0.0.0.0"
+		}
+	}
+	return "127.0.0.1"
+}
+
+// warnUnreachable warns when a member advertises a loopback address to a
+// cluster that is not on loopback: the nodes cannot reach its gossip, so
+// it learns of a failover only at its own next push/pull (the TTL), and
+// calls fail meanwhile.
+func warnUnreachable(log *slog.Logger, adv string, seeds []string) {
+	if !hostaddr.Loopback(adv) {
+		return
+	}
+	for _, s := range seeds {
+		if h, _, err := net.SplitHostPort(s); err == nil && !hostaddr.Loopback(h) {
+			log.Warn("this member's gossip is advertised on loopback, which the cluster cannot reach: it will learn of changes late; set the host (--host) or the advertised address (--advertise) to one the nodes can reach",
+				"advertised", adv, "seed", s)
+			return
+		}
+	}
 }

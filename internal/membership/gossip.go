@@ -28,6 +28,9 @@ type Config struct {
 	// Port 0 picks a free port.
 	BindAddr string
 	BindPort int
+	// AdvertiseAddr is the IP other members reach this one at (memberlist
+	// refuses names); empty: what memberlist picks from BindAddr.
+	AdvertiseAddr string
 	// Join lists host:port gossip addresses of existing members.
 	Join []string
 	// AnnounceInterval is how often this member refreshes its
@@ -219,6 +222,7 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 	mc.BindAddr = cfg.BindAddr
 	mc.BindPort = cfg.BindPort
 	mc.AdvertisePort = cfg.BindPort
+	mc.AdvertiseAddr = cfg.AdvertiseAddr
 	// The local profile retransmits a broadcast only 2·log10(n+1) times, so
 	// a joiner's alive message can miss some members until the next
 	// push/pull (15 s): those would never announce themselves to it and

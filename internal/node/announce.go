@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/neptune-cluster/neptune/internal/hostaddr"
 	"github.com/neptune-cluster/neptune/internal/replication"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -13,8 +14,11 @@ import (
 // each service's partitions, its method table (callers take a method's
 // mode from it) and its replicas' status.
 func (n *Node) announcement() *pb.Announcement {
-	a := &pb.Announcement{RpcAddr: n.rpcLn.Addr().String(), PollAddr: n.polls.Addr(), MetricsAddr: n.MetricsAddr(), Zone: n.cfg.Zone,
-		PlacementOff: n.cfg.Placement.Off}
+	a := &pb.Announcement{RpcAddr: hostaddr.Join(n.adv, n.rpcLn.Addr().String()), PollAddr: hostaddr.Join(n.adv, n.polls.Addr()),
+		Zone: n.cfg.Zone, PlacementOff: n.cfg.Placement.Off}
+	if m := n.MetricsAddr(); m != "" {
+		a.MetricsAddr = hostaddr.Join(n.adv, m)
+	}
 	names := make([]string, 0, len(n.services))
 	for name := range n.services {
 		names = append(names, name)

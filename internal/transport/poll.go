@@ -242,6 +242,7 @@ type PollAnswer struct {
 // paper's load polling agent). It is safe for concurrent use.
 type Poller struct {
 	conn  *net.UDPConn
+	bind  net.IP // where conn listens (WithPollerBind)
 	log   *slog.Logger
 	clock clock.Clock
 	done  chan struct{}
@@ -303,17 +304,23 @@ func WithPollerAuth(a *PollAuth) PollerOption { return func(p *Poller) { p.auth 
 // dropped for no live subscription or an old sequence number.
 func (p *Poller) Rejected() uint64 { return p.rejected.Load() }
 
+// WithPollerBind binds the poller's socket to ip (default: every
+// interface), so a member told to listen on one address opens no socket
+// on the others.
+func WithPollerBind(ip net.IP) PollerOption { return func(p *Poller) { p.bind = ip } }
+
 // NewPoller opens the poller's socket.
 func NewPoller(log *slog.Logger, opts ...PollerOption) (*Poller, error) {
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4zero})
-	if err != nil {
-		return nil, fmt.Errorf("transport: open poll socket: %w", err)
-	}
-	p := &Poller{conn: conn, log: log, clock: clock.Real(), done: make(chan struct{}), waiting: map[uint64]*pending{}, addrs: map[string]*net.UDPAddr{},
-		subs: map[uint64]*subscribed{}, instance: randomInstance()}
+	p := &Poller{log: log, clock: clock.Real(), done: make(chan struct{}), waiting: map[uint64]*pending{}, addrs: map[string]*net.UDPAddr{},
+		subs: map[uint64]*subscribed{}, instance: randomInstance(), bind: net.IPv4zero}
 	for _, o := range opts {
 		o(p)
 	}
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: p.bind})
+	if err != nil {
+		return nil, fmt.Errorf("transport: open poll socket on %s: %w", p.bind, err)
+	}
+	p.conn = conn
 	go p.read()
 	return p, nil
 }
