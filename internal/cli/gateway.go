@@ -30,8 +30,8 @@ import (
 // config file's key of the same name, when given.
 type gatewayOptions struct {
 	config, listen, metrics, host, advertise, logLevel string
-	join                                    []string
-	sec                                     securityFlags
+	join                                               []string
+	sec                                                securityFlags
 }
 
 func newGatewayCmd() *cobra.Command {

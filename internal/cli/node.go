@@ -24,11 +24,11 @@ import (
 // line, so the defaults shown in help are the node's own.
 type nodeOptions struct {
 	config, id, host, advertise, metrics, zone, policy, dataDir, logLevel string
-	gossipPort, rpcPort, pollPort                              int
-	pprof                                                      bool
-	interval, ttl                                              time.Duration
-	join, services                                             []string
-	sec                                                        securityFlags
+	gossipPort, rpcPort, pollPort                                         int
+	pprof                                                                 bool
+	interval, ttl                                                         time.Duration
+	join, services                                                        []string
+	sec                                                                   securityFlags
 }
 
 func newNodeCmd() *cobra.Command {

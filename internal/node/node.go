@@ -217,7 +217,7 @@ type Node struct {
 	health     *health.Server
 	stopHealth context.CancelFunc
 	draining   atomic.Bool
-	polls *transport.PollServer
+	polls      *transport.PollServer
 	// pushes is polls once it listens: the pools' OnChange (loadChanged)
 	// reads it from request goroutines, which start before it is set.
 	pushes  atomic.Pointer[transport.PollServer]
