@@ -45,6 +45,12 @@ type NodeConfig struct {
 	Pprof bool
 	// Join lists gossip addresses ("host:port") of existing nodes.
 	Join []string
+	// JoinTimeout bounds how long Start keeps trying the Join addresses,
+	// pausing with backoff (0: 10 s; negative: until Start's context
+	// ends, as `neptune node` does by default). A Join address that is a
+	// host name stands for every address it resolves to, looked up anew
+	// on each try.
+	JoinTimeout time.Duration
 	// AnnounceInterval and AnnounceTTL control the yellow pages' soft
 	// state: refresh every 1 s, expire after 5 s (the paper's values).
 	AnnounceInterval time.Duration
@@ -134,7 +140,7 @@ func (c NodeConfig) internal() (node.Config, error) {
 		return node.Config{}, err
 	}
 	cfg := node.Config{
-		ID: c.ID, Host: c.Host, Advertise: c.Advertise, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
+		ID: c.ID, Host: c.Host, Advertise: c.Advertise, JoinTimeout: c.JoinTimeout, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
 		MetricsAddr: c.MetricsAddr, Zone: c.Zone, Pprof: c.Pprof, Join: c.Join,
 		AnnounceInterval: c.AnnounceInterval, AnnounceTTL: c.AnnounceTTL,
 		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir, Security: sec,

@@ -26,7 +26,7 @@ type nodeOptions struct {
 	config, id, host, advertise, metrics, zone, policy, dataDir, logLevel string
 	gossipPort, rpcPort, pollPort                                         int
 	pprof                                                                 bool
-	interval, ttl                                                         time.Duration
+	interval, ttl, joinTimeout                                            time.Duration
 	join, services                                                        []string
 	sec                                                                   securityFlags
 }
@@ -86,6 +86,7 @@ func (o *nodeOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.rpcPort, "rpc-port", 0, "gRPC port; 0 picks a free one (config: rpc_port)")
 	fs.IntVar(&o.pollPort, "poll-port", 0, "UDP load-poll port; 0 picks a free one (config: poll_port)")
 	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of a node to join; list (config: join)")
+	fs.DurationVar(&o.joinTimeout, "join-timeout", 0, "how long to keep trying the --join seeds at start, with backoff; 0 keeps trying until stopped (config: join_timeout)")
 	fs.StringArrayVar(&o.services, "service", nil, "host a built-in service as `name:partitions`, e.g. kv:0-3,7; repeatable (config: services)")
 	fs.StringVar(&o.metrics, "metrics", "", "`host:port` serving Prometheus /metrics; empty disables (config: metrics)")
 	fs.StringVar(&o.zone, "zone", "", "this node's failure domain, announced; placement spreads replicas across zones (config: zone)")
@@ -120,6 +121,7 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	set("rpc-port", func() { fc.RPCPort = o.rpcPort })
 	set("poll-port", func() { fc.PollPort = o.pollPort })
 	set("join", func() { fc.Join = o.join })
+	set("join-timeout", func() { fc.JoinTimeout = Duration(o.joinTimeout) })
 	set("metrics", func() { fc.Metrics = o.metrics })
 	set("zone", func() { fc.Zone = o.zone })
 	set("pprof", func() { fc.Pprof = o.pprof })
@@ -242,6 +244,7 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		Zone:             fc.Zone,
 		Pprof:            fc.Pprof,
 		Join:             fc.Join,
+		JoinTimeout:      joinTimeout(fc.JoinTimeout),
 		AnnounceInterval: time.Duration(fc.AnnounceInterval),
 		AnnounceTTL:      time.Duration(fc.AnnounceTTL),
 		Balance:          bal,
@@ -280,4 +283,14 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		}
 	}
 	return node, nil
+}
+
+// joinTimeout maps the config's join_timeout (0: keep trying until
+// stopped, what a node started before its seeds needs) to
+// NodeConfig.JoinTimeout (negative: until stopped).
+func joinTimeout(d Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return time.Duration(d)
 }

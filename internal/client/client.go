@@ -52,6 +52,9 @@ type Config struct {
 	Advertise string
 	// Join lists gossip addresses ("host:port") of cluster members.
 	Join []string
+	// JoinTimeout bounds how long New tries them (0: membership's
+	// default; negative: until ctx ends).
+	JoinTimeout time.Duration
 	// AnnounceInterval and AnnounceTTL are the yellow pages' refresh and
 	// expiry (membership's defaults: 1 s and 5 s).
 	AnnounceInterval, AnnounceTTL time.Duration
@@ -213,6 +216,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		BindPort:         cfg.Port,
 		AdvertiseAddr:    advIP.String(),
 		Join:             cfg.Join,
+		JoinTimeout:      cfg.JoinTimeout,
 		AnnounceInterval: cfg.AnnounceInterval,
 		TTL:              cfg.AnnounceTTL,
 		Announce:         cfg.Announce,

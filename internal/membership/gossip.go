@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -31,8 +32,12 @@ type Config struct {
 	// AdvertiseAddr is the IP other members reach this one at (memberlist
 	// refuses names); empty: what memberlist picks from BindAddr.
 	AdvertiseAddr string
-	// Join lists host:port gossip addresses of existing members.
+	// Join lists host:port gossip addresses of existing members; a name
+	// stands for every address it resolves to.
 	Join []string
+	// JoinTimeout bounds how long Start tries the seeds (0: JoinTimeout;
+	// negative: until its context ends).
+	JoinTimeout time.Duration
 	// AnnounceInterval is how often this member refreshes its
 	// announcement (the paper's 1 s).
 	AnnounceInterval time.Duration
@@ -230,6 +235,11 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 	// LAN, and push/pull (which also carries the yellow pages) once per TTL
 	// so no member stays unknown longer than an entry lives.
 	mc.RetransmitMult = 4
+	// A member found dead may come back at another address (a container
+	// restarted with a new IP, same id and data) once it has been dead a
+	// second; a live member's id at a second address stays a conflict
+	// (Identity.OnConflict refuses the newcomer).
+	mc.DeadNodeReclaimTime = time.Second
 	mc.PushPullInterval = cfg.TTL
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
@@ -289,26 +299,50 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 	return g, nil
 }
 
-// JoinTimeout bounds how long Start keeps trying to reach a seed, so nodes
-// of a cluster may start in any order.
+// JoinTimeout is how long Start keeps trying to reach a seed by default,
+// so nodes of a cluster may start in any order.
 const JoinTimeout = 10 * time.Second
 
-// join contacts the seeds, retrying every half second until JoinTimeout.
+// Pauses between join attempts grow from joinPause, doubling, to
+// maxJoinPause, each drawn from its upper half (so members started
+// together do not knock in step).
+const (
+	joinPause    = 250 * time.Millisecond
+	maxJoinPause = 5 * time.Second
+)
+
+// join contacts the seeds until one answers, for cfg.JoinTimeout (0:
+// JoinTimeout; negative: until ctx ends), pausing with backoff between
+// attempts. A seed that is a host name is resolved afresh on every
+// attempt, to all its addresses (a headless Service, a Compose service).
 func join(ctx context.Context, ml *memberlist.Memberlist, cfg Config) error {
-	deadline := cfg.Clock.Now().Add(JoinTimeout)
-	for {
+	limit := cfg.JoinTimeout
+	if limit == 0 {
+		limit = JoinTimeout
+	}
+	start := cfg.Clock.Now()
+	for attempt := 0; ; attempt++ {
 		_, err := ml.Join(cfg.Join)
 		if err == nil {
 			return nil
 		}
-		if cfg.Clock.Now().After(deadline) {
-			return fmt.Errorf("membership: join %v (tried for %v): %w%s", cfg.Join, JoinTimeout, oneLine{err}, joinHint(cfg))
+		spent := cfg.Clock.Since(start)
+		if limit > 0 && spent >= limit {
+			return fmt.Errorf("membership: join %v (tried for %v): %w%s", cfg.Join, limit, oneLine{err}, joinHint(cfg))
 		}
-		cfg.Logger.Info("seeds not reachable yet, retrying", "join", cfg.Join, "err", err)
+		d := min(joinPause<<min(attempt, 5), maxJoinPause)
+		d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+		if limit > 0 {
+			d = min(d, limit-spent)
+		}
+		if attempt == 0 || d >= maxJoinPause/2 {
+			cfg.Logger.Warn("seeds not reachable yet, retrying", "join", cfg.Join, "retry_in", d, "tried_for", spent.Round(time.Millisecond),
+				"err", oneLine{err}, "hint", strings.TrimPrefix(joinHint(cfg), "; "))
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("membership: join %v: %w (last attempt: %v)%s", cfg.Join, ctx.Err(), oneLine{err}, joinHint(cfg))
-		case <-cfg.Clock.After(500 * time.Millisecond):
+		case <-cfg.Clock.After(d):
 		}
 	}
 }

@@ -67,6 +67,9 @@ type Config struct {
 	Pprof bool
 	// Join lists gossip addresses ("host:port") of existing nodes.
 	Join []string
+	// JoinTimeout bounds how long Start tries them (0: 10 s; negative:
+	// until Start's context ends).
+	JoinTimeout time.Duration
 	// AnnounceInterval and AnnounceTTL control the yellow pages' soft
 	// state: refresh every 1 s, expire after 5 s (the paper's values).
 	AnnounceInterval time.Duration
@@ -410,6 +413,7 @@ func (n *Node) Start(ctx context.Context) error {
 		ID:               n.cfg.ID,
 		Host:             n.cfg.Host,
 		Advertise:        n.adv,
+		JoinTimeout:      n.cfg.JoinTimeout,
 		Port:             n.cfg.GossipPort,
 		Join:             n.cfg.Join,
 		AnnounceInterval: n.cfg.AnnounceInterval,
