@@ -41,18 +41,23 @@ var (
 //     to the primary; operators use the same client; gateways call for
 //     their subscribers (and need nothing else: a gateway routes no
 //     stream method and runs no aggregation).
+//
 //   - Stream, Aggregate: any member but gateways. A blocking aggregation
 //     (AggregateRequest.blocking, the NoED experiment's baseline, which
 //     holds a worker on every node of the tree for the whole call) only
 //     from operators, and from nodes forwarding a subtree of one.
+//
 //   - Replicate: nodes only, and the batch and every message in it must
 //     come from the node id the caller's certificate names, so a node
 //     speaks only for its own replicas.
+//
 //   - InstallSnapshot: nodes only, every chunk from the caller's node
 //     (as Replicate).
+//
 //   - Promote: operators only. No node calls Promote (the replication
 //     runtime elects primaries over Replicate, and placement moves a
 //     primary by a priority change through ChangeReplicas).
+//
 //   - ChangeReplicas: operators, and nodes: the node acting for
 //     placement (internal/rebalance) replaces dead nodes' replicas and
 //     evens out replicas and primaries with the operator's call. A node
