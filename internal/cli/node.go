@@ -17,6 +17,7 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/membership"
+	"github.com/neptune-cluster/neptune/internal/version"
 )
 
 // nodeOptions are the flags of `neptune node`. Every flag but --log-level
@@ -153,6 +154,7 @@ func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Log
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	log.Info("neptune node starting", "version", version.Release, "commit", version.Commit, "id", fc.ID)
 	node, err := buildNode(fc, log)
 	if err != nil {
 		return err
