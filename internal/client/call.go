@@ -111,7 +111,7 @@ func (c *Client) Call(ctx context.Context, svc string, partition int, method str
 	o := collect(opts)
 	r := newRequest(svc, partition, method, body, o)
 	if len(body) > c.maxBody {
-		return nil, r.outcome(fmt.Errorf("%w: request body of %d bytes exceeds the limit of %d (ClientConfig.MaxMessageBytes); it was not sent", nerr.ErrTooLarge, len(body), c.maxBody))
+		return nil, r.outcome(fmt.Errorf("%w: request body of %d bytes exceeds the limit of %d (ClientConfig.MaxMessageBytes); it was not sent, so this call never ran", nerr.ErrTooLarge, len(body), c.maxBody))
 	}
 	start := c.clock.Now()
 	if o.timeout > 0 {
