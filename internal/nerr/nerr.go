@@ -17,6 +17,11 @@ var (
 	ErrDeadline         = errors.New("neptune: deadline exceeded")
 	ErrOverloaded       = errors.New("neptune: overloaded")
 	ErrClosed           = errors.New("neptune: closed")
+	// ErrNotMember: the cluster does not take this member for one of its
+	// own (its certificate is of another CA, or the nodes' are), so it
+	// sees none of the cluster's nodes. Never executed; a retry fails the
+	// same way until the member is given the cluster's material.
+	ErrNotMember = errors.New("neptune: not a member of this cluster")
 	// ErrUnknownOutcome: a write may or may not have been executed (the
 	// connection broke after it was sent, a forward to the primary failed,
 	// the deadline passed while it was in flight). It is distinct from the
