@@ -435,6 +435,7 @@ func mustLog(t *testing.T, n *localcluster.Node, what string) {
 		b, _ := os.ReadFile(n.LogPath)
 		for _, line := range strings.Split(string(b), "\n") {
 			if strings.Contains(line, "level=WARN") && strings.Contains(line, "security: refused a peer") && strings.Contains(line, what) {
+				t.Logf("%s logs: %s", n.Spec.ID, line)
 				return true
 			}
 		}
