@@ -81,7 +81,7 @@ func Retryable(err error) bool {
 	if errors.As(err, &u) {
 		return u.Identified
 	}
-	if errors.Is(err, ErrUnknownOutcome) {
+	if errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrNotMember) {
 		return false
 	}
 	for _, e := range []error{ErrNoReplica, ErrNoPrimary, ErrOverloaded, ErrDeadline} {
