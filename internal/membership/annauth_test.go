@@ -365,6 +365,19 @@ func TestAMemberOfAnotherCASaysItIsNotAMember(t *testing.T) {
 			t.Fatal("the outsider entered the member's yellow pages")
 		}
 	}
+	// A member of the cluster that sees its own peers does not doubt
+	// itself because an outsider announces.
+	b, err := Start(ctx, m.config("n2", key, "c", []string{a.Addr()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if !eventually(ctx, 10*time.Second, func() bool { return len(a.Replicas("kv", 0).Replicas) == 2 }) {
+		t.Fatal("n1 does not see n2")
+	}
+	if why := a.Foreign(); why != "" {
+		t.Errorf("a member with a peer of its own CA says %q", why)
+	}
 	why := o.Foreign()
 	for _, want := range []string{"node/n1", `cluster "c"`, "not a member of their cluster", CAKeyID(m.source(nodeID("n1")).Certificate().Leaf.AuthorityKeyId)} {
 		if !strings.Contains(why, want) {

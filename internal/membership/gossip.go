@@ -669,22 +669,31 @@ func claimedAuthor(b []byte) string {
 }
 
 // Foreign describes the members whose announcements this member refused
-// within the TTL because a CA it does not trust signed them, or "" if
-// none: when its yellow pages hold nothing else, this member is not a
-// member of their cluster (it holds another CA), and a lookup says so.
+// within the TTL because a CA it does not trust signed them, if its
+// yellow pages hold no other member (none it could verify): then it is
+// not a member of their cluster (it holds another CA), and a lookup says
+// so. "" otherwise, so an outsider's node in a cluster never makes its
+// members doubt themselves.
 func (g *Gossip) Foreign() string {
 	now := g.cfg.Clock.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	for _, e := range g.pages.Snapshot(now) {
+		if e.Ann.NodeId != g.cfg.NodeID {
+			return ""
+		}
+	}
 	var names []string
-	var last *ForeignSignerError
+	var last foreignSigner
 	for claims, f := range g.foreign {
 		if now.Sub(f.seen) > g.cfg.TTL {
 			delete(g.foreign, claims)
 			continue
 		}
 		names = append(names, claims)
-		last = f.err
+		if f.seen.After(last.seen) {
+			last = f
+		}
 	}
 	if len(names) == 0 {
 		return ""
@@ -695,7 +704,7 @@ func (g *Gossip) Foreign() string {
 		ours = fmt.Sprintf("CA %s (cluster %q)", CAKeyID(g.cfg.Certs.Certificate().Leaf.AuthorityKeyId), g.cfg.Certs.Cluster())
 	}
 	return fmt.Sprintf("%s announce themselves with certificates of CA %s (cluster %q), but this member trusts only %s: it is not a member of their cluster; give it the cluster's ca.pem and a certificate that CA issued",
-		strings.Join(names, ", "), last.CAKey, last.Cluster, ours)
+		strings.Join(names, ", "), last.err.CAKey, last.err.Cluster, ours)
 }
 
 // memberlistLog routes memberlist's log lines to the member's logger at
