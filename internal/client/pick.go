@@ -63,9 +63,10 @@ func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 	look := c.gossip.Lookup(in.Service, in.Partition, in.Method)
 	if err := r.resolve(look); err != nil {
 		if len(look.Replicas) == 0 {
-			// Nothing to call: if the gossip refused nodes signed by a CA
-			// this client does not trust, that is why.
-			if why := c.gossip.Foreign(); why != "" {
+			// Nothing to call: if the gossip refused nodes hosting the
+			// service because a CA this client does not trust signed
+			// them, that is why.
+			if why := c.gossip.Foreign(in.Service); why != "" {
 				return target{}, fmt.Errorf("%w: %s (%w)", nerr.ErrNotMember, why, err)
 			}
 		}

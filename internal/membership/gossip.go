@@ -170,6 +170,9 @@ type Gossip struct {
 type foreignSigner struct {
 	err  *ForeignSignerError
 	seen time.Time
+	// services are those its last refused announcement claims
+	// (unverified).
+	services []string
 }
 
 type lostMember struct {
@@ -638,7 +641,7 @@ func (g *Gossip) open(b []byte) (*pb.Announcement, *sealed, error) {
 				g.foreign = map[string]foreignSigner{}
 			}
 			if _, ok := g.foreign[foreign.Claims]; ok || len(g.foreign) < maxForeign {
-				g.foreign[foreign.Claims] = foreignSigner{err: foreign, seen: g.cfg.Clock.Now()}
+				g.foreign[foreign.Claims] = foreignSigner{err: foreign, seen: g.cfg.Clock.Now(), services: claimedServices(b)}
 			}
 			g.mu.Unlock()
 		}
@@ -653,6 +656,24 @@ func (g *Gossip) open(b []byte) (*pb.Announcement, *sealed, error) {
 
 // maxForeign bounds the remembered foreign signers.
 const maxForeign = 64
+
+// claimedServices are the services a refused announcement claims to host
+// (unverified: only for the words of Foreign).
+func claimedServices(b []byte) []string {
+	s, _, err := decodeSealed(b)
+	if err != nil {
+		return nil
+	}
+	var a pb.Announcement
+	if proto.Unmarshal(s.payload, &a) != nil {
+		return nil
+	}
+	var out []string
+	for _, h := range a.Services {
+		out = append(out, h.Name)
+	}
+	return out
+}
 
 // claimedAuthor is the node id a refused announcement names, unverified,
 // for the refusal's source; "?" if it names none.
@@ -669,25 +690,23 @@ func claimedAuthor(b []byte) string {
 }
 
 // Foreign describes the members whose announcements this member refused
-// within the TTL because a CA it does not trust signed them, if its
-// yellow pages hold no other member (none it could verify): then it is
-// not a member of their cluster (it holds another CA), and a lookup says
-// so. "" otherwise, so an outsider's node in a cluster never makes its
-// members doubt themselves.
-func (g *Gossip) Foreign() string {
+// within the TTL because a CA it does not trust signed them, and which
+// claim to host service, or "" if none does: when no member this member
+// can verify hosts service either, it is not a member of their cluster
+// (it holds another CA), and a lookup says so. What a refused
+// announcement claims is read unverified, only to choose these words.
+func (g *Gossip) Foreign(service string) string {
 	now := g.cfg.Clock.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, e := range g.pages.Snapshot(now) {
-		if e.Ann.NodeId != g.cfg.NodeID {
-			return ""
-		}
-	}
 	var names []string
 	var last foreignSigner
 	for claims, f := range g.foreign {
 		if now.Sub(f.seen) > g.cfg.TTL {
 			delete(g.foreign, claims)
+			continue
+		}
+		if !slices.Contains(f.services, service) {
 			continue
 		}
 		names = append(names, claims)
@@ -703,8 +722,8 @@ func (g *Gossip) Foreign() string {
 	if g.cfg.Certs != nil {
 		ours = fmt.Sprintf("CA %s (cluster %q)", CAKeyID(g.cfg.Certs.Certificate().Leaf.AuthorityKeyId), g.cfg.Certs.Cluster())
 	}
-	return fmt.Sprintf("%s announce themselves with certificates of CA %s (cluster %q), but this member trusts only %s: it is not a member of their cluster; give it the cluster's ca.pem and a certificate that CA issued",
-		strings.Join(names, ", "), last.err.CAKey, last.err.Cluster, ours)
+	return fmt.Sprintf("%s announce service %q with certificates of CA %s (cluster %q), but this member trusts only %s: it is not a member of their cluster; give it the cluster's ca.pem and a certificate that CA issued",
+		strings.Join(names, ", "), service, last.err.CAKey, last.err.Cluster, ours)
 }
 
 // memberlistLog routes memberlist's log lines to the member's logger at
