@@ -31,3 +31,27 @@ func TestAnnouncedStatusSaysWhenContactWasLost(t *testing.T) {
 		}
 	}
 }
+
+// TestACutOffSecondaryAnnouncesLostContact: a secondary that hears its
+// primary once and then nothing (it can still send: a one-way cut)
+// announces itself in touch until AckTimeout of silence, then lost
+// contact since the heartbeat, on the runtime's clock.
+func TestACutOffSecondaryAnnouncesLostContact(t *testing.T) {
+	rt, p, clk := startPart(t, "b", "a", "b", "c")
+	heartbeat := &pb.ReplicaBatch{From: "a", Messages: []*pb.ReplicaMessage{
+		toPBMessage(partKey{"kv", 0}, replica.Message{Type: replica.MsgAppend, From: "a", To: "b", Epoch: 1, InSync: true})}}
+	advance(t, p, clk, tickEvery)
+	rt.Replicate(heartbeat)
+	settle(t, p)
+	heard := clk.Now()
+	announced := func() *pb.ReplicaStatus { return rt.Status("kv", []int32{0})[0] }
+	advance(t, p, clk, 490*time.Millisecond)
+	if st := announced(); st.Contact != pb.Contact_CONTACT_OK || st.Primary != "a" {
+		t.Fatalf("%v after the heartbeat: %v, primary %q, want in touch with a", clk.Since(heard), st.Contact, st.Primary)
+	}
+	advance(t, p, clk, 30*time.Millisecond)
+	st := announced()
+	if st.Contact != pb.Contact_CONTACT_LOST || time.Duration(st.ContactLostMs)*time.Millisecond != clk.Since(heard).Round(time.Millisecond) {
+		t.Fatalf("%v after the heartbeat: %v for %d ms, want lost contact since the heartbeat", clk.Since(heard), st.Contact, st.ContactLostMs)
+	}
+}
