@@ -744,8 +744,8 @@ func (l *memberlistLog) Write(p []byte) (int, error) {
 	if reason := gossipRefusal(line); reason != "" {
 		source := "?"
 		if i := strings.LastIndex(line, "from="); i >= 0 {
-			source = strings.Fields(line[i+len("from="):] + " ?")[0]
-			if h, _, err := net.SplitHostPort(source); err == nil {
+			addr := strings.Fields(line[i+len("from="):] + " ?")[0]
+			if h, _, err := net.SplitHostPort(addr); err == nil {
 				source = h // a source's streams come from many ports
 			}
 		}
