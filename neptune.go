@@ -189,6 +189,11 @@ var (
 	// ErrTooLarge: a body over the MaxMessageBytes limit. A request
 	// refused with it was never sent or never ran; not retryable.
 	ErrTooLarge = nerr.ErrTooLarge
+	// ErrNotMember: the cluster's nodes and this member trust different
+	// CAs (it was given another cluster's material), so it reaches none
+	// of them; the error names both CAs where they are known. Never
+	// executed; not retryable.
+	ErrNotMember = nerr.ErrNotMember
 )
 
 // UnknownOutcomeError is a write that may or may not have executed; it

@@ -114,8 +114,9 @@ type Client struct {
 	agg     *aggregation.Caller
 	aggM    *aggregation.Metrics
 	// reg and members are for Close, which unregisters the metrics.
-	reg     prometheus.Registerer
-	members prometheus.Collector
+	reg      prometheus.Registerer
+	members  prometheus.Collector
+	refusals *security.Refusals // its counter, registered by the client
 	// stopWatch ends the keyring file watcher.
 	stopWatch context.CancelFunc
 
@@ -241,6 +242,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.members = members
+	if err := cfg.Security.Refusals.Register(cfg.Registerer); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	c.refusals = cfg.Security.Refusals
 	var wctx context.Context
 	wctx, c.stopWatch = context.WithCancel(context.Background())
 	go cfg.Security.WatchKeyring(wctx)
@@ -268,6 +274,9 @@ func (c *Client) Close() error {
 	c.aggM.Unregister(c.reg)
 	if c.members != nil {
 		c.reg.Unregister(c.members)
+	}
+	if c.refusals != nil {
+		c.refusals.Unregister(c.reg)
 	}
 	return err
 }

@@ -180,15 +180,42 @@ func check(rule Rule, id pki.Identity, method string, msg any) error {
 	return nil
 }
 
-// UnaryAuthorizer enforces rules on unary calls. The handler's context
-// carries the caller (see Caller).
-func UnaryAuthorizer(rules map[string]Rule) grpc.UnaryServerInterceptor {
+// refused reports a refused call to r (nil: nobody): the caller's
+// certificate identity, or its address if it has none.
+func refused(r Refuser, ctx context.Context, reason string, id pki.Identity, err error) {
+	if r == nil {
+		return
+	}
+	source := id.String()
+	if id.Name == "" {
+		source = "?"
+		if p, ok := peer.FromContext(ctx); ok {
+			source = hostOf(p.Addr)
+		}
+	}
+	r.Refuse(reason, source, err)
+}
+
+// authzReason is the refusal reason of an authorize error.
+func authzReason(err error) string {
+	if status.Code(err) == codes.Unauthenticated {
+		return "grpc_unauthenticated"
+	}
+	return "grpc_role"
+}
+
+// UnaryAuthorizer enforces rules on unary calls, reporting each refusal
+// to refusals (nil: nobody). The handler's context carries the caller
+// (see Caller).
+func UnaryAuthorizer(rules map[string]Rule, refusals Refuser) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		id, rule, err := authorize(ctx, rules, info.FullMethod)
 		if err != nil {
+			refused(refusals, ctx, authzReason(err), id, err)
 			return nil, err
 		}
 		if err := check(rule, id, info.FullMethod, req); err != nil {
+			refused(refusals, ctx, "grpc_claim", id, err)
 			return nil, err
 		}
 		return handler(context.WithValue(ctx, callerKey{}, id), req)
@@ -196,23 +223,27 @@ func UnaryAuthorizer(rules map[string]Rule) grpc.UnaryServerInterceptor {
 }
 
 // StreamAuthorizer enforces rules on streaming calls, checking every
-// message the client sends.
-func StreamAuthorizer(rules map[string]Rule) grpc.StreamServerInterceptor {
+// message the client sends and reporting each refusal to refusals (nil:
+// nobody).
+func StreamAuthorizer(rules map[string]Rule, refusals Refuser) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		id, rule, err := authorize(ss.Context(), rules, info.FullMethod)
 		if err != nil {
+			refused(refusals, ss.Context(), authzReason(err), id, err)
 			return err
 		}
-		return handler(srv, &authorizedStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), callerKey{}, id), id: id, rule: rule, method: info.FullMethod})
+		return handler(srv, &authorizedStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), callerKey{}, id), id: id, rule: rule,
+			method: info.FullMethod, refusals: refusals})
 	}
 }
 
 type authorizedStream struct {
 	grpc.ServerStream
-	ctx    context.Context
-	id     pki.Identity
-	rule   Rule
-	method string
+	ctx      context.Context
+	id       pki.Identity
+	rule     Rule
+	method   string
+	refusals Refuser
 }
 
 func (s *authorizedStream) Context() context.Context { return s.ctx }
@@ -221,5 +252,9 @@ func (s *authorizedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return check(s.rule, s.id, s.method, m)
+	err := check(s.rule, s.id, s.method, m)
+	if err != nil {
+		refused(s.refusals, s.ctx, "grpc_claim", s.id, err)
+	}
+	return err
 }
