@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -73,4 +74,29 @@ func withEnv(pre func(*cobra.Command, []string) error) func(*cobra.Command, []st
 		}
 		return nil
 	}
+}
+
+// FlagEnvNames lists the environment variables of the flags of the
+// command at path below the root (FlagEnvNames("node"), ("tls", "cert",
+// "create")), in the order the help shows them; nil if there is no such
+// command. Deployment manifests are checked against it, so a variable
+// they set is one the binary reads.
+func FlagEnvNames(path ...string) []string {
+	cmd := newRoot()
+	for _, name := range path {
+		i := slices.IndexFunc(cmd.Commands(), func(c *cobra.Command) bool { return c.Name() == name })
+		if i < 0 {
+			return nil
+		}
+		cmd = cmd.Commands()[i]
+	}
+	var names []string
+	visit := func(f *pflag.Flag) {
+		if !noEnv[f.Name] {
+			names = append(names, EnvName(f.Name))
+		}
+	}
+	cmd.Flags().VisitAll(visit)
+	cmd.InheritedFlags().VisitAll(visit)
+	return slices.Compact(names)
 }
