@@ -306,8 +306,8 @@ func TestStatefulSet(t *testing.T) {
 	if pdb.Spec.Selector == nil || !selects(pdb.Spec.Selector.MatchLabels, labels) {
 		t.Errorf("PodDisruptionBudget: selector does not select the pods %v", labels)
 	}
-	if g := spec.TerminationGracePeriodSeconds; g == nil || *g < drainBound+10 {
-		t.Errorf("terminationGracePeriodSeconds %v: want at least %d s, above the node's drain bound", g, drainBound+10)
+	if g := grace(spec); g < drainBound+10 {
+		t.Errorf("terminationGracePeriodSeconds %d: want at least %d s, above the node's drain bound", g, drainBound+10)
 	}
 	var claims []string
 	for _, c := range sts.Spec.VolumeClaimTemplates {
@@ -422,8 +422,8 @@ func TestGateway(t *testing.T) {
 	if extra.Advertise != podIP {
 		t.Errorf("advertise %q, want the pod's IP", extra.Advertise)
 	}
-	if g := spec.TerminationGracePeriodSeconds; g == nil || int64(time.Duration(cfg.WithDefaults().Drain).Seconds()) >= *g {
-		t.Errorf("terminationGracePeriodSeconds %v does not exceed the drain %v", g, time.Duration(cfg.WithDefaults().Drain))
+	if drain := time.Duration(cfg.WithDefaults().Drain); int64(drain.Seconds()) >= grace(spec) {
+		t.Errorf("terminationGracePeriodSeconds %d does not exceed the drain %v", grace(spec), drain)
 	}
 	_, httpPort, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
@@ -456,6 +456,15 @@ func TestGateway(t *testing.T) {
 			t.Errorf("Service %s: targetPort %s is no container port", svc.Name, p.TargetPort.String())
 		}
 	}
+}
+
+// grace is the pod's terminationGracePeriodSeconds (Kubernetes' default
+// 30 when unset).
+func grace(spec corev1.PodSpec) int64 {
+	if g := spec.TerminationGracePeriodSeconds; g != nil {
+		return *g
+	}
+	return 30
 }
 
 func container(t *testing.T, cs []corev1.Container, name string) *corev1.Container {
