@@ -91,3 +91,27 @@ func TestNodeConfigFor(t *testing.T) {
 		t.Fatalf("bad port: %v", err)
 	}
 }
+
+// TestGatewayConfigFor: the gateway's config file with its variables and
+// flags applied, and the settings that are only flags.
+func TestGatewayConfigFor(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(file, []byte("listen: :8080\ncapacity_grps: 100\nroutes: [{path_prefix: /e/, service: echo, method: echo, partition: 0}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, extra, err := GatewayConfigFor(nil, map[string]string{"NEPTUNE_CONFIG": file, "NEPTUNE_LISTEN": "0.0.0.0:8081",
+		"NEPTUNE_JOIN": "seed:7946", "NEPTUNE_ADVERTISE": "10.0.0.1", "NEPTUNE_TLS_DIR": "/tls", "NEPTUNE_CERT": "gateway/gw-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "0.0.0.0:8081" || strings.Join(cfg.Join, ",") != "seed:7946" || extra.Advertise != "10.0.0.1" ||
+		extra.Security.Dir != "/tls" || extra.Security.Cert != "gateway/gw-1" {
+		t.Fatalf("%+v %+v", cfg, extra)
+	}
+	if _, _, err := GatewayConfigFor(nil, map[string]string{"NEPTUNE_CONFIG": file, "NEPTUNE_TLS_DIR": "/tls"}); err == nil || !strings.Contains(err.Error(), "--join") {
+		t.Fatalf("no join: %v", err)
+	}
+	if _, _, err := GatewayConfigFor(nil, map[string]string{"NEPTUNE_CONFIG": file, "NEPTUNE_JOIN": "seed:7946"}); err == nil || !strings.Contains(err.Error(), "--tls-dir") {
+		t.Fatalf("no security: %v", err)
+	}
+}
