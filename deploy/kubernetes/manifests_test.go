@@ -487,14 +487,17 @@ func containerPort(c *corev1.Container, name string) *corev1.ContainerPort {
 	return nil
 }
 
-// checkProbes: liveness on /livez, readiness on /readyz, both on the
-// metrics listener the process serves them on.
+// checkProbes: liveness (and startup, if any) on /livez, readiness on
+// /readyz, all on the metrics listener the process serves them on.
 func checkProbes(t *testing.T, c *corev1.Container, metricsPort string) {
 	t.Helper()
 	for _, p := range []struct {
 		kind, path string
 		probe      *corev1.Probe
-	}{{"liveness", "/livez", c.LivenessProbe}, {"readiness", "/readyz", c.ReadinessProbe}} {
+	}{{"liveness", "/livez", c.LivenessProbe}, {"readiness", "/readyz", c.ReadinessProbe}, {"startup", "/livez", c.StartupProbe}} {
+		if p.kind == "startup" && p.probe == nil {
+			continue // optional
+		}
 		if p.probe == nil || p.probe.HTTPGet == nil {
 			t.Errorf("%s: no %s HTTP probe", c.Name, p.kind)
 			continue
