@@ -253,7 +253,7 @@ func (rt *Runtime) open(spec Partition, join *replica.ConfState) (*part, error) 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("neptune: data dir: %w", err)
 	}
-	l, err := wal.Open(dir)
+	l, err := wal.Open(dir, wal.Options{Logger: rt.log.With("service", key.service, "partition", key.partition)})
 	if err != nil {
 		return nil, fmt.Errorf("neptune: %s partition %d: %w", key.service, key.partition, err)
 	}

@@ -1,0 +1,249 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/record"
+	"github.com/cockroachdb/pebble/vfs"
+)
+
+// Storage failures (issue 28): a full disk or an I/O error must not take
+// the node down, and damage must never pass silently.
+//
+// pebble reports an I/O error it cannot undo (a failed WAL write or sync,
+// a MANIFEST it could not write) through its logger's Fatalf and then, on
+// the commit path, returns as if the commit succeeded. The log's logger
+// therefore records the first such error instead of exiting or panicking
+// (a panic in one of pebble's goroutines would kill the process), and
+// every write checks it: once set, the write (and every later one) fails
+// with ErrFailed, and the shell closes the log and opens it again from
+// what is on disk. Whether the failed write reached the disk is unknown
+// (a sync may fail after the bytes were written), so a caller must treat
+// it as of unknown outcome.
+
+// ErrFailed reports that the store failed on an I/O error it cannot undo
+// (pebble's "fatal" errors): the log must be closed and opened again.
+var ErrFailed = errors.New("wal: storage failed")
+
+// IsNoSpace reports whether err comes from a full file system.
+func IsNoSpace(err error) bool { return errors.Is(err, syscall.ENOSPC) }
+
+// fatalLogger is the pebble logger of one log: Infof is dropped, Errorf
+// (background errors: a failed flush or compaction, which pebble retries)
+// goes to the node's log, and Fatalf records the failure (see above).
+type fatalLogger struct {
+	log *slog.Logger
+
+	mu     sync.Mutex
+	failed error
+	// corrupt counts the corruption pebble reported in the background
+	// (a compaction that read a damaged block).
+	corrupt []error
+}
+
+func (f *fatalLogger) Infof(string, ...any) {}
+
+func (f *fatalLogger) Errorf(format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	if cause := firstError(a); cause != nil && errors.Is(cause, pebble.ErrCorruption) {
+		f.mu.Lock()
+		f.corrupt = append(f.corrupt, fmt.Errorf("%w: %s", ErrCorrupt, msg))
+		f.mu.Unlock()
+	}
+	f.log.Error("write log storage error", "err", msg)
+}
+
+func (f *fatalLogger) Fatalf(format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	f.mu.Lock()
+	if f.failed == nil {
+		cause := firstError(a)
+		if cause == nil {
+			cause = errors.New(msg)
+		}
+		f.failed = fmt.Errorf("%w: %s: %w", ErrFailed, msg, cause)
+	}
+	f.mu.Unlock()
+	f.log.Error("write log storage failed: writes stop until it is reopened", "err", msg)
+}
+
+func (f *fatalLogger) err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failed
+}
+
+func firstError(a []any) error {
+	for _, v := range a {
+		if err, ok := v.(error); ok {
+			return err
+		}
+	}
+	return nil
+}
+
+// Failed is the error that failed the store (nil while it works).
+func (l *Log) Failed() error { return l.fatal.err() }
+
+// TakeCorruption returns (and forgets) the corruption pebble reported in
+// the background since the last call.
+func (l *Log) TakeCorruption() []error {
+	l.fatal.mu.Lock()
+	defer l.fatal.mu.Unlock()
+	c := l.fatal.corrupt
+	l.fatal.corrupt = nil
+	return c
+}
+
+// commit commits b unless the store failed, and reports a failure that
+// happened during the commit (pebble then returns nil).
+func (l *Log) commit(b *pebble.Batch, o *pebble.WriteOptions) error {
+	if err := l.fatal.err(); err != nil {
+		return err
+	}
+	err := b.Commit(o)
+	if ferr := l.fatal.err(); ferr != nil {
+		return ferr
+	}
+	return err
+}
+
+// set writes one key through commit.
+func (l *Log) set(key, value []byte, o *pebble.WriteOptions) error {
+	b := l.db.NewBatch()
+	defer b.Close()
+	if err := b.Set(key, value, nil); err != nil {
+		return err
+	}
+	return l.commit(b, o)
+}
+
+// classify marks an error pebble reports as corruption with ErrCorrupt.
+func classify(err error) error {
+	if err != nil && errors.Is(err, pebble.ErrCorruption) && !errors.Is(err, ErrCorrupt) {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return err
+}
+
+// Damage is a damaged record found by Scan that pebble will cut the log
+// at: in the newest WAL segment, with no valid record after it (what a
+// crash in the middle of a write also leaves).
+type Damage struct {
+	File   string
+	Offset int64
+	Err    error
+}
+
+// Damage reports what Open found damaged at the end of the newest WAL
+// segment (everything after it is lost; the replication protocol
+// recovers acknowledged entries from the primary).
+func (l *Log) Damage() []Damage { return l.damage }
+
+// blockSize is pebble's WAL block size (record package).
+const blockSize = 32 << 10
+
+// Scan reads every pebble WAL segment in dir record by record. pebble
+// itself stops replaying the newest segment at its first damaged record
+// and says nothing; damage in an older segment is an error at open. Scan
+// reports damage followed by valid records (the middle of the log, not a
+// torn end) or in an older segment as an error satisfying
+// errors.Is(err, ErrCorrupt); damage at the very end of the newest one is
+// returned as Damage.
+func Scan(fs vfs.FS, dir string) ([]Damage, error) {
+	names, err := fs.List(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("wal: scan %s: %w", dir, err)
+	}
+	type seg struct {
+		name string
+		num  uint64
+	}
+	var segs []seg
+	for _, n := range names {
+		if num, ok := strings.CutSuffix(n, ".log"); ok {
+			if v, err := strconv.ParseUint(num, 10, 64); err == nil {
+				segs = append(segs, seg{n, v})
+			}
+		}
+	}
+	slices.SortFunc(segs, func(a, b seg) int { return int(a.num - b.num) })
+	var out []Damage
+	for i, s := range segs {
+		path := fs.PathJoin(dir, s.name)
+		off, cause, more, err := scanSegment(fs, path, s.num)
+		if err != nil {
+			return nil, fmt.Errorf("wal: scan %s: %w", path, err)
+		}
+		if cause == nil {
+			continue
+		}
+		newest := i == len(segs)-1
+		if !newest || more {
+			where := "older segment"
+			if newest {
+				where = "valid records follow it"
+			}
+			return nil, fmt.Errorf("%w: write log segment %s damaged at offset %d (%s): %w", ErrCorrupt, path, off, where, cause)
+		}
+		out = append(out, Damage{File: path, Offset: off, Err: cause})
+	}
+	return out, nil
+}
+
+// scanSegment reads one segment. It returns where the first damaged
+// record starts and why (nil cause: none) and whether a valid record of
+// this segment starts in a later block.
+func scanSegment(fs vfs.FS, path string, num uint64) (off int64, cause error, more bool, err error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, nil, false, err
+	}
+	r := record.NewReader(f, pebble.FileNum(num))
+	for {
+		off = r.Offset()
+		rec, err := r.Next()
+		if err == nil {
+			_, err = io.Copy(io.Discard, rec)
+		}
+		switch {
+		case err == nil:
+			continue
+		case err == io.EOF, errors.Is(err, record.ErrZeroedChunk):
+			return 0, nil, false, nil // the end, or preallocated space
+		case err == io.ErrUnexpectedEOF || errors.Is(err, pebble.ErrCorruption):
+			cause = err
+		default:
+			return 0, nil, false, err
+		}
+		break
+	}
+	// Is there a valid record of this segment in a later block?
+	for b := (off/blockSize + 1) * blockSize; b < st.Size(); b += blockSize {
+		rr := record.NewReader(io.NewSectionReader(f, b, st.Size()-b), pebble.FileNum(num))
+		if rec, err := rr.Next(); err == nil {
+			if _, err := io.Copy(io.Discard, rec); err == nil {
+				return off, cause, true, nil
+			}
+		}
+	}
+	return off, cause, false, nil
+}
