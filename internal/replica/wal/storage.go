@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 
+	crdberrors "github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/record"
 	"github.com/cockroachdb/pebble/vfs"
@@ -35,6 +36,10 @@ import (
 // (pebble's "fatal" errors): the log must be closed and opened again.
 var ErrFailed = errors.New("wal: storage failed")
 
+// isCorruption reports whether pebble marked err as corruption (with
+// cockroachdb/errors' marks, which the standard errors.Is does not see).
+func isCorruption(err error) bool { return crdberrors.Is(err, pebble.ErrCorruption) }
+
 // IsNoSpace reports whether err comes from a full file system.
 func IsNoSpace(err error) bool { return errors.Is(err, syscall.ENOSPC) }
 
@@ -55,7 +60,7 @@ func (f *fatalLogger) Infof(string, ...any) {}
 
 func (f *fatalLogger) Errorf(format string, a ...any) {
 	msg := fmt.Sprintf(format, a...)
-	if cause := firstError(a); cause != nil && errors.Is(cause, pebble.ErrCorruption) {
+	if cause := firstError(a); cause != nil && isCorruption(cause) {
 		f.mu.Lock()
 		f.corrupt = append(f.corrupt, fmt.Errorf("%w: %s", ErrCorrupt, msg))
 		f.mu.Unlock()
@@ -67,11 +72,11 @@ func (f *fatalLogger) Fatalf(format string, a ...any) {
 	msg := fmt.Sprintf(format, a...)
 	f.mu.Lock()
 	if f.failed == nil {
-		cause := firstError(a)
-		if cause == nil {
-			cause = errors.New(msg)
+		if cause := firstError(a); cause != nil {
+			f.failed = fmt.Errorf("%w: %w", ErrFailed, cause)
+		} else {
+			f.failed = fmt.Errorf("%w: %s", ErrFailed, msg)
 		}
-		f.failed = fmt.Errorf("%w: %s: %w", ErrFailed, msg, cause)
 	}
 	f.mu.Unlock()
 	f.log.Error("write log storage failed: writes stop until it is reopened", "err", msg)
@@ -130,7 +135,7 @@ func (l *Log) set(key, value []byte, o *pebble.WriteOptions) error {
 
 // classify marks an error pebble reports as corruption with ErrCorrupt.
 func classify(err error) error {
-	if err != nil && errors.Is(err, pebble.ErrCorruption) && !errors.Is(err, ErrCorrupt) {
+	if err != nil && isCorruption(err) && !errors.Is(err, ErrCorrupt) {
 		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return err
@@ -229,7 +234,7 @@ func scanSegment(fs vfs.FS, path string, num uint64) (off int64, cause error, mo
 			continue
 		case err == io.EOF, errors.Is(err, record.ErrZeroedChunk):
 			return 0, nil, false, nil // the end, or preallocated space
-		case err == io.ErrUnexpectedEOF || errors.Is(err, pebble.ErrCorruption):
+		case err == io.ErrUnexpectedEOF || isCorruption(err):
 			cause = err
 		default:
 			return 0, nil, false, err
