@@ -41,6 +41,10 @@ type part struct {
 	changed   chan struct{}
 	watched   bool
 
+	// failure is the error that stopped the loop (its store failed; see
+	// storage.go), nil while it runs.
+	failure atomic.Pointer[error]
+
 	// Loop-owned.
 	log      *wal.Log
 	core     *replica.Replica
@@ -74,8 +78,10 @@ type proposal struct {
 // run is the partition's event loop: one event (a proposal, a message, an
 // operator action or a clock tick) at a time, then whatever else is
 // queued, then the replica's Ready batches. It returns true when it ended
-// because the replica learned it was removed from the replica set.
-func (p *part) run(ctx context.Context) (removed bool) {
+// because the replica learned it was removed from the replica set, and
+// an error when it stopped because its store failed (its pending writes
+// then have an unknown outcome).
+func (p *part) run(ctx context.Context) (removed bool, err error) {
 	defer close(p.done)
 	clk := p.rt.clock
 	tick := clk.NewTicker(tickEvery)
@@ -85,7 +91,7 @@ func (p *part) run(ctx context.Context) (removed bool) {
 		select {
 		case <-ctx.Done():
 			p.failPending(nerr.ErrClosed)
-			return false
+			return false, nil
 		case pr := <-p.props:
 			p.propose(pr)
 		case m := <-p.inbox:
@@ -97,13 +103,17 @@ func (p *part) run(ctx context.Context) (removed bool) {
 		p.drain()
 		p.tickIfDue()
 		if err := p.process(ctx); err != nil {
-			p.rt.log.Error("replication stopped", "service", p.key.service, "partition", p.key.partition, "err", err)
+			if ctx.Err() != nil {
+				p.failPending(nerr.ErrClosed)
+				return false, nil
+			}
+			p.failure.Store(&err)
 			p.failPending(fmt.Errorf("%w: %w", errStopped, err))
-			return false
+			return false, err
 		}
 		if p.status.Load().Removed {
 			p.failPending(fmt.Errorf("%w: %w", nerr.ErrUnknownOutcome, errRemoved))
-			return true
+			return true, nil
 		}
 	}
 }
@@ -204,7 +214,22 @@ func (p *part) process(ctx context.Context) error {
 	}
 	p.keeper.busy(time.Time{})
 	p.publish(p.core.Status())
-	return nil
+	return p.storeHealth()
+}
+
+// storeHealth fails the loop when the store reported a failure or
+// corruption in the background: the replica is then reopened from disk
+// (storage.go), which finds any damage at open (corrupt.go).
+func (p *part) storeHealth() error {
+	if cs := p.log.TakeCorruption(); len(cs) > 0 {
+		for _, c := range cs {
+			p.rt.corrupt.add(corruptKey{p.key.service, p.key.partition, corruptionKind(c)})
+			p.rt.log.Error("write log corrupt", "service", p.key.service, "partition", p.key.partition,
+				"kind", corruptionKind(c), "path", p.rt.partDir(p.key), "err", c)
+		}
+		return cs[0]
+	}
+	return p.log.Failed()
 }
 
 // publish makes st the status callers and announcements see.

@@ -205,6 +205,8 @@ type memCluster struct {
 	client   string
 	// slow: a snapshot is held on purpose; advancing does not wait for it.
 	slow bool
+	// tweak, per node, adjusts its runtime's config.
+	tweak map[string]func(*Config)
 }
 
 func newMemCluster(t *testing.T) *memCluster {
@@ -214,8 +216,12 @@ func newMemCluster(t *testing.T) *memCluster {
 }
 
 func newMemClusterOf(t *testing.T, newStore func() TestStore, method string, body func(i, size int) []byte) *memCluster {
+	return newMemClusterTweaked(t, newStore, method, body, nil)
+}
+
+func newMemClusterTweaked(t *testing.T, newStore func() TestStore, method string, body func(i, size int) []byte, tweak map[string]func(*Config)) *memCluster {
 	c := &memCluster{t: t, clk: clock.NewManual(t0), net: &memNet{rts: map[string]*Runtime{}, blocked: map[[2]string]bool{}}, dirs: map[string]string{},
-		stores: map[string]TestStore{}, newStore: newStore, method: method, body: body}
+		stores: map[string]TestStore{}, newStore: newStore, method: method, body: body, tweak: tweak}
 	for _, id := range []string{"a", "b", "c"} {
 		c.addNode(id)
 	}
@@ -243,8 +249,12 @@ func (c *memCluster) wipe(id string) {
 func (c *memCluster) start(id string) {
 	t := c.t
 	t.Helper()
-	rt := New(Config{Self: id, DataDir: c.dirs[id], Directory: &fakeDir{hosts: []string{"a", "b", "c"}}, Sender: c.net, Clock: c.clk,
-		Logger: slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", id)})
+	cfg := Config{Self: id, DataDir: c.dirs[id], Directory: &fakeDir{hosts: []string{"a", "b", "c"}}, Sender: c.net, Clock: c.clk,
+		Logger: slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", id)}
+	if f := c.tweak[id]; f != nil {
+		f(&cfg)
+	}
+	rt := New(cfg)
 	rep := &service.Replication{Level: 2, Replicas: map[int][]service.ReplicaSpec{0: {{Node: "a", Priority: 3}, {Node: "b", Priority: 2}, {Node: "c", Priority: 1}}}}
 	st := c.stores[id]
 	if err := rt.Register(Partition{Service: "kv", Partition: 0, Replication: rep, Check: st.Check, Executor: st, Snapshots: st}); err != nil {
