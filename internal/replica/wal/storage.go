@@ -1,8 +1,11 @@
 package wal
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"os"
@@ -155,15 +158,19 @@ type Damage struct {
 // recovers acknowledged entries from the primary).
 func (l *Log) Damage() []Damage { return l.damage }
 
-// blockSize is pebble's WAL block size (record package).
+// blockSize is pebble's log block size (record package): a chunk never
+// crosses a block boundary.
 const blockSize = 32 << 10
 
-// Scan reads every pebble WAL segment in dir record by record. pebble
-// itself stops replaying the newest segment at its first damaged record
-// and says nothing; damage in an older segment is an error at open. Scan
-// reports damage followed by valid records (the middle of the log, not a
-// torn end) or in an older segment as an error satisfying
-// errors.Is(err, ErrCorrupt); damage at the very end of the newest one is
+// Scan reads every pebble WAL segment in dir, and its newest MANIFEST,
+// record by record. pebble itself stops replaying the newest WAL segment
+// (and the MANIFEST) at its first damaged record and says nothing: a
+// MANIFEST cut short makes pebble look for tables it deleted, a WAL cut
+// short loses the writes after the damage. Damage in an older segment is
+// an error at open. Scan reports damage followed by a valid record (the
+// middle of the log, not a torn end), damage in an older segment and any
+// damage in the MANIFEST as an error satisfying errors.Is(err,
+// ErrCorrupt); damage at the very end of the newest WAL segment is
 // returned as Damage.
 func Scan(fs vfs.FS, dir string) ([]Damage, error) {
 	names, err := fs.List(dir)
@@ -173,23 +180,46 @@ func Scan(fs vfs.FS, dir string) ([]Damage, error) {
 		}
 		return nil, fmt.Errorf("wal: scan %s: %w", dir, err)
 	}
-	type seg struct {
-		name string
-		num  uint64
-	}
-	var segs []seg
+	var segs, manifests, options []uint64
 	for _, n := range names {
 		if num, ok := strings.CutSuffix(n, ".log"); ok {
 			if v, err := strconv.ParseUint(num, 10, 64); err == nil {
-				segs = append(segs, seg{n, v})
+				segs = append(segs, v)
+			}
+		}
+		if num, ok := strings.CutPrefix(n, "OPTIONS-"); ok {
+			if v, err := strconv.ParseUint(num, 10, 64); err == nil {
+				options = append(options, v)
+			}
+		}
+		if num, ok := strings.CutPrefix(n, "MANIFEST-"); ok {
+			if v, err := strconv.ParseUint(num, 10, 64); err == nil {
+				manifests = append(manifests, v)
 			}
 		}
 	}
-	slices.SortFunc(segs, func(a, b seg) int { return int(a.num - b.num) })
+	slices.Sort(segs)
+	if len(options) > 0 {
+		// pebble checks only the comparer and merger names in it.
+		path := fs.PathJoin(dir, fmt.Sprintf("OPTIONS-%06d", slices.Max(options)))
+		if err := checkOptions(fs, path); err != nil {
+			return nil, err
+		}
+	}
+	if len(manifests) > 0 {
+		path := fs.PathJoin(dir, fmt.Sprintf("MANIFEST-%06d", slices.Max(manifests)))
+		off, cause, _, err := scanLog(fs, path, 0)
+		if err != nil {
+			return nil, fmt.Errorf("wal: scan %s: %w", path, err)
+		}
+		if cause != nil {
+			return nil, fmt.Errorf("%w: MANIFEST %s damaged at offset %d: %w", ErrCorrupt, path, off, cause)
+		}
+	}
 	var out []Damage
-	for i, s := range segs {
-		path := fs.PathJoin(dir, s.name)
-		off, cause, more, err := scanSegment(fs, path, s.num)
+	for i, num := range segs {
+		path := fs.PathJoin(dir, fmt.Sprintf("%06d.log", num))
+		off, cause, more, err := scanLog(fs, path, num)
 		if err != nil {
 			return nil, fmt.Errorf("wal: scan %s: %w", path, err)
 		}
@@ -198,7 +228,7 @@ func Scan(fs vfs.FS, dir string) ([]Damage, error) {
 		}
 		newest := i == len(segs)-1
 		if !newest || more {
-			where := "older segment"
+			where := "an older segment"
 			if newest {
 				where = "valid records follow it"
 			}
@@ -209,20 +239,40 @@ func Scan(fs vfs.FS, dir string) ([]Damage, error) {
 	return out, nil
 }
 
-// scanSegment reads one segment. It returns where the first damaged
-// record starts and why (nil cause: none) and whether a valid record of
-// this segment starts in a later block.
-func scanSegment(fs vfs.FS, path string, num uint64) (off int64, cause error, more bool, err error) {
+// checkOptions parses an OPTIONS file strictly: every section and key
+// known, every value well formed.
+func checkOptions(fs vfs.FS, path string) error {
+	f, err := fs.Open(path)
+	if err != nil {
+		return fmt.Errorf("wal: scan %s: %w", path, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Errorf("wal: scan %s: %w", path, err)
+	}
+	var o pebble.Options
+	if err := o.Parse(string(b), nil); err != nil {
+		return fmt.Errorf("%w: OPTIONS file %s: %w", ErrCorrupt, path, err)
+	}
+	return nil
+}
+
+// scanLog reads one log file (a WAL segment numbered num, or a MANIFEST
+// with num 0). It returns where the first damaged record starts and why
+// (nil cause: none), and whether a valid chunk starting a record of this
+// file lies after it.
+func scanLog(fs vfs.FS, path string, num uint64) (off int64, cause error, more bool, err error) {
 	f, err := fs.Open(path)
 	if err != nil {
 		return 0, nil, false, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return 0, nil, false, err
 	}
-	r := record.NewReader(f, pebble.FileNum(num))
+	r := record.NewReader(bytes.NewReader(b), pebble.FileNum(num))
 	for {
 		off = r.Offset()
 		rec, err := r.Next()
@@ -241,14 +291,34 @@ func scanSegment(fs vfs.FS, path string, num uint64) (off int64, cause error, mo
 		}
 		break
 	}
-	// Is there a valid record of this segment in a later block?
-	for b := (off/blockSize + 1) * blockSize; b < st.Size(); b += blockSize {
-		rr := record.NewReader(io.NewSectionReader(f, b, st.Size()-b), pebble.FileNum(num))
-		if rec, err := rr.Next(); err == nil {
-			if _, err := io.Copy(io.Discard, rec); err == nil {
-				return off, cause, true, nil
-			}
+	for pos := int(off) + 1; pos < len(b); pos++ {
+		if recordStartsAt(b, pos, num) {
+			return off, cause, true, nil
 		}
 	}
 	return off, cause, false, nil
 }
+
+// recordStartsAt reports whether a valid chunk that starts a record (full
+// or first) begins at pos: recyclable chunks of log num for a WAL
+// segment, legacy ones for a MANIFEST (num 0).
+func recordStartsAt(b []byte, pos int, num uint64) bool {
+	header, types := 7, [2]byte{1, 2}
+	if num != 0 {
+		header, types = 11, [2]byte{5, 6}
+	}
+	if pos+header > len(b) || (b[pos+6] != types[0] && b[pos+6] != types[1]) {
+		return false
+	}
+	if num != 0 && binary.LittleEndian.Uint32(b[pos+7:pos+11]) != uint32(num) {
+		return false
+	}
+	end := pos + header + int(binary.LittleEndian.Uint16(b[pos+4:pos+6]))
+	if end > len(b) || end > (pos/blockSize+1)*blockSize {
+		return false
+	}
+	c := crc32.Update(0, castagnoli, b[pos+6:end])
+	return binary.LittleEndian.Uint32(b[pos:pos+4]) == (c>>15|c<<17)+0xa282ead8
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -25,8 +25,9 @@ import (
 	"github.com/neptune-cluster/neptune/internal/replica"
 )
 
-// ErrCorrupt reports an undecodable record.
-var ErrCorrupt = errors.New("wal: corrupt record")
+// ErrCorrupt reports damaged data: an undecodable record, or damage pebble
+// or Scan found in the store.
+var ErrCorrupt = errors.New("wal: corrupt data")
 
 var (
 	hardStateKey = []byte("h")
