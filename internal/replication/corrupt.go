@@ -118,14 +118,14 @@ func (rt *Runtime) openCorrupt(key partKey, err error) (rebuilt bool, _ error) {
 		cmd := RebuildCommand(rt.cfg.DataDir, key.service, key.partition)
 		rt.log.Error("write log corrupt: the replica cannot start; stop the node, run the rebuild command, start it again (or set storage.rebuild_corrupt)",
 			"service", key.service, "partition", key.partition, "kind", kind, "path", dir, "rebuild", cmd, "err", err)
-		return false, fmt.Errorf("neptune: %s partition %d: write log in %s is corrupt (%w): stop the node and run `%s` to quarantine it, so that the replica is rebuilt from its peers when the node starts again",
-			key.service, key.partition, dir, err, cmd)
+		return false, fmt.Errorf("write log in %s is corrupt (%w): stop the node and run `%s` to quarantine it, so that the replica is rebuilt from its peers when the node starts again",
+			dir, err, cmd)
 	}
 	moved, qerr := Quarantine(rt.cfg.DataDir, key.service, key.partition, rt.clock.Now())
 	if qerr != nil {
 		rt.log.Error("write log corrupt, and it could not be quarantined", "service", key.service, "partition", key.partition,
 			"kind", kind, "path", dir, "err", err, "quarantine_err", qerr)
-		return false, fmt.Errorf("neptune: %s partition %d: corrupt write log (%w) not quarantined: %w", key.service, key.partition, err, qerr)
+		return false, fmt.Errorf("corrupt write log (%w) not quarantined: %w", err, qerr)
 	}
 	rt.log.Error("write log corrupt: quarantined; the replica is rebuilt from its peers", "service", key.service,
 		"partition", key.partition, "kind", kind, "path", dir, "moved_to", moved, "err", err)
@@ -138,7 +138,7 @@ func (rt *Runtime) reportDamage(key partKey, ds []wal.Damage) {
 	for _, d := range ds {
 		rt.corrupt.add(corruptKey{key.service, key.partition, "wal"})
 		rt.log.Error("write log damaged at the end of its newest segment: the log was cut there; entries after it are recovered from the primary",
-			"service", key.service, "partition", key.partition, "kind", "wal", "file", d.File, "offset", d.Offset, "err", d.Err)
+			"service", key.service, "partition", key.partition, "kind", "wal", "file", d.File, "offset", d.Offset, "err", d.Err.Error())
 	}
 }
 

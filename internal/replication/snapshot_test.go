@@ -247,6 +247,14 @@ func (c *memCluster) wipe(id string) {
 
 // start runs id's runtime over its data dir and store.
 func (c *memCluster) start(id string) {
+	c.t.Helper()
+	if _, err := c.tryStart(id); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// tryStart is start that returns the runtime, or the error of its Start.
+func (c *memCluster) tryStart(id string) (*Runtime, error) {
 	t := c.t
 	t.Helper()
 	cfg := Config{Self: id, DataDir: c.dirs[id], Directory: &fakeDir{hosts: []string{"a", "b", "c"}}, Sender: c.net, Clock: c.clk,
@@ -261,7 +269,7 @@ func (c *memCluster) start(id string) {
 		t.Fatal(err)
 	}
 	if err := rt.Start(); err != nil {
-		t.Fatal(err)
+		return rt, err
 	}
 	t.Cleanup(func() {
 		if c.net.rt(id) == rt {
@@ -271,6 +279,7 @@ func (c *memCluster) start(id string) {
 	c.net.mu.Lock()
 	c.net.rts[id] = rt
 	c.net.mu.Unlock()
+	return rt, nil
 }
 
 // stop stops id's runtime (a crash, as far as the others can tell).
