@@ -213,7 +213,7 @@ func newPartitionCmd() *cobra.Command {
 		Use:   "partition",
 		Short: "Operate on replicated partitions",
 	}
-	cmd.AddCommand(newPromoteCmd(), newMembersCmd("add"), newMembersCmd("remove"), newMembersCmd("move"), newMembersCmd("priority"), newApplyCmd())
+	cmd.AddCommand(newPromoteCmd(), newMembersCmd("add"), newMembersCmd("remove"), newMembersCmd("move"), newMembersCmd("priority"), newApplyCmd(), newRebuildCmd())
 	return cmd
 }
 

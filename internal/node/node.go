@@ -99,6 +99,9 @@ type Config struct {
 	// Placement configures automatic replica placement (rebalance.go):
 	// replacing dead nodes' replicas, evening out replicas and primaries.
 	Placement rebalance.Config
+	// DiskReserve and RebuildCorrupt: replication.Config's.
+	DiskReserve    uint64
+	RebuildCorrupt bool
 }
 
 func (c Config) withDefaults() Config {
@@ -319,7 +322,7 @@ func (n *Node) registerReplicated(h *hosted) error {
 	}
 	if n.repl == nil {
 		n.repl = replication.New(replication.Config{Self: n.cfg.ID, DataDir: n.cfg.DataDir, Directory: (*peers)(n), Sender: (*peers)(n),
-			Logger: n.log, Clock: n.clock, OnRoleChange: n.announceNow})
+			Logger: n.log, Clock: n.clock, OnRoleChange: n.announceNow, DiskReserve: n.cfg.DiskReserve, RebuildCorrupt: n.cfg.RebuildCorrupt})
 	}
 	ps := make([]replication.Partition, len(h.partitions))
 	for i, p := range h.partitions {
