@@ -163,3 +163,36 @@ func TestDamagedEndOfTheLogIsReportedAndRecovered(t *testing.T) {
 	c.advance(2 * time.Second)
 	c.converged()
 }
+
+// TestDamagedSnapshotFileIsNotRestored: a byte of the snapshot a wiped
+// follower received flips on disk before it is restored. The follower
+// refuses it (logged at ERROR, counted as kind snapshot) and restores the
+// next one the primary sends.
+func TestDamagedSnapshotFileIsNotRestored(t *testing.T) {
+	logs := &logLines{t: t}
+	c := newMemClusterTweaked(t, func() TestStore { return newMemStore() }, "put", kvBody, map[string]func(*Config){"c": func(cfg *Config) {
+		cfg.Logger = slogTo(logs, "c")
+	}})
+	c.advance(time.Second)
+	c.write(0, 30, 30<<10)
+	c.advance(500 * time.Millisecond)
+	damaged := 0
+	spooledHook = func(path string) {
+		if damaged == 0 {
+			damaged++
+			flipByte(t, path, 1000)
+		}
+	}
+	t.Cleanup(func() { spooledHook = nil })
+	c.wipe("c")
+	c.advance(3 * time.Second)
+	c.write(30, 5, 100)
+	c.advance(time.Second)
+	if damaged != 1 || !logs.has("snapshot file corrupt on disk") {
+		t.Fatalf("damaged %d snapshot files; refusal logged: %v", damaged, logs.has("snapshot file corrupt on disk"))
+	}
+	if got := c.net.rt("c").Corruption(); len(got) != 1 || got[0].Kind != "snapshot" {
+		t.Fatalf("corruption counted %+v, want kv/0 snapshot", got)
+	}
+	c.converged()
+}
