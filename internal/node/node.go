@@ -347,6 +347,9 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.cfg.DataDir != "" {
 		id, err := claimIdentity(n.cfg.DataDir, n.cfg.Cluster, n.cfg.ID)
 		if err != nil {
+			if errors.Is(err, ErrCorruptIdentity) {
+				n.log.Error("data directory's identity file corrupt: the node refuses to start", "path", n.cfg.DataDir, "kind", "identity", "err", err)
+			}
 			n.Close()
 			return err
 		}
