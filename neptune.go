@@ -187,6 +187,10 @@ var (
 	// ErrTooLarge: a body over the MaxMessageBytes limit. A request
 	// refused with it was never sent or never ran; not retryable.
 	ErrTooLarge = nerr.ErrTooLarge
+	// ErrStorage is for write handlers, not callers: wrap it when the
+	// service's storage failed before the write took effect (see
+	// service.ErrStorage).
+	ErrStorage = service.ErrStorage
 )
 
 // UnknownOutcomeError is a write that may or may not have executed; it

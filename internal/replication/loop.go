@@ -303,6 +303,12 @@ func (p *part) apply(ctx context.Context, es []replica.Entry) error {
 		if err != nil {
 			return err
 		}
+		if res.Err != nil && errors.Is(res.Err, service.ErrStorage) {
+			// Not executed: the replica stops and runs it again once
+			// reopened (storage.go). What ran before it is recorded by
+			// CHECK then.
+			return fmt.Errorf("write at LSN %d not executed: %w", e.LSN, res.Err)
+		}
 		p.recordExecuted(e, res)
 		if e.Origin == replica.ID(p.rt.cfg.Self) && e.ReqID != 0 {
 			if res.Resp == nil && res.Err == nil {

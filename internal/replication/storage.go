@@ -216,7 +216,7 @@ func (rt *Runtime) recoverPart(p *part, cause error) {
 		}
 	}
 	_, free := rt.disk.state()
-	rt.log.Error("write log failed: the replica stopped; it reopens from disk by itself when storage allows",
+	rt.log.Error("replica storage failed: the replica stopped; it reopens from disk by itself when storage allows",
 		"service", p.key.service, "partition", p.key.partition, "path", rt.partDir(p.key), "free_bytes", free, "err", cause)
 	for attempt := 1; ; attempt++ {
 		select {

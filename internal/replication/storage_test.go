@@ -14,6 +14,7 @@ import (
 
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/replica"
+	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/testfs"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -177,7 +178,7 @@ func TestFullDiskFollowerSurvivesAFailedWrite(t *testing.T) {
 	c.write(0, 10, 1<<10)
 	filler := testfs.Fill(t, dir, 0)
 	c.write(10, 40, 8<<10) // a and b commit without c
-	if !logs.has("write log failed") || !logs.has("no space left on device") {
+	if !logs.has("replica storage failed") || !logs.has("no space left on device") {
 		t.Fatal("the follower's failed write was not reported")
 	}
 	if st := c.part("c").status.Load(); st.Role != replica.Recovering {
@@ -194,6 +195,47 @@ func TestFullDiskFollowerSurvivesAFailedWrite(t *testing.T) {
 	c.advance(time.Second)
 	if st := c.part("c").status.Load(); st.Role != replica.Secondary {
 		t.Fatalf("reopened replica is %v, want secondary", st.Role)
+	}
+	c.converged()
+}
+
+// failingStore fails the write at one LSN once with service.ErrStorage
+// (its storage failed before the write took effect).
+type failingStore struct {
+	*memStore
+	at     uint64
+	failed bool
+}
+
+func (s *failingStore) Execute(ctx context.Context, req *service.Request) (Result, error) {
+	if req.LSN == s.at && !s.failed {
+		s.failed = true
+		return Result{Err: fmt.Errorf("store: %w: disk full", service.ErrStorage)}, nil
+	}
+	return s.memStore.Execute(ctx, req)
+}
+
+// TestServiceStorageFailureRunsTheWriteAgain: a follower's service fails
+// a write with ErrStorage. The write is not recorded as executed with
+// that error: the replica stops, reopens and runs it again, and ends with
+// the same state as the others.
+func TestServiceStorageFailureRunsTheWriteAgain(t *testing.T) {
+	logs := &logLines{t: t}
+	var failing *failingStore
+	c := newMemClusterTweaked(t, func() TestStore { return newMemStore() }, "put", kvBody, map[string]func(*Config){"c": func(cfg *Config) {
+		cfg.Logger = slogTo(logs, "c")
+	}})
+	c.advance(time.Second)
+	c.write(0, 5, 100)
+	c.stop("c")
+	failing = &failingStore{memStore: c.stores["c"].(*memStore), at: 8}
+	c.stores["c"] = failing
+	c.start("c")
+	c.advance(time.Second)
+	c.write(5, 10, 100)
+	c.advance(3 * time.Second)
+	if !failing.failed || !logs.has("replica storage failed") || !logs.has("write log reopened") {
+		t.Fatalf("failed %v: the replica did not stop and reopen", failing.failed)
 	}
 	c.converged()
 }
