@@ -1,6 +1,8 @@
 package appkit
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -58,5 +60,41 @@ func TestPebbleSurvivesAFullDisk(t *testing.T) {
 		} else {
 			closer.Close()
 		}
+	}
+}
+
+// TestSQLiteFullDiskIsAStorageError: a SQLite write on a real full file
+// system fails wrapping neptune.ErrStorage (not as the write's result),
+// and succeeds once space is freed.
+func TestSQLiteFullDiskIsAStorageError(t *testing.T) {
+	dir := testfs.Tmpfs(t, 16<<20)
+	ctx := context.Background()
+	db, err := Open(ctx, dir+"/app.sqlite", "lsns", []string{`CREATE TABLE IF NOT EXISTS t (v BLOB)`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	filler := testfs.Fill(t, dir, 0)
+	write := func(lsn uint64) error {
+		_, err := db.Write(ctx, 0, lsn, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO t (v) VALUES ($1)`, make([]byte, 64<<10))
+			return err
+		})
+		return err
+	}
+	lsn := uint64(1)
+	for ; lsn < 1000; lsn++ {
+		if err = write(lsn); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, neptune.ErrStorage) {
+		t.Fatalf("write %d on a full disk: %v, want ErrStorage", lsn, err)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(lsn); err != nil {
+		t.Fatalf("write once space returned: %v", err)
 	}
 }
