@@ -148,12 +148,16 @@ func replicatedService(fc FileConfig, s ServiceConfig) (svc neptune.Service, par
 		return svc, nil, err
 	}
 	parts = s.Partitions
+	damaged := func(err error) error {
+		return fmt.Errorf("%w (if the service's files are damaged, run `neptune partition rebuild --data-dir %s --service %s --service-state` and start the node again: its replicas of the service are rebuilt from their peers)",
+			err, fc.DataDir, s.Name)
+	}
 	if mk, ok := durableBuiltins[s.Name]; ok {
 		if svc, err = mk(filepath.Join(fc.DataDir, "service-"+s.Name)); err != nil {
-			return svc, nil, err
+			return svc, nil, damaged(err)
 		}
 	} else if svc, err = s.service(fc.DataDir); err != nil {
-		return svc, nil, err
+		return svc, nil, damaged(err)
 	}
 	svc.Replication = r
 	return svc, parts, nil

@@ -15,12 +15,13 @@ import (
 type rebuildOptions struct {
 	dataDir, service string
 	partition        int
+	state            bool
 }
 
 func newRebuildCmd() *cobra.Command {
 	var o rebuildOptions
 	cmd := &cobra.Command{
-		Use:   "rebuild --data-dir DIR --service name --partition p",
+		Use:   "rebuild --data-dir DIR --service name (--partition p | --service-state)",
 		Short: "Quarantine a stopped node's replica of a partition, to rebuild it from its peers",
 		Long: `Quarantine a replica whose write log is corrupt, so that it is rebuilt
 from its peers. Run it on the node's machine while the node is stopped
@@ -34,8 +35,18 @@ reflect, which it must tolerate: listappend skips the LSNs it recorded,
 kv's puts set the same values again).
 
 A node with storage.rebuild_corrupt: true in its config does this by
-itself, at start, for every replica it finds corrupt.`,
-		Example: "  neptune partition rebuild --data-dir /var/lib/neptune --service kv --partition 3",
+itself, at start, for every replica it finds corrupt.
+
+--service-state is for a damaged store of the service itself (the
+durable kv and listappend stores, forum's and auction's SQLite files under
+DIR/service-SERVICE; a node that cannot open one refuses to start and
+names this flag): it moves the service's store and the write logs of all
+of its partitions on this node to DIR/.quarantine/SERVICE/TIME, since a
+write log kept over a fresh store would skip the writes it records as
+done. Every replica of the service on this node is then rebuilt from its
+peers.`,
+		Example: "  neptune partition rebuild --data-dir /var/lib/neptune --service kv --partition 3\n" +
+			"  neptune partition rebuild --data-dir /var/lib/neptune --service listappend --service-state",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.OutOrStdout())
@@ -45,14 +56,25 @@ itself, at start, for every replica it finds corrupt.`,
 	fs.SortFlags = false
 	fs.StringVar(&o.dataDir, "data-dir", "", "the stopped node's data `directory` (required)")
 	fs.StringVar(&o.service, "service", "", "replicated service `name` (required)")
-	fs.IntVar(&o.partition, "partition", 0, "partition `number` (required)")
-	for _, f := range []string{"data-dir", "service", "partition"} {
+	fs.IntVar(&o.partition, "partition", -1, "partition `number` whose write log to quarantine")
+	fs.BoolVar(&o.state, "service-state", false, "quarantine the service's own store and all its partitions' write logs")
+	for _, f := range []string{"data-dir", "service"} {
 		_ = cmd.MarkFlagRequired(f)
 	}
+	cmd.MarkFlagsMutuallyExclusive("partition", "service-state")
+	cmd.MarkFlagsOneRequired("partition", "service-state")
 	return cmd
 }
 
 func (o *rebuildOptions) run(w io.Writer) error {
+	if o.state {
+		to, err := replication.QuarantineService(o.dataDir, o.service, time.Now())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "quarantined service %s's state and write logs: moved to %s\nstart the node: its replicas are rebuilt from their peers\n", o.service, to)
+		return nil
+	}
 	if o.partition < 0 {
 		return fmt.Errorf("--partition must be >= 0, got %d", o.partition)
 	}

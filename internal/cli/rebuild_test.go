@@ -39,3 +39,31 @@ func TestPartitionRebuildQuarantines(t *testing.T) {
 		t.Fatal("a second rebuild with nothing to move succeeded")
 	}
 }
+
+// TestPartitionRebuildServiceState: --service-state moves the service's
+// store and every partition's write log together.
+func TestPartitionRebuildServiceState(t *testing.T) {
+	data := t.TempDir()
+	for _, d := range []string{"listappend/0", "listappend/1", "service-listappend"} {
+		if err := os.MkdirAll(filepath.Join(data, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := run(t, []string{"partition", "rebuild", "--data-dir", data, "--service", "listappend", "--service-state"})
+	if code != 0 || !strings.Contains(out, "quarantined service listappend") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	for _, d := range []string{"listappend", "service-listappend"} {
+		if _, err := os.Stat(filepath.Join(data, d)); !os.IsNotExist(err) {
+			t.Fatalf("%s still there: %v", d, err)
+		}
+	}
+	q, err := os.ReadDir(filepath.Join(data, replication.QuarantineDir, "listappend"))
+	if err != nil || len(q) != 1 {
+		t.Fatalf("quarantine holds %v (%v)", q, err)
+	}
+	moved, err := os.ReadDir(filepath.Join(data, replication.QuarantineDir, "listappend", q[0].Name()))
+	if err != nil || len(moved) != 2 {
+		t.Fatalf("moved %v (%v), want the logs and the store", moved, err)
+	}
+}

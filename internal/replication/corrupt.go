@@ -170,6 +170,52 @@ func Quarantine(dataDir, service string, partition int32, now time.Time) (string
 	return to, nil
 }
 
+// QuarantineService moves everything a node keeps of service in dataDir
+// aside, into dataDir/.quarantine/<service>/<time>: every replica's write
+// log (dataDir/<service>) and the service's own state
+// (dataDir/service-<service>, where the CLI keeps app services' stores).
+// Both go together: a write log says which writes the service's state
+// reflects, so a log kept over a fresh state would skip them. The node
+// must not be running; at its next start each replica is rebuilt from
+// its peers. It returns where they went.
+func QuarantineService(dataDir, service string, now time.Time) (string, error) {
+	logs := filepath.Join(dataDir, service)
+	state := filepath.Join(dataDir, "service-"+service)
+	var moved []string
+	for _, dir := range []string{logs, state} {
+		if _, err := os.Stat(dir); err == nil {
+			moved = append(moved, dir)
+		}
+	}
+	if len(moved) == 0 {
+		return "", fmt.Errorf("neptune: quarantine: neither %s nor %s exists", logs, state)
+	}
+	if parts, err := os.ReadDir(logs); err == nil {
+		for _, p := range parts {
+			if err := unlocked(filepath.Join(logs, p.Name())); err != nil {
+				return "", err
+			}
+		}
+	}
+	if err := unlocked(state); err != nil {
+		return "", err
+	}
+	to := filepath.Join(dataDir, QuarantineDir, service, now.UTC().Format("20060102T150405.000000000Z"))
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		return "", fmt.Errorf("neptune: quarantine: %w", err)
+	}
+	for _, dir := range moved {
+		if err := os.Rename(dir, filepath.Join(to, filepath.Base(dir))); err != nil {
+			return "", fmt.Errorf("neptune: quarantine %s: %w", dir, err)
+		}
+	}
+	if d, err := os.Open(dataDir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return to, nil
+}
+
 // ErrInUse reports a write log that a running node holds open.
 var ErrInUse = errors.New("neptune: write log in use by a running node")
 
