@@ -46,6 +46,9 @@ type part struct {
 	failure atomic.Pointer[error]
 
 	// Loop-owned.
+	// heard is when each peer's last message for this partition was
+	// stepped (feedAlive).
+	heard    map[replica.ID]time.Time
 	log      *wal.Log
 	core     *replica.Replica
 	pending  map[uint64]chan Result
@@ -371,6 +374,14 @@ func (p *part) feedAlive(now time.Time) {
 	primary := string(p.status.Load().Primary)
 	for _, peer := range p.core.Peers() {
 		id := string(peer)
-		p.core.SetAlive(peer, p.rt.det.alive(id, now, slices.Contains(hosts, id), id == primary, p.cfg.AckTimeout))
+		alive := p.rt.det.alive(id, now, slices.Contains(hosts, id), id == primary, p.cfg.AckTimeout)
+		if h, ok := p.heard[peer]; alive && id == primary && ok && now.Sub(h) > p.cfg.AckTimeout {
+			// The node lives (it answers for other partitions) but this
+			// partition's primary has been silent: its replica stopped
+			// (a failed store). Its priority must not hold an election
+			// back.
+			alive = false
+		}
+		p.core.SetAlive(peer, alive)
 	}
 }

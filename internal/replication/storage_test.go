@@ -239,3 +239,29 @@ func TestServiceStorageFailureRunsTheWriteAgain(t *testing.T) {
 	}
 	c.converged()
 }
+
+// TestSilentPrimaryOfALiveNodeIsReplaced: the primary's replica of this
+// partition stops (its store failed) while its node goes on talking for
+// its other partitions, so the failure detector keeps the node alive.
+// The secondary must still call an election once the partition's
+// primary has been silent for AckTimeout: its higher priority holds
+// nobody back (it did, and the partition stayed without a primary).
+func TestSilentPrimaryOfALiveNodeIsReplaced(t *testing.T) {
+	rt, p, clk := startPart(t, "b", "a", "b", "c")
+	snd := rt.cfg.Sender.(*fakeSender)
+	heartbeat := &pb.ReplicaBatch{From: "a", Messages: []*pb.ReplicaMessage{
+		toPBMessage(partKey{"kv", 0}, replica.Message{Type: replica.MsgAppend, From: "a", To: "b", Epoch: 1, InSync: true})}}
+	advance(t, p, clk, tickEvery)
+	rt.Replicate(heartbeat)
+	settle(t, p)
+	if st := p.status.Load(); st.Primary != "a" || st.Epoch != 1 {
+		t.Fatalf("after a's heartbeat: primary %q epoch %d", st.Primary, st.Epoch)
+	}
+	for range 60 { // 600 ms: a's node is heard from, its replica of kv/0 is not
+		rt.det.heardFrom("a")
+		advance(t, p, clk, tickEvery)
+	}
+	if !snd.campaigned() {
+		t.Fatalf("no election with the primary's replica silent for %v: epoch %d", 600*time.Millisecond, epoch(p))
+	}
+}

@@ -41,9 +41,11 @@ func Tmpfs(t testing.TB, size int64) string {
 	return dir
 }
 
-// Fill writes a file under dir until the file system is full, leaving
-// about keep bytes free, and returns the file's path (remove it to free
-// the space).
+// Fill fills the file system under dir with a file, leaving about keep
+// bytes free, and returns the file's path (remove it to free the space).
+// It first takes the space at once (fallocate: no writer on the file
+// system gets a chance to see it fill up gradually), then writes into
+// what is left.
 func Fill(t testing.TB, dir string, keep int64) string {
 	t.Helper()
 	path := filepath.Join(dir, "filler")
@@ -52,6 +54,9 @@ func Fill(t testing.TB, dir string, keep int64) string {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	if n := Free(t, dir) - keep; n > 0 {
+		_ = syscall.Fallocate(int(f.Fd()), 0, 0, n) // (ENOSPC: the loop below)
+	}
 	buf := make([]byte, 64<<10)
 	for {
 		free := Free(t, dir)
