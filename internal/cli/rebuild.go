@@ -47,7 +47,7 @@ done. Every replica of the service on this node is then rebuilt from its
 peers.`,
 		Example: "  neptune partition rebuild --data-dir /var/lib/neptune --service kv --partition 3\n" +
 			"  neptune partition rebuild --data-dir /var/lib/neptune --service listappend --service-state",
-		Args:    noArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.OutOrStdout())
 		},
