@@ -1,17 +1,27 @@
 package neptune_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/record"
+
 	"github.com/neptune-cluster/neptune/internal/replica/check"
 	"github.com/neptune-cluster/neptune/internal/testfs"
 	"github.com/neptune-cluster/neptune/lab/bench/appendbench"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
 // TestListAppendThroughAFullDisk runs the durable list-append service on
@@ -112,4 +122,135 @@ func TestListAppendThroughAFullDisk(t *testing.T) {
 	if rep.Acked < 500 {
 		t.Errorf("too little happened to judge: %d acknowledged appends", rep.Acked)
 	}
+}
+
+// TestCorruptReplicaRebuiltByCommand: bytes flipped in the middle of a
+// stopped follower's write log. The node refuses to start, naming the
+// command that repairs it; the command quarantines the replica, the node
+// starts, and the replica is rebuilt from its peers to the primary's
+// version.
+func TestCorruptReplicaRebuiltByCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts node processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl, nodes, c := appProcs(t, ctx, "q", "kv", 1, 2, "")
+	put := func(from, to int) {
+		for i := from; i < to; i++ {
+			for {
+				callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err := c.Call(callCtx, "kv", 0, "put", fmt.Appendf(nil, "k%d=%0100d", i, i))
+				cancel()
+				if err == nil {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	put(0, 300)
+	primary := primaryOf(c, 0)
+	var n *localcluster.Node
+	for _, m := range nodes {
+		if m.Spec.ID != primary {
+			n = m
+			break
+		}
+	}
+	dataDir := n.Spec.Args[slices.Index(n.Spec.Args, "-data-dir")+1]
+	if err := n.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	seg := newestFile(t, filepath.Join(dataDir, "kv", "0"), ".log")
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[middleRecord(t, seg, b)+12] ^= 0xff // in a record with others after it
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = cl.Restart(ctx, n)
+	cmd := fmt.Sprintf("neptune partition rebuild --data-dir %s --service kv --partition 0", dataDir)
+	if err == nil || !strings.Contains(err.Error(), cmd) {
+		t.Fatalf("restart with a corrupt write log: %v, want a refusal naming %q", err, cmd)
+	}
+	out, err := exec.Command(neptuneBinary(t), "partition", "rebuild", "--data-dir", dataDir, "--service", "kv", "--partition", "0").CombinedOutput()
+	t.Logf("neptune partition rebuild: %s", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Restart(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	put(300, 310)
+	waitFor(t, 20*time.Second, func() bool {
+		var want, got uint64
+		for _, pi := range c.Partitions() {
+			for _, r := range pi.Replicas {
+				if r.Role == "primary" {
+					want = r.Version
+				}
+				if r.Node == n.Spec.ID && r.Role == "secondary" {
+					got = r.Version
+				}
+			}
+		}
+		return want > 0 && got == want
+	})
+	logb, _ := os.ReadFile(n.LogPath)
+	if !strings.Contains(string(logb), `level=ERROR msg="write log corrupt`) {
+		t.Error("the corruption was not logged at ERROR")
+	}
+}
+
+// newestFile is the last file in dir, by name, ending in suffix.
+func newestFile(t *testing.T, dir, suffix string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := ""
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), suffix) && e.Name() > last {
+			last = e.Name()
+		}
+	}
+	if last == "" {
+		t.Fatalf("no *%s in %s", suffix, dir)
+	}
+	return filepath.Join(dir, last)
+}
+
+// middleRecord is where the middle record of WAL segment path (contents
+// b) starts.
+func middleRecord(t *testing.T, path string, b []byte) int64 {
+	t.Helper()
+	num, err := strconv.ParseUint(strings.TrimSuffix(filepath.Base(path), ".log"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := record.NewReader(bytes.NewReader(b), pebble.FileNum(num))
+	var offs []int64
+	for {
+		off := r.Offset()
+		rec, err := r.Next()
+		if err == nil {
+			_, err = io.Copy(io.Discard, rec)
+		}
+		if err != nil {
+			break
+		}
+		offs = append(offs, off)
+	}
+	if len(offs) < 3 {
+		t.Fatalf("%d records in %s", len(offs), path)
+	}
+	return offs[len(offs)/2]
 }
