@@ -251,8 +251,9 @@ lacks are lost; the command first prints which versions may be: those
 above the replica's last log entry up to the highest commit point any
 replica announced. The other replicas recover from it; one whose log
 differs below its commit point shows as DIVERGED in neptune status and
-serves nothing (no automatic repair yet: rebuild it with a fresh data
-directory).
+serves nothing until a snapshot of the new primary's service repairs it
+(a service without snapshots: stop its node and run neptune partition
+rebuild).
 
 Only an operator certificate (--cert operator/NAME) may promote.`,
 		Example: "  neptune partition promote --tls-dir pki --cert operator/alice --join 127.0.0.1:7946 --service kv --partition 0\n" +
