@@ -22,8 +22,15 @@ import (
 type NodeConfig struct {
 	// ID names the node; unique in the cluster. Required.
 	ID string
-	// Host is the address every listener binds to. Default 127.0.0.1.
+	// Host is the address every listener binds to: an IP, 0.0.0.0 or ::
+	// for every interface, or a host name. Default 127.0.0.1.
 	Host string
+	// Advertise is the host the node tells others to dial for each of its
+	// listeners (in containers: the service or pod name). Default: Host
+	// if it names one address, else the local address on the route to the
+	// first seed, else the first address of an interface that is up. An
+	// address no other host can dial (0.0.0.0, ::) is refused at Start.
+	Advertise string
 	// GossipPort, RPCPort and PollPort are the memberlist, gRPC and UDP
 	// load-poll ports; 0 picks a free port.
 	GossipPort, RPCPort, PollPort int
@@ -38,6 +45,12 @@ type NodeConfig struct {
 	Pprof bool
 	// Join lists gossip addresses ("host:port") of existing nodes.
 	Join []string
+	// JoinTimeout bounds how long Start keeps trying the Join addresses,
+	// pausing with backoff (0: 10 s; negative: until Start's context
+	// ends, as `neptune node` does by default). A Join address that is a
+	// host name stands for every address it resolves to, looked up anew
+	// on each try.
+	JoinTimeout time.Duration
 	// AnnounceInterval and AnnounceTTL control the yellow pages' soft
 	// state: refresh every 1 s, expire after 5 s (the paper's values).
 	AnnounceInterval time.Duration
@@ -148,7 +161,7 @@ func (c NodeConfig) internal() (node.Config, error) {
 		return node.Config{}, err
 	}
 	cfg := node.Config{
-		ID: c.ID, Host: c.Host, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
+		ID: c.ID, Host: c.Host, Advertise: c.Advertise, JoinTimeout: c.JoinTimeout, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
 		MetricsAddr: c.MetricsAddr, Zone: c.Zone, Pprof: c.Pprof, Join: c.Join,
 		AnnounceInterval: c.AnnounceInterval, AnnounceTTL: c.AnnounceTTL,
 		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir, Security: sec,
@@ -289,6 +302,12 @@ func (n *Node) RPCAddr() string { return n.n.RPCAddr() }
 
 // MetricsAddr is where /metrics is served, or "".
 func (n *Node) MetricsAddr() string { return n.n.MetricsAddr() }
+
+// ReloadSecurity re-reads the node's certificate, key and keyring files
+// now (what SIGHUP does to `neptune node`); the node also re-reads them on
+// its own, certificates at most every 10 s and the keyring every 5 s. A
+// file that fails to load leaves the node's material as it was.
+func (n *Node) ReloadSecurity() error { return n.n.ReloadSecurity() }
 
 // Close leaves the cluster, stops serving and fails queued requests. It is
 // safe to call more than once.

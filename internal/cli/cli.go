@@ -35,7 +35,12 @@ Exit status:
   0  success, or help was printed (-h, --help)
   1  the command ran and failed (a failed call, an unreachable cluster,
      an invalid config file)
-  2  usage error: unknown command or flag, bad or missing argument`
+  2  usage error: unknown command or flag, bad or missing argument
+
+Every flag can also be set by an environment variable, NEPTUNE_ and its
+name in capitals with - as _ (--tls-dir: NEPTUNE_TLS_DIR), shown in each
+command's help. The command line wins over the variable, the variable
+over a config file's key.`
 
 // Execute builds the neptune command with the product commands and extra,
 // runs it on args (without the program name) and returns the exit code
@@ -53,6 +58,15 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer, extra
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd(args...)
 	prepare(root)
+	envDocs := map[*pflag.Flag]bool{}
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		documentEnv(c, envDocs)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 	root.SetArgs(gnuArgs(root, args))
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
@@ -117,12 +131,13 @@ func (f *failure) Error() string { return f.err.Error() }
 
 func (f *failure) Unwrap() error { return f.err }
 
-// prepare walks the command tree: it marks errors that commands return
-// while running (see failure), and makes commands that only group others
+// prepare walks the command tree: it sets flags from their environment
+// variables (EnvName) before a command runs, marks errors that commands
+// return while running (see failure), and makes commands that only group others
 // print their help when called bare and reject unknown subcommands.
 func prepare(c *cobra.Command) {
 	c.PersistentPreRunE = ranE(c.PersistentPreRunE)
-	c.PreRunE = ranE(c.PreRunE)
+	c.PreRunE = withEnv(ranE(c.PreRunE))
 	c.RunE = ranE(c.RunE)
 	c.PostRunE = ranE(c.PostRunE)
 	c.PersistentPostRunE = ranE(c.PersistentPostRunE)

@@ -28,6 +28,7 @@ import (
 type FileConfig struct {
 	ID               string          `yaml:"id"`
 	Host             string          `yaml:"host"`
+	Advertise        string          `yaml:"advertise"` // host others dial; default host, or the route to join
 	GossipPort       int             `yaml:"gossip_port"`
 	RPCPort          int             `yaml:"rpc_port"`
 	PollPort         int             `yaml:"poll_port"`
@@ -35,6 +36,7 @@ type FileConfig struct {
 	Zone             string          `yaml:"zone"`  // failure domain, announced
 	Pprof            bool            `yaml:"pprof"` // serve /debug/pprof/ on Metrics
 	Join             []string        `yaml:"join"`
+	JoinTimeout      Duration        `yaml:"join_timeout"` // 0: keep trying the seeds until stopped
 	AnnounceInterval Duration        `yaml:"announce_interval"`
 	AnnounceTTL      Duration        `yaml:"announce_ttl"`
 	Balance          BalanceConfig   `yaml:"balance"`
@@ -46,6 +48,8 @@ type FileConfig struct {
 	Security SecurityConfig `yaml:"security"`
 	// Placement tunes automatic replica placement (neptune.Placement).
 	Placement PlacementConfig `yaml:"placement"`
+	// LogLevel is debug, info (default), warn or error; SIGHUP re-reads it.
+	LogLevel string `yaml:"log_level"`
 	// Storage tunes how the node treats a full or corrupt data directory
 	// (neptune.Storage).
 	Storage StorageConfig `yaml:"storage"`
@@ -231,6 +235,9 @@ func (c FileConfig) Validate() error {
 	if c.Placement.Grace < 0 || c.Placement.Interval < 0 || c.Placement.MaxInFlight < 0 {
 		return fmt.Errorf("config: placement.grace (%v), placement.interval (%v) and placement.max_in_flight (%d) must be >= 0 (0: the default)",
 			time.Duration(c.Placement.Grace), time.Duration(c.Placement.Interval), c.Placement.MaxInFlight)
+	}
+	if c.JoinTimeout < 0 {
+		return fmt.Errorf("config: join_timeout must not be negative (0 keeps trying until stopped), got %v", time.Duration(c.JoinTimeout))
 	}
 	if c.AnnounceTTL < 0 {
 		return fmt.Errorf("config: announce_ttl must be positive, got %v", time.Duration(c.AnnounceTTL))

@@ -6,7 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,18 +17,19 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/membership"
+	"github.com/neptune-cluster/neptune/internal/version"
 )
 
 // nodeOptions are the flags of `neptune node`. Every flag but --log-level
 // overrides a key of the config file, and only when given on the command
 // line, so the defaults shown in help are the node's own.
 type nodeOptions struct {
-	config, id, host, metrics, zone, policy, dataDir, logLevel string
-	gossipPort, rpcPort, pollPort                              int
-	pprof                                                      bool
-	interval, ttl                                              time.Duration
-	join, services                                             []string
-	sec                                                        securityFlags
+	config, id, host, advertise, metrics, zone, policy, dataDir, logLevel string
+	gossipPort, rpcPort, pollPort                                         int
+	pprof                                                                 bool
+	interval, ttl, joinTimeout                                            time.Duration
+	join, services                                                        []string
+	sec                                                                   securityFlags
 }
 
 func newNodeCmd() *cobra.Command {
@@ -54,11 +57,15 @@ keyring. --insecure runs without any protection, and must be said.`,
 			if err != nil {
 				return err
 			}
-			log, err := logger(o.logLevel)
+			level, err := parseLevel(fc.LogLevel)
 			if err != nil {
 				return err
 			}
-			return runNode(cmd.Context(), cmd.OutOrStdout(), fc, log)
+			var lv slog.LevelVar
+			lv.Set(level)
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &lv}))
+			reload := func() (FileConfig, error) { return o.fileConfig(cmd.Flags()) }
+			return runNode(cmd.Context(), cmd.OutOrStdout(), fc, log, &lv, reload)
 		},
 	}
 	o.addFlags(cmd.Flags())
@@ -74,11 +81,13 @@ func (o *nodeOptions) addFlags(fs *pflag.FlagSet) {
 	fs.SortFlags = false
 	fs.StringVar(&o.config, "config", "", "YAML config `file`; flags override its keys")
 	fs.StringVar(&o.id, "id", "", "node id, unique in the cluster (config: id)")
-	fs.StringVar(&o.host, "host", "127.0.0.1", "address every listener binds to (config: host)")
+	fs.StringVar(&o.host, "host", "127.0.0.1", "address every listener binds to: an IP, 0.0.0.0 or :: for every interface, or a host name (config: host)")
+	fs.StringVar(&o.advertise, "advertise", "", "host others dial for every listener, e.g. the container's service name; default --host if it names one address, else the local address on the route to the first --join (config: advertise)")
 	fs.IntVar(&o.gossipPort, "gossip-port", 0, "memberlist port, UDP and TCP; 0 picks a free one (config: gossip_port)")
 	fs.IntVar(&o.rpcPort, "rpc-port", 0, "gRPC port; 0 picks a free one (config: rpc_port)")
 	fs.IntVar(&o.pollPort, "poll-port", 0, "UDP load-poll port; 0 picks a free one (config: poll_port)")
 	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of a node to join; list (config: join)")
+	fs.DurationVar(&o.joinTimeout, "join-timeout", 0, "how long to keep trying the --join seeds at start, with backoff; 0 keeps trying until stopped (config: join_timeout)")
 	fs.StringArrayVar(&o.services, "service", nil, "host a built-in service as `name:partitions`, e.g. kv:0-3,7; repeatable (config: services)")
 	fs.StringVar(&o.metrics, "metrics", "", "`host:port` serving Prometheus /metrics; empty disables (config: metrics)")
 	fs.StringVar(&o.zone, "zone", "", "this node's failure domain, announced; placement spreads replicas across zones (config: zone)")
@@ -88,7 +97,7 @@ func (o *nodeOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ttl, "announce-ttl", membership.DefaultTTL, "yellow-page entry lifetime (config: announce_ttl)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "`directory` for replicated services' write logs and state (config: data_dir)")
 	o.sec.add(fs, "", "the node")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", "))
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", ")+"; SIGHUP re-reads it from the config file (config: log_level)")
 }
 
 // fileConfig reads --config, applies the flags set on the command line
@@ -108,10 +117,12 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	}
 	set("id", func() { fc.ID = o.id })
 	set("host", func() { fc.Host = o.host })
+	set("advertise", func() { fc.Advertise = o.advertise })
 	set("gossip-port", func() { fc.GossipPort = o.gossipPort })
 	set("rpc-port", func() { fc.RPCPort = o.rpcPort })
 	set("poll-port", func() { fc.PollPort = o.pollPort })
 	set("join", func() { fc.Join = o.join })
+	set("join-timeout", func() { fc.JoinTimeout = Duration(o.joinTimeout) })
 	set("metrics", func() { fc.Metrics = o.metrics })
 	set("zone", func() { fc.Zone = o.zone })
 	set("pprof", func() { fc.Pprof = o.pprof })
@@ -119,6 +130,7 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	set("announce-interval", func() { fc.AnnounceInterval = Duration(o.interval) })
 	set("announce-ttl", func() { fc.AnnounceTTL = Duration(o.ttl) })
 	set("data-dir", func() { fc.DataDir = o.dataDir })
+	set("log-level", func() { fc.LogLevel = o.logLevel })
 	o.sec.apply(fs, &fc.Security)
 	for _, s := range o.services {
 		name, parts, ok := strings.Cut(s, ":")
@@ -134,8 +146,15 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	return fc, fc.Validate()
 }
 
-// runNode starts a node from a validated config and runs it until ctx ends.
-func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Logger) error {
+// runNode starts a node from a validated config and runs it until ctx
+// ends. SIGHUP reloads what can change while it runs, and never stops it:
+// the log level (reload re-reads the config file; the command line and
+// environment still win over it) and the certificate and keyring files.
+func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Logger, level *slog.LevelVar, reload func() (FileConfig, error)) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	log.Info("neptune node starting", "version", version.Release, "commit", version.Commit, "id", fc.ID)
 	node, err := buildNode(fc, log)
 	if err != nil {
 		return err
@@ -148,19 +167,56 @@ func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Log
 		dash = ", dashboard http://" + a + "/"
 	}
 	fmt.Fprintf(stdout, "node %s up: gossip %s, rpc %s%s\n", fc.ID, node.GossipAddr(), node.RPCAddr(), dash)
-	<-ctx.Done()
-	return node.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return node.Close()
+		case <-hup:
+			onHangup(log, level, reload, node.ReloadSecurity)
+		}
+	}
+}
+
+// onHangup applies a SIGHUP: the config file's log level, then the
+// security files. What fails to load is logged and changes nothing.
+func onHangup(log *slog.Logger, level *slog.LevelVar, reload func() (FileConfig, error), reloadSecurity func() error) {
+	fc, err := reload()
+	if err != nil {
+		log.Error("SIGHUP: config not reloaded; the node runs on as it was", "err", err)
+	} else if l, err := parseLevel(fc.LogLevel); err != nil {
+		log.Error("SIGHUP: log level not changed", "err", err)
+	} else if l != level.Level() {
+		log.Info("SIGHUP: log level changed", "from", level.Level(), "to", l)
+		level.Set(l)
+	}
+	if err := reloadSecurity(); err != nil {
+		log.Error("SIGHUP: certificates or keyring not reloaded; the node keeps the ones it had", "err", err)
+		return
+	}
+	log.Info("SIGHUP: configuration reloaded")
 }
 
 var logLevels = []string{"debug", "info", "warn", "error"}
 
 // logger returns a text logger on stderr at level.
 func logger(level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, Usagef("--log-level %q: want one of %s", level, strings.Join(logLevels, ", "))
+	l, err := parseLevel(level)
+	if err != nil {
+		return nil, err
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// parseLevel reads a log level ("" is info).
+func parseLevel(level string) (slog.Level, error) {
+	var l slog.Level
+	if level == "" {
+		return slog.LevelInfo, nil
+	}
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return l, Usagef("--log-level %q (config: log_level): want one of %s", level, strings.Join(logLevels, ", "))
+	}
+	return l, nil
 }
 
 // fixedCompletion completes a flag's value from a fixed list.
@@ -182,6 +238,7 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		Security:         sec,
 		ID:               fc.ID,
 		Host:             fc.Host,
+		Advertise:        fc.Advertise,
 		GossipPort:       fc.GossipPort,
 		RPCPort:          fc.RPCPort,
 		PollPort:         fc.PollPort,
@@ -189,6 +246,7 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		Zone:             fc.Zone,
 		Pprof:            fc.Pprof,
 		Join:             fc.Join,
+		JoinTimeout:      joinTimeout(fc.JoinTimeout),
 		AnnounceInterval: time.Duration(fc.AnnounceInterval),
 		AnnounceTTL:      time.Duration(fc.AnnounceTTL),
 		Balance:          bal,
@@ -228,4 +286,14 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		}
 	}
 	return node, nil
+}
+
+// joinTimeout maps the config's join_timeout (0: keep trying until
+// stopped, what a node started before its seeds needs) to
+// NodeConfig.JoinTimeout (negative: until stopped).
+func joinTimeout(d Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return time.Duration(d)
 }

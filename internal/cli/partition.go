@@ -165,7 +165,7 @@ func replicatedService(fc FileConfig, s ServiceConfig) (svc neptune.Service, par
 
 // printPartitions prints replicated partitions: replicas, primary, epoch
 // and each replica's version.
-func printPartitions(w io.Writer, parts []neptune.PartitionInfo) {
+func printPartitions(w io.Writer, now time.Time, parts []neptune.PartitionInfo) {
 	if len(parts) == 0 {
 		return
 	}
@@ -173,14 +173,14 @@ func printPartitions(w io.Writer, parts []neptune.PartitionInfo) {
 	fmt.Fprintln(tw, "\nSERVICE\tPARTITION\tLEVEL\tPRIMARY\tEPOCH\tREPLICAS (node:role@version)")
 	for _, p := range parts {
 		primary, epoch := "-", uint64(0)
-		leased := false
+		leased, stale := false, ""
 		var reps []string
 		for _, r := range p.Replicas {
 			if r.Role == "primary" && r.Epoch >= epoch {
-				primary, epoch, leased = r.Node, r.Epoch, r.Lease > 0
+				primary, epoch, leased, stale = r.Node, r.Epoch, r.Lease > 0, r.Stale
 			}
 			epoch = max(epoch, r.Epoch)
-			reps = append(reps, replicaCell(r))
+			reps = append(reps, replicaCell(now, r))
 		}
 		level := fmt.Sprint(p.Level)
 		if p.Linearizable {
@@ -189,6 +189,8 @@ func printPartitions(w io.Writer, parts []neptune.PartitionInfo) {
 		switch {
 		case p.Level == 1:
 			primary = "(none: level 1)"
+		case primary != "-" && stale != "":
+			primary += " (STALE: " + stale + ")"
 		case primary != "-" && !leased:
 			primary += " (no lease)"
 		}
@@ -199,15 +201,25 @@ func printPartitions(w io.Writer, parts []neptune.PartitionInfo) {
 
 // replicaCell is one replica in `neptune status`: node:role@version, with
 // "+lease" on a primary holding its majority lease (one without is not
-// fresh and serves no level-3 or linearizable read) and the role DIVERGED
-// for a replica whose log differs from its primary's (it serves nothing).
-func replicaCell(r neptune.ReplicaInfo) string {
+// fresh and serves no level-3 or linearizable read), the role DIVERGED
+// for a replica whose log differs from its primary's (it serves nothing),
+// [stale] on a primary whose claim lapsed or was superseded (the primary
+// column says which), and [lost-contact 1.3s] or [no-quorum 0.2s] on a
+// replica that announced it lost touch with its primary or majority, and
+// for how long by now.
+func replicaCell(now time.Time, r neptune.ReplicaInfo) string {
 	role, lease := r.Role, ""
 	if r.Diverged {
 		role = "DIVERGED"
 	}
-	if r.Role == "primary" && r.Lease > 0 {
+	switch {
+	case r.Role == "primary" && r.Stale != "":
+		lease = "[stale]"
+	case r.Role == "primary" && r.Lease > 0:
 		lease = "+lease"
+	}
+	if r.Contact != "" {
+		lease += fmt.Sprintf("[%s %v]", r.Contact, now.Sub(r.LostSince).Round(100*time.Millisecond))
 	}
 	return fmt.Sprintf("%s:%s@%d%s", r.Node, role, r.Version, lease)
 }

@@ -63,7 +63,7 @@ served and dropped, per gateway and in total.`,
 			}
 			stdout := cmd.OutOrStdout()
 			printStatus(stdout, c.Members(ctx, 50*time.Millisecond))
-			printPartitions(stdout, c.Partitions())
+			printPartitions(stdout, time.Now(), c.Partitions())
 			return nil
 		},
 	}

@@ -116,6 +116,7 @@ func (n *Node) serveMetrics() error {
 		return err
 	}
 	dash.Mount(mux)
+	n.mountHealth(mux)
 	if n.cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

@@ -22,6 +22,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/balance"
@@ -29,6 +31,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/dac"
 	"github.com/neptune-cluster/neptune/internal/dispatch"
+	"github.com/neptune-cluster/neptune/internal/hostaddr"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/metrics"
 	"github.com/neptune-cluster/neptune/internal/nerr"
@@ -46,8 +49,13 @@ import (
 type Config struct {
 	// ID names the node; unique in the cluster. Required.
 	ID string
-	// Host is the address every listener binds to. Default 127.0.0.1.
+	// Host is the address every listener binds to: an IP, 0.0.0.0 or ::
+	// (every interface), or a name. Default 127.0.0.1.
 	Host string
+	// Advertise is the host others dial for every listener (gossip, RPC,
+	// polls, metrics): default Host if it names one address, else the
+	// local address on the route to the first seed (hostaddr.Advertise).
+	Advertise string
 	// GossipPort, RPCPort and PollPort are the memberlist, gRPC and UDP
 	// load-poll ports; 0 picks a free port.
 	GossipPort, RPCPort, PollPort int
@@ -59,6 +67,9 @@ type Config struct {
 	Pprof bool
 	// Join lists gossip addresses ("host:port") of existing nodes.
 	Join []string
+	// JoinTimeout bounds how long Start tries them (0: 10 s; negative:
+	// until Start's context ends).
+	JoinTimeout time.Duration
 	// AnnounceInterval and AnnounceTTL control the yellow pages' soft
 	// state: refresh every 1 s, expire after 5 s (the paper's values).
 	AnnounceInterval time.Duration
@@ -205,7 +216,14 @@ type Node struct {
 
 	grpc  *grpc.Server
 	rpcLn net.Listener
-	polls *transport.PollServer
+	// adv is the host the node's addresses are announced with.
+	adv string
+	// health answers grpc.health.v1 (health.go); stopHealth ends its
+	// updates; draining makes the node not ready.
+	health     *health.Server
+	stopHealth context.CancelFunc
+	draining   atomic.Bool
+	polls      *transport.PollServer
 	// pushes is polls once it listens: the pools' OnChange (loadChanged)
 	// reads it from request goroutines, which start before it is set.
 	pushes  atomic.Pointer[transport.PollServer]
@@ -355,8 +373,16 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		n.log.Info("data directory claimed", "cluster", id.Cluster, "incarnation", id.Incarnation)
 	}
-	var err error
-	n.rpcLn, err = net.Listen("tcp", net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.RPCPort)))
+	bind, err := hostaddr.BindIP(n.cfg.Host)
+	if err != nil {
+		n.Close()
+		return fmt.Errorf("neptune: host %q (NodeConfig.Host, --host): %w", n.cfg.Host, err)
+	}
+	if n.adv, err = hostaddr.Advertise(n.cfg.Host, n.cfg.Advertise, n.cfg.Join); err != nil {
+		n.Close()
+		return fmt.Errorf("neptune: advertise address (NodeConfig.Advertise, --advertise): %w", err)
+	}
+	n.rpcLn, err = net.Listen("tcp", net.JoinHostPort(bind, strconv.Itoa(n.cfg.RPCPort)))
 	if err != nil {
 		n.Close()
 		return fmt.Errorf("neptune: listen for calls (RPCPort): %w", err)
@@ -371,9 +397,12 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.grpc = grpc.NewServer(append(grpcOpts, transport.SizeOptions(n.cfg.MaxMessageBytes)...)...)
 	pb.RegisterNodeServer(n.grpc, &nodeServer{n: n})
+	n.health = health.NewServer()
+	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(n.grpc, n.health)
 	go func() { _ = n.grpc.Serve(n.rpcLn) }()
 
-	n.polls, err = transport.ListenPoll(net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.PollPort)), n.load, n.log,
+	n.polls, err = transport.ListenPoll(net.JoinHostPort(bind, strconv.Itoa(n.cfg.PollPort)), n.load, n.log,
 		append([]transport.PollOption{transport.WithVersions(n.pollVersion), transport.WithWork(n.aggWork)}, n.sec.PollServerOptions()...)...)
 	if err != nil {
 		n.Close()
@@ -389,6 +418,8 @@ func (n *Node) Start(ctx context.Context) error {
 	n.client, err = client.New(ctx, client.Config{
 		ID:               n.cfg.ID,
 		Host:             n.cfg.Host,
+		Advertise:        n.adv,
+		JoinTimeout:      n.cfg.JoinTimeout,
 		Port:             n.cfg.GossipPort,
 		Join:             n.cfg.Join,
 		AnnounceInterval: n.cfg.AnnounceInterval,
@@ -419,6 +450,9 @@ func (n *Node) Start(ctx context.Context) error {
 		n.startPlacement()
 	}
 	go n.acct.run(n.acctStop)
+	hctx, stopHealth := context.WithCancel(context.Background())
+	n.stopHealth = stopHealth
+	go n.serveHealth(hctx, n.health)
 	n.log.Info("node started", "rpc", n.rpcLn.Addr().String(), "poll", n.polls.Addr(), "gossip", n.GossipAddr(), "services", len(n.services))
 	return nil
 }
@@ -439,7 +473,10 @@ func (n *Node) Client() *client.Client { return n.client }
 func (n *Node) GossipAddr() string { return n.client.Gossip().Addr() }
 
 // RPCAddr is the gRPC address calls arrive on.
-func (n *Node) RPCAddr() string { return n.rpcLn.Addr().String() }
+func (n *Node) RPCAddr() string { return hostaddr.Join(n.adv, n.rpcLn.Addr().String()) }
+
+// ReloadSecurity re-reads the node's certificate and keyring files now.
+func (n *Node) ReloadSecurity() error { return n.sec.Reload() }
 
 // MetricsAddr is where /metrics is served, or "".
 func (n *Node) MetricsAddr() string {
@@ -459,6 +496,9 @@ func (n *Node) Close() error {
 
 func (n *Node) close() {
 	close(n.acctStop)
+	if n.stopHealth != nil {
+		n.stopHealth()
+	}
 	if n.placer != nil {
 		n.placer.Stop()
 	}

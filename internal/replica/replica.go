@@ -61,7 +61,10 @@ type Replica struct {
 
 	now       time.Time
 	lastHeard time.Time // last message from a primary (or start)
-	lastBeat  time.Time
+	// ledUntil is the quorum contact a primary had when it stepped down
+	// (Status.Contact).
+	ledUntil time.Time
+	lastBeat time.Time
 
 	// Primary.
 	progress map[ID]*progress
@@ -344,6 +347,13 @@ func (r *Replica) Status() Status {
 	}
 	s.Diverged = r.diverged
 	s.FreshUntil = r.freshUntil()
+	if r.cfg.Level != Level1 {
+		if r.role == Primary {
+			s.Contact = r.quorumContact()
+		} else {
+			s.Contact = later(r.lastHeard, r.ledUntil)
+		}
+	}
 	return s
 }
 
@@ -685,6 +695,14 @@ func (r *Replica) sendAt(ep Epoch, m Message) {
 
 // stepDown makes a primary or candidate a follower (of no one yet).
 func (r *Replica) stepDown() {
+	if r.role == Primary {
+		// Its contact, once a secondary again, runs from its quorum's
+		// last answers, not from the primary it heard before it led.
+		r.ledUntil = r.quorumContact()
+		if r.ledUntil.IsZero() {
+			r.ledUntil = r.now
+		}
+	}
 	r.electing = false
 	r.preVoting = false
 	r.primary = ""
@@ -1266,12 +1284,21 @@ func (r *Replica) leaseUntil() time.Time {
 // replicas survive), and so is one handing over, whose transfer ends
 // within ElectionTimeout.
 func (r *Replica) quorumLost(now time.Time) bool {
+	base := r.quorumContact()
+	return !base.IsZero() && !now.Before(base.Add(r.cfg.Lease))
+}
+
+// quorumContact is what check-quorum counts a primary's Lease from: the
+// newest time MinLive replicas, itself included, had all answered (or
+// when it became primary, if later); zero when it is exempt (not
+// primary, forced, handing over, or needing no one).
+func (r *Replica) quorumContact() time.Time {
 	if r.role != Primary || r.forced || !r.timeoutSent.IsZero() {
-		return false
+		return time.Time{}
 	}
 	need := r.minLive() - 1
 	if need <= 0 {
-		return false
+		return time.Time{}
 	}
 	var ts []time.Time
 	for _, p := range r.voterPeers {
@@ -1284,7 +1311,7 @@ func (r *Replica) quorumLost(now time.Time) bool {
 		slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
 		base = later(base, ts[need-1])
 	}
-	return !now.Before(base.Add(r.cfg.Lease))
+	return base
 }
 
 // inGrace reports whether this replica heard from a primary within Lease:

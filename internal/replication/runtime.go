@@ -143,6 +143,8 @@ const (
 	// defaultAckTimeout is replica's default, which the failure detector
 	// needs to know.
 	defaultAckTimeout = 500 * time.Millisecond
+	// defaultLease is replica.Config's default Lease.
+	defaultLease = 400 * time.Millisecond
 )
 
 type partKey struct {

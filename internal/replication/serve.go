@@ -393,7 +393,7 @@ func (rt *Runtime) Promote(ctx context.Context, service string, partition int32,
 		}
 		st = *p.status.Load()
 	}
-	return toPBStatus(partition, p.cfg.Level, p.spec.Replication.Linearizable, st, rt.clock.Now()), nil
+	return toPBStatus(partition, p.cfg, p.spec.Replication.Linearizable, st, rt.clock.Now()), nil
 }
 
 // promoteWait bounds how long an unforced promote waits to win its
@@ -401,7 +401,7 @@ func (rt *Runtime) Promote(ctx context.Context, service string, partition int32,
 // its lease lapsed, then the election takes up to ElectionTimeout.
 func (p *part) promoteWait() time.Duration {
 	c := p.cfg
-	return cmp.Or(c.Lease, 400*time.Millisecond) + 2*cmp.Or(c.ElectionTimeout, 300*time.Millisecond) + cmp.Or(c.AckTimeout, defaultAckTimeout)
+	return cmp.Or(c.Lease, defaultLease) + 2*cmp.Or(c.ElectionTimeout, 300*time.Millisecond) + cmp.Or(c.AckTimeout, defaultAckTimeout)
 }
 
 // Status is the announced status of service's replicas here, one per
@@ -410,7 +410,7 @@ func (rt *Runtime) Status(service string, partitions []int32) []*pb.ReplicaStatu
 	var out []*pb.ReplicaStatus
 	for _, part := range partitions {
 		if p := rt.lookup(service, part); p != nil {
-			out = append(out, toPBStatus(part, p.cfg.Level, p.spec.Replication.Linearizable, *p.status.Load(), rt.clock.Now()))
+			out = append(out, toPBStatus(part, p.cfg, p.spec.Replication.Linearizable, *p.status.Load(), rt.clock.Now()))
 		}
 	}
 	return out

@@ -114,7 +114,11 @@ func FromStatus(node string, err error) error {
 	case codes.Canceled:
 		return context.Canceled
 	case codes.Unavailable:
-		return &wireError{sentinel: nerr.ErrNoReplica, node: node, msg: st.Message(), transport: true}
+		w := &wireError{sentinel: nerr.ErrNoReplica, node: node, msg: st.Message(), transport: true}
+		if why := foreignHandshake(st.Message()); why != "" {
+			w.also, w.msg = nerr.ErrNotMember, why+": "+st.Message()
+		}
+		return w
 	case codes.ResourceExhausted:
 		// gRPC's own size limits (the receiver's, on a body far over the
 		// node's MaxMessageBytes) answer before the node sees the call:
@@ -133,10 +137,24 @@ func IsTransport(err error) bool {
 	return errors.As(err, &w) && w.transport
 }
 
+// foreignHandshake says in words why a connection's TLS handshake failed
+// if the two ends trust different CAs, or "" if it failed otherwise.
+func foreignHandshake(msg string) string {
+	switch {
+	case strings.Contains(msg, "certificate signed by unknown authority"):
+		return nerr.ErrNotMember.Error() + ": the node's certificate is of a CA this member does not trust (this member holds another cluster's ca.pem)"
+	case strings.Contains(msg, "tls: unknown certificate authority"), strings.Contains(msg, "tls: bad certificate"):
+		return nerr.ErrNotMember.Error() + ": the node refused this member's certificate (not issued by the cluster's CA)"
+	}
+	return ""
+}
+
 type wireError struct {
 	sentinel  error
 	node, msg string
 	transport bool
+	// also is a second error the failure is (ErrNotMember).
+	also error
 }
 
 func (e *wireError) Error() string {
@@ -146,4 +164,9 @@ func (e *wireError) Error() string {
 	return e.sentinel.Error() + " (node " + e.node + "): " + e.msg
 }
 
-func (e *wireError) Unwrap() error { return e.sentinel }
+func (e *wireError) Unwrap() []error {
+	if e.also != nil {
+		return []error{e.sentinel, e.also}
+	}
+	return []error{e.sentinel}
+}

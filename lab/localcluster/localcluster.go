@@ -217,7 +217,8 @@ func (c *Cluster) Restart(ctx context.Context, n *Node) error {
 }
 
 func (c *Cluster) launch(ctx context.Context, n *Node, seeds []string) error {
-	args := []string{"node", "--id", n.Spec.ID, "--gossip-port", strconv.Itoa(n.GossipPort), "--log-level", "info"}
+	// A bounded join: a test's node that cannot join fails, saying why.
+	args := []string{"node", "--id", n.Spec.ID, "--gossip-port", strconv.Itoa(n.GossipPort), "--log-level", "info", "--join-timeout", "10s"}
 	if n.Spec.SecurityArgs != nil {
 		args = append(args, n.Spec.SecurityArgs...)
 	} else {

@@ -75,6 +75,61 @@ func (Mode) EnumDescriptor() ([]byte, []int) {
 	return file_neptune_proto_rawDescGZIP(), []int{0}
 }
 
+// Contact is a replica's touch with whom it depends on (replica.ContactState).
+type Contact int32
+
+const (
+	// CONTACT_OK: heard from within the bound (level 1: always).
+	Contact_CONTACT_OK Contact = 0
+	// CONTACT_LOST: not primary, and its primary silent for AckTimeout (a
+	// one-way cut, a paused or dead primary, an election under way).
+	Contact_CONTACT_LOST Contact = 1
+	// CONTACT_NO_QUORUM: a primary whose majority has been silent for half
+	// its lease; it steps down at the lease.
+	Contact_CONTACT_NO_QUORUM Contact = 2
+)
+
+// Enum value maps for Contact.
+var (
+	Contact_name = map[int32]string{
+		0: "CONTACT_OK",
+		1: "CONTACT_LOST",
+		2: "CONTACT_NO_QUORUM",
+	}
+	Contact_value = map[string]int32{
+		"CONTACT_OK":        0,
+		"CONTACT_LOST":      1,
+		"CONTACT_NO_QUORUM": 2,
+	}
+)
+
+func (x Contact) Enum() *Contact {
+	p := new(Contact)
+	*p = x
+	return p
+}
+
+func (x Contact) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Contact) Descriptor() protoreflect.EnumDescriptor {
+	return file_neptune_proto_enumTypes[1].Descriptor()
+}
+
+func (Contact) Type() protoreflect.EnumType {
+	return &file_neptune_proto_enumTypes[1]
+}
+
+func (x Contact) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Contact.Descriptor instead.
+func (Contact) EnumDescriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{1}
+}
+
 type CallRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Service   string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -513,7 +568,22 @@ type ReplicaStatus struct {
 	Last uint64 `protobuf:"varint,13,opt,name=last,proto3" json:"last,omitempty"`
 	// members is the replica set as this replica knows it (a primary's is
 	// the one changes are ordered against): placement reads it.
-	Members       []*ReplicaPeer `protobuf:"bytes,14,rep,name=members,proto3" json:"members,omitempty"`
+	Members []*ReplicaPeer `protobuf:"bytes,14,rep,name=members,proto3" json:"members,omitempty"`
+	// lease_valid_ms (a primary with lease_ms > 0) is for how long after the
+	// status was taken a reader may take this primary claim and its lease as
+	// current without a newer announcement: the lease left plus one and a
+	// half of the author's announce intervals (it renews the lease while it
+	// runs and announces again within an interval; one lost announcement is
+	// tolerated). A reader counts it from when it received the announcement
+	// (a relayed one: minus the age the relay gives), so no two machines'
+	// clocks are compared; the error is the announcement's transit time.
+	LeaseValidMs uint32 `protobuf:"varint,15,opt,name=lease_valid_ms,json=leaseValidMs,proto3" json:"lease_valid_ms,omitempty"`
+	// contact says whether the replica is in touch with its primary (a
+	// primary: with the majority its lease needs); when it is not,
+	// contact_lost_ms is how long before the status was taken it last heard
+	// from them.
+	Contact       Contact `protobuf:"varint,16,opt,name=contact,proto3,enum=neptune.v1.Contact" json:"contact,omitempty"`
+	ContactLostMs uint32  `protobuf:"varint,17,opt,name=contact_lost_ms,json=contactLostMs,proto3" json:"contact_lost_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -644,6 +714,27 @@ func (x *ReplicaStatus) GetMembers() []*ReplicaPeer {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *ReplicaStatus) GetLeaseValidMs() uint32 {
+	if x != nil {
+		return x.LeaseValidMs
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetContact() Contact {
+	if x != nil {
+		return x.Contact
+	}
+	return Contact_CONTACT_OK
+}
+
+func (x *ReplicaStatus) GetContactLostMs() uint32 {
+	if x != nil {
+		return x.ContactLostMs
+	}
+	return 0
 }
 
 type MethodInfo struct {
@@ -2429,7 +2520,7 @@ const file_neptune_proto_rawDesc = "" +
 	"partitions\x18\x02 \x03(\x05R\n" +
 	"partitions\x120\n" +
 	"\amethods\x18\x03 \x03(\v2\x16.neptune.v1.MethodInfoR\amethods\x125\n" +
-	"\breplicas\x18\x04 \x03(\v2\x19.neptune.v1.ReplicaStatusR\breplicas\"\x92\x03\n" +
+	"\breplicas\x18\x04 \x03(\v2\x19.neptune.v1.ReplicaStatusR\breplicas\"\x8f\x04\n" +
 	"\rReplicaStatus\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\x05R\x04role\x12\x14\n" +
@@ -2446,7 +2537,10 @@ const file_neptune_proto_rawDesc = "" +
 	"\bdiverged\x18\v \x01(\bR\bdiverged\x12\"\n" +
 	"\flinearizable\x18\f \x01(\bR\flinearizable\x12\x12\n" +
 	"\x04last\x18\r \x01(\x04R\x04last\x121\n" +
-	"\amembers\x18\x0e \x03(\v2\x17.neptune.v1.ReplicaPeerR\amembers\"^\n" +
+	"\amembers\x18\x0e \x03(\v2\x17.neptune.v1.ReplicaPeerR\amembers\x12$\n" +
+	"\x0elease_valid_ms\x18\x0f \x01(\rR\fleaseValidMs\x12-\n" +
+	"\acontact\x18\x10 \x01(\x0e2\x13.neptune.v1.ContactR\acontact\x12&\n" +
+	"\x0fcontact_lost_ms\x18\x11 \x01(\rR\rcontactLostMs\"^\n" +
 	"\n" +
 	"MethodInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12$\n" +
@@ -2611,7 +2705,12 @@ const file_neptune_proto_rawDesc = "" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tMODE_READ\x10\x01\x12\x0e\n" +
 	"\n" +
-	"MODE_WRITE\x10\x022\xe7\x03\n" +
+	"MODE_WRITE\x10\x02*B\n" +
+	"\aContact\x12\x0e\n" +
+	"\n" +
+	"CONTACT_OK\x10\x00\x12\x10\n" +
+	"\fCONTACT_LOST\x10\x01\x12\x15\n" +
+	"\x11CONTACT_NO_QUORUM\x10\x022\xe7\x03\n" +
 	"\x04Node\x129\n" +
 	"\x04Call\x12\x17.neptune.v1.CallRequest\x1a\x18.neptune.v1.CallResponse\x126\n" +
 	"\x06Stream\x12\x17.neptune.v1.CallRequest\x1a\x11.neptune.v1.Chunk0\x01\x12H\n" +
@@ -2633,75 +2732,77 @@ func file_neptune_proto_rawDescGZIP() []byte {
 	return file_neptune_proto_rawDescData
 }
 
-var file_neptune_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_neptune_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_neptune_proto_goTypes = []any{
 	(Mode)(0),                     // 0: neptune.v1.Mode
-	(*CallRequest)(nil),           // 1: neptune.v1.CallRequest
-	(*CallResponse)(nil),          // 2: neptune.v1.CallResponse
-	(*Chunk)(nil),                 // 3: neptune.v1.Chunk
-	(*Announcement)(nil),          // 4: neptune.v1.Announcement
-	(*HostedService)(nil),         // 5: neptune.v1.HostedService
-	(*ReplicaStatus)(nil),         // 6: neptune.v1.ReplicaStatus
-	(*MethodInfo)(nil),            // 7: neptune.v1.MethodInfo
-	(*PollRequest)(nil),           // 8: neptune.v1.PollRequest
-	(*PollReply)(nil),             // 9: neptune.v1.PollReply
-	(*PagesState)(nil),            // 10: neptune.v1.PagesState
-	(*RelayedAnnouncement)(nil),   // 11: neptune.v1.RelayedAnnouncement
-	(*AggregateRequest)(nil),      // 12: neptune.v1.AggregateRequest
-	(*Participant)(nil),           // 13: neptune.v1.Participant
-	(*ReplicaAddr)(nil),           // 14: neptune.v1.ReplicaAddr
-	(*AggregateResponse)(nil),     // 15: neptune.v1.AggregateResponse
-	(*ReplicaEntry)(nil),          // 16: neptune.v1.ReplicaEntry
-	(*ReplicaMessage)(nil),        // 17: neptune.v1.ReplicaMessage
-	(*ReplicaPeer)(nil),           // 18: neptune.v1.ReplicaPeer
-	(*ReplicaBatch)(nil),          // 19: neptune.v1.ReplicaBatch
-	(*ReplicaBatchAck)(nil),       // 20: neptune.v1.ReplicaBatchAck
-	(*SnapshotChunk)(nil),         // 21: neptune.v1.SnapshotChunk
-	(*SnapshotAck)(nil),           // 22: neptune.v1.SnapshotAck
-	(*PromoteRequest)(nil),        // 23: neptune.v1.PromoteRequest
-	(*PromoteReply)(nil),          // 24: neptune.v1.PromoteReply
-	(*ChangeReplicasRequest)(nil), // 25: neptune.v1.ChangeReplicasRequest
-	(*ChangeReplicasReply)(nil),   // 26: neptune.v1.ChangeReplicasReply
-	nil,                           // 27: neptune.v1.ReplicaMessage.VersionsEntry
+	(Contact)(0),                  // 1: neptune.v1.Contact
+	(*CallRequest)(nil),           // 2: neptune.v1.CallRequest
+	(*CallResponse)(nil),          // 3: neptune.v1.CallResponse
+	(*Chunk)(nil),                 // 4: neptune.v1.Chunk
+	(*Announcement)(nil),          // 5: neptune.v1.Announcement
+	(*HostedService)(nil),         // 6: neptune.v1.HostedService
+	(*ReplicaStatus)(nil),         // 7: neptune.v1.ReplicaStatus
+	(*MethodInfo)(nil),            // 8: neptune.v1.MethodInfo
+	(*PollRequest)(nil),           // 9: neptune.v1.PollRequest
+	(*PollReply)(nil),             // 10: neptune.v1.PollReply
+	(*PagesState)(nil),            // 11: neptune.v1.PagesState
+	(*RelayedAnnouncement)(nil),   // 12: neptune.v1.RelayedAnnouncement
+	(*AggregateRequest)(nil),      // 13: neptune.v1.AggregateRequest
+	(*Participant)(nil),           // 14: neptune.v1.Participant
+	(*ReplicaAddr)(nil),           // 15: neptune.v1.ReplicaAddr
+	(*AggregateResponse)(nil),     // 16: neptune.v1.AggregateResponse
+	(*ReplicaEntry)(nil),          // 17: neptune.v1.ReplicaEntry
+	(*ReplicaMessage)(nil),        // 18: neptune.v1.ReplicaMessage
+	(*ReplicaPeer)(nil),           // 19: neptune.v1.ReplicaPeer
+	(*ReplicaBatch)(nil),          // 20: neptune.v1.ReplicaBatch
+	(*ReplicaBatchAck)(nil),       // 21: neptune.v1.ReplicaBatchAck
+	(*SnapshotChunk)(nil),         // 22: neptune.v1.SnapshotChunk
+	(*SnapshotAck)(nil),           // 23: neptune.v1.SnapshotAck
+	(*PromoteRequest)(nil),        // 24: neptune.v1.PromoteRequest
+	(*PromoteReply)(nil),          // 25: neptune.v1.PromoteReply
+	(*ChangeReplicasRequest)(nil), // 26: neptune.v1.ChangeReplicasRequest
+	(*ChangeReplicasReply)(nil),   // 27: neptune.v1.ChangeReplicasReply
+	nil,                           // 28: neptune.v1.ReplicaMessage.VersionsEntry
 }
 var file_neptune_proto_depIdxs = []int32{
 	0,  // 0: neptune.v1.CallRequest.mode:type_name -> neptune.v1.Mode
-	5,  // 1: neptune.v1.Announcement.services:type_name -> neptune.v1.HostedService
-	7,  // 2: neptune.v1.HostedService.methods:type_name -> neptune.v1.MethodInfo
-	6,  // 3: neptune.v1.HostedService.replicas:type_name -> neptune.v1.ReplicaStatus
-	18, // 4: neptune.v1.ReplicaStatus.members:type_name -> neptune.v1.ReplicaPeer
-	0,  // 5: neptune.v1.MethodInfo.mode:type_name -> neptune.v1.Mode
-	11, // 6: neptune.v1.PagesState.entries:type_name -> neptune.v1.RelayedAnnouncement
-	4,  // 7: neptune.v1.RelayedAnnouncement.announcement:type_name -> neptune.v1.Announcement
-	13, // 8: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
-	14, // 9: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
-	16, // 10: neptune.v1.ReplicaMessage.entries:type_name -> neptune.v1.ReplicaEntry
-	27, // 11: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
-	18, // 12: neptune.v1.ReplicaMessage.members:type_name -> neptune.v1.ReplicaPeer
-	17, // 13: neptune.v1.ReplicaBatch.messages:type_name -> neptune.v1.ReplicaMessage
-	18, // 14: neptune.v1.SnapshotChunk.members:type_name -> neptune.v1.ReplicaPeer
-	6,  // 15: neptune.v1.PromoteReply.status:type_name -> neptune.v1.ReplicaStatus
-	18, // 16: neptune.v1.ChangeReplicasReply.members:type_name -> neptune.v1.ReplicaPeer
-	1,  // 17: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
-	1,  // 18: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
-	12, // 19: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
-	19, // 20: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
-	23, // 21: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
-	21, // 22: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
-	25, // 23: neptune.v1.Node.ChangeReplicas:input_type -> neptune.v1.ChangeReplicasRequest
-	2,  // 24: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
-	3,  // 25: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
-	15, // 26: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
-	20, // 27: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
-	24, // 28: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
-	22, // 29: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
-	26, // 30: neptune.v1.Node.ChangeReplicas:output_type -> neptune.v1.ChangeReplicasReply
-	24, // [24:31] is the sub-list for method output_type
-	17, // [17:24] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	6,  // 1: neptune.v1.Announcement.services:type_name -> neptune.v1.HostedService
+	8,  // 2: neptune.v1.HostedService.methods:type_name -> neptune.v1.MethodInfo
+	7,  // 3: neptune.v1.HostedService.replicas:type_name -> neptune.v1.ReplicaStatus
+	19, // 4: neptune.v1.ReplicaStatus.members:type_name -> neptune.v1.ReplicaPeer
+	1,  // 5: neptune.v1.ReplicaStatus.contact:type_name -> neptune.v1.Contact
+	0,  // 6: neptune.v1.MethodInfo.mode:type_name -> neptune.v1.Mode
+	12, // 7: neptune.v1.PagesState.entries:type_name -> neptune.v1.RelayedAnnouncement
+	5,  // 8: neptune.v1.RelayedAnnouncement.announcement:type_name -> neptune.v1.Announcement
+	14, // 9: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
+	15, // 10: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
+	17, // 11: neptune.v1.ReplicaMessage.entries:type_name -> neptune.v1.ReplicaEntry
+	28, // 12: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
+	19, // 13: neptune.v1.ReplicaMessage.members:type_name -> neptune.v1.ReplicaPeer
+	18, // 14: neptune.v1.ReplicaBatch.messages:type_name -> neptune.v1.ReplicaMessage
+	19, // 15: neptune.v1.SnapshotChunk.members:type_name -> neptune.v1.ReplicaPeer
+	7,  // 16: neptune.v1.PromoteReply.status:type_name -> neptune.v1.ReplicaStatus
+	19, // 17: neptune.v1.ChangeReplicasReply.members:type_name -> neptune.v1.ReplicaPeer
+	2,  // 18: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
+	2,  // 19: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
+	13, // 20: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
+	20, // 21: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
+	24, // 22: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
+	22, // 23: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
+	26, // 24: neptune.v1.Node.ChangeReplicas:input_type -> neptune.v1.ChangeReplicasRequest
+	3,  // 25: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
+	4,  // 26: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
+	16, // 27: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
+	21, // 28: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
+	25, // 29: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
+	23, // 30: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
+	27, // 31: neptune.v1.Node.ChangeReplicas:output_type -> neptune.v1.ChangeReplicasReply
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_neptune_proto_init() }
@@ -2714,7 +2815,7 @@ func file_neptune_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_neptune_proto_rawDesc), len(file_neptune_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
