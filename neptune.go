@@ -194,6 +194,10 @@ var (
 	// of them; the error names both CAs where they are known. Never
 	// executed; not retryable.
 	ErrNotMember = nerr.ErrNotMember
+	// ErrStorage is for write handlers, not callers: wrap it when the
+	// service's storage failed before the write took effect (see
+	// service.ErrStorage).
+	ErrStorage = service.ErrStorage
 )
 
 // UnknownOutcomeError is a write that may or may not have executed; it

@@ -18,7 +18,8 @@ func TestParseConfigAcceptsTheExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("examples/node.yaml: %v", err)
 	}
-	if c.ID != "n1" || len(c.Services) != 2 || len(c.Services[1].Partitions) != 4 || time.Duration(c.Placement.Grace) != 5*time.Minute {
+	if c.ID != "n1" || len(c.Services) != 2 || len(c.Services[1].Partitions) != 4 || time.Duration(c.Placement.Grace) != 5*time.Minute ||
+		c.Storage != (StorageConfig{ReserveBytes: 64 << 20}) {
 		t.Fatalf("parsed %+v", c)
 	}
 }
