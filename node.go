@@ -51,6 +51,9 @@ type NodeConfig struct {
 	// host name stands for every address it resolves to, looked up anew
 	// on each try.
 	JoinTimeout time.Duration
+	// DrainTimeout bounds Drain: handing the primary roles over (at most
+	// half of it), then the calls in flight (default 10 s).
+	DrainTimeout time.Duration
 	// AnnounceInterval and AnnounceTTL control the yellow pages' soft
 	// state: refresh every 1 s, expire after 5 s (the paper's values).
 	AnnounceInterval time.Duration
@@ -161,7 +164,7 @@ func (c NodeConfig) internal() (node.Config, error) {
 		return node.Config{}, err
 	}
 	cfg := node.Config{
-		ID: c.ID, Host: c.Host, Advertise: c.Advertise, JoinTimeout: c.JoinTimeout, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
+		ID: c.ID, Host: c.Host, Advertise: c.Advertise, JoinTimeout: c.JoinTimeout, DrainTimeout: c.DrainTimeout, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
 		MetricsAddr: c.MetricsAddr, Zone: c.Zone, Pprof: c.Pprof, Join: c.Join,
 		AnnounceInterval: c.AnnounceInterval, AnnounceTTL: c.AnnounceTTL,
 		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir, Security: sec,
@@ -302,6 +305,19 @@ func (n *Node) RPCAddr() string { return n.n.RPCAddr() }
 
 // MetricsAddr is where /metrics is served, or "".
 func (n *Node) MetricsAddr() string { return n.n.MetricsAddr() }
+
+// DefaultDrainTimeout bounds a drain unless NodeConfig.DrainTimeout says.
+const DefaultDrainTimeout = node.DefaultDrainTimeout
+
+// Drain stops the node without failing a call: it reports itself not
+// ready (/readyz, grpc.health.v1), hands every primary role it holds to
+// an in-sync replica, leaves the gossip so clients stop choosing it,
+// finishes the calls in flight, then closes, all within
+// NodeConfig.DrainTimeout (default 10 s) or ctx. It returns the
+// partitions it still led at the end: those had no in-sync replica to
+// take over, and elect a primary once the node is gone. `neptune node`
+// drains on SIGTERM and SIGINT.
+func (n *Node) Drain(ctx context.Context) []string { return n.n.Drain(ctx) }
 
 // ReloadSecurity re-reads the node's certificate, key and keyring files
 // now (what SIGHUP does to `neptune node`); the node also re-reads them on

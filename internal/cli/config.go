@@ -36,7 +36,8 @@ type FileConfig struct {
 	Zone             string          `yaml:"zone"`  // failure domain, announced
 	Pprof            bool            `yaml:"pprof"` // serve /debug/pprof/ on Metrics
 	Join             []string        `yaml:"join"`
-	JoinTimeout      Duration        `yaml:"join_timeout"` // 0: keep trying the seeds until stopped
+	JoinTimeout      Duration        `yaml:"join_timeout"`  // 0: keep trying the seeds until stopped
+	DrainTimeout     Duration        `yaml:"drain_timeout"` // bound on the drain at SIGTERM (default 10 s)
 	AnnounceInterval Duration        `yaml:"announce_interval"`
 	AnnounceTTL      Duration        `yaml:"announce_ttl"`
 	Balance          BalanceConfig   `yaml:"balance"`
@@ -235,6 +236,9 @@ func (c FileConfig) Validate() error {
 	if c.Placement.Grace < 0 || c.Placement.Interval < 0 || c.Placement.MaxInFlight < 0 {
 		return fmt.Errorf("config: placement.grace (%v), placement.interval (%v) and placement.max_in_flight (%d) must be >= 0 (0: the default)",
 			time.Duration(c.Placement.Grace), time.Duration(c.Placement.Interval), c.Placement.MaxInFlight)
+	}
+	if c.DrainTimeout < 0 {
+		return fmt.Errorf("config: drain_timeout must not be negative, got %v", time.Duration(c.DrainTimeout))
 	}
 	if c.JoinTimeout < 0 {
 		return fmt.Errorf("config: join_timeout must not be negative (0 keeps trying until stopped), got %v", time.Duration(c.JoinTimeout))

@@ -27,7 +27,7 @@ type nodeOptions struct {
 	config, id, host, advertise, metrics, zone, policy, dataDir, logLevel string
 	gossipPort, rpcPort, pollPort                                         int
 	pprof                                                                 bool
-	interval, ttl, joinTimeout                                            time.Duration
+	interval, ttl, joinTimeout, drainTimeout                              time.Duration
 	join, services                                                        []string
 	sec                                                                   securityFlags
 }
@@ -88,6 +88,7 @@ func (o *nodeOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.pollPort, "poll-port", 0, "UDP load-poll port; 0 picks a free one (config: poll_port)")
 	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of a node to join; list (config: join)")
 	fs.DurationVar(&o.joinTimeout, "join-timeout", 0, "how long to keep trying the --join seeds at start, with backoff; 0 keeps trying until stopped (config: join_timeout)")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", neptune.DefaultDrainTimeout, "bound on draining at SIGTERM: handing primaries over, then finishing calls in flight (config: drain_timeout)")
 	fs.StringArrayVar(&o.services, "service", nil, "host a built-in service as `name:partitions`, e.g. kv:0-3,7; repeatable (config: services)")
 	fs.StringVar(&o.metrics, "metrics", "", "`host:port` serving Prometheus /metrics; empty disables (config: metrics)")
 	fs.StringVar(&o.zone, "zone", "", "this node's failure domain, announced; placement spreads replicas across zones (config: zone)")
@@ -123,6 +124,7 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	set("poll-port", func() { fc.PollPort = o.pollPort })
 	set("join", func() { fc.Join = o.join })
 	set("join-timeout", func() { fc.JoinTimeout = Duration(o.joinTimeout) })
+	set("drain-timeout", func() { fc.DrainTimeout = Duration(o.drainTimeout) })
 	set("metrics", func() { fc.Metrics = o.metrics })
 	set("zone", func() { fc.Zone = o.zone })
 	set("pprof", func() { fc.Pprof = o.pprof })
@@ -170,7 +172,9 @@ func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Log
 	for {
 		select {
 		case <-ctx.Done():
-			return node.Close()
+			// SIGTERM or SIGINT: drain (main's signal context ended).
+			node.Drain(context.WithoutCancel(ctx))
+			return nil
 		case <-hup:
 			onHangup(log, level, reload, node.ReloadSecurity)
 		}
@@ -247,6 +251,7 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		Pprof:            fc.Pprof,
 		Join:             fc.Join,
 		JoinTimeout:      joinTimeout(fc.JoinTimeout),
+		DrainTimeout:     time.Duration(fc.DrainTimeout),
 		AnnounceInterval: time.Duration(fc.AnnounceInterval),
 		AnnounceTTL:      time.Duration(fc.AnnounceTTL),
 		Balance:          bal,

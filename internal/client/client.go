@@ -261,6 +261,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
+// Leave leaves the cluster's gossip and stops announcing, keeping the
+// connections, so a draining node goes on forwarding and finishing the
+// calls in flight; Close still follows.
+func (c *Client) Leave() error { return c.gossip.Close() }
+
 // Close leaves the cluster, closes connections and takes the client's
 // metrics out of its registry.
 func (c *Client) Close() error {

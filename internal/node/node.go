@@ -8,6 +8,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,6 +108,9 @@ type Config struct {
 	// defaults aggregation.DefaultMaxDeadline, DefaultMaxParticipants).
 	MaxAggregateDeadline     time.Duration
 	MaxAggregateParticipants int
+	// DrainTimeout bounds Drain (default DefaultDrainTimeout): handing the
+	// primary roles over, then the calls in flight.
+	DrainTimeout time.Duration
 	// Placement configures automatic replica placement (rebalance.go):
 	// replacing dead nodes' replicas, evening out replicas and primaries.
 	Placement rebalance.Config
@@ -484,6 +488,60 @@ func (n *Node) MetricsAddr() string {
 		return ""
 	}
 	return n.httpLn.Addr().String()
+}
+
+// DefaultDrainTimeout bounds a drain: the hand-over of the primary roles
+// (at most half of it) and then the calls in flight.
+const DefaultDrainTimeout = 10 * time.Second
+
+// drainGrace is how long a draining node, gone from the yellow pages,
+// still takes calls that clients had already routed to it.
+const drainGrace = 300 * time.Millisecond
+
+// Drain stops the node without failing a call, within DrainTimeout (or
+// ctx): it reports itself not ready, hands every primary role it holds to
+// an in-sync replica (replication.Runtime.Drain), leaves the gossip so
+// clients stop choosing it, finishes the calls in flight (a call that
+// arrives after is refused with the retryable ErrClosed, or never reaches
+// the node: the client goes to another replica), then closes. It returns
+// the partitions it still led when it stopped (none had an in-sync
+// replica to take over).
+func (n *Node) Drain(ctx context.Context) []string {
+	n.draining.Store(true)
+	timeout := cmp.Or(n.cfg.DrainTimeout, DefaultDrainTimeout)
+	ctx, cancel := clock.WithTimeout(ctx, n.clock, timeout)
+	defer cancel()
+	start := n.clock.Now()
+	n.log.Info("draining: handing primaries over, then finishing the calls in flight", "bound", timeout)
+	var kept []string
+	if n.repl != nil {
+		hctx, hcancel := clock.WithTimeout(ctx, n.clock, timeout/2)
+		kept = n.repl.Drain(hctx)
+		hcancel()
+		if len(kept) > 0 {
+			n.log.Warn("draining: no in-sync replica took over these partitions; they elect a primary once this node is gone", "partitions", kept)
+		}
+	}
+	if n.client != nil {
+		_ = n.client.Leave()
+	}
+	select {
+	case <-n.clock.After(drainGrace):
+	case <-ctx.Done():
+	}
+	if n.grpc != nil {
+		stopped := make(chan struct{})
+		go func() { n.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			n.log.Warn("draining: calls still in flight at the bound are cut off", "bound", timeout)
+			n.grpc.Stop()
+		}
+	}
+	n.Close()
+	n.log.Info("drained", "took", n.clock.Since(start).Round(time.Millisecond))
+	return kept
 }
 
 // Close leaves the cluster, stops serving, fails queued requests and

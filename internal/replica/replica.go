@@ -42,6 +42,8 @@ type Replica struct {
 	probedAt        time.Time // last probeRemoved
 	// storageFull: the shell cannot store more (SetStorageFull).
 	storageFull bool
+	// draining: the node is leaving (SetDraining).
+	draining bool
 
 	role    Role
 	phase   Phase
@@ -1339,7 +1341,7 @@ func (r *Replica) tickTransfer(now time.Time) {
 		}
 		return
 	}
-	if r.storageFull {
+	if r.storageFull || r.draining {
 		r.handOver(now)
 		return
 	}
@@ -1384,8 +1386,27 @@ func (r *Replica) SetStorageFull(now time.Time, full bool) {
 	}
 }
 
+// SetDraining tells the replica its node is leaving (SIGTERM, a rolling
+// restart): a primary hands its role to the in-sync live voter of highest
+// priority as soon as one is caught up, and the replica stands for no
+// election and refuses a transfer to it, so the role does not come back
+// before the node is gone. It keeps taking entries meanwhile. A primary
+// with no in-sync peer keeps its role (handing it over would lose
+// acknowledged writes); the partition elects once the node is gone.
+func (r *Replica) SetDraining(now time.Time, on bool) {
+	r.observe(now)
+	if r.draining == on {
+		return
+	}
+	r.draining = on
+	if on && r.role == Primary && r.transferTo == "" {
+		r.handOver(now)
+	}
+}
+
 // handOver starts a leadership transfer from a primary that cannot store
-// more to the in-sync live voter of highest priority, if any.
+// more, or is leaving, to the in-sync live voter of highest priority, if
+// any.
 func (r *Replica) handOver(now time.Time) {
 	target := ID("")
 	for _, p := range r.voterPeers {
@@ -1434,7 +1455,7 @@ func (r *Replica) abortTransfer(now time.Time) {
 }
 
 func (r *Replica) handleTimeoutNow(now time.Time, m Message) {
-	if r.storageFull || m.Epoch != r.epoch || m.From != r.primary || r.role != Secondary || r.diverged || m.Sent == 0 || !r.isVoter(r.cfg.ID) {
+	if r.storageFull || r.draining || m.Epoch != r.epoch || m.From != r.primary || r.role != Secondary || r.diverged || m.Sent == 0 || !r.isVoter(r.cfg.ID) {
 		return
 	}
 	if m.Leave {
@@ -1607,7 +1628,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 // is pending) no live higher-priority peer that could lead instead.
 // Priority never deposes a live primary: that is a leadership transfer.
 func (r *Replica) shouldElect(now time.Time) bool {
-	if r.electing || r.preVoting || r.diverged || r.storageFull || !r.isVoter(r.cfg.ID) {
+	if r.electing || r.preVoting || r.diverged || r.storageFull || r.draining || !r.isVoter(r.cfg.ID) {
 		return false
 	}
 	if r.primaryLive(now) || r.inGrace(now) {

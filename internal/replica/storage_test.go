@@ -47,3 +47,39 @@ func TestFullStorageHandsOverAndCatchesUpAfter(t *testing.T) {
 	c.checkAnswered()
 	c.checkConverged()
 }
+
+// TestDrainingPrimaryHandsOverAndStaysSecondary: a primary whose node is
+// leaving hands its role to an in-sync replica at once, never takes it
+// back (by election or by priority transfer, although its priority is the
+// highest), keeps taking entries, and loses no acknowledged write.
+func TestDrainingPrimaryHandsOverAndStaysSecondary(t *testing.T) {
+	c := settled(t, Level2, []int{3, 2, 1})
+	if c.primary() != "a" {
+		t.Fatalf("primary %q, want a", c.primary())
+	}
+	for range 5 {
+		c.write("a")
+	}
+	c.settle(200 * time.Millisecond)
+	a := c.nodes["a"]
+	a.r.SetDraining(c.local("a", c.now), true)
+	c.process(a)
+	c.settle(500 * time.Millisecond)
+	p := c.primary()
+	if p == "" || p == "a" {
+		t.Fatalf("primary %q after a began draining, want b or c", p)
+	}
+	for range 20 {
+		c.write(p)
+		c.settle(100 * time.Millisecond)
+	}
+	c.settle(3 * time.Second) // several transfer and election timeouts
+	if got := c.primary(); got != p || a.r.Status().Role == Primary {
+		t.Fatalf("primary %q, a %v: the draining replica took its role back", got, a.r.Status().Role)
+	}
+	if st, pst := a.r.Status(), c.nodes[p].r.Status(); st.Last != pst.Last {
+		t.Fatalf("draining replica stopped taking entries: last %d, primary's %d", st.Last, pst.Last)
+	}
+	c.checkAnswered()
+	c.checkConverged()
+}

@@ -316,6 +316,34 @@ func (n *Node) signal(s syscall.Signal) error {
 	return nil
 }
 
+// Stop sends SIGTERM, which drains the node (its primaries handed over,
+// its calls in flight finished), and waits up to limit for the process to
+// exit; it returns how long that took (SIGKILL after limit, with an
+// error).
+func (n *Node) Stop(limit time.Duration) (time.Duration, error) {
+	n.mu.Lock()
+	cmd := n.cmd
+	n.mu.Unlock()
+	if cmd == nil {
+		return 0, fmt.Errorf("localcluster: node %s is not running", n.Spec.ID)
+	}
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return 0, fmt.Errorf("localcluster: SIGTERM %s: %w", n.Spec.ID, err)
+	}
+	for syscall.Kill(cmd.Process.Pid, 0) == nil {
+		if time.Since(start) > limit {
+			_ = cmd.Process.Kill()
+			return time.Since(start), fmt.Errorf("localcluster: node %s still running %v after SIGTERM; killed", n.Spec.ID, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	n.mu.Lock()
+	n.cmd = nil
+	n.mu.Unlock()
+	return time.Since(start), nil
+}
+
 // Close stops every node: SIGCONT (in case it was paused), SIGTERM, and
 // SIGKILL after a grace period.
 func (c *Cluster) Close() {

@@ -52,6 +52,9 @@ type Config struct {
 	// Fault, if set, runs (on Run's goroutine) once the appenders started,
 	// beside the kills; the fault phase still lasts Duration.
 	Fault func(ctx context.Context, cl *Cluster) error
+	// Retry is the client's retry policy (zero: the default;
+	// client.NoRetry shows what the cluster itself hides from callers).
+	Retry client.RetryPolicy
 }
 
 // Cluster is three listappend nodes and a client.
@@ -100,7 +103,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		cl.Close()
 		return nil, err
 	}
-	c, err := client.New(ctx, client.Config{Join: cl.lc.Seeds(), AnnounceTTL: time.Second, Security: insecure})
+	c, err := client.New(ctx, client.Config{Join: cl.lc.Seeds(), AnnounceTTL: time.Second, Security: insecure, Retry: cfg.Retry})
 	if err != nil {
 		cl.Close()
 		return nil, err
@@ -119,6 +122,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	cl.Close()
 	return nil, fmt.Errorf("appendbench: cluster not ready: %w", ctx.Err())
 }
+
+// Restart starts a stopped node again on its data directory.
+func (cl *Cluster) Restart(ctx context.Context, n *localcluster.Node) error { return cl.lc.Restart(ctx, n) }
 
 // Close stops the client and the nodes.
 func (cl *Cluster) Close() {
@@ -150,8 +156,10 @@ type Result struct {
 	Appends int
 	Kills   int
 	Elapsed time.Duration
-	// Retries counts attempts after the first one of an append.
-	Retries int64
+	// Retries counts attempts after the first one of an append; Errors
+	// the calls that returned an error (each a failed call as a user sees
+	// it, the client library's own retries inside it).
+	Retries, Errors int64
 }
 
 // Run runs the fault phase and the final check on a started cluster.
@@ -162,6 +170,7 @@ func (cl *Cluster) Run(ctx context.Context) (*Result, error) {
 		appends []check.AppendOp
 		next    atomic.Uint64
 		retries atomic.Int64
+		errs    atomic.Int64
 	)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -181,7 +190,7 @@ func (cl *Cluster) Run(ctx context.Context) (*Result, error) {
 				p := int(elem % uint64(cfg.Parts))
 				key := fmt.Sprintf("p%d-k%d", p, (int(elem)/cfg.Parts)%cfg.Keys)
 				op := check.AppendOp{Key: key, Element: elem, Client: name, Start: time.Now()}
-				op.Outcome = cl.append(ctx, p, key, elem, &retries)
+				op.Outcome = cl.append(ctx, p, key, elem, &retries, &errs)
 				op.End = time.Now()
 				mu.Lock()
 				appends = append(appends, op)
@@ -252,13 +261,13 @@ func (cl *Cluster) Run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Report: rep, Appends: len(appends), Kills: kills, Elapsed: elapsed, Retries: retries.Load()}, nil
+	return &Result{Report: rep, Appends: len(appends), Kills: kills, Elapsed: elapsed, Retries: retries.Load(), Errors: errs.Load()}, nil
 }
 
 // append appends elem to key, retrying while the error is retryable (a
 // write of unknown outcome with its identity, WithRetryOf), for at most
 // 20 s. The outcome is AppendFailed only if no attempt may have run.
-func (cl *Cluster) append(ctx context.Context, p int, key string, elem uint64, retries *atomic.Int64) check.AppendOutcome {
+func (cl *Cluster) append(ctx context.Context, p int, key string, elem uint64, retries, errs *atomic.Int64) check.AppendOutcome {
 	body := listappend.EncodeAppend(key, elem)
 	deadline := time.Now().Add(20 * time.Second)
 	var err error
@@ -274,6 +283,7 @@ func (cl *Cluster) append(ctx context.Context, p int, key string, elem uint64, r
 		if err == nil {
 			return check.AppendOK
 		}
+		errs.Add(1)
 		maybeRan = maybeRan || errors.Is(err, nerr.ErrUnknownOutcome)
 		var remote *transport.RemoteError
 		if errors.As(err, &remote) {
