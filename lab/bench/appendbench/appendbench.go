@@ -124,7 +124,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 }
 
 // Restart starts a stopped node again on its data directory.
-func (cl *Cluster) Restart(ctx context.Context, n *localcluster.Node) error { return cl.lc.Restart(ctx, n) }
+func (cl *Cluster) Restart(ctx context.Context, n *localcluster.Node) error {
+	return cl.lc.Restart(ctx, n)
+}
 
 // Close stops the client and the nodes.
 func (cl *Cluster) Close() {
