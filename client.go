@@ -270,6 +270,12 @@ func (c *Client) SetReplicaPriority(ctx context.Context, node, service string, p
 	return c.c.SetReplicaPriority(ctx, node, service, partition, replica, priority)
 }
 
+// Drain asks node to drain, as SIGTERM does (an operator's certificate is
+// needed): it answers once the node's primary roles are handed over,
+// with the partitions it kept because no in-sync replica could take them;
+// the node then finishes its calls in flight and stops.
+func (c *Client) Drain(ctx context.Context, node string) ([]string, error) { return c.c.Drain(ctx, node) }
+
 // Close leaves the cluster and closes connections.
 func (c *Client) Close() error { return c.c.Close() }
 

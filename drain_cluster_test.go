@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/client"
 	"github.com/neptune-cluster/neptune/internal/replica/check"
 	"github.com/neptune-cluster/neptune/lab/bench/appendbench"
@@ -91,4 +95,66 @@ func waitCaughtUp(ctx context.Context, cl *appendbench.Cluster, id string) error
 		}
 		return nil
 	})
+}
+
+// TestOperatorDrainsANode: `neptune node drain` with an operator's
+// certificate moves the node's primary roles elsewhere and its process
+// exits; a client's certificate is refused and changes nothing.
+func TestOperatorDrainsANode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts node processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	bin := neptuneBinary(t)
+	cl, err := localcluster.NewSecure(bin, t.TempDir(), "drain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cfg := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(cfg, []byte("services:\n  - name: kv\n    partitions: 0-1\n    replication: {level: 2, degree: 3, nodes: [d1, d2, d3]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*localcluster.Node
+	for i := range 3 {
+		n, err := cl.Start(ctx, localcluster.Spec{ID: fmt.Sprintf("d%d", i+1), Args: []string{"--config", cfg, "--data-dir", filepath.Join(t.TempDir(), "data")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), Security: cl.ClientSecurity("client/client")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := localcluster.WaitServing(ctx, c, "kv", 2, 3, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	target, err := localcluster.Primary(ctx, c, "kv", 0, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain := func(cert string) (string, error) {
+		args := append([]string{"node", "drain", "--join", strings.Join(cl.Seeds(), ","), "--node", target}, cl.SecurityArgs(cert)...)
+		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := drain("client/client"); err == nil || !strings.Contains(out, "role client may not call it") {
+		t.Fatalf("drain with a client certificate: %v\n%s", err, out)
+	}
+	out, err := drain("operator/operator")
+	if err != nil {
+		t.Fatalf("drain %s: %v\n%s", target, err, out)
+	}
+	t.Log(strings.TrimSpace(out))
+	i := slices.IndexFunc(nodes, func(n *localcluster.Node) bool { return n.Spec.ID == target })
+	waitFor(t, 20*time.Second, func() bool { return syscall.Kill(nodes[i].PID(), 0) != nil })
+	for p := range 2 {
+		waitFor(t, 10*time.Second, func() bool {
+			pr, err := localcluster.Primary(ctx, c, "kv", p, time.Second)
+			return err == nil && pr != target
+		})
+	}
 }

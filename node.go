@@ -319,6 +319,10 @@ const DefaultDrainTimeout = node.DefaultDrainTimeout
 // drains on SIGTERM and SIGINT.
 func (n *Node) Drain(ctx context.Context) []string { return n.n.Drain(ctx) }
 
+// Done is closed once the node has stopped: Close, Drain, or a drain an
+// operator asked for (`neptune node drain`, Client.Drain).
+func (n *Node) Done() <-chan struct{} { return n.n.Done() }
+
 // ReloadSecurity re-reads the node's certificate, key and keyring files
 // now (what SIGHUP does to `neptune node`); the node also re-reads them on
 // its own, certificates at most every 10 s and the keyring every 5 s. A

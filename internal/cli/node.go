@@ -69,6 +69,7 @@ keyring. --insecure runs without any protection, and must be said.`,
 		},
 	}
 	o.addFlags(cmd.Flags())
+	cmd.AddCommand(newNodeDrainCmd())
 	_ = cmd.MarkFlagFilename("config", "yaml", "yml")
 	_ = cmd.MarkFlagDirname("data-dir")
 	_ = cmd.MarkFlagDirname("tls-dir")
@@ -175,6 +176,8 @@ func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Log
 			// SIGTERM or SIGINT: drain (main's signal context ended).
 			node.Drain(context.WithoutCancel(ctx))
 			return nil
+		case <-node.Done():
+			return nil // drained by an operator (neptune node drain)
 		case <-hup:
 			onHangup(log, level, reload, node.ReloadSecurity)
 		}

@@ -221,6 +221,22 @@ func (c *Client) nodeClient(node string) (pb.NodeClient, error) {
 	return c.conns.ClientFor(node, addr)
 }
 
+// Drain asks node to drain (an operator's certificate is needed): it
+// answers once the node's primary roles are handed over, with the
+// partitions it kept (no in-sync replica could take them), then the node
+// finishes its calls in flight and stops.
+func (c *Client) Drain(ctx context.Context, node string) ([]string, error) {
+	cl, err := c.nodeClient(node)
+	if err != nil {
+		return nil, err
+	}
+	out, err := cl.Drain(ctx, &pb.DrainRequest{})
+	if err != nil {
+		return nil, transport.FromStatus(node, err)
+	}
+	return out.Kept, nil
+}
+
 // Promote asks node's replica of service's partition to become its
 // primary and returns the replica's status after. Without force the
 // replica calls an election that needs a majority of the partition's

@@ -227,6 +227,8 @@ type Node struct {
 	health     *health.Server
 	stopHealth context.CancelFunc
 	draining   atomic.Bool
+	// done is closed when the node has stopped.
+	done chan struct{}
 	polls      *transport.PollServer
 	// pushes is polls once it listens: the pools' OnChange (loadChanged)
 	// reads it from request goroutines, which start before it is set.
@@ -257,6 +259,7 @@ func New(cfg Config) (*Node, error) {
 		services: map[string]*hosted{},
 		acct:     newAccounting(cfg.Clock, DefaultAccountingCycle),
 		acctStop: make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	sc := cfg.Security
 	sc.Identity = pki.Identity{Role: pki.RoleNode, Name: cfg.ID}
@@ -507,21 +510,35 @@ const drainGrace = 300 * time.Millisecond
 // the partitions it still led when it stopped (none had an in-sync
 // replica to take over).
 func (n *Node) Drain(ctx context.Context) []string {
-	n.draining.Store(true)
 	timeout := cmp.Or(n.cfg.DrainTimeout, DefaultDrainTimeout)
 	ctx, cancel := clock.WithTimeout(ctx, n.clock, timeout)
 	defer cancel()
 	start := n.clock.Now()
+	kept := n.handOff(ctx, timeout)
+	n.finishDrain(ctx, start, timeout)
+	return kept
+}
+
+// handOff is Drain's first half: not ready, and the primary roles handed
+// over, for at most half the bound.
+func (n *Node) handOff(ctx context.Context, timeout time.Duration) []string {
+	n.draining.Store(true)
 	n.log.Info("draining: handing primaries over, then finishing the calls in flight", "bound", timeout)
-	var kept []string
-	if n.repl != nil {
-		hctx, hcancel := clock.WithTimeout(ctx, n.clock, timeout/2)
-		kept = n.repl.Drain(hctx)
-		hcancel()
-		if len(kept) > 0 {
-			n.log.Warn("draining: no in-sync replica took over these partitions; they elect a primary once this node is gone", "partitions", kept)
-		}
+	if n.repl == nil {
+		return nil
 	}
+	hctx, cancel := clock.WithTimeout(ctx, n.clock, timeout/2)
+	defer cancel()
+	kept := n.repl.Drain(hctx)
+	if len(kept) > 0 {
+		n.log.Warn("draining: no in-sync replica took over these partitions; they elect a primary once this node is gone", "partitions", kept)
+	}
+	return kept
+}
+
+// finishDrain is Drain's second half: leave the gossip, take the calls
+// already routed here, finish those in flight, close.
+func (n *Node) finishDrain(ctx context.Context, start time.Time, timeout time.Duration) {
 	if n.client != nil {
 		_ = n.client.Leave()
 	}
@@ -541,8 +558,24 @@ func (n *Node) Drain(ctx context.Context) []string {
 	}
 	n.Close()
 	n.log.Info("drained", "took", n.clock.Since(start).Round(time.Millisecond))
+}
+
+// drainRemote is the Drain RPC: it answers once the primaries are handed
+// over, and finishes the drain after answering.
+func (n *Node) drainRemote() []string {
+	timeout := cmp.Or(n.cfg.DrainTimeout, DefaultDrainTimeout)
+	ctx, cancel := clock.WithTimeout(context.Background(), n.clock, timeout)
+	start := n.clock.Now()
+	kept := n.handOff(ctx, timeout)
+	go func() {
+		defer cancel()
+		n.finishDrain(ctx, start, timeout)
+	}()
 	return kept
 }
+
+// Done is closed once the node has stopped (Close, or a drain).
+func (n *Node) Done() <-chan struct{} { return n.done }
 
 // Close leaves the cluster, stops serving, fails queued requests and
 // takes the node's metrics out of its registry. It is safe to call more
@@ -553,6 +586,7 @@ func (n *Node) Close() error {
 }
 
 func (n *Node) close() {
+	defer close(n.done)
 	close(n.acctStop)
 	if n.stopHealth != nil {
 		n.stopHealth()

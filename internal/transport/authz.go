@@ -64,6 +64,7 @@ var (
 //     may already replicate any partition it hosts; this lets it change
 //     where they live, which a node trusted with the data may.
 //
+//   - Drain: operators only (`neptune node drain`).
 //   - grpc.health.v1 Check and Watch: whoever may call.
 //
 // Future configuration changes (keyring, membership) belong with Promote.
@@ -75,6 +76,7 @@ var Rules = map[string]Rule{
 	pb.Node_Promote_FullMethodName:         {Roles: operatorOnly},
 	pb.Node_InstallSnapshot_FullMethodName: {Roles: nodesOnly, Check: snapshotFromCaller},
 	pb.Node_ChangeReplicas_FullMethodName:  {Roles: operatorsAndNodes},
+	pb.Node_Drain_FullMethodName:           {Roles: operatorOnly},
 	// grpc.health.v1: whoever may call may ask whether to.
 	healthpb.Health_Check_FullMethodName: {Roles: callers},
 	healthpb.Health_Watch_FullMethodName: {Roles: callers},

@@ -74,6 +74,11 @@ func (r *recorder) ChangeReplicas(ctx context.Context, _ *pb.ChangeReplicasReque
 	return &pb.ChangeReplicasReply{}, nil
 }
 
+func (r *recorder) Drain(ctx context.Context, _ *pb.DrainRequest) (*pb.DrainReply, error) {
+	r.seen(ctx)
+	return &pb.DrainReply{}, nil
+}
+
 func (r *recorder) InstallSnapshot(s grpc.ClientStreamingServer[pb.SnapshotChunk, pb.SnapshotAck]) error {
 	for {
 		if _, err := s.Recv(); errors.Is(err, io.EOF) {
@@ -213,6 +218,8 @@ func (r *secureRig) call(cl pb.NodeClient, method string, from string) error {
 		_, err = cl.Promote(ctx, &pb.PromoteRequest{Service: "kv"})
 	case pb.Node_ChangeReplicas_FullMethodName:
 		_, err = cl.ChangeReplicas(ctx, &pb.ChangeReplicasRequest{Service: "kv", Add: "n9"})
+	case pb.Node_Drain_FullMethodName:
+		_, err = cl.Drain(ctx, &pb.DrainRequest{})
 	case pb.Node_InstallSnapshot_FullMethodName:
 		var s grpc.ClientStreamingClient[pb.SnapshotChunk, pb.SnapshotAck]
 		if s, err = cl.InstallSnapshot(ctx); err == nil {
@@ -246,6 +253,7 @@ func TestAuthorisationTable(t *testing.T) {
 		pb.Node_Promote_FullMethodName:         {operator},
 		pb.Node_InstallSnapshot_FullMethodName: {node},
 		pb.Node_ChangeReplicas_FullMethodName:  {node, operator},
+		pb.Node_Drain_FullMethodName:           {operator},
 	}
 	var methods []string
 	for _, m := range pb.Node_ServiceDesc.Methods {
@@ -516,6 +524,7 @@ func TestPrivilegedMethodsRoles(t *testing.T) {
 		pb.Node_InstallSnapshot_FullMethodName: {pki.RoleNode},
 		pb.Node_Promote_FullMethodName:         {pki.RoleOperator},
 		pb.Node_ChangeReplicas_FullMethodName:  {pki.RoleOperator, pki.RoleNode},
+		pb.Node_Drain_FullMethodName:           {pki.RoleOperator},
 	}
 	for method, roles := range want {
 		got := slices.Clone(Rules[method].Roles)
