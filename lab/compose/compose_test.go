@@ -95,6 +95,7 @@ func TestComposeClusterSurvivesKillNewAddressAndRollingRestart(t *testing.T) {
 	for _, n := range nodes {
 		d.waitReady(ctx, n, 60*time.Second)
 	}
+	material := d.copyPKI(ctx)
 
 	// The workload: unique elements appended through the gateway.
 	w := newWorkload(httpc, gw)
@@ -178,6 +179,13 @@ func TestComposeClusterSurvivesKillNewAddressAndRollingRestart(t *testing.T) {
 	}
 	if w.acked() == 0 {
 		t.Fatal("no append was acknowledged")
+	}
+
+	// A second docker compose up runs the init service again: it keeps
+	// the CA and every certificate.
+	d.compose(ctx, "up", "-d")
+	if again := d.copyPKI(ctx); !bytes.Equal(again["ca.pem"], material["ca.pem"]) || !bytes.Equal(again["node-n1.pem"], material["node-n1.pem"]) {
+		t.Errorf("a second docker compose up replaced the CA or a certificate")
 	}
 
 	// The history: wait until every replica reports the same version,
@@ -292,9 +300,6 @@ func (d *deployment) down() {
 	}
 	a := d.composeArgs("down", "-v", "--remove-orphans", "--timeout", "5")
 	d.quiet(a[0], a[1:]...)
-	if d.pkiDir != "" {
-		_ = os.RemoveAll(d.pkiDir)
-	}
 }
 
 func (d *deployment) containerID(ctx context.Context, service string) string {
@@ -431,13 +436,33 @@ func converged(status string) string {
 	return ""
 }
 
+// copyPKI copies the pki volume out of the init container into a fresh
+// directory (d.pkiDir) and returns its files by name.
+func (d *deployment) copyPKI(ctx context.Context) map[string][]byte {
+	d.t.Helper()
+	d.pkiDir = d.t.TempDir()
+	d.run(ctx, "copy the certificates", "docker", "cp", d.containerID(ctx, "init")+":/pki", d.pkiDir)
+	files := map[string][]byte{}
+	ents, err := os.ReadDir(filepath.Join(d.pkiDir, "pki"))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	for _, e := range ents {
+		if b, err := os.ReadFile(filepath.Join(d.pkiDir, "pki", e.Name())); err == nil {
+			files[e.Name()] = b
+		}
+	}
+	if len(files["ca.pem"]) == 0 {
+		d.t.Fatalf("no ca.pem in the pki volume: %d files", len(files))
+	}
+	return files
+}
+
 // readReplicas reads every key at every node directly (its published RPC
 // port, mutual TLS with the client certificate the init service made):
 // node -> "partition/key" -> list.
 func (d *deployment) readReplicas(ctx context.Context, keys []pkey) map[string]map[pkey][]uint64 {
 	d.t.Helper()
-	d.pkiDir = d.t.TempDir()
-	d.run(ctx, "copy the certificates", "docker", "cp", d.containerID(ctx, "init")+":/pki", d.pkiDir)
 	mat, err := security.Load(security.Config{Dir: filepath.Join(d.pkiDir, "pki"), Identity: pki.Identity{Role: pki.RoleClient, Name: "client"}})
 	if err != nil {
 		d.t.Fatal(err)
