@@ -46,7 +46,7 @@ const apiKey = "neptune-tour-key"
 // longer than maxRun, whatever the phases take.
 const (
 	workers    = 4
-	pause      = 25 * time.Millisecond // between one worker's calls
+	pause      = 50 * time.Millisecond // between one worker's calls
 	maxAppends = 20000
 	maxRun     = 150 * time.Second
 	partitions = 4
@@ -66,7 +66,7 @@ func TestComposeClusterSurvivesKillNewAddressAndRollingRestart(t *testing.T) {
 	image := "neptune:" + project
 	d := &deployment{t: t, composeCmd: compose, root: root, project: project, image: image}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
 	start := time.Now()
@@ -302,9 +302,11 @@ func (d *deployment) down() {
 	d.quiet(a[0], a[1:]...)
 }
 
+// containerID is a service's container, running or not (compose v2's ps
+// lists only running ones without -a; the init service has exited).
 func (d *deployment) containerID(ctx context.Context, service string) string {
 	d.t.Helper()
-	id := strings.TrimSpace(d.compose(ctx, "ps", "-q", service))
+	id := strings.TrimSpace(d.compose(ctx, "ps", "-a", "-q", service))
 	if id == "" {
 		d.t.Fatalf("no container for %s", service)
 	}
