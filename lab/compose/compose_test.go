@@ -48,7 +48,7 @@ const (
 	workers    = 4
 	pause      = 50 * time.Millisecond // between one worker's calls
 	maxAppends = 20000
-	maxRun     = 150 * time.Second
+	maxRun     = 240 * time.Second
 	partitions = 4
 )
 
@@ -161,6 +161,9 @@ func TestComposeClusterSurvivesKillNewAddressAndRollingRestart(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	w.phase.Store(phaseAfter)
 	time.Sleep(2 * time.Second)
+	if wctx.Err() != nil || w.next.Load() >= maxAppends {
+		t.Errorf("the workload reached its bound (%v or %d appends) before the phases ended: the counts cover only part of them", maxRun, maxAppends)
+	}
 	stopAll()
 
 	// Figures.
@@ -168,6 +171,11 @@ func TestComposeClusterSurvivesKillNewAddressAndRollingRestart(t *testing.T) {
 		ok, failed := w.ok[p].Load(), w.failed[p].Load()
 		t.Logf("FIGURE %-36s %5d acknowledged appends, %3d failed calls", phaseNames[p]+":", ok, failed)
 	}
+	var drainList []string
+	for _, n := range nodes {
+		drainList = append(drainList, fmt.Sprintf("%s %v", n, drains[n].Round(time.Millisecond)))
+	}
+	t.Logf("FIGURE drain (docker compose stop to exit): %s", strings.Join(drainList, ", "))
 	for _, e := range w.errorSample() {
 		t.Logf("  failed call: %s", e)
 	}
@@ -193,6 +201,9 @@ func TestComposeClusterSurvivesKillNewAddressAndRollingRestart(t *testing.T) {
 	d.waitConverged(ctx, 60*time.Second)
 	replicas := d.readReplicas(ctx, w.keys())
 	checkHistory(t, w, replicas)
+	if t.Failed() {
+		return
+	}
 	t.Logf("FIGURE history: %d acknowledged appends (%d attempted) checked on %d replicas: each present exactly once, no duplicate, replicas identical",
 		w.acked(), w.attempted.Load(), len(nodes))
 }
