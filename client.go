@@ -274,7 +274,9 @@ func (c *Client) SetReplicaPriority(ctx context.Context, node, service string, p
 // needed): it answers once the node's primary roles are handed over,
 // with the partitions it kept because no in-sync replica could take them;
 // the node then finishes its calls in flight and stops.
-func (c *Client) Drain(ctx context.Context, node string) ([]string, error) { return c.c.Drain(ctx, node) }
+func (c *Client) Drain(ctx context.Context, node string) ([]string, error) {
+	return c.c.Drain(ctx, node)
+}
 
 // Close leaves the cluster and closes connections.
 func (c *Client) Close() error { return c.c.Close() }

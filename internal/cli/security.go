@@ -46,7 +46,7 @@ change, so a certificate is renewed by writing new files in place.`,
 	ca.AddCommand(newCACreateCmd())
 	cert := &cobra.Command{Use: "cert", Short: "Manage member certificates"}
 	cert.AddCommand(newCertCreateCmd())
-	cmd.AddCommand(ca, cert)
+	cmd.AddCommand(ca, cert, newTLSInitCmd())
 	return cmd
 }
 

@@ -228,8 +228,8 @@ type Node struct {
 	stopHealth context.CancelFunc
 	draining   atomic.Bool
 	// done is closed when the node has stopped.
-	done chan struct{}
-	polls      *transport.PollServer
+	done  chan struct{}
+	polls *transport.PollServer
 	// pushes is polls once it listens: the pools' OnChange (loadChanged)
 	// reads it from request goroutines, which start before it is set.
 	pushes  atomic.Pointer[transport.PollServer]

@@ -65,6 +65,7 @@ var (
 //     where they live, which a node trusted with the data may.
 //
 //   - Drain: operators only (`neptune node drain`).
+//
 //   - grpc.health.v1 Check and Watch: whoever may call.
 //
 // Future configuration changes (keyring, membership) belong with Promote.
