@@ -524,6 +524,13 @@ func (g *Gossip) rejoin() {
 		addrs = append(addrs, l.addr)
 	}
 	g.membersMu.Unlock()
+	if g.ml.NumMembers() == 1 {
+		// Alone, though given seeds: they may have reached only this
+		// member (a seed name that resolved to itself alone, nodes that
+		// started at the same moment). Ask them again, resolved afresh,
+		// so such clusters of one merge as their peers appear.
+		addrs = append(addrs, g.cfg.Join...)
+	}
 	if len(addrs) == 0 {
 		return
 	}
