@@ -110,6 +110,13 @@ func (e *CapacityEstimator) Observe(now time.Time, r NodeReport) {
 		}
 		sample := r.Used[i] / r.Interval.Seconds() / min(r.Busy[i], 1)
 		switch {
+		case n.capacity[i] == 0 && r.Busy[i] < e.opt.MinUtilization:
+			// A nearly idle resource says little of its capacity: a few
+			// ms of fsync wait make a disk look busy for the bytes of a
+			// single put, and the extrapolation is off by orders of
+			// magnitude. Without a figure yet, the resource keeps none
+			// (its user falls back to the declared capacity) until it is
+			// used enough to measure.
 		case n.capacity[i] == 0:
 			n.capacity[i] = sample
 		case r.Busy[i] >= e.opt.MinUtilization || sample > n.capacity[i]:

@@ -186,7 +186,9 @@ func (c *cluster) tick(now time.Time, sched gage.Scheduler) {
 	if measured && now.Sub(c.warned) >= 10*time.Second {
 		if err := gage.Admit(c.gc, st.CapacityGRU); err != nil {
 			c.warned = now
-			c.log.Warn("gateway: reservations exceed the measured capacity", "err", err)
+			c.log.Warn("gateway: reservations exceed the capacity the nodes measured", "err", err,
+				"declared_grps", c.unit.GRPS(c.declared),
+				"hint", "the nodes' measured capacity replaces capacity (capacity_grps) where they report it; measured_capacity: false paces to the declared figure")
 		}
 	}
 	if st.Gateways == nil {
