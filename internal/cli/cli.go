@@ -52,7 +52,15 @@ func Execute(ctx context.Context, args []string, extra ...*cobra.Command) int {
 }
 
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer, extra ...*cobra.Command) int {
+	return executeIn(ctx, args, nil, stdout, stderr, extra...)
+}
+
+// executeIn is execute reading stdin (nil: the process's).
+func executeIn(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, extra ...*cobra.Command) int {
 	root := newRoot(extra...)
+	if stdin != nil {
+		root.SetIn(stdin)
+	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	// Add cobra's help and completion commands now rather than during
