@@ -49,7 +49,7 @@ keyring (default <tls-dir>/keyring.json); see neptune tls and neptune
 keyring. --insecure runs without any protection, and must be said.`,
 		Example: `  neptune node --id n1 --tls-dir pki --gossip-port 7946 --service echo:0 --service kv:0-3
   neptune node --id n2 --tls-dir pki --join 127.0.0.1:7946 --service kv:0-3
-  neptune node --config examples/node.yaml --id n3
+  neptune node --config examples/node.yaml --id n3 --data-dir data/n3 --gossip-port 7948
   neptune node --id lab --insecure --service echo:0`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
