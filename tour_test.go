@@ -238,6 +238,14 @@ func TestREADMETour(t *testing.T) {
 			t.Errorf("line %d %q: the output names a Go field (%s...), not a flag or key:\n%s%s", i+1, line, m, out, errOut)
 		}
 	}
+	// The processes the tour started logged no error, and the gateway no
+	// capacity warning (the estimator's own test covers the bogus one a
+	// few calls used to cause).
+	for _, bad := range []string{"level=ERROR", "reservations exceed"} {
+		if strings.Contains(bgLogs(dir), bad) {
+			t.Errorf("a background process logged %q:%s", bad, bgLogs(dir))
+		}
+	}
 	if m := goField.FindString(bgLogs(dir)); m != "" {
 		t.Errorf("a background process's log names a Go field (%s...):%s", m, bgLogs(dir))
 	}
