@@ -143,3 +143,13 @@ func TestTopQuitsOnQ(t *testing.T) {
 		t.Fatal("top --count 0 still running 30 s after q was typed")
 	}
 }
+
+// status on a cluster without replicated services says why it shows no
+// partition table, rather than leaving it out silently.
+func TestStatusSaysWhyNoPartitionTable(t *testing.T) {
+	n := startEcho(t, "a")
+	code, out, stderr := run(t, []string{"status", "--insecure", "--join", n.GossipAddr(), "--wait", "300ms"})
+	if code != ExitOK || !strings.Contains(out, "No replicated partition announced") || !strings.Contains(out, "1 nodes") {
+		t.Errorf("exit %d, %q, %q", code, out, stderr)
+	}
+}
