@@ -64,6 +64,12 @@ type CapacityEstimator struct {
 type nodeEstimate struct {
 	capacity Vector // per second
 	seen     time.Time
+	// loaded: the resource's figure was declared by the node or took a
+	// sample at MinUtilization or more. Until then it is an extrapolation from a nearly idle
+	// resource, where the node's own background work (gossip, GC) and
+	// the machine's other disk users outweigh the requests: it may be
+	// off by orders of magnitude.
+	loaded [NumResources]bool
 }
 
 // NewCapacityEstimator returns an estimator for unit u.
@@ -103,26 +109,42 @@ func (e *CapacityEstimator) Observe(now time.Time, r NodeReport) {
 	n.seen = now
 	for i := range n.capacity {
 		if n.capacity[i] == 0 && r.Declared[i] > 0 {
-			n.capacity[i] = r.Declared[i]
+			n.capacity[i], n.loaded[i] = r.Declared[i], true
 		}
 		if r.Interval <= 0 || r.Busy[i] <= 0 || r.Used[i] <= 0 {
 			continue // idle in this resource: keep the estimate
 		}
 		sample := r.Used[i] / r.Interval.Seconds() / min(r.Busy[i], 1)
 		switch {
-		case n.capacity[i] == 0 && r.Busy[i] < e.opt.MinUtilization:
-			// A nearly idle resource says little of its capacity: a few
-			// ms of fsync wait make a disk look busy for the bytes of a
-			// single put, and the extrapolation is off by orders of
-			// magnitude. Without a figure yet, the resource keeps none
-			// (its user falls back to the declared capacity) until it is
-			// used enough to measure.
 		case n.capacity[i] == 0:
 			n.capacity[i] = sample
 		case r.Busy[i] >= e.opt.MinUtilization || sample > n.capacity[i]:
 			n.capacity[i] = e.opt.Alpha*n.capacity[i] + (1-e.opt.Alpha)*sample
 		}
+		if r.Busy[i] >= e.opt.MinUtilization {
+			n.loaded[i] = true
+		}
 	}
+}
+
+// Loaded reports whether every figure the live nodes have was declared
+// or measured under load (a sample at MinUtilization or more), so that
+// the capacity is more than an extrapolation from idle nodes; false
+// without figures.
+func (e *CapacityEstimator) Loaded(now time.Time) bool {
+	some := false
+	for _, n := range e.nodes {
+		if now.Sub(n.seen) > e.opt.TTL {
+			continue
+		}
+		for i, c := range n.capacity {
+			if c > 0 && !n.loaded[i] {
+				return false
+			}
+			some = some || c > 0
+		}
+	}
+	return some
 }
 
 // Forget drops a node at once (it left the membership).
