@@ -201,6 +201,10 @@ var (
 	// with the message instead of 502.
 	ErrBadRequest = nerr.ErrBadRequest
 	ErrNotFound   = nerr.ErrNotFound
+	// ErrStorage is for write handlers, not callers: wrap it when the
+	// service's storage failed before the write took effect (see
+	// service.ErrStorage).
+	ErrStorage = service.ErrStorage
 )
 
 // UnknownOutcomeError is a write that may or may not have executed; it

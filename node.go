@@ -96,6 +96,27 @@ type NodeConfig struct {
 	MaxAggregateParticipants int
 	// Placement tunes automatic replica placement (see Placement).
 	Placement Placement
+	// Storage tunes how the node treats a full or damaged data directory
+	// (see Storage).
+	Storage Storage
+}
+
+// Storage tunes how a node treats its data directory's faults (issue 28).
+// Below Reserve free bytes the node logs an error naming the directory
+// and its free space, hands its primaries over, and refuses writes with a
+// retryable ErrNoPrimary (never executed); reads go on. Once twice the
+// reserve is free, writes resume by themselves. A write log found corrupt
+// at start is logged, counted (neptune_storage_corruption_total) and the
+// node refuses to start, naming `neptune partition rebuild`; with
+// RebuildCorrupt it quarantines the replica's directory instead and
+// rebuilds it from its peers.
+type Storage struct {
+	// Reserve is the free space, in bytes, below which the node refuses
+	// writes (default 64 MiB).
+	Reserve uint64
+	// RebuildCorrupt quarantines a corrupt replica and rebuilds it from
+	// its peers instead of refusing to start.
+	RebuildCorrupt bool
 }
 
 // Placement tunes automatic replica placement of replicated services
@@ -148,6 +169,7 @@ func (c NodeConfig) internal() (node.Config, error) {
 		MaxAggregateDeadline: c.MaxAggregateDeadline, MaxAggregateParticipants: c.MaxAggregateParticipants,
 		Placement: rebalance.Config{Off: c.Placement.Off, Placement: placement.Config{Grace: c.Placement.Grace,
 			Interval: c.Placement.Interval, MaxInFlight: c.Placement.MaxInFlight}},
+		DiskReserve: c.Storage.Reserve, RebuildCorrupt: c.Storage.RebuildCorrupt,
 	}
 	return cfg, cfg.Validate()
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/cockroachdb/pebble"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/apps/internal/appkit"
 )
 
 // ErrNotFound is returned by get for a key that was never put; it is a
@@ -46,7 +47,7 @@ type Store struct {
 	mu    sync.RWMutex
 	parts map[int]map[string][]byte
 	lsn   map[int]uint64 // per partition: the last replicated write applied
-	db    *pebble.DB     // nil: in memory only
+	db    *appkit.Pebble // nil: in memory only
 }
 
 // New returns an empty in-memory store. After a process restart its data is
@@ -56,15 +57,19 @@ func New() *Store { return &Store{parts: map[int]map[string][]byte{}, lsn: map[i
 // Open returns a store persisted in dir, loading what it holds. Every write
 // is synced with its LSN in one pebble batch.
 func Open(dir string) (*Store, error) {
-	db, err := pebble.Open(dir, &pebble.Options{})
+	store, err := appkit.OpenPebble(dir)
 	if err != nil {
-		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
+		return nil, fmt.Errorf("kv: %w", err)
 	}
 	s := New()
-	s.db = db
+	s.db = store
+	db, err := store.DB()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("kv: %w", err), store.Close())
+	}
 	it, err := db.NewIter(nil)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("kv: %w", err), db.Close())
+		return nil, errors.Join(fmt.Errorf("kv: %w", err), store.Close())
 	}
 	for it.First(); it.Valid(); it.Next() {
 		k := it.Key()
@@ -80,7 +85,7 @@ func Open(dir string) (*Store, error) {
 		}
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return nil, errors.Join(fmt.Errorf("kv: load: %w", err), db.Close())
+		return nil, errors.Join(fmt.Errorf("kv: load: %w", err), store.Close())
 	}
 	return s, nil
 }
@@ -146,12 +151,16 @@ func (s *Store) put(_ context.Context, r *neptune.Request) (*neptune.Response, e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.db != nil {
-		b := s.db.NewBatch()
+		db, err := s.db.DB()
+		if err != nil {
+			return nil, fmt.Errorf("kv: put: %w", err)
+		}
+		b := db.NewBatch()
 		_ = b.Set(dbKey('k', r.Partition, k), v, nil)
 		if r.LSN != 0 {
 			_ = b.Set(dbKey('l', r.Partition, nil), binary.BigEndian.AppendUint64(nil, r.LSN), nil)
 		}
-		err := b.Commit(pebble.Sync)
+		err = s.db.Commit(b)
 		_ = b.Close()
 		if err != nil {
 			return nil, fmt.Errorf("kv: put: %w", err)
@@ -219,7 +228,12 @@ func (s *Store) Snapshot(ctx context.Context, partition int, w io.Writer) (uint6
 	var snap *pebble.Snapshot
 	var mem map[string][]byte
 	if s.db != nil {
-		snap = s.db.NewSnapshot()
+		db, err := s.db.DB()
+		if err != nil {
+			s.mu.RUnlock()
+			return 0, fmt.Errorf("kv: snapshot: %w", err)
+		}
+		snap = db.NewSnapshot()
 	} else {
 		mem = maps.Clone(s.parts[partition])
 	}
@@ -292,7 +306,11 @@ func (s *Store) Restore(ctx context.Context, partition int, r io.Reader) (uint64
 	m := map[string][]byte{}
 	var b *pebble.Batch
 	if s.db != nil {
-		b = s.db.NewBatch()
+		db, err := s.db.DB()
+		if err != nil {
+			return 0, fmt.Errorf("kv: restore: %w", err)
+		}
+		b = db.NewBatch()
 		defer b.Close()
 		if err := b.DeleteRange(dbKey('k', partition, nil), dbKey('k', partition+1, nil), nil); err != nil {
 			return 0, fmt.Errorf("kv: restore: %w", err)
@@ -344,7 +362,7 @@ func (s *Store) Restore(ctx context.Context, partition int, r io.Reader) (uint64
 		if err := b.Set(lk, binary.BigEndian.AppendUint64(nil, lsn), nil); err != nil {
 			return 0, fmt.Errorf("kv: restore: %w", err)
 		}
-		if err := b.Commit(pebble.Sync); err != nil {
+		if err := s.db.Commit(b); err != nil {
 			return 0, fmt.Errorf("kv: restore: %w", err)
 		}
 	}

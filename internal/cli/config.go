@@ -50,6 +50,18 @@ type FileConfig struct {
 	Placement PlacementConfig `yaml:"placement"`
 	// LogLevel is debug, info (default), warn or error; SIGHUP re-reads it.
 	LogLevel string `yaml:"log_level"`
+	// Storage tunes how the node treats a full or corrupt data directory
+	// (neptune.Storage).
+	Storage StorageConfig `yaml:"storage"`
+}
+
+// StorageConfig is neptune.Storage: reserve_bytes (default 64 MiB: below
+// it the node refuses writes and hands over its primaries),
+// rebuild_corrupt (quarantine a corrupt replica and rebuild it from its
+// peers instead of refusing to start).
+type StorageConfig struct {
+	ReserveBytes   uint64 `yaml:"reserve_bytes"`
+	RebuildCorrupt bool   `yaml:"rebuild_corrupt"`
 }
 
 // PlacementConfig is neptune.Placement: off, grace (default 5m),

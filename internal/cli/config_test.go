@@ -22,7 +22,8 @@ func TestParseConfigAcceptsTheExample(t *testing.T) {
 	if r := c.Services[1].Replication; r == nil || !r.Linearizable || r.Level != 2 {
 		t.Fatalf("examples/node.yaml: kv not replicated linearizably: %+v", r)
 	}
-	if c.ID != "n1" || len(c.Services) != 2 || len(c.Services[1].Partitions) != 4 || time.Duration(c.Placement.Grace) != 5*time.Minute {
+	if c.ID != "n1" || len(c.Services) != 2 || len(c.Services[1].Partitions) != 4 || time.Duration(c.Placement.Grace) != 5*time.Minute ||
+		c.Storage != (StorageConfig{ReserveBytes: 64 << 20}) {
 		t.Fatalf("parsed %+v", c)
 	}
 }

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -62,5 +64,54 @@ func TestEveryFlagDocumentsItsVariable(t *testing.T) {
 				t.Errorf("%v: flag without its variable: %s", path, f)
 			}
 		}
+	}
+}
+
+// TestNodeConfigFor: the config a node would run with, from its file, its
+// variables and its flags, in that order of precedence; errors name the
+// variable or the key.
+func TestNodeConfigFor(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(file, []byte("id: file\nzone: z1\nservices: [{name: echo, partitions: [0]}]\nsecurity: {insecure: true}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := NodeConfigFor([]string{"--zone", "z3"}, map[string]string{
+		"NEPTUNE_CONFIG": file, "NEPTUNE_ID": "neptune-0", "NEPTUNE_ZONE": "z2",
+		"NEPTUNE_JOIN": "a:7946,b:7946", "NEPTUNE_SERVICE": "kv:0-3,7 work:0", "OTHER": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fc.ID != "neptune-0" || fc.Zone != "z3" || strings.Join(fc.Join, " ") != "a:7946 b:7946" || len(fc.Services) != 3 || len(fc.Services[1].Partitions) != 5 {
+		t.Fatalf("%+v", fc)
+	}
+	if _, err := NodeConfigFor(nil, map[string]string{"NEPTUNE_CONFIG": file, "NEPTUNE_RPC_PORT": "x"}); err == nil || !strings.Contains(err.Error(), "NEPTUNE_RPC_PORT") {
+		t.Fatalf("bad variable: %v", err)
+	}
+	if _, err := NodeConfigFor(nil, map[string]string{"NEPTUNE_CONFIG": file, "NEPTUNE_GOSSIP_PORT": "70000"}); err == nil || !strings.Contains(err.Error(), "gossip_port") {
+		t.Fatalf("bad port: %v", err)
+	}
+}
+
+// TestGatewayConfigFor: the gateway's config file with its variables and
+// flags applied, and the settings that are only flags.
+func TestGatewayConfigFor(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(file, []byte("listen: :8080\ncapacity_grps: 100\nroutes: [{path_prefix: /e/, service: echo, method: echo, partition: 0}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, extra, err := GatewayConfigFor(nil, map[string]string{"NEPTUNE_CONFIG": file, "NEPTUNE_LISTEN": "0.0.0.0:8081",
+		"NEPTUNE_JOIN": "seed:7946", "NEPTUNE_ADVERTISE": "10.0.0.1", "NEPTUNE_TLS_DIR": "/tls", "NEPTUNE_CERT": "gateway/gw-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "0.0.0.0:8081" || strings.Join(cfg.Join, ",") != "seed:7946" || extra.Advertise != "10.0.0.1" ||
+		extra.Security.Dir != "/tls" || extra.Security.Cert != "gateway/gw-1" {
+		t.Fatalf("%+v %+v", cfg, extra)
+	}
+	if _, _, err := GatewayConfigFor(nil, map[string]string{"NEPTUNE_CONFIG": file, "NEPTUNE_TLS_DIR": "/tls"}); err == nil || !strings.Contains(err.Error(), "--join") {
+		t.Fatalf("no join: %v", err)
+	}
+	if _, _, err := GatewayConfigFor(nil, map[string]string{"NEPTUNE_CONFIG": file, "NEPTUNE_JOIN": "seed:7946"}); err == nil || !strings.Contains(err.Error(), "--tls-dir") {
+		t.Fatalf("no security: %v", err)
 	}
 }

@@ -83,7 +83,15 @@ certificates of the cluster's CA.`,
 			return runGateway(cmd.Context(), cmd.OutOrStdout(), cfg, o.host, o.advertise, sec, log)
 		},
 	}
-	fs := cmd.Flags()
+	o.addFlags(cmd.Flags())
+	_ = cmd.MarkFlagRequired("config")
+	_ = cmd.MarkFlagFilename("config", "yaml", "yml")
+	_ = cmd.RegisterFlagCompletionFunc("log-level", fixedCompletion(logLevels...))
+	cmd.AddCommand(newHashKeyCmd())
+	return cmd
+}
+
+func (o *gatewayOptions) addFlags(fs *pflag.FlagSet) {
 	fs.SortFlags = false
 	fs.StringVar(&o.config, "config", "", "YAML config `file` (required); flags override its keys")
 	fs.StringVar(&o.listen, "listen", gateway.DefaultListen, "`host:port` of the HTTP listener (config: listen)")
@@ -93,11 +101,6 @@ certificates of the cluster's CA.`,
 	fs.StringVar(&o.advertise, "advertise", "", "address the nodes reach the gateway's gossip at (default: --host if it names one address, else the local address on the route to the first --join)")
 	o.sec.add(fs, "gateway/gateway", "the gateway")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", "))
-	_ = cmd.MarkFlagRequired("config")
-	_ = cmd.MarkFlagFilename("config", "yaml", "yml")
-	_ = cmd.RegisterFlagCompletionFunc("log-level", fixedCompletion(logLevels...))
-	cmd.AddCommand(newHashKeyCmd())
-	return cmd
 }
 
 // fileConfig reads --config and applies the flags given on the command

@@ -254,6 +254,7 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		DataDir:          fc.DataDir,
 		Placement: neptune.Placement{Off: fc.Placement.Off, Grace: time.Duration(fc.Placement.Grace),
 			Interval: time.Duration(fc.Placement.Interval), MaxInFlight: fc.Placement.MaxInFlight},
+		Storage: neptune.Storage{Reserve: fc.Storage.ReserveBytes, RebuildCorrupt: fc.Storage.RebuildCorrupt},
 	})
 	if err != nil {
 		return nil, err

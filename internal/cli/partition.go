@@ -148,12 +148,16 @@ func replicatedService(fc FileConfig, s ServiceConfig) (svc neptune.Service, par
 		return svc, nil, err
 	}
 	parts = s.Partitions
+	damaged := func(err error) error {
+		return fmt.Errorf("%w (if the service's files are damaged, run `neptune partition rebuild --data-dir %s --service %s --service-state` and start the node again: its replicas of the service are rebuilt from their peers)",
+			err, fc.DataDir, s.Name)
+	}
 	if mk, ok := durableBuiltins[s.Name]; ok {
 		if svc, err = mk(filepath.Join(fc.DataDir, "service-"+s.Name)); err != nil {
-			return svc, nil, err
+			return svc, nil, damaged(err)
 		}
 	} else if svc, err = s.service(fc.DataDir); err != nil {
-		return svc, nil, err
+		return svc, nil, damaged(err)
 	}
 	svc.Replication = r
 	return svc, parts, nil
@@ -225,7 +229,7 @@ func newPartitionCmd() *cobra.Command {
 		Use:   "partition",
 		Short: "Operate on replicated partitions",
 	}
-	cmd.AddCommand(newPromoteCmd(), newMembersCmd("add"), newMembersCmd("remove"), newMembersCmd("move"), newMembersCmd("priority"), newApplyCmd())
+	cmd.AddCommand(newPromoteCmd(), newMembersCmd("add"), newMembersCmd("remove"), newMembersCmd("move"), newMembersCmd("priority"), newApplyCmd(), newRebuildCmd())
 	return cmd
 }
 
@@ -259,8 +263,9 @@ lacks are lost; the command first prints which versions may be: those
 above the replica's last log entry up to the highest commit point any
 replica announced. The other replicas recover from it; one whose log
 differs below its commit point shows as DIVERGED in neptune status and
-serves nothing (no automatic repair yet: rebuild it with a fresh data
-directory).
+serves nothing until a snapshot of the new primary's service repairs it
+(a service without snapshots: stop its node and run neptune partition
+rebuild).
 
 Only an operator certificate (--cert operator/NAME) may promote.`,
 		Example: "  neptune partition promote --tls-dir pki --cert operator/alice --join 127.0.0.1:7946 --service kv --partition 0\n" +

@@ -110,6 +110,9 @@ type Config struct {
 	// Placement configures automatic replica placement (rebalance.go):
 	// replacing dead nodes' replicas, evening out replicas and primaries.
 	Placement rebalance.Config
+	// DiskReserve and RebuildCorrupt: replication.Config's.
+	DiskReserve    uint64
+	RebuildCorrupt bool
 }
 
 func (c Config) withDefaults() Config {
@@ -337,7 +340,7 @@ func (n *Node) registerReplicated(h *hosted) error {
 	}
 	if n.repl == nil {
 		n.repl = replication.New(replication.Config{Self: n.cfg.ID, DataDir: n.cfg.DataDir, Directory: (*peers)(n), Sender: (*peers)(n),
-			Logger: n.log, Clock: n.clock, OnRoleChange: n.announceNow})
+			Logger: n.log, Clock: n.clock, OnRoleChange: n.announceNow, DiskReserve: n.cfg.DiskReserve, RebuildCorrupt: n.cfg.RebuildCorrupt})
 	}
 	ps := make([]replication.Partition, len(h.partitions))
 	for i, p := range h.partitions {
@@ -362,6 +365,9 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.cfg.DataDir != "" {
 		id, err := claimIdentity(n.cfg.DataDir, n.cfg.Cluster, n.cfg.ID)
 		if err != nil {
+			if errors.Is(err, ErrCorruptIdentity) {
+				n.log.Error("data directory's identity file corrupt: the node refuses to start", "path", n.cfg.DataDir, "kind", "identity", "err", err)
+			}
 			n.Close()
 			return err
 		}

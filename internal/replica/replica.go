@@ -40,6 +40,8 @@ type Replica struct {
 	leaveOnTransfer bool
 	removeAfter     ID
 	probedAt        time.Time // last probeRemoved
+	// storageFull: the shell cannot store more (SetStorageFull).
+	storageFull bool
 
 	role    Role
 	phase   Phase
@@ -505,6 +507,14 @@ func (r *Replica) Step(now time.Time, m Message) {
 	r.observe(now)
 	if r.phase == PhaseCheck || m.To != r.cfg.ID {
 		return
+	}
+	if r.storageFull && len(m.Entries) > 0 {
+		if m.Type != MsgAppend {
+			return // (level-1 gossip: lost, sent again later)
+		}
+		// Take the append as a heartbeat: contact, commit point and
+		// truncation, but no entries (as if they were lost on the way).
+		m.Entries = nil
 	}
 	if _, ok := r.prio[m.From]; !ok {
 		r.noticeRemoved(m)
@@ -1113,7 +1123,7 @@ func (r *Replica) SnapshotFailed(id ID) {
 // restore): only a follower of that primary in that epoch, out of recovery
 // phase 1, whose log diverged or that has not executed lsn yet.
 func (r *Replica) WantsSnapshot(from ID, epoch Epoch, lsn LSN) bool {
-	return r.cfg.Level != Level1 && r.phase != PhaseCheck && r.role != Primary && !r.electing &&
+	return r.cfg.Level != Level1 && r.phase != PhaseCheck && r.role != Primary && !r.electing && !r.storageFull &&
 		epoch == r.epoch && from == r.primary && (r.diverged || lsn > r.applied)
 }
 
@@ -1329,6 +1339,10 @@ func (r *Replica) tickTransfer(now time.Time) {
 		}
 		return
 	}
+	if r.storageFull {
+		r.handOver(now)
+		return
+	}
 	if now.Before(r.nextTransfer) || r.commit < r.ownFrom {
 		return
 	}
@@ -1349,6 +1363,42 @@ func (r *Replica) tickTransfer(now time.Time) {
 		r.transferEnd = now.Add(r.cfg.ElectionTimeout)
 		r.maybeSendTimeoutNow(now)
 	}
+}
+
+// SetStorageFull tells the replica whether the shell can store more (its
+// disk is below the reserve, or its store failed). While full, a
+// replica takes no entries (appends count as heartbeats: the primary
+// drops it from the live set, as it would after lost messages), no
+// snapshot and no election, and refuses a leadership transfer to it; a
+// primary hands its role to an in-sync replica as soon as one is caught
+// up (it keeps it if none is: no other replica could take over without
+// losing acknowledged writes). The shell refuses client writes meanwhile.
+func (r *Replica) SetStorageFull(now time.Time, full bool) {
+	r.observe(now)
+	if r.storageFull == full {
+		return
+	}
+	r.storageFull = full
+	if full && r.role == Primary && r.transferTo == "" {
+		r.handOver(now)
+	}
+}
+
+// handOver starts a leadership transfer from a primary that cannot store
+// more to the in-sync live voter of highest priority, if any.
+func (r *Replica) handOver(now time.Time) {
+	target := ID("")
+	for _, p := range r.voterPeers {
+		if p != r.removeAfter && r.alive[p] && r.progress[p].inSync && (target == "" || r.prio[p] > r.prio[target]) {
+			target = p
+		}
+	}
+	if target == "" {
+		return
+	}
+	r.transferTo = target
+	r.transferEnd = now.Add(r.cfg.ElectionTimeout)
+	r.maybeSendTimeoutNow(now)
 }
 
 // maybeSendTimeoutNow sends the target TimeoutNow once it holds our whole
@@ -1384,7 +1434,7 @@ func (r *Replica) abortTransfer(now time.Time) {
 }
 
 func (r *Replica) handleTimeoutNow(now time.Time, m Message) {
-	if m.Epoch != r.epoch || m.From != r.primary || r.role != Secondary || r.diverged || m.Sent == 0 || !r.isVoter(r.cfg.ID) {
+	if r.storageFull || m.Epoch != r.epoch || m.From != r.primary || r.role != Secondary || r.diverged || m.Sent == 0 || !r.isVoter(r.cfg.ID) {
 		return
 	}
 	if m.Leave {
@@ -1557,7 +1607,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 // is pending) no live higher-priority peer that could lead instead.
 // Priority never deposes a live primary: that is a leadership transfer.
 func (r *Replica) shouldElect(now time.Time) bool {
-	if r.electing || r.preVoting || r.diverged || !r.isVoter(r.cfg.ID) {
+	if r.electing || r.preVoting || r.diverged || r.storageFull || !r.isVoter(r.cfg.ID) {
 		return false
 	}
 	if r.primaryLive(now) || r.inGrace(now) {

@@ -233,17 +233,40 @@ func (p *part) await(ctx context.Context, ok func(*replica.Status, time.Time) bo
 }
 
 func (p *part) write(ctx context.Context, in *pb.CallRequest) (*service.Response, error) {
+	if err := p.refusal(); err != nil {
+		// Not logged here: a replica that knows another primary sends
+		// the write on; otherwise it is refused, never executed.
+		if st := p.status.Load(); st.Primary != "" && string(st.Primary) != p.rt.cfg.Self {
+			return nil, &replica.NotPrimaryError{Primary: st.Primary}
+		}
+		return nil, err
+	}
 	reply := make(chan Result, 1)
 	select {
 	case p.props <- proposal{method: in.Method, body: in.Body, id: WriteID(in), reply: reply}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-p.done:
+		if err := p.refusal(); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: replication of %s partition %d stopped", nerr.ErrClosed, p.key.service, p.key.partition)
 	}
 	select {
 	case r := <-reply:
 		return r.Resp, outcome(in, r.Err)
+	case <-p.done:
+		// The loop answers every write it took before it ends: one still
+		// unanswered was never taken (never executed).
+		select {
+		case r := <-reply:
+			return r.Resp, outcome(in, r.Err)
+		default:
+		}
+		if err := p.refusal(); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: replication of %s partition %d stopped", nerr.ErrClosed, p.key.service, p.key.partition)
 	case <-ctx.Done():
 		// The write is in the replica's hands: it may still run.
 		return nil, nerr.UnknownOutcome(WriteID(in) != "", fmt.Errorf("%w: %w", nerr.ErrDeadline, ctx.Err()))
@@ -297,6 +320,14 @@ func (rt *Runtime) Replicate(in *pb.ReplicaBatch) error {
 			if p = rt.join(pm); p == nil {
 				continue
 			}
+		}
+		if p.failure.Load() != nil {
+			// Its store failed (storage.go): lost, as on the way; the
+			// protocol sends again once it is reopened.
+			if len(pm.Entries) > 0 {
+				err = errInboxFull
+			}
+			continue
 		}
 		if pm.Reject && replica.MsgType(pm.Type) == replica.MsgAppendResp {
 			rt.forgetDelivered(in.From, &k)

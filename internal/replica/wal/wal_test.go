@@ -31,7 +31,7 @@ func lsns(es []replica.Entry) []replica.LSN {
 }
 
 func TestSaveReadReplace(t *testing.T) {
-	l, err := open("db", vfs.NewMem())
+	l, err := open("db", vfs.NewMem(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func entryEqual(a, b replica.Entry) bool {
 // stays a dense prefix either way.
 func TestCrashKeepsSyncedAppends(t *testing.T) {
 	fs := vfs.NewStrictMem()
-	l, err := open("", fs) // the root: a new subdirectory's entry would itself need a sync
+	l, err := open("", fs, Options{}) // the root: a new subdirectory's entry would itself need a sync
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestCrashKeepsSyncedAppends(t *testing.T) {
 // first applied of them executed.
 func logWith(t *testing.T, fs vfs.FS, applied replica.LSN) *Log {
 	t.Helper()
-	l, err := open("db", fs)
+	l, err := open("db", fs, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func logWith(t *testing.T, fs vfs.FS, applied replica.LSN) *Log {
 // restores from it; the log is closed when the test ends.
 func reopen(t *testing.T, fs vfs.FS, dir string) (*Log, replica.Restore) {
 	t.Helper()
-	l, err := open(dir, fs)
+	l, err := open(dir, fs, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestDecodeCorrupt(t *testing.T) {
 // CHECKs instead of executing it again.
 func TestReplicaOverLog(t *testing.T) {
 	fs := vfs.NewMem()
-	l, err := open("db", fs)
+	l, err := open("db", fs, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func t0() time.Time { return time.Unix(1000, 0) }
 // node's heap by gigabytes (docs/experiments/replica.md). Disjoint
 // tombstones fragment into O(n), so one read allocates little.
 func TestTruncateTombstonesDoNotOverlap(t *testing.T) {
-	l, err := open("db", vfs.NewMem())
+	l, err := open("db", vfs.NewMem(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestTruncateTombstonesDoNotOverlap(t *testing.T) {
 // and appends and a reopen continue from the base.
 func TestInstallResetsToTheSnapshotBase(t *testing.T) {
 	fs := vfs.NewMem()
-	l, err := open("db", fs)
+	l, err := open("db", fs, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestInstallResetsToTheSnapshotBase(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l, err = open("db", fs)
+	l, err = open("db", fs, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func TestInstallResetsToTheSnapshotBase(t *testing.T) {
 // carries is stored and comes back in Restore.
 func TestReplicaSetSurvivesReopen(t *testing.T) {
 	dir := t.TempDir()
-	l, err := Open(dir)
+	l, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +373,7 @@ func TestReplicaSetSurvivesReopen(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if l, err = Open(dir); err != nil {
+	if l, err = Open(dir, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()

@@ -45,6 +45,13 @@ type Config struct {
 	Duration, KillEvery, Down time.Duration
 	// Log receives progress lines (nil: none).
 	Log io.Writer
+	// NodeDir is node id's data directory (nil: Dir/id); Extra is added
+	// to the nodes' config file (top-level YAML keys).
+	NodeDir func(id string) string
+	Extra   string
+	// Fault, if set, runs (on Run's goroutine) once the appenders started,
+	// beside the kills; the fault phase still lasts Duration.
+	Fault func(ctx context.Context, cl *Cluster) error
 }
 
 // Cluster is three listappend nodes and a client.
@@ -68,15 +75,19 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		cfg.Log = io.Discard
 	}
 	yamlPath := filepath.Join(cfg.Dir, "listappend.yaml")
-	yaml := fmt.Sprintf("services:\n  - name: %s\n    partitions: 0-%d\n    replication:\n      level: %d\n      nodes: [a1, a2, a3]\n      degree: 3\n",
-		listappend.Name, cfg.Parts-1, cfg.Level)
+	yaml := fmt.Sprintf("services:\n  - name: %s\n    partitions: 0-%d\n    replication:\n      level: %d\n      nodes: [a1, a2, a3]\n      degree: 3\n%s",
+		listappend.Name, cfg.Parts-1, cfg.Level, cfg.Extra)
 	if err := os.WriteFile(yamlPath, []byte(yaml), 0o644); err != nil {
 		return nil, err
 	}
 	cl := &Cluster{cfg: cfg, lc: localcluster.New(cfg.Exe, cfg.Dir)}
 	for i := range 3 {
 		id := fmt.Sprintf("a%d", i+1)
-		n, err := cl.lc.Start(ctx, localcluster.Spec{ID: id, Args: []string{"--config", yamlPath, "--data-dir", filepath.Join(cfg.Dir, id),
+		dir := filepath.Join(cfg.Dir, id)
+		if cfg.NodeDir != nil {
+			dir = cfg.NodeDir(id)
+		}
+		n, err := cl.lc.Start(ctx, localcluster.Spec{ID: id, Args: []string{"--config", yamlPath, "--data-dir", dir,
 			"--announce-interval", "200ms", "--announce-ttl", "1s"}})
 		if err != nil {
 			cl.Close()
@@ -98,7 +109,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	for ctx.Err() == nil {
 		ok := len(c.Partitions()) == cfg.Parts
 		for p := 0; ok && p < cfg.Parts && cfg.Level > 1; p++ {
-			ok = cl.primary(p) != ""
+			ok = cl.Primary(p) != ""
 		}
 		if ok {
 			return cl, nil
@@ -117,8 +128,8 @@ func (cl *Cluster) Close() {
 	cl.lc.Close()
 }
 
-// primary is partition p's announced primary of the highest epoch.
-func (cl *Cluster) primary(p int) string {
+// Primary is partition p's announced primary of the highest epoch.
+func (cl *Cluster) Primary(p int) string {
 	best, epoch := "", uint64(0)
 	for _, pi := range cl.C.Partitions() {
 		if pi.Partition != p {
@@ -191,7 +202,7 @@ func (cl *Cluster) Run(ctx context.Context) (*Result, error) {
 			if time.Since(start) > cfg.Duration-cfg.Down {
 				break
 			}
-			target := cl.primary(kills % cfg.Parts)
+			target := cl.Primary(kills % cfg.Parts)
 			if cfg.Level == 1 {
 				target = fmt.Sprintf("a%d", kills%3+1)
 			}
@@ -216,6 +227,13 @@ func (cl *Cluster) Run(ctx context.Context) (*Result, error) {
 			}
 		}
 		tick.Stop()
+	}
+	if cfg.Fault != nil {
+		if err := cfg.Fault(ctx, cl); err != nil {
+			close(stop)
+			wg.Wait()
+			return nil, err
+		}
 	}
 	if rest := cfg.Duration - time.Since(start); rest > 0 {
 		select {
