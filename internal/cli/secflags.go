@@ -120,16 +120,20 @@ func (o *securityFlags) checkFiles() error {
 		o.cert = role + "/" + have[0]
 		return nil
 	}
-	there := "none"
-	if len(have) > 0 {
-		there = role + "/" + strings.Join(have, ", "+role+"/")
+	there := role + "/" + strings.Join(have, ", "+role+"/")
+	switch {
+	case given:
+		if len(have) == 0 {
+			there = "none"
+		}
+		return fmt.Errorf("--cert %s: no %s-%s.pem in --tls-dir %s (%s certificates there: %s): issue it with neptune tls cert create --dir %s --%s %s, or name another with --cert",
+			o.cert, role, name, o.dir, role, there, o.dir, role, name)
+	case len(have) == 0:
+		return fmt.Errorf("--tls-dir %s holds no %s certificate (the default --cert is %s): issue one with neptune tls cert create --dir %s --%s NAME, or name the certificate to present with --cert ROLE/NAME",
+			o.dir, role, o.cert, o.dir, role)
 	}
-	if !given {
-		return fmt.Errorf("--cert: no %s certificate chosen and no %s-%s.pem in --tls-dir %s to default to (%s certificates there: %s): name yours with --cert %s/NAME, or issue one with neptune tls cert create --dir %s --%s NAME",
-			role, role, name, o.dir, role, there, role, o.dir, role)
-	}
-	return fmt.Errorf("--cert %s: no %s-%s.pem in --tls-dir %s (%s certificates there: %s): issue it with neptune tls cert create --dir %s --%s %s, or name another with --cert",
-		o.cert, role, name, o.dir, role, there, o.dir, role, name)
+	return fmt.Errorf("--tls-dir %s holds several %s certificates (%s) and no %s-%s.pem: choose one with --cert, e.g. --cert %s/%s",
+		o.dir, role, there, role, name, role, have[0])
 }
 
 // certNames lists the names of dir's certificates of role, sorted.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -153,3 +154,18 @@ func TestStatusSaysWhyNoPartitionTable(t *testing.T) {
 		t.Errorf("exit %d, %q, %q", code, out, stderr)
 	}
 }
+
+// A node whose certificate is not in --tls-dir says which file and the
+// command that issues it, naming the key and flag.
+func TestNodeWithoutItsCertificateSaysHowToIssueIt(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	if code, _, stderr := run(t, []string{"tls", "ca", "create", "--dir", dir}); code != ExitOK {
+		t.Fatal(stderr)
+	}
+	code, _, stderr := run(t, []string{"node", "--id", "n9", "--tls-dir", dir, "--service", "echo:0"})
+	if code != ExitFailed || !strings.Contains(stderr, "--tls-dir") || !strings.Contains(stderr, "neptune tls cert create --dir "+dir+" --node n9") || goFieldRe.MatchString(stderr) {
+		t.Errorf("exit %d, %q", code, stderr)
+	}
+}
+
+var goFieldRe = regexp.MustCompile(`\b(NodeConfig|ClientConfig|Security|Replication)\.[A-Z]`)
