@@ -402,7 +402,8 @@ func refusedEverywhere(err error) bool {
 		return false
 	}
 	msg := err.Error()
-	return strings.Count(msg, "connection refused") > 0 && strings.Count(msg, "connection refused") == strings.Count(msg, "failed to join")
+	n := strings.Count(msg, "connection refused")
+	return n > 0 && n == strings.Count(msg, "failed to join")
 }
 
 // Addr is the gossip address others can join.
