@@ -76,7 +76,7 @@ certificates of the cluster's CA.`,
 			if err != nil {
 				return err
 			}
-			sec, err := o.sec.client()
+			sec, err := o.sec.clientFiles()
 			if err != nil {
 				return err
 			}

@@ -92,10 +92,22 @@ func (o *securityFlags) client() (neptune.Security, error) {
 	case o.dir == "":
 		return neptune.Security{}, Usagef("--tls-dir is required (the directory with ca.pem and your %s certificate), or --insecure for a cluster running without protection", o.cert)
 	}
+	return neptune.Security{Dir: o.dir, Cert: o.cert, KeyringFile: o.keyring, Cluster: o.cluster}, nil
+}
+
+// clientFiles is client, for a command about to load the files: it
+// checks them first (see checkFiles), and picks the certificate --cert
+// defaults to.
+func (o *securityFlags) clientFiles() (neptune.Security, error) {
+	sec, err := o.client()
+	if err != nil || sec.Insecure {
+		return sec, err
+	}
 	if err := o.checkFiles(); err != nil {
 		return neptune.Security{}, err
 	}
-	return neptune.Security{Dir: o.dir, Cert: o.cert, KeyringFile: o.keyring, Cluster: o.cluster}, nil
+	sec.Cert = o.cert
+	return sec, nil
 }
 
 // checkFiles checks that --tls-dir holds the CA and the certificate
@@ -154,7 +166,7 @@ func certNames(dir, role string) []string {
 // listens to announcements for wait, so the yellow pages are filled before
 // an operator's command looks up a partition.
 func (o *securityFlags) dialAndListen(ctx context.Context, join []string, wait time.Duration) (*neptune.Client, error) {
-	sec, err := o.client()
+	sec, err := o.clientFiles()
 	if err != nil {
 		return nil, err
 	}

@@ -50,7 +50,7 @@ served and dropped, per gateway and in total.`,
 					return nil
 				}
 			}
-			sec, err := sf.client()
+			sec, err := sf.clientFiles()
 			if err != nil {
 				return err
 			}

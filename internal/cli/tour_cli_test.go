@@ -39,7 +39,7 @@ func TestClientCertDefaultsToTheOnlyOneOfItsRole(t *testing.T) {
 		if err := fs.Parse(args); err != nil {
 			t.Fatal(err)
 		}
-		sec, err := o.client()
+		sec, err := o.clientFiles()
 		return sec.Cert, err
 	}
 	if cert, err := client("--tls-dir", dir); err != nil || cert != "client/web" {
