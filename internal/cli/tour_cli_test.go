@@ -77,6 +77,7 @@ func TestErrorsNameFlagsNotGoFields(t *testing.T) {
 		"neptune: NodeConfig.Security.Dir is required, or set NodeConfig.Security.Insecure":       "neptune: security.tls_dir (--tls-dir) is required, or set security.insecure (--insecure)",
 		"neptune: host \"x\" (NodeConfig.Host, --host): no such host":                             "neptune: host \"x\" (host, --host): no such host",
 		"config: services[0].replication: Replication.MinLive 3 exceeds partition 0's 2 replicas": "config: services[0].replication: replication.min_live 3 exceeds partition 0's 2 replicas",
+		"neptune: ClientConfig.Security.Cert \"web\": want role/name":                             "neptune: --cert \"web\": want role/name",
 		"neptune: register \"kv\": NodeConfig.DataDir is required":                                "neptune: register \"kv\": data_dir (--data-dir) is required",
 	} {
 		if got := flagWords(in); got != want {
