@@ -194,6 +194,13 @@ var (
 	// of them; the error names both CAs where they are known. Never
 	// executed; not retryable.
 	ErrNotMember = nerr.ErrNotMember
+	// ErrBadRequest and ErrNotFound are for handlers to wrap (fmt.Errorf
+	// with %w): the request was malformed, or names what does not exist.
+	// The error remains the handler's own (the call ran); its kind reaches
+	// the caller, for errors.Is, and the HTTP gateway answers 400 and 404
+	// with the message instead of 502.
+	ErrBadRequest = nerr.ErrBadRequest
+	ErrNotFound   = nerr.ErrNotFound
 	// ErrStorage is for write handlers, not callers: wrap it when the
 	// service's storage failed before the write took effect (see
 	// service.ErrStorage).

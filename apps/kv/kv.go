@@ -25,11 +25,22 @@ import (
 	"github.com/neptune-cluster/neptune/apps/internal/appkit"
 )
 
-// ErrNotFound is returned by get for a key that was never put.
-var ErrNotFound = errors.New("kv: key not found")
+// ErrNotFound is returned by get for a key that was never put; it is a
+// neptune.ErrNotFound (the gateway answers 404).
+var ErrNotFound error = &kindError{"kv: key not found", neptune.ErrNotFound}
 
-// ErrBadRequest is returned for a malformed body.
-var ErrBadRequest = errors.New("kv: malformed request")
+// ErrBadRequest is returned for a malformed body; it is a
+// neptune.ErrBadRequest (the gateway answers 400).
+var ErrBadRequest error = &kindError{"kv: malformed request", neptune.ErrBadRequest}
+
+// kindError is an error of the kind it unwraps to, with its own text.
+type kindError struct {
+	msg  string
+	kind error
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
 
 // Store holds the partitions this node hosts. It is safe for concurrent use.
 type Store struct {

@@ -14,9 +14,13 @@ func TestParseConfigAcceptsTheExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := ParseConfig(b)
+	// The tour gives each node its id and data directory by flag.
+	c, err := ParseConfig(append([]byte("id: n1\ndata_dir: data/n1\n"), b...))
 	if err != nil {
 		t.Fatalf("examples/node.yaml: %v", err)
+	}
+	if r := c.Services[1].Replication; r == nil || !r.Linearizable || r.Level != 2 {
+		t.Fatalf("examples/node.yaml: kv not replicated linearizably: %+v", r)
 	}
 	if c.ID != "n1" || len(c.Services) != 2 || len(c.Services[1].Partitions) != 4 || time.Duration(c.Placement.Grace) != 5*time.Minute ||
 		c.Storage != (StorageConfig{ReserveBytes: 64 << 20}) {

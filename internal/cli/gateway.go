@@ -50,17 +50,20 @@ classify requests to them. Requests wait for their turn in a Gage scheduler
 (credit, tag or fifo); a subscriber over its share when there is no spare
 capacity is answered 429 with Retry-After.
 
-Status codes: 404 no route, service, method or partition; 405 method not
-routed; 400 bad partition key; 401 unknown or missing API key; 403 key not
+Status codes: 404 no route, service, method or partition, or the service
+found nothing (its error is a neptune.ErrNotFound); 405 method not routed;
+400 bad partition key, or the service refused the request as malformed
+(neptune.ErrBadRequest); 401 unknown or missing API key; 403 key not
 allowed on the route; 413 body too large; 429 over share; 502 the service
-failed; 503 no replica, no primary or overloaded; 504 deadline.
+failed; 503 no replica, no primary or overloaded; 504 deadline. An error
+the service returned is answered with its message.
 
 A secured gateway presents a gateway certificate (--cert gateway/NAME,
 from neptune tls cert create --gateway NAME): nodes let it call services,
 and with gossip: in the config it signs its demand datagrams with it and
 goes by NAME among its peers, which accept demand only from gateway
 certificates of the cluster's CA.`,
-		Example: `  neptune gateway --config examples/gateway.yaml --tls-dir pki --join 127.0.0.1:7946
+		Example: `  neptune gateway --config examples/gateway.yaml --tls-dir pki --cert gateway/gw1
   neptune gateway --config gw1.yaml --tls-dir pki --cert gateway/gw1 --join 127.0.0.1:7946
   neptune gateway --config gw.yaml --listen :8443 --metrics 127.0.0.1:9101`,
 		Args: noArgs,
@@ -73,7 +76,7 @@ certificates of the cluster's CA.`,
 			if err != nil {
 				return err
 			}
-			sec, err := o.sec.client()
+			sec, err := o.sec.clientFiles()
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -49,7 +50,7 @@ keyring (default <tls-dir>/keyring.json); see neptune tls and neptune
 keyring. --insecure runs without any protection, and must be said.`,
 		Example: `  neptune node --id n1 --tls-dir pki --gossip-port 7946 --service echo:0 --service kv:0-3
   neptune node --id n2 --tls-dir pki --join 127.0.0.1:7946 --service kv:0-3
-  neptune node --config examples/node.yaml --id n3
+  neptune node --config examples/node.yaml --id n3 --data-dir data/n3 --gossip-port 7948
   neptune node --id lab --insecure --service echo:0`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -241,6 +242,9 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := nodeFiles(fc); err != nil {
+		return nil, err
+	}
 	node, err := neptune.NewNode(neptune.NodeConfig{
 		Security:         sec,
 		ID:               fc.ID,
@@ -294,6 +298,23 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		}
 	}
 	return node, nil
+}
+
+// nodeFiles checks that the certificate directory holds the CA and the
+// node's own certificate before the node loads them, so a missing file
+// is reported with the key and flag to fix and the command that makes it.
+func nodeFiles(fc FileConfig) error {
+	dir := fc.Security.TLSDir
+	if fc.Security.Insecure || dir == "" {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ca.pem")); err != nil {
+		return fmt.Errorf("security.tls_dir (--tls-dir) %s: no ca.pem there (%v): give the directory with the cluster's ca.pem and this node's certificate (neptune tls ca create)", dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node-"+fc.ID+".pem")); err != nil {
+		return fmt.Errorf("security.tls_dir (--tls-dir) %s holds no certificate for node %s (node-%s.pem): issue it with neptune tls cert create --dir %s --node %s, or check id (--id)", dir, fc.ID, fc.ID, dir, fc.ID)
+	}
+	return nil
 }
 
 // joinTimeout maps the config's join_timeout (0: keep trying until

@@ -299,6 +299,9 @@ func (o *promoteOptions) run(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	defer c.Close()
+	if err := replicated(c, o.service); err != nil {
+		return err
+	}
 	var reps []neptune.ReplicaInfo
 	for _, p := range c.Partitions() {
 		if p.Service == o.service && p.Partition == o.partition {

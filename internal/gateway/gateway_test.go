@@ -21,6 +21,7 @@ import (
 	"github.com/neptune-cluster/neptune/adapter"
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/gage"
+	"github.com/neptune-cluster/neptune/internal/transport"
 )
 
 // call is one call a fakeCaller received.
@@ -124,6 +125,10 @@ func TestStatusCodes(t *testing.T) {
 		7: neptune.ErrDeadline,
 		8: errors.New("kv: key not found"),
 		9: neptune.ErrWrongMode,
+		// The handler's own errors, as they come back from a node.
+		10: &transport.RemoteError{Node: "n1", Message: "kv: malformed request: put wants key=value", Kind: neptune.ErrBadRequest},
+		11: &transport.RemoteError{Node: "n1", Message: "kv: key not found: \"k\"", Kind: neptune.ErrNotFound},
+		12: &transport.RemoteError{Node: "n1", Message: "disk on fire"},
 	}
 	f := &fakeCaller{answer: func(_ context.Context, c call) (*neptune.Response, error) {
 		if c.service == "err" {
@@ -172,6 +177,21 @@ func TestStatusCodes(t *testing.T) {
 		}
 		if strings.Contains(w.Body.String(), "nope") {
 			t.Errorf("%s: the answer echoes the key: %q", tc.name, w.Body)
+		}
+	}
+	// A handler's own error is answered with its words, by its kind, and
+	// never with the node it came from.
+	for _, tc := range []struct {
+		target string
+		code   int
+		body   string
+	}{
+		{"/err?e=10", 400, "kv: malformed request: put wants key=value\n"},
+		{"/err?e=11", 404, "kv: key not found: \"k\"\n"},
+		{"/err?e=12", 502, "the service failed: disk on fire\n"},
+	} {
+		if w := do(g, "GET", tc.target, nil, ""); w.Code != tc.code || w.Body.String() != tc.body {
+			t.Errorf("%s: %d %q; want %d %q", tc.target, w.Code, w.Body, tc.code, tc.body)
 		}
 	}
 	if w := do(g, "GET", "/gold", http.Header{"Authorization": {"bearer gold-key"}}, ""); w.Code != 200 {

@@ -354,7 +354,7 @@ func join(ctx context.Context, ml *memberlist.Memberlist, cfg Config) error {
 		}
 		spent := cfg.Clock.Since(start)
 		if limit > 0 && spent >= limit {
-			return fmt.Errorf("membership: join %v (tried for %v): %w%s", cfg.Join, limit, oneLine{err}, joinHint(cfg))
+			return fmt.Errorf("membership: join %v (tried for %v): %w%s", cfg.Join, limit, oneLine{err}, joinHint(cfg, err))
 		}
 		d := min(joinPause<<min(attempt, 5), maxJoinPause)
 		d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
@@ -363,11 +363,11 @@ func join(ctx context.Context, ml *memberlist.Memberlist, cfg Config) error {
 		}
 		if attempt == 0 || d >= maxJoinPause/2 {
 			cfg.Logger.Warn("seeds not reachable yet, retrying", "join", cfg.Join, "retry_in", d, "tried_for", spent.Round(time.Millisecond),
-				"err", oneLine{err}, "hint", strings.TrimPrefix(joinHint(cfg), "; "))
+				"err", oneLine{err}, "hint", strings.TrimPrefix(joinHint(cfg, err), "; "))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("membership: join %v: %w (last attempt: %v)%s", cfg.Join, ctx.Err(), oneLine{err}, joinHint(cfg))
+			return fmt.Errorf("membership: join %v: %w (last attempt: %v)%s", cfg.Join, ctx.Err(), oneLine{err}, joinHint(cfg, err))
 		case <-cfg.Clock.After(d):
 		}
 	}
@@ -382,12 +382,28 @@ func (e oneLine) Unwrap() error { return e.err }
 // joinHint says what to check when no seed let this member in. A seed
 // of a secured cluster drops gossip without its key or with another
 // label silently (by design: it tells an outsider nothing), so a
-// mismatch looks like a seed that is down; the error says both.
-func joinHint(cfg Config) string {
+// mismatch looks like a seed that is down; the error says both. But
+// when every seed refused the connection, nothing listens there: a key
+// or a label cannot be the reason, and the hint says so.
+func joinHint(cfg Config, err error) string {
+	if refusedEverywhere(err) {
+		return "; nothing listens at that address (connection refused): start a node there first (its --gossip-port is the port to --join), or fix --join"
+	}
 	if cfg.Keyring == nil {
 		return "; is a seed up at that address? A secured cluster ignores gossip from a member without its keyring: give this one the cluster's material (--tls-dir, --keyring) instead of running insecure"
 	}
 	return fmt.Sprintf("; is a seed up at that address? A cluster ignores gossip under a key it does not hold or another cluster name: check that this member's keyring holds a key the cluster uses, that its cluster name (%q) is the cluster's, and that the cluster is not running insecure", cfg.Label)
+}
+
+// refusedEverywhere reports whether every seed refused the TCP
+// connection: memberlist lists one error per seed.
+func refusedEverywhere(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	n := strings.Count(msg, "connection refused")
+	return n > 0 && n == strings.Count(msg, "failed to join")
 }
 
 // Addr is the gossip address others can join.

@@ -30,6 +30,14 @@ var (
 	// errors above, which for a write all mean "never executed". Errors
 	// carrying it are *UnknownOutcomeError values.
 	ErrUnknownOutcome = errors.New("neptune: write outcome unknown")
+	// ErrBadRequest and ErrNotFound are kinds of a handler's own error: a
+	// handler wraps one to say the request was malformed, or named
+	// something that does not exist. The call ran (the error is its
+	// answer, definite like any handler error); the kind crosses the wire
+	// with the message, so a caller, and the HTTP gateway (400, 404), can
+	// tell it from a failure of the service.
+	ErrBadRequest = errors.New("neptune: bad request")
+	ErrNotFound   = errors.New("neptune: not found")
 )
 
 // UnknownOutcomeError is a write whose outcome is unknown. errors.Is(err,

@@ -55,7 +55,27 @@ func ToStatus(err error) error {
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	}
-	return withReason(codes.Unknown, "APPLICATION", err.Error())
+	return withReason(codes.Unknown, "APPLICATION", err.Error(), kindOf(err)...)
+}
+
+// appKinds are the kinds of a handler's own error that cross the wire
+// (ErrorInfo metadata "kind"; a peer that does not know it ignores it).
+var appKinds = []struct {
+	err  error
+	name string
+}{
+	{nerr.ErrBadRequest, "bad_request"},
+	{nerr.ErrNotFound, "not_found"},
+}
+
+// kindOf is the metadata of a handler error's kind, if it has one.
+func kindOf(err error) []string {
+	for _, k := range appKinds {
+		if errors.Is(err, k.err) {
+			return []string{"kind", k.name}
+		}
+	}
+	return nil
 }
 
 func isNeptune(err error) bool {
@@ -67,19 +87,29 @@ func isNeptune(err error) bool {
 	return false
 }
 
-func withReason(c codes.Code, reason, msg string) error {
+func withReason(c codes.Code, reason, msg string, meta ...string) error {
 	st := status.New(c, msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Domain: errorDomain, Reason: reason}); err == nil {
+	info := &errdetails.ErrorInfo{Domain: errorDomain, Reason: reason}
+	if len(meta) == 2 {
+		info.Metadata = map[string]string{meta[0]: meta[1]}
+	}
+	if d, err := st.WithDetails(info); err == nil {
 		st = d
 	}
 	return st.Err()
 }
 
 // RemoteError is an error a remote handler returned; Message is its text.
+// Kind is the error's kind when the handler wrapped one (ErrBadRequest,
+// ErrNotFound): errors.Is matches it.
 type RemoteError struct {
 	Node    string
 	Message string
+	Kind    error
 }
+
+// Is matches the kind the handler gave its error.
+func (e *RemoteError) Is(target error) bool { return e.Kind != nil && target == e.Kind }
 
 func (e *RemoteError) Error() string { return "neptune: remote " + e.Node + ": " + e.Message }
 
@@ -105,7 +135,13 @@ func FromStatus(node string, err error) error {
 			}
 		}
 		if info.Reason == "APPLICATION" {
-			return &RemoteError{Node: node, Message: st.Message()}
+			re := &RemoteError{Node: node, Message: st.Message()}
+			for _, k := range appKinds {
+				if info.Metadata["kind"] == k.name {
+					re.Kind = k.err
+				}
+			}
+			return re
 		}
 	}
 	switch st.Code() {
