@@ -125,6 +125,7 @@ func dialDefaults(creds grpc.DialOption) []grpc.DialOption {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)),
 		grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window),
 		clientKeepalive, reconnect,
+		grpc.WithChainUnaryInterceptor(declareSize),
 	}
 }
 

@@ -1,0 +1,215 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+)
+
+// Bounded memory under large writes (issue 28). A node's request bytes in
+// flight are bounded by an Inflight budget, and a call the budget cannot
+// take is refused before gRPC reads its body:
+//
+//   - every Neptune caller declares the encoded size of its request in the
+//     MetaRequestBytes header (DeclareSize; the dial options' interceptor
+//     does it for every unary call);
+//   - the server's tap (grpc.InTapHandle) runs when the call's headers
+//     arrive, before gRPC reads a byte of its message, and reserves the
+//     declared size. If the budget cannot take it, the call is answered
+//     ErrOverloaded at once: nothing of it ran, and the body the caller
+//     sends meanwhile is discarded by the transport as it arrives (never
+//     queued: the stream is gone). A reservation is released when gRPC
+//     finishes the call (its context ends), whatever the outcome;
+//   - a caller that declares nothing, or less than it sends, is charged the
+//     difference once gRPC has read and decoded its message (the server
+//     interceptors), and refused then if the budget cannot take it: that
+//     one message was in memory for the moment between;
+//   - a call's response is charged to its reservation too once the
+//     handler returns (never refused: the call has run), so responses
+//     being sent hold new calls back.
+//
+// One call is always admitted when nothing else is held, so a budget
+// smaller than one message cannot stop a node for good. The budget covers
+// the calls users make (Call, Stream, Aggregate), including a write a
+// replica forwards to its primary (a Call between nodes, charged at both:
+// the forwarder still holds the original). Replication's own traffic
+// (Replicate, InstallSnapshot) and the operator's calls are bounded by the
+// replication runtime instead (its inboxes and peer queues), so a node
+// full of client writes never refuses the heartbeats that keep its
+// partitions' leases.
+
+// MetaRequestBytes is the header in which a caller declares the encoded
+// size of its request message, so the server can reserve it before
+// reading it.
+const MetaRequestBytes = "neptune-request-bytes"
+
+// budgeted are the methods whose requests the budget covers.
+var budgeted = map[string]bool{
+	pb.Node_Call_FullMethodName:      true,
+	pb.Node_Stream_FullMethodName:    true,
+	pb.Node_Aggregate_FullMethodName: true,
+}
+
+// DeclareSize returns ctx with the MetaRequestBytes header of req added
+// to its outgoing metadata.
+func DeclareSize(ctx context.Context, req any) context.Context {
+	m, ok := req.(proto.Message)
+	if !ok {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, MetaRequestBytes, strconv.Itoa(proto.Size(m)))
+}
+
+// declareSize is the dial options' interceptor: every unary call declares
+// its request's size.
+func declareSize(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return invoker(DeclareSize(ctx, req), method, req, reply, cc, opts...)
+}
+
+// Inflight is a node's budget of request bytes in flight
+// (NodeConfig.MaxInflightBytes). It is safe for concurrent use.
+type Inflight struct {
+	node    string
+	max     int64
+	used    atomic.Int64
+	refused atomic.Int64
+}
+
+// NewInflight returns node's budget of max bytes.
+func NewInflight(node string, max int64) *Inflight { return &Inflight{node: node, max: max} }
+
+// Used is the request (and response) bytes held now.
+func (b *Inflight) Used() int64 { return b.used.Load() }
+
+// Refused counts the calls refused for want of budget.
+func (b *Inflight) Refused() int64 { return b.refused.Load() }
+
+// Max is the budget.
+func (b *Inflight) Max() int64 { return b.max }
+
+// acquire reserves n more bytes for a call that holds own already: false
+// if they would take the budget over its maximum, unless nothing but the
+// call's own bytes is held.
+func (b *Inflight) acquire(n, own int64) bool {
+	for {
+		u := b.used.Load()
+		if u-own > 0 && u+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+// refusal is the error of a call refused for want of budget.
+func (b *Inflight) refusal(n int64, when string) error {
+	b.refused.Add(1)
+	return fmt.Errorf("%w: node %s's in-flight request bytes are at their budget (NodeConfig.MaxInflightBytes %d; %d held): a call of %d bytes was refused %s, so it never ran; retry later",
+		nerr.ErrOverloaded, b.node, b.max, b.used.Load(), n, when)
+}
+
+// reservation is one call's bytes, released when the call's context ends.
+type reservation struct{ n atomic.Int64 }
+
+type reservationKey struct{}
+
+// ServerOptions are the tap and interceptors that enforce the budget.
+func (b *Inflight) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.InTapHandle(b.tap),
+		grpc.ChainUnaryInterceptor(b.unary),
+		grpc.ChainStreamInterceptor(b.stream),
+	}
+}
+
+// tap reserves a budgeted call's declared size as its headers arrive,
+// before its message is read; it runs on the connection's reader, so it
+// never blocks.
+func (b *Inflight) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if !budgeted[info.FullMethodName] {
+		return ctx, nil
+	}
+	var n int64
+	for _, v := range info.Header.Get(MetaRequestBytes) {
+		if d, err := strconv.ParseInt(v, 10, 64); err == nil && d > n {
+			n = d
+		}
+	}
+	if !b.acquire(n, 0) {
+		return nil, ToStatus(b.refusal(n, "before its body was read"))
+	}
+	r := &reservation{}
+	r.n.Store(n)
+	context.AfterFunc(ctx, func() { b.used.Add(-r.n.Load()) })
+	return context.WithValue(ctx, reservationKey{}, r), nil
+}
+
+// charge adds the size of msg beyond what the call reserved; refuse says
+// whether the budget may refuse it (a request) or must take it (a
+// response: the call has run).
+func (b *Inflight) charge(ctx context.Context, msg any, refuse bool) error {
+	r, _ := ctx.Value(reservationKey{}).(*reservation)
+	m, ok := msg.(proto.Message)
+	if r == nil || !ok {
+		return nil
+	}
+	size := int64(proto.Size(m))
+	if !refuse {
+		r.n.Add(size)
+		b.used.Add(size)
+		return nil
+	}
+	own := r.n.Load()
+	if size <= own {
+		return nil
+	}
+	if !b.acquire(size-own, own) {
+		return b.refusal(size, "after it was read (its caller declared "+strconv.FormatInt(own, 10)+" bytes)")
+	}
+	r.n.Add(size - own)
+	return nil
+}
+
+func (b *Inflight) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := b.charge(ctx, req, true); err != nil {
+		return nil, ToStatus(err)
+	}
+	resp, err := handler(ctx, req)
+	if err == nil {
+		_ = b.charge(ctx, resp, false)
+	}
+	return resp, err
+}
+
+func (b *Inflight) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if ss.Context().Value(reservationKey{}) == nil {
+		return handler(srv, ss)
+	}
+	return handler(srv, &chargedStream{ServerStream: ss, b: b})
+}
+
+// chargedStream charges a budgeted stream's request as it is received.
+type chargedStream struct {
+	grpc.ServerStream
+	b *Inflight
+}
+
+func (s *chargedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if err := s.b.charge(s.Context(), m, true); err != nil {
+		return ToStatus(err)
+	}
+	return nil
+}
