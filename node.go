@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/node"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/placement"
@@ -90,6 +91,9 @@ type NodeConfig struct {
 	// Placement tunes automatic replica placement (see Placement).
 	Placement Placement
 }
+
+// DefaultMaxInflightBytes is NodeConfig.MaxInflightBytes's default.
+const DefaultMaxInflightBytes = nerr.DefaultMaxInflightBytes
 
 // Placement tunes automatic replica placement of replicated services
 // (issue 17). One node at a time (the live node with the lowest id)

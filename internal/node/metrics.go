@@ -74,7 +74,11 @@ func (n *Node) registerStartMetrics() error {
 		ms = append(ms, metrics.Metric{Name: "neptune_replication_resent_bytes_total", Collector: prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "neptune_replication_resent_bytes_total",
 			Help: "Bytes of replicated writes sent again to a replica that had been sent them: retransmissions after a loss or a reject.",
-		}, func() float64 { _, b := repl.Resent(); return float64(b) })})
+		}, func() float64 { _, b := repl.Resent(); return float64(b) })},
+			metrics.Metric{Name: "neptune_replication_held_bytes", Collector: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "neptune_replication_held_bytes",
+				Help: "Bytes of replication messages this node holds: queued or in flight to other nodes, and received entries its partitions have not taken yet. The in-flight budget counts them.",
+			}, func() float64 { return float64(repl.HeldBytes()) })})
 	}
 	if err := metrics.Register(n.reg.Registerer, ms...); err != nil {
 		return err

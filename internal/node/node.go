@@ -379,6 +379,9 @@ func (n *Node) Start(ctx context.Context) error {
 		n.Close()
 		return fmt.Errorf("neptune: NodeConfig.Security: %w", err)
 	}
+	if n.repl != nil {
+		n.inflight.Count(n.repl.HeldBytes)
+	}
 	grpcOpts = append(append(grpcOpts, transport.SizeOptions(n.cfg.MaxMessageBytes)...), n.inflight.ServerOptions()...)
 	n.grpc = grpc.NewServer(grpcOpts...)
 	pb.RegisterNodeServer(n.grpc, &nodeServer{n: n})

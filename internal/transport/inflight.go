@@ -82,6 +82,22 @@ type Inflight struct {
 	max     int64
 	used    atomic.Int64
 	refused atomic.Int64
+	// others, if set, is bytes the node holds outside its calls that the
+	// budget also covers (replication's queues).
+	others func() int64
+}
+
+// Count makes the budget also cover the bytes held reports (the node's
+// replication queues): a call is admitted only if its bytes, the other
+// calls' and held's fit. Set it before the server serves.
+func (b *Inflight) Count(held func() int64) { b.others = held }
+
+// held is the bytes others reports.
+func (b *Inflight) held() int64 {
+	if b.others == nil {
+		return 0
+	}
+	return b.others()
 }
 
 // NewInflight returns node's budget of max bytes.
@@ -97,12 +113,16 @@ func (b *Inflight) Refused() int64 { return b.refused.Load() }
 func (b *Inflight) Max() int64 { return b.max }
 
 // acquire reserves n more bytes for a call that holds own already: false
-// if they would take the budget over its maximum, unless nothing but the
-// call's own bytes is held.
+// if they would take the budget (with the bytes held elsewhere) over its
+// maximum, unless no other call holds any.
 func (b *Inflight) acquire(n, own int64) bool {
+	var other int64
+	if n > 0 {
+		other = b.held()
+	}
 	for {
 		u := b.used.Load()
-		if u-own > 0 && u+n > b.max {
+		if u-own > 0 && u+n+other > b.max {
 			return false
 		}
 		if b.used.CompareAndSwap(u, u+n) {
@@ -114,8 +134,8 @@ func (b *Inflight) acquire(n, own int64) bool {
 // refusal is the error of a call refused for want of budget.
 func (b *Inflight) refusal(n int64, when string) error {
 	b.refused.Add(1)
-	return fmt.Errorf("%w: node %s's in-flight request bytes are at their budget (NodeConfig.MaxInflightBytes %d; %d held): a call of %d bytes was refused %s, so it never ran; retry later",
-		nerr.ErrOverloaded, b.node, b.max, b.used.Load(), n, when)
+	return fmt.Errorf("%w: node %s's in-flight request bytes are at their budget (NodeConfig.MaxInflightBytes %d; %d held by calls, %d by replication): a call of %d bytes was refused %s, so it never ran; retry later",
+		nerr.ErrOverloaded, b.node, b.max, b.used.Load(), b.held(), n, when)
 }
 
 // reservation is one call's bytes, released when the call's context ends.

@@ -199,3 +199,27 @@ func TestBudgetLeavesReplicationAlone(t *testing.T) {
 	<-done
 	r.waitUsed(t, 0)
 }
+
+// Bytes the node holds outside its calls (replication's queues) count
+// against the budget: a call that would fit beside the other calls alone
+// is refused; with no other call in flight one is still admitted.
+func TestBudgetCountsBytesHeldElsewhere(t *testing.T) {
+	r := newBudgetRig(t, 1<<20)
+	var queued atomic.Int64
+	r.budget.Count(queued.Load)
+	queued.Store(700 << 10)
+	if _, err := r.declared.Call(context.Background(), &pb.CallRequest{Method: "quick", Body: body(600 << 10)}); err != nil {
+		t.Fatalf("a call with no other in flight: %v", err)
+	}
+	r.waitUsed(t, 0)
+	done := r.hold(t, r.declared, 100<<10)
+	_, err := r.declared.Call(context.Background(), &pb.CallRequest{Method: "quick", Body: body(300 << 10)})
+	wantOverloaded(t, err)
+	queued.Store(0)
+	if _, err := r.declared.Call(context.Background(), &pb.CallRequest{Method: "quick", Body: body(300 << 10)}); err != nil {
+		t.Fatalf("the same call once the queues drained: %v", err)
+	}
+	close(r.srv.release)
+	<-done
+	r.waitUsed(t, 0)
+}
