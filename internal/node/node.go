@@ -247,7 +247,7 @@ func New(cfg Config) (*Node, error) {
 		services: map[string]*hosted{},
 		acct:     newAccounting(cfg.Clock, DefaultAccountingCycle),
 		acctStop: make(chan struct{}),
-		inflight: transport.NewInflight(cfg.ID, cfg.MaxInflightBytes),
+		inflight: transport.NewInflight(cfg.ID, cfg.MaxInflightBytes, cfg.MaxMessageBytes+nerr.WireOverhead),
 	}
 	sc := cfg.Security
 	sc.Identity = pki.Identity{Role: pki.RoleNode, Name: cfg.ID}

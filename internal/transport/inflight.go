@@ -80,6 +80,7 @@ func declareSize(ctx context.Context, method string, req, reply any, cc *grpc.Cl
 type Inflight struct {
 	node    string
 	max     int64
+	message int64 // the server's message limit
 	used    atomic.Int64
 	refused atomic.Int64
 	// others, if set, is bytes the node holds outside its calls that the
@@ -100,8 +101,12 @@ func (b *Inflight) held() int64 {
 	return b.others()
 }
 
-// NewInflight returns node's budget of max bytes.
-func NewInflight(node string, max int64) *Inflight { return &Inflight{node: node, max: max} }
+// NewInflight returns node's budget of max bytes for a server whose
+// receive limit is message bytes (a call declaring more is left to that
+// limit: ErrTooLarge, not a retryable refusal).
+func NewInflight(node string, max int64, message int) *Inflight {
+	return &Inflight{node: node, max: max, message: int64(message)}
+}
 
 // Used is the request (and response) bytes held now.
 func (b *Inflight) Used() int64 { return b.used.Load() }
@@ -164,6 +169,10 @@ func (b *Inflight) tap(ctx context.Context, info *tap.Info) (context.Context, er
 		if d, err := strconv.ParseInt(v, 10, 64); err == nil && d > n {
 			n = d
 		}
+	}
+	if n > b.message {
+		// gRPC refuses it by its length prefix, before reading it.
+		n = 0
 	}
 	if !b.acquire(n, 0) {
 		return nil, ToStatus(b.refusal(n, "before its body was read"))

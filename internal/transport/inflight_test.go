@@ -58,13 +58,20 @@ type budgetRig struct {
 }
 
 func newBudgetRig(t *testing.T, max int64) *budgetRig {
+	return newBudgetRigLimited(t, max, MaxMessage-nerr.WireOverhead)
+}
+
+// newBudgetRigLimited is newBudgetRig with a server whose message limit
+// is message bytes of body.
+func newBudgetRigLimited(t *testing.T, max int64, message int) *budgetRig {
 	t.Helper()
-	r := &budgetRig{budget: NewInflight("n1", max), srv: &holdServer{held: make(chan struct{}, 16), release: make(chan struct{})}, read: &payloads{}}
+	r := &budgetRig{budget: NewInflight("n1", max, message+nerr.WireOverhead), srv: &holdServer{held: make(chan struct{}, 16), release: make(chan struct{})}, read: &payloads{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer(append(append(ServerOptions(), grpc.StatsHandler(r.read)), r.budget.ServerOptions()...)...)
+	opts := append(append(ServerOptions(), SizeOptions(message)...), grpc.StatsHandler(r.read))
+	s := grpc.NewServer(append(opts, r.budget.ServerOptions()...)...)
 	pb.RegisterNodeServer(s, r.srv)
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Stop)
@@ -218,6 +225,21 @@ func TestBudgetCountsBytesHeldElsewhere(t *testing.T) {
 	queued.Store(0)
 	if _, err := r.declared.Call(context.Background(), &pb.CallRequest{Method: "quick", Body: body(300 << 10)}); err != nil {
 		t.Fatalf("the same call once the queues drained: %v", err)
+	}
+	close(r.srv.release)
+	<-done
+	r.waitUsed(t, 0)
+}
+
+// A call declaring more than the server's message limit is left to that
+// limit: it gets ErrTooLarge (not retryable), not a retryable refusal,
+// even with the budget full.
+func TestBudgetLeavesOversizedCallsToTheMessageLimit(t *testing.T) {
+	r := newBudgetRigLimited(t, 1<<20, 900<<10)
+	done := r.hold(t, r.declared, 800<<10)
+	_, err := r.declared.Call(context.Background(), &pb.CallRequest{Method: "quick", Body: body(2 << 20)})
+	if err = FromStatus("n1", err); !errors.Is(err, nerr.ErrTooLarge) || nerr.Retryable(err) {
+		t.Fatalf("a 2 MiB call to a node taking 900 KiB: %v, want ErrTooLarge", err)
 	}
 	close(r.srv.release)
 	<-done
