@@ -35,7 +35,8 @@ import (
 //     one message was in memory for the moment between;
 //   - a call's response is charged to its reservation too once the
 //     handler returns (never refused: the call has run), so responses
-//     being sent hold new calls back.
+//     being sent hold new calls back;
+//   - the bytes replication holds (Count) take up to half the budget.
 //
 // One call is always admitted when nothing else is held, so a budget
 // smaller than one message cannot stop a node for good. The budget covers
@@ -89,16 +90,20 @@ type Inflight struct {
 }
 
 // Count makes the budget also cover the bytes held reports (the node's
-// replication queues): a call is admitted only if its bytes, the other
-// calls' and held's fit. Set it before the server serves.
+// replication queues), up to half of it: a call is admitted only if its
+// bytes, the other calls' and held's fit. Set it before the server
+// serves.
 func (b *Inflight) Count(held func() int64) { b.others = held }
 
-// held is the bytes others reports.
+// held is the bytes others reports, counted against at most half the
+// budget: a follower that lags or is cut off keeps its queue full until
+// it catches up or leaves the yellow pages, and must not shut the node's
+// calls out.
 func (b *Inflight) held() int64 {
 	if b.others == nil {
 		return 0
 	}
-	return b.others()
+	return min(b.others(), b.max/2)
 }
 
 // NewInflight returns node's budget of max bytes for a server whose

@@ -208,23 +208,28 @@ func TestBudgetLeavesReplicationAlone(t *testing.T) {
 }
 
 // Bytes the node holds outside its calls (replication's queues) count
-// against the budget: a call that would fit beside the other calls alone
-// is refused; with no other call in flight one is still admitted.
+// against the budget, up to half of it: a call that would fit beside the
+// other calls alone is refused; with no other call in flight one is
+// still admitted; however much is queued, calls keep half the budget.
 func TestBudgetCountsBytesHeldElsewhere(t *testing.T) {
 	r := newBudgetRig(t, 1<<20)
 	var queued atomic.Int64
 	r.budget.Count(queued.Load)
-	queued.Store(700 << 10)
-	if _, err := r.declared.Call(context.Background(), &pb.CallRequest{Method: "quick", Body: body(600 << 10)}); err != nil {
+	queued.Store(400 << 10)
+	if _, err := r.declared.Call(context.Background(), &pb.CallRequest{Method: "quick", Body: body(900 << 10)}); err != nil {
 		t.Fatalf("a call with no other in flight: %v", err)
 	}
 	r.waitUsed(t, 0)
-	done := r.hold(t, r.declared, 100<<10)
-	_, err := r.declared.Call(context.Background(), &pb.CallRequest{Method: "quick", Body: body(300 << 10)})
+	done := r.hold(t, r.declared, 300<<10)
+	_, err := r.declared.Call(context.Background(), &pb.CallRequest{Method: "quick", Body: body(400 << 10)})
 	wantOverloaded(t, err)
 	queued.Store(0)
-	if _, err := r.declared.Call(context.Background(), &pb.CallRequest{Method: "quick", Body: body(300 << 10)}); err != nil {
+	if _, err := r.declared.Call(context.Background(), &pb.CallRequest{Method: "quick", Body: body(400 << 10)}); err != nil {
 		t.Fatalf("the same call once the queues drained: %v", err)
+	}
+	queued.Store(100 << 20)
+	if _, err := r.declared.Call(context.Background(), &pb.CallRequest{Method: "quick", Body: body(150 << 10)}); err != nil {
+		t.Fatalf("a call within half the budget beside 100 MiB queued: %v", err)
 	}
 	close(r.srv.release)
 	<-done
