@@ -94,6 +94,7 @@ func ServerOptions() []grpc.ServerOption {
 		grpc.InitialWindowSize(window), grpc.InitialConnWindowSize(window),
 		grpc.NumStreamWorkers(streamWorkers),
 		serverKeepalive,
+		bodyCodec(),
 	}
 }
 
