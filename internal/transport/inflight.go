@@ -19,9 +19,9 @@ import (
 // flight are bounded by an Inflight budget, and a call the budget cannot
 // take is refused before gRPC reads its body:
 //
-//   - every Neptune caller declares the encoded size of its request in the
-//     MetaRequestBytes header (DeclareSize; the dial options' interceptor
-//     does it for every unary call);
+//   - every Neptune caller declares the encoded size of a request of 64
+//     KiB or more (small) in the MetaRequestBytes header (DeclareSize;
+//     the dial options' interceptor does it for every unary call);
 //   - the server's tap (grpc.InTapHandle) runs when the call's headers
 //     arrive, before gRPC reads a byte of its message, and reserves the
 //     declared size. If the budget cannot take it, the call is answered
@@ -29,13 +29,14 @@ import (
 //     sends meanwhile is discarded by the transport as it arrives (never
 //     queued: the stream is gone). A reservation is released when gRPC
 //     finishes the call (its context ends), whatever the outcome;
-//   - a caller that declares nothing, or less than it sends, is charged the
-//     difference once gRPC has read and decoded its message (the server
-//     interceptors), and refused then if the budget cannot take it: that
-//     one message was in memory for the moment between;
-//   - a call's response is charged to its reservation too once the
-//     handler returns (never refused: the call has run), so responses
-//     being sent hold new calls back;
+//   - a call that declares nothing (a small one, or a caller that is not
+//     Neptune's), or less than it sends, is charged the difference once
+//     gRPC has read and decoded its message (the server interceptors),
+//     and refused then if the budget cannot take it: that one message was
+//     in memory for the moment between;
+//   - a response of 64 KiB or more is charged once the handler returns
+//     (never refused: the call has run) until gRPC ends the call, so
+//     responses being sent hold new calls back;
 //   - the bytes replication holds (Count) take up to half the budget.
 //
 // One call is always admitted when nothing else is held, so a budget
@@ -61,13 +62,17 @@ var budgeted = map[string]bool{
 }
 
 // DeclareSize returns ctx with the MetaRequestBytes header of req added
-// to its outgoing metadata.
+// to its outgoing metadata, if req is not small.
 func DeclareSize(ctx context.Context, req any) context.Context {
 	m, ok := req.(proto.Message)
 	if !ok {
 		return ctx
 	}
-	return metadata.AppendToOutgoingContext(ctx, MetaRequestBytes, strconv.Itoa(proto.Size(m)))
+	n := proto.Size(m)
+	if n < small {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, MetaRequestBytes, strconv.Itoa(n))
 }
 
 // declareSize is the dial options' interceptor: every unary call declares
@@ -126,13 +131,10 @@ func (b *Inflight) Max() int64 { return b.max }
 // if they would take the budget (with the bytes held elsewhere) over its
 // maximum, unless no other call holds any.
 func (b *Inflight) acquire(n, own int64) bool {
-	var other int64
-	if n > 0 {
-		other = b.held()
-	}
 	for {
 		u := b.used.Load()
-		if u-own > 0 && u+n+other > b.max {
+		// held() counts at most max/2: ask it only when that could matter.
+		if u-own > 0 && u+n > b.max-b.max/2 && u+n+b.held() > b.max {
 			return false
 		}
 		if b.used.CompareAndSwap(u, u+n) {
@@ -175,9 +177,10 @@ func (b *Inflight) tap(ctx context.Context, info *tap.Info) (context.Context, er
 			n = d
 		}
 	}
-	if n > b.message {
-		// gRPC refuses it by its length prefix, before reading it.
-		n = 0
+	if n > b.message || n <= 0 {
+		// Undeclared: charged once read (unary, stream). Declared over
+		// the message limit: gRPC refuses it by its length prefix.
+		return ctx, nil
 	}
 	if !b.acquire(n, 0) {
 		return nil, ToStatus(b.refusal(n, "before its body was read"))
@@ -188,45 +191,67 @@ func (b *Inflight) tap(ctx context.Context, info *tap.Info) (context.Context, er
 	return context.WithValue(ctx, reservationKey{}, r), nil
 }
 
-// charge adds the size of msg beyond what the call reserved; refuse says
-// whether the budget may refuse it (a request) or must take it (a
-// response: the call has run).
-func (b *Inflight) charge(ctx context.Context, msg any, refuse bool) error {
-	r, _ := ctx.Value(reservationKey{}).(*reservation)
-	m, ok := msg.(proto.Message)
-	if r == nil || !ok {
-		return nil
-	}
-	size := int64(proto.Size(m))
-	if !refuse {
-		r.n.Add(size)
-		b.used.Add(size)
-		return nil
+// small is the size under which a request is not declared and a
+// response not charged: such a call is charged once read, and its bytes
+// are nothing beside a budget, so it costs no header, no reservation and
+// no work when it ends.
+const small = 64 << 10
+
+// charge makes the call's reservation (if any) cover its request of
+// size bytes, now read: false if the budget cannot take the difference.
+// Without a reservation it acquires size bytes, which the caller releases.
+func (b *Inflight) charge(r *reservation, size int64) bool {
+	if r == nil {
+		return b.acquire(size, 0)
 	}
 	own := r.n.Load()
 	if size <= own {
-		return nil
+		return true
 	}
 	if !b.acquire(size-own, own) {
-		return b.refusal(size, "after it was read (its caller declared "+strconv.FormatInt(own, 10)+" bytes)")
+		return false
 	}
 	r.n.Add(size - own)
-	return nil
+	return true
 }
 
-func (b *Inflight) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := b.charge(ctx, req, true); err != nil {
-		return nil, ToStatus(err)
+// late is the error of a request refused once read.
+func (b *Inflight) late(r *reservation, size int64) error {
+	declared := int64(0)
+	if r != nil {
+		declared = r.n.Load()
+	}
+	return ToStatus(b.refusal(size, "after it was read (its caller declared "+strconv.FormatInt(declared, 10)+" bytes)"))
+}
+
+func (b *Inflight) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	m, ok := req.(proto.Message)
+	if !budgeted[info.FullMethod] || !ok {
+		return handler(ctx, req)
+	}
+	r, _ := ctx.Value(reservationKey{}).(*reservation)
+	size := int64(proto.Size(m))
+	if !b.charge(r, size) {
+		return nil, b.late(r, size)
+	}
+	if r == nil {
+		// Undeclared: its request is garbage once the handler returns.
+		defer b.used.Add(-size)
 	}
 	resp, err := handler(ctx, req)
-	if err == nil {
-		_ = b.charge(ctx, resp, false)
+	if out, ok := resp.(proto.Message); ok && err == nil {
+		// The response is held until gRPC has sent it: charged (never
+		// refused: the call has run) until the call's context ends.
+		if n := int64(proto.Size(out)); n >= small {
+			b.used.Add(n)
+			context.AfterFunc(ctx, func() { b.used.Add(-n) })
+		}
 	}
 	return resp, err
 }
 
-func (b *Inflight) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if ss.Context().Value(reservationKey{}) == nil {
+func (b *Inflight) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if !budgeted[info.FullMethod] {
 		return handler(srv, ss)
 	}
 	return handler(srv, &chargedStream{ServerStream: ss, b: b})
@@ -242,8 +267,18 @@ func (s *chargedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	if err := s.b.charge(s.Context(), m, true); err != nil {
-		return ToStatus(err)
+	msg, ok := m.(proto.Message)
+	if !ok {
+		return nil
+	}
+	ctx := s.Context()
+	r, _ := ctx.Value(reservationKey{}).(*reservation)
+	size := int64(proto.Size(msg))
+	if !s.b.charge(r, size) {
+		return s.b.late(r, size)
+	}
+	if r == nil {
+		context.AfterFunc(ctx, func() { s.b.used.Add(-size) })
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 
 	"github.com/neptune-cluster/neptune/internal/nerr"
@@ -180,7 +181,7 @@ func TestBudgetChargesUndeclaredAndUnderdeclaredCalls(t *testing.T) {
 	_, err := r.bare.Call(context.Background(), &pb.CallRequest{Method: "quick", Body: body(600 << 10)})
 	wantOverloaded(t, err)
 	// Declaring 10 bytes and sending 600 KiB is no way around it.
-	lying := DeclareSize(context.Background(), &pb.CallRequest{Method: "x"})
+	lying := metadata.AppendToOutgoingContext(context.Background(), MetaRequestBytes, "10")
 	_, err = r.bare.Call(lying, &pb.CallRequest{Method: "quick", Body: body(600 << 10)})
 	wantOverloaded(t, err)
 	if r.srv.ran.Load() != 2 {
