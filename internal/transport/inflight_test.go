@@ -36,6 +36,11 @@ func (s *holdServer) Call(_ context.Context, in *pb.CallRequest) (*pb.CallRespon
 	return &pb.CallResponse{Body: []byte("ok")}, nil
 }
 
+func (s *holdServer) Stream(in *pb.CallRequest, st grpc.ServerStreamingServer[pb.Chunk]) error {
+	s.ran.Add(1)
+	return st.Send(&pb.Chunk{Body: []byte("ok")})
+}
+
 // payloads counts the request messages gRPC read on the server.
 type payloads struct{ n atomic.Int32 }
 
@@ -249,5 +254,42 @@ func TestBudgetLeavesOversizedCallsToTheMessageLimit(t *testing.T) {
 	}
 	close(r.srv.release)
 	<-done
+	r.waitUsed(t, 0)
+}
+
+// A stream call is budgeted like a unary one: refused before its request
+// is read when it declares its size (as the client's Stream does), once
+// read when it does not.
+func TestBudgetCoversStreams(t *testing.T) {
+	r := newBudgetRig(t, 1<<20)
+	done := r.hold(t, r.declared, 600<<10)
+	stream := func(cl pb.NodeClient, declare bool) error {
+		in := &pb.CallRequest{Method: "watch", Body: body(600 << 10)}
+		ctx := context.Background()
+		if declare {
+			ctx = DeclareSize(ctx, in)
+		}
+		st, err := cl.Stream(ctx, in)
+		if err != nil {
+			return err
+		}
+		_, err = st.Recv()
+		return err
+	}
+	readBefore := r.read.n.Load()
+	wantOverloaded(t, stream(r.declared, true))
+	if r.read.n.Load() != readBefore {
+		t.Fatal("the server read the refused stream's request")
+	}
+	wantOverloaded(t, stream(r.bare, false))
+	if r.srv.ran.Load() != 1 {
+		t.Fatalf("%d calls ran, want only the held one", r.srv.ran.Load())
+	}
+	close(r.srv.release)
+	<-done
+	r.waitUsed(t, 0)
+	if err := stream(r.declared, true); err != nil {
+		t.Fatalf("a stream once the budget is free: %v", err)
+	}
 	r.waitUsed(t, 0)
 }
