@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/node"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/placement"
@@ -90,6 +91,12 @@ type NodeConfig struct {
 	// accepts or returns (default 16 MiB, at most 64 MiB): a larger one
 	// gets ErrTooLarge and never runs or reaches the write log.
 	MaxMessageBytes int
+	// MaxInflightBytes bounds the request bytes of the calls the node
+	// holds at once (default 64 MiB, at least MaxMessageBytes). A call
+	// beyond it is refused with ErrOverloaded (retryable: it never ran)
+	// as its headers arrive, before its body is read; see
+	// docs/architecture/identity.md ("Request limits").
+	MaxInflightBytes int64
 	// MaxAggregateDeadline bounds an aggregation request's deadline (and
 	// its reductions' grace) that the node accepts, default 1 minute;
 	// MaxAggregateParticipants its participants, default 4096. A request
@@ -121,6 +128,9 @@ type Storage struct {
 	// its peers instead of refusing to start.
 	RebuildCorrupt bool
 }
+
+// DefaultMaxInflightBytes is NodeConfig.MaxInflightBytes's default.
+const DefaultMaxInflightBytes = nerr.DefaultMaxInflightBytes
 
 // Placement tunes automatic replica placement of replicated services
 // (issue 17). One node at a time (the live node with the lowest id)
@@ -168,7 +178,7 @@ func (c NodeConfig) internal() (node.Config, error) {
 		MetricsAddr: c.MetricsAddr, Zone: c.Zone, Pprof: c.Pprof, Join: c.Join,
 		AnnounceInterval: c.AnnounceInterval, AnnounceTTL: c.AnnounceTTL,
 		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir, Security: sec,
-		Cluster: c.Cluster, MaxMessageBytes: c.MaxMessageBytes,
+		Cluster: c.Cluster, MaxMessageBytes: c.MaxMessageBytes, MaxInflightBytes: c.MaxInflightBytes,
 		MaxAggregateDeadline: c.MaxAggregateDeadline, MaxAggregateParticipants: c.MaxAggregateParticipants,
 		Placement: rebalance.Config{Off: c.Placement.Off, Placement: placement.Config{Grace: c.Placement.Grace,
 			Interval: c.Placement.Interval, MaxInFlight: c.Placement.MaxInFlight}},

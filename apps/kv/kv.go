@@ -155,7 +155,9 @@ func (s *Store) put(_ context.Context, r *neptune.Request) (*neptune.Response, e
 		if err != nil {
 			return nil, fmt.Errorf("kv: put: %w", err)
 		}
-		b := db.NewBatch()
+		// Sized for the value: a batch grown by doubling costs a large
+		// put about twice its size in garbage.
+		b := db.NewBatchWithSize(batchCap(len(k) + len(v) + 128))
 		_ = b.Set(dbKey('k', r.Partition, k), v, nil)
 		if r.LSN != 0 {
 			_ = b.Set(dbKey('l', r.Partition, nil), binary.BigEndian.AppendUint64(nil, r.LSN), nil)
@@ -171,6 +173,17 @@ func (s *Store) put(_ context.Context, r *neptune.Request) (*neptune.Response, e
 		s.lsn[r.Partition] = r.LSN
 	}
 	return &neptune.Response{}, nil
+}
+
+// batchCap is the capacity a pebble batch needs for size bytes of
+// records (pebble rounds its first buffer up to a power of two from
+// 1 KiB, reallocating a smaller one).
+func batchCap(size int) int {
+	n := 1 << 10
+	for n < size {
+		n *= 2
+	}
+	return n
 }
 
 func (s *Store) get(_ context.Context, r *neptune.Request) (*neptune.Response, error) {

@@ -190,11 +190,12 @@ services:
 	}
 
 	fc, err = parseNode(t, "--config", path, "--id", "n2", "--gossip-port", "0", "--pprof=false",
-		"--join", "b:1,c:1", "--join", "d:1", "--announce-ttl", "20s", "--balance", "random", "--service", "kv:0-2,5")
+		"--join", "b:1,c:1", "--join", "d:1", "--announce-ttl", "20s", "--balance", "random", "--service", "kv:0-2,5",
+		"--max-inflight-bytes", "32MiB")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fc.ID != "n2" || fc.GossipPort != 0 || fc.Pprof || fc.Host != "10.0.0.1" || fc.RPCPort != 7000 {
+	if fc.ID != "n2" || fc.GossipPort != 0 || fc.Pprof || fc.Host != "10.0.0.1" || fc.RPCPort != 7000 || fc.MaxInflightBytes != 32<<20 {
 		t.Errorf("scalars: %+v", fc)
 	}
 	if !slices.Equal(fc.Join, []string{"b:1", "c:1", "d:1"}) {

@@ -31,6 +31,7 @@ type nodeOptions struct {
 	interval, ttl, joinTimeout, drainTimeout                              time.Duration
 	join, services                                                        []string
 	sec                                                                   securityFlags
+	maxInflight                                                           Bytes
 }
 
 func newNodeCmd() *cobra.Command {
@@ -99,6 +100,7 @@ func (o *nodeOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.interval, "announce-interval", membership.DefaultAnnounceInterval, "yellow-page refresh interval (config: announce_interval)")
 	fs.DurationVar(&o.ttl, "announce-ttl", membership.DefaultTTL, "yellow-page entry lifetime (config: announce_ttl)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "`directory` for replicated services' write logs and state (config: data_dir)")
+	fs.Var(&o.maxInflight, "max-inflight-bytes", "request bytes the node holds at once, e.g. 64MiB (the default); a call beyond it is refused, retryable, before its body is read (config: max_inflight_bytes)")
 	o.sec.add(fs, "", "the node")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", ")+"; SIGHUP re-reads it from the config file (config: log_level)")
 }
@@ -135,6 +137,7 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	set("announce-ttl", func() { fc.AnnounceTTL = Duration(o.ttl) })
 	set("data-dir", func() { fc.DataDir = o.dataDir })
 	set("log-level", func() { fc.LogLevel = o.logLevel })
+	set("max-inflight-bytes", func() { fc.MaxInflightBytes = o.maxInflight })
 	o.sec.apply(fs, &fc.Security)
 	for _, s := range o.services {
 		name, parts, ok := strings.Cut(s, ":")
@@ -264,6 +267,7 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		Balance:          bal,
 		Logger:           log,
 		DataDir:          fc.DataDir,
+		MaxInflightBytes: int64(fc.MaxInflightBytes),
 		Placement: neptune.Placement{Off: fc.Placement.Off, Grace: time.Duration(fc.Placement.Grace),
 			Interval: time.Duration(fc.Placement.Interval), MaxInFlight: fc.Placement.MaxInFlight},
 		Storage: neptune.Storage{Reserve: fc.Storage.ReserveBytes, RebuildCorrupt: fc.Storage.RebuildCorrupt},

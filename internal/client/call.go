@@ -377,7 +377,7 @@ func (c *Client) Stream(ctx context.Context, svc string, partition int, method s
 		cancel()
 		return nil, err
 	}
-	s, err := cl.Stream(ctx, r.in)
+	s, err := cl.Stream(transport.DeclareSize(ctx, r.in), r.in)
 	if err != nil {
 		cancel()
 		return nil, transport.FromStatus(t.Node, err)

@@ -63,12 +63,24 @@ func (n *Node) registerStartMetrics() error {
 			ConstLabels: prometheus.Labels{"service": name},
 		}, func() float64 { return float64(h.pool.Load()) })})
 	}
-	ms = append(ms, metrics.Metric{Name: "neptune_class_*", Collector: &classCollector{n: n}})
+	ms = append(ms, metrics.Metric{Name: "neptune_class_*", Collector: &classCollector{n: n}},
+		metrics.Metric{Name: "neptune_inflight_bytes", Collector: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "neptune_inflight_bytes",
+			Help: "Request (and response) bytes of the calls this node holds now, against its budget (NodeConfig.MaxInflightBytes).",
+		}, func() float64 { return float64(n.inflight.Used()) })},
+		metrics.Metric{Name: "neptune_inflight_refused_total", Collector: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "neptune_inflight_refused_total",
+			Help: "Calls refused with ErrOverloaded because the node's in-flight byte budget was full; they never ran.",
+		}, func() float64 { return float64(n.inflight.Refused()) })})
 	if repl := n.repl; repl != nil {
 		ms = append(ms, metrics.Metric{Name: "neptune_replication_resent_bytes_total", Collector: prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "neptune_replication_resent_bytes_total",
 			Help: "Bytes of replicated writes sent again to a replica that had been sent them: retransmissions after a loss or a reject.",
-		}, func() float64 { _, b := repl.Resent(); return float64(b) })})
+		}, func() float64 { _, b := repl.Resent(); return float64(b) })},
+			metrics.Metric{Name: "neptune_replication_held_bytes", Collector: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "neptune_replication_held_bytes",
+				Help: "Bytes of replication messages this node holds: queued or in flight to other nodes, and received entries its partitions have not taken yet. The in-flight budget counts them.",
+			}, func() float64 { return float64(repl.HeldBytes()) })})
 	}
 	if repl := n.repl; repl != nil {
 		ms = append(ms, metrics.Metric{Name: "neptune_storage_*", Collector: storageCollector{repl}})

@@ -103,6 +103,10 @@ type Config struct {
 	// MaxMessageBytes bounds a request or response body and a replicated
 	// write (default nerr.DefaultMaxMessageBytes).
 	MaxMessageBytes int
+	// MaxInflightBytes bounds the request bytes of the calls the node
+	// holds at once (default nerr.DefaultMaxInflightBytes, at least
+	// MaxMessageBytes); transport.Inflight says how.
+	MaxInflightBytes int64
 	// MaxAggregateDeadline and MaxAggregateParticipants bound what one
 	// aggregation request may ask of the node (aggregation.ServerConfig;
 	// defaults aggregation.DefaultMaxDeadline, DefaultMaxParticipants).
@@ -139,6 +143,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = nerr.DefaultMaxMessageBytes
 	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = nerr.DefaultMaxInflightBytes
+	}
 	return c
 }
 
@@ -157,6 +164,10 @@ func (c Config) Validate() error {
 	}
 	if c.MaxMessageBytes < 0 || c.MaxMessageBytes > transport.MaxMessage {
 		return fmt.Errorf("neptune: NodeConfig.MaxMessageBytes must be in 0..%d, got %d", transport.MaxMessage, c.MaxMessageBytes)
+	}
+	if msg := cmp.Or(c.MaxMessageBytes, nerr.DefaultMaxMessageBytes); c.MaxInflightBytes != 0 && c.MaxInflightBytes < int64(msg) {
+		return fmt.Errorf("neptune: NodeConfig.MaxInflightBytes must be 0 (the default, %d) or at least NodeConfig.MaxMessageBytes (%d), got %d",
+			nerr.DefaultMaxInflightBytes, msg, c.MaxInflightBytes)
 	}
 	if c.MaxAggregateDeadline < 0 || c.MaxAggregateParticipants < 0 {
 		return fmt.Errorf("neptune: NodeConfig.MaxAggregateDeadline (%v) and MaxAggregateParticipants (%d) must be >= 0 (0: the default)", c.MaxAggregateDeadline, c.MaxAggregateParticipants)
@@ -243,6 +254,9 @@ type Node struct {
 	// acct is the Gage accounting cycle (usage.go); acctStop ends it.
 	acct     *accounting
 	acctStop chan struct{}
+	// inflight is the budget of request bytes in flight
+	// (MaxInflightBytes), enforced by the gRPC server.
+	inflight *transport.Inflight
 }
 
 // New creates a node; Register services, then Start it.
@@ -260,6 +274,7 @@ func New(cfg Config) (*Node, error) {
 		acct:     newAccounting(cfg.Clock, DefaultAccountingCycle),
 		acctStop: make(chan struct{}),
 		done:     make(chan struct{}),
+		inflight: transport.NewInflight(cfg.ID, cfg.MaxInflightBytes, cfg.MaxMessageBytes+nerr.WireOverhead),
 	}
 	sc := cfg.Security
 	sc.Identity = pki.Identity{Role: pki.RoleNode, Name: cfg.ID}
@@ -402,7 +417,11 @@ func (n *Node) Start(ctx context.Context) error {
 		n.Close()
 		return fmt.Errorf("neptune: NodeConfig.Security: %w", err)
 	}
-	n.grpc = grpc.NewServer(append(grpcOpts, transport.SizeOptions(n.cfg.MaxMessageBytes)...)...)
+	if n.repl != nil {
+		n.inflight.Count(n.repl.HeldBytes)
+	}
+	grpcOpts = append(append(grpcOpts, transport.SizeOptions(n.cfg.MaxMessageBytes)...), n.inflight.ServerOptions()...)
+	n.grpc = grpc.NewServer(grpcOpts...)
 	pb.RegisterNodeServer(n.grpc, &nodeServer{n: n})
 	n.health = health.NewServer()
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)

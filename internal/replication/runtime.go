@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/clock"
@@ -185,6 +186,23 @@ type Runtime struct {
 
 	disk    storage
 	corrupt corruptionCounter
+	// held is the bytes of replication messages queued or in flight to
+	// peers.
+	held atomic.Int64
+}
+
+// HeldBytes is the bytes of replication messages the node holds now:
+// queued or in flight to other nodes, and entries received but not yet
+// taken by their partition's loop. The node's in-flight budget counts
+// them beside its calls'.
+func (rt *Runtime) HeldBytes() int64 {
+	n := rt.held.Load()
+	rt.pmu.RLock()
+	defer rt.pmu.RUnlock()
+	for _, p := range rt.parts {
+		n += p.inboxHeld.Load()
+	}
+	return n
 }
 
 // New returns a runtime with no partitions; Register them, then Start.

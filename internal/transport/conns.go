@@ -94,6 +94,7 @@ func ServerOptions() []grpc.ServerOption {
 		grpc.InitialWindowSize(window), grpc.InitialConnWindowSize(window),
 		grpc.NumStreamWorkers(streamWorkers),
 		serverKeepalive,
+		bodyCodec(),
 	}
 }
 
@@ -125,6 +126,7 @@ func dialDefaults(creds grpc.DialOption) []grpc.DialOption {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)),
 		grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window),
 		clientKeepalive, reconnect,
+		grpc.WithChainUnaryInterceptor(declareSize),
 	}
 }
 

@@ -377,18 +377,25 @@ func (c *Cluster) Close() {
 }
 
 // RSS returns the resident set size of pid in bytes, from /proc.
-func RSS(pid int) (int64, error) {
+func RSS(pid int) (int64, error) { return procStatus(pid, "VmRSS:") }
+
+// PeakRSS returns the peak resident set size of pid in bytes (VmHWM, the
+// high-water mark the kernel keeps since the process started).
+func PeakRSS(pid int) (int64, error) { return procStatus(pid, "VmHWM:") }
+
+// procStatus reads one kB field of /proc/<pid>/status, in bytes.
+func procStatus(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, errors.New("localcluster: no VmRSS in /proc status")
+	return 0, fmt.Errorf("localcluster: no %s in /proc/%d/status", field, pid)
 }
 
 // FreePort finds a port free for both TCP and UDP on 127.0.0.1 (memberlist

@@ -139,7 +139,14 @@ func (l *Log) Last() replica.LSN { return l.last }
 // Save writes hs (if non-nil) and es atomically; es replace any stored
 // entries from es[0].LSN on. With sync, both are durable on return.
 func (l *Log) Save(hs *replica.HardState, es []replica.Entry, sync bool) error {
-	b := l.db.NewBatch()
+	// Sized for the entries, which are encoded straight into it: a batch
+	// grown by doubling, and a separate encoding copied in, cost a large
+	// write about three times its size in garbage.
+	size := batchOverhead
+	for _, e := range es {
+		size += batchOverhead + entrySize(e)
+	}
+	b := l.db.NewBatchWithSize(batchCap(size))
 	defer b.Close()
 	if hs != nil {
 		if err := b.Set(hardStateKey, encodeHardState(*hs), nil); err != nil {
@@ -160,7 +167,13 @@ func (l *Log) Save(hs *replica.HardState, es []replica.Entry, sync bool) error {
 			if e.LSN != at+replica.LSN(i) {
 				return fmt.Errorf("wal: entries not dense at LSN %d", e.LSN)
 			}
-			if err := b.Set(entryKey(e.LSN), encodeEntry(e), nil); err != nil {
+			k := entryKey(e.LSN)
+			op := b.SetDeferred(len(k), entrySize(e))
+			copy(op.Key, k)
+			if enc := appendEntry(op.Value[:0], e); len(enc) != len(op.Value) {
+				return fmt.Errorf("wal: entry %d encoded to %d bytes, not the %d reserved", e.LSN, len(enc), len(op.Value))
+			}
+			if err := op.Finish(); err != nil {
 				return fmt.Errorf("wal: %w", err)
 			}
 		}
@@ -361,8 +374,43 @@ func decodeBase(b []byte) (map[replica.ID]uint64, error) {
 	return vv, d.err
 }
 
-func encodeEntry(e replica.Entry) []byte {
-	b := make([]byte, 0, 48+len(e.Method)+len(e.Origin)+len(e.WriteID)+len(e.Body))
+func encodeEntry(e replica.Entry) []byte { return appendEntry(make([]byte, 0, entrySize(e)), e) }
+
+// batchOverhead is what a pebble batch adds to a record's key and value
+// (kind, lengths, key) and to the batch (header), at most.
+const batchOverhead = 64
+
+// batchCap is the capacity a pebble batch needs for size bytes of
+// records: pebble rounds its first buffer up to a power of two (from
+// 1 KiB) and reallocates a smaller one, whatever it was given. The pages
+// a batch never writes are never touched.
+func batchCap(size int) int {
+	n := 1 << 10
+	for n < size {
+		n *= 2
+	}
+	return n
+}
+
+// entrySize is the exact length of e's encoding.
+func entrySize(e replica.Entry) int {
+	n := 0
+	for _, u := range []uint64{uint64(e.Epoch), uint64(e.LSN), e.ReqID, e.Seq, uint64(len(e.Method)), uint64(len(e.Origin)), uint64(len(e.WriteID)), uint64(e.Time)} {
+		n += uvarintLen(u)
+	}
+	return n + len(e.Method) + len(e.Origin) + len(e.WriteID) + len(e.Body)
+}
+
+func uvarintLen(u uint64) int {
+	n := 1
+	for ; u >= 0x80; u >>= 7 {
+		n++
+	}
+	return n
+}
+
+// appendEntry appends e's encoding to b.
+func appendEntry(b []byte, e replica.Entry) []byte {
 	for _, u := range []uint64{uint64(e.Epoch), uint64(e.LSN), e.ReqID, e.Seq} {
 		b = binary.AppendUvarint(b, u)
 	}

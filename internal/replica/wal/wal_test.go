@@ -5,6 +5,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -380,5 +381,20 @@ func TestReplicaSetSurvivesReopen(t *testing.T) {
 	rs, err := l.Restore()
 	if err != nil || rs.ConfState == nil || rs.ConfState.LSN != 7 || !slices.Equal(rs.ConfState.Members, cs.Members) {
 		t.Fatalf("restored %+v, %v", rs.ConfState, err)
+	}
+}
+
+// entrySize is the exact length of an entry's encoding, whatever the
+// widths of its varints: Save encodes entries into space reserved by it.
+func TestEntrySizeIsTheEncodedLength(t *testing.T) {
+	for _, e := range []replica.Entry{
+		{},
+		entries(1, 1, 1)[0],
+		{Epoch: 1 << 40, LSN: 1<<63 + 5, ReqID: 127, Seq: 128, Method: strings.Repeat("m", 200), Origin: "node-1",
+			WriteID: "c/1", Time: -1, Body: make([]byte, 1<<16)},
+	} {
+		if got, want := entrySize(e), len(encodeEntry(e)); got != want || cap(encodeEntry(e)) != want {
+			t.Errorf("entrySize %d, encoding %d bytes (cap %d)", got, want, cap(encodeEntry(e)))
+		}
 	}
 }
