@@ -67,4 +67,21 @@ func TestHealthProbes(t *testing.T) {
 	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "nosuch"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("unhosted service: %v, want NotFound", err)
 	}
+	// A draining node is not ready from the start of its drain.
+	drained := make(chan struct{})
+	go func() { b.Drain(context.Background()); close(drained) }()
+	sawDraining := false
+	for !sawDraining {
+		resp, err := http.Get("http://" + b.MetricsAddr() + "/readyz")
+		if err != nil {
+			break // closed
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		sawDraining = resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(body), "draining")
+	}
+	<-drained
+	if !sawDraining {
+		t.Fatal("/readyz never said draining")
+	}
 }
