@@ -180,8 +180,7 @@ func (c NodeConfig) internal() (node.Config, error) {
 		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir, Security: sec,
 		Cluster: c.Cluster, MaxMessageBytes: c.MaxMessageBytes, MaxInflightBytes: c.MaxInflightBytes,
 		MaxAggregateDeadline: c.MaxAggregateDeadline, MaxAggregateParticipants: c.MaxAggregateParticipants,
-		Placement: rebalance.Config{Off: c.Placement.Off, Placement: placement.Config{Grace: c.Placement.Grace,
-			Interval: c.Placement.Interval, MaxInFlight: c.Placement.MaxInFlight}},
+		Placement:   c.Placement.internal(),
 		DiskReserve: c.Storage.Reserve, RebuildCorrupt: c.Storage.RebuildCorrupt,
 	}
 	return cfg, cfg.Validate()
@@ -328,6 +327,15 @@ const DefaultDrainTimeout = node.DefaultDrainTimeout
 // take over, and elect a primary once the node is gone. `neptune node`
 // drains on SIGTERM and SIGINT.
 func (n *Node) Drain(ctx context.Context) []string { return n.n.Drain(ctx) }
+
+// SetPlacement changes the node's placement settings while it runs (what
+// SIGHUP does to `neptune node` with a changed placement block): Off,
+// Grace, Interval, MaxInFlight. Changes under way go on.
+func (n *Node) SetPlacement(p Placement) error { return n.n.SetPlacement(p.internal()) }
+
+func (p Placement) internal() rebalance.Config {
+	return rebalance.Config{Off: p.Off, Placement: placement.Config{Grace: p.Grace, Interval: p.Interval, MaxInFlight: p.MaxInFlight}}
+}
 
 // Done is closed once the node has stopped: Close, Drain, or a drain an
 // operator asked for (`neptune node drain`, Client.Drain).

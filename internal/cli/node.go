@@ -183,22 +183,27 @@ func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Log
 		case <-node.Done():
 			return nil // drained by an operator (neptune node drain)
 		case <-hup:
-			onHangup(log, level, reload, node.ReloadSecurity)
+			onHangup(log, level, reload, node.ReloadSecurity, node.SetPlacement)
 		}
 	}
 }
 
-// onHangup applies a SIGHUP: the config file's log level, then the
-// security files. What fails to load is logged and changes nothing.
-func onHangup(log *slog.Logger, level *slog.LevelVar, reload func() (FileConfig, error), reloadSecurity func() error) {
+// onHangup applies a SIGHUP: the config file's log level and placement
+// settings, then the security files. What fails to load is logged and changes nothing.
+func onHangup(log *slog.Logger, level *slog.LevelVar, reload func() (FileConfig, error), reloadSecurity func() error, setPlacement func(neptune.Placement) error) {
 	fc, err := reload()
 	if err != nil {
 		log.Error("SIGHUP: config not reloaded; the node runs on as it was", "err", err)
-	} else if l, err := parseLevel(fc.LogLevel); err != nil {
-		log.Error("SIGHUP: log level not changed", "err", err)
-	} else if l != level.Level() {
-		log.Info("SIGHUP: log level changed", "from", level.Level(), "to", l)
-		level.Set(l)
+	} else {
+		if l, err := parseLevel(fc.LogLevel); err != nil {
+			log.Error("SIGHUP: log level not changed", "err", err)
+		} else if l != level.Level() {
+			log.Info("SIGHUP: log level changed", "from", level.Level(), "to", l)
+			level.Set(l)
+		}
+		if err := setPlacement(fc.Placement.toPlacement()); err != nil {
+			log.Error("SIGHUP: placement settings not changed", "err", err)
+		}
 	}
 	if err := reloadSecurity(); err != nil {
 		log.Error("SIGHUP: certificates or keyring not reloaded; the node keeps the ones it had", "err", err)
@@ -268,9 +273,8 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		Logger:           log,
 		DataDir:          fc.DataDir,
 		MaxInflightBytes: int64(fc.MaxInflightBytes),
-		Placement: neptune.Placement{Off: fc.Placement.Off, Grace: time.Duration(fc.Placement.Grace),
-			Interval: time.Duration(fc.Placement.Interval), MaxInFlight: fc.Placement.MaxInFlight},
-		Storage: neptune.Storage{Reserve: fc.Storage.ReserveBytes, RebuildCorrupt: fc.Storage.RebuildCorrupt},
+		Placement:        fc.Placement.toPlacement(),
+		Storage:          neptune.Storage{Reserve: fc.Storage.ReserveBytes, RebuildCorrupt: fc.Storage.RebuildCorrupt},
 	})
 	if err != nil {
 		return nil, err
@@ -329,4 +333,9 @@ func joinTimeout(d Duration) time.Duration {
 		return -1
 	}
 	return time.Duration(d)
+}
+
+// toPlacement is the config file's placement block as the node takes it.
+func (p PlacementConfig) toPlacement() neptune.Placement {
+	return neptune.Placement{Off: p.Off, Grace: time.Duration(p.Grace), Interval: time.Duration(p.Interval), MaxInFlight: p.MaxInFlight}
 }

@@ -16,7 +16,7 @@ import (
 // mode from it) and its replicas' status.
 func (n *Node) announcement() *pb.Announcement {
 	a := &pb.Announcement{RpcAddr: hostaddr.Join(n.adv, n.rpcLn.Addr().String()), PollAddr: hostaddr.Join(n.adv, n.polls.Addr()),
-		Zone: n.cfg.Zone, PlacementOff: n.cfg.Placement.Off}
+		Zone: n.cfg.Zone, PlacementOff: n.placementOff.Load()}
 	if m := n.MetricsAddr(); m != "" {
 		a.MetricsAddr = hostaddr.Join(n.adv, m)
 	}

@@ -239,8 +239,12 @@ type Node struct {
 	stopHealth context.CancelFunc
 	draining   atomic.Bool
 	// done is closed when the node has stopped.
-	done  chan struct{}
-	polls *transport.PollServer
+	done chan struct{}
+	// placeMu guards placer, which SetPlacement may start late;
+	// placementOff is what the node announces.
+	placeMu      sync.Mutex
+	placementOff atomic.Bool
+	polls        *transport.PollServer
 	// pushes is polls once it listens: the pools' OnChange (loadChanged)
 	// reads it from request goroutines, which start before it is set.
 	pushes  atomic.Pointer[transport.PollServer]
@@ -610,8 +614,11 @@ func (n *Node) close() {
 	if n.stopHealth != nil {
 		n.stopHealth()
 	}
-	if n.placer != nil {
-		n.placer.Stop()
+	n.placeMu.Lock()
+	placer := n.placer
+	n.placeMu.Unlock()
+	if placer != nil {
+		placer.Stop()
 	}
 	if n.repl != nil {
 		n.repl.Stop()
