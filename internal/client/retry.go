@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,9 +11,10 @@ import (
 )
 
 // RetryPolicy is how Call tries again after a call fails with an error
-// that nerr.Retryable accepts (no live replica, no primary, overloaded,
-// a deadline passed at the node, a write of unknown outcome that carries
-// an identity), so that a caller writes no retry loop. Every retry of a
+// that nerr.Retryable accepts (no live replica, no primary, overloaded, a
+// stopping node, a write of unknown outcome that carries an identity;
+// not a deadline the node reports, which a second try would meet too), so
+// that a caller writes no retry loop. Every retry of a
 // write carries the first attempt's identity: the write runs at most once
 // in all, and the answer is the original result.
 //
@@ -86,11 +88,11 @@ func (p RetryPolicy) pause(n int, elapsed time.Duration, u float64) (d time.Dura
 // ctx ends or the policy says stop, pausing on clk between tries. It
 // returns the last try's answer: for a write, the last error carries the
 // write's identity and whether it may have run (see request.outcome).
-func retrying[T any](ctx context.Context, clk clock.Clock, p RetryPolicy, draw func() float64, retried func(), try func() (T, error)) (T, error) {
+func retrying[T any](ctx context.Context, clk clock.Clock, p RetryPolicy, draw func() float64, onRetry func(), try func() (T, error)) (T, error) {
 	start := clk.Now()
 	for n := 0; ; n++ {
 		out, err := try()
-		if err == nil || !nerr.Retryable(err) || ctx.Err() != nil {
+		if err == nil || !retried(err) || ctx.Err() != nil {
 			return out, err
 		}
 		d, ok := p.pause(n, clk.Since(start), draw())
@@ -102,6 +104,18 @@ func retrying[T any](ctx context.Context, clk clock.Clock, p RetryPolicy, draw f
 			return out, err
 		case <-clk.After(d):
 		}
-		retried()
+		onRetry()
 	}
+}
+
+// retried reports whether the policy tries err again: what
+// nerr.Retryable allows, but a deadline the node reports for a call that
+// never ran (the handler or the queue ran out of the call's time: a second
+// try would too, as gRPC's own retry policies judge).
+func retried(err error) bool {
+	var u *nerr.UnknownOutcomeError
+	if !errors.As(err, &u) && errors.Is(err, nerr.ErrDeadline) {
+		return false
+	}
+	return nerr.Retryable(err)
 }
