@@ -100,12 +100,12 @@ func TestRetryPauses(t *testing.T) {
 func TestRetryingBoundsCallsWhileNoReplicaIsKnown(t *testing.T) {
 	clk := clock.NewManual(time.Unix(0, 0))
 	start := clk.Now()
-	tries, retried := 0, 0
+	tries, retries := 0, 0
 	var last time.Time
 	noReplica := &nerr.UnknownOutcomeError{Identified: true, ClientID: "c", Seq: 1, Cause: nerr.ErrNoReplica}
 	done := make(chan error, 1)
 	go func() {
-		_, err := retrying(context.Background(), clk, DefaultRetryPolicy, func() float64 { return 0 }, func() { retried++ },
+		_, err := retrying(context.Background(), clk, DefaultRetryPolicy, func() float64 { return 0 }, func() { retries++ },
 			func() (struct{}, error) {
 				tries++
 				last = clk.Now()
@@ -137,8 +137,8 @@ wait:
 		t.Fatalf("ended with %v, want the last try's error", err)
 	}
 	// 25+50+100+200+400 ms, then 500 ms each: 24 tries in 10 s.
-	if tries < 10 || tries > 25 || retried != tries-1 {
-		t.Fatalf("%d tries (%d retries) in the 10 s budget, want 10-25", tries, retried)
+	if tries < 10 || tries > 25 || retries != tries-1 {
+		t.Fatalf("%d tries (%d retries) in the 10 s budget, want 10-25", tries, retries)
 	}
 	if last.Sub(start) > DefaultRetryPolicy.Budget {
 		t.Fatalf("a try started %v after the first, past the budget", last.Sub(start))
@@ -149,5 +149,13 @@ wait:
 		func() (struct{}, error) { n++; return struct{}{}, nerr.ErrUnknownService })
 	if n != 1 || !errors.Is(err, nerr.ErrUnknownService) {
 		t.Fatalf("a non-retryable error was tried %d times", n)
+	}
+	// A deadline the node reports (a hung handler) is not tried again,
+	// though Retryable allows it; a write sent and cut off by one is.
+	if retried(fmt.Errorf("%w: killed after 300ms", nerr.ErrDeadline)) {
+		t.Error("the policy retries a handler's deadline")
+	}
+	if !retried(&nerr.UnknownOutcomeError{Identified: true, Cause: nerr.ErrDeadline}) || !retried(nerr.ErrOverloaded) || !retried(nerr.ErrClosed) {
+		t.Error("the policy gives up on a retryable error")
 	}
 }
