@@ -16,20 +16,7 @@ import (
 // with no in-sync replica to take over: they are elected elsewhere once
 // the node is gone). The replicas keep serving meanwhile.
 func (rt *Runtime) Drain(ctx context.Context) []string {
-	rt.pmu.RLock()
-	parts := make([]*part, 0, len(rt.parts))
-	for _, p := range rt.parts {
-		parts = append(parts, p)
-	}
-	rt.pmu.RUnlock()
-	for _, p := range parts {
-		select {
-		case p.ops <- func(now time.Time) { p.core.SetDraining(now, true) }:
-		case <-p.done:
-		case <-ctx.Done():
-			return leading(parts)
-		}
-	}
+	parts := rt.tellAll(ctx, func(p *part, now time.Time) { p.core.SetDraining(now, true) })
 	for _, p := range parts {
 		for {
 			changed := p.statusChanged()

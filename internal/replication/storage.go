@@ -148,6 +148,13 @@ func (rt *Runtime) storageChanged(now time.Time, full bool, free uint64, cause e
 		rt.log.Info("data directory has space again: writes resume", "path", rt.cfg.DataDir, "free_bytes", free,
 			"reserve_bytes", rt.disk.guard.reserve)
 	}
+	rt.tellAll(context.Background(), func(p *part, now time.Time) { p.core.SetStorageFull(now, full) })
+}
+
+// tellAll runs op on every hosted replica's loop, one after the other,
+// and returns the replicas; it gives up when ctx ends (replicas not told
+// yet are still returned).
+func (rt *Runtime) tellAll(ctx context.Context, op func(p *part, now time.Time)) []*part {
 	rt.pmu.RLock()
 	parts := make([]*part, 0, len(rt.parts))
 	for _, p := range rt.parts {
@@ -156,10 +163,13 @@ func (rt *Runtime) storageChanged(now time.Time, full bool, free uint64, cause e
 	rt.pmu.RUnlock()
 	for _, p := range parts {
 		select {
-		case p.ops <- func(now time.Time) { p.core.SetStorageFull(now, full) }:
+		case p.ops <- func(now time.Time) { op(p, now) }:
 		case <-p.done:
+		case <-ctx.Done():
+			return parts
 		}
 	}
+	return parts
 }
 
 // watchDisk runs the watchdog until ctx ends.
