@@ -19,9 +19,16 @@ import (
 type ClientConfig struct {
 	// Join lists gossip addresses ("host:port") of cluster nodes. Required.
 	Join []string
-	// Host is the local address the client's gossip listener binds to.
-	// Default 127.0.0.1.
+	// Host is the local address the client's gossip listener and poll
+	// socket bind to. Default 127.0.0.1 when every Join address is on
+	// loopback, else every interface, so the nodes can reach the client
+	// and tell it of a failover at once.
 	Host string
+	// Advertise is the address the nodes reach the client's gossip at
+	// (default: Host if it names one address, else the local address on
+	// the route to the first Join address). A client advertised on
+	// loopback to a cluster that is not logs a warning.
+	Advertise string
 	// Balance selects the load-balancing policy; the default is prequal
 	// (see Balancing).
 	Balance Balancing
@@ -40,7 +47,16 @@ type ClientConfig struct {
 	// with ErrTooLarge (so the write never ran), and a response (default
 	// 16 MiB).
 	MaxMessageBytes int
+	// Retry is how Call tries again after a retryable error, keeping a
+	// write's identity so it runs at most once: by default for up to 10 s,
+	// pauses from 50 ms doubling to 1 s with jitter, within the call's
+	// deadline. RetryPolicy{Budget: -1} makes one try per Call.
+	Retry RetryPolicy
 }
+
+// RetryPolicy is how a client retries calls that fail with a retryable
+// error (see ClientConfig.Retry and WithRetry).
+type RetryPolicy = client.RetryPolicy
 
 // Dial joins a cluster as a client: it learns the yellow pages by gossip but
 // hosts nothing.
@@ -51,6 +67,9 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	bal, err := cfg.Balance.internal("ClientConfig.Balance")
 	if err != nil {
 		return nil, err
+	}
+	if err := cfg.Retry.Validate("ClientConfig.Retry"); err != nil {
+		return nil, fmt.Errorf("neptune: %w", err)
 	}
 	sc, err := cfg.Security.config("ClientConfig.Security", pki.Identity{})
 	if err != nil {
@@ -65,8 +84,9 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		cfg.Logger.Warn("client running INSECURE: plaintext gRPC and gossip, unauthenticated polls")
 	}
 	c, err := client.New(ctx, client.Config{
-		Host: cfg.Host, Join: cfg.Join, AnnounceTTL: cfg.AnnounceTTL, Balance: bal,
+		Host: cfg.Host, Advertise: cfg.Advertise, Join: cfg.Join, AnnounceTTL: cfg.AnnounceTTL, Balance: bal,
 		Registerer: cfg.Registerer, Logger: cfg.Logger, Security: sec, MaxMessageBytes: cfg.MaxMessageBytes,
+		Retry: cfg.Retry,
 	})
 	if err != nil {
 		return nil, err
@@ -90,7 +110,7 @@ type Session = client.Session
 func NewSession() *Session { return client.NewSession() }
 
 // CallOption adjusts one call: WithSession, WithClass, WithTimeout,
-// WithIdempotencyKey, WithRetryOf.
+// WithIdempotencyKey, WithRetryOf, WithRetry.
 type CallOption = client.Option
 
 // WithSession makes the call part of sess: a read of a level-3 partition
@@ -123,8 +143,11 @@ func WithIdempotencyKey(key string) CallOption { return client.WithIdempotencyKe
 // WithRetryOf makes the call a retry of the write that failed with err
 // (an UnknownOutcomeError of an identified write): the retry carries the
 // same identity, so the write executes at most once in all and the retry
-// returns the original result. Any other err, nil included, changes
-// nothing, so a retry loop can always pass its last error:
+// returns the original result; and since the first call may have run,
+// every error the retry returns is again such an UnknownOutcomeError.
+// Any other err, nil included, changes nothing. The client's retry
+// policy (ClientConfig.Retry) already retries this way within each Call;
+// a loop of your own, for longer than its budget, passes its last error:
 //
 //	var err error
 //	for {
@@ -134,6 +157,10 @@ func WithIdempotencyKey(key string) CallOption { return client.WithIdempotencyKe
 //		}
 //	}
 func WithRetryOf(err error) CallOption { return client.WithRetryOf(err) }
+
+// WithRetry makes one call follow p instead of the client's retry policy
+// (zero fields take the defaults; Budget -1 makes one try).
+func WithRetry(p RetryPolicy) CallOption { return client.WithRetry(p) }
 
 // Call runs method on partition of service somewhere in the cluster and
 // returns its response. Whether the method reads or writes is what the
@@ -241,6 +268,14 @@ func (c *Client) ChangeReplicas(ctx context.Context, node, service string, parti
 // moves it until priorities hand it back). Errors as ChangeReplicas.
 func (c *Client) SetReplicaPriority(ctx context.Context, node, service string, partition int, replica string, priority int) (ReplicaSet, error) {
 	return c.c.SetReplicaPriority(ctx, node, service, partition, replica, priority)
+}
+
+// Drain asks node to drain, as SIGTERM does (an operator's certificate is
+// needed): it answers once the node's primary roles are handed over,
+// with the partitions it kept because no in-sync replica could take them;
+// the node then finishes its calls in flight and stops.
+func (c *Client) Drain(ctx context.Context, node string) ([]string, error) {
+	return c.c.Drain(ctx, node)
 }
 
 // Close leaves the cluster and closes connections.

@@ -39,6 +39,8 @@ func TestWriteToAStoppedPrimaryMovesToItsSuccessor(t *testing.T) {
 	if err := victim.Pause(); err != nil {
 		t.Fatal(err)
 	}
+	paused := time.Now()
+	stale := watchStale(c, 0, old, paused)
 	// The old primary stays stopped for hold: long enough that a call
 	// waiting for it (its deadline is longer still) ends after the resume.
 	const hold = 8 * time.Second
@@ -63,6 +65,46 @@ func TestWriteToAStoppedPrimaryMovesToItsSuccessor(t *testing.T) {
 	if err != nil || string(resp.Body) != "yes" {
 		t.Fatalf("read back: %q, %v", respBody(resp), err)
 	}
+	// The yellow pages told the truth within a second: while the stopped
+	// primary was still listed, its claim was marked stale (its announced
+	// lease lapsed, or the new primary's epoch superseded it).
+	s := <-stale
+	if s.after < 0 {
+		t.Fatalf("the stopped primary %s was never marked stale while it was listed as primary", old)
+	}
+	t.Logf("the stopped primary %s was marked stale %v after SIGSTOP: %s", old, s.after.Round(time.Millisecond), s.why)
+	if s.after > time.Second {
+		t.Errorf("the stopped primary was marked stale only %v after SIGSTOP, want within a second", s.after)
+	}
+}
+
+// staleMark is when (after the stop) and why a stopped primary's claim
+// was first marked stale; after < 0: never while it was listed.
+type staleMark struct {
+	after time.Duration
+	why   string
+}
+
+// watchStale watches partition p's replicas as c lists them (what
+// `neptune status` shows) from since until node's primary claim is
+// marked stale or 5 s passed.
+func watchStale(c *neptune.Client, p int, node string, since time.Time) <-chan staleMark {
+	out := make(chan staleMark, 1)
+	go func() {
+		for time.Since(since) < 5*time.Second {
+			for _, pi := range c.Partitions() {
+				for _, r := range pi.Replicas {
+					if pi.Partition == p && r.Node == node && r.Role == "primary" && r.Stale != "" {
+						out <- staleMark{after: time.Since(since), why: r.Stale}
+						return
+					}
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		out <- staleMark{after: -1}
+	}()
+	return out
 }
 
 func respBody(r *neptune.Response) string {

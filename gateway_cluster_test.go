@@ -205,6 +205,24 @@ routes: [{path_prefix: /echo, service: echo, method: echo}]
 	b := startGateway(t, ctx, dir, "gb", config("gb", "peers: ["+a.goss+"]"), cl.SecurityArgs("gateway/gb")...)
 
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	// The probes Kubernetes would use: live at once, ready once the
+	// gateway sees a node to call.
+	for _, path := range []string{"/livez", "/readyz"} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := hc.Get("http://" + a.metrics + path)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("gateway %s: %v %v", path, resp, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	body := bytes.Repeat([]byte{'x'}, 480) // ~490 bytes each way: about one GRU
 	// Ready: echo answers through both, and each gateway hears the other.
 	for {

@@ -169,8 +169,10 @@ type (
 //   - ErrDeadline: a read's deadline; a write's deadline surfaces as
 //     ErrUnknownOutcome if the write had been sent, else as itself (never
 //     executed).
-//   - ErrClosed: the client or node is shutting down; a write pending at a
-//     node that stops surfaces as ErrUnknownOutcome.
+//   - ErrClosed: the node is shutting down and refused the call (it never
+//     ran; retryable: another replica, or the node once restarted, takes
+//     it); a write pending at a node that stops surfaces as
+//     ErrUnknownOutcome.
 //   - any other error is the handler's own: the write executed (or, with
 //     an identity, a retry is answered with that same error).
 var (
@@ -187,6 +189,22 @@ var (
 	// ErrTooLarge: a body over the MaxMessageBytes limit. A request
 	// refused with it was never sent or never ran; not retryable.
 	ErrTooLarge = nerr.ErrTooLarge
+	// ErrNotMember: the cluster's nodes and this member trust different
+	// CAs (it was given another cluster's material), so it reaches none
+	// of them; the error names both CAs where they are known. Never
+	// executed; not retryable.
+	ErrNotMember = nerr.ErrNotMember
+	// ErrBadRequest and ErrNotFound are for handlers to wrap (fmt.Errorf
+	// with %w): the request was malformed, or names what does not exist.
+	// The error remains the handler's own (the call ran); its kind reaches
+	// the caller, for errors.Is, and the HTTP gateway answers 400 and 404
+	// with the message instead of 502.
+	ErrBadRequest = nerr.ErrBadRequest
+	ErrNotFound   = nerr.ErrNotFound
+	// ErrStorage is for write handlers, not callers: wrap it when the
+	// service's storage failed before the write took effect (see
+	// service.ErrStorage).
+	ErrStorage = service.ErrStorage
 )
 
 // UnknownOutcomeError is a write that may or may not have executed; it
@@ -195,7 +213,7 @@ var (
 type UnknownOutcomeError = nerr.UnknownOutcomeError
 
 // Retryable reports whether the same call may succeed if tried again, and
-// trying again is safe: overload, a missing replica or primary, a read's
-// deadline, or a write of unknown outcome that carried an identity (retry
+// trying again is safe: overload, a missing replica or primary, a node
+// shutting down, a read's deadline, or a write of unknown outcome that carried an identity (retry
 // it with WithRetryOf(err)).
 func Retryable(err error) bool { return nerr.Retryable(err) }

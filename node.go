@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/node"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/placement"
@@ -22,8 +23,15 @@ import (
 type NodeConfig struct {
 	// ID names the node; unique in the cluster. Required.
 	ID string
-	// Host is the address every listener binds to. Default 127.0.0.1.
+	// Host is the address every listener binds to: an IP, 0.0.0.0 or ::
+	// for every interface, or a host name. Default 127.0.0.1.
 	Host string
+	// Advertise is the host the node tells others to dial for each of its
+	// listeners (in containers: the service or pod name). Default: Host
+	// if it names one address, else the local address on the route to the
+	// first seed, else the first address of an interface that is up. An
+	// address no other host can dial (0.0.0.0, ::) is refused at Start.
+	Advertise string
 	// GossipPort, RPCPort and PollPort are the memberlist, gRPC and UDP
 	// load-poll ports; 0 picks a free port.
 	GossipPort, RPCPort, PollPort int
@@ -38,6 +46,15 @@ type NodeConfig struct {
 	Pprof bool
 	// Join lists gossip addresses ("host:port") of existing nodes.
 	Join []string
+	// JoinTimeout bounds how long Start keeps trying the Join addresses,
+	// pausing with backoff (0: 10 s; negative: until Start's context
+	// ends, as `neptune node` does by default). A Join address that is a
+	// host name stands for every address it resolves to, looked up anew
+	// on each try.
+	JoinTimeout time.Duration
+	// DrainTimeout bounds Drain: handing the primary roles over (at most
+	// half of it), then the calls in flight (default 10 s).
+	DrainTimeout time.Duration
 	// AnnounceInterval and AnnounceTTL control the yellow pages' soft
 	// state: refresh every 1 s, expire after 5 s (the paper's values).
 	AnnounceInterval time.Duration
@@ -74,6 +91,12 @@ type NodeConfig struct {
 	// accepts or returns (default 16 MiB, at most 64 MiB): a larger one
 	// gets ErrTooLarge and never runs or reaches the write log.
 	MaxMessageBytes int
+	// MaxInflightBytes bounds the request bytes of the calls the node
+	// holds at once (default 64 MiB, at least MaxMessageBytes). A call
+	// beyond it is refused with ErrOverloaded (retryable: it never ran)
+	// as its headers arrive, before its body is read; see
+	// docs/architecture/identity.md ("Request limits").
+	MaxInflightBytes int64
 	// MaxAggregateDeadline bounds an aggregation request's deadline (and
 	// its reductions' grace) that the node accepts, default 1 minute;
 	// MaxAggregateParticipants its participants, default 4096. A request
@@ -83,7 +106,31 @@ type NodeConfig struct {
 	MaxAggregateParticipants int
 	// Placement tunes automatic replica placement (see Placement).
 	Placement Placement
+	// Storage tunes how the node treats a full or damaged data directory
+	// (see Storage).
+	Storage Storage
 }
+
+// Storage tunes how a node treats its data directory's faults (issue 28).
+// Below Reserve free bytes the node logs an error naming the directory
+// and its free space, hands its primaries over, and refuses writes with a
+// retryable ErrNoPrimary (never executed); reads go on. Once twice the
+// reserve is free, writes resume by themselves. A write log found corrupt
+// at start is logged, counted (neptune_storage_corruption_total) and the
+// node refuses to start, naming `neptune partition rebuild`; with
+// RebuildCorrupt it quarantines the replica's directory instead and
+// rebuilds it from its peers.
+type Storage struct {
+	// Reserve is the free space, in bytes, below which the node refuses
+	// writes (default 64 MiB).
+	Reserve uint64
+	// RebuildCorrupt quarantines a corrupt replica and rebuilds it from
+	// its peers instead of refusing to start.
+	RebuildCorrupt bool
+}
+
+// DefaultMaxInflightBytes is NodeConfig.MaxInflightBytes's default.
+const DefaultMaxInflightBytes = nerr.DefaultMaxInflightBytes
 
 // Placement tunes automatic replica placement of replicated services
 // (issue 17). One node at a time (the live node with the lowest id)
@@ -127,14 +174,14 @@ func (c NodeConfig) internal() (node.Config, error) {
 		return node.Config{}, err
 	}
 	cfg := node.Config{
-		ID: c.ID, Host: c.Host, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
+		ID: c.ID, Host: c.Host, Advertise: c.Advertise, JoinTimeout: c.JoinTimeout, DrainTimeout: c.DrainTimeout, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
 		MetricsAddr: c.MetricsAddr, Zone: c.Zone, Pprof: c.Pprof, Join: c.Join,
 		AnnounceInterval: c.AnnounceInterval, AnnounceTTL: c.AnnounceTTL,
 		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir, Security: sec,
-		Cluster: c.Cluster, MaxMessageBytes: c.MaxMessageBytes,
+		Cluster: c.Cluster, MaxMessageBytes: c.MaxMessageBytes, MaxInflightBytes: c.MaxInflightBytes,
 		MaxAggregateDeadline: c.MaxAggregateDeadline, MaxAggregateParticipants: c.MaxAggregateParticipants,
-		Placement: rebalance.Config{Off: c.Placement.Off, Placement: placement.Config{Grace: c.Placement.Grace,
-			Interval: c.Placement.Interval, MaxInFlight: c.Placement.MaxInFlight}},
+		Placement:   c.Placement.internal(),
+		DiskReserve: c.Storage.Reserve, RebuildCorrupt: c.Storage.RebuildCorrupt,
 	}
 	return cfg, cfg.Validate()
 }
@@ -267,6 +314,38 @@ func (n *Node) RPCAddr() string { return n.n.RPCAddr() }
 
 // MetricsAddr is where /metrics is served, or "".
 func (n *Node) MetricsAddr() string { return n.n.MetricsAddr() }
+
+// DefaultDrainTimeout bounds a drain unless NodeConfig.DrainTimeout says.
+const DefaultDrainTimeout = node.DefaultDrainTimeout
+
+// Drain stops the node without failing a call: it reports itself not
+// ready (/readyz, grpc.health.v1), hands every primary role it holds to
+// an in-sync replica, leaves the gossip so clients stop choosing it,
+// finishes the calls in flight, then closes, all within
+// NodeConfig.DrainTimeout (default 10 s) or ctx. It returns the
+// partitions it still led at the end: those had no in-sync replica to
+// take over, and elect a primary once the node is gone. `neptune node`
+// drains on SIGTERM and SIGINT.
+func (n *Node) Drain(ctx context.Context) []string { return n.n.Drain(ctx) }
+
+// SetPlacement changes the node's placement settings while it runs (what
+// SIGHUP does to `neptune node` with a changed placement block): Off,
+// Grace, Interval, MaxInFlight. Changes under way go on.
+func (n *Node) SetPlacement(p Placement) error { return n.n.SetPlacement(p.internal()) }
+
+func (p Placement) internal() rebalance.Config {
+	return rebalance.Config{Off: p.Off, Placement: placement.Config{Grace: p.Grace, Interval: p.Interval, MaxInFlight: p.MaxInFlight}}
+}
+
+// Done is closed once the node has stopped: Close, Drain, or a drain an
+// operator asked for (`neptune node drain`, Client.Drain).
+func (n *Node) Done() <-chan struct{} { return n.n.Done() }
+
+// ReloadSecurity re-reads the node's certificate, key and keyring files
+// now (what SIGHUP does to `neptune node`); the node also re-reads them on
+// its own, certificates at most every 10 s and the keyring every 5 s. A
+// file that fails to load leaves the node's material as it was.
+func (n *Node) ReloadSecurity() error { return n.n.ReloadSecurity() }
 
 // Close leaves the cluster, stops serving and fails queued requests. It is
 // safe to call more than once.

@@ -191,6 +191,11 @@ func TestReplicaKillAndRestartLosesNoAcknowledgedWrite(t *testing.T) {
 func verifyReplicas(t *testing.T, ctx context.Context, cl *localcluster.Cluster, c *neptune.Client, acked map[int][]string, local bool) {
 	t.Helper()
 	var addrs map[string]string
+	conns, err := cl.Conns("client/client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conns.Close()
 	for p := range 2 {
 		var digests map[string]string
 		began := time.Now()
@@ -198,21 +203,23 @@ func verifyReplicas(t *testing.T, ctx context.Context, cl *localcluster.Cluster,
 		for {
 			addrs = nodeAddrs(ctx, c)
 			digests = map[string]string{}
+			var failed []string // a digest not read is never "converged"
 			for id, a := range addrs {
-				d, err := digestAt(ctx, a, p)
+				d, err := digestOf(ctx, conns, id, a, p)
 				if err != nil {
-					d = err.Error()
+					failed = append(failed, fmt.Sprintf("%s: %v", id, err))
+					continue
 				}
 				if local && strings.Contains(d, "sha256") {
 					d = d[strings.Index(d, "sha256"):]
 				}
 				digests[id] = d
 			}
-			if len(digests) == 3 && len(check.Convergence(digests)) == 0 {
+			if len(failed) == 0 && len(digests) == 3 && len(check.Convergence(digests)) == 0 {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("partition %d did not converge: %v", p, check.Convergence(digests))
+				t.Fatalf("partition %d did not converge: %v; digests not read: %v", p, check.Convergence(digests), failed)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}

@@ -108,11 +108,17 @@ func writeRetrying(ctx context.Context, c *neptune.Client, sess *neptune.Session
 	}
 }
 
-// digestAt asks one node directly for a partition's digest.
+// digestAt asks one insecure node directly for a partition's digest.
 func digestAt(ctx context.Context, rpcAddr string, p int) (string, error) {
 	conns := transport.NewConns()
 	defer conns.Close()
-	cl, err := conns.Client(rpcAddr)
+	return digestOf(ctx, conns, "", rpcAddr, p)
+}
+
+// digestOf asks node at rpcAddr through conns (secured or not) for a
+// partition's digest.
+func digestOf(ctx context.Context, conns *transport.Conns, node, rpcAddr string, p int) (string, error) {
+	cl, err := conns.ClientFor(node, rpcAddr)
 	if err != nil {
 		return "", err
 	}

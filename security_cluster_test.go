@@ -2,11 +2,15 @@ package neptune_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -76,11 +80,34 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl, _, c := appProcs(t, ctx, "s", "kv", 1, 2, "")
+	cl, nodes, c := appProcs(t, ctx, "s", "kv", 1, 2, "metrics: 127.0.0.1:0\n")
 	if _, err := c.Call(ctx, "kv", 0, "put", []byte("k=v")); err != nil {
 		t.Fatal(err)
 	}
 	addrs := nodeAddrs(ctx, c)
+	// Every refusal is counted by reason on the node that refused it and
+	// logged there at WARN.
+	metricsAddrs := map[string]string{}
+	for _, m := range c.Members(ctx, 0) {
+		metricsAddrs[m.Node] = m.MetricsAddr
+	}
+	refused := func(t *testing.T, reason string) float64 {
+		t.Helper()
+		return refusedCount(t, ctx, metricsAddrs, reason)
+	}
+	// A healthy cluster refuses nobody: whatever is counted below comes
+	// from the attacks.
+	if n := refused(t, ""); n != 0 {
+		t.Fatalf("the cluster counted %v refusals before any attack", n)
+	}
+	mustCount := func(t *testing.T, reason string, before float64) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); refused(t, reason) <= before; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("neptune_security_refused_total{reason=%q} stayed at %v", reason, before)
+			}
+		}
+	}
 	get := &pb.CallRequest{Service: "kv", Partition: 0, Method: "get", Mode: pb.Mode_MODE_READ, Body: []byte("k")}
 	forged := &pb.ReplicaBatch{From: "s1", Messages: []*pb.ReplicaMessage{{Service: "kv", Partition: 0, From: "s1"}}}
 	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 3*time.Second) }
@@ -94,6 +121,7 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 	copyFile(t, cl.KeyringFile(), filepath.Join(outside, security.KeyringFileName))
 
 	t.Run("no certificate", func(t *testing.T) {
+		handshakes, gossip := refused(t, "tls_handshake"), refused(t, "gossip_label")+refused(t, "gossip_key")
 		plain := transport.NewConns()
 		defer plain.Close()
 		for _, id := range []string{"s1", "s2"} {
@@ -124,9 +152,15 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 		if _, ok := nodeAddrs(ctx, c)["plain"]; ok {
 			t.Fatal("the node without a certificate entered the yellow pages")
 		}
+		mustCount(t, "tls_handshake", handshakes)
+		if refused(t, "gossip_label")+refused(t, "gossip_key") <= gossip {
+			t.Fatal("the insecure node's gossip was not counted as refused")
+		}
+		mustLog(t, nodes[1], "reason=tls_handshake")
 	})
 
 	t.Run("another CA", func(t *testing.T) {
+		handshakes, announcements := refused(t, "tls_refused_by_peer"), refused(t, "announcement_unknown_ca")
 		for _, id := range []pki.Identity{{Role: pki.RoleNode, Name: "s1"}, {Role: pki.RoleOperator, Name: "operator"}} {
 			nc, err := secConns(t, outside, id).Client(addrs["s2"])
 			if err != nil {
@@ -144,8 +178,9 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 		// A node process of the other CA holding the gossip key joins
 		// memberlist, but its announcements are refused: it never enters
 		// the yellow pages, and its client cannot call.
-		if _, err := cl.Start(ctx, localcluster.Spec{ID: "evil", Services: []string{"echo:0"},
-			SecurityArgs: []string{"--tls-dir", outside}, Args: []string{"--announce-interval", "200ms", "--announce-ttl", "1s"}}); err != nil {
+		evil, err := cl.Start(ctx, localcluster.Spec{ID: "evil", Services: []string{"echo:0"},
+			SecurityArgs: []string{"--tls-dir", outside}, Args: []string{"--announce-interval", "200ms", "--announce-ttl", "1s"}})
+		if err != nil {
 			t.Fatal(err)
 		}
 		oc, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), AnnounceTTL: time.Second,
@@ -163,9 +198,21 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 		}
 		cctx, cancel := short()
 		defer cancel()
-		if _, err := oc.Call(cctx, "kv", 0, "get", []byte("k")); err == nil {
+		_, err = oc.Call(cctx, "kv", 0, "get", []byte("k"))
+		if err == nil {
 			t.Fatal("a client of another CA called the cluster")
 		}
+		// It is told in words: not a member, which CA the nodes present.
+		if !errors.Is(err, neptune.ErrNotMember) || !strings.Contains(err.Error(), "not a member of this cluster") ||
+			!strings.Contains(err.Error(), "node/s1") || !strings.Contains(err.Error(), `cluster "test"`) {
+			t.Fatalf("a client of another CA is told %q, want that it is not a member, naming the nodes' CA", err)
+		}
+		t.Logf("the outsider's client is told: %v", err)
+		mustCount(t, "tls_refused_by_peer", handshakes)
+		mustCount(t, "announcement_unknown_ca", announcements)
+		mustLog(t, nodes[0], "reason=announcement_unknown_ca")
+		// The outsider's node says it too, in its own log.
+		mustLog(t, evil, "reason=announcement_unknown_ca")
 	})
 
 	t.Run("certificate for another node id", func(t *testing.T) {
@@ -182,6 +229,7 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		claims, roles := refused(t, "grpc_claim"), refused(t, "grpc_role")
 		// Replication that claims to come from s1 is refused to s4.
 		nc, err := secConns(t, dir, s4).Client(addrs["s2"])
 		if err != nil {
@@ -193,6 +241,9 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 		mustRefuse(t, "s4 replicating as s1", err, codes.PermissionDenied)
 		_, err = nc.Promote(cctx, &pb.PromoteRequest{Service: "kv", Partition: 0})
 		mustRefuse(t, "s4 (a node) promoting", err, codes.PermissionDenied)
+		mustCount(t, "grpc_claim", claims)
+		mustCount(t, "grpc_role", roles)
+		mustLog(t, nodes[1], "source=node/s4")
 		// A process started as s1 with s4's certificate refuses to run
 		// (it cannot announce or serve as s1).
 		imp := filepath.Join(dir, "imp")
@@ -245,6 +296,7 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 	})
 
 	t.Run("forged UDP announcement", func(t *testing.T) {
+		labels := refused(t, "gossip_label")
 		// The packet that used to rewrite a node's entry cluster-wide: a
 		// memberlist user message (type 8) carrying an announcement for s1.
 		ann, err := proto.Marshal(&pb.Announcement{NodeId: "s1", RpcAddr: "127.0.0.1:1", Seq: 1 << 40, Incarnation: 1 << 40,
@@ -276,6 +328,8 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 		if _, err := c.Call(cctx, "kv", 0, "get", []byte("k")); err != nil {
 			t.Fatalf("call after forged announcements: %v", err)
 		}
+		// The packet carries no cluster label: memberlist drops it first.
+		mustCount(t, "gossip_label", labels)
 	})
 
 	t.Run("polls", func(t *testing.T) {
@@ -313,9 +367,11 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 		if n := poll(authed, target); n != 1 {
 			t.Fatalf("authenticated poll of s1: %d answers, want 1", n)
 		}
+		hmacs := refused(t, "poll_hmac")
 		if n := poll(plain, target); n != 0 {
 			t.Fatal("s1 answered an unauthenticated poll")
 		}
+		mustCount(t, "poll_hmac", hmacs)
 		// A forger without the key answers every poll with an idle queue;
 		// the member's poller drops its replies.
 		fake, err := transport.ListenPoll("127.0.0.1:0", func(string, int32, string) (int, bool) { return 0, true }, slog.New(slog.DiscardHandler))
@@ -330,6 +386,66 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 			t.Fatal("a forged poll reply was accepted")
 		}
 	})
+}
+
+// refusedCount sums neptune_security_refused_total{reason} over the nodes'
+// /metrics (every reason if reason is "").
+func refusedCount(t *testing.T, ctx context.Context, metricsAddrs map[string]string, reason string) float64 {
+	t.Helper()
+	want := fmt.Sprintf("neptune_security_refused_total{reason=%q} ", reason)
+	if reason == "" {
+		want = "neptune_security_refused_total{"
+	}
+	sum := 0.0
+	for node, addr := range metricsAddrs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s /metrics: %v", node, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, want); ok {
+				if reason == "" {
+					_, v, _ = strings.Cut(v, "} ")
+				}
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatalf("%s: %q: %v", node, line, err)
+				}
+				sum += f
+			}
+		}
+	}
+	return sum
+}
+
+// mustLog waits until n's log holds a WARN line about a refusal
+// containing what.
+func mustLog(t *testing.T, n *localcluster.Node, what string) {
+	t.Helper()
+	found := func() bool {
+		b, _ := os.ReadFile(n.LogPath)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "level=WARN") && strings.Contains(line, "security: refused a peer") && strings.Contains(line, what) {
+				t.Logf("%s logs: %s", n.Spec.ID, line)
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(5 * time.Second); !found(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's log has no WARN refusal line with %q", n.Spec.ID, what)
+		}
+	}
 }
 
 // TestKeyRotationOnALiveClusterLosesNoCall rotates the gossip and poll key

@@ -22,20 +22,32 @@ import (
 	"github.com/cockroachdb/pebble"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/apps/internal/appkit"
 )
 
-// ErrNotFound is returned by get for a key that was never put.
-var ErrNotFound = errors.New("kv: key not found")
+// ErrNotFound is returned by get for a key that was never put; it is a
+// neptune.ErrNotFound (the gateway answers 404).
+var ErrNotFound error = &kindError{"kv: key not found", neptune.ErrNotFound}
 
-// ErrBadRequest is returned for a malformed body.
-var ErrBadRequest = errors.New("kv: malformed request")
+// ErrBadRequest is returned for a malformed body; it is a
+// neptune.ErrBadRequest (the gateway answers 400).
+var ErrBadRequest error = &kindError{"kv: malformed request", neptune.ErrBadRequest}
+
+// kindError is an error of the kind it unwraps to, with its own text.
+type kindError struct {
+	msg  string
+	kind error
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
 
 // Store holds the partitions this node hosts. It is safe for concurrent use.
 type Store struct {
 	mu    sync.RWMutex
 	parts map[int]map[string][]byte
 	lsn   map[int]uint64 // per partition: the last replicated write applied
-	db    *pebble.DB     // nil: in memory only
+	db    *appkit.Pebble // nil: in memory only
 }
 
 // New returns an empty in-memory store. After a process restart its data is
@@ -45,15 +57,19 @@ func New() *Store { return &Store{parts: map[int]map[string][]byte{}, lsn: map[i
 // Open returns a store persisted in dir, loading what it holds. Every write
 // is synced with its LSN in one pebble batch.
 func Open(dir string) (*Store, error) {
-	db, err := pebble.Open(dir, &pebble.Options{})
+	store, err := appkit.OpenPebble(dir)
 	if err != nil {
-		return nil, fmt.Errorf("kv: open %s: %w", dir, err)
+		return nil, fmt.Errorf("kv: %w", err)
 	}
 	s := New()
-	s.db = db
+	s.db = store
+	db, err := store.DB()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("kv: %w", err), store.Close())
+	}
 	it, err := db.NewIter(nil)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("kv: %w", err), db.Close())
+		return nil, errors.Join(fmt.Errorf("kv: %w", err), store.Close())
 	}
 	for it.First(); it.Valid(); it.Next() {
 		k := it.Key()
@@ -69,7 +85,7 @@ func Open(dir string) (*Store, error) {
 		}
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return nil, errors.Join(fmt.Errorf("kv: load: %w", err), db.Close())
+		return nil, errors.Join(fmt.Errorf("kv: load: %w", err), store.Close())
 	}
 	return s, nil
 }
@@ -135,12 +151,18 @@ func (s *Store) put(_ context.Context, r *neptune.Request) (*neptune.Response, e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.db != nil {
-		b := s.db.NewBatch()
+		db, err := s.db.DB()
+		if err != nil {
+			return nil, fmt.Errorf("kv: put: %w", err)
+		}
+		// Sized for the value: a batch grown by doubling costs a large
+		// put about twice its size in garbage.
+		b := db.NewBatchWithSize(batchCap(len(k) + len(v) + 128))
 		_ = b.Set(dbKey('k', r.Partition, k), v, nil)
 		if r.LSN != 0 {
 			_ = b.Set(dbKey('l', r.Partition, nil), binary.BigEndian.AppendUint64(nil, r.LSN), nil)
 		}
-		err := b.Commit(pebble.Sync)
+		err = s.db.Commit(b)
 		_ = b.Close()
 		if err != nil {
 			return nil, fmt.Errorf("kv: put: %w", err)
@@ -151,6 +173,17 @@ func (s *Store) put(_ context.Context, r *neptune.Request) (*neptune.Response, e
 		s.lsn[r.Partition] = r.LSN
 	}
 	return &neptune.Response{}, nil
+}
+
+// batchCap is the capacity a pebble batch needs for size bytes of
+// records (pebble rounds its first buffer up to a power of two from
+// 1 KiB, reallocating a smaller one).
+func batchCap(size int) int {
+	n := 1 << 10
+	for n < size {
+		n *= 2
+	}
+	return n
 }
 
 func (s *Store) get(_ context.Context, r *neptune.Request) (*neptune.Response, error) {
@@ -208,7 +241,12 @@ func (s *Store) Snapshot(ctx context.Context, partition int, w io.Writer) (uint6
 	var snap *pebble.Snapshot
 	var mem map[string][]byte
 	if s.db != nil {
-		snap = s.db.NewSnapshot()
+		db, err := s.db.DB()
+		if err != nil {
+			s.mu.RUnlock()
+			return 0, fmt.Errorf("kv: snapshot: %w", err)
+		}
+		snap = db.NewSnapshot()
 	} else {
 		mem = maps.Clone(s.parts[partition])
 	}
@@ -281,7 +319,11 @@ func (s *Store) Restore(ctx context.Context, partition int, r io.Reader) (uint64
 	m := map[string][]byte{}
 	var b *pebble.Batch
 	if s.db != nil {
-		b = s.db.NewBatch()
+		db, err := s.db.DB()
+		if err != nil {
+			return 0, fmt.Errorf("kv: restore: %w", err)
+		}
+		b = db.NewBatch()
 		defer b.Close()
 		if err := b.DeleteRange(dbKey('k', partition, nil), dbKey('k', partition+1, nil), nil); err != nil {
 			return 0, fmt.Errorf("kv: restore: %w", err)
@@ -333,7 +375,7 @@ func (s *Store) Restore(ctx context.Context, partition int, r io.Reader) (uint64
 		if err := b.Set(lk, binary.BigEndian.AppendUint64(nil, lsn), nil); err != nil {
 			return 0, fmt.Errorf("kv: restore: %w", err)
 		}
-		if err := b.Commit(pebble.Sync); err != nil {
+		if err := s.db.Commit(b); err != nil {
 			return 0, fmt.Errorf("kv: restore: %w", err)
 		}
 	}

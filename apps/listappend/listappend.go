@@ -31,7 +31,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/cockroachdb/pebble"
+	"github.com/neptune-cluster/neptune/apps/internal/appkit"
 
 	"github.com/neptune-cluster/neptune"
 )
@@ -45,7 +45,7 @@ const Name = "listappend"
 type Store struct {
 	mu     sync.RWMutex
 	parts  map[int]*partition
-	db     *pebble.DB // nil: in memory only
+	db     *appkit.Pebble // nil: in memory only
 	closed bool
 	// maxListBytes is MaxListBytes; tests lower it.
 	maxListBytes int

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-
-	"github.com/cockroachdb/pebble"
 )
 
 // image is a partition's snapshot: its lists and the LSN of the last
@@ -67,9 +65,13 @@ func (s *Store) Restore(ctx context.Context, part int, r io.Reader) (uint64, err
 		return 0, ErrClosed
 	}
 	if s.db != nil {
-		b := s.db.NewBatch()
+		db, err := s.db.DB()
+		if err != nil {
+			return 0, fmt.Errorf("listappend: restore: %w", err)
+		}
+		b := db.NewBatch()
 		defer b.Close()
-		err := b.DeleteRange(partKey(kindElem, part), partKey(kindElem, part+1), nil)
+		err = b.DeleteRange(partKey(kindElem, part), partKey(kindElem, part+1), nil)
 		for k, es := range img.Lists {
 			for i, e := range es {
 				if err == nil {
@@ -81,7 +83,7 @@ func (s *Store) Restore(ctx context.Context, part int, r io.Reader) (uint64, err
 			err = b.Set(partKey(kindLSN, part), binary.BigEndian.AppendUint64(nil, img.LSN), nil)
 		}
 		if err == nil {
-			err = b.Commit(pebble.Sync)
+			err = s.db.Commit(b)
 		}
 		if err != nil {
 			return 0, fmt.Errorf("listappend: restore: %w", err)

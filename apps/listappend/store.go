@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble"
+
+	"github.com/neptune-cluster/neptune/apps/internal/appkit"
 )
 
 // On-disk layout (all integers big-endian, so pebble's byte order is the
@@ -33,14 +35,14 @@ const (
 // a directory written by something else (another service's pebble store
 // opened by mistake would otherwise read as an empty or garbled state).
 func Open(dir string) (*Store, error) {
-	db, err := pebble.Open(dir, &pebble.Options{})
+	store, err := appkit.OpenPebble(dir)
 	if err != nil {
-		return nil, fmt.Errorf("listappend: open %s: %w", dir, err)
+		return nil, fmt.Errorf("listappend: %w", err)
 	}
 	s := New()
-	s.db = db
+	s.db = store
 	if err := s.load(); err != nil {
-		return nil, errors.Join(fmt.Errorf("listappend: open %s: %w", dir, err), db.Close())
+		return nil, errors.Join(fmt.Errorf("listappend: open %s: %w", dir, err), store.Close())
 	}
 	return s, nil
 }
@@ -48,15 +50,19 @@ func Open(dir string) (*Store, error) {
 // load checks the format marker (writing it into an empty directory) and
 // reads every partition into memory.
 func (s *Store) load() error {
-	v, closer, err := s.db.Get(formatKey)
+	db, err := s.db.DB()
+	if err != nil {
+		return err
+	}
+	v, closer, err := db.Get(formatKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
-		if empty, err := s.isEmpty(); err != nil {
+		if empty, err := isEmpty(db); err != nil {
 			return err
 		} else if !empty {
 			return fmt.Errorf("%w: the directory holds data but no list-append format marker", errCorrupt)
 		}
-		if err := s.db.Set(formatKey, formatVersion, pebble.Sync); err != nil {
+		if err := db.Set(formatKey, formatVersion, pebble.Sync); err != nil {
 			return fmt.Errorf("write format marker: %w", err)
 		}
 		return nil
@@ -72,7 +78,7 @@ func (s *Store) load() error {
 		return fmt.Errorf("%w: format %q, this build reads %q", errCorrupt, found, formatVersion)
 	}
 
-	it, err := s.db.NewIter(nil)
+	it, err := db.NewIter(nil)
 	if err != nil {
 		return err
 	}
@@ -90,8 +96,8 @@ func (s *Store) load() error {
 	return nil
 }
 
-func (s *Store) isEmpty() (bool, error) {
-	it, err := s.db.NewIter(nil)
+func isEmpty(db *pebble.DB) (bool, error) {
+	it, err := db.NewIter(nil)
 	if err != nil {
 		return false, err
 	}
@@ -146,7 +152,11 @@ func (s *Store) loadRecord(k, v []byte) error {
 // and lsn unless it is 0, in one synced batch: both survive a crash or
 // neither does, which is what makes Check's answer true.
 func (s *Store) persist(p int, key string, idx int, elem, lsn uint64) error {
-	b := s.db.NewBatch()
+	db, err := s.db.DB()
+	if err != nil {
+		return fmt.Errorf("listappend: append: %w", err)
+	}
+	b := db.NewBatch()
 	defer b.Close()
 	if err := b.Set(elemKey(p, key, idx), binary.BigEndian.AppendUint64(nil, elem), nil); err != nil {
 		return fmt.Errorf("listappend: append: %w", err)
@@ -156,7 +166,7 @@ func (s *Store) persist(p int, key string, idx int, elem, lsn uint64) error {
 			return fmt.Errorf("listappend: append: %w", err)
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := s.db.Commit(b); err != nil {
 		return fmt.Errorf("listappend: append: %w", err)
 	}
 	return nil

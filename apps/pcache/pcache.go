@@ -14,9 +14,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -130,6 +132,10 @@ func (c *Cache) update(_ context.Context, r *neptune.Request) (*neptune.Response
 		return nil
 	})
 	if err != nil {
+		if isIO(err) {
+			// The store failed (a full disk): the update did not happen.
+			return nil, fmt.Errorf("%w: pcache: CacheUpdate: %w", neptune.ErrStorage, err)
+		}
 		return nil, fmt.Errorf("pcache: CacheUpdate: %w", err)
 	}
 	return &neptune.Response{Body: appkit.Encode(UpdateResponse{Replayed: !applied}), Version: r.LSN}, nil
@@ -174,4 +180,12 @@ func (c *Cache) Check(_ context.Context, partition int, lsn uint64) (bool, error
 		return false, fmt.Errorf("pcache: CHECK: %w", err)
 	}
 	return lsn <= last, nil
+}
+
+// isIO reports whether err comes from the file system (bbolt's writes and
+// syncs) rather than from the update itself.
+func isIO(err error) bool {
+	var pe *fs.PathError
+	var errno syscall.Errno
+	return errors.As(err, &pe) || errors.As(err, &errno)
 }

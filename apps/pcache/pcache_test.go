@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/internal/appkit/appkittest"
 	"github.com/neptune-cluster/neptune/apps/pcache"
+	"github.com/neptune-cluster/neptune/internal/testfs"
 )
 
 func open(t *testing.T, dir string) *pcache.Cache {
@@ -112,4 +114,27 @@ func TestSnapshots(t *testing.T) {
 			}
 			return n
 		})
+}
+
+// TestFullDiskIsAStorageError: an update on a real full file system fails
+// wrapping neptune.ErrStorage (it did not happen; a replica runs it again
+// later) and succeeds once space is freed.
+func TestFullDiskIsAStorageError(t *testing.T) {
+	dir := testfs.Tmpfs(t, 16<<20)
+	svc := open(t, dir+"/cache").Service()
+	filler := testfs.Fill(t, dir, 0)
+	var err error
+	i := 0
+	for ; i < 1000 && err == nil; i++ {
+		_, err = appkittest.Call(t, svc, "CacheUpdate", 0, uint64(i+1), pcache.UpdateRequest{Key: fmt.Sprint("k", i), Value: strings.Repeat("v", 64<<10)})
+	}
+	if !errors.Is(err, neptune.ErrStorage) {
+		t.Fatalf("update %d on a full disk: %v, want ErrStorage", i, err)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := appkittest.Call(t, svc, "CacheUpdate", 0, uint64(i+1), pcache.UpdateRequest{Key: "after", Value: "v"}); err != nil {
+		t.Fatalf("update once space returned: %v", err)
+	}
 }

@@ -52,7 +52,7 @@ service declares; the call does not name it.`,
 }
 
 func (o *callOptions) run(ctx context.Context, stdout io.Writer) error {
-	sec, err := o.sec.client()
+	sec, err := o.sec.clientFiles()
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -35,7 +37,12 @@ Exit status:
   0  success, or help was printed (-h, --help)
   1  the command ran and failed (a failed call, an unreachable cluster,
      an invalid config file)
-  2  usage error: unknown command or flag, bad or missing argument`
+  2  usage error: unknown command or flag, bad or missing argument
+
+Every flag can also be set by an environment variable, NEPTUNE_ and its
+name in capitals with - as _ (--tls-dir: NEPTUNE_TLS_DIR), shown in each
+command's help. The command line wins over the variable, the variable
+over a config file's key.`
 
 // Execute builds the neptune command with the product commands and extra,
 // runs it on args (without the program name) and returns the exit code
@@ -45,7 +52,15 @@ func Execute(ctx context.Context, args []string, extra ...*cobra.Command) int {
 }
 
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer, extra ...*cobra.Command) int {
+	return executeIn(ctx, args, nil, stdout, stderr, extra...)
+}
+
+// executeIn is execute reading stdin (nil: the process's).
+func executeIn(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, extra ...*cobra.Command) int {
 	root := newRoot(extra...)
+	if stdin != nil {
+		root.SetIn(stdin)
+	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	// Add cobra's help and completion commands now rather than during
@@ -53,6 +68,15 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer, extra
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd(args...)
 	prepare(root)
+	envDocs := map[*pflag.Flag]bool{}
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		documentEnv(c, envDocs)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 	root.SetArgs(gnuArgs(root, args))
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
@@ -70,11 +94,72 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer, extra
 	if errors.As(err, &ue) {
 		code = ExitUsage
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), err)
+	fmt.Fprintf(stderr, "%s: %s\n", cmd.CommandPath(), flagWords(err.Error()))
 	if code == ExitUsage {
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	}
 	return code
+}
+
+// goFields names, in the library's errors, the Go fields the CLI sets
+// from flags and config keys: a user of the command line reads the flag
+// and the key instead (longest first, so a whole phrase wins).
+var goFields = strings.NewReplacer(
+	"(ClientConfig.Host, --host)", "(--host)",
+	"(ClientConfig.Advertise, --advertise)", "(--advertise)",
+	"(NodeConfig.Host, --host)", "(host, --host)",
+	"(NodeConfig.Advertise, --advertise)", "(advertise, --advertise)",
+	"(NodeConfig.DataDir, ID, Cluster)", "(data_dir/--data-dir, id/--id, security.cluster/--cluster)",
+	"NodeConfig.Cluster (or NodeConfig.Security.Cluster)", "security.cluster (--cluster)",
+	"ClientConfig.Security.Dir", "--tls-dir",
+	"ClientConfig.Security.Cert", "--cert",
+	"ClientConfig.Security.Insecure", "--insecure",
+	"ClientConfig.Security.KeyringFile", "--keyring",
+	"ClientConfig.Security.Cluster", "--cluster",
+	"NodeConfig.Security.KeyringFile", "security.keyring (--keyring)",
+	"NodeConfig.Security.Dir", "security.tls_dir (--tls-dir)",
+	"NodeConfig.Security.Insecure", "security.insecure (--insecure)",
+	"NodeConfig.Security.Cluster", "security.cluster (--cluster)",
+	"NodeConfig.Security", "security (--tls-dir, --keyring)",
+	"NodeConfig.Cluster", "security.cluster (--cluster)",
+	"NodeConfig.DataDir", "data_dir (--data-dir)",
+	"NodeConfig.ID", "id (--id)",
+	"NodeConfig.Placement", "placement",
+	"NodeConfig.Balance", "balance",
+	"NodeConfig.AnnounceInterval", "announce_interval (--announce-interval)",
+	"NodeConfig.AnnounceTTL", "announce_ttl (--announce-ttl)",
+	"NodeConfig.MaxMessageBytes", "the node's message size limit",
+	"ClientConfig.MaxMessageBytes", "the client's message size limit",
+	"ClientConfig.Security", "--tls-dir, --cert",
+	"ClientConfig.Join", "--join",
+)
+
+// replicationField is a Go field of neptune.Replication in an error, as
+// the replication block's YAML key (Replication.MinLive: min_live).
+var replicationField = regexp.MustCompile(`\bReplication\.([A-Z][A-Za-z]*)`)
+
+// flagWords rewrites an error message for the command line: Go fields
+// become the flags and config keys that set them.
+func flagWords(msg string) string {
+	msg = goFields.Replace(msg)
+	return replicationField.ReplaceAllStringFunc(msg, func(m string) string {
+		return "replication." + snake(strings.TrimPrefix(m, "Replication."))
+	})
+}
+
+// snake turns a Go name into a YAML key: MinLive is min_live.
+func snake(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // newRoot builds the root command with the product commands and extra.
@@ -89,7 +174,7 @@ func newRoot(extra ...*cobra.Command) *cobra.Command {
 		SilenceUsage:  true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{err} })
-	root.AddCommand(newNodeCmd(), newCallCmd(), newStatusCmd(), newPartitionCmd(), newVersionCmd(), newTLSCmd(), newKeyringCmd(), newGatewayCmd(), newTopCmd())
+	root.AddCommand(newNodeCmd(), newCallCmd(), newStatusCmd(), newPartitionCmd(), newVersionCmd(), newTLSCmd(), newKeyringCmd(), newGatewayCmd(), newTopCmd(), newHealthCmd())
 	root.AddCommand(extra...)
 	return root
 }
@@ -117,12 +202,13 @@ func (f *failure) Error() string { return f.err.Error() }
 
 func (f *failure) Unwrap() error { return f.err }
 
-// prepare walks the command tree: it marks errors that commands return
-// while running (see failure), and makes commands that only group others
+// prepare walks the command tree: it sets flags from their environment
+// variables (EnvName) before a command runs, marks errors that commands
+// return while running (see failure), and makes commands that only group others
 // print their help when called bare and reject unknown subcommands.
 func prepare(c *cobra.Command) {
 	c.PersistentPreRunE = ranE(c.PersistentPreRunE)
-	c.PreRunE = ranE(c.PreRunE)
+	c.PreRunE = withEnv(ranE(c.PreRunE))
 	c.RunE = ranE(c.RunE)
 	c.PostRunE = ranE(c.PostRunE)
 	c.PersistentPostRunE = ranE(c.PersistentPostRunE)

@@ -16,6 +16,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/neptune-cluster/neptune/internal/version"
 )
 
 // run executes the neptune command line and returns its exit code,
@@ -188,11 +190,12 @@ services:
 	}
 
 	fc, err = parseNode(t, "--config", path, "--id", "n2", "--gossip-port", "0", "--pprof=false",
-		"--join", "b:1,c:1", "--join", "d:1", "--announce-ttl", "20s", "--balance", "random", "--service", "kv:0-2,5")
+		"--join", "b:1,c:1", "--join", "d:1", "--announce-ttl", "20s", "--balance", "random", "--service", "kv:0-2,5",
+		"--max-inflight-bytes", "32MiB")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fc.ID != "n2" || fc.GossipPort != 0 || fc.Pprof || fc.Host != "10.0.0.1" || fc.RPCPort != 7000 {
+	if fc.ID != "n2" || fc.GossipPort != 0 || fc.Pprof || fc.Host != "10.0.0.1" || fc.RPCPort != 7000 || fc.MaxInflightBytes != 32<<20 {
 		t.Errorf("scalars: %+v", fc)
 	}
 	if !slices.Equal(fc.Join, []string{"b:1", "c:1", "d:1"}) {
@@ -258,10 +261,18 @@ func TestVersion(t *testing.T) {
 			{Key: "vcs.modified", Value: "true"},
 		},
 	})
-	for _, want := range []string{"neptune v1.2.3\n", "revision abc123 (modified)\n", "2026-01-02T03:04:05Z", "go1.99 "} {
+	for _, want := range []string{"neptune " + version.Release + "\n", "module v1.2.3\n", "revision abc123 (modified)\n", "2026-01-02T03:04:05Z", "go1.99 "} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("version output %q lacks %q", b.String(), want)
 		}
+	}
+	// The build's stamp wins over the toolchain's record.
+	version.Commit = "f00d"
+	defer func() { version.Commit = "" }()
+	b.Reset()
+	printVersion(&b, &debug.BuildInfo{GoVersion: "go1.99", Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}}})
+	if !strings.Contains(b.String(), "revision f00d\n") {
+		t.Errorf("stamped build prints %q", b.String())
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 type FileConfig struct {
 	ID               string          `yaml:"id"`
 	Host             string          `yaml:"host"`
+	Advertise        string          `yaml:"advertise"` // host others dial; default host, or the route to join
 	GossipPort       int             `yaml:"gossip_port"`
 	RPCPort          int             `yaml:"rpc_port"`
 	PollPort         int             `yaml:"poll_port"`
@@ -35,6 +36,8 @@ type FileConfig struct {
 	Zone             string          `yaml:"zone"`  // failure domain, announced
 	Pprof            bool            `yaml:"pprof"` // serve /debug/pprof/ on Metrics
 	Join             []string        `yaml:"join"`
+	JoinTimeout      Duration        `yaml:"join_timeout"`  // 0: keep trying the seeds until stopped
+	DrainTimeout     Duration        `yaml:"drain_timeout"` // bound on the drain at SIGTERM (default 10 s)
 	AnnounceInterval Duration        `yaml:"announce_interval"`
 	AnnounceTTL      Duration        `yaml:"announce_ttl"`
 	Balance          BalanceConfig   `yaml:"balance"`
@@ -46,6 +49,23 @@ type FileConfig struct {
 	Security SecurityConfig `yaml:"security"`
 	// Placement tunes automatic replica placement (neptune.Placement).
 	Placement PlacementConfig `yaml:"placement"`
+	// LogLevel is debug, info (default), warn or error; SIGHUP re-reads it.
+	LogLevel string `yaml:"log_level"`
+	// Storage tunes how the node treats a full or corrupt data directory
+	// (neptune.Storage).
+	Storage StorageConfig `yaml:"storage"`
+	// MaxInflightBytes is neptune.NodeConfig.MaxInflightBytes: the
+	// request bytes the node holds at once (default 64MiB).
+	MaxInflightBytes Bytes `yaml:"max_inflight_bytes"`
+}
+
+// StorageConfig is neptune.Storage: reserve_bytes (default 64 MiB: below
+// it the node refuses writes and hands over its primaries),
+// rebuild_corrupt (quarantine a corrupt replica and rebuild it from its
+// peers instead of refusing to start).
+type StorageConfig struct {
+	ReserveBytes   uint64 `yaml:"reserve_bytes"`
+	RebuildCorrupt bool   `yaml:"rebuild_corrupt"`
 }
 
 // PlacementConfig is neptune.Placement: off, grace (default 5m),
@@ -98,6 +118,57 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	*d = Duration(v)
 	return nil
 }
+
+// minInflightBytes is a node's message limit (16 MiB): its in-flight
+// budget must hold one message.
+const minInflightBytes = 16 << 20
+
+// Bytes is a size in bytes, written as a number or with a binary unit:
+// "64MiB", "512KiB", "1GiB".
+type Bytes int64
+
+// ParseBytes reads a Bytes value.
+func ParseBytes(s string) (Bytes, error) {
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || v < 0 || v > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size like 64MiB, 512KiB or 1048576", s)
+	}
+	return Bytes(v * mult), nil
+}
+
+// UnmarshalYAML parses a size.
+func (b *Bytes) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseBytes(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*b = v
+	return nil
+}
+
+// String, Set and Type make Bytes a flag value.
+func (b *Bytes) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *Bytes) Set(s string) error {
+	v, err := ParseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
+
+func (b *Bytes) Type() string { return "size" }
 
 // Partitions is a list of partition numbers, written as a YAML list or as
 // text like "0-3,7".
@@ -219,6 +290,15 @@ func (c FileConfig) Validate() error {
 	if c.Placement.Grace < 0 || c.Placement.Interval < 0 || c.Placement.MaxInFlight < 0 {
 		return fmt.Errorf("config: placement.grace (%v), placement.interval (%v) and placement.max_in_flight (%d) must be >= 0 (0: the default)",
 			time.Duration(c.Placement.Grace), time.Duration(c.Placement.Interval), c.Placement.MaxInFlight)
+	}
+	if c.DrainTimeout < 0 {
+		return fmt.Errorf("config: drain_timeout must not be negative, got %v", time.Duration(c.DrainTimeout))
+	}
+	if c.JoinTimeout < 0 {
+		return fmt.Errorf("config: join_timeout must not be negative (0 keeps trying until stopped), got %v", time.Duration(c.JoinTimeout))
+	}
+	if c.MaxInflightBytes != 0 && c.MaxInflightBytes < minInflightBytes {
+		return fmt.Errorf("config: max_inflight_bytes must be 0 (the default, 64MiB) or at least 16MiB (a node's message limit), got %d", c.MaxInflightBytes)
 	}
 	if c.AnnounceTTL < 0 {
 		return fmt.Errorf("config: announce_ttl must be positive, got %v", time.Duration(c.AnnounceTTL))

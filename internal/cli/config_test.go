@@ -14,11 +14,16 @@ func TestParseConfigAcceptsTheExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := ParseConfig(b)
+	// The tour gives each node its id and data directory by flag.
+	c, err := ParseConfig(append([]byte("id: n1\ndata_dir: data/n1\n"), b...))
 	if err != nil {
 		t.Fatalf("examples/node.yaml: %v", err)
 	}
-	if c.ID != "n1" || len(c.Services) != 2 || len(c.Services[1].Partitions) != 4 || time.Duration(c.Placement.Grace) != 5*time.Minute {
+	if r := c.Services[1].Replication; r == nil || !r.Linearizable || r.Level != 2 {
+		t.Fatalf("examples/node.yaml: kv not replicated linearizably: %+v", r)
+	}
+	if c.ID != "n1" || len(c.Services) != 2 || len(c.Services[1].Partitions) != 4 || time.Duration(c.Placement.Grace) != 5*time.Minute ||
+		c.Storage != (StorageConfig{ReserveBytes: 64 << 20}) || c.MaxInflightBytes != 64<<20 {
 		t.Fatalf("parsed %+v", c)
 	}
 }
@@ -36,6 +41,8 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"unknown policy", base + "balance:\n  policy: magic\n", "balance.policy"},
 		{"bad poll size", base + "balance:\n  poll_size: -1\n", "balance.poll_size"},
 		{"negative grace", base + "placement:\n  grace: -1m\n", "placement.grace"},
+		{"bad size", base + "max_inflight_bytes: lots\n", "not a size"},
+		{"budget below a message", base + "max_inflight_bytes: 1MiB\n", "max_inflight_bytes"},
 		{"no services", "id: n1\n", "services is empty"},
 		{"unknown service", "id: n1\nservices:\n  - name: nope\n    partitions: [0]\n", "services[0].name"},
 		{"duplicate service", base + "  - name: echo\n    partitions: [1]\n", "services[1].name"},
@@ -53,6 +60,19 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 				t.Fatalf("error %q does not mention %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]Bytes{"1048576": 1 << 20, "64MiB": 64 << 20, "512 KiB": 512 << 10, "1GiB": 1 << 30, "10B": 10, "0": 0} {
+		if got, err := ParseBytes(in); err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1MiB", "64MB", "1.5GiB", "99999999999GiB"} {
+		if got, err := ParseBytes(in); err == nil {
+			t.Errorf("ParseBytes(%q) = %d, want an error", in, got)
+		}
 	}
 }
 

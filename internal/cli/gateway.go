@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,9 +29,9 @@ import (
 // gatewayOptions are the flags of `neptune gateway`; each overrides the
 // config file's key of the same name, when given.
 type gatewayOptions struct {
-	config, listen, metrics, host, logLevel string
-	join                                    []string
-	sec                                     securityFlags
+	config, listen, metrics, host, advertise, logLevel string
+	join                                               []string
+	sec                                                securityFlags
 }
 
 func newGatewayCmd() *cobra.Command {
@@ -49,17 +50,20 @@ classify requests to them. Requests wait for their turn in a Gage scheduler
 (credit, tag or fifo); a subscriber over its share when there is no spare
 capacity is answered 429 with Retry-After.
 
-Status codes: 404 no route, service, method or partition; 405 method not
-routed; 400 bad partition key; 401 unknown or missing API key; 403 key not
+Status codes: 404 no route, service, method or partition, or the service
+found nothing (its error is a neptune.ErrNotFound); 405 method not routed;
+400 bad partition key, or the service refused the request as malformed
+(neptune.ErrBadRequest); 401 unknown or missing API key; 403 key not
 allowed on the route; 413 body too large; 429 over share; 502 the service
-failed; 503 no replica, no primary or overloaded; 504 deadline.
+failed; 503 no replica, no primary or overloaded; 504 deadline. An error
+the service returned is answered with its message.
 
 A secured gateway presents a gateway certificate (--cert gateway/NAME,
 from neptune tls cert create --gateway NAME): nodes let it call services,
 and with gossip: in the config it signs its demand datagrams with it and
 goes by NAME among its peers, which accept demand only from gateway
 certificates of the cluster's CA.`,
-		Example: `  neptune gateway --config examples/gateway.yaml --tls-dir pki --join 127.0.0.1:7946
+		Example: `  neptune gateway --config examples/gateway.yaml --tls-dir pki --cert gateway/gw1
   neptune gateway --config gw1.yaml --tls-dir pki --cert gateway/gw1 --join 127.0.0.1:7946
   neptune gateway --config gw.yaml --listen :8443 --metrics 127.0.0.1:9101`,
 		Args: noArgs,
@@ -72,27 +76,31 @@ certificates of the cluster's CA.`,
 			if err != nil {
 				return err
 			}
-			sec, err := o.sec.client()
+			sec, err := o.sec.clientFiles()
 			if err != nil {
 				return err
 			}
-			return runGateway(cmd.Context(), cmd.OutOrStdout(), cfg, o.host, sec, log)
+			return runGateway(cmd.Context(), cmd.OutOrStdout(), cfg, o.host, o.advertise, sec, log)
 		},
 	}
-	fs := cmd.Flags()
-	fs.SortFlags = false
-	fs.StringVar(&o.config, "config", "", "YAML config `file` (required); flags override its keys")
-	fs.StringVar(&o.listen, "listen", gateway.DefaultListen, "`host:port` of the HTTP listener (config: listen)")
-	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of a node to join; list (config: join)")
-	fs.StringVar(&o.metrics, "metrics", "", "`host:port` serving Prometheus /metrics on its own listener; empty disables (config: metrics)")
-	fs.StringVar(&o.host, "host", "127.0.0.1", "address the gateway's gossip listener binds to")
-	o.sec.add(fs, "gateway/gateway", "the gateway")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", "))
+	o.addFlags(cmd.Flags())
 	_ = cmd.MarkFlagRequired("config")
 	_ = cmd.MarkFlagFilename("config", "yaml", "yml")
 	_ = cmd.RegisterFlagCompletionFunc("log-level", fixedCompletion(logLevels...))
 	cmd.AddCommand(newHashKeyCmd())
 	return cmd
+}
+
+func (o *gatewayOptions) addFlags(fs *pflag.FlagSet) {
+	fs.SortFlags = false
+	fs.StringVar(&o.config, "config", "", "YAML config `file` (required); flags override its keys")
+	fs.StringVar(&o.listen, "listen", gateway.DefaultListen, "`host:port` of the HTTP listener (config: listen)")
+	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of a node to join; list (config: join)")
+	fs.StringVar(&o.metrics, "metrics", "", "`host:port` serving Prometheus /metrics on its own listener; empty disables (config: metrics)")
+	fs.StringVar(&o.host, "host", "", "address the gateway's gossip listener binds to (default 127.0.0.1 if every --join is on loopback, else every interface)")
+	fs.StringVar(&o.advertise, "advertise", "", "address the nodes reach the gateway's gossip at (default: --host if it names one address, else the local address on the route to the first --join)")
+	o.sec.add(fs, "gateway/gateway", "the gateway")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", "))
 }
 
 // fileConfig reads --config and applies the flags given on the command
@@ -122,7 +130,7 @@ func (o *gatewayOptions) fileConfig(fs *pflag.FlagSet) (gateway.Config, error) {
 }
 
 // runGateway joins the cluster as a client and serves until ctx ends.
-func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host string, sec neptune.Security, log *slog.Logger) error {
+func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host, advertise string, sec neptune.Security, log *slog.Logger) error {
 	cfg = cfg.WithDefaults()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -135,7 +143,7 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host 
 			return err
 		}
 	}
-	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cfg.Join, Host: host, Registerer: reg, Logger: log, Security: sec})
+	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cfg.Join, Host: host, Advertise: advertise, Registerer: reg, Logger: log, Security: sec})
 	if err != nil {
 		return err
 	}
@@ -158,6 +166,7 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host 
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 		mux.Handle(gateway.StatusPath, g.StatusHandler())
+		mountGatewayHealth(ctx, mux, client)
 		if err := mountGatewayDashboard(mux, g, client, reg); err != nil {
 			ln.Close()
 			mln.Close()
@@ -224,4 +233,29 @@ stays out of shell history and process listings.`,
 			return nil
 		},
 	}
+}
+
+// mountGatewayHealth serves /livez and /healthz (the process serves HTTP)
+// and /readyz on the gateway's metrics listener: ready while it is not
+// draining (ctx not ended) and its yellow pages show a node hosting a
+// service, so it has somewhere to send calls.
+func mountGatewayHealth(ctx context.Context, mux *http.ServeMux, c *neptune.Client) {
+	live := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
+	mux.HandleFunc("GET /livez", live)
+	mux.HandleFunc("GET /healthz", live)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		why := ""
+		switch {
+		case ctx.Err() != nil:
+			why = "draining"
+		case !slices.ContainsFunc(c.Members(r.Context(), 0), func(m neptune.Member) bool { return len(m.Services) > 0 }):
+			why = "no node hosting a service in the yellow pages"
+		}
+		if why != "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready: "+why)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
 }

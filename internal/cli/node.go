@@ -6,7 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,18 +18,20 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/membership"
+	"github.com/neptune-cluster/neptune/internal/version"
 )
 
 // nodeOptions are the flags of `neptune node`. Every flag but --log-level
 // overrides a key of the config file, and only when given on the command
 // line, so the defaults shown in help are the node's own.
 type nodeOptions struct {
-	config, id, host, metrics, zone, policy, dataDir, logLevel string
-	gossipPort, rpcPort, pollPort                              int
-	pprof                                                      bool
-	interval, ttl                                              time.Duration
-	join, services                                             []string
-	sec                                                        securityFlags
+	config, id, host, advertise, metrics, zone, policy, dataDir, logLevel string
+	gossipPort, rpcPort, pollPort                                         int
+	pprof                                                                 bool
+	interval, ttl, joinTimeout, drainTimeout                              time.Duration
+	join, services                                                        []string
+	sec                                                                   securityFlags
+	maxInflight                                                           Bytes
 }
 
 func newNodeCmd() *cobra.Command {
@@ -46,7 +51,7 @@ keyring (default <tls-dir>/keyring.json); see neptune tls and neptune
 keyring. --insecure runs without any protection, and must be said.`,
 		Example: `  neptune node --id n1 --tls-dir pki --gossip-port 7946 --service echo:0 --service kv:0-3
   neptune node --id n2 --tls-dir pki --join 127.0.0.1:7946 --service kv:0-3
-  neptune node --config examples/node.yaml --id n3
+  neptune node --config examples/node.yaml --id n3 --data-dir data/n3 --gossip-port 7948
   neptune node --id lab --insecure --service echo:0`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -54,14 +59,19 @@ keyring. --insecure runs without any protection, and must be said.`,
 			if err != nil {
 				return err
 			}
-			log, err := logger(o.logLevel)
+			level, err := parseLevel(fc.LogLevel)
 			if err != nil {
 				return err
 			}
-			return runNode(cmd.Context(), cmd.OutOrStdout(), fc, log)
+			var lv slog.LevelVar
+			lv.Set(level)
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &lv}))
+			reload := func() (FileConfig, error) { return o.fileConfig(cmd.Flags()) }
+			return runNode(cmd.Context(), cmd.OutOrStdout(), fc, log, &lv, reload)
 		},
 	}
 	o.addFlags(cmd.Flags())
+	cmd.AddCommand(newNodeDrainCmd())
 	_ = cmd.MarkFlagFilename("config", "yaml", "yml")
 	_ = cmd.MarkFlagDirname("data-dir")
 	_ = cmd.MarkFlagDirname("tls-dir")
@@ -74,11 +84,14 @@ func (o *nodeOptions) addFlags(fs *pflag.FlagSet) {
 	fs.SortFlags = false
 	fs.StringVar(&o.config, "config", "", "YAML config `file`; flags override its keys")
 	fs.StringVar(&o.id, "id", "", "node id, unique in the cluster (config: id)")
-	fs.StringVar(&o.host, "host", "127.0.0.1", "address every listener binds to (config: host)")
+	fs.StringVar(&o.host, "host", "127.0.0.1", "address every listener binds to: an IP, 0.0.0.0 or :: for every interface, or a host name (config: host)")
+	fs.StringVar(&o.advertise, "advertise", "", "host others dial for every listener, e.g. the container's service name; default --host if it names one address, else the local address on the route to the first --join (config: advertise)")
 	fs.IntVar(&o.gossipPort, "gossip-port", 0, "memberlist port, UDP and TCP; 0 picks a free one (config: gossip_port)")
 	fs.IntVar(&o.rpcPort, "rpc-port", 0, "gRPC port; 0 picks a free one (config: rpc_port)")
 	fs.IntVar(&o.pollPort, "poll-port", 0, "UDP load-poll port; 0 picks a free one (config: poll_port)")
 	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of a node to join; list (config: join)")
+	fs.DurationVar(&o.joinTimeout, "join-timeout", 0, "how long to keep trying the --join seeds at start, with backoff; 0 keeps trying until stopped (config: join_timeout)")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", neptune.DefaultDrainTimeout, "bound on draining at SIGTERM: handing primaries over, then finishing calls in flight (config: drain_timeout)")
 	fs.StringArrayVar(&o.services, "service", nil, "host a built-in service as `name:partitions`, e.g. kv:0-3,7; repeatable (config: services)")
 	fs.StringVar(&o.metrics, "metrics", "", "`host:port` serving Prometheus /metrics; empty disables (config: metrics)")
 	fs.StringVar(&o.zone, "zone", "", "this node's failure domain, announced; placement spreads replicas across zones (config: zone)")
@@ -87,8 +100,9 @@ func (o *nodeOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.interval, "announce-interval", membership.DefaultAnnounceInterval, "yellow-page refresh interval (config: announce_interval)")
 	fs.DurationVar(&o.ttl, "announce-ttl", membership.DefaultTTL, "yellow-page entry lifetime (config: announce_ttl)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "`directory` for replicated services' write logs and state (config: data_dir)")
+	fs.Var(&o.maxInflight, "max-inflight-bytes", "request bytes the node holds at once, e.g. 64MiB (the default); a call beyond it is refused, retryable, before its body is read (config: max_inflight_bytes)")
 	o.sec.add(fs, "", "the node")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", "))
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", ")+"; SIGHUP re-reads it from the config file (config: log_level)")
 }
 
 // fileConfig reads --config, applies the flags set on the command line
@@ -108,10 +122,13 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	}
 	set("id", func() { fc.ID = o.id })
 	set("host", func() { fc.Host = o.host })
+	set("advertise", func() { fc.Advertise = o.advertise })
 	set("gossip-port", func() { fc.GossipPort = o.gossipPort })
 	set("rpc-port", func() { fc.RPCPort = o.rpcPort })
 	set("poll-port", func() { fc.PollPort = o.pollPort })
 	set("join", func() { fc.Join = o.join })
+	set("join-timeout", func() { fc.JoinTimeout = Duration(o.joinTimeout) })
+	set("drain-timeout", func() { fc.DrainTimeout = Duration(o.drainTimeout) })
 	set("metrics", func() { fc.Metrics = o.metrics })
 	set("zone", func() { fc.Zone = o.zone })
 	set("pprof", func() { fc.Pprof = o.pprof })
@@ -119,6 +136,8 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	set("announce-interval", func() { fc.AnnounceInterval = Duration(o.interval) })
 	set("announce-ttl", func() { fc.AnnounceTTL = Duration(o.ttl) })
 	set("data-dir", func() { fc.DataDir = o.dataDir })
+	set("log-level", func() { fc.LogLevel = o.logLevel })
+	set("max-inflight-bytes", func() { fc.MaxInflightBytes = o.maxInflight })
 	o.sec.apply(fs, &fc.Security)
 	for _, s := range o.services {
 		name, parts, ok := strings.Cut(s, ":")
@@ -134,8 +153,15 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	return fc, fc.Validate()
 }
 
-// runNode starts a node from a validated config and runs it until ctx ends.
-func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Logger) error {
+// runNode starts a node from a validated config and runs it until ctx
+// ends. SIGHUP reloads what can change while it runs, and never stops it:
+// the log level (reload re-reads the config file; the command line and
+// environment still win over it) and the certificate and keyring files.
+func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Logger, level *slog.LevelVar, reload func() (FileConfig, error)) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	log.Info("neptune node starting", "version", version.Release, "commit", version.Commit, "id", fc.ID)
 	node, err := buildNode(fc, log)
 	if err != nil {
 		return err
@@ -148,19 +174,65 @@ func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Log
 		dash = ", dashboard http://" + a + "/"
 	}
 	fmt.Fprintf(stdout, "node %s up: gossip %s, rpc %s%s\n", fc.ID, node.GossipAddr(), node.RPCAddr(), dash)
-	<-ctx.Done()
-	return node.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			// SIGTERM or SIGINT: drain (main's signal context ended).
+			node.Drain(context.WithoutCancel(ctx))
+			return nil
+		case <-node.Done():
+			return nil // drained by an operator (neptune node drain)
+		case <-hup:
+			onHangup(log, level, reload, node.ReloadSecurity, node.SetPlacement)
+		}
+	}
+}
+
+// onHangup applies a SIGHUP: the config file's log level and placement
+// settings, then the security files. What fails to load is logged and changes nothing.
+func onHangup(log *slog.Logger, level *slog.LevelVar, reload func() (FileConfig, error), reloadSecurity func() error, setPlacement func(neptune.Placement) error) {
+	fc, err := reload()
+	if err != nil {
+		log.Error("SIGHUP: config not reloaded; the node runs on as it was", "err", err)
+	} else {
+		if l, err := parseLevel(fc.LogLevel); err != nil {
+			log.Error("SIGHUP: log level not changed", "err", err)
+		} else if l != level.Level() {
+			log.Info("SIGHUP: log level changed", "from", level.Level(), "to", l)
+			level.Set(l)
+		}
+		if err := setPlacement(fc.Placement.toPlacement()); err != nil {
+			log.Error("SIGHUP: placement settings not changed", "err", err)
+		}
+	}
+	if err := reloadSecurity(); err != nil {
+		log.Error("SIGHUP: certificates or keyring not reloaded; the node keeps the ones it had", "err", err)
+		return
+	}
+	log.Info("SIGHUP: configuration reloaded")
 }
 
 var logLevels = []string{"debug", "info", "warn", "error"}
 
 // logger returns a text logger on stderr at level.
 func logger(level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, Usagef("--log-level %q: want one of %s", level, strings.Join(logLevels, ", "))
+	l, err := parseLevel(level)
+	if err != nil {
+		return nil, err
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// parseLevel reads a log level ("" is info).
+func parseLevel(level string) (slog.Level, error) {
+	var l slog.Level
+	if level == "" {
+		return slog.LevelInfo, nil
+	}
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return l, Usagef("--log-level %q (config: log_level): want one of %s", level, strings.Join(logLevels, ", "))
+	}
+	return l, nil
 }
 
 // fixedCompletion completes a flag's value from a fixed list.
@@ -178,10 +250,14 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := nodeFiles(fc); err != nil {
+		return nil, err
+	}
 	node, err := neptune.NewNode(neptune.NodeConfig{
 		Security:         sec,
 		ID:               fc.ID,
 		Host:             fc.Host,
+		Advertise:        fc.Advertise,
 		GossipPort:       fc.GossipPort,
 		RPCPort:          fc.RPCPort,
 		PollPort:         fc.PollPort,
@@ -189,13 +265,16 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		Zone:             fc.Zone,
 		Pprof:            fc.Pprof,
 		Join:             fc.Join,
+		JoinTimeout:      joinTimeout(fc.JoinTimeout),
+		DrainTimeout:     time.Duration(fc.DrainTimeout),
 		AnnounceInterval: time.Duration(fc.AnnounceInterval),
 		AnnounceTTL:      time.Duration(fc.AnnounceTTL),
 		Balance:          bal,
 		Logger:           log,
 		DataDir:          fc.DataDir,
-		Placement: neptune.Placement{Off: fc.Placement.Off, Grace: time.Duration(fc.Placement.Grace),
-			Interval: time.Duration(fc.Placement.Interval), MaxInFlight: fc.Placement.MaxInFlight},
+		MaxInflightBytes: int64(fc.MaxInflightBytes),
+		Placement:        fc.Placement.toPlacement(),
+		Storage:          neptune.Storage{Reserve: fc.Storage.ReserveBytes, RebuildCorrupt: fc.Storage.RebuildCorrupt},
 	})
 	if err != nil {
 		return nil, err
@@ -227,4 +306,36 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		}
 	}
 	return node, nil
+}
+
+// nodeFiles checks that the certificate directory holds the CA and the
+// node's own certificate before the node loads them, so a missing file
+// is reported with the key and flag to fix and the command that makes it.
+func nodeFiles(fc FileConfig) error {
+	dir := fc.Security.TLSDir
+	if fc.Security.Insecure || dir == "" {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ca.pem")); err != nil {
+		return fmt.Errorf("security.tls_dir (--tls-dir) %s: no ca.pem there (%v): give the directory with the cluster's ca.pem and this node's certificate (neptune tls ca create)", dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node-"+fc.ID+".pem")); err != nil {
+		return fmt.Errorf("security.tls_dir (--tls-dir) %s holds no certificate for node %s (node-%s.pem): issue it with neptune tls cert create --dir %s --node %s, or check id (--id)", dir, fc.ID, fc.ID, dir, fc.ID)
+	}
+	return nil
+}
+
+// joinTimeout maps the config's join_timeout (0: keep trying until
+// stopped, what a node started before its seeds needs) to
+// NodeConfig.JoinTimeout (negative: until stopped).
+func joinTimeout(d Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return time.Duration(d)
+}
+
+// toPlacement is the config file's placement block as the node takes it.
+func (p PlacementConfig) toPlacement() neptune.Placement {
+	return neptune.Placement{Off: p.Off, Grace: time.Duration(p.Grace), Interval: time.Duration(p.Interval), MaxInFlight: p.MaxInFlight}
 }

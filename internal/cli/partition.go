@@ -148,12 +148,16 @@ func replicatedService(fc FileConfig, s ServiceConfig) (svc neptune.Service, par
 		return svc, nil, err
 	}
 	parts = s.Partitions
+	damaged := func(err error) error {
+		return fmt.Errorf("%w (if the service's files are damaged, run `neptune partition rebuild --data-dir %s --service %s --service-state` and start the node again: its replicas of the service are rebuilt from their peers)",
+			err, fc.DataDir, s.Name)
+	}
 	if mk, ok := durableBuiltins[s.Name]; ok {
 		if svc, err = mk(filepath.Join(fc.DataDir, "service-"+s.Name)); err != nil {
-			return svc, nil, err
+			return svc, nil, damaged(err)
 		}
 	} else if svc, err = s.service(fc.DataDir); err != nil {
-		return svc, nil, err
+		return svc, nil, damaged(err)
 	}
 	svc.Replication = r
 	return svc, parts, nil
@@ -161,7 +165,7 @@ func replicatedService(fc FileConfig, s ServiceConfig) (svc neptune.Service, par
 
 // printPartitions prints replicated partitions: replicas, primary, epoch
 // and each replica's version.
-func printPartitions(w io.Writer, parts []neptune.PartitionInfo) {
+func printPartitions(w io.Writer, now time.Time, parts []neptune.PartitionInfo) {
 	if len(parts) == 0 {
 		return
 	}
@@ -169,14 +173,14 @@ func printPartitions(w io.Writer, parts []neptune.PartitionInfo) {
 	fmt.Fprintln(tw, "\nSERVICE\tPARTITION\tLEVEL\tPRIMARY\tEPOCH\tREPLICAS (node:role@version)")
 	for _, p := range parts {
 		primary, epoch := "-", uint64(0)
-		leased := false
+		leased, stale := false, ""
 		var reps []string
 		for _, r := range p.Replicas {
 			if r.Role == "primary" && r.Epoch >= epoch {
-				primary, epoch, leased = r.Node, r.Epoch, r.Lease > 0
+				primary, epoch, leased, stale = r.Node, r.Epoch, r.Lease > 0, r.Stale
 			}
 			epoch = max(epoch, r.Epoch)
-			reps = append(reps, replicaCell(r))
+			reps = append(reps, replicaCell(now, r))
 		}
 		level := fmt.Sprint(p.Level)
 		if p.Linearizable {
@@ -185,6 +189,8 @@ func printPartitions(w io.Writer, parts []neptune.PartitionInfo) {
 		switch {
 		case p.Level == 1:
 			primary = "(none: level 1)"
+		case primary != "-" && stale != "":
+			primary += " (STALE: " + stale + ")"
 		case primary != "-" && !leased:
 			primary += " (no lease)"
 		}
@@ -195,15 +201,25 @@ func printPartitions(w io.Writer, parts []neptune.PartitionInfo) {
 
 // replicaCell is one replica in `neptune status`: node:role@version, with
 // "+lease" on a primary holding its majority lease (one without is not
-// fresh and serves no level-3 or linearizable read) and the role DIVERGED
-// for a replica whose log differs from its primary's (it serves nothing).
-func replicaCell(r neptune.ReplicaInfo) string {
+// fresh and serves no level-3 or linearizable read), the role DIVERGED
+// for a replica whose log differs from its primary's (it serves nothing),
+// [stale] on a primary whose claim lapsed or was superseded (the primary
+// column says which), and [lost-contact 1.3s] or [no-quorum 0.2s] on a
+// replica that announced it lost touch with its primary or majority, and
+// for how long by now.
+func replicaCell(now time.Time, r neptune.ReplicaInfo) string {
 	role, lease := r.Role, ""
 	if r.Diverged {
 		role = "DIVERGED"
 	}
-	if r.Role == "primary" && r.Lease > 0 {
+	switch {
+	case r.Role == "primary" && r.Stale != "":
+		lease = "[stale]"
+	case r.Role == "primary" && r.Lease > 0:
 		lease = "+lease"
+	}
+	if r.Contact != "" {
+		lease += fmt.Sprintf("[%s %v]", r.Contact, now.Sub(r.LostSince).Round(100*time.Millisecond))
 	}
 	return fmt.Sprintf("%s:%s@%d%s", r.Node, role, r.Version, lease)
 }
@@ -213,7 +229,7 @@ func newPartitionCmd() *cobra.Command {
 		Use:   "partition",
 		Short: "Operate on replicated partitions",
 	}
-	cmd.AddCommand(newPromoteCmd(), newMembersCmd("add"), newMembersCmd("remove"), newMembersCmd("move"), newMembersCmd("priority"), newApplyCmd())
+	cmd.AddCommand(newPromoteCmd(), newMembersCmd("add"), newMembersCmd("remove"), newMembersCmd("move"), newMembersCmd("priority"), newApplyCmd(), newRebuildCmd())
 	return cmd
 }
 
@@ -247,8 +263,9 @@ lacks are lost; the command first prints which versions may be: those
 above the replica's last log entry up to the highest commit point any
 replica announced. The other replicas recover from it; one whose log
 differs below its commit point shows as DIVERGED in neptune status and
-serves nothing (no automatic repair yet: rebuild it with a fresh data
-directory).
+serves nothing until a snapshot of the new primary's service repairs it
+(a service without snapshots: stop its node and run neptune partition
+rebuild).
 
 Only an operator certificate (--cert operator/NAME) may promote.`,
 		Example: "  neptune partition promote --tls-dir pki --cert operator/alice --join 127.0.0.1:7946 --service kv --partition 0\n" +
@@ -282,6 +299,9 @@ func (o *promoteOptions) run(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	defer c.Close()
+	if err := replicated(c, o.service); err != nil {
+		return err
+	}
 	var reps []neptune.ReplicaInfo
 	for _, p := range c.Partitions() {
 		if p.Service == o.service && p.Partition == o.partition {

@@ -107,6 +107,9 @@ func (o *membersOptions) run(ctx context.Context, stdout io.Writer, verb string,
 		return err
 	}
 	defer c.Close()
+	if err := replicated(c, service); err != nil {
+		return err
+	}
 	p := &partitionRef{c: c, service: service, partition: partition, timeout: o.timeout, out: stdout}
 	switch verb {
 	case "add":
@@ -349,6 +352,25 @@ func (p *partitionRef) readSet(ctx context.Context, member string) (neptune.Repl
 	return p.ask(ctx, func(ctx context.Context, primary string) (neptune.ReplicaSet, error) {
 		return p.c.ChangeReplicas(ctx, primary, p.service, p.partition, member, 0, "")
 	})
+}
+
+// replicated checks the yellow pages for a replicated service: an
+// unhosted or unreplicated one has no replica set to change, and asking
+// its primary would only wait for the timeout.
+func replicated(c *neptune.Client, service string) error {
+	for _, p := range c.Partitions() {
+		if p.Service == service {
+			return nil
+		}
+	}
+	for _, m := range c.Members(context.Background(), 0) {
+		for _, s := range m.Services {
+			if s.Name == service {
+				return fmt.Errorf("service %s is not replicated: it has no replica sets to change and no primary (nothing changed); replicate it with a replication: block in its services entry of the node config (see examples/node.yaml)", service)
+			}
+		}
+	}
+	return fmt.Errorf("no node in the yellow pages hosts service %s (nothing changed); check the name, and --join", service)
 }
 
 // announcedPrimary is the replica the yellow pages announce as the

@@ -80,7 +80,8 @@ func TestReplicationConfigCarriesLeaseAndLinearizable(t *testing.T) {
 
 func TestStatusShowsLeasesAndDivergence(t *testing.T) {
 	var b strings.Builder
-	printPartitions(&b, []neptune.PartitionInfo{
+	now := time.Unix(1_000_000, 0)
+	printPartitions(&b, now, []neptune.PartitionInfo{
 		{Service: "kv", Partition: 0, Level: 3, Linearizable: true, Replicas: []neptune.ReplicaInfo{
 			{Node: "a", Role: "primary", Epoch: 4, Version: 120, Lease: 310 * time.Millisecond},
 			{Node: "b", Role: "secondary", Epoch: 4, Version: 120},
@@ -89,11 +90,30 @@ func TestStatusShowsLeasesAndDivergence(t *testing.T) {
 		{Service: "kv", Partition: 1, Level: 2, Replicas: []neptune.ReplicaInfo{
 			{Node: "a", Role: "primary", Epoch: 2, Version: 7},
 		}},
+		// A failover seen before the old primary's announcement expired,
+		// and a replica cut off from it.
+		{Service: "kv", Partition: 2, Level: 2, Replicas: []neptune.ReplicaInfo{
+			{Node: "a", Role: "primary", Epoch: 2, Version: 9, Lease: 300 * time.Millisecond, Stale: "superseded by the primary of epoch 3"},
+			{Node: "b", Role: "primary", Epoch: 3, Version: 9, Lease: 390 * time.Millisecond},
+			{Node: "c", Role: "secondary", Epoch: 2, Version: 8, Contact: "lost-contact", LostSince: now.Add(-1300 * time.Millisecond)},
+		}},
+		// A primary whose claim lapsed with no successor.
+		{Service: "kv", Partition: 3, Level: 2, Replicas: []neptune.ReplicaInfo{
+			{Node: "a", Role: "primary", Epoch: 5, Version: 4, Lease: 300 * time.Millisecond, Stale: "lease lapsed 1.2s ago without a newer announcement"},
+		}},
 	})
 	out := b.String()
-	for _, want := range []string{"a:primary@120+lease", "b:secondary@120", "c:DIVERGED@90", "3 linearizable", "a (no lease)", "a:primary@7\n"} {
+	for _, want := range []string{"a:primary@120+lease", "b:secondary@120", "c:DIVERGED@90", "3 linearizable", "a (no lease)", "a:primary@7\n",
+		"a:primary@9[stale]", "b:primary@9+lease", "c:secondary@8[lost-contact 1.3s]",
+		"a (STALE: lease lapsed 1.2s ago without a newer announcement)", "a:primary@4[stale]"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	// Partition 2's primary is the new one, not the superseded one.
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 3 && f[0] == "kv" && f[1] == "2" && f[3] != "b" {
+			t.Errorf("partition 2's primary shown as %q, want b: %s", f[3], line)
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -44,7 +46,7 @@ change, so a certificate is renewed by writing new files in place.`,
 	ca.AddCommand(newCACreateCmd())
 	cert := &cobra.Command{Use: "cert", Short: "Manage member certificates"}
 	cert.AddCommand(newCertCreateCmd())
-	cmd.AddCommand(ca, cert)
+	cmd.AddCommand(ca, cert, newTLSInitCmd())
 	return cmd
 }
 
@@ -94,7 +96,7 @@ replacing it means issuing every certificate again.`,
 
 func newCertCreateCmd() *cobra.Command {
 	var (
-		dir                    string
+		dir, out               string
 		node, client, operator string
 		gatewayName            string
 		hosts                  []string
@@ -109,6 +111,11 @@ write it and its key (mode 0600) into --dir: node-<id>.pem and
 node-<id>-key.pem for --node, client-<name>… for --client,
 operator-<name>… for --operator, gateway-<name>… for --gateway.
 
+--out writes them into another directory instead, with a copy of the
+CA's ca.pem, so that directory is all a member needs (never ca-key.pem)
+and --dir may be read-only: a Kubernetes init container issues its pod's
+certificate from the CA mounted from a Secret into an emptyDir.
+
 A node's certificate names its node id: the node must run with that
 --id, and its peers check the id when they dial it and when it sends
 replication messages or announcements. A gateway's certificate names
@@ -118,7 +125,8 @@ its demand datagrams only under that name. Names use letters, digits and
 		Example: `  neptune tls cert create --dir pki --node n1
   neptune tls cert create --dir pki --client web
   neptune tls cert create --dir pki --gateway gw1
-  neptune tls cert create --dir pki --node n2 --host n2.example.net,10.0.0.2`,
+  neptune tls cert create --dir pki --node n2 --host n2.example.net,10.0.0.2
+  neptune tls cert create --dir /etc/neptune/ca --out /var/run/neptune/tls --node n3 --force`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var id pki.Identity
@@ -143,12 +151,19 @@ its demand datagrams only under that name. Names use letters, digits and
 			if err != nil {
 				return fmt.Errorf("--dir %s: %w (create the CA with 'neptune tls ca create --dir %s')", dir, err, dir)
 			}
-			f, err := ca.IssueFiles(dir, id, force, pki.IssueOptions{ValidFor: validFor, Hosts: hosts})
+			dest := dir
+			if out != "" {
+				dest = out
+			}
+			f, err := ca.IssueFiles(dest, id, force, pki.IssueOptions{ValidFor: validFor, Hosts: hosts})
 			if errors.Is(err, pki.ErrExists) {
 				return fmt.Errorf("%w; pass --force to replace the certificate", err)
 			}
 			if err != nil {
 				return err
+			}
+			if err := copyCACert(dir, dest); err != nil {
+				return fmt.Errorf("--out %s: %w", dest, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "issued %s of cluster %q:\n  certificate %s\n  key         %s\n  CA          %s\n", id.URI(), ca.Cluster(), f.Cert, f.Key, f.CA)
 			return nil
@@ -156,7 +171,8 @@ its demand datagrams only under that name. Names use letters, digits and
 	}
 	fs := cmd.Flags()
 	fs.SortFlags = false
-	fs.StringVar(&dir, "dir", "", "`directory` holding the CA; the certificate is written there (required)")
+	fs.StringVar(&dir, "dir", "", "`directory` holding the CA; the certificate is written there unless --out is given (required)")
+	fs.StringVar(&out, "out", "", "`directory` to write the certificate, its key and a copy of ca.pem into instead of --dir (--dir may then be read-only)")
 	fs.StringVar(&node, "node", "", "issue a node certificate for node `id`")
 	fs.StringVar(&client, "client", "", "issue a client certificate for `name`")
 	fs.StringVar(&operator, "operator", "", "issue an operator certificate for `name`")
@@ -168,6 +184,21 @@ its demand datagrams only under that name. Names use letters, digits and
 	cmd.MarkFlagsOneRequired("node", "client", "operator", "gateway")
 	cmd.MarkFlagsMutuallyExclusive("node", "client", "operator", "gateway")
 	return cmd
+}
+
+// copyCACert copies ca.pem (every CA certificate it holds, as a cluster
+// moving to a new CA trusts both) from the CA's directory into dest, so
+// dest holds what a member reads; nothing is done when they are one.
+func copyCACert(caDir, dest string) error {
+	from, to := filepath.Join(caDir, pki.CACertFile), filepath.Join(dest, pki.CACertFile)
+	if filepath.Clean(from) == filepath.Clean(to) {
+		return nil
+	}
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return pki.WriteFileAtomic(to, b, 0o644)
 }
 
 const keyringLong = `Manage a gossip keyring file: a JSON list of base64 keys, the primary

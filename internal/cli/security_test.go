@@ -150,3 +150,65 @@ func TestKeyFlagReadsStandardInput(t *testing.T) {
 		t.Fatal("empty standard input accepted")
 	}
 }
+
+// TestCertCreateOut: --out issues a member's certificate from a CA in a
+// read-only directory (a mounted Secret) into another one, with a copy of
+// ca.pem and without ca-key.pem, so that directory is a member's
+// --tls-dir; --force makes issuing again (a restarted init container)
+// succeed.
+func TestCertCreateOut(t *testing.T) {
+	caDir, out := filepath.Join(t.TempDir(), "ca"), filepath.Join(t.TempDir(), "tls")
+	if code, _, stderr := run(t, []string{"tls", "ca", "create", "--dir", caDir, "--cluster", "k8s"}); code != ExitOK {
+		t.Fatal(stderr)
+	}
+	if err := os.Chmod(caDir, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(caDir, 0o755) })
+	id := pki.Identity{Role: pki.RoleNode, Name: "neptune-0"}
+	args := []string{"tls", "cert", "create", "--dir", caDir, "--out", out, "--node", id.Name}
+	code, stdout, stderr := run(t, args)
+	if code != ExitOK || !strings.Contains(stdout, filepath.Join(out, "ca.pem")) {
+		t.Fatalf("exit %d, %q, %q", code, stdout, stderr)
+	}
+	src, err := pki.NewSource(pki.SourceConfig{Files: pki.FilesFor(out, id), Expect: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.Cluster() != "k8s" {
+		t.Fatalf("cluster %q", src.Cluster())
+	}
+	if _, err := os.Stat(filepath.Join(out, pki.CAKeyFile)); !os.IsNotExist(err) {
+		t.Fatalf("ca-key.pem in --out: %v", err)
+	}
+	entries, _ := os.ReadDir(caDir)
+	if len(entries) != 2 {
+		t.Fatalf("--dir changed: %v", entries)
+	}
+	if code, _, stderr := run(t, args); code != ExitFailed || !strings.Contains(stderr, "--force") {
+		t.Fatalf("again without --force: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr := run(t, append(args, "--force")); code != ExitOK {
+		t.Fatalf("again with --force: exit %d, %q", code, stderr)
+	}
+}
+
+// TestFlagEnvNames: the variables of a command's flags, as its help
+// names them; nil for a command that does not exist.
+func TestFlagEnvNames(t *testing.T) {
+	node := FlagEnvNames("node")
+	for _, want := range []string{"NEPTUNE_ID", "NEPTUNE_TLS_DIR", "NEPTUNE_DATA_DIR", "NEPTUNE_JOIN", "NEPTUNE_ADVERTISE"} {
+		if !slices.Contains(node, want) {
+			t.Errorf("node: no %s in %v", want, node)
+		}
+	}
+	if slices.Contains(node, "NEPTUNE_HELP") || slices.Contains(node, "NEPTUNE_CERT") {
+		t.Errorf("node: %v", node)
+	}
+	if got := FlagEnvNames("tls", "cert", "create"); !slices.Contains(got, "NEPTUNE_OUT") {
+		t.Errorf("tls cert create: %v", got)
+	}
+	if got := FlagEnvNames("no-such"); got != nil {
+		t.Errorf("no-such: %v", got)
+	}
+}

@@ -28,7 +28,8 @@ func newStatusCmd() *cobra.Command {
 		Short: "Print the yellow pages: nodes, services, partitions, load",
 		Long: `Print the yellow pages as a client sees them: every node with its
 services, partitions and polled load, then each replicated partition with
-its primary, epoch and replica versions.
+its primary, epoch and replica versions (a service without replication has
+none).
 
 With --gateway (the metrics address of an HTTP gateway, repeatable), also
 print each subscriber as the gateways see it: its reservation, each
@@ -49,7 +50,7 @@ served and dropped, per gateway and in total.`,
 					return nil
 				}
 			}
-			sec, err := sf.client()
+			sec, err := sf.clientFiles()
 			if err != nil {
 				return err
 			}
@@ -63,7 +64,11 @@ served and dropped, per gateway and in total.`,
 			}
 			stdout := cmd.OutOrStdout()
 			printStatus(stdout, c.Members(ctx, 50*time.Millisecond))
-			printPartitions(stdout, c.Partitions())
+			parts := c.Partitions()
+			if len(parts) == 0 {
+				fmt.Fprintln(stdout, "\nNo replicated partition announced: a service without replication (services[i].replication in the node config) has no primary, epoch or versions.")
+			}
+			printPartitions(stdout, time.Now(), parts)
 			return nil
 		},
 	}

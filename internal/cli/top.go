@@ -40,7 +40,9 @@ coverage, lost partitions and hedges; refreshed every --interval.
 is served on (http://host:port/cluster). top reads the dashboard's JSON
 twins (/api/dashboard/...), so it costs the node what one open page does.
 Each table is cut to --rows lines; narrow it with --service, --partition
-and --node. --count stops after that many screens (0: until interrupted).`,
+and --node. --count stops after that many screens (0: until interrupted);
+q quits (on a terminal at once, from a pipe a q in the input), as does
+Ctrl-C.`,
 		Example: "  neptune top --addr 127.0.0.1:9100\n  neptune top --addr 127.0.0.1:9100 --service forum --count 1",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -60,7 +62,11 @@ and --node. --count stops after that many screens (0: until interrupted).`,
 			if node != "" {
 				q.Set("node", node)
 			}
-			return runTop(cmd.Context(), cmd.OutOrStdout(), addr, q, interval, count, rows)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			restore := watchQuit(cmd.InOrStdin(), cancel)
+			defer restore()
+			return runTop(ctx, cmd.OutOrStdout(), addr, q, interval, count, rows)
 		},
 	}
 	fs := cmd.Flags()
@@ -113,6 +119,9 @@ func runTop(ctx context.Context, w io.Writer, addr string, q url.Values, interva
 		var s dashboard.Screen
 		for view, v := range map[string]any{"cluster": &s.Cluster, "partitions": &s.Partitions, "traffic": &s.Traffic, "aggregation": &s.Aggregation} {
 			if err := fetch(view, v); err != nil {
+				if ctx.Err() != nil {
+					return nil // q or interrupted while fetching
+				}
 				return err
 			}
 		}
@@ -124,6 +133,9 @@ func runTop(ctx context.Context, w io.Writer, addr string, q url.Values, interva
 		}
 		if err := dashboard.WriteText(&buf, s, rows); err != nil {
 			return err
+		}
+		if tty {
+			buf.WriteString("\n(q quits)\n")
 		}
 		if _, err := w.Write(buf.Bytes()); err != nil {
 			return err

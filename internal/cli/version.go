@@ -7,14 +7,18 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/neptune-cluster/neptune/internal/version"
 )
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the version, source revision and Go version",
-		Long: `Print the module version of this binary, the source revision and time it
-was built from (when the build recorded them) and the Go version.`,
+		Long: `Print the release of this binary, the source revision it was built from
+(stamped by the build, see the Dockerfile; else what the Go toolchain
+recorded), the module version when installed with go install, and the Go
+version.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bi, _ := debug.ReadBuildInfo()
@@ -24,20 +28,23 @@ was built from (when the build recorded them) and the Go version.`,
 	}
 }
 
-// printVersion prints what bi records; bi is nil for a binary built
-// without module support.
+// printVersion prints the release, the revision (stamped by the build,
+// else what the Go toolchain recorded) and the Go version; bi is nil for a
+// binary built without module support.
 func printVersion(w io.Writer, bi *debug.BuildInfo) {
-	version, goVersion := "(unknown)", runtime.Version()
-	var revision, at, modified string
+	goVersion := runtime.Version()
+	module, revision, at, modified := "", version.Commit, "", ""
 	if bi != nil {
-		version, goVersion = bi.Main.Version, bi.GoVersion
-		if version == "" {
-			version = "(devel)"
+		goVersion = bi.GoVersion
+		if v := bi.Main.Version; v != "" && v != "(devel)" {
+			module = v
 		}
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				revision = s.Value
+				if revision == "" {
+					revision = s.Value
+				}
 			case "vcs.time":
 				at = s.Value
 			case "vcs.modified":
@@ -47,7 +54,10 @@ func printVersion(w io.Writer, bi *debug.BuildInfo) {
 			}
 		}
 	}
-	fmt.Fprintf(w, "neptune %s\n", version)
+	fmt.Fprintf(w, "neptune %s\n", version.Release)
+	if module != "" {
+		fmt.Fprintf(w, "module %s\n", module)
+	}
 	if revision != "" {
 		fmt.Fprintf(w, "revision %s%s\n", revision, modified)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -26,6 +27,12 @@ type request struct {
 	stream bool // Stream, not Call
 	sess   *Session
 	usage  *service.CallUsage // filled from the answer's trailer if set
+	// maybeRan: an attempt of this write may have executed — one of this
+	// call's, or, for a retry (WithRetryOf), the call it retries. From
+	// then on every error the call returns says so and carries the
+	// write's identity, so no retry loop ever takes it for "never ran"
+	// and sends it again as a new write.
+	maybeRan bool
 }
 
 func (r *request) mode() service.Mode { return service.Mode(r.in.Mode) }
@@ -34,11 +41,11 @@ func (r *request) mode() service.Mode { return service.Mode(r.in.Mode) }
 func (r *request) identified() bool { return r.in.IdempotencyKey != "" || r.in.ClientId != "" }
 
 // outcome is the error a call ends with: for a write that may have run
-// (maybeRan, or err itself says so), an UnknownOutcomeError carrying the
-// write's identity, unless err is a definite answer (the handler's own
-// error: the write ran, or a retry got the first attempt's result).
-func (r *request) outcome(maybeRan bool, err error) error {
-	if r.mode() != service.Write || !maybeRan && !outcomeOpen(err) {
+// (r.maybeRan, or err itself says so), an UnknownOutcomeError carrying
+// the write's identity, unless err is a definite answer (the handler's
+// own error: the write ran, or a retry got the first attempt's result).
+func (r *request) outcome(err error) error {
+	if !r.maybeRan && (r.mode() != service.Write || !outcomeOpen(err)) {
 		return err
 	}
 	var remote *transport.RemoteError
@@ -47,6 +54,20 @@ func (r *request) outcome(maybeRan bool, err error) error {
 	}
 	return &nerr.UnknownOutcomeError{Identified: r.identified(), ClientID: r.in.ClientId, Seq: r.in.Seq,
 		Key: r.in.IdempotencyKey, Cause: err}
+}
+
+// newRequest is a Call's request. A retry of a write of unknown outcome
+// (WithRetryOf) reuses its identity and knows the write may have run.
+func newRequest(svc string, partition int, method string, body []byte, o options) *request {
+	r := &request{in: &pb.CallRequest{Service: svc, Partition: int32(partition), Method: method, Body: body, Class: o.class,
+		IdempotencyKey: o.key}, sess: o.session, usage: o.usage}
+	if o.retryOf != nil {
+		if o.key == "" {
+			r.in.ClientId, r.in.Seq, r.in.IdempotencyKey = o.retryOf.ClientID, o.retryOf.Seq, o.retryOf.Key
+		}
+		r.maybeRan = true
+	}
+	return r
 }
 
 // resolve checks what the yellow pages say against the request and
@@ -82,25 +103,29 @@ func (r *request) resolve(look membership.Lookup) error {
 // returns its response. The method's mode (read or write) is the one the
 // service announces. The call goes to the replica the balancing policy
 // picks; if the connection fails, up to three replicas are tried and a
-// failed node is excluded until it announces itself again.
+// failed node is excluded until it announces itself again. A call that
+// still fails with a retryable error is tried again under the client's
+// retry policy (Config.Retry, or WithRetry), the write keeping its
+// identity.
 func (c *Client) Call(ctx context.Context, svc string, partition int, method string, body []byte, opts ...Option) (*service.Response, error) {
-	if len(body) > c.maxBody {
-		return nil, fmt.Errorf("%w: request body of %d bytes exceeds the limit of %d (ClientConfig.MaxMessageBytes); it was not sent, so the write never ran", nerr.ErrTooLarge, len(body), c.maxBody)
-	}
 	o := collect(opts)
+	r := newRequest(svc, partition, method, body, o)
+	if len(body) > c.maxBody {
+		return nil, r.outcome(fmt.Errorf("%w: request body of %d bytes exceeds the limit of %d (ClientConfig.MaxMessageBytes); it was not sent, so this call never ran", nerr.ErrTooLarge, len(body), c.maxBody))
+	}
 	start := c.clock.Now()
 	if o.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = clock.WithTimeout(ctx, c.clock, o.timeout)
 		defer cancel()
 	}
-	r := &request{in: &pb.CallRequest{Service: svc, Partition: int32(partition), Method: method, Body: body, Class: o.class,
-		IdempotencyKey: o.key}, sess: o.session, usage: o.usage}
-	if o.retryOf != nil && o.key == "" {
-		// A retry of a write of unknown outcome reuses its identity.
-		r.in.ClientId, r.in.Seq, r.in.IdempotencyKey = o.retryOf.ClientID, o.retryOf.Seq, o.retryOf.Key
+	policy := c.retry
+	if o.retry != nil {
+		policy = o.retry.WithDefaults()
 	}
-	resp, err := c.call(ctx, r)
+	resp, err := retrying(ctx, c.clock, policy, rand.Float64, c.metrics.retries.Inc, func() (*service.Response, error) {
+		return c.call(ctx, r)
+	})
 	c.metrics.calls.WithLabelValues(svc, method, nerr.Label(err)).Inc()
 	c.metrics.latency.WithLabelValues(svc, method).Observe(c.clock.Since(start).Seconds())
 	if err != nil {
@@ -117,10 +142,11 @@ func (c *Client) Call(ctx context.Context, svc string, partition int, method str
 // carries an identity: the partition then executes it at most once and
 // answers the retry with the first attempt's result. Without one, such a
 // failure ends the call with an UnknownOutcomeError that is not retryable.
+// Once a write may have run (r.maybeRan), every error it ends with says
+// so and carries its identity (request.outcome).
 func (c *Client) call(ctx context.Context, r *request) (*service.Response, error) {
 	var last error
 	failed, waited := 0, time.Duration(0)
-	maybeRan := false // an attempt of this write may have executed
 	// pause waits before the next attempt; false when the wait budget
 	// (maxPrimaryWait, or maxIdentifiedWait for an identified write) is
 	// spent or ctx ended.
@@ -145,17 +171,17 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 		t, err := c.pick(ctx, r)
 		if err != nil {
 			if last != nil && errors.Is(err, nerr.ErrNoReplica) {
-				if maybeRan && r.identified() && ctx.Err() == nil && pause() {
+				if r.maybeRan && r.identified() && ctx.Err() == nil && pause() {
 					continue // the excluded nodes come back as they announce
 				}
 				err = fmt.Errorf("%w (after: %w)", err, last)
 			}
-			return nil, r.outcome(maybeRan, err)
+			return nil, r.outcome(err)
 		}
 		c.identify(r)
 		cl, err := c.conns.ClientFor(t.Node, t.RPCAddr)
 		if err != nil {
-			return nil, r.outcome(maybeRan, err)
+			return nil, r.outcome(err)
 		}
 		sent := c.clock.Now()
 		var grpcOpts []grpc.CallOption
@@ -173,9 +199,9 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 		}
 		err = transport.FromStatus(t.Node, err)
 		write := r.mode() == service.Write
-		maybeRan = maybeRan || write && outcomeOpen(err)
+		r.maybeRan = r.maybeRan || write && outcomeOpen(err)
 		if ctx.Err() != nil {
-			return nil, r.outcome(maybeRan, err)
+			return nil, r.outcome(err)
 		}
 		last = err
 		switch {
@@ -183,31 +209,39 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 			// Sent again to the new primary: safe, the attempt given up
 			// was a read or an identified write.
 			if failed++; failed >= maxAttempts && !pause() {
-				return nil, r.outcome(maybeRan, err)
+				return nil, r.outcome(err)
 			}
 		case transport.IsTransport(err):
 			// The node is unreachable: exclude it and try another replica.
 			c.gossip.Exclude(t.Node)
 			if write && !r.identified() {
-				return nil, r.outcome(true, err) // it may have run: no blind resend
+				return nil, r.outcome(err) // it may have run: no blind resend
 			}
 			if failed++; failed >= maxAttempts && !(write && pause()) {
-				return nil, r.outcome(maybeRan, err)
+				return nil, r.outcome(err)
 			}
 		case write && r.identified() && errors.Is(err, nerr.ErrUnknownOutcome):
 			// A forward to a dying primary failed: the partition is
 			// electing another. The retry carries the same identity.
 			if !pause() {
-				return nil, r.outcome(maybeRan, err)
+				return nil, r.outcome(err)
+			}
+		case errors.Is(err, nerr.ErrClosed) && !errors.Is(err, nerr.ErrUnknownOutcome):
+			// The node is stopping and refused the call (it never ran):
+			// another replica takes it; the node rejoins the view when it
+			// announces itself again.
+			c.gossip.Exclude(t.Node)
+			if failed++; failed >= maxAttempts {
+				return nil, r.outcome(err)
 			}
 		case betweenPrimaries(err, r.mode()):
 			// The partition is electing a primary (a write that gets this
 			// answer never ran): wait a little, then ask again.
 			if !pause() {
-				return nil, r.outcome(maybeRan, err)
+				return nil, r.outcome(err)
 			}
 		default:
-			return nil, r.outcome(maybeRan, err)
+			return nil, r.outcome(err)
 		}
 		c.metrics.retries.Inc()
 	}
@@ -343,7 +377,7 @@ func (c *Client) Stream(ctx context.Context, svc string, partition int, method s
 		cancel()
 		return nil, err
 	}
-	s, err := cl.Stream(ctx, r.in)
+	s, err := cl.Stream(transport.DeclareSize(ctx, r.in), r.in)
 	if err != nil {
 		cancel()
 		return nil, transport.FromStatus(t.Node, err)

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/hostaddr"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/metrics"
 	"github.com/neptune-cluster/neptune/internal/nerr"
@@ -39,12 +41,20 @@ type Config struct {
 	// ID is the client's gossip member name, unique in the cluster;
 	// default "client-<random>-<n>".
 	ID string
-	// Host and Port are where the gossip listener binds (default
-	// 127.0.0.1, a free port).
+	// Host and Port are where the gossip listener and the poll socket
+	// bind: an address or a name (default 127.0.0.1 if every seed is on
+	// loopback, else every interface), and a port (default: a free one).
 	Host string
 	Port int
+	// Advertise is the address the cluster reaches this member's gossip
+	// at (default: Host if it names one address, else the local address
+	// on the route to the first seed).
+	Advertise string
 	// Join lists gossip addresses ("host:port") of cluster members.
 	Join []string
+	// JoinTimeout bounds how long New tries them (0: membership's
+	// default; negative: until ctx ends).
+	JoinTimeout time.Duration
 	// AnnounceInterval and AnnounceTTL are the yellow pages' refresh and
 	// expiry (membership's defaults: 1 s and 5 s).
 	AnnounceInterval, AnnounceTTL time.Duration
@@ -71,6 +81,9 @@ type Config struct {
 	MaxMessageBytes int
 	// Identity is what the member tells and checks at join (a node's).
 	Identity membership.Identity
+	// Retry is how Call retries a call that fails with a retryable error
+	// (zero fields take DefaultRetryPolicy's; NoRetry turns it off).
+	Retry RetryPolicy
 }
 
 // maxAttempts is how many replicas a call tries when connections fail
@@ -97,11 +110,13 @@ type Client struct {
 	conns   *transport.Conns
 	metrics *clientMetrics
 	balance balance.Config
+	retry   RetryPolicy
 	agg     *aggregation.Caller
 	aggM    *aggregation.Metrics
 	// reg and members are for Close, which unregisters the metrics.
-	reg     prometheus.Registerer
-	members prometheus.Collector
+	reg      prometheus.Registerer
+	members  prometheus.Collector
+	refusals *security.Refusals // its counter, registered by the client
 	// stopWatch ends the keyring file watcher.
 	stopWatch context.CancelFunc
 
@@ -140,12 +155,28 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	} else if err := cfg.Balance.Validate(); err != nil {
 		return nil, fmt.Errorf("neptune: balance: %w", err)
 	}
-	if cfg.Host == "" {
-		cfg.Host = "127.0.0.1"
+	if err := cfg.Retry.Validate("Retry"); err != nil {
+		return nil, fmt.Errorf("neptune: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Host == "" {
+		cfg.Host = defaultHost(cfg.Join)
+	}
+	bind, err := hostaddr.BindIP(cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("neptune: host %q (ClientConfig.Host, --host): %w", cfg.Host, err)
+	}
+	adv, err := hostaddr.Advertise(cfg.Host, cfg.Advertise, cfg.Join)
+	if err != nil {
+		return nil, fmt.Errorf("neptune: advertise address (ClientConfig.Advertise, --advertise): %w", err)
+	}
+	advIP, err := hostaddr.IP(adv)
+	if err != nil {
+		return nil, fmt.Errorf("neptune: advertise address %q (ClientConfig.Advertise, --advertise): %w", adv, err)
+	}
+	warnUnreachable(cfg.Logger, adv, cfg.Join)
 	if cfg.ID == "" {
 		cfg.ID = fmt.Sprintf("client-%d-%d", rand.Uint32(), seq.Add(1))
 	}
@@ -165,6 +196,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		conns:     conns,
 		maxBody:   cmp.Or(cfg.MaxMessageBytes, nerr.DefaultMaxMessageBytes),
 		balance:   cfg.Balance,
+		retry:     cfg.Retry.WithDefaults(),
 		reg:       cfg.Registerer,
 		balancers: map[string]*balancer{},
 		rng:       rand.New(rand.NewPCG(rand.Uint64(), uint64(seq.Add(1)))),
@@ -174,16 +206,18 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if c.metrics, err = newClientMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
-	if c.poller, err = transport.NewPoller(cfg.Logger, append([]transport.PollerOption{transport.WithClock(c.clock)}, cfg.Security.PollerOptions()...)...); err != nil {
+	if c.poller, err = transport.NewPoller(cfg.Logger, append([]transport.PollerOption{transport.WithClock(c.clock), transport.WithPollerBind(net.ParseIP(bind))}, cfg.Security.PollerOptions()...)...); err != nil {
 		c.metrics.unregister(cfg.Registerer)
 		return nil, fmt.Errorf("neptune: %w", err)
 	}
 	c.poller.OnLate(c.reportLate)
 	mcfg := membership.Config{
 		NodeID:           cfg.ID,
-		BindAddr:         cfg.Host,
+		BindAddr:         bind,
 		BindPort:         cfg.Port,
+		AdvertiseAddr:    advIP.String(),
 		Join:             cfg.Join,
+		JoinTimeout:      cfg.JoinTimeout,
 		AnnounceInterval: cfg.AnnounceInterval,
 		TTL:              cfg.AnnounceTTL,
 		Announce:         cfg.Announce,
@@ -208,6 +242,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.members = members
+	if err := cfg.Security.Refusals.Register(cfg.Registerer); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	c.refusals = cfg.Security.Refusals
 	var wctx context.Context
 	wctx, c.stopWatch = context.WithCancel(context.Background())
 	go cfg.Security.WatchKeyring(wctx)
@@ -222,6 +261,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
+// Leave leaves the cluster's gossip and stops announcing, keeping the
+// connections, so a draining node goes on forwarding and finishing the
+// calls in flight; Close still follows.
+func (c *Client) Leave() error { return c.gossip.Close() }
+
 // Close leaves the cluster, closes connections and takes the client's
 // metrics out of its registry.
 func (c *Client) Close() error {
@@ -235,6 +279,9 @@ func (c *Client) Close() error {
 	c.aggM.Unregister(c.reg)
 	if c.members != nil {
 		c.reg.Unregister(c.members)
+	}
+	if c.refusals != nil {
+		c.refusals.Unregister(c.reg)
 	}
 	return err
 }
@@ -254,4 +301,33 @@ func (c *Client) Aggregation() *aggregation.Caller { return c.agg }
 // selects an experiment's baseline, zero for the product's behaviour.
 func (c *Client) Aggregate(ctx context.Context, a aggregation.Aggregation, x aggregation.Experiment) (*aggregation.Result, error) {
 	return c.agg.Aggregate(ctx, a, x)
+}
+
+// defaultHost is where a client's gossip binds by default: loopback when
+// every seed is on loopback (a local cluster), else every interface, so
+// the cluster can reach it and tell it of changes at once.
+func defaultHost(seeds []string) string {
+	for _, s := range seeds {
+		if h, _, err := net.SplitHostPort(s); err != nil || !hostaddr.Loopback(h) {
+			return "0.0.0.0"
+		}
+	}
+	return "127.0.0.1"
+}
+
+// warnUnreachable warns when a member advertises a loopback address to a
+// cluster that is not on loopback: the nodes cannot reach its gossip, so
+// it learns of a failover only at its own next push/pull (the TTL), and
+// calls fail meanwhile.
+func warnUnreachable(log *slog.Logger, adv string, seeds []string) {
+	if !hostaddr.Loopback(adv) {
+		return
+	}
+	for _, s := range seeds {
+		if h, _, err := net.SplitHostPort(s); err == nil && !hostaddr.Loopback(h) {
+			log.Warn("this member's gossip is advertised on loopback, which the cluster cannot reach: it will learn of changes late; set the host (--host) or the advertised address (--advertise) to one the nodes can reach",
+				"advertised", adv, "seed", s)
+			return
+		}
+	}
 }

@@ -38,7 +38,7 @@ func newClientMetrics(reg prometheus.Registerer) (*clientMetrics, error) {
 		}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "neptune_client_retries_total",
-			Help: "Call attempts repeated on another replica after a transport failure.",
+			Help: "Call attempts repeated: on another replica after a transport failure, after a pause while a partition is between primaries, or by the retry policy.",
 		}),
 		choices: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "neptune_client_choices_total",

@@ -18,6 +18,7 @@ type options struct {
 	usage   *service.CallUsage
 	key     string
 	retryOf *nerr.UnknownOutcomeError
+	retry   *RetryPolicy
 }
 
 func collect(opts []Option) options {
@@ -66,3 +67,7 @@ func WithRetryOf(err error) Option {
 		}
 	}
 }
+
+// WithRetry makes this call follow p instead of the client's retry
+// policy (zero fields take the defaults; a negative Budget makes one try).
+func WithRetry(p RetryPolicy) Option { return func(o *options) { o.retry = &p } }

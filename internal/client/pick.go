@@ -11,6 +11,7 @@ import (
 
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/membership"
+	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/transport"
 )
 
@@ -61,6 +62,14 @@ func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 	in := r.in
 	look := c.gossip.Lookup(in.Service, in.Partition, in.Method)
 	if err := r.resolve(look); err != nil {
+		if len(look.Replicas) == 0 {
+			// Nothing to call: if the gossip refused nodes hosting the
+			// service because a CA this client does not trust signed
+			// them, that is why.
+			if why := c.gossip.Foreign(in.Service); why != "" {
+				return target{}, fmt.Errorf("%w: %s (%w)", nerr.ErrNotMember, why, err)
+			}
+		}
 		return target{}, err
 	}
 	ids := make([]string, len(look.Replicas))

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/replica"
 	"github.com/neptune-cluster/neptune/internal/transport"
@@ -108,6 +109,21 @@ type ReplicaInfo struct {
 	// Diverged: the replica found its log differs from the primary's below
 	// its commit point; it serves nothing until rebuilt.
 	Diverged bool
+	// LeaseUntil (a primary that announced a lease) is when, by this
+	// client's clock, its claim and lease lapse unless it announces again
+	// (membership.Claim). Zero without a lease or in a Promote's answer.
+	LeaseUntil time.Time
+	// Stale says in words why a primary's claim no longer holds, or "":
+	// its lease lapsed with no newer announcement (a paused, killed or
+	// cut-off primary stops announcing), or a higher epoch's primary
+	// superseded it. Status and the dashboard show it beside the claim.
+	Stale string
+	// Contact is "lost-contact" (a replica whose primary has been silent
+	// for its AckTimeout: a one-way cut, a dead primary, an election),
+	// "no-quorum" (a primary whose majority has been silent for half its
+	// lease) or ""; LostSince is since when, by this client's clock.
+	Contact   string
+	LostSince time.Time
 }
 
 // PartitionInfo is a replicated partition: its level and replicas.
@@ -126,9 +142,41 @@ func replicaInfo(node string, st *pb.ReplicaStatus) ReplicaInfo {
 		Version: st.Version, Commit: st.Commit, Last: st.Last, Lease: time.Duration(st.LeaseMs) * time.Millisecond, VersionAgo: st.VersionAgo, Diverged: st.Diverged}
 }
 
+// readReplica is node's status st announced in an announcement received
+// at seen, as a reader judges it at now (before supersession: judge).
+func readReplica(now, seen time.Time, node string, st *pb.ReplicaStatus) ReplicaInfo {
+	ri := replicaInfo(node, st)
+	claim := membership.ReadClaim(seen, st)
+	ri.LeaseUntil, ri.Contact, ri.LostSince = claim.LeaseUntil, claim.Contact, claim.LostSince
+	if ri.Role == replica.Primary.String() && claim.Lapsed(now) {
+		ri.Stale = fmt.Sprintf("lease lapsed %v ago without a newer announcement", now.Sub(claim.LeaseUntil).Round(time.Millisecond))
+	}
+	return ri
+}
+
+// judge marks the primaries of pi that a primary of a higher epoch
+// superseded: that one was elected after their leases ran out, whatever
+// their last announcement says.
+func judge(pi *PartitionInfo) {
+	var top uint64
+	for _, r := range pi.Replicas {
+		if r.Role == replica.Primary.String() {
+			top = max(top, r.Epoch)
+		}
+	}
+	for i, r := range pi.Replicas {
+		if r.Role == replica.Primary.String() && r.Epoch < top && r.Stale == "" {
+			pi.Replicas[i].Stale = fmt.Sprintf("superseded by the primary of epoch %d", top)
+		}
+	}
+}
+
 // Partitions returns the replicated partitions in the yellow pages, sorted,
-// each with its replicas' announced status (as of their last announcement).
+// each with its replicas' announced status (as of their last
+// announcement) and what that is worth now: lapsed or superseded primary
+// claims, replicas that said they lost contact.
 func (c *Client) Partitions() []PartitionInfo {
+	now := c.clock.Now()
 	byKey := map[partKey]*PartitionInfo{}
 	for _, e := range c.gossip.Snapshot() {
 		for _, s := range e.Ann.Services {
@@ -139,12 +187,13 @@ func (c *Client) Partitions() []PartitionInfo {
 					pi = &PartitionInfo{Service: s.Name, Partition: int(r.Partition), Level: int(r.Level), Linearizable: r.Linearizable}
 					byKey[k] = pi
 				}
-				pi.Replicas = append(pi.Replicas, replicaInfo(e.Ann.NodeId, r))
+				pi.Replicas = append(pi.Replicas, readReplica(now, e.Seen, e.Ann.NodeId, r))
 			}
 		}
 	}
 	out := make([]PartitionInfo, 0, len(byKey))
 	for _, pi := range byKey {
+		judge(pi)
 		slices.SortFunc(pi.Replicas, func(a, b ReplicaInfo) int { return strings.Compare(a.Node, b.Node) })
 		out = append(out, *pi)
 	}
@@ -170,6 +219,22 @@ func (c *Client) nodeClient(node string) (pb.NodeClient, error) {
 		return nil, fmt.Errorf("%w: node %q is not in the yellow pages", nerr.ErrNoReplica, node)
 	}
 	return c.conns.ClientFor(node, addr)
+}
+
+// Drain asks node to drain (an operator's certificate is needed): it
+// answers once the node's primary roles are handed over, with the
+// partitions it kept (no in-sync replica could take them), then the node
+// finishes its calls in flight and stops.
+func (c *Client) Drain(ctx context.Context, node string) ([]string, error) {
+	cl, err := c.nodeClient(node)
+	if err != nil {
+		return nil, err
+	}
+	out, err := cl.Drain(ctx, &pb.DrainRequest{})
+	if err != nil {
+		return nil, transport.FromStatus(node, err)
+	}
+	return out.Kept, nil
 }
 
 // Promote asks node's replica of service's partition to become its

@@ -33,9 +33,11 @@ type announced struct {
 	role       replica.Role
 	epoch      uint64
 	versionAgo uint64
-	// leased: a primary that held its majority lease when it announced.
-	// One without is not fresh: its version_ago means nothing.
-	leased bool
+	// leaseUntil: a primary that held its majority lease when it
+	// announced holds it as long as its claim, until then by this
+	// client's clock (membership.Claim). One without, or past it, is not
+	// fresh: its version_ago means nothing.
+	leaseUntil time.Time
 	// diverged: the replica serves nothing until repaired.
 	diverged bool
 	expires  time.Time // the announcement's: it no longer counts after
@@ -107,7 +109,7 @@ func (v *replicaView) route(now time.Time, req *pb.CallRequest, ids []string) ro
 			recovering = append(recovering, id)
 		}
 		if a.role == replica.Primary && a.epoch >= epoch {
-			epoch, r.primary, r.leased, r.versionAgo = a.epoch, id, a.leased, a.versionAgo
+			epoch, r.primary, r.leased, r.versionAgo = a.epoch, id, now.Before(a.leaseUntil), a.versionAgo
 		}
 	}
 	if !live {
@@ -258,8 +260,8 @@ func (w *viewWatcher) Applied(e membership.Entry) {
 		for _, r := range s.Replicas {
 			k := partKey{s.Name, r.Partition}
 			now = append(now, k)
-			st := announced{role: replica.Role(r.Role), epoch: r.Epoch, versionAgo: r.VersionAgo, leased: r.LeaseMs > 0,
-				diverged: r.Diverged, expires: e.Expires}
+			st := announced{role: replica.Role(r.Role), epoch: r.Epoch, versionAgo: r.VersionAgo,
+				leaseUntil: membership.ReadClaim(e.Seen, r).LeaseUntil, diverged: r.Diverged, expires: e.Expires}
 			vs.set(k, node, vs.of[k].with(node, int(r.Level), r.Linearizable, &st))
 		}
 	}

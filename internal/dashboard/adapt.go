@@ -105,7 +105,7 @@ func FromClientPartitions(ps []client.PartitionInfo) []Partition {
 		dp := Partition{Service: p.Service, Partition: p.Partition, Level: p.Level}
 		for _, r := range p.Replicas {
 			dp.Replicas = append(dp.Replicas, Replica{Node: r.Node, Role: r.Role, Epoch: r.Epoch, Primary: r.Primary, Version: r.Version, Commit: r.Commit,
-				VersionAgo: r.VersionAgo, Lease: r.Lease, HasLease: r.Lease != 0})
+				VersionAgo: r.VersionAgo, Lease: r.Lease, HasLease: r.Lease != 0, LeaseUntil: r.LeaseUntil, Contact: r.Contact, LostSince: r.LostSince})
 		}
 		out = append(out, dp)
 	}
@@ -139,8 +139,10 @@ func FromPages(now time.Time, entries []membership.Entry, staleness func(service
 				if has {
 					lease = max(lease-age, 0) // announced age ago
 				}
+				claim := membership.ReadClaim(e.Seen, r)
 				p.Replicas = append(p.Replicas, Replica{Node: e.Ann.GetNodeId(), Role: replica.Role(r.GetRole()).String(), Epoch: r.GetEpoch(),
-					Primary: r.GetPrimary(), Version: r.GetVersion(), Commit: r.GetCommit(), VersionAgo: r.GetVersionAgo(), Lease: lease, HasLease: has})
+					Primary: r.GetPrimary(), Version: r.GetVersion(), Commit: r.GetCommit(), VersionAgo: r.GetVersionAgo(), Lease: lease, HasLease: has,
+					LeaseUntil: claim.LeaseUntil, Contact: claim.Contact, LostSince: claim.LostSince})
 			}
 		}
 	}

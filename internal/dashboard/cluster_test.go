@@ -182,3 +182,49 @@ func TestTextShowsDepartedAndAggregation(t *testing.T) {
 		t.Errorf("with aggregations:\n%s", out)
 	}
 }
+
+// TestPartitionsTellLapsedSupersededAndCutOffReplicas builds the view from
+// yellow pages entries as a node's dashboard does: during a failover the
+// old primary's last announcement is marked superseded, a primary that
+// stopped announcing is marked lapsed once its claim ran out, and a
+// replica that announced it lost contact says so, with for how long.
+func TestPartitionsTellLapsedSupersededAndCutOffReplicas(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	entry := func(node string, seen time.Time, rs ...*pb.ReplicaStatus) membership.Entry {
+		return membership.Entry{Seen: seen, Expires: seen.Add(5 * time.Second),
+			Ann: &pb.Announcement{NodeId: node, Services: []*pb.HostedService{{Name: "kv", Partitions: []int32{0, 1}, Replicas: rs}}}}
+	}
+	entries := []membership.Entry{
+		// Partition 0: s1 (epoch 2) paused 2 s ago; s2 took over at epoch 3;
+		// s3 cut off one-way for 1.5 s.
+		entry("s1", now.Add(-2*time.Second),
+			&pb.ReplicaStatus{Partition: 0, Role: 2, Epoch: 2, Level: 2, LeaseMs: 390, LeaseValidMs: 690},
+			&pb.ReplicaStatus{Partition: 1, Role: 2, Epoch: 4, Level: 2, LeaseMs: 390, LeaseValidMs: 690}),
+		entry("s2", now.Add(-100*time.Millisecond),
+			&pb.ReplicaStatus{Partition: 0, Role: 2, Epoch: 3, Level: 2, LeaseMs: 390, LeaseValidMs: 690}),
+		entry("s3", now.Add(-200*time.Millisecond),
+			&pb.ReplicaStatus{Partition: 0, Role: 1, Epoch: 2, Level: 2, Contact: pb.Contact_CONTACT_LOST, ContactLostMs: 1300}),
+	}
+	v := buildPartitions("s2", now, Filter{Partition: -1}, FromPages(now, entries, nil))
+	if len(v.Partitions) != 2 {
+		t.Fatalf("%d partitions", len(v.Partitions))
+	}
+	p0, p1 := v.Partitions[0], v.Partitions[1]
+	if p0.Primary != "s2" || p0.PrimaryStale != "" || p0.LeaseMs <= 0 {
+		t.Errorf("partition 0: primary %q (%q), lease %d ms, want s2 holding its lease", p0.Primary, p0.PrimaryStale, p0.LeaseMs)
+	}
+	rows := map[string]ReplicaRow{}
+	for _, r := range p0.Replicas {
+		rows[r.Node] = r
+	}
+	if rows["s1"].Claim != "superseded" || rows["s2"].Claim != "" {
+		t.Errorf("claims: s1 %q, s2 %q, want s1 superseded", rows["s1"].Claim, rows["s2"].Claim)
+	}
+	if r := rows["s3"]; r.Contact != "lost-contact" || r.LostMs != 1500 || !strings.Contains(r.ContactText(), "1.5 s") {
+		t.Errorf("s3: %q for %d ms (%q), want lost-contact for 1500 ms", r.Contact, r.LostMs, r.ContactText())
+	}
+	// Partition 1: s1 alone, its claim ran out 1.31 s ago.
+	if p1.Primary != "s1" || !strings.Contains(p1.PrimaryStale, "lease lapsed 1.3 s ago") || p1.LeaseMs != -1 || p1.Replicas[0].Claim != "lapsed" {
+		t.Errorf("partition 1: primary %q (%q), lease %d, claim %q, want s1 lapsed", p1.Primary, p1.PrimaryStale, p1.LeaseMs, p1.Replicas[0].Claim)
+	}
+}

@@ -231,6 +231,7 @@ func New(cfg Config) (*Server, error) {
 		http.Redirect(w, r, "/cluster", http.StatusFound)
 	})
 	s.mux.HandleFunc("GET "+APIPrefix+"self", s.serveSelf)
+	s.mux.HandleFunc("GET "+APIPrefix+"{$}", s.serveIndex)
 	for _, v := range Views {
 		s.mux.HandleFunc("GET /"+v, s.page(v))
 		s.mux.HandleFunc("GET "+APIPrefix+v, s.api(v))
@@ -431,6 +432,25 @@ func (s *Server) api(view string) http.HandlerFunc {
 		}
 		writeJSON(w, v)
 	}
+}
+
+// Index is the answer at APIPrefix itself: where each view's JSON twin
+// is, and the query parameters that filter them.
+type Index struct {
+	Self    string            `json:"self"`
+	Role    string            `json:"role"`
+	Views   map[string]string `json:"views"`   // view name: its path
+	Filters []string          `json:"filters"` // query parameters every view takes
+}
+
+// serveIndex lists the JSON twins, so /api/dashboard/ answers what is
+// under it.
+func (s *Server) serveIndex(w http.ResponseWriter, _ *http.Request) {
+	idx := Index{Self: s.cfg.Self, Role: s.cfg.Role, Views: map[string]string{"self": APIPrefix + "self"}, Filters: []string{"service", "partition", "node"}}
+	for _, v := range Views {
+		idx.Views[v] = APIPrefix + v
+	}
+	writeJSON(w, idx)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

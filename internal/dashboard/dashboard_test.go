@@ -444,3 +444,36 @@ func TestGoneReplicaStays(t *testing.T) {
 		t.Error("gone replica not shown struck out")
 	}
 }
+
+// /api/dashboard/ itself lists the JSON twins, and each path it lists
+// answers.
+func TestAPIIndexListsTheViews(t *testing.T) {
+	s, err := New(Config{Self: "a", Role: "node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	s.Mount(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + APIPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idx Index
+	err = json.NewDecoder(resp.Body).Decode(&idx)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || idx.Self != "a" || len(idx.Views) != len(Views)+1 {
+		t.Fatalf("%s %s: %s, %+v, %v", APIPrefix, resp.Status, resp.Header.Get("Content-Type"), idx, err)
+	}
+	for name, path := range idx.Views {
+		r, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != http.StatusOK {
+			t.Errorf("%s (%s): %s", name, path, r.Status)
+		}
+	}
+}

@@ -102,6 +102,14 @@ type Replica struct {
 	// (HasLease).
 	Lease    time.Duration `json:"-"`
 	HasLease bool          `json:"-"`
+	// LeaseUntil (a primary that announced a lease) is when its claim
+	// lapses without a newer announcement, by this process's clock
+	// (membership.Claim).
+	LeaseUntil time.Time `json:"-"`
+	// Contact is "lost-contact", "no-quorum" or "" (membership.Claim);
+	// LostSince since when, by this process's clock.
+	Contact   string    `json:"-"`
+	LostSince time.Time `json:"-"`
 }
 
 // Subscribers is a gateway's view of its subscribers.

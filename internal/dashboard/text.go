@@ -60,11 +60,19 @@ func WriteText(w io.Writer, s Screen, rows int) error {
 			if x.Stale {
 				t += " !"
 			}
+			if x.Claim != "" {
+				t += " " + x.Claim
+			}
+			if c := x.ContactText(); c != "" {
+				t += " " + c
+			}
 			rs = append(rs, t)
 		}
 		prim := r.Primary
 		if prim == "" {
 			prim = "NONE"
+		} else if r.PrimaryStale != "" {
+			prim += " (" + r.PrimaryStale + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", r.Service, r.Partition, prim, r.Epoch, r.Lease(), strings.Join(rs, ", "))
 	}

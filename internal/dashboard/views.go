@@ -136,9 +136,13 @@ type PartitionRow struct {
 	Epoch     uint64 `json:"epoch"`
 	// LeaseMs is the primary's remaining lease; -1 when the status carries
 	// none.
-	LeaseMs     int64        `json:"lease_ms"`
-	StalenessMs int64        `json:"staleness_ms,omitempty"`
-	Replicas    []ReplicaRow `json:"replicas"`
+	LeaseMs int64 `json:"lease_ms"`
+	// PrimaryStale says why the primary's claim no longer holds: its
+	// lease lapsed with no newer announcement (it stopped announcing:
+	// paused, killed, cut off); "" while it holds.
+	PrimaryStale string       `json:"primary_stale,omitempty"`
+	StalenessMs  int64        `json:"staleness_ms,omitempty"`
+	Replicas     []ReplicaRow `json:"replicas"`
 }
 
 // Lease is the remaining lease for display.
@@ -162,6 +166,22 @@ type ReplicaRow struct {
 	// Stale: beyond the staleness bound (below the level-3 primary's
 	// version of Staleness ago) or recovering.
 	Stale bool `json:"stale"`
+	// Claim (a primary) is "lapsed" (its lease ran out with no newer
+	// announcement) or "superseded" (a primary of a higher epoch is
+	// announced); "" while its claim holds.
+	Claim string `json:"claim,omitempty"`
+	// Contact is "lost-contact" or "no-quorum" when the replica announced
+	// it lost touch with its primary or majority, LostMs for how long.
+	Contact string `json:"contact,omitempty"`
+	LostMs  int64  `json:"lost_ms,omitempty"`
+}
+
+// ContactText is the replica's contact loss for display ("" if none).
+func (r ReplicaRow) ContactText() string {
+	if r.Contact == "" {
+		return ""
+	}
+	return r.Contact + " " + fmtMs(r.LostMs)
 }
 
 // goneMember is a member no longer in the yellow pages: when it was last
@@ -272,6 +292,9 @@ func buildPartitions(self string, now time.Time, f Filter, parts []Partition) Pa
 			if prim.HasLease {
 				row.LeaseMs = prim.Lease.Milliseconds()
 			}
+			if lapsed(now, *prim) {
+				row.PrimaryStale, row.LeaseMs = fmt.Sprintf("lease lapsed %s ago", fmtMs(now.Sub(prim.LeaseUntil).Milliseconds())), -1
+			}
 		} else {
 			v.NoPrimary++
 		}
@@ -280,6 +303,15 @@ func buildPartitions(self string, now time.Time, f Filter, parts []Partition) Pa
 			if r.Role == RoleGone {
 				row.Replicas = append(row.Replicas, rr)
 				continue
+			}
+			switch {
+			case r.Role == "primary" && prim != nil && r.Epoch < prim.Epoch:
+				rr.Claim = "superseded"
+			case r.Role == "primary" && lapsed(now, r):
+				rr.Claim = "lapsed"
+			}
+			if r.Contact != "" {
+				rr.Contact, rr.LostMs = r.Contact, max(now.Sub(r.LostSince).Milliseconds(), 0)
 			}
 			if prim != nil && prim.Version > r.Version {
 				rr.Lag = prim.Version - r.Version
@@ -298,6 +330,12 @@ func buildPartitions(self string, now time.Time, f Filter, parts []Partition) Pa
 	})
 	v.Total = len(v.Partitions)
 	return v
+}
+
+// lapsed reports whether r's announced lease had lapsed at now with no
+// newer announcement (membership.Claim.Lapsed).
+func lapsed(now time.Time, r Replica) bool {
+	return !r.LeaseUntil.IsZero() && !now.Before(r.LeaseUntil)
 }
 
 func fmtMs(ms int64) string {

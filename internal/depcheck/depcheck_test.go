@@ -31,6 +31,8 @@ func forbidden(pkg string) string {
 	case strings.HasPrefix(pkg, "git.sr.ht/~sbinet/gg"), strings.HasPrefix(pkg, "github.com/ajstarks/svgo"),
 		strings.HasPrefix(pkg, "golang.org/x/image/vector"):
 		return "a drawing library of the plotting stack"
+	case strings.HasPrefix(pkg, "k8s.io/"), strings.HasPrefix(pkg, "sigs.k8s.io/"):
+		return "the Kubernetes API types, for deploy/kubernetes's manifest test only"
 	case pkg == "github.com/tidwall/wal" || strings.HasPrefix(pkg, "github.com/tidwall/wal/"):
 		return "tidwall/wal, a contender of the lab's write-log benchmark only"
 	}

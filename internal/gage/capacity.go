@@ -64,6 +64,12 @@ type CapacityEstimator struct {
 type nodeEstimate struct {
 	capacity Vector // per second
 	seen     time.Time
+	// loaded: the resource's figure was declared by the node or took a
+	// sample at MinUtilization or more. Until then it is an extrapolation from a nearly idle
+	// resource, where the node's own background work (gossip, GC) and
+	// the machine's other disk users outweigh the requests: it may be
+	// off by orders of magnitude.
+	loaded [NumResources]bool
 }
 
 // NewCapacityEstimator returns an estimator for unit u.
@@ -103,7 +109,7 @@ func (e *CapacityEstimator) Observe(now time.Time, r NodeReport) {
 	n.seen = now
 	for i := range n.capacity {
 		if n.capacity[i] == 0 && r.Declared[i] > 0 {
-			n.capacity[i] = r.Declared[i]
+			n.capacity[i], n.loaded[i] = r.Declared[i], true
 		}
 		if r.Interval <= 0 || r.Busy[i] <= 0 || r.Used[i] <= 0 {
 			continue // idle in this resource: keep the estimate
@@ -115,7 +121,30 @@ func (e *CapacityEstimator) Observe(now time.Time, r NodeReport) {
 		case r.Busy[i] >= e.opt.MinUtilization || sample > n.capacity[i]:
 			n.capacity[i] = e.opt.Alpha*n.capacity[i] + (1-e.opt.Alpha)*sample
 		}
+		if r.Busy[i] >= e.opt.MinUtilization {
+			n.loaded[i] = true
+		}
 	}
+}
+
+// Loaded reports whether every figure the live nodes have was declared
+// or measured under load (a sample at MinUtilization or more), so that
+// the capacity is more than an extrapolation from idle nodes; false
+// without figures.
+func (e *CapacityEstimator) Loaded(now time.Time) bool {
+	some := false
+	for _, n := range e.nodes {
+		if now.Sub(n.seen) > e.opt.TTL {
+			continue
+		}
+		for i, c := range n.capacity {
+			if c > 0 && !n.loaded[i] {
+				return false
+			}
+			some = some || c > 0
+		}
+	}
+	return some
 }
 
 // Forget drops a node at once (it left the membership).

@@ -74,6 +74,18 @@ func TestEstimatorFromMeasuredUsage(t *testing.T) {
 	if got := DefaultUnit.GRPS(e.Nodes(now)["n4"]); !within(got, 1000, 0.01) {
 		t.Errorf("n4 %v GRPS, want about 1000", got)
 	}
+	if !e.Loaded(now) {
+		t.Error("figures measured under load or declared: not Loaded")
+	}
+	// A nearly idle node's figure is an extrapolation, not a measure: one
+	// put that waited 3 ms on a disk other processes kept busy says
+	// nothing of it (it made the gateway warn of 0.3 GRPS against a
+	// declared 800).
+	e.Observe(now, NodeReport{Node: "n5", Interval: time.Second, Used: Res(0, 30*time.Microsecond, 200), Busy: Vector{0.001, 0.003, 0}})
+	if e.Loaded(now) {
+		t.Error("Loaded with n5's figures extrapolated from a nearly idle node")
+	}
+	e.Forget("n5")
 	e.Forget("n3")
 	e.Forget("n4")
 	// n1 stops reporting: dropped after the TTL.

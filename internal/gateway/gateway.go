@@ -462,7 +462,9 @@ func (g *Gateway) refused(w http.ResponseWriter, r *http.Request, rt *route, sub
 
 // StatusOf is the HTTP status a failed call is answered with:
 //
-//	404  ErrUnknownService, ErrUnknownMethod, ErrUnknownPartition
+//	400  the handler's own error of kind ErrBadRequest (a malformed request)
+//	404  ErrUnknownService, ErrUnknownMethod, ErrUnknownPartition; the
+//	     handler's own error of kind ErrNotFound
 //	503  ErrNoReplica, ErrNoPrimary, ErrOverloaded, ErrClosed (with Retry-After)
 //	504  ErrDeadline, the request's deadline
 //	502  anything else: the service failed, or the route names a method
@@ -477,7 +479,9 @@ func StatusOf(err error) int {
 		return false
 	}
 	switch {
-	case is(neptune.ErrUnknownService, neptune.ErrUnknownMethod, neptune.ErrUnknownPartition):
+	case is(neptune.ErrBadRequest):
+		return http.StatusBadRequest
+	case is(neptune.ErrUnknownService, neptune.ErrUnknownMethod, neptune.ErrUnknownPartition, neptune.ErrNotFound):
 		return http.StatusNotFound
 	case is(neptune.ErrNoReplica, neptune.ErrNoPrimary, neptune.ErrOverloaded, neptune.ErrClosed):
 		return http.StatusServiceUnavailable
@@ -495,6 +499,17 @@ func (g *Gateway) callFailed(w http.ResponseWriter, r *http.Request, rt *route, 
 	code := StatusOf(err)
 	g.log.Debug("gateway: call failed", "route", rt.field, "service", rt.Service, "method", rt.Method, "subscriber", sub, "status", code, "err", err)
 	var msg string
+	var remote *transport.RemoteError
+	switch {
+	case errors.As(err, &remote):
+		// The handler's own answer: its words, for the caller (never the
+		// node it came from).
+		msg = remote.Message
+		if code == http.StatusBadGateway {
+			msg = "the service failed: " + msg
+		}
+		return g.fail(w, code, msg)
+	}
 	switch code {
 	case http.StatusNotFound:
 		msg = "no such service, method or partition"

@@ -183,10 +183,14 @@ func (c *cluster) tick(now time.Time, sched gage.Scheduler) {
 		sched.SetCapacity(now, capa)
 	}
 	c.applied = capa
-	if measured && now.Sub(c.warned) >= 10*time.Second {
+	// Warn only of a capacity measured under load: the figures of idle
+	// nodes are extrapolations that may be far too low.
+	if measured && now.Sub(c.warned) >= 10*time.Second && c.est.Loaded(now) {
 		if err := gage.Admit(c.gc, st.CapacityGRU); err != nil {
 			c.warned = now
-			c.log.Warn("gateway: reservations exceed the measured capacity", "err", err)
+			c.log.Warn("gateway: reservations exceed the capacity the nodes measured", "err", err,
+				"declared_grps", c.unit.GRPS(c.declared),
+				"hint", "the nodes' measured capacity replaces capacity (capacity_grps) where they report it; measured_capacity: false paces to the declared figure")
 		}
 	}
 	if st.Gateways == nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -73,8 +74,68 @@ var (
 	ErrAnnouncementMalformed = errors.New("membership: malformed signed announcement")
 	ErrAnnouncementSigner    = errors.New("membership: announcement not signed by the node it names")
 	ErrAnnouncementStale     = errors.New("membership: announcement signed too long ago or in the future")
-	errUnknownCert           = errors.New("membership: announcement names a certificate not yet seen")
+	// ErrAnnouncementUnsigned (with ErrAnnouncementMalformed): no
+	// envelope at all, a bare announcement.
+	ErrAnnouncementUnsigned = errors.New("membership: announcement not signed")
+	errUnknownCert          = errors.New("membership: announcement names a certificate not yet seen")
+	// errBadSignature and errWrongAuthor (with ErrAnnouncementSigner)
+	// tell a tampered or misattributed announcement from one signed with
+	// a certificate of another CA (*ForeignSignerError).
+	errBadSignature = errors.New("signature does not verify (tampered, or signed for another cluster name)")
+	errWrongAuthor  = errors.New("signed by another member than the one it names")
 )
+
+// ForeignSignerError refuses an announcement signed with a certificate
+// this member's CA did not issue: its author belongs to another cluster,
+// or this member does. errors.Is(err, ErrAnnouncementSigner) holds.
+type ForeignSignerError struct {
+	// Claims is the identity the certificate names (unverified).
+	Claims string
+	// Cluster is the cluster name its issuer records, CAKey the issuer's
+	// key id (hex), both as the certificate says.
+	Cluster, CAKey string
+	Err            error
+}
+
+func (e *ForeignSignerError) Error() string {
+	return fmt.Sprintf("membership: announcement of %s signed with a certificate of CA %s (cluster %q) that this member's CAs did not issue: %v",
+		e.Claims, e.CAKey, e.Cluster, e.Err)
+}
+
+// Unwrap gives ErrAnnouncementSigner and the verification failure.
+func (e *ForeignSignerError) Unwrap() []error { return []error{ErrAnnouncementSigner, e.Err} }
+
+// CAKeyID is how a CA is named in refusals: the first 8 bytes of its key
+// id in hex (a certificate's AuthorityKeyId, a CA's SubjectKeyId).
+func CAKeyID(id []byte) string {
+	if len(id) > 8 {
+		id = id[:8]
+	}
+	if len(id) == 0 {
+		return "(no key id)"
+	}
+	return hex.EncodeToString(id)
+}
+
+// refusalReason is the metric label of an announcement refusal.
+func refusalReason(err error) string {
+	var foreign *ForeignSignerError
+	switch {
+	case errors.Is(err, ErrAnnouncementUnsigned):
+		return "announcement_unsigned"
+	case errors.As(err, &foreign):
+		return "announcement_unknown_ca"
+	case errors.Is(err, errBadSignature):
+		return "announcement_bad_signature"
+	case errors.Is(err, errWrongAuthor):
+		return "announcement_wrong_author"
+	case errors.Is(err, ErrAnnouncementStale):
+		return "announcement_stale"
+	case errors.Is(err, ErrAnnouncementMalformed):
+		return "announcement_malformed"
+	}
+	return "announcement_signer"
+}
 
 // sealed is a verified (or own) signed announcement, kept to relay it.
 type sealed struct {
@@ -110,8 +171,11 @@ func decodeSealed(b []byte) (s sealed, cert []byte, err error) {
 	bad := func(why string) (sealed, []byte, error) {
 		return sealed{}, nil, fmt.Errorf("%w: %s", ErrAnnouncementMalformed, why)
 	}
-	if len(b) < len(annMagic)+1+sha256.Size+8 || string(b[:len(annMagic)]) != annMagic {
-		return bad("no envelope")
+	if len(b) < len(annMagic) || string(b[:len(annMagic)]) != annMagic {
+		return sealed{}, nil, fmt.Errorf("%w: %w: no envelope", ErrAnnouncementMalformed, ErrAnnouncementUnsigned)
+	}
+	if len(b) < len(annMagic)+1+sha256.Size+8 {
+		return bad("envelope too short")
 	}
 	b = b[len(annMagic):]
 	flags := b[0]
@@ -236,14 +300,14 @@ func (a *annAuth) open(b []byte) (*pb.Announcement, *sealed, error) {
 		return nil, nil, fmt.Errorf("%w: %v old (node %s)", ErrAnnouncementStale, d, node)
 	}
 	if err := pki.CheckSignature(cert, a.signed(&s), s.sig); err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", ErrAnnouncementSigner, err)
+		return nil, nil, fmt.Errorf("%w: %w: node %s: %v", ErrAnnouncementSigner, errBadSignature, node, err)
 	}
 	var ann pb.Announcement
 	if err := proto.Unmarshal(s.payload, &ann); err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrAnnouncementMalformed, err)
 	}
 	if ann.NodeId != node {
-		return nil, nil, fmt.Errorf("%w: announces %q, signed by node %q", ErrAnnouncementSigner, ann.NodeId, node)
+		return nil, nil, fmt.Errorf("%w: %w: announces %q, signed by node %q", ErrAnnouncementSigner, errWrongAuthor, ann.NodeId, node)
 	}
 	return &ann, &s, nil
 }
@@ -279,10 +343,25 @@ func (a *annAuth) resolve(fp [sha256.Size]byte, der []byte, now time.Time) (*x50
 	}
 	id, err := a.src.Verify([]*x509.Certificate{c}, x509.ExtKeyUsageServerAuth)
 	if err != nil {
+		if errors.As(err, new(x509.UnknownAuthorityError)) {
+			claims := "an unnamed member"
+			if cid, err := pki.IdentityOf(c); err == nil {
+				claims = cid.String()
+			}
+			cluster := ""
+			if len(c.Issuer.Organization) > 0 {
+				cluster = c.Issuer.Organization[0]
+			}
+			return nil, "", &ForeignSignerError{Claims: claims, Cluster: cluster, CAKey: CAKeyID(c.AuthorityKeyId), Err: err}
+		}
+		var invalid x509.CertificateInvalidError
+		if errors.As(err, &invalid) && invalid.Reason == x509.IncompatibleUsage {
+			return nil, "", fmt.Errorf("%w: %w: not a node's certificate: %v", ErrAnnouncementSigner, errWrongAuthor, err)
+		}
 		return nil, "", fmt.Errorf("%w: %v", ErrAnnouncementSigner, err)
 	}
 	if id.Role != pki.RoleNode {
-		return nil, "", fmt.Errorf("%w: signed by %s, not a node", ErrAnnouncementSigner, id)
+		return nil, "", fmt.Errorf("%w: %w: signed by %s, not a node", ErrAnnouncementSigner, errWrongAuthor, id)
 	}
 	a.remember(fp, c, id.Name)
 	return c, id.Name, nil
@@ -320,7 +399,7 @@ const maxStateEntries = 1 << 16
 // decodeState parses push/pull state; envelopes alias b.
 func decodeState(b []byte) ([]stateEntry, error) {
 	if len(b) < len(stateMagic) || string(b[:len(stateMagic)]) != stateMagic {
-		return nil, fmt.Errorf("%w: not signed yellow pages state", ErrAnnouncementMalformed)
+		return nil, fmt.Errorf("%w: %w: not signed yellow pages state", ErrAnnouncementMalformed, ErrAnnouncementUnsigned)
 	}
 	b = b[len(stateMagic):]
 	var out []stateEntry

@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,11 +102,14 @@ func TestForgedAnnouncementsAreRefused(t *testing.T) {
 	n3 := m.auth(nodeID("n3"), "c")
 	other := newMaterial(t, "c", clk)
 
+	reasons := map[string]string{}
 	mustRefuse := func(name string, env []byte, want error) {
 		t.Helper()
-		if _, _, err := victim.open(env); err == nil || (want != nil && !errors.Is(err, want)) {
+		_, _, err := victim.open(env)
+		if err == nil || (want != nil && !errors.Is(err, want)) {
 			t.Errorf("%s: %v, want %v", name, err, want)
 		}
+		reasons[name] = refusalReason(err)
 	}
 	// The attack of the issue: a bare protobuf announcement.
 	mustRefuse("unsigned", announcement("n1", 1_000_000), ErrAnnouncementMalformed)
@@ -117,6 +123,13 @@ func TestForgedAnnouncementsAreRefused(t *testing.T) {
 	mustRefuse("client certificate", env, ErrAnnouncementSigner)
 	_, env, _ = m.auth(nodeID("n1"), "other").seal(announcement("n1", 1), 1)
 	mustRefuse("other label", env, ErrAnnouncementSigner)
+	// Each refusal is counted under its own reason.
+	for name, want := range map[string]string{"unsigned": "announcement_unsigned", "n3 as n1": "announcement_wrong_author",
+		"another CA": "announcement_unknown_ca", "client certificate": "announcement_wrong_author", "other label": "announcement_bad_signature"} {
+		if reasons[name] != want {
+			t.Errorf("%s refused as %q, want %q", name, reasons[name], want)
+		}
+	}
 	// Tampering with any part.
 	_, env, _ = m.auth(nodeID("n1"), "c").seal(announcement("n1", 1), 1)
 	if _, _, err := victim.open(env); err != nil {
@@ -141,12 +154,20 @@ func TestGossipAcceptsOnlySignedAnnouncementsOfTheirAuthor(t *testing.T) {
 	m := newMaterial(t, "c", nil)
 	key, _ := GenerateKey()
 	a := m.start(ctx, "n1", key, "c", nil)
-	b := m.start(ctx, "n2", key, "c", []string{a.Addr()})
+	refusals := &refusalLog{}
+	bcfg := m.config("n2", key, "c", []string{a.Addr()})
+	bcfg.Refusals = refusals
+	b, err := Start(ctx, bcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
 	if !eventually(ctx, 10*time.Second, func() bool { return len(b.Replicas("kv", 0).Replicas) == 2 && len(a.Replicas("kv", 0).Replicas) == 2 }) {
 		t.Fatalf("secured members do not see each other: %v / %v", a.Replicas("kv", 0), b.Replicas("kv", 0))
 	}
 
 	rejected := b.Stats().Rejected
+	refusals.reset()
 	d := (*delegate)(b)
 	d.NotifyMsg(announcement("n1", 1<<40)) // the 86-byte attack
 	_, env, _ := m.auth(nodeID("n3"), "c").seal(announcement("n1", 1<<40), 1)
@@ -158,6 +179,13 @@ func TestGossipAcceptsOnlySignedAnnouncementsOfTheirAuthor(t *testing.T) {
 	d.MergeRemoteState(pstate, false)
 	if got := b.Stats().Rejected - rejected; got != 4 {
 		t.Errorf("rejected %d forgeries, want 4", got)
+	}
+	want := map[string]int{"announcement_unsigned": 2, "announcement_wrong_author": 2}
+	if got := refusals.byReason(); !maps.Equal(got, want) {
+		t.Errorf("refusals reported %v, want %v", got, want)
+	}
+	if got := refusals.sources(); !slices.Equal(got, []string{`announcement of "n1"`, "yellow pages state"}) {
+		t.Errorf("refusals name %v, want the node id they claim (or the state they came in)", got)
 	}
 	for _, e := range b.Snapshot() {
 		if e.Ann.Seq >= 1<<40 || e.Ann.RpcAddr == "10.0.0.1:7000" {
@@ -196,7 +224,14 @@ func TestOnlyMembersWithTheKeyAndLabelJoin(t *testing.T) {
 	m := newMaterial(t, "c", nil)
 	key, _ := GenerateKey()
 	wrong, _ := GenerateKey()
-	a := m.start(ctx, "n1", key, "c", nil)
+	refusals := &refusalLog{}
+	acfg := m.config("n1", key, "c", nil)
+	acfg.Refusals = refusals
+	a, err := Start(ctx, acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
 
 	// Start retries its seeds until its context ends: refusals end in a second.
 	refused := func() context.Context {
@@ -227,12 +262,122 @@ func TestOnlyMembersWithTheKeyAndLabelJoin(t *testing.T) {
 	if a.Members() != 1 {
 		t.Fatalf("n1 has %d members", a.Members())
 	}
+	// The seed saw each attempt and reported it: the wrong key and the
+	// plaintext member under gossip_key or gossip_label (a plaintext packet
+	// carries no label), the wrong label under gossip_label.
+	got := refusals.byReason()
+	if got["gossip_key"] == 0 || got["gossip_label"] == 0 {
+		t.Errorf("the seed reported %v, want gossip_key and gossip_label refusals", got)
+	}
+	if src := refusals.sources(); len(src) == 0 || src[0] != "127.0.0.1" {
+		t.Errorf("refusals name %v, want the source address 127.0.0.1", src)
+	}
 	// A member whose certificate names another node does not start.
 	cfg := m.config("n4", key, "c", nil)
 	cfg.Certs = m.source(nodeID("n1"))
 	if g, err := Start(ctx, cfg); err == nil {
 		g.Close()
 		t.Fatal("a member announcing n4 with n1's certificate started")
+	}
+}
+
+// refusalLog is a Refuser that remembers what it was told.
+type refusalLog struct {
+	mu  sync.Mutex
+	got []refusal
+}
+
+type refusal struct {
+	reason, source string
+	err            error
+}
+
+func (l *refusalLog) Refuse(reason, source string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = append(l.got, refusal{reason, source, err})
+}
+
+func (l *refusalLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = nil
+}
+
+func (l *refusalLog) byReason() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int{}
+	for _, r := range l.got {
+		out[r.reason]++
+	}
+	return out
+}
+
+// sources are the distinct sources named, sorted.
+func (l *refusalLog) sources() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.got {
+		out = append(out, r.source)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// TestAMemberOfAnotherCASaysItIsNotAMember starts a member whose
+// certificate another CA issued (holding the key and label): it joins the
+// gossip, but each side refuses the other's announcements as signed by an
+// unknown CA, and the outsider can say in words why its yellow pages are
+// empty.
+func TestAMemberOfAnotherCASaysItIsNotAMember(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := newMaterial(t, "c", nil)
+	other := newMaterial(t, "c", nil)
+	key, _ := GenerateKey()
+	inside, outside := &refusalLog{}, &refusalLog{}
+	acfg := m.config("n1", key, "c", nil)
+	acfg.Refusals = inside
+	a, err := Start(ctx, acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if a.Foreign("kv") != "" {
+		t.Fatalf("a member alone reports foreign signers: %s", a.Foreign("kv"))
+	}
+	ocfg := other.config("n4", key, "c", []string{a.Addr()})
+	ocfg.Refusals = outside
+	o, err := Start(ctx, ocfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if !eventually(ctx, 10*time.Second, func() bool {
+		return inside.byReason()["announcement_unknown_ca"] > 0 && o.Foreign("kv") != ""
+	}) {
+		t.Fatalf("refusals: inside %v, outside %v; outsider says %q", inside.byReason(), outside.byReason(), o.Foreign("kv"))
+	}
+	if why := o.Foreign("search"); why != "" {
+		t.Errorf("the outsider blames foreign signers for a service none of them hosts: %q", why)
+	}
+	for _, e := range a.Snapshot() {
+		if e.Ann.NodeId == "n4" {
+			t.Fatal("the outsider entered the member's yellow pages")
+		}
+	}
+	// The member says the same of the outsider (for "kv", which it
+	// hosts: n1's own lookups find itself first and never ask).
+	if !eventually(ctx, 5*time.Second, func() bool { return a.Foreign("kv") != "" }) || a.Foreign("nope") != "" {
+		t.Errorf("the member says %q of kv and %q of an unknown service", a.Foreign("kv"), a.Foreign("nope"))
+	}
+	why := o.Foreign("kv")
+	for _, want := range []string{"node/n1", `cluster "c"`, "not a member of their cluster", CAKeyID(m.source(nodeID("n1")).Certificate().Leaf.AuthorityKeyId)} {
+		if !strings.Contains(why, want) {
+			t.Errorf("the outsider says %q, want it to contain %q", why, want)
+		}
 	}
 }
 

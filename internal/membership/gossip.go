@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,8 +31,15 @@ type Config struct {
 	// Port 0 picks a free port.
 	BindAddr string
 	BindPort int
-	// Join lists host:port gossip addresses of existing members.
+	// AdvertiseAddr is the IP other members reach this one at (memberlist
+	// refuses names); empty: what memberlist picks from BindAddr.
+	AdvertiseAddr string
+	// Join lists host:port gossip addresses of existing members; a name
+	// stands for every address it resolves to.
 	Join []string
+	// JoinTimeout bounds how long Start tries the seeds (0: JoinTimeout;
+	// negative: until its context ends).
+	JoinTimeout time.Duration
 	// AnnounceInterval is how often this member refreshes its
 	// announcement (the paper's 1 s).
 	AnnounceInterval time.Duration
@@ -75,6 +85,11 @@ type Config struct {
 	StreamRate  float64
 	StreamBurst int
 
+	// Refusals, if set, learns of every announcement refused and of the
+	// gossip memberlist drops for another key or cluster name (see
+	// Refuser).
+	Refusals Refuser
+
 	// Identity is told to the other members at join and checked against
 	// theirs (see identity.go); a name already live elsewhere always
 	// refuses the start.
@@ -95,6 +110,13 @@ type Watcher interface {
 	// Removed: node left the pages (its entry expired, it left, or
 	// memberlist declared it dead).
 	Removed(node string)
+}
+
+// Refuser learns of each peer a member refuses (security.Refusals
+// counts and logs them): reason is the metric label, source who was
+// refused, err why in words.
+type Refuser interface {
+	Refuse(reason, source string, err error)
 }
 
 // Defaults from the paper: refresh every second, expire after five.
@@ -147,6 +169,18 @@ type Gossip struct {
 	// kick asks the loop for an announcement now (AnnounceNow); one
 	// pending kick stands for any number.
 	kick chan struct{}
+
+	// foreign remembers announcements refused as signed by another CA
+	// (under mu), so a lookup that finds nothing can say why.
+	foreign map[string]foreignSigner
+}
+
+type foreignSigner struct {
+	err  *ForeignSignerError
+	seen time.Time
+	// services are those its last refused announcement claims
+	// (unverified).
+	services []string
 }
 
 type lostMember struct {
@@ -219,6 +253,7 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 	mc.BindAddr = cfg.BindAddr
 	mc.BindPort = cfg.BindPort
 	mc.AdvertisePort = cfg.BindPort
+	mc.AdvertiseAddr = cfg.AdvertiseAddr
 	// The local profile retransmits a broadcast only 2·log10(n+1) times, so
 	// a joiner's alive message can miss some members until the next
 	// push/pull (15 s): those would never announce themselves to it and
@@ -226,12 +261,17 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 	// LAN, and push/pull (which also carries the yellow pages) once per TTL
 	// so no member stays unknown longer than an entry lives.
 	mc.RetransmitMult = 4
+	// A member found dead may come back at another address (a container
+	// restarted with a new IP, same id and data) once it has been dead a
+	// second; a live member's id at a second address stays a conflict
+	// (Identity.OnConflict refuses the newcomer).
+	mc.DeadNodeReclaimTime = time.Second
 	mc.PushPullInterval = cfg.TTL
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
 	g.conflicts = &conflicts{self: cfg.NodeID, starting: true, later: cfg.Identity.OnConflict}
 	mc.Conflict = g.conflicts
-	mc.Logger = slog.NewLogLogger(cfg.Logger.With("component", "memberlist").Handler(), slog.LevelDebug)
+	mc.Logger = log.New(&memberlistLog{log: cfg.Logger.With("component", "memberlist"), refusals: cfg.Refusals}, "", 0)
 	mc.Label = cfg.Label
 	if cfg.Keyring != nil {
 		mc.Keyring = cfg.Keyring
@@ -285,26 +325,50 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 	return g, nil
 }
 
-// JoinTimeout bounds how long Start keeps trying to reach a seed, so nodes
-// of a cluster may start in any order.
+// JoinTimeout is how long Start keeps trying to reach a seed by default,
+// so nodes of a cluster may start in any order.
 const JoinTimeout = 10 * time.Second
 
-// join contacts the seeds, retrying every half second until JoinTimeout.
+// Pauses between join attempts grow from joinPause, doubling, to
+// maxJoinPause, each drawn from its upper half (so members started
+// together do not knock in step).
+const (
+	joinPause    = 250 * time.Millisecond
+	maxJoinPause = 5 * time.Second
+)
+
+// join contacts the seeds until one answers, for cfg.JoinTimeout (0:
+// JoinTimeout; negative: until ctx ends), pausing with backoff between
+// attempts. A seed that is a host name is resolved afresh on every
+// attempt, to all its addresses (a headless Service, a Compose service).
 func join(ctx context.Context, ml *memberlist.Memberlist, cfg Config) error {
-	deadline := cfg.Clock.Now().Add(JoinTimeout)
-	for {
+	limit := cfg.JoinTimeout
+	if limit == 0 {
+		limit = JoinTimeout
+	}
+	start := cfg.Clock.Now()
+	for attempt := 0; ; attempt++ {
 		_, err := ml.Join(cfg.Join)
 		if err == nil {
 			return nil
 		}
-		if cfg.Clock.Now().After(deadline) {
-			return fmt.Errorf("membership: join %v (tried for %v): %w%s", cfg.Join, JoinTimeout, oneLine{err}, joinHint(cfg))
+		spent := cfg.Clock.Since(start)
+		if limit > 0 && spent >= limit {
+			return fmt.Errorf("membership: join %v (tried for %v): %w%s", cfg.Join, limit, oneLine{err}, joinHint(cfg, err))
 		}
-		cfg.Logger.Info("seeds not reachable yet, retrying", "join", cfg.Join, "err", err)
+		d := min(joinPause<<min(attempt, 5), maxJoinPause)
+		d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+		if limit > 0 {
+			d = min(d, limit-spent)
+		}
+		if attempt == 0 || d >= maxJoinPause/2 {
+			cfg.Logger.Warn("seeds not reachable yet, retrying", "join", cfg.Join, "retry_in", d, "tried_for", spent.Round(time.Millisecond),
+				"err", oneLine{err}, "hint", strings.TrimPrefix(joinHint(cfg, err), "; "))
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("membership: join %v: %w (last attempt: %v)%s", cfg.Join, ctx.Err(), oneLine{err}, joinHint(cfg))
-		case <-cfg.Clock.After(500 * time.Millisecond):
+			return fmt.Errorf("membership: join %v: %w (last attempt: %v)%s", cfg.Join, ctx.Err(), oneLine{err}, joinHint(cfg, err))
+		case <-cfg.Clock.After(d):
 		}
 	}
 }
@@ -318,12 +382,28 @@ func (e oneLine) Unwrap() error { return e.err }
 // joinHint says what to check when no seed let this member in. A seed
 // of a secured cluster drops gossip without its key or with another
 // label silently (by design: it tells an outsider nothing), so a
-// mismatch looks like a seed that is down; the error says both.
-func joinHint(cfg Config) string {
+// mismatch looks like a seed that is down; the error says both. But
+// when every seed refused the connection, nothing listens there: a key
+// or a label cannot be the reason, and the hint says so.
+func joinHint(cfg Config, err error) string {
+	if refusedEverywhere(err) {
+		return "; nothing listens at that address (connection refused): start a node there first (its --gossip-port is the port to --join), or fix --join"
+	}
 	if cfg.Keyring == nil {
 		return "; is a seed up at that address? A secured cluster ignores gossip from a member without its keyring: give this one the cluster's material (--tls-dir, --keyring) instead of running insecure"
 	}
 	return fmt.Sprintf("; is a seed up at that address? A cluster ignores gossip under a key it does not hold or another cluster name: check that this member's keyring holds a key the cluster uses, that its cluster name (%q) is the cluster's, and that the cluster is not running insecure", cfg.Label)
+}
+
+// refusedEverywhere reports whether every seed refused the TCP
+// connection: memberlist lists one error per seed.
+func refusedEverywhere(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	n := strings.Count(msg, "connection refused")
+	return n > 0 && n == strings.Count(msg, "failed to join")
 }
 
 // Addr is the gossip address others can join.
@@ -460,6 +540,13 @@ func (g *Gossip) rejoin() {
 		addrs = append(addrs, l.addr)
 	}
 	g.membersMu.Unlock()
+	if g.ml.NumMembers() == 1 {
+		// Alone, though given seeds: they may have reached only this
+		// member (a seed name that resolved to itself alone, nodes that
+		// started at the same moment). Ask them again, resolved afresh,
+		// so such clusters of one merge as their peers appear.
+		addrs = append(addrs, g.cfg.Join...)
+	}
 	if len(addrs) == 0 {
 		return
 	}
@@ -597,19 +684,152 @@ func (d *delegate) NotifyMsg(b []byte) {
 	g.receive(g.cfg.Clock.Now(), &a, nil)
 }
 
-// open verifies a signed announcement, counting the outcome. Refusals log
-// at debug level only: a flood of them must not flood the log.
+// open verifies a signed announcement, counting the outcome. Refusals go
+// to Config.Refusals (counted, and logged rate-limited); an announcement
+// naming a certificate not seen yet is no refusal: its author attaches
+// the certificate every few announcements.
 func (g *Gossip) open(b []byte) (*pb.Announcement, *sealed, error) {
 	a, s, err := g.auth.open(b)
 	if err != nil {
 		g.rejected.Add(1)
-		if !errors.Is(err, errUnknownCert) {
-			g.log.Debug("drop announcement", "err", err)
+		if errors.Is(err, errUnknownCert) {
+			return nil, nil, err
+		}
+		var foreign *ForeignSignerError
+		if errors.As(err, &foreign) {
+			g.mu.Lock()
+			if g.foreign == nil {
+				g.foreign = map[string]foreignSigner{}
+			}
+			if _, ok := g.foreign[foreign.Claims]; ok || len(g.foreign) < maxForeign {
+				g.foreign[foreign.Claims] = foreignSigner{err: foreign, seen: g.cfg.Clock.Now(), services: claimedServices(b)}
+			}
+			g.mu.Unlock()
+		}
+		if g.cfg.Refusals != nil {
+			g.cfg.Refusals.Refuse(refusalReason(err), claimedAuthor(b), err)
 		}
 		return nil, nil, err
 	}
 	g.accepted.Add(1)
 	return a, s, nil
+}
+
+// maxForeign bounds the remembered foreign signers.
+const maxForeign = 64
+
+// claimedServices are the services a refused announcement claims to host
+// (unverified: only for the words of Foreign).
+func claimedServices(b []byte) []string {
+	s, _, err := decodeSealed(b)
+	if err != nil {
+		return nil
+	}
+	var a pb.Announcement
+	if proto.Unmarshal(s.payload, &a) != nil {
+		return nil
+	}
+	var out []string
+	for _, h := range a.Services {
+		out = append(out, h.Name)
+	}
+	return out
+}
+
+// claimedAuthor is the node id a refused announcement names, unverified,
+// for the refusal's source; "?" if it names none.
+func claimedAuthor(b []byte) string {
+	payload := b
+	if s, _, err := decodeSealed(b); err == nil {
+		payload = s.payload
+	}
+	var a pb.Announcement
+	if proto.Unmarshal(payload, &a) != nil || a.NodeId == "" {
+		return "?"
+	}
+	return "announcement of " + strconv.Quote(a.NodeId)
+}
+
+// Foreign describes the members whose announcements this member refused
+// within the TTL because a CA it does not trust signed them, and which
+// claim to host service, or "" if none does: when no member this member
+// can verify hosts service either, it is not a member of their cluster
+// (it holds another CA), and a lookup says so. What a refused
+// announcement claims is read unverified, only to choose these words.
+func (g *Gossip) Foreign(service string) string {
+	now := g.cfg.Clock.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var names []string
+	var last foreignSigner
+	for claims, f := range g.foreign {
+		if now.Sub(f.seen) > g.cfg.TTL {
+			delete(g.foreign, claims)
+			continue
+		}
+		if !slices.Contains(f.services, service) {
+			continue
+		}
+		names = append(names, claims)
+		if f.seen.After(last.seen) {
+			last = f
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	slices.Sort(names)
+	ours := "no CA"
+	if g.cfg.Certs != nil {
+		ours = fmt.Sprintf("CA %s (cluster %q)", CAKeyID(g.cfg.Certs.Certificate().Leaf.AuthorityKeyId), g.cfg.Certs.Cluster())
+	}
+	return fmt.Sprintf("%s announce service %q with certificates of CA %s (cluster %q), but this member trusts only %s: it is not a member of their cluster; give it the cluster's ca.pem and a certificate that CA issued",
+		strings.Join(names, ", "), service, last.err.CAKey, last.err.Cluster, ours)
+}
+
+// memberlistLog routes memberlist's log lines to the member's logger at
+// debug level, and reports the lines that say it dropped gossip under
+// another key or cluster name (memberlist has no other hook for them) to
+// the Refuser.
+type memberlistLog struct {
+	log      *slog.Logger
+	refusals Refuser
+}
+
+func (l *memberlistLog) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	l.log.Debug(line)
+	if l.refusals == nil {
+		return len(p), nil
+	}
+	if reason := gossipRefusal(line); reason != "" {
+		source := "?"
+		if i := strings.LastIndex(line, "from="); i >= 0 {
+			addr := strings.Fields(line[i+len("from="):] + " ?")[0]
+			if h, _, err := net.SplitHostPort(addr); err == nil {
+				source = h // a source's streams come from many ports
+			}
+		}
+		l.refusals.Refuse(reason, source, errors.New(strings.TrimPrefix(line, "[ERR] ")))
+	}
+	return len(p), nil
+}
+
+// gossipRefusal is the reason memberlist (v0.7) dropped a packet or
+// stream, from its log line, or "" for any other line.
+func gossipRefusal(line string) string {
+	switch {
+	case strings.Contains(line, "Decrypt packet failed"),
+		strings.Contains(line, "no installed keys could decrypt"),
+		strings.Contains(line, "encryption is configured but remote state is not encrypted"),
+		strings.Contains(line, "remote state is encrypted and encryption is not configured"):
+		return "gossip_key"
+	case strings.Contains(line, "unacceptable label"),
+		strings.Contains(line, "stream label header"),
+		strings.Contains(line, "double packet label header"):
+		return "gossip_label"
+	}
+	return ""
 }
 
 func (d *delegate) GetBroadcasts(int, int) [][]byte { return nil }
@@ -668,7 +888,9 @@ func (g *Gossip) mergeSigned(b []byte) {
 	entries, err := decodeState(b)
 	if err != nil {
 		g.rejected.Add(1)
-		g.log.Debug("drop yellow pages state", "err", err)
+		if g.cfg.Refusals != nil {
+			g.cfg.Refusals.Refuse(refusalReason(err), "yellow pages state", err)
+		}
 		return
 	}
 	now := g.cfg.Clock.Now()

@@ -3,6 +3,7 @@ package membership
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -208,5 +209,39 @@ func TestAnnounceNowSpreadsAChangeBeforeTheInterval(t *testing.T) {
 	a.AnnounceNow()
 	if !eventually(ctx, 5*time.Second, func() bool { return len(b.Replicas("svc", 1).Replicas) == 1 }) {
 		t.Fatal("b did not hear a's changed announcement before the next interval")
+	}
+}
+
+// TestMembersAloneWithSeedsFindEachOther: two members whose seeds reached
+// only themselves at start (a headless Service that listed only the pod
+// itself, nodes started at the same moment) are two clusters of one;
+// the lone member asks its seeds again until one answers, and they merge.
+func TestMembersAloneWithSeedsFindEachOther(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ports := make([]int, 2)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	seed := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
+	a, err := Start(ctx, Config{NodeID: "a", BindAddr: "127.0.0.1", BindPort: ports[0], Join: []string{seed(ports[0]), seed(ports[1])},
+		AnnounceInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Start(ctx, Config{NodeID: "b", BindAddr: "127.0.0.1", BindPort: ports[1], Join: []string{seed(ports[1])},
+		AnnounceInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if !eventually(ctx, 10*time.Second, func() bool { return a.Members() == 2 && b.Members() == 2 }) {
+		t.Fatalf("still apart: a sees %d members, b %d", a.Members(), b.Members())
 	}
 }

@@ -16,13 +16,28 @@ var (
 	ErrNoPrimary        = errors.New("neptune: no primary")
 	ErrDeadline         = errors.New("neptune: deadline exceeded")
 	ErrOverloaded       = errors.New("neptune: overloaded")
-	ErrClosed           = errors.New("neptune: closed")
+	// ErrClosed: the node is stopping and refused the call, which never
+	// ran (a write it had already taken fails with ErrUnknownOutcome).
+	ErrClosed = errors.New("neptune: closed")
+	// ErrNotMember: the cluster does not take this member for one of its
+	// own (its certificate is of another CA, or the nodes' are), so it
+	// sees none of the cluster's nodes. Never executed; a retry fails the
+	// same way until the member is given the cluster's material.
+	ErrNotMember = errors.New("neptune: not a member of this cluster")
 	// ErrUnknownOutcome: a write may or may not have been executed (the
 	// connection broke after it was sent, a forward to the primary failed,
 	// the deadline passed while it was in flight). It is distinct from the
 	// errors above, which for a write all mean "never executed". Errors
 	// carrying it are *UnknownOutcomeError values.
 	ErrUnknownOutcome = errors.New("neptune: write outcome unknown")
+	// ErrBadRequest and ErrNotFound are kinds of a handler's own error: a
+	// handler wraps one to say the request was malformed, or named
+	// something that does not exist. The call ran (the error is its
+	// answer, definite like any handler error); the kind crosses the wire
+	// with the message, so a caller, and the HTTP gateway (400, 404), can
+	// tell it from a failure of the service.
+	ErrBadRequest = errors.New("neptune: bad request")
+	ErrNotFound   = errors.New("neptune: not found")
 )
 
 // UnknownOutcomeError is a write whose outcome is unknown. errors.Is(err,
@@ -76,10 +91,10 @@ func Retryable(err error) bool {
 	if errors.As(err, &u) {
 		return u.Identified
 	}
-	if errors.Is(err, ErrUnknownOutcome) {
+	if errors.Is(err, ErrUnknownOutcome) || errors.Is(err, ErrNotMember) {
 		return false
 	}
-	for _, e := range []error{ErrNoReplica, ErrNoPrimary, ErrOverloaded, ErrDeadline} {
+	for _, e := range []error{ErrNoReplica, ErrNoPrimary, ErrOverloaded, ErrDeadline, ErrClosed} {
 		if errors.Is(err, e) {
 			return true
 		}

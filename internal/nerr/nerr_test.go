@@ -22,7 +22,18 @@ func TestUnknownOutcomeRetryableOnlyWithIdentity(t *testing.T) {
 	if UnknownOutcome(true, anon) != anon {
 		t.Fatal("re-wrapping changed the verdict")
 	}
-	if !Retryable(ErrNoPrimary) || Retryable(errors.New("handler")) {
+	if !Retryable(ErrNoPrimary) || !Retryable(ErrClosed) || Retryable(errors.New("handler")) {
 		t.Fatal("other errors changed")
+	}
+}
+
+// TestNotAMemberIsNotRetryable: an error saying the member is not one of
+// the cluster's is not retryable, even when it wraps a failure that
+// otherwise is (a handshake failure is a transport failure): a retry
+// fails the same way.
+func TestNotAMemberIsNotRetryable(t *testing.T) {
+	err := fmt.Errorf("%w: node s1's certificate is of another CA (%w)", ErrNotMember, ErrNoReplica)
+	if Retryable(err) || !errors.Is(err, ErrNoReplica) {
+		t.Fatalf("Retryable(%v) = %v", err, Retryable(err))
 	}
 }

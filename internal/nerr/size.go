@@ -15,3 +15,8 @@ const DefaultMaxMessageBytes = 16 << 20
 // message limits are the body limit plus this, so a body just over the
 // limit gets ErrTooLarge rather than a transport error.
 const WireOverhead = 64 << 10
+
+// DefaultMaxInflightBytes is the default budget of request bytes a node
+// holds in flight at once (NodeConfig.MaxInflightBytes): a call beyond it
+// is refused with ErrOverloaded before its body is read, so it never ran.
+const DefaultMaxInflightBytes = 64 << 20

@@ -1,9 +1,11 @@
 package node
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"hash/fnv"
 	"io/fs"
 	"maps"
@@ -31,7 +33,19 @@ type Identity struct {
 	Cluster     string `json:"cluster"`
 	Node        string `json:"node"`
 	Incarnation uint64 `json:"incarnation"`
+	// Sum is a CRC-32C of the fields above (absent in files written
+	// before it was recorded): a flipped byte that still parses is found.
+	Sum uint32 `json:"crc32c,omitempty"`
 }
+
+// sum is the checksum Identity.Sum records.
+func (id Identity) sum() uint32 {
+	return crc32.Checksum(fmt.Appendf(nil, "%s\x00%s\x00%d", id.Cluster, id.Node, id.Incarnation), crc32.MakeTable(crc32.Castagnoli))
+}
+
+// ErrCorruptIdentity is returned when a data directory's identity file is
+// damaged: the node cannot tell whose the directory is.
+var ErrCorruptIdentity = errors.New("data directory identity file damaged")
 
 // ErrForeignDataDir is returned when a data directory belongs to another
 // node or another cluster: starting on it would serve that node's writes
@@ -56,8 +70,15 @@ func claimIdentity(dir, cluster, node string) (Identity, error) {
 	case err != nil:
 		return Identity{}, fmt.Errorf("neptune: read %s: %w", path, err)
 	default:
-		if err := json.Unmarshal(b, &id); err != nil {
-			return Identity{}, fmt.Errorf("neptune: %s is not a node identity: %w", path, err)
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&id)
+		if err == nil && id.Sum != 0 && id.Sum != id.sum() {
+			err = fmt.Errorf("checksum %08x, recorded %08x", id.sum(), id.Sum)
+		}
+		if err != nil {
+			return Identity{}, fmt.Errorf("neptune: %w: %s (%w): if this directory is node %q's of cluster %q, remove the file and start again (the start records it anew)",
+				ErrCorruptIdentity, path, err, node, cluster)
 		}
 		if id.Node != node || id.Cluster != cluster {
 			return Identity{}, fmt.Errorf("neptune: data directory %s belongs to node %q of cluster %q, not to node %q of cluster %q (NodeConfig.DataDir, ID, Cluster): %w",
@@ -65,6 +86,7 @@ func claimIdentity(dir, cluster, node string) (Identity, error) {
 		}
 	}
 	id.Incarnation++
+	id.Sum = id.sum()
 	if err := writeAtomic(path, id); err != nil {
 		return Identity{}, err
 	}

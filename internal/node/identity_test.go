@@ -15,7 +15,7 @@ func TestClaimIdentity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if id != (Identity{Cluster: "c1", Node: "a", Incarnation: want}) {
+		if id.Sum = 0; id != (Identity{Cluster: "c1", Node: "a", Incarnation: want}) {
 			t.Fatalf("start %d: identity %+v", want, id)
 		}
 	}
@@ -41,5 +41,31 @@ func TestClaimIdentityRefusesGarbage(t *testing.T) {
 	}
 	if _, err := claimIdentity(dir, "c", "a"); err == nil {
 		t.Fatal("a corrupt identity file was accepted")
+	}
+}
+
+// TestClaimIdentityRefusesAFlippedByte: a byte flipped anywhere in the
+// identity file, even one that leaves valid JSON, is ErrCorruptIdentity,
+// and the error says how to repair it.
+func TestClaimIdentityRefusesAFlippedByte(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := claimIdentity(dir, "c", "a"); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, IdentityFile)
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := range len(orig) - 1 { // (the final newline is outside the record)
+		b := append([]byte(nil), orig...)
+		b[off] ^= 0x01
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := claimIdentity(dir, "c", "a")
+		if !errors.Is(err, ErrCorruptIdentity) || !strings.Contains(err.Error(), "remove the file") {
+			t.Fatalf("byte %d (%q) flipped: %v, want ErrCorruptIdentity saying how to repair", off, orig[off], err)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/neptune-cluster/neptune/internal/metrics"
+	"github.com/neptune-cluster/neptune/internal/replication"
 )
 
 // serverMetrics are a node's serving-side metrics.
@@ -61,12 +63,27 @@ func (n *Node) registerStartMetrics() error {
 			ConstLabels: prometheus.Labels{"service": name},
 		}, func() float64 { return float64(h.pool.Load()) })})
 	}
-	ms = append(ms, metrics.Metric{Name: "neptune_class_*", Collector: &classCollector{n: n}})
+	ms = append(ms, metrics.Metric{Name: "neptune_class_*", Collector: &classCollector{n: n}},
+		metrics.Metric{Name: "neptune_inflight_bytes", Collector: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "neptune_inflight_bytes",
+			Help: "Request (and response) bytes of the calls this node holds now, against its budget (NodeConfig.MaxInflightBytes).",
+		}, func() float64 { return float64(n.inflight.Used()) })},
+		metrics.Metric{Name: "neptune_inflight_refused_total", Collector: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "neptune_inflight_refused_total",
+			Help: "Calls refused with ErrOverloaded because the node's in-flight byte budget was full; they never ran.",
+		}, func() float64 { return float64(n.inflight.Refused()) })})
 	if repl := n.repl; repl != nil {
 		ms = append(ms, metrics.Metric{Name: "neptune_replication_resent_bytes_total", Collector: prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "neptune_replication_resent_bytes_total",
 			Help: "Bytes of replicated writes sent again to a replica that had been sent them: retransmissions after a loss or a reject.",
-		}, func() float64 { _, b := repl.Resent(); return float64(b) })})
+		}, func() float64 { _, b := repl.Resent(); return float64(b) })},
+			metrics.Metric{Name: "neptune_replication_held_bytes", Collector: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "neptune_replication_held_bytes",
+				Help: "Bytes of replication messages this node holds: queued or in flight to other nodes, and received entries its partitions have not taken yet. The in-flight budget counts them.",
+			}, func() float64 { return float64(repl.HeldBytes()) })})
+	}
+	if repl := n.repl; repl != nil {
+		ms = append(ms, metrics.Metric{Name: "neptune_storage_*", Collector: storageCollector{repl}})
 	}
 	if err := metrics.Register(n.reg.Registerer, ms...); err != nil {
 		return err
@@ -111,6 +128,7 @@ func (n *Node) serveMetrics() error {
 		return err
 	}
 	dash.Mount(mux)
+	n.mountHealth(mux)
 	if n.cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -198,4 +216,38 @@ func (c *classCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(d.inFlight, float64(k.InFlight))
 		}
 	}
+}
+
+var (
+	storageCorruptionDesc = prometheus.NewDesc("neptune_storage_corruption_total",
+		"Corruption detected in a replica's write log since the node started, by kind of file (wal, table, manifest, options, store).",
+		[]string{"service", "partition", "kind"}, nil)
+	storageFullDesc = prometheus.NewDesc("neptune_storage_full",
+		"1 while the data directory is below its reserve (writes refused, primaries handed over), else 0.", nil, nil)
+	storageFreeDesc = prometheus.NewDesc("neptune_storage_free_bytes",
+		"Free bytes in the data directory's file system, as last measured.", nil, nil)
+)
+
+// storageCollector reports the replication runtime's data directory:
+// corruption found, and whether it is full.
+type storageCollector struct{ repl *replication.Runtime }
+
+func (storageCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- storageCorruptionDesc
+	ch <- storageFullDesc
+	ch <- storageFreeDesc
+}
+
+func (c storageCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, k := range c.repl.Corruption() {
+		ch <- prometheus.MustNewConstMetric(storageCorruptionDesc, prometheus.CounterValue, float64(k.Count),
+			k.Service, strconv.Itoa(int(k.Partition)), k.Kind)
+	}
+	full, free := c.repl.StorageState()
+	v := 0.0
+	if full {
+		v = 1
+	}
+	ch <- prometheus.MustNewConstMetric(storageFullDesc, prometheus.GaugeValue, v)
+	ch <- prometheus.MustNewConstMetric(storageFreeDesc, prometheus.GaugeValue, float64(free))
 }

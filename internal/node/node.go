@@ -8,6 +8,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/balance"
@@ -29,6 +32,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/dac"
 	"github.com/neptune-cluster/neptune/internal/dispatch"
+	"github.com/neptune-cluster/neptune/internal/hostaddr"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/metrics"
 	"github.com/neptune-cluster/neptune/internal/nerr"
@@ -46,8 +50,13 @@ import (
 type Config struct {
 	// ID names the node; unique in the cluster. Required.
 	ID string
-	// Host is the address every listener binds to. Default 127.0.0.1.
+	// Host is the address every listener binds to: an IP, 0.0.0.0 or ::
+	// (every interface), or a name. Default 127.0.0.1.
 	Host string
+	// Advertise is the host others dial for every listener (gossip, RPC,
+	// polls, metrics): default Host if it names one address, else the
+	// local address on the route to the first seed (hostaddr.Advertise).
+	Advertise string
 	// GossipPort, RPCPort and PollPort are the memberlist, gRPC and UDP
 	// load-poll ports; 0 picks a free port.
 	GossipPort, RPCPort, PollPort int
@@ -59,6 +68,9 @@ type Config struct {
 	Pprof bool
 	// Join lists gossip addresses ("host:port") of existing nodes.
 	Join []string
+	// JoinTimeout bounds how long Start tries them (0: 10 s; negative:
+	// until Start's context ends).
+	JoinTimeout time.Duration
 	// AnnounceInterval and AnnounceTTL control the yellow pages' soft
 	// state: refresh every 1 s, expire after 5 s (the paper's values).
 	AnnounceInterval time.Duration
@@ -91,14 +103,24 @@ type Config struct {
 	// MaxMessageBytes bounds a request or response body and a replicated
 	// write (default nerr.DefaultMaxMessageBytes).
 	MaxMessageBytes int
+	// MaxInflightBytes bounds the request bytes of the calls the node
+	// holds at once (default nerr.DefaultMaxInflightBytes, at least
+	// MaxMessageBytes); transport.Inflight says how.
+	MaxInflightBytes int64
 	// MaxAggregateDeadline and MaxAggregateParticipants bound what one
 	// aggregation request may ask of the node (aggregation.ServerConfig;
 	// defaults aggregation.DefaultMaxDeadline, DefaultMaxParticipants).
 	MaxAggregateDeadline     time.Duration
 	MaxAggregateParticipants int
+	// DrainTimeout bounds Drain (default DefaultDrainTimeout): handing the
+	// primary roles over, then the calls in flight.
+	DrainTimeout time.Duration
 	// Placement configures automatic replica placement (rebalance.go):
 	// replacing dead nodes' replicas, evening out replicas and primaries.
 	Placement rebalance.Config
+	// DiskReserve and RebuildCorrupt: replication.Config's.
+	DiskReserve    uint64
+	RebuildCorrupt bool
 }
 
 func (c Config) withDefaults() Config {
@@ -121,6 +143,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = nerr.DefaultMaxMessageBytes
 	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = nerr.DefaultMaxInflightBytes
+	}
 	return c
 }
 
@@ -139,6 +164,10 @@ func (c Config) Validate() error {
 	}
 	if c.MaxMessageBytes < 0 || c.MaxMessageBytes > transport.MaxMessage {
 		return fmt.Errorf("neptune: NodeConfig.MaxMessageBytes must be in 0..%d, got %d", transport.MaxMessage, c.MaxMessageBytes)
+	}
+	if msg := cmp.Or(c.MaxMessageBytes, nerr.DefaultMaxMessageBytes); c.MaxInflightBytes != 0 && c.MaxInflightBytes < int64(msg) {
+		return fmt.Errorf("neptune: NodeConfig.MaxInflightBytes must be 0 (the default, %d) or at least NodeConfig.MaxMessageBytes (%d), got %d",
+			nerr.DefaultMaxInflightBytes, msg, c.MaxInflightBytes)
 	}
 	if c.MaxAggregateDeadline < 0 || c.MaxAggregateParticipants < 0 {
 		return fmt.Errorf("neptune: NodeConfig.MaxAggregateDeadline (%v) and MaxAggregateParticipants (%d) must be >= 0 (0: the default)", c.MaxAggregateDeadline, c.MaxAggregateParticipants)
@@ -202,7 +231,20 @@ type Node struct {
 
 	grpc  *grpc.Server
 	rpcLn net.Listener
-	polls *transport.PollServer
+	// adv is the host the node's addresses are announced with.
+	adv string
+	// health answers grpc.health.v1 (health.go); stopHealth ends its
+	// updates; draining makes the node not ready.
+	health     *health.Server
+	stopHealth context.CancelFunc
+	draining   atomic.Bool
+	// done is closed when the node has stopped.
+	done chan struct{}
+	// placeMu guards placer, which SetPlacement may start late;
+	// placementOff is what the node announces.
+	placeMu      sync.Mutex
+	placementOff atomic.Bool
+	polls        *transport.PollServer
 	// pushes is polls once it listens: the pools' OnChange (loadChanged)
 	// reads it from request goroutines, which start before it is set.
 	pushes  atomic.Pointer[transport.PollServer]
@@ -216,6 +258,9 @@ type Node struct {
 	// acct is the Gage accounting cycle (usage.go); acctStop ends it.
 	acct     *accounting
 	acctStop chan struct{}
+	// inflight is the budget of request bytes in flight
+	// (MaxInflightBytes), enforced by the gRPC server.
+	inflight *transport.Inflight
 }
 
 // New creates a node; Register services, then Start it.
@@ -232,6 +277,8 @@ func New(cfg Config) (*Node, error) {
 		services: map[string]*hosted{},
 		acct:     newAccounting(cfg.Clock, DefaultAccountingCycle),
 		acctStop: make(chan struct{}),
+		done:     make(chan struct{}),
+		inflight: transport.NewInflight(cfg.ID, cfg.MaxInflightBytes, cfg.MaxMessageBytes+nerr.WireOverhead),
 	}
 	sc := cfg.Security
 	sc.Identity = pki.Identity{Role: pki.RoleNode, Name: cfg.ID}
@@ -319,7 +366,7 @@ func (n *Node) registerReplicated(h *hosted) error {
 	}
 	if n.repl == nil {
 		n.repl = replication.New(replication.Config{Self: n.cfg.ID, DataDir: n.cfg.DataDir, Directory: (*peers)(n), Sender: (*peers)(n),
-			Logger: n.log, Clock: n.clock, OnRoleChange: n.announceNow})
+			Logger: n.log, Clock: n.clock, OnRoleChange: n.announceNow, DiskReserve: n.cfg.DiskReserve, RebuildCorrupt: n.cfg.RebuildCorrupt})
 	}
 	ps := make([]replication.Partition, len(h.partitions))
 	for i, p := range h.partitions {
@@ -344,13 +391,24 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.cfg.DataDir != "" {
 		id, err := claimIdentity(n.cfg.DataDir, n.cfg.Cluster, n.cfg.ID)
 		if err != nil {
+			if errors.Is(err, ErrCorruptIdentity) {
+				n.log.Error("data directory's identity file corrupt: the node refuses to start", "path", n.cfg.DataDir, "kind", "identity", "err", err)
+			}
 			n.Close()
 			return err
 		}
 		n.log.Info("data directory claimed", "cluster", id.Cluster, "incarnation", id.Incarnation)
 	}
-	var err error
-	n.rpcLn, err = net.Listen("tcp", net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.RPCPort)))
+	bind, err := hostaddr.BindIP(n.cfg.Host)
+	if err != nil {
+		n.Close()
+		return fmt.Errorf("neptune: host %q (NodeConfig.Host, --host): %w", n.cfg.Host, err)
+	}
+	if n.adv, err = hostaddr.Advertise(n.cfg.Host, n.cfg.Advertise, n.cfg.Join); err != nil {
+		n.Close()
+		return fmt.Errorf("neptune: advertise address (NodeConfig.Advertise, --advertise): %w", err)
+	}
+	n.rpcLn, err = net.Listen("tcp", net.JoinHostPort(bind, strconv.Itoa(n.cfg.RPCPort)))
 	if err != nil {
 		n.Close()
 		return fmt.Errorf("neptune: listen for calls (RPCPort): %w", err)
@@ -363,11 +421,18 @@ func (n *Node) Start(ctx context.Context) error {
 		n.Close()
 		return fmt.Errorf("neptune: NodeConfig.Security: %w", err)
 	}
-	n.grpc = grpc.NewServer(append(grpcOpts, transport.SizeOptions(n.cfg.MaxMessageBytes)...)...)
+	if n.repl != nil {
+		n.inflight.Count(n.repl.HeldBytes)
+	}
+	grpcOpts = append(append(grpcOpts, transport.SizeOptions(n.cfg.MaxMessageBytes)...), n.inflight.ServerOptions()...)
+	n.grpc = grpc.NewServer(grpcOpts...)
 	pb.RegisterNodeServer(n.grpc, &nodeServer{n: n})
+	n.health = health.NewServer()
+	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(n.grpc, n.health)
 	go func() { _ = n.grpc.Serve(n.rpcLn) }()
 
-	n.polls, err = transport.ListenPoll(net.JoinHostPort(n.cfg.Host, strconv.Itoa(n.cfg.PollPort)), n.load, n.log,
+	n.polls, err = transport.ListenPoll(net.JoinHostPort(bind, strconv.Itoa(n.cfg.PollPort)), n.load, n.log,
 		append([]transport.PollOption{transport.WithVersions(n.pollVersion), transport.WithWork(n.aggWork)}, n.sec.PollServerOptions()...)...)
 	if err != nil {
 		n.Close()
@@ -383,6 +448,8 @@ func (n *Node) Start(ctx context.Context) error {
 	n.client, err = client.New(ctx, client.Config{
 		ID:               n.cfg.ID,
 		Host:             n.cfg.Host,
+		Advertise:        n.adv,
+		JoinTimeout:      n.cfg.JoinTimeout,
 		Port:             n.cfg.GossipPort,
 		Join:             n.cfg.Join,
 		AnnounceInterval: n.cfg.AnnounceInterval,
@@ -413,6 +480,9 @@ func (n *Node) Start(ctx context.Context) error {
 		n.startPlacement()
 	}
 	go n.acct.run(n.acctStop)
+	hctx, stopHealth := context.WithCancel(context.Background())
+	n.stopHealth = stopHealth
+	go n.serveHealth(hctx, n.health)
 	n.log.Info("node started", "rpc", n.rpcLn.Addr().String(), "poll", n.polls.Addr(), "gossip", n.GossipAddr(), "services", len(n.services))
 	return nil
 }
@@ -433,7 +503,10 @@ func (n *Node) Client() *client.Client { return n.client }
 func (n *Node) GossipAddr() string { return n.client.Gossip().Addr() }
 
 // RPCAddr is the gRPC address calls arrive on.
-func (n *Node) RPCAddr() string { return n.rpcLn.Addr().String() }
+func (n *Node) RPCAddr() string { return hostaddr.Join(n.adv, n.rpcLn.Addr().String()) }
+
+// ReloadSecurity re-reads the node's certificate and keyring files now.
+func (n *Node) ReloadSecurity() error { return n.sec.Reload() }
 
 // MetricsAddr is where /metrics is served, or "".
 func (n *Node) MetricsAddr() string {
@@ -442,6 +515,90 @@ func (n *Node) MetricsAddr() string {
 	}
 	return n.httpLn.Addr().String()
 }
+
+// DefaultDrainTimeout bounds a drain: the hand-over of the primary roles
+// (at most half of it) and then the calls in flight.
+const DefaultDrainTimeout = 10 * time.Second
+
+// drainGrace is how long a draining node, gone from the yellow pages,
+// still takes calls that clients had already routed to it.
+const drainGrace = 300 * time.Millisecond
+
+// Drain stops the node without failing a call, within DrainTimeout (or
+// ctx): it reports itself not ready, hands every primary role it holds to
+// an in-sync replica (replication.Runtime.Drain), leaves the gossip so
+// clients stop choosing it, finishes the calls in flight (a call that
+// arrives after is refused with the retryable ErrClosed, or never reaches
+// the node: the client goes to another replica), then closes. It returns
+// the partitions it still led when it stopped (none had an in-sync
+// replica to take over).
+func (n *Node) Drain(ctx context.Context) []string {
+	timeout := cmp.Or(n.cfg.DrainTimeout, DefaultDrainTimeout)
+	ctx, cancel := clock.WithTimeout(ctx, n.clock, timeout)
+	defer cancel()
+	start := n.clock.Now()
+	kept := n.handOff(ctx, timeout)
+	n.finishDrain(ctx, start, timeout)
+	return kept
+}
+
+// handOff is Drain's first half: not ready, and the primary roles handed
+// over, for at most half the bound.
+func (n *Node) handOff(ctx context.Context, timeout time.Duration) []string {
+	n.draining.Store(true)
+	n.log.Info("draining: handing primaries over, then finishing the calls in flight", "bound", timeout)
+	if n.repl == nil {
+		return nil
+	}
+	hctx, cancel := clock.WithTimeout(ctx, n.clock, timeout/2)
+	defer cancel()
+	kept := n.repl.Drain(hctx)
+	if len(kept) > 0 {
+		n.log.Warn("draining: no in-sync replica took over these partitions; they elect a primary once this node is gone", "partitions", kept)
+	}
+	return kept
+}
+
+// finishDrain is Drain's second half: leave the gossip, take the calls
+// already routed here, finish those in flight, close.
+func (n *Node) finishDrain(ctx context.Context, start time.Time, timeout time.Duration) {
+	if n.client != nil {
+		_ = n.client.Leave()
+	}
+	select {
+	case <-n.clock.After(drainGrace):
+	case <-ctx.Done():
+	}
+	if n.grpc != nil {
+		stopped := make(chan struct{})
+		go func() { n.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			n.log.Warn("draining: calls still in flight at the bound are cut off", "bound", timeout)
+			n.grpc.Stop()
+		}
+	}
+	n.Close()
+	n.log.Info("drained", "took", n.clock.Since(start).Round(time.Millisecond))
+}
+
+// drainRemote is the Drain RPC: it answers once the primaries are handed
+// over, and finishes the drain after answering.
+func (n *Node) drainRemote() []string {
+	timeout := cmp.Or(n.cfg.DrainTimeout, DefaultDrainTimeout)
+	ctx, cancel := clock.WithTimeout(context.Background(), n.clock, timeout)
+	start := n.clock.Now()
+	kept := n.handOff(ctx, timeout)
+	go func() {
+		defer cancel()
+		n.finishDrain(ctx, start, timeout)
+	}()
+	return kept
+}
+
+// Done is closed once the node has stopped (Close, or a drain).
+func (n *Node) Done() <-chan struct{} { return n.done }
 
 // Close leaves the cluster, stops serving, fails queued requests and
 // takes the node's metrics out of its registry. It is safe to call more
@@ -452,9 +609,16 @@ func (n *Node) Close() error {
 }
 
 func (n *Node) close() {
+	defer close(n.done)
 	close(n.acctStop)
-	if n.placer != nil {
-		n.placer.Stop()
+	if n.stopHealth != nil {
+		n.stopHealth()
+	}
+	n.placeMu.Lock()
+	placer := n.placer
+	n.placeMu.Unlock()
+	if placer != nil {
+		placer.Stop()
 	}
 	if n.repl != nil {
 		n.repl.Stop()

@@ -15,7 +15,14 @@ import (
 // the node's replicated services: every node runs it, and the one that
 // is the actor acts.
 func (n *Node) startPlacement() {
-	if n.cfg.Placement.Off {
+	n.placeMu.Lock()
+	defer n.placeMu.Unlock()
+	n.startPlacementLocked(n.cfg.Placement)
+}
+
+func (n *Node) startPlacementLocked(cfg rebalance.Config) {
+	n.placementOff.Store(cfg.Off)
+	if cfg.Off {
 		return
 	}
 	var services []rebalance.Service
@@ -29,8 +36,30 @@ func (n *Node) startPlacement() {
 		return
 	}
 	slices.SortFunc(services, func(a, b rebalance.Service) int { return strings.Compare(a.Name, b.Name) })
-	n.placer = rebalance.New(n.cfg.Placement, n.cfg.ID, services, (*yellowPages)(n), (*yellowPages)(n), n.clock, n.log)
+	n.placer = rebalance.New(cfg, n.cfg.ID, services, (*yellowPages)(n), (*yellowPages)(n), n.clock, n.log)
 	n.placer.Start()
+}
+
+// SetPlacement applies new placement settings while the node runs (an
+// operator's SIGHUP): turning it off or on, grace, interval, moves in
+// flight. The node announces the change at once.
+func (n *Node) SetPlacement(cfg rebalance.Config) error {
+	if pc := cfg.Placement; pc.Grace < 0 || pc.Interval < 0 || pc.MaxInFlight < 0 {
+		return fmt.Errorf("neptune: placement: grace (%v), interval (%v) and max_in_flight (%d) must be >= 0 (0: the default)", pc.Grace, pc.Interval, pc.MaxInFlight)
+	}
+	n.placeMu.Lock()
+	switch {
+	case n.placer != nil:
+		n.placementOff.Store(cfg.Off)
+		n.placer.SetConfig(cfg)
+	case n.repl != nil:
+		n.startPlacementLocked(cfg)
+	default:
+		n.placementOff.Store(cfg.Off)
+	}
+	n.placeMu.Unlock()
+	n.announceNow()
+	return nil
 }
 
 // yellowPages is the node as the placement controller sees it: its

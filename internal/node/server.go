@@ -101,6 +101,13 @@ func (s *nodeServer) Promote(ctx context.Context, in *pb.PromoteRequest) (*pb.Pr
 	return &pb.PromoteReply{Status: st}, nil
 }
 
+// Drain is the operator's `neptune node drain`: it answers once this
+// node's primary roles are handed over, then finishes its calls in flight
+// and stops (Node.Drain).
+func (s *nodeServer) Drain(context.Context, *pb.DrainRequest) (*pb.DrainReply, error) {
+	return &pb.DrainReply{Kept: s.n.drainRemote()}, nil
+}
+
 // ChangeReplicas is the operator's `neptune partition add|remove|move`,
 // at the partition's primary.
 func (s *nodeServer) ChangeReplicas(ctx context.Context, in *pb.ChangeReplicasRequest) (*pb.ChangeReplicasReply, error) {

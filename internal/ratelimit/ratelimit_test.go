@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -40,5 +41,44 @@ func TestIdlePeersAreForgotten(t *testing.T) {
 	l.Allow(netip.MustParseAddr("10.1.0.0"), now.Add(2*time.Minute))
 	if l.Len() != 1 {
 		t.Fatalf("tracking %d peers after they went idle, want 1", l.Len())
+	}
+}
+
+func TestEveryAdmitsOnePerKeyPerIntervalAndCountsTheRest(t *testing.T) {
+	e := NewEvery(10 * time.Second)
+	now := time.Unix(1_000_000, 0)
+	if ok, n := e.Allow("a", now); !ok || n != 0 {
+		t.Fatalf("first event: %v, %d held back", ok, n)
+	}
+	for i := range 5 {
+		if ok, _ := e.Allow("a", now.Add(time.Duration(i)*time.Second)); ok {
+			t.Fatalf("event %d within the interval admitted", i)
+		}
+	}
+	if ok, _ := e.Allow("b", now.Add(time.Second)); !ok {
+		t.Fatal("another key was held back by the first")
+	}
+	if ok, n := e.Allow("a", now.Add(10*time.Second)); !ok || n != 5 {
+		t.Fatalf("after the interval: %v, %d held back, want true, 5", ok, n)
+	}
+	if ok, n := e.Allow("a", now.Add(30*time.Second)); !ok || n != 0 {
+		t.Fatalf("after a quiet interval: %v, %d held back, want true, 0", ok, n)
+	}
+}
+
+func TestEveryBoundsItsKeys(t *testing.T) {
+	e := NewEvery(time.Minute)
+	now := time.Unix(1_000_000, 0)
+	admitted := 0
+	for i := range MaxPeers + 100 {
+		if ok, _ := e.Allow(fmt.Sprint(i), now); ok {
+			admitted++
+		}
+	}
+	if admitted != MaxPeers+1 {
+		t.Fatalf("%d of %d distinct keys admitted within one interval, want %d (the excess shares one line)", admitted, MaxPeers+100, MaxPeers+1)
+	}
+	if ok, n := e.Allow("late", now.Add(time.Minute)); !ok || n != 0 {
+		t.Fatalf("a new key after the interval: %v, %d", ok, n)
 	}
 }

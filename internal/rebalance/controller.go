@@ -120,6 +120,15 @@ func (c *Controller) Start() {
 	}()
 }
 
+// SetConfig changes what may change while the controller runs (an
+// operator's SIGHUP): Off and the planner's settings. Changes under way
+// go on.
+func (c *Controller) SetConfig(cfg Config) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cfg.Off, c.cfg.Placement = cfg.Off, cfg.Placement
+}
+
 // Stop ends the controller and the changes under way (a change asked
 // for may still complete at its primary).
 func (c *Controller) Stop() {
@@ -138,7 +147,10 @@ func (c *Controller) Stop() {
 // node is the actor of, starts the planned changes that are not already under way. It
 // returns the changes it started.
 func (c *Controller) Round(now time.Time) []placement.Change {
-	if c.cfg.Off {
+	c.mu.Lock()
+	off := c.cfg.Off
+	c.mu.Unlock()
+	if off {
 		return nil
 	}
 	v := c.src.View()

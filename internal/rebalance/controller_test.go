@@ -555,3 +555,26 @@ func (s twoServices) ChangeReplicas(ctx context.Context, node string, req *pb.Ch
 	}
 	return s.kv.ChangeReplicas(ctx, node, req)
 }
+
+// TestSetConfigTurnsPlacementOnLive: a controller started off begins to
+// act once an operator's SIGHUP turns it on (SetConfig), and stops again
+// when turned off.
+func TestSetConfigTurnsPlacementOnLive(t *testing.T) {
+	f := newFake([]string{"a", "b", "c", "d"}, 4, 3)
+	c := New(Config{Off: true, Placement: placement.Config{Grace: time.Second}}, "a", kvService(4), f, f, nil, nil)
+	now := t0
+	f.kill("d", now)
+	rounds(c, &now, 10*time.Second, f.full)
+	if f.calls != 0 {
+		t.Fatalf("%d changes while off", f.calls)
+	}
+	c.SetConfig(Config{Placement: placement.Config{Grace: time.Second}})
+	rounds(c, &now, time.Minute, f.full)
+	if !f.full() {
+		t.Fatalf("turned on, the controller never replaced d's replicas: %v", f.parts)
+	}
+	c.SetConfig(Config{Off: true})
+	if got := c.Round(now); len(got) != 0 {
+		t.Fatalf("turned off, it still plans %v", got)
+	}
+}

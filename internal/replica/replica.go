@@ -40,6 +40,10 @@ type Replica struct {
 	leaveOnTransfer bool
 	removeAfter     ID
 	probedAt        time.Time // last probeRemoved
+	// storageFull: the shell cannot store more (SetStorageFull).
+	storageFull bool
+	// draining: the node is leaving (SetDraining).
+	draining bool
 
 	role    Role
 	phase   Phase
@@ -59,7 +63,10 @@ type Replica struct {
 
 	now       time.Time
 	lastHeard time.Time // last message from a primary (or start)
-	lastBeat  time.Time
+	// ledUntil is the quorum contact a primary had when it stepped down
+	// (Status.Contact).
+	ledUntil time.Time
+	lastBeat time.Time
 	// gaps are the longest gaps between the current primary's appends in
 	// the current gapWindow (from gapsFrom) and in the one before it.
 	gapsFrom        time.Time
@@ -346,6 +353,13 @@ func (r *Replica) Status() Status {
 	}
 	s.Diverged = r.diverged
 	s.FreshUntil = r.freshUntil()
+	if r.cfg.Level != Level1 {
+		if r.role == Primary {
+			s.Contact = r.quorumContact()
+		} else {
+			s.Contact = later(r.lastHeard, r.ledUntil)
+		}
+	}
 	return s
 }
 
@@ -499,6 +513,14 @@ func (r *Replica) Step(now time.Time, m Message) {
 	r.observe(now)
 	if r.phase == PhaseCheck || m.To != r.cfg.ID {
 		return
+	}
+	if r.storageFull && len(m.Entries) > 0 {
+		if m.Type != MsgAppend {
+			return // (level-1 gossip: lost, sent again later)
+		}
+		// Take the append as a heartbeat: contact, commit point and
+		// truncation, but no entries (as if they were lost on the way).
+		m.Entries = nil
 	}
 	if _, ok := r.prio[m.From]; !ok {
 		r.noticeRemoved(m)
@@ -679,6 +701,14 @@ func (r *Replica) sendAt(ep Epoch, m Message) {
 
 // stepDown makes a primary or candidate a follower (of no one yet).
 func (r *Replica) stepDown() {
+	if r.role == Primary {
+		// Its contact, once a secondary again, runs from its quorum's
+		// last answers, not from the primary it heard before it led.
+		r.ledUntil = r.quorumContact()
+		if r.ledUntil.IsZero() {
+			r.ledUntil = r.now
+		}
+	}
 	r.electing = false
 	r.preVoting = false
 	r.primary = ""
@@ -1126,7 +1156,7 @@ func (r *Replica) SnapshotFailed(id ID) {
 // restore): only a follower of that primary in that epoch, out of recovery
 // phase 1, whose log diverged or that has not executed lsn yet.
 func (r *Replica) WantsSnapshot(from ID, epoch Epoch, lsn LSN) bool {
-	return r.cfg.Level != Level1 && r.phase != PhaseCheck && r.role != Primary && !r.electing &&
+	return r.cfg.Level != Level1 && r.phase != PhaseCheck && r.role != Primary && !r.electing && !r.storageFull &&
 		epoch == r.epoch && from == r.primary && (r.diverged || lsn > r.applied)
 }
 
@@ -1287,12 +1317,21 @@ func (r *Replica) leaseUntil() time.Time {
 // replicas survive), and so is one handing over, whose transfer ends
 // within ElectionTimeout.
 func (r *Replica) quorumLost(now time.Time) bool {
+	base := r.quorumContact()
+	return !base.IsZero() && !now.Before(base.Add(r.cfg.Lease))
+}
+
+// quorumContact is what check-quorum counts a primary's Lease from: the
+// newest time MinLive replicas, itself included, had all answered (or
+// when it became primary, if later); zero when it is exempt (not
+// primary, forced, handing over, or needing no one).
+func (r *Replica) quorumContact() time.Time {
 	if r.role != Primary || r.forced || !r.timeoutSent.IsZero() {
-		return false
+		return time.Time{}
 	}
 	need := r.minLive() - 1
 	if need <= 0 {
-		return false
+		return time.Time{}
 	}
 	var ts []time.Time
 	for _, p := range r.voterPeers {
@@ -1305,7 +1344,7 @@ func (r *Replica) quorumLost(now time.Time) bool {
 		slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
 		base = later(base, ts[need-1])
 	}
-	return !now.Before(base.Add(r.cfg.Lease))
+	return base
 }
 
 // inGrace reports whether this replica heard from a primary within Lease:
@@ -1333,6 +1372,10 @@ func (r *Replica) tickTransfer(now time.Time) {
 		}
 		return
 	}
+	if r.storageFull || r.draining {
+		r.handOver(now)
+		return
+	}
 	if now.Before(r.nextTransfer) || r.commit < r.ownFrom {
 		return
 	}
@@ -1353,6 +1396,61 @@ func (r *Replica) tickTransfer(now time.Time) {
 		r.transferEnd = now.Add(r.cfg.ElectionTimeout)
 		r.maybeSendTimeoutNow(now)
 	}
+}
+
+// SetStorageFull tells the replica whether the shell can store more (its
+// disk is below the reserve, or its store failed). While full, a
+// replica takes no entries (appends count as heartbeats: the primary
+// drops it from the live set, as it would after lost messages), no
+// snapshot and no election, and refuses a leadership transfer to it; a
+// primary hands its role to an in-sync replica as soon as one is caught
+// up (it keeps it if none is: no other replica could take over without
+// losing acknowledged writes). The shell refuses client writes meanwhile.
+func (r *Replica) SetStorageFull(now time.Time, full bool) {
+	r.observe(now)
+	if r.storageFull == full {
+		return
+	}
+	r.storageFull = full
+	if full && r.role == Primary && r.transferTo == "" {
+		r.handOver(now)
+	}
+}
+
+// SetDraining tells the replica its node is leaving (SIGTERM, a rolling
+// restart): a primary hands its role to the in-sync live voter of highest
+// priority as soon as one is caught up, and the replica stands for no
+// election and refuses a transfer to it, so the role does not come back
+// before the node is gone. It keeps taking entries meanwhile. A primary
+// with no in-sync peer keeps its role (handing it over would lose
+// acknowledged writes); the partition elects once the node is gone.
+func (r *Replica) SetDraining(now time.Time, on bool) {
+	r.observe(now)
+	if r.draining == on {
+		return
+	}
+	r.draining = on
+	if on && r.role == Primary && r.transferTo == "" {
+		r.handOver(now)
+	}
+}
+
+// handOver starts a leadership transfer from a primary that cannot store
+// more, or is leaving, to the in-sync live voter of highest priority, if
+// any.
+func (r *Replica) handOver(now time.Time) {
+	target := ID("")
+	for _, p := range r.voterPeers {
+		if p != r.removeAfter && r.alive[p] && r.progress[p].inSync && (target == "" || r.prio[p] > r.prio[target]) {
+			target = p
+		}
+	}
+	if target == "" {
+		return
+	}
+	r.transferTo = target
+	r.transferEnd = now.Add(r.cfg.ElectionTimeout)
+	r.maybeSendTimeoutNow(now)
 }
 
 // maybeSendTimeoutNow sends the target TimeoutNow once it holds our whole
@@ -1388,7 +1486,7 @@ func (r *Replica) abortTransfer(now time.Time) {
 }
 
 func (r *Replica) handleTimeoutNow(now time.Time, m Message) {
-	if m.Epoch != r.epoch || m.From != r.primary || r.role != Secondary || r.diverged || m.Sent == 0 || !r.isVoter(r.cfg.ID) {
+	if r.storageFull || r.draining || m.Epoch != r.epoch || m.From != r.primary || r.role != Secondary || r.diverged || m.Sent == 0 || !r.isVoter(r.cfg.ID) {
 		return
 	}
 	if m.Leave {
@@ -1566,7 +1664,7 @@ func (r *Replica) handleAppend(now time.Time, m Message) {
 // is pending) no live higher-priority peer that could lead instead.
 // Priority never deposes a live primary: that is a leadership transfer.
 func (r *Replica) shouldElect(now time.Time) bool {
-	if r.electing || r.preVoting || r.diverged || !r.isVoter(r.cfg.ID) {
+	if r.electing || r.preVoting || r.diverged || r.storageFull || r.draining || !r.isVoter(r.cfg.ID) {
 		return false
 	}
 	if r.primaryLive(now) || r.inGrace(now) {

@@ -415,6 +415,57 @@ type Status struct {
 	Members        []Peer
 	MembersPending bool
 	Removed        bool
+	// Contact (levels 2 and 3) is when, by this replica's clock, it last
+	// heard from its primary (a replica that is not primary: the primary's
+	// last message, its start, or, if it led since, its quorum's last
+	// answers when it stepped down) or from its quorum (a primary: the
+	// newest time MinLive replicas, itself included, had all answered,
+	// which check-quorum counts from). Zero at level 1, and for a primary
+	// exempt from check-quorum (forced, handing over, or alone). The
+	// shell announces a replica whose contact is older than AckTimeout
+	// (a primary: half its Lease) as having lost it (see JudgeContact).
+	Contact time.Time
+}
+
+// ContactState says whether a replica is in touch with whom it depends
+// on: its primary, or (a primary) the majority its lease needs.
+type ContactState int
+
+const (
+	// ContactOK: heard from within the bound (or nothing to hear from).
+	ContactOK ContactState = iota
+	// ContactLost: a replica that is not primary has not heard from its
+	// primary for AckTimeout, when it stops counting on it.
+	ContactLost
+	// ContactNoQuorum: a primary has not heard from its majority for half
+	// its Lease: its lease lapses unless they answer, and it steps down
+	// at Lease (check-quorum).
+	ContactNoQuorum
+)
+
+func (c ContactState) String() string {
+	switch c {
+	case ContactLost:
+		return "lost-contact"
+	case ContactNoQuorum:
+		return "no-quorum"
+	}
+	return "ok"
+}
+
+// JudgeContact judges st's Contact at now: whether the replica lost touch,
+// and since when (zero when it did not). ackTimeout and lease are its
+// partition's Config.AckTimeout and Config.Lease.
+func JudgeContact(st Status, now time.Time, ackTimeout, lease time.Duration) (ContactState, time.Time) {
+	switch {
+	case st.Contact.IsZero():
+		return ContactOK, time.Time{}
+	case st.Role == Primary && now.Sub(st.Contact) >= lease/2:
+		return ContactNoQuorum, st.Contact
+	case st.Role != Primary && now.Sub(st.Contact) >= ackTimeout:
+		return ContactLost, st.Contact
+	}
+	return ContactOK, time.Time{}
 }
 
 // ClockDrift is the clock-rate difference between replicas that leases

@@ -41,7 +41,14 @@ type part struct {
 	changed   chan struct{}
 	watched   bool
 
+	// failure is the error that stopped the loop (its store failed; see
+	// storage.go), nil while it runs.
+	failure atomic.Pointer[error]
+
 	// Loop-owned.
+	// heard is when each peer's last message for this partition was
+	// stepped (feedAlive).
+	heard    map[replica.ID]time.Time
 	log      *wal.Log
 	core     *replica.Replica
 	pending  map[uint64]chan Result
@@ -74,8 +81,10 @@ type proposal struct {
 // run is the partition's event loop: one event (a proposal, a message, an
 // operator action or a clock tick) at a time, then whatever else is
 // queued, then the replica's Ready batches. It returns true when it ended
-// because the replica learned it was removed from the replica set.
-func (p *part) run(ctx context.Context) (removed bool) {
+// because the replica learned it was removed from the replica set, and
+// an error when it stopped because its store failed (its pending writes
+// then have an unknown outcome).
+func (p *part) run(ctx context.Context) (removed bool, err error) {
 	defer close(p.done)
 	clk := p.rt.clock
 	tick := clk.NewTicker(tickEvery)
@@ -85,7 +94,7 @@ func (p *part) run(ctx context.Context) (removed bool) {
 		select {
 		case <-ctx.Done():
 			p.failPending(nerr.ErrClosed)
-			return false
+			return false, nil
 		case pr := <-p.props:
 			p.propose(pr)
 		case m := <-p.inbox:
@@ -97,13 +106,17 @@ func (p *part) run(ctx context.Context) (removed bool) {
 		p.drain()
 		p.tickIfDue()
 		if err := p.process(ctx); err != nil {
-			p.rt.log.Error("replication stopped", "service", p.key.service, "partition", p.key.partition, "err", err)
+			if ctx.Err() != nil {
+				p.failPending(nerr.ErrClosed)
+				return false, nil
+			}
+			p.failure.Store(&err)
 			p.failPending(fmt.Errorf("%w: %w", errStopped, err))
-			return false
+			return false, err
 		}
 		if p.status.Load().Removed {
 			p.failPending(fmt.Errorf("%w: %w", nerr.ErrUnknownOutcome, errRemoved))
-			return true
+			return true, nil
 		}
 	}
 }
@@ -204,7 +217,22 @@ func (p *part) process(ctx context.Context) error {
 	}
 	p.keeper.busy(time.Time{})
 	p.publish(p.core.Status())
-	return nil
+	return p.storeHealth()
+}
+
+// storeHealth fails the loop when the store reported a failure or
+// corruption in the background: the replica is then reopened from disk
+// (storage.go), which finds any damage at open (corrupt.go).
+func (p *part) storeHealth() error {
+	if cs := p.log.TakeCorruption(); len(cs) > 0 {
+		for _, c := range cs {
+			p.rt.corrupt.add(corruptKey{p.key.service, p.key.partition, corruptionKind(c)})
+			p.rt.log.Error("write log corrupt", "service", p.key.service, "partition", p.key.partition,
+				"kind", corruptionKind(c), "path", p.rt.partDir(p.key), "err", c)
+		}
+		return cs[0]
+	}
+	return p.log.Failed()
 }
 
 // publish makes st the status callers and announcements see.
@@ -278,6 +306,12 @@ func (p *part) apply(ctx context.Context, es []replica.Entry) error {
 		if err != nil {
 			return err
 		}
+		if res.Err != nil && errors.Is(res.Err, service.ErrStorage) {
+			// Not executed: the replica stops and runs it again once
+			// reopened (storage.go). What ran before it is recorded by
+			// CHECK then.
+			return fmt.Errorf("write at LSN %d not executed: %w", e.LSN, res.Err)
+		}
 		p.recordExecuted(e, res)
 		if e.Origin == replica.ID(p.rt.cfg.Self) && e.ReqID != 0 {
 			if res.Resp == nil && res.Err == nil {
@@ -340,6 +374,15 @@ func (p *part) feedAlive(now time.Time) {
 	primary := string(p.status.Load().Primary)
 	for _, peer := range p.core.Peers() {
 		id := string(peer)
-		p.core.SetAlive(peer, p.rt.det.alive(id, now, slices.Contains(hosts, id), id == primary, p.core.SilenceLimit(now)))
+		limit := p.core.SilenceLimit(now)
+		alive := p.rt.det.alive(id, now, slices.Contains(hosts, id), id == primary, limit)
+		if h, ok := p.heard[peer]; alive && id == primary && ok && now.Sub(h) > limit {
+			// The node lives (it answers for other partitions) but this
+			// partition's primary has been silent: its replica stopped
+			// (a failed store). Its priority must not hold an election
+			// back.
+			alive = false
+		}
+		p.core.SetAlive(peer, alive)
 	}
 }

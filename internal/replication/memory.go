@@ -91,7 +91,12 @@ func (p *part) enqueue(m replica.Message) bool {
 // step hands m, taken from the inbox, to the replica.
 func (p *part) step(m replica.Message) {
 	p.took(m)
-	p.core.Step(p.rt.clock.Now(), m)
+	now := p.rt.clock.Now()
+	if p.heard == nil {
+		p.heard = map[replica.ID]time.Time{}
+	}
+	p.heard[m.From] = now
+	p.core.Step(now, m)
 }
 
 // took accounts for m leaving the inbox.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,5 +180,44 @@ func TestBulkLaneDropsSupersededMessages(t *testing.T) {
 	want := []string{"p1@5", "p0@7"}
 	if !slices.Equal(got, want) || len(pq.sizes) != len(pq.q) || total != pq.bytes {
 		t.Errorf("queue %v (sizes %v, bytes %d), want %v with matching sizes", got, pq.sizes, pq.bytes, want)
+	}
+}
+
+// TestPeerQueuesCountTheirBytes: a runtime's count of queued replication
+// bytes (HeldBytes, which the node's in-flight budget covers) follows its
+// queues through pushes, drops beyond the byte bound, superseded
+// messages, a call in flight and its end.
+func TestPeerQueuesCountTheirBytes(t *testing.T) {
+	var held atomic.Int64
+	pq := newPeerQueue()
+	pq.held = &held
+	check := func(when string) {
+		t.Helper()
+		if want := int64(pq.bytes + pq.inflightBytes); held.Load() != want {
+			t.Fatalf("%s: counted %d bytes, the queue holds %d (%d queued, %d in flight)", when, held.Load(), want, pq.bytes, pq.inflightBytes)
+		}
+	}
+	big := func(epoch uint64, lsn uint64) *pb.ReplicaMessage {
+		pm := appendMsg(epoch, lsn)
+		pm.Entries[0].Body = make([]byte, 12<<20)
+		return pm
+	}
+	pq.push(big(1, 1))
+	pq.push(big(1, 2))
+	check("two pushed")
+	pq.push(big(1, 3)) // over peerQueueBytes: the oldest is dropped
+	check("one dropped")
+	batch, _ := pq.take(batchBytes)
+	check("one in flight")
+	pq.push(big(2, 3)) // supersedes the queued epoch-1 message
+	check("superseded")
+	pq.done()
+	check("call done")
+	for len(pq.q) > 0 {
+		pq.take(batchBytes)
+		pq.done()
+	}
+	if len(batch) != 1 || held.Load() != 0 {
+		t.Fatalf("all sent: %d bytes still counted", held.Load())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -58,8 +59,19 @@ type peerQueue struct {
 	bytes int   // sum of sizes
 	wake  chan struct{}
 	// inflight is the batch of the call under way: with q, what is on
-	// its way to the peer.
-	inflight []*pb.ReplicaMessage
+	// its way to the peer; inflightBytes its size.
+	inflight      []*pb.ReplicaMessage
+	inflightBytes int
+	// held, if set, counts the bytes of q and inflight with every other
+	// queue of the runtime (Runtime.HeldBytes).
+	held *atomic.Int64
+}
+
+// count adds d bytes to the runtime's count of queued bytes.
+func (pq *peerQueue) count(d int) {
+	if pq.held != nil && d != 0 {
+		pq.held.Add(int64(d))
+	}
 }
 
 // onItsWay reports whether every entry of pm is in a message queued or in
@@ -93,6 +105,8 @@ func (pq *peerQueue) poke() {
 func (pq *peerQueue) done() {
 	pq.mu.Lock()
 	pq.inflight = nil
+	pq.count(-pq.inflightBytes)
+	pq.inflightBytes = 0
 	pq.mu.Unlock()
 }
 
@@ -108,9 +122,11 @@ func (pq *peerQueue) push(pm *pb.ReplicaMessage) {
 	}
 	n := proto.Size(pm)
 	pq.q, pq.sizes, pq.bytes = append(pq.q, pm), append(pq.sizes, n), pq.bytes+n
+	pq.count(n)
 	drop := 0
 	for len(pq.q)-drop > 1 && (len(pq.q)-drop > peerQueueLimit || pq.bytes > peerQueueBytes) {
 		pq.bytes -= pq.sizes[drop]
+		pq.count(-pq.sizes[drop])
 		drop++
 	}
 	if drop > 0 {
@@ -133,6 +149,7 @@ func (pq *peerQueue) dropSuperseded(pm *pb.ReplicaMessage) {
 	for i, m := range pq.q {
 		if m.Service == pm.Service && m.Partition == pm.Partition && m.Epoch < pm.Epoch {
 			pq.bytes -= pq.sizes[i]
+			pq.count(-pq.sizes[i])
 			continue
 		}
 		pq.q[keep], pq.sizes[keep] = m, pq.sizes[i]
@@ -158,6 +175,10 @@ func (pq *peerQueue) take(maxBytes int) ([]*pb.ReplicaMessage, int) {
 	pq.sizes = slices.Delete(pq.sizes, 0, n)
 	pq.bytes -= size
 	pq.inflight = batch
+	// The batch stays counted until done; a previous one not ended by
+	// done is over.
+	pq.count(-pq.inflightBytes)
+	pq.inflightBytes = size
 	if len(pq.q) == 0 {
 		// A burst's backing arrays would otherwise keep their capacity
 		// (and, until overwritten, nothing else) for the node's lifetime.
@@ -174,6 +195,7 @@ func (rt *Runtime) send(k partKey, m replica.Message) {
 	pl, ok := rt.peers[to]
 	if !ok {
 		pl = &peerLanes{ctrl: newPeerQueue(), bulk: newPeerQueue(), sent: map[partKey]replica.LSN{}}
+		pl.ctrl.held, pl.bulk.held = &rt.held, &rt.held
 		rt.peers[to] = pl
 		rt.wg.Add(1 + controlConns)
 		for conn := range controlConns {

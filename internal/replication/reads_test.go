@@ -62,7 +62,7 @@ func startGated(t *testing.T, level int, linearizable bool) (*Runtime, *part, *c
 	p := rt.parts[partKey{"kv", 0}]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := clk.BlockUntilContext(ctx, 3); err != nil { // the loop's, the keeper's and the prober's tickers
+	if err := clk.BlockUntilContext(ctx, 5); err != nil { // the loop's, the keeper's, the prober's, the releaser's and the disk watchdog's tickers
 		t.Fatal(err)
 	}
 	settle(t, p)
@@ -367,7 +367,7 @@ func TestLostPeersAreProbedAtTheirLastAddress(t *testing.T) {
 	p := rt.parts[partKey{"kv", 0}]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := clk.BlockUntilContext(ctx, 3); err != nil {
+	if err := clk.BlockUntilContext(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
 	probes := func() int {

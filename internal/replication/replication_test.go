@@ -106,7 +106,7 @@ func startPartWith(t *testing.T, snd Sender, self string, hosts ...string) (*Run
 	p := rt.parts[partKey{"kv", 0}]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := clk.BlockUntilContext(ctx, 4); err != nil { // the loop's ticker, the heartbeat keeper's, the prober's and the releaser's
+	if err := clk.BlockUntilContext(ctx, 5); err != nil { // the loop's ticker, the heartbeat keeper's, the prober's, the releaser's and the disk watchdog's
 		t.Fatal(err)
 	}
 	return rt, p, clk

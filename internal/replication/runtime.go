@@ -16,6 +16,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/clock"
@@ -95,6 +97,18 @@ type Config struct {
 	// replica's role, epoch or primary changes; it must not block. The node
 	// announces itself at once, so clients find a new primary quickly.
 	OnRoleChange func()
+	// DiskReserve is the free space in DataDir's file system below which
+	// the node refuses writes and hands over its primaries (default
+	// DefaultDiskReserve; see storage.go). DiskCheckEvery is how often it
+	// is measured (default 1s), FreeSpace how (default: FreeSpace, the
+	// file system's available bytes).
+	DiskReserve    uint64
+	DiskCheckEvery time.Duration
+	FreeSpace      func(dir string) (uint64, error)
+	// RebuildCorrupt quarantines a replica whose write log is found
+	// corrupt at open and rebuilds it from its peers, instead of
+	// refusing to start (see corrupt.go).
+	RebuildCorrupt bool
 }
 
 // Partition is one hosted replica of a replicated partition.
@@ -157,6 +171,8 @@ const (
 	// defaultAckTimeout is replica's default, which the failure detector
 	// needs to know.
 	defaultAckTimeout = 500 * time.Millisecond
+	// defaultLease is replica.Config's default Lease.
+	defaultLease = 400 * time.Millisecond
 )
 
 type partKey struct {
@@ -194,6 +210,26 @@ type Runtime struct {
 	addrs  map[string]string // last known RPC address per node (addrOf)
 	resent resendCounter
 	mem    releaser
+
+	disk    storage
+	corrupt corruptionCounter
+	// held is the bytes of replication messages queued or in flight to
+	// peers.
+	held atomic.Int64
+}
+
+// HeldBytes is the bytes of replication messages the node holds now:
+// queued or in flight to other nodes, and entries received but not yet
+// taken by their partition's loop. The node's in-flight budget counts
+// them beside its calls'.
+func (rt *Runtime) HeldBytes() int64 {
+	n := rt.held.Load()
+	rt.pmu.RLock()
+	defer rt.pmu.RUnlock()
+	for _, p := range rt.parts {
+		n += p.inboxHeld.Load()
+	}
+	return n
 }
 
 // New returns a runtime with no partitions; Register them, then Start.
@@ -202,9 +238,25 @@ func New(cfg Config) *Runtime {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.DiskReserve == 0 {
+		cfg.DiskReserve = DefaultDiskReserve
+	}
+	if cfg.DiskCheckEvery <= 0 {
+		cfg.DiskCheckEvery = defaultDiskCheckEvery
+	}
+	if cfg.FreeSpace == nil {
+		cfg.FreeSpace = FreeSpace
+	}
 	clk := clock.OrReal(cfg.Clock)
-	return &Runtime{cfg: cfg, log: cfg.Logger, clock: clk, parts: map[partKey]*part{}, specs: map[partKey]Partition{},
+	rt := &Runtime{cfg: cfg, log: cfg.Logger, clock: clk, parts: map[partKey]*part{}, specs: map[partKey]Partition{},
 		templates: map[string]Partition{}, peers: map[string]*peerLanes{}, addrs: map[string]string{}, det: newDetector(clk)}
+	rt.disk.guard.reserve = cfg.DiskReserve
+	return rt
+}
+
+// partDir is the directory of a partition's write log.
+func (rt *Runtime) partDir(key partKey) string {
+	return filepath.Join(rt.cfg.DataDir, key.service, strconv.Itoa(int(key.partition)))
 }
 
 // Register prepares replicas of ps (typically one service's partitions
@@ -273,17 +325,27 @@ func (rt *Runtime) open(spec Partition, join *replica.ConfState) (*part, error) 
 	named := func(ms []replica.Peer) bool {
 		return slices.ContainsFunc(ms, func(m replica.Peer) bool { return m.ID == self })
 	}
-	dir := filepath.Join(rt.cfg.DataDir, key.service, strconv.Itoa(int(key.partition)))
+	dir := rt.partDir(key)
 	if _, err := os.Stat(dir); err != nil && join == nil && !named(static) {
 		return nil, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("neptune: data dir: %w", err)
 	}
-	l, err := wal.Open(dir)
+	walOpts := wal.Options{Logger: rt.log.With("service", key.service, "partition", key.partition)}
+	l, err := wal.Open(dir, walOpts)
+	if errors.Is(err, wal.ErrCorrupt) {
+		var rebuilt bool
+		if rebuilt, err = rt.openCorrupt(key, err); rebuilt {
+			if err = os.MkdirAll(dir, 0o755); err == nil {
+				l, err = wal.Open(dir, walOpts)
+			}
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("neptune: %s partition %d: %w", key.service, key.partition, err)
 	}
+	rt.reportDamage(key, l.Damage())
 	fail := func(err error) (*part, error) {
 		_ = l.Close()
 		return nil, fmt.Errorf("neptune: %s partition %d: %w", key.service, key.partition, err)
@@ -324,6 +386,9 @@ func (rt *Runtime) open(spec Partition, join *replica.ConfState) (*part, error) 
 	// Request ids must not repeat across restarts: old entries in the
 	// log carry this replica's earlier ids.
 	p.nextReq = uint64(rt.clock.Now().UnixNano())
+	if full, _ := rt.disk.state(); full {
+		p.core.SetStorageFull(rt.clock.Now(), true)
+	}
 	p.publish(p.core.Status())
 	return p, nil
 }
@@ -331,6 +396,7 @@ func (rt *Runtime) open(spec Partition, join *replica.ConfState) (*part, error) 
 // Start opens every replica's log and starts its loop.
 func (rt *Runtime) Start() error {
 	rt.ctx, rt.cancel = context.WithCancel(context.Background())
+	rt.checkDisk(rt.clock.Now())
 	rt.pmu.Lock()
 	defer rt.pmu.Unlock()
 	for key, spec := range rt.specs {
@@ -350,6 +416,8 @@ func (rt *Runtime) Start() error {
 	go func() { defer rt.wg.Done(); rt.probeLost(rt.ctx) }()
 	rt.wg.Add(1)
 	go func() { defer rt.wg.Done(); rt.releaseMemory(rt.ctx) }()
+	rt.wg.Add(1)
+	go func() { defer rt.wg.Done(); rt.watchDisk(rt.ctx) }()
 	for _, p := range rt.parts {
 		rt.startPart(p)
 	}
@@ -365,7 +433,12 @@ func (rt *Runtime) startPart(p *part) {
 	go func() { defer rt.wg.Done(); p.keepBeats(rt.ctx) }()
 	go func() {
 		defer rt.wg.Done()
-		if !p.run(rt.ctx) {
+		removed, err := p.run(rt.ctx)
+		if err != nil {
+			rt.recoverPart(p, err)
+			return
+		}
+		if !removed {
 			return
 		}
 		rt.log.Info("replica removed from its partition's replica set: no longer hosted here (data kept)",

@@ -233,17 +233,40 @@ func (p *part) await(ctx context.Context, ok func(*replica.Status, time.Time) bo
 }
 
 func (p *part) write(ctx context.Context, in *pb.CallRequest) (*service.Response, error) {
+	if err := p.refusal(); err != nil {
+		// Not logged here: a replica that knows another primary sends
+		// the write on; otherwise it is refused, never executed.
+		if st := p.status.Load(); st.Primary != "" && string(st.Primary) != p.rt.cfg.Self {
+			return nil, &replica.NotPrimaryError{Primary: st.Primary}
+		}
+		return nil, err
+	}
 	reply := make(chan Result, 1)
 	select {
 	case p.props <- proposal{method: in.Method, body: in.Body, id: WriteID(in), reply: reply}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-p.done:
+		if err := p.refusal(); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: replication of %s partition %d stopped", nerr.ErrClosed, p.key.service, p.key.partition)
 	}
 	select {
 	case r := <-reply:
 		return r.Resp, outcome(in, r.Err)
+	case <-p.done:
+		// The loop answers every write it took before it ends: one still
+		// unanswered was never taken (never executed).
+		select {
+		case r := <-reply:
+			return r.Resp, outcome(in, r.Err)
+		default:
+		}
+		if err := p.refusal(); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: replication of %s partition %d stopped", nerr.ErrClosed, p.key.service, p.key.partition)
 	case <-ctx.Done():
 		// The write is in the replica's hands: it may still run.
 		return nil, nerr.UnknownOutcome(WriteID(in) != "", fmt.Errorf("%w: %w", nerr.ErrDeadline, ctx.Err()))
@@ -297,6 +320,14 @@ func (rt *Runtime) Replicate(in *pb.ReplicaBatch) error {
 			if p = rt.join(pm); p == nil {
 				continue
 			}
+		}
+		if p.failure.Load() != nil {
+			// Its store failed (storage.go): lost, as on the way; the
+			// protocol sends again once it is reopened.
+			if len(pm.Entries) > 0 {
+				err = errInboxFull
+			}
+			continue
 		}
 		if pm.Reject && replica.MsgType(pm.Type) == replica.MsgAppendResp {
 			rt.forgetDelivered(in.From, &k)
@@ -362,7 +393,7 @@ func (rt *Runtime) Promote(ctx context.Context, service string, partition int32,
 		}
 		st = *p.status.Load()
 	}
-	return toPBStatus(partition, p.cfg.Level, p.spec.Replication.Linearizable, st, rt.clock.Now()), nil
+	return toPBStatus(partition, p.cfg, p.spec.Replication.Linearizable, st, rt.clock.Now()), nil
 }
 
 // promoteWait bounds how long an unforced promote waits to win its
@@ -370,7 +401,7 @@ func (rt *Runtime) Promote(ctx context.Context, service string, partition int32,
 // its lease lapsed, then the election takes up to ElectionTimeout.
 func (p *part) promoteWait() time.Duration {
 	c := p.cfg
-	return cmp.Or(c.Lease, 400*time.Millisecond) + 2*cmp.Or(c.ElectionTimeout, 300*time.Millisecond) + cmp.Or(c.AckTimeout, defaultAckTimeout)
+	return cmp.Or(c.Lease, defaultLease) + 2*cmp.Or(c.ElectionTimeout, 300*time.Millisecond) + cmp.Or(c.AckTimeout, defaultAckTimeout)
 }
 
 // Status is the announced status of service's replicas here, one per
@@ -379,7 +410,7 @@ func (rt *Runtime) Status(service string, partitions []int32) []*pb.ReplicaStatu
 	var out []*pb.ReplicaStatus
 	for _, part := range partitions {
 		if p := rt.lookup(service, part); p != nil {
-			out = append(out, toPBStatus(part, p.cfg.Level, p.spec.Replication.Linearizable, *p.status.Load(), rt.clock.Now()))
+			out = append(out, toPBStatus(part, p.cfg, p.spec.Replication.Linearizable, *p.status.Load(), rt.clock.Now()))
 		}
 	}
 	return out

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -161,7 +162,10 @@ func (p *part) sendSnapshot(ctx context.Context, ss SnapshotSender, to replica.I
 		// The dedup section is encoded as the stream reads it.
 		pr, pw := io.Pipe()
 		go func() { pw.CloseWithError(writeDedupSection(pw, recs, high)) }()
-		ack, err = p.rt.streamSnapshot(ctx, ss, string(to), hdr, io.MultiReader(pr, img))
+		sum := crc32.New(castagnoli)
+		ack, err = p.rt.streamSnapshot(ctx, ss, string(to), hdr, io.MultiReader(pr, io.TeeReader(img, sum)), func() error {
+			return p.spoolIntact(img.Name(), sum.Sum32(), img.sum, "taken")
+		})
 		pr.Close() // ends the encoder if the stream stopped early
 	}
 	installed := err == nil && ack.Installed
@@ -250,7 +254,7 @@ func (p *part) post(ctx context.Context, f func(time.Time)) bool {
 // rewound for reading, and returns the LSN the service says it reflects.
 // It runs off the loop, concurrently with the partition's writes
 // (Snapshotter's contract).
-func (p *part) dumpImage(ctx context.Context) (*os.File, uint64, error) {
+func (p *part) dumpImage(ctx context.Context) (*image, uint64, error) {
 	dir, err := p.snapshotDir()
 	if err != nil {
 		return nil, 0, err
@@ -259,12 +263,13 @@ func (p *part) dumpImage(ctx context.Context) (*os.File, uint64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("neptune: snapshot file: %w", err)
 	}
-	fail := func(err error) (*os.File, uint64, error) {
+	fail := func(err error) (*image, uint64, error) {
 		f.Close()
 		os.Remove(f.Name())
 		return nil, 0, err
 	}
-	bw := bufio.NewWriterSize(f, 64<<10)
+	sum := crc32.New(castagnoli)
+	bw := bufio.NewWriterSize(io.MultiWriter(f, sum), 64<<10)
 	got, err := p.spec.Snapshots.Snapshot(ctx, int(p.key.partition), bw)
 	if err != nil {
 		return fail(fmt.Errorf("neptune: service snapshot: %w", err))
@@ -275,11 +280,41 @@ func (p *part) dumpImage(ctx context.Context) (*os.File, uint64, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return fail(fmt.Errorf("neptune: snapshot file: %w", err))
 	}
-	return f, got, nil
+	return &image{File: f, sum: sum.Sum32()}, got, nil
 }
 
-// streamSnapshot sends hdr, then r's contents in chunks, to node.
-func (rt *Runtime) streamSnapshot(ctx context.Context, ss SnapshotSender, node string, hdr *pb.SnapshotChunk, r io.Reader) (*pb.SnapshotAck, error) {
+// image is a snapshot's service image spooled to a file, with the
+// checksum of what was written to it.
+type image struct {
+	*os.File
+	sum uint32
+}
+
+// castagnoli is the CRC-32C table of snapshot files' checksums.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// spooledHook, if set (tests), is called with a received snapshot's file
+// once it is written, before it is checked.
+var spooledHook func(path string)
+
+// spoolIntact compares the checksum of a snapshot file as read back
+// with that of what was written to it: a file damaged on disk is never
+// restored or sent (counted as kind "snapshot" of
+// neptune_storage_corruption_total). what says which file it is.
+func (p *part) spoolIntact(path string, read, written uint32, what string) error {
+	if read == written {
+		return nil
+	}
+	p.rt.corrupt.add(corruptKey{p.key.service, p.key.partition, "snapshot"})
+	p.rt.log.Error("snapshot file corrupt on disk: not used (the primary sends another)", "service", p.key.service,
+		"partition", p.key.partition, "kind", "snapshot", "file", path, "snapshot", what, "crc", read, "written_crc", written)
+	return fmt.Errorf("neptune: %s snapshot file %s corrupt on disk (checksum %08x, written %08x)", what, path, read, written)
+}
+
+// streamSnapshot sends hdr, then r's contents in chunks, to node, and
+// completes the stream only if intact, called once r is read, says so
+// (else the stream is abandoned: the peer installs nothing).
+func (rt *Runtime) streamSnapshot(ctx context.Context, ss SnapshotSender, node string, hdr *pb.SnapshotChunk, r io.Reader, intact func() error) (*pb.SnapshotAck, error) {
 	addr := rt.addrOf(node)
 	if addr == "" {
 		return nil, fmt.Errorf("no address for node %s", node)
@@ -307,6 +342,9 @@ func (rt *Runtime) streamSnapshot(ctx context.Context, ss SnapshotSender, node s
 		if err != nil {
 			return nil, err
 		}
+	}
+	if err := intact(); err != nil {
+		return nil, err
 	}
 	return st.CloseAndRecv()
 }
@@ -343,7 +381,8 @@ func (rt *Runtime) InstallSnapshot(ctx context.Context, recv func() (*pb.Snapsho
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	bw := bufio.NewWriterSize(f, 64<<10)
+	sum := crc32.New(castagnoli)
+	bw := bufio.NewWriterSize(io.MultiWriter(f, sum), 64<<10)
 	bw.Write(hdr.Data)
 	for {
 		c, err := recv()
@@ -359,6 +398,19 @@ func (rt *Runtime) InstallSnapshot(ctx context.Context, recv func() (*pb.Snapsho
 	}
 	if err := bw.Flush(); err != nil {
 		return nil, fmt.Errorf("neptune: snapshot file: %w", err)
+	}
+	if spooledHook != nil {
+		spooledHook(f.Name())
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("neptune: snapshot file: %w", err)
+	}
+	read := crc32.New(castagnoli)
+	if _, err := io.Copy(read, bufio.NewReaderSize(f, 64<<10)); err != nil {
+		return nil, fmt.Errorf("neptune: snapshot file: %w", err)
+	}
+	if err := p.spoolIntact(f.Name(), read.Sum32(), sum.Sum32(), "received"); err != nil {
+		return nil, err
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, fmt.Errorf("neptune: snapshot file: %w", err)

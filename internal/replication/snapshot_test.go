@@ -205,6 +205,8 @@ type memCluster struct {
 	client   string
 	// slow: a snapshot is held on purpose; advancing does not wait for it.
 	slow bool
+	// tweak, per node, adjusts its runtime's config.
+	tweak map[string]func(*Config)
 }
 
 func newMemCluster(t *testing.T) *memCluster {
@@ -214,8 +216,12 @@ func newMemCluster(t *testing.T) *memCluster {
 }
 
 func newMemClusterOf(t *testing.T, newStore func() TestStore, method string, body func(i, size int) []byte) *memCluster {
+	return newMemClusterTweaked(t, newStore, method, body, nil)
+}
+
+func newMemClusterTweaked(t *testing.T, newStore func() TestStore, method string, body func(i, size int) []byte, tweak map[string]func(*Config)) *memCluster {
 	c := &memCluster{t: t, clk: clock.NewManual(t0), net: &memNet{rts: map[string]*Runtime{}, blocked: map[[2]string]bool{}}, dirs: map[string]string{},
-		stores: map[string]TestStore{}, newStore: newStore, method: method, body: body}
+		stores: map[string]TestStore{}, newStore: newStore, method: method, body: body, tweak: tweak}
 	for _, id := range []string{"a", "b", "c"} {
 		c.addNode(id)
 	}
@@ -241,17 +247,29 @@ func (c *memCluster) wipe(id string) {
 
 // start runs id's runtime over its data dir and store.
 func (c *memCluster) start(id string) {
+	c.t.Helper()
+	if _, err := c.tryStart(id); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// tryStart is start that returns the runtime, or the error of its Start.
+func (c *memCluster) tryStart(id string) (*Runtime, error) {
 	t := c.t
 	t.Helper()
-	rt := New(Config{Self: id, DataDir: c.dirs[id], Directory: &fakeDir{hosts: []string{"a", "b", "c"}}, Sender: c.net, Clock: c.clk,
-		Logger: slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", id)})
+	cfg := Config{Self: id, DataDir: c.dirs[id], Directory: &fakeDir{hosts: []string{"a", "b", "c"}}, Sender: c.net, Clock: c.clk,
+		Logger: slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", id)}
+	if f := c.tweak[id]; f != nil {
+		f(&cfg)
+	}
+	rt := New(cfg)
 	rep := &service.Replication{Level: 2, Replicas: map[int][]service.ReplicaSpec{0: {{Node: "a", Priority: 3}, {Node: "b", Priority: 2}, {Node: "c", Priority: 1}}}}
 	st := c.stores[id]
 	if err := rt.Register(Partition{Service: "kv", Partition: 0, Replication: rep, Check: st.Check, Executor: st, Snapshots: st}); err != nil {
 		t.Fatal(err)
 	}
 	if err := rt.Start(); err != nil {
-		t.Fatal(err)
+		return rt, err
 	}
 	t.Cleanup(func() {
 		if c.net.rt(id) == rt {
@@ -261,6 +279,7 @@ func (c *memCluster) start(id string) {
 	c.net.mu.Lock()
 	c.net.rts[id] = rt
 	c.net.mu.Unlock()
+	return rt, nil
 }
 
 // stop stops id's runtime (a crash, as far as the others can tell).

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/replica"
@@ -10,11 +11,16 @@ import (
 
 // toPBStatus is st as announced and as promote answers it, at now (which
 // the remaining lease is measured from).
-func toPBStatus(partition int32, level replica.Level, linearizable bool, st replica.Status, now time.Time) *pb.ReplicaStatus {
-	return &pb.ReplicaStatus{Partition: partition, Role: int32(st.Role), Phase: int32(st.Phase), Epoch: uint64(st.Epoch),
+func toPBStatus(partition int32, cfg replica.Config, linearizable bool, st replica.Status, now time.Time) *pb.ReplicaStatus {
+	out := &pb.ReplicaStatus{Partition: partition, Role: int32(st.Role), Phase: int32(st.Phase), Epoch: uint64(st.Epoch),
 		Primary: string(st.Primary), Version: uint64(st.Applied), Commit: uint64(st.Commit),
-		VersionAgo: uint64(st.VersionAgo), Level: int32(level), LeaseMs: transport.LeaseMillis(leaseLeft(st, now)),
+		VersionAgo: uint64(st.VersionAgo), Level: int32(cfg.Level), LeaseMs: transport.LeaseMillis(leaseLeft(st, now)),
 		Diverged: st.Diverged, Linearizable: linearizable, Last: uint64(st.Last), Members: toPBPeers(st.Members)}
+	contact, since := replica.JudgeContact(st, now, cmp.Or(cfg.AckTimeout, defaultAckTimeout), cmp.Or(cfg.Lease, defaultLease))
+	if contact != replica.ContactOK {
+		out.Contact, out.ContactLostMs = pb.Contact(contact), transport.LeaseMillis(now.Sub(since))
+	}
+	return out
 }
 
 // leaseLeft is what is left at now of the lease st shows (0 if none).

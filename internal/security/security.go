@@ -94,6 +94,9 @@ type Material struct {
 	Label string
 	// PollAuth authenticates load polls; nil when insecure.
 	PollAuth *transport.PollAuth
+	// Refusals counts and logs every peer the member refuses; every
+	// layer this material secures reports to it.
+	Refusals *Refusals
 
 	cfg  Config
 	log  *slog.Logger
@@ -106,7 +109,7 @@ func Load(cfg Config) (*Material, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Material{cfg: cfg, log: log}
+	m := &Material{cfg: cfg, log: log, Refusals: NewRefusals(log, cfg.Clock)}
 	if cfg.Insecure {
 		return m, nil
 	}
@@ -158,7 +161,7 @@ func (m *Material) Transport() transport.Security {
 	if m.Insecure() {
 		return transport.Security{Insecure: true}
 	}
-	return transport.Security{TLS: m.TLS}
+	return transport.Security{TLS: m.TLS, Refusals: m.Refusals}
 }
 
 // Gossip sets cfg's keyring, label, announcement signing and stream
@@ -169,6 +172,7 @@ func (m *Material) Gossip(cfg *membership.Config) {
 		return
 	}
 	cfg.Keyring, cfg.Label, cfg.Certs, cfg.MaxAnnouncementAge = m.Keyring, m.Label, m.TLS, m.cfg.MaxAnnouncementAge
+	cfg.Refusals = m.Refusals
 	cfg.StreamRate, cfg.StreamBurst = limit(m.cfg.StreamRate, DefaultStreamRate), burst(m.cfg.StreamBurst, DefaultStreamBurst)
 }
 
@@ -178,7 +182,7 @@ func (m *Material) PollServerOptions() []transport.PollOption {
 	if m.Insecure() {
 		return nil
 	}
-	opts := []transport.PollOption{transport.WithPollAuth(m.PollAuth)}
+	opts := []transport.PollOption{transport.WithPollAuth(m.PollAuth), transport.WithPollRefusals(m.Refusals)}
 	if r := limit(m.cfg.PollRate, DefaultPollRate); r > 0 {
 		opts = append(opts, transport.WithPollRateLimit(r, burst(m.cfg.PollBurst, DefaultPollBurst)))
 	}
@@ -193,7 +197,7 @@ func (m *Material) PollerOptions() []transport.PollerOption {
 	if m.Insecure() {
 		return nil
 	}
-	return []transport.PollerOption{transport.WithPollerAuth(m.PollAuth)}
+	return []transport.PollerOption{transport.WithPollerAuth(m.PollAuth), transport.WithPollerRefusals(m.Refusals)}
 }
 
 func limit(v, def float64) float64 {
@@ -233,6 +237,17 @@ func (m *Material) SetKeys(keys [][]byte) error {
 	keys = slices.Clone(keys)
 	m.keys.Store(&keys)
 	return nil
+}
+
+// Reload re-reads the certificate files and the keyring file now (an
+// operator's SIGHUP); they are also re-read on their own, the
+// certificates at most every 10 s and the keyring every 5 s. A file that
+// fails to load leaves the material as it was and is reported.
+func (m *Material) Reload() error {
+	if m.Insecure() {
+		return nil
+	}
+	return errors.Join(m.TLS.Reload(), m.ReloadKeyring())
 }
 
 // ReloadKeyring applies the keyring file now.

@@ -9,6 +9,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -89,6 +90,15 @@ type Response struct {
 // Handler serves one method call. It runs on one of the service's workers;
 // ctx carries the caller's deadline.
 type Handler func(ctx context.Context, req *Request) (*Response, error)
+
+// ErrStorage is what a write handler wraps when its storage failed (a
+// full disk, an I/O error) before the write took effect: the write did not
+// happen. Any other error a write handler returns is the write's result,
+// recorded and given to every retry. A replicated partition whose handler
+// returns it stops and runs the write again once its storage works
+// (docs/architecture/replica.md, "Full disk"); never return it for a
+// write that partly happened.
+var ErrStorage = errors.New("neptune: service storage failed")
 
 // StreamHandler serves a read-only method whose answer is a sequence of
 // chunks; send delivers one chunk to the caller.

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -40,23 +41,32 @@ var (
 //     to the primary; operators use the same client; gateways call for
 //     their subscribers (and need nothing else: a gateway routes no
 //     stream method and runs no aggregation).
+//
 //   - Stream, Aggregate: any member but gateways. A blocking aggregation
 //     (AggregateRequest.blocking, the NoED experiment's baseline, which
 //     holds a worker on every node of the tree for the whole call) only
 //     from operators, and from nodes forwarding a subtree of one.
+//
 //   - Replicate: nodes only, and the batch and every message in it must
 //     come from the node id the caller's certificate names, so a node
 //     speaks only for its own replicas.
+//
 //   - InstallSnapshot: nodes only, every chunk from the caller's node
 //     (as Replicate).
+//
 //   - Promote: operators only. No node calls Promote (the replication
 //     runtime elects primaries over Replicate, and placement moves a
 //     primary by a priority change through ChangeReplicas).
+//
 //   - ChangeReplicas: operators, and nodes: the node acting for
 //     placement (internal/rebalance) replaces dead nodes' replicas and
 //     evens out replicas and primaries with the operator's call. A node
 //     may already replicate any partition it hosts; this lets it change
 //     where they live, which a node trusted with the data may.
+//
+//   - Drain: operators only (`neptune node drain`).
+//
+//   - grpc.health.v1 Check and Watch: whoever may call.
 //
 // Future configuration changes (keyring, membership) belong with Promote.
 var Rules = map[string]Rule{
@@ -67,6 +77,10 @@ var Rules = map[string]Rule{
 	pb.Node_Promote_FullMethodName:         {Roles: operatorOnly},
 	pb.Node_InstallSnapshot_FullMethodName: {Roles: nodesOnly, Check: snapshotFromCaller},
 	pb.Node_ChangeReplicas_FullMethodName:  {Roles: operatorsAndNodes},
+	pb.Node_Drain_FullMethodName:           {Roles: operatorOnly},
+	// grpc.health.v1: whoever may call may ask whether to.
+	healthpb.Health_Check_FullMethodName: {Roles: callers},
+	healthpb.Health_Watch_FullMethodName: {Roles: callers},
 }
 
 // blockingFromOperator refuses a blocking aggregation from a client: it
@@ -169,15 +183,42 @@ func check(rule Rule, id pki.Identity, method string, msg any) error {
 	return nil
 }
 
-// UnaryAuthorizer enforces rules on unary calls. The handler's context
-// carries the caller (see Caller).
-func UnaryAuthorizer(rules map[string]Rule) grpc.UnaryServerInterceptor {
+// refused reports a refused call to r (nil: nobody): the caller's
+// certificate identity, or its address if it has none.
+func refused(r Refuser, ctx context.Context, reason string, id pki.Identity, err error) {
+	if r == nil {
+		return
+	}
+	source := id.String()
+	if id.Name == "" {
+		source = "?"
+		if p, ok := peer.FromContext(ctx); ok {
+			source = hostOf(p.Addr)
+		}
+	}
+	r.Refuse(reason, source, err)
+}
+
+// authzReason is the refusal reason of an authorize error.
+func authzReason(err error) string {
+	if status.Code(err) == codes.Unauthenticated {
+		return "grpc_unauthenticated"
+	}
+	return "grpc_role"
+}
+
+// UnaryAuthorizer enforces rules on unary calls, reporting each refusal
+// to refusals (nil: nobody). The handler's context carries the caller
+// (see Caller).
+func UnaryAuthorizer(rules map[string]Rule, refusals Refuser) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		id, rule, err := authorize(ctx, rules, info.FullMethod)
 		if err != nil {
+			refused(refusals, ctx, authzReason(err), id, err)
 			return nil, err
 		}
 		if err := check(rule, id, info.FullMethod, req); err != nil {
+			refused(refusals, ctx, "grpc_claim", id, err)
 			return nil, err
 		}
 		return handler(context.WithValue(ctx, callerKey{}, id), req)
@@ -185,23 +226,27 @@ func UnaryAuthorizer(rules map[string]Rule) grpc.UnaryServerInterceptor {
 }
 
 // StreamAuthorizer enforces rules on streaming calls, checking every
-// message the client sends.
-func StreamAuthorizer(rules map[string]Rule) grpc.StreamServerInterceptor {
+// message the client sends and reporting each refusal to refusals (nil:
+// nobody).
+func StreamAuthorizer(rules map[string]Rule, refusals Refuser) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		id, rule, err := authorize(ss.Context(), rules, info.FullMethod)
 		if err != nil {
+			refused(refusals, ss.Context(), authzReason(err), id, err)
 			return err
 		}
-		return handler(srv, &authorizedStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), callerKey{}, id), id: id, rule: rule, method: info.FullMethod})
+		return handler(srv, &authorizedStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), callerKey{}, id), id: id, rule: rule,
+			method: info.FullMethod, refusals: refusals})
 	}
 }
 
 type authorizedStream struct {
 	grpc.ServerStream
-	ctx    context.Context
-	id     pki.Identity
-	rule   Rule
-	method string
+	ctx      context.Context
+	id       pki.Identity
+	rule     Rule
+	method   string
+	refusals Refuser
 }
 
 func (s *authorizedStream) Context() context.Context { return s.ctx }
@@ -210,5 +255,9 @@ func (s *authorizedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return check(s.rule, s.id, s.method, m)
+	err := check(s.rule, s.id, s.method, m)
+	if err != nil {
+		refused(s.refusals, s.ctx, "grpc_claim", s.id, err)
+	}
+	return err
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,6 +74,11 @@ func (r *recorder) ChangeReplicas(ctx context.Context, _ *pb.ChangeReplicasReque
 	return &pb.ChangeReplicasReply{}, nil
 }
 
+func (r *recorder) Drain(ctx context.Context, _ *pb.DrainRequest) (*pb.DrainReply, error) {
+	r.seen(ctx)
+	return &pb.DrainReply{}, nil
+}
+
 func (r *recorder) InstallSnapshot(s grpc.ClientStreamingServer[pb.SnapshotChunk, pb.SnapshotAck]) error {
 	for {
 		if _, err := s.Recv(); errors.Is(err, io.EOF) {
@@ -95,13 +101,43 @@ type secureRig struct {
 	addr     string
 	rec      *recorder
 	server   *pki.Source // n1's certificate source
+	refused  *refusalLog // what the server reported refusing
+}
+
+// refusalLog is a Refuser that remembers the reasons it was told.
+type refusalLog struct {
+	mu      sync.Mutex
+	reasons map[string]int
+	sources map[string]bool
+}
+
+func (l *refusalLog) Refuse(reason, source string, _ error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.reasons == nil {
+		l.reasons, l.sources = map[string]int{}, map[string]bool{}
+	}
+	l.reasons[reason]++
+	l.sources[source] = true
+}
+
+func (l *refusalLog) count(reason string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.reasons[reason]
+}
+
+func (l *refusalLog) named(source string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sources[source]
 }
 
 func newSecureRig(t *testing.T, rules map[string]Rule) *secureRig {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	r := &secureRig{t: t, ctx: ctx, dir: t.TempDir(), stranger: t.TempDir(), rec: &recorder{callers: make(chan pki.Identity, 1)}}
+	r := &secureRig{t: t, ctx: ctx, dir: t.TempDir(), stranger: t.TempDir(), rec: &recorder{callers: make(chan pki.Identity, 1)}, refused: &refusalLog{}}
 	if _, err := pki.Bootstrap(r.dir, "c", idN1, idN2, idWeb, idOps, idGw); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +145,7 @@ func newSecureRig(t *testing.T, rules map[string]Rule) *secureRig {
 		t.Fatal(err)
 	}
 	r.server = r.source(r.dir, idN1)
-	opts, err := Security{TLS: r.server, Rules: rules}.ServerOptions()
+	opts, err := Security{TLS: r.server, Rules: rules, Refusals: r.refused}.ServerOptions()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +218,8 @@ func (r *secureRig) call(cl pb.NodeClient, method string, from string) error {
 		_, err = cl.Promote(ctx, &pb.PromoteRequest{Service: "kv"})
 	case pb.Node_ChangeReplicas_FullMethodName:
 		_, err = cl.ChangeReplicas(ctx, &pb.ChangeReplicasRequest{Service: "kv", Add: "n9"})
+	case pb.Node_Drain_FullMethodName:
+		_, err = cl.Drain(ctx, &pb.DrainRequest{})
 	case pb.Node_InstallSnapshot_FullMethodName:
 		var s grpc.ClientStreamingClient[pb.SnapshotChunk, pb.SnapshotAck]
 		if s, err = cl.InstallSnapshot(ctx); err == nil {
@@ -215,6 +253,7 @@ func TestAuthorisationTable(t *testing.T) {
 		pb.Node_Promote_FullMethodName:         {operator},
 		pb.Node_InstallSnapshot_FullMethodName: {node},
 		pb.Node_ChangeReplicas_FullMethodName:  {node, operator},
+		pb.Node_Drain_FullMethodName:           {operator},
 	}
 	var methods []string
 	for _, m := range pb.Node_ServiceDesc.Methods {
@@ -236,6 +275,7 @@ func TestAuthorisationTable(t *testing.T) {
 	for role, id := range members {
 		clients[role] = r.as(id)
 	}
+	denied := 0
 	for _, method := range methods {
 		roles, ok := want[method]
 		if !ok {
@@ -244,6 +284,9 @@ func TestAuthorisationTable(t *testing.T) {
 		}
 		for role, id := range members {
 			admitted := slices.Contains(roles, role)
+			if !admitted {
+				denied++
+			}
 			err := r.call(clients[role], method, id.Name)
 			switch {
 			case admitted && err != nil:
@@ -256,6 +299,10 @@ func TestAuthorisationTable(t *testing.T) {
 				t.Errorf("%s as %s: %v, want PermissionDenied", method, id, err)
 			}
 		}
+	}
+	// Every call the table refused was reported, by role.
+	if got := r.refused.count("grpc_role"); got != denied {
+		t.Errorf("%d refusals reported as grpc_role, want %d", got, denied)
 	}
 }
 
@@ -304,6 +351,12 @@ func TestReplicateOnlyForTheCertificatesNode(t *testing.T) {
 	if _, err := n2.Replicate(ctx, &pb.ReplicaBatch{From: "n2", Messages: []*pb.ReplicaMessage{{From: "n2", Entries: []*pb.ReplicaEntry{{Origin: "n3"}}}}}); err != nil {
 		t.Errorf("n2's own batch (relaying n3's write): %v", err)
 	}
+	if got := r.refused.count("grpc_claim"); got != 3 {
+		t.Errorf("%d refusals reported as grpc_claim, want the 3 batches", got)
+	}
+	if !r.refused.named("node/n2") {
+		t.Error("the refusals do not name the caller's certificate")
+	}
 }
 
 func TestSnapshotOnlyFromTheCertificatesNode(t *testing.T) {
@@ -349,6 +402,15 @@ func TestConnectionsWithoutAClusterCertificateAreRefused(t *testing.T) {
 	cl, _ := conns.Client(r.addr)
 	if err := r.call(cl, pb.Node_Call_FullMethodName, ""); err == nil {
 		t.Error("plaintext call admitted")
+	}
+	// Each handshake the server refused was reported with its reason.
+	for _, reason := range []string{"tls_no_certificate", "tls_unknown_ca", "tls_handshake"} {
+		if r.refused.count(reason) == 0 {
+			t.Errorf("no refusal reported as %s: %v", reason, r.refused.reasons)
+		}
+	}
+	if !r.refused.named("127.0.0.1") {
+		t.Error("the handshake refusals do not name the source address")
 	}
 }
 
@@ -462,6 +524,7 @@ func TestPrivilegedMethodsRoles(t *testing.T) {
 		pb.Node_InstallSnapshot_FullMethodName: {pki.RoleNode},
 		pb.Node_Promote_FullMethodName:         {pki.RoleOperator},
 		pb.Node_ChangeReplicas_FullMethodName:  {pki.RoleOperator, pki.RoleNode},
+		pb.Node_Drain_FullMethodName:           {pki.RoleOperator},
 	}
 	for method, roles := range want {
 		got := slices.Clone(Rules[method].Roles)

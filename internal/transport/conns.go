@@ -99,6 +99,7 @@ func ServerOptions() []grpc.ServerOption {
 		grpc.InitialWindowSize(window), grpc.InitialConnWindowSize(window),
 		grpc.NumStreamWorkers(streamWorkers),
 		serverKeepalive,
+		bodyCodec(),
 	}
 }
 
@@ -130,6 +131,7 @@ func dialDefaults(creds grpc.DialOption) []grpc.DialOption {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)),
 		grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window),
 		clientKeepalive, reconnect,
+		grpc.WithChainUnaryInterceptor(declareSize),
 	}
 }
 

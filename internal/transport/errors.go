@@ -55,7 +55,27 @@ func ToStatus(err error) error {
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	}
-	return withReason(codes.Unknown, "APPLICATION", err.Error())
+	return withReason(codes.Unknown, "APPLICATION", err.Error(), kindOf(err)...)
+}
+
+// appKinds are the kinds of a handler's own error that cross the wire
+// (ErrorInfo metadata "kind"; a peer that does not know it ignores it).
+var appKinds = []struct {
+	err  error
+	name string
+}{
+	{nerr.ErrBadRequest, "bad_request"},
+	{nerr.ErrNotFound, "not_found"},
+}
+
+// kindOf is the metadata of a handler error's kind, if it has one.
+func kindOf(err error) []string {
+	for _, k := range appKinds {
+		if errors.Is(err, k.err) {
+			return []string{"kind", k.name}
+		}
+	}
+	return nil
 }
 
 func isNeptune(err error) bool {
@@ -67,19 +87,29 @@ func isNeptune(err error) bool {
 	return false
 }
 
-func withReason(c codes.Code, reason, msg string) error {
+func withReason(c codes.Code, reason, msg string, meta ...string) error {
 	st := status.New(c, msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Domain: errorDomain, Reason: reason}); err == nil {
+	info := &errdetails.ErrorInfo{Domain: errorDomain, Reason: reason}
+	if len(meta) == 2 {
+		info.Metadata = map[string]string{meta[0]: meta[1]}
+	}
+	if d, err := st.WithDetails(info); err == nil {
 		st = d
 	}
 	return st.Err()
 }
 
 // RemoteError is an error a remote handler returned; Message is its text.
+// Kind is the error's kind when the handler wrapped one (ErrBadRequest,
+// ErrNotFound): errors.Is matches it.
 type RemoteError struct {
 	Node    string
 	Message string
+	Kind    error
 }
+
+// Is matches the kind the handler gave its error.
+func (e *RemoteError) Is(target error) bool { return e.Kind != nil && target == e.Kind }
 
 func (e *RemoteError) Error() string { return "neptune: remote " + e.Node + ": " + e.Message }
 
@@ -105,7 +135,13 @@ func FromStatus(node string, err error) error {
 			}
 		}
 		if info.Reason == "APPLICATION" {
-			return &RemoteError{Node: node, Message: st.Message()}
+			re := &RemoteError{Node: node, Message: st.Message()}
+			for _, k := range appKinds {
+				if info.Metadata["kind"] == k.name {
+					re.Kind = k.err
+				}
+			}
+			return re
 		}
 	}
 	switch st.Code() {
@@ -114,7 +150,11 @@ func FromStatus(node string, err error) error {
 	case codes.Canceled:
 		return context.Canceled
 	case codes.Unavailable:
-		return &wireError{sentinel: nerr.ErrNoReplica, node: node, msg: st.Message(), transport: true}
+		w := &wireError{sentinel: nerr.ErrNoReplica, node: node, msg: st.Message(), transport: true}
+		if why := foreignHandshake(st.Message()); why != "" {
+			w.also, w.msg = nerr.ErrNotMember, why+": "+st.Message()
+		}
+		return w
 	case codes.ResourceExhausted:
 		// gRPC's own size limits (the receiver's, on a body far over the
 		// node's MaxMessageBytes) answer before the node sees the call:
@@ -133,10 +173,24 @@ func IsTransport(err error) bool {
 	return errors.As(err, &w) && w.transport
 }
 
+// foreignHandshake says in words why a connection's TLS handshake failed
+// if the two ends trust different CAs, or "" if it failed otherwise.
+func foreignHandshake(msg string) string {
+	switch {
+	case strings.Contains(msg, "certificate signed by unknown authority"):
+		return nerr.ErrNotMember.Error() + ": the node's certificate is of a CA this member does not trust (this member holds another cluster's ca.pem)"
+	case strings.Contains(msg, "tls: unknown certificate authority"), strings.Contains(msg, "tls: bad certificate"):
+		return nerr.ErrNotMember.Error() + ": the node refused this member's certificate (not issued by the cluster's CA)"
+	}
+	return ""
+}
+
 type wireError struct {
 	sentinel  error
 	node, msg string
 	transport bool
+	// also is a second error the failure is (ErrNotMember).
+	also error
 }
 
 func (e *wireError) Error() string {
@@ -146,4 +200,9 @@ func (e *wireError) Error() string {
 	return e.sentinel.Error() + " (node " + e.node + "): " + e.msg
 }
 
-func (e *wireError) Unwrap() error { return e.sentinel }
+func (e *wireError) Unwrap() []error {
+	if e.also != nil {
+		return []error{e.sentinel, e.also}
+	}
+	return []error{e.sentinel}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,6 +75,10 @@ func WithWork(f WorkFunc) PollOption { return func(s *PollServer) { s.work = f }
 // it the server answers any well-formed poll.
 func WithPollAuth(a *PollAuth) PollOption { return func(s *PollServer) { s.auth = a } }
 
+// WithPollRefusals reports every poll refused for its HMAC, its time or
+// as a replay to r.
+func WithPollRefusals(r Refuser) PollOption { return func(s *PollServer) { s.refusals = r } }
+
 // WithPollRateLimit limits how many polls each source address may have
 // answered: perSecond on average, burst at once; the rest are dropped
 // before any other work.
@@ -102,6 +107,8 @@ type PollServer struct {
 	limit   *ratelimit.PerPeer
 	stats   pollServerCounters
 	subs    *subscriptions
+	// refusals learns of refused polls (nil: nobody).
+	refusals Refuser
 }
 
 // PollServerStats counts what a poll server did with the datagrams it
@@ -184,10 +191,12 @@ func (s *PollServer) serve() {
 			payload, nn, sent, err := s.auth.open(pollKindRequest, pkt)
 			if err != nil {
 				s.stats.unauthenticated.Add(1)
+				s.refuse("poll_hmac", from, err)
 				continue
 			}
 			if err := s.guard.admit(s.auth.clock.Now(), sent, nn); err != nil {
 				s.stats.replayed.Add(1)
+				s.refuse("poll_replay", from, err)
 				continue
 			}
 			pkt, nonce = payload, nn
@@ -221,6 +230,12 @@ func (s *PollServer) serve() {
 	}
 }
 
+func (s *PollServer) refuse(reason string, from netip.AddrPort, err error) {
+	if s.refusals != nil {
+		s.refusals.Refuse(reason, from.Addr().Unmap().String(), fmt.Errorf("load poll: %w", err))
+	}
+}
+
 // PollTarget is one replica to poll.
 type PollTarget struct {
 	Replica string
@@ -242,6 +257,7 @@ type PollAnswer struct {
 // paper's load polling agent). It is safe for concurrent use.
 type Poller struct {
 	conn  *net.UDPConn
+	bind  net.IP // where conn listens (WithPollerBind)
 	log   *slog.Logger
 	clock clock.Clock
 	done  chan struct{}
@@ -263,6 +279,8 @@ type Poller struct {
 	auth     *PollAuth
 	instance uint64
 	rejected atomic.Uint64
+	// refusals learns of forged replies (nil: nobody).
+	refusals Refuser
 }
 
 type pending struct {
@@ -294,6 +312,10 @@ type PollerOption func(*Poller)
 // the real clock; tests pass a manual one.
 func WithClock(c clock.Clock) PollerOption { return func(p *Poller) { p.clock = clock.OrReal(c) } }
 
+// WithPollerRefusals reports every reply the poller drops as forged (its
+// HMAC or nonce does not verify) to r.
+func WithPollerRefusals(r Refuser) PollerOption { return func(p *Poller) { p.refusals = r } }
+
 // WithPollerAuth makes the poller authenticate its polls and accept only
 // replies that authenticate and answer a poll it sent (see PollAuth).
 func WithPollerAuth(a *PollAuth) PollerOption { return func(p *Poller) { p.auth = a } }
@@ -303,17 +325,23 @@ func WithPollerAuth(a *PollAuth) PollerOption { return func(p *Poller) { p.auth 
 // dropped for no live subscription or an old sequence number.
 func (p *Poller) Rejected() uint64 { return p.rejected.Load() }
 
+// WithPollerBind binds the poller's socket to ip (default: every
+// interface), so a member told to listen on one address opens no socket
+// on the others.
+func WithPollerBind(ip net.IP) PollerOption { return func(p *Poller) { p.bind = ip } }
+
 // NewPoller opens the poller's socket.
 func NewPoller(log *slog.Logger, opts ...PollerOption) (*Poller, error) {
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4zero})
-	if err != nil {
-		return nil, fmt.Errorf("transport: open poll socket: %w", err)
-	}
-	p := &Poller{conn: conn, log: log, clock: clock.Real(), done: make(chan struct{}), waiting: map[uint64]*pending{}, addrs: map[string]*net.UDPAddr{},
-		subs: map[uint64]*subscribed{}, instance: randomInstance()}
+	p := &Poller{log: log, clock: clock.Real(), done: make(chan struct{}), waiting: map[uint64]*pending{}, addrs: map[string]*net.UDPAddr{},
+		subs: map[uint64]*subscribed{}, instance: randomInstance(), bind: net.IPv4zero}
 	for _, o := range opts {
 		o(p)
 	}
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: p.bind})
+	if err != nil {
+		return nil, fmt.Errorf("transport: open poll socket on %s: %w", p.bind, err)
+	}
+	p.conn = conn
 	go p.read()
 	return p, nil
 }
@@ -466,7 +494,7 @@ func (p *Poller) read() {
 	buf := make([]byte, 512)
 	var rep pb.PollReply
 	for {
-		n, _, err := p.conn.ReadFromUDPAddrPort(buf)
+		n, from, err := p.conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -476,12 +504,17 @@ func (p *Poller) read() {
 		pkt := buf[:n]
 		if p.auth != nil {
 			payload, nonce, _, err := p.auth.open(pollKindReply, pkt)
-			if err != nil || nonce.instance != p.instance {
-				p.rejected.Add(1)
-				continue
+			if err == nil && nonce.instance != p.instance {
+				err = errors.New("reply to another poller")
 			}
-			if proto.Unmarshal(payload, &rep) != nil || rep.Id != nonce.counter {
+			if err == nil && (proto.Unmarshal(payload, &rep) != nil || rep.Id != nonce.counter) {
+				err = errors.New("reply does not match its nonce")
+			}
+			if err != nil {
 				p.rejected.Add(1)
+				if p.refusals != nil {
+					p.refusals.Refuse("poll_reply_forged", from.Addr().Unmap().String(), fmt.Errorf("load poll reply: %w", err))
+				}
 				continue
 			}
 		} else if proto.Unmarshal(pkt, &rep) != nil {

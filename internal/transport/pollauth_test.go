@@ -39,8 +39,8 @@ func (r *pollRig) authServer(a *PollAuth, opts ...PollOption) *PollServer {
 }
 
 // authPoller is a poller on the rig's clock authenticating with a.
-func (r *pollRig) authPoller(a *PollAuth) *Poller {
-	pl, err := NewPoller(slog.New(slog.DiscardHandler), WithClock(r.clock), WithPollerAuth(a))
+func (r *pollRig) authPoller(a *PollAuth, opts ...PollerOption) *Poller {
+	pl, err := NewPoller(slog.New(slog.DiscardHandler), append([]PollerOption{WithClock(r.clock), WithPollerAuth(a)}, opts...)...)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -98,7 +98,8 @@ func TestAuthenticatedPollsAreAnswered(t *testing.T) {
 
 func TestPollServerDropsUnauthenticatedPolls(t *testing.T) {
 	r := newPollRig(t)
-	srv := r.authServer(pollAuth(t, r.clock, "c", keyA))
+	refused := &refusalLog{}
+	srv := r.authServer(pollAuth(t, r.clock, "c", keyA), WithPollRefusals(refused))
 	for name, pl := range map[string]*Poller{
 		"plain":         r.pl,
 		"wrong key":     r.authPoller(pollAuth(t, r.clock, "c", keyB)),
@@ -111,6 +112,9 @@ func TestPollServerDropsUnauthenticatedPolls(t *testing.T) {
 		if len(got) != 0 || srv.Stats().Answered != 0 {
 			t.Fatalf("%s: answered %+v", name, got)
 		}
+	}
+	if got := refused.count("poll_hmac"); got != 3 || !refused.named("127.0.0.1") {
+		t.Fatalf("reported %d poll_hmac refusals (%v), want 3 naming 127.0.0.1", got, refused.sources)
 	}
 }
 
@@ -155,7 +159,8 @@ func request(a *PollAuth, instance, counter uint64) []byte {
 func TestPollServerRefusesReplayedAndStaleRequests(t *testing.T) {
 	r := newPollRig(t)
 	a := pollAuth(t, r.clock, "c", keyA)
-	srv := r.authServer(a)
+	refused := &refusalLog{}
+	srv := r.authServer(a, WithPollRefusals(refused))
 	c := r.rawUDP()
 	req := request(a, 77, 1)
 	r.send(c, req, srv.Addr())
@@ -169,6 +174,9 @@ func TestPollServerRefusesReplayedAndStaleRequests(t *testing.T) {
 	r.until("stale dropped", func() bool { return srv.Stats().Replayed == 2 })
 	if srv.Stats().Answered != 1 {
 		t.Fatalf("stats %+v", srv.Stats())
+	}
+	if got := refused.count("poll_replay"); got != 2 {
+		t.Fatalf("reported %d poll_replay refusals, want 2", got)
 	}
 }
 
@@ -194,7 +202,8 @@ func TestPollServerLimitsEachSource(t *testing.T) {
 func TestPollerIgnoresForgedReplies(t *testing.T) {
 	r := newPollRig(t)
 	a := pollAuth(t, r.clock, "c", keyA)
-	pl := r.authPoller(a)
+	refused := &refusalLog{}
+	pl := r.authPoller(a, WithPollerRefusals(refused))
 	fake := r.rawUDP()
 	done := make(chan []PollAnswer, 1)
 	go func() {
@@ -237,6 +246,11 @@ func TestPollerIgnoresForgedReplies(t *testing.T) {
 		}
 	}
 	r.until("forgeries rejected", func() bool { return pl.Rejected() == uint64(len(forgeries)) })
+	// All but the authentic reply to another poll (a late answer looks
+	// the same) are reported as forged.
+	if got := refused.count("poll_reply_forged"); got != len(forgeries)-1 {
+		t.Fatalf("reported %d forged replies, want %d", got, len(forgeries)-1)
+	}
 	if _, err := fake.WriteToUDP(a.seal(pollKindReply, reply(8, req.Id), nonce), from); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,13 @@
 package transport
 
 import (
+	"crypto/x509"
 	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -22,6 +28,16 @@ type Security struct {
 	TLS *pki.Source
 	// Rules replaces the authorisation table (tests); nil is Rules.
 	Rules map[string]Rule
+	// Refusals, if set, learns of every failed TLS handshake and every
+	// call the authorisation table refuses.
+	Refusals Refuser
+}
+
+// Refuser learns of each peer a member refuses (security.Refusals counts
+// and logs them): reason is the metric label, source who was refused, err
+// why in words.
+type Refuser interface {
+	Refuse(reason, source string, err error)
 }
 
 // ErrNoSecurity is returned for a Security with neither TLS nor Insecure.
@@ -52,11 +68,69 @@ func (s Security) ServerOptions() ([]grpc.ServerOption, error) {
 	if rules == nil {
 		rules = Rules
 	}
+	var creds credentials.TransportCredentials = credentials.NewTLS(s.TLS.ServerConfig())
+	if s.Refusals != nil {
+		creds = reportingCreds{TransportCredentials: creds, refusals: s.Refusals}
+	}
 	return append(opts,
-		grpc.Creds(credentials.NewTLS(s.TLS.ServerConfig())),
-		grpc.ChainUnaryInterceptor(UnaryAuthorizer(rules)),
-		grpc.ChainStreamInterceptor(StreamAuthorizer(rules)),
+		grpc.Creds(creds),
+		grpc.ChainUnaryInterceptor(UnaryAuthorizer(rules, s.Refusals)),
+		grpc.ChainStreamInterceptor(StreamAuthorizer(rules, s.Refusals)),
 	), nil
+}
+
+// reportingCreds are the server's TLS credentials reporting every failed
+// handshake: gRPC only logs them, at its own level, without a count.
+type reportingCreds struct {
+	credentials.TransportCredentials
+	refusals Refuser
+}
+
+func (c reportingCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+	if err != nil {
+		if reason := handshakeRefusal(err); reason != "" {
+			c.refusals.Refuse(reason, hostOf(conn.RemoteAddr()), err)
+		}
+	}
+	return out, info, err
+}
+
+func (c reportingCreds) Clone() credentials.TransportCredentials {
+	return reportingCreds{TransportCredentials: c.TransportCredentials.Clone(), refusals: c.refusals}
+}
+
+// handshakeRefusal is the reason a server's TLS handshake failed, or ""
+// when the peer only went away (a port probe, a dial given up): nobody
+// was refused.
+func handshakeRefusal(err error) string {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, os.ErrDeadlineExceeded):
+		return ""
+	case errors.As(err, new(x509.UnknownAuthorityError)):
+		return "tls_unknown_ca"
+	case strings.Contains(msg, "didn't provide a certificate"):
+		return "tls_no_certificate"
+	case strings.Contains(msg, "remote error: tls:"):
+		// TLS 1.3: the client verifies the server first, so a member of
+		// another CA aborts before it shows its own certificate.
+		return "tls_refused_by_peer"
+	}
+	return "tls_handshake"
+}
+
+// hostOf is addr without its port: a source's connections come from
+// many ports.
+func hostOf(addr net.Addr) string {
+	if addr == nil {
+		return "?"
+	}
+	if h, _, err := net.SplitHostPort(addr.String()); err == nil {
+		return h
+	}
+	return addr.String()
 }
 
 // NewConns returns a connection cache whose connections use mutual TLS

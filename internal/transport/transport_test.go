@@ -268,3 +268,21 @@ func TestProbeReturnsAtOnceAndReportsEveryAnswer(t *testing.T) {
 		t.Fatalf("probe answers %+v, want a queue 4 after 3ms, b queue 9", got)
 	}
 }
+
+// TestHandshakeWithAnotherCASaysNotAMember: a connection whose TLS
+// handshake failed because the two ends trust different CAs comes back
+// as ErrNotMember in words, still a transport failure; other handshake
+// failures do not.
+func TestHandshakeWithAnotherCASaysNotAMember(t *testing.T) {
+	for msg, unrelated := range map[string]bool{
+		`connection error: desc = "transport: authentication handshake failed: pki: peer certificate refused: x509: certificate signed by unknown authority"`: false,
+		`connection error: desc = "error reading server preface: remote error: tls: bad certificate"`:                                                         false,
+		`connection error: desc = "transport: authentication handshake failed: pki: server is node \"s2\", want \"s1\""`:                                      true,
+		`connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused"`:                                        true,
+	} {
+		err := FromStatus("s1", status.Error(codes.Unavailable, msg))
+		if errors.Is(err, nerr.ErrNotMember) == unrelated || !errors.Is(err, nerr.ErrNoReplica) || !IsTransport(err) {
+			t.Errorf("%s: %v (not a member: %v), want not-a-member %v and still a transport failure", msg, err, errors.Is(err, nerr.ErrNotMember), !unrelated)
+		}
+	}
+}

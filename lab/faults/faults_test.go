@@ -31,7 +31,7 @@ func TestSchedules(t *testing.T) {
 	t.Cleanup(Sweep)
 	exe := testExe(t)
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	seed := uint64(time.Now().UnixNano() % 1000)
 	if s := os.Getenv("NEPTUNE_FAULTS_SEED"); s != "" {
@@ -41,7 +41,7 @@ func TestSchedules(t *testing.T) {
 		}
 	}
 	var log strings.Builder
-	cfg := Config{Exe: exe, Dir: dir, Seed: seed, Steps: len(Kinds), Budget: 75 * time.Second, Hold: 3 * time.Second, Lease: 400 * time.Millisecond,
+	cfg := Config{Exe: exe, Dir: dir, Seed: seed, Steps: len(Kinds), Budget: 95 * time.Second, Hold: 3 * time.Second, Lease: 400 * time.Millisecond,
 		Log: &testLog{t}}
 	res, err := Run(ctx, cfg)
 	if err != nil {

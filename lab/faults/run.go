@@ -424,9 +424,46 @@ func apply(ctx context.Context, cl *Cluster, s Step) (Event, error) {
 		} else if s.Kind == TornWAL {
 			ev.Note += "; restarted"
 		}
+	case CutClients:
+		// Nothing measures resumption: the clients reach no node.
+		ev.Affected = nil
+		if err := cl.Net.Partition([]string{"c1", "c2"}, nodeIDs(cl)); err != nil {
+			return ev, err
+		}
+		ev.Start = time.Now()
+		ev.Note = "every client cut off from every node"
+		time.Sleep(s.Hold)
+		if err := cl.Net.Heal(); err != nil {
+			return ev, err
+		}
+	case CrashAll:
+		ev.Affected = nil
+		for _, m := range cl.Nodes {
+			if err := m.Signal(syscall.SIGKILL); err != nil {
+				return ev, err
+			}
+		}
+		ev.Start = time.Now()
+		ev.Note = "every node SIGKILLed"
+		time.Sleep(s.Hold)
+		for _, m := range cl.Nodes {
+			if err := cl.Restart(ctx, m); err != nil {
+				return ev, err
+			}
+		}
+		ev.Note += "; all restarted"
 	}
 	ev.Healed = time.Now()
 	return ev, nil
+}
+
+// nodeIDs are the cluster's node ids.
+func nodeIDs(cl *Cluster) []string {
+	ids := make([]string, len(cl.Nodes))
+	for i, n := range cl.Nodes {
+		ids[i] = n.ID
+	}
+	return ids
 }
 
 // firstLine is the last error-looking line of a failed start's log.

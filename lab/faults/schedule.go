@@ -22,16 +22,29 @@ const (
 	Kill Kind = "kill"
 	// TornWAL SIGKILLs a node, damages its write log's tail, restarts it.
 	TornWAL Kind = "torn-wal"
+	// CutClients cuts every client off from every node for longer than
+	// the clients' yellow pages live: their writes in flight meet a
+	// cluster they no longer know (issue 28's doubled writes).
+	CutClients Kind = "cut-clients"
+	// CrashAll SIGKILLs every node at once and restarts them all after
+	// the hold: a write in flight may have been logged by none, some or
+	// all replicas, and the clients' yellow pages empty meanwhile.
+	CrashAll Kind = "crash-all"
 	// Lossy impairs every node's egress (SuiteLink: loss, delay, jitter
 	// with reordering) for the hold.
 	Lossy Kind = "lossy"
 )
 
 // Kinds are every nemesis.
-var Kinds = []Kind{IsolatePrimary, Split, Bridge, Pause, Kill, TornWAL, Lossy}
+var Kinds = []Kind{IsolatePrimary, Split, Bridge, Pause, Kill, TornWAL, CutClients, CrashAll, Lossy}
 
 // SuiteLink is the lossy nemesis's impairment: issue 28's lossy links.
 var SuiteLink = Impairment{Loss: 0.10, Delay: 30 * time.Millisecond, Jitter: 20 * time.Millisecond}
+
+// beyondTTL is the shortest hold of CutClients and CrashAll: four times
+// the yellow pages' lifetime the suite's clients and nodes run with
+// (--announce-ttl 1s), so every client forgets every replica.
+const beyondTTL = 4 * time.Second
 
 // Step is one nemesis of a schedule: applied, held, healed, then a rest
 // with no fault.
@@ -71,6 +84,9 @@ func Generate(seed uint64, steps int, budget, hold, lease time.Duration, parts i
 		}
 		if s.Kind == Kill || s.Kind == TornWAL {
 			s.Hold = min(s.Hold, 2*time.Second)
+		}
+		if s.Kind == CutClients || s.Kind == CrashAll {
+			s.Hold = max(s.Hold, beyondTTL)
 		}
 		s.Rest = 2*time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))
 		if used+s.Hold+s.Rest > budget {

@@ -217,7 +217,8 @@ func (c *Cluster) Restart(ctx context.Context, n *Node) error {
 }
 
 func (c *Cluster) launch(ctx context.Context, n *Node, seeds []string) error {
-	args := []string{"node", "--id", n.Spec.ID, "--gossip-port", strconv.Itoa(n.GossipPort), "--log-level", "info"}
+	// A bounded join: a test's node that cannot join fails, saying why.
+	args := []string{"node", "--id", n.Spec.ID, "--gossip-port", strconv.Itoa(n.GossipPort), "--log-level", "info", "--join-timeout", "10s"}
 	if n.Spec.SecurityArgs != nil {
 		args = append(args, n.Spec.SecurityArgs...)
 	} else {
@@ -315,6 +316,34 @@ func (n *Node) signal(s syscall.Signal) error {
 	return nil
 }
 
+// Stop sends SIGTERM, which drains the node (its primaries handed over,
+// its calls in flight finished), and waits up to limit for the process to
+// exit; it returns how long that took (SIGKILL after limit, with an
+// error).
+func (n *Node) Stop(limit time.Duration) (time.Duration, error) {
+	n.mu.Lock()
+	cmd := n.cmd
+	n.mu.Unlock()
+	if cmd == nil {
+		return 0, fmt.Errorf("localcluster: node %s is not running", n.Spec.ID)
+	}
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return 0, fmt.Errorf("localcluster: SIGTERM %s: %w", n.Spec.ID, err)
+	}
+	for syscall.Kill(cmd.Process.Pid, 0) == nil {
+		if time.Since(start) > limit {
+			_ = cmd.Process.Kill()
+			return time.Since(start), fmt.Errorf("localcluster: node %s still running %v after SIGTERM; killed", n.Spec.ID, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	n.mu.Lock()
+	n.cmd = nil
+	n.mu.Unlock()
+	return time.Since(start), nil
+}
+
 // Close stops every node: SIGCONT (in case it was paused), SIGTERM, and
 // SIGKILL after a grace period.
 func (c *Cluster) Close() {
@@ -348,18 +377,25 @@ func (c *Cluster) Close() {
 }
 
 // RSS returns the resident set size of pid in bytes, from /proc.
-func RSS(pid int) (int64, error) {
+func RSS(pid int) (int64, error) { return procStatus(pid, "VmRSS:") }
+
+// PeakRSS returns the peak resident set size of pid in bytes (VmHWM, the
+// high-water mark the kernel keeps since the process started).
+func PeakRSS(pid int) (int64, error) { return procStatus(pid, "VmHWM:") }
+
+// procStatus reads one kB field of /proc/<pid>/status, in bytes.
+func procStatus(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, errors.New("localcluster: no VmRSS in /proc status")
+	return 0, fmt.Errorf("localcluster: no %s in /proc/%d/status", field, pid)
 }
 
 // FreePort finds a port free for both TCP and UDP on 127.0.0.1 (memberlist

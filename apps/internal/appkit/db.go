@@ -16,6 +16,8 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" database/sql driver
 	_ "modernc.org/sqlite"             // "sqlite" database/sql driver, pure Go
+
+	"github.com/neptune-cluster/neptune"
 )
 
 // ErrLSN is returned for an LSN the store cannot represent.
@@ -106,6 +108,26 @@ func (db *DB) migrate(ctx context.Context, stmts []string) error {
 	return nil
 }
 
+// isStorage reports whether err comes from the database's storage rather
+// than from the statement (see Write).
+func isStorage(err error) bool {
+	var lite interface{ Code() int }
+	if errors.As(err, &lite) {
+		switch lite.Code() & 0xff {
+		case 10, 11, 13, 14, 26: // SQLITE_IOERR, CORRUPT, FULL, CANTOPEN, NOTADB
+			return true
+		}
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		switch st := pg.SQLState(); {
+		case strings.HasPrefix(st, "53"), strings.HasPrefix(st, "58"), strings.HasPrefix(st, "XX"):
+			return true
+		}
+	}
+	return false
+}
+
 // Write runs fn in a transaction that also records lsn as partition's last
 // applied write, so the data and the LSN commit or vanish together.
 //
@@ -115,7 +137,17 @@ func (db *DB) migrate(ctx context.Context, stmts []string) error {
 // lsn at or below the last applied one is a replay: fn is skipped and
 // applied is false. lsn 0 (no replication) always applies and leaves the
 // recorded LSN alone. An error from fn rolls everything back.
+//
+// An error that comes from the database's storage (a full disk, an I/O
+// error, a damaged file: SQLite's FULL, IOERR, CORRUPT, CANTOPEN, NOTADB;
+// PostgreSQL's classes 53, 58 and XX) wraps neptune.ErrStorage: the write
+// did not take effect, and a replicated partition runs it again later.
 func (db *DB) Write(ctx context.Context, partition int, lsn uint64, fn func(tx *sql.Tx) error) (applied bool, err error) {
+	defer func() {
+		if err != nil && isStorage(err) && !errors.Is(err, neptune.ErrStorage) {
+			err = fmt.Errorf("%w: %w", neptune.ErrStorage, err)
+		}
+	}()
 	if lsn > math.MaxInt64 {
 		return false, fmt.Errorf("%w: %d", ErrLSN, lsn)
 	}

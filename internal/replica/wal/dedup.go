@@ -40,7 +40,7 @@ func (l *Log) SetAppliedDedup(lsn replica.LSN, put []replica.DedupRecord, del []
 	if err := b.Set(dedupHighKey, binary.BigEndian.AppendUint64(nil, uint64(high)), nil); err != nil {
 		return fmt.Errorf("wal: %w", err)
 	}
-	if err := b.Commit(syncOpt(sync)); err != nil {
+	if err := l.commit(b, syncOpt(sync)); err != nil {
 		return fmt.Errorf("wal: commit: %w", err)
 	}
 	l.applied = max(l.applied, lsn)
@@ -139,7 +139,7 @@ func (l *Log) upgrade() error {
 	if err := b.Set(formatKey, []byte{entryFormat}, nil); err != nil {
 		return fmt.Errorf("wal: %w", err)
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := l.commit(b, pebble.Sync); err != nil {
 		return fmt.Errorf("wal: upgrade: %w", err)
 	}
 	return nil

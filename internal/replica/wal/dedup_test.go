@@ -13,7 +13,7 @@ import (
 // entries keep their identity and time.
 func TestDedupSurvivesRestart(t *testing.T) {
 	fs := vfs.NewStrictMem()
-	l, err := open("", fs) // the root: a new subdirectory's entry would itself need a sync
+	l, err := open("", fs, Options{}) // the root: a new subdirectory's entry would itself need a sync
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestDedupSurvivesRestart(t *testing.T) {
 	_ = l.Close()
 	fs.ResetToSyncedState()
 	fs.SetIgnoreSyncs(false)
-	l, err = open("", fs)
+	l, err = open("", fs, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestDedupSurvivesRestart(t *testing.T) {
 // identity is rewritten once and reads back the same.
 func TestUpgradeOldEntryFormat(t *testing.T) {
 	fs := vfs.NewMem()
-	l, err := open("/d", fs)
+	l, err := open("/d", fs, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestUpgradeOldEntryFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = l.Close()
-	l, err = open("/d", fs)
+	l, err = open("/d", fs, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

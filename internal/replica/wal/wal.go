@@ -17,6 +17,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
@@ -24,8 +25,9 @@ import (
 	"github.com/neptune-cluster/neptune/internal/replica"
 )
 
-// ErrCorrupt reports an undecodable record.
-var ErrCorrupt = errors.New("wal: corrupt record")
+// ErrCorrupt reports damaged data: an undecodable record, or damage pebble
+// or Scan found in the store.
+var ErrCorrupt = errors.New("wal: corrupt data")
 
 var (
 	hardStateKey = []byte("h")
@@ -51,22 +53,56 @@ func entryKey(l replica.LSN) []byte { return binary.BigEndian.AppendUint64([]byt
 // Log is one partition replica's write log.
 type Log struct {
 	db          *pebble.DB
+	dir         string
+	fatal       *fatalLogger
 	first, last replica.LSN // first > last when empty
 	applied     replica.LSN
+	damage      []Damage
 }
 
-// Open opens (creating if needed) the log in dir.
-func Open(dir string) (*Log, error) { return open(dir, vfs.Default) }
+// Options are a log's optional settings.
+type Options struct {
+	// Logger receives pebble's errors (nil: discarded).
+	Logger *slog.Logger
+}
 
-func open(dir string, fs vfs.FS) (*Log, error) {
-	db, err := pebble.Open(dir, &pebble.Options{FS: fs, Logger: quiet{}})
+// Open opens (creating if needed) the log in dir. Damage found on the
+// way (Scan, then pebble's own checks) is an error that satisfies
+// errors.Is(err, ErrCorrupt), except a damaged record at the very end of
+// the newest pebble WAL segment: pebble cuts the log there (as after a
+// crash mid-write), Open goes on, and Log.Damage reports it.
+func Open(dir string, o Options) (*Log, error) { return open(dir, vfs.Default, o) }
+
+func open(dir string, fs vfs.FS, o Options) (*Log, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	damage, err := Scan(fs, dir)
 	if err != nil {
-		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
+		return nil, err
 	}
-	l := &Log{db: db}
+	fl := &fatalLogger{log: o.Logger.With("dir", dir)}
+	db, err := pebble.Open(dir, &pebble.Options{FS: fs, Logger: fl})
+	if err == nil {
+		err = fl.err()
+	}
+	if err != nil {
+		if db != nil {
+			_ = db.Close()
+		}
+		return nil, classify(fmt.Errorf("wal: open %s: %w", dir, err))
+	}
+	l := &Log{db: db, dir: dir, fatal: fl}
+	// Read every key of every table once: pebble checks a table's blocks
+	// only when they are read, and damage in one the log no longer needs
+	// would otherwise surface at a compaction, long after the start.
+	if err := db.CheckLevels(nil); err != nil {
+		return nil, errors.Join(classify(fmt.Errorf("wal: check %s: %w", dir, err)), l.Close())
+	}
 	if err := l.load(); err != nil {
-		return nil, errors.Join(err, db.Close())
+		return nil, errors.Join(classify(err), l.Close())
 	}
+	l.damage = damage
 	return l, nil
 }
 
@@ -103,7 +139,14 @@ func (l *Log) Last() replica.LSN { return l.last }
 // Save writes hs (if non-nil) and es atomically; es replace any stored
 // entries from es[0].LSN on. With sync, both are durable on return.
 func (l *Log) Save(hs *replica.HardState, es []replica.Entry, sync bool) error {
-	b := l.db.NewBatch()
+	// Sized for the entries, which are encoded straight into it: a batch
+	// grown by doubling, and a separate encoding copied in, cost a large
+	// write about three times its size in garbage.
+	size := batchOverhead
+	for _, e := range es {
+		size += batchOverhead + entrySize(e)
+	}
+	b := l.db.NewBatchWithSize(batchCap(size))
 	defer b.Close()
 	if hs != nil {
 		if err := b.Set(hardStateKey, encodeHardState(*hs), nil); err != nil {
@@ -124,12 +167,18 @@ func (l *Log) Save(hs *replica.HardState, es []replica.Entry, sync bool) error {
 			if e.LSN != at+replica.LSN(i) {
 				return fmt.Errorf("wal: entries not dense at LSN %d", e.LSN)
 			}
-			if err := b.Set(entryKey(e.LSN), encodeEntry(e), nil); err != nil {
+			k := entryKey(e.LSN)
+			op := b.SetDeferred(len(k), entrySize(e))
+			copy(op.Key, k)
+			if enc := appendEntry(op.Value[:0], e); len(enc) != len(op.Value) {
+				return fmt.Errorf("wal: entry %d encoded to %d bytes, not the %d reserved", e.LSN, len(enc), len(op.Value))
+			}
+			if err := op.Finish(); err != nil {
 				return fmt.Errorf("wal: %w", err)
 			}
 		}
 	}
-	if err := b.Commit(syncOpt(sync)); err != nil {
+	if err := l.commit(b, syncOpt(sync)); err != nil {
 		return fmt.Errorf("wal: commit: %w", err)
 	}
 	if len(es) > 0 {
@@ -158,7 +207,7 @@ func (l *Log) PersistInstalled(rd *replica.Ready, dedup []replica.DedupRecord, h
 		// First, synced: the committed set may run ahead of the stored
 		// commit point (its entry is committed cluster-wide), never behind
 		// a truncation that dropped its entry.
-		if err := l.db.Set(confKey, replica.EncodeConfState(*cs), pebble.Sync); err != nil {
+		if err := l.set(confKey, replica.EncodeConfState(*cs), pebble.Sync); err != nil {
 			return fmt.Errorf("wal: replica set: %w", err)
 		}
 	}
@@ -184,7 +233,7 @@ func (l *Log) PersistInstalled(rd *replica.Ready, dedup []replica.DedupRecord, h
 // Writing it lazily (sync=false, or not every time) is safe: CHECK resolves
 // entries the service executed after the recorded marker.
 func (l *Log) SetApplied(lsn replica.LSN, sync bool) error {
-	if err := l.db.Set(appliedKey, binary.BigEndian.AppendUint64(nil, uint64(lsn)), syncOpt(sync)); err != nil {
+	if err := l.set(appliedKey, binary.BigEndian.AppendUint64(nil, uint64(lsn)), syncOpt(sync)); err != nil {
 		return fmt.Errorf("wal: %w", err)
 	}
 	l.applied = max(l.applied, lsn)
@@ -219,7 +268,7 @@ func (l *Log) truncate(upTo replica.LSN, base map[replica.ID]uint64) error {
 			return fmt.Errorf("wal: truncate: %w", err)
 		}
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
+	if err := l.commit(b, pebble.NoSync); err != nil {
 		return fmt.Errorf("wal: truncate: %w", err)
 	}
 	l.first = upTo + 1
@@ -280,7 +329,8 @@ func (l *Log) Restore() (replica.Restore, error) {
 	return rs, err
 }
 
-// Close closes the log.
+// Close closes the log. A log that failed (Failed) is closed as far as
+// pebble lets it: what it has on disk is what a reopen finds.
 func (l *Log) Close() error { return l.db.Close() }
 
 func syncOpt(sync bool) *pebble.WriteOptions {
@@ -324,8 +374,43 @@ func decodeBase(b []byte) (map[replica.ID]uint64, error) {
 	return vv, d.err
 }
 
-func encodeEntry(e replica.Entry) []byte {
-	b := make([]byte, 0, 48+len(e.Method)+len(e.Origin)+len(e.WriteID)+len(e.Body))
+func encodeEntry(e replica.Entry) []byte { return appendEntry(make([]byte, 0, entrySize(e)), e) }
+
+// batchOverhead is what a pebble batch adds to a record's key and value
+// (kind, lengths, key) and to the batch (header), at most.
+const batchOverhead = 64
+
+// batchCap is the capacity a pebble batch needs for size bytes of
+// records: pebble rounds its first buffer up to a power of two (from
+// 1 KiB) and reallocates a smaller one, whatever it was given. The pages
+// a batch never writes are never touched.
+func batchCap(size int) int {
+	n := 1 << 10
+	for n < size {
+		n *= 2
+	}
+	return n
+}
+
+// entrySize is the exact length of e's encoding.
+func entrySize(e replica.Entry) int {
+	n := 0
+	for _, u := range []uint64{uint64(e.Epoch), uint64(e.LSN), e.ReqID, e.Seq, uint64(len(e.Method)), uint64(len(e.Origin)), uint64(len(e.WriteID)), uint64(e.Time)} {
+		n += uvarintLen(u)
+	}
+	return n + len(e.Method) + len(e.Origin) + len(e.WriteID) + len(e.Body)
+}
+
+func uvarintLen(u uint64) int {
+	n := 1
+	for ; u >= 0x80; u >>= 7 {
+		n++
+	}
+	return n
+}
+
+// appendEntry appends e's encoding to b.
+func appendEntry(b []byte, e replica.Entry) []byte {
 	for _, u := range []uint64{uint64(e.Epoch), uint64(e.LSN), e.ReqID, e.Seq} {
 		b = binary.AppendUvarint(b, u)
 	}
@@ -384,13 +469,6 @@ func (d *decoder) str() string {
 	return s
 }
 
-// quiet drops pebble's informational logging; the node logs our errors.
-type quiet struct{}
-
-func (quiet) Infof(string, ...any)           {}
-func (quiet) Errorf(string, ...any)          {}
-func (quiet) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
-
 // Install resets the log to the base of an installed snapshot (see
 // replica.Ready.Installed), in one synced batch: no entries, the next one
 // at lsn+1; the executed marker at lsn (even if it was higher: a diverged
@@ -423,7 +501,7 @@ func (l *Log) Install(lsn replica.LSN, hs *replica.HardState, dedup []replica.De
 	if err := b.Set(dedupHighKey, binary.BigEndian.AppendUint64(nil, uint64(high)), nil); err != nil {
 		return fmt.Errorf("wal: install: %w", err)
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := l.commit(b, pebble.Sync); err != nil {
 		return fmt.Errorf("wal: install: %w", err)
 	}
 	l.first, l.last, l.applied = lsn+1, lsn, lsn

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func lsns(es []replica.Entry) []replica.LSN {
 }
 
 func TestSaveReadReplace(t *testing.T) {
-	l, err := open("db", vfs.NewMem())
+	l, err := open("db", vfs.NewMem(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func entryEqual(a, b replica.Entry) bool {
 // stays a dense prefix either way.
 func TestCrashKeepsSyncedAppends(t *testing.T) {
 	fs := vfs.NewStrictMem()
-	l, err := open("", fs) // the root: a new subdirectory's entry would itself need a sync
+	l, err := open("", fs, Options{}) // the root: a new subdirectory's entry would itself need a sync
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestCrashKeepsSyncedAppends(t *testing.T) {
 // first applied of them executed.
 func logWith(t *testing.T, fs vfs.FS, applied replica.LSN) *Log {
 	t.Helper()
-	l, err := open("db", fs)
+	l, err := open("db", fs, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func logWith(t *testing.T, fs vfs.FS, applied replica.LSN) *Log {
 // restores from it; the log is closed when the test ends.
 func reopen(t *testing.T, fs vfs.FS, dir string) (*Log, replica.Restore) {
 	t.Helper()
-	l, err := open(dir, fs)
+	l, err := open(dir, fs, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestDecodeCorrupt(t *testing.T) {
 // CHECKs instead of executing it again.
 func TestReplicaOverLog(t *testing.T) {
 	fs := vfs.NewMem()
-	l, err := open("db", fs)
+	l, err := open("db", fs, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +267,7 @@ func t0() time.Time { return time.Unix(1000, 0) }
 // node's heap by gigabytes (docs/experiments/replica.md). Disjoint
 // tombstones fragment into O(n), so one read allocates little.
 func TestTruncateTombstonesDoNotOverlap(t *testing.T) {
-	l, err := open("db", vfs.NewMem())
+	l, err := open("db", vfs.NewMem(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +306,7 @@ func TestTruncateTombstonesDoNotOverlap(t *testing.T) {
 // and appends and a reopen continue from the base.
 func TestInstallResetsToTheSnapshotBase(t *testing.T) {
 	fs := vfs.NewMem()
-	l, err := open("db", fs)
+	l, err := open("db", fs, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +327,7 @@ func TestInstallResetsToTheSnapshotBase(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l, err = open("db", fs)
+	l, err = open("db", fs, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +359,7 @@ func TestInstallResetsToTheSnapshotBase(t *testing.T) {
 // carries is stored and comes back in Restore.
 func TestReplicaSetSurvivesReopen(t *testing.T) {
 	dir := t.TempDir()
-	l, err := Open(dir)
+	l, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,12 +374,27 @@ func TestReplicaSetSurvivesReopen(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if l, err = Open(dir); err != nil {
+	if l, err = Open(dir, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	rs, err := l.Restore()
 	if err != nil || rs.ConfState == nil || rs.ConfState.LSN != 7 || !slices.Equal(rs.ConfState.Members, cs.Members) {
 		t.Fatalf("restored %+v, %v", rs.ConfState, err)
+	}
+}
+
+// entrySize is the exact length of an entry's encoding, whatever the
+// widths of its varints: Save encodes entries into space reserved by it.
+func TestEntrySizeIsTheEncodedLength(t *testing.T) {
+	for _, e := range []replica.Entry{
+		{},
+		entries(1, 1, 1)[0],
+		{Epoch: 1 << 40, LSN: 1<<63 + 5, ReqID: 127, Seq: 128, Method: strings.Repeat("m", 200), Origin: "node-1",
+			WriteID: "c/1", Time: -1, Body: make([]byte, 1<<16)},
+	} {
+		if got, want := entrySize(e), len(encodeEntry(e)); got != want || cap(encodeEntry(e)) != want {
+			t.Errorf("entrySize %d, encoding %d bytes (cap %d)", got, want, cap(encodeEntry(e)))
+		}
 	}
 }

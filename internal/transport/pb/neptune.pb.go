@@ -75,6 +75,143 @@ func (Mode) EnumDescriptor() ([]byte, []int) {
 	return file_neptune_proto_rawDescGZIP(), []int{0}
 }
 
+// Contact is a replica's touch with whom it depends on (replica.ContactState).
+type Contact int32
+
+const (
+	// CONTACT_OK: heard from within the bound (level 1: always).
+	Contact_CONTACT_OK Contact = 0
+	// CONTACT_LOST: not primary, and its primary silent for AckTimeout (a
+	// one-way cut, a paused or dead primary, an election under way).
+	Contact_CONTACT_LOST Contact = 1
+	// CONTACT_NO_QUORUM: a primary whose majority has been silent for half
+	// its lease; it steps down at the lease.
+	Contact_CONTACT_NO_QUORUM Contact = 2
+)
+
+// Enum value maps for Contact.
+var (
+	Contact_name = map[int32]string{
+		0: "CONTACT_OK",
+		1: "CONTACT_LOST",
+		2: "CONTACT_NO_QUORUM",
+	}
+	Contact_value = map[string]int32{
+		"CONTACT_OK":        0,
+		"CONTACT_LOST":      1,
+		"CONTACT_NO_QUORUM": 2,
+	}
+)
+
+func (x Contact) Enum() *Contact {
+	p := new(Contact)
+	*p = x
+	return p
+}
+
+func (x Contact) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Contact) Descriptor() protoreflect.EnumDescriptor {
+	return file_neptune_proto_enumTypes[1].Descriptor()
+}
+
+func (Contact) Type() protoreflect.EnumType {
+	return &file_neptune_proto_enumTypes[1]
+}
+
+func (x Contact) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Contact.Descriptor instead.
+func (Contact) EnumDescriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{1}
+}
+
+type DrainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRequest) Reset() {
+	*x = DrainRequest{}
+	mi := &file_neptune_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRequest) ProtoMessage() {}
+
+func (x *DrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
+func (*DrainRequest) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{0}
+}
+
+type DrainReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kept lists the partitions ("service/partition") it still led when it
+	// stopped waiting: none had an in-sync replica to take over.
+	Kept          []string `protobuf:"bytes,1,rep,name=kept,proto3" json:"kept,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainReply) Reset() {
+	*x = DrainReply{}
+	mi := &file_neptune_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainReply) ProtoMessage() {}
+
+func (x *DrainReply) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainReply.ProtoReflect.Descriptor instead.
+func (*DrainReply) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DrainReply) GetKept() []string {
+	if x != nil {
+		return x.Kept
+	}
+	return nil
+}
+
 type CallRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Service   string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -103,7 +240,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_neptune_proto_msgTypes[0]
+	mi := &file_neptune_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -115,7 +252,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[0]
+	mi := &file_neptune_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -128,7 +265,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{0}
+	return file_neptune_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CallRequest) GetService() string {
@@ -212,7 +349,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_neptune_proto_msgTypes[1]
+	mi := &file_neptune_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -224,7 +361,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[1]
+	mi := &file_neptune_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -237,7 +374,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{1}
+	return file_neptune_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CallResponse) GetBody() []byte {
@@ -263,7 +400,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_neptune_proto_msgTypes[2]
+	mi := &file_neptune_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +412,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[2]
+	mi := &file_neptune_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +425,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{2}
+	return file_neptune_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Chunk) GetBody() []byte {
@@ -324,7 +461,7 @@ type Announcement struct {
 
 func (x *Announcement) Reset() {
 	*x = Announcement{}
-	mi := &file_neptune_proto_msgTypes[3]
+	mi := &file_neptune_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -336,7 +473,7 @@ func (x *Announcement) String() string {
 func (*Announcement) ProtoMessage() {}
 
 func (x *Announcement) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[3]
+	mi := &file_neptune_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -349,7 +486,7 @@ func (x *Announcement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Announcement.ProtoReflect.Descriptor instead.
 func (*Announcement) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{3}
+	return file_neptune_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Announcement) GetNodeId() string {
@@ -428,7 +565,7 @@ type HostedService struct {
 
 func (x *HostedService) Reset() {
 	*x = HostedService{}
-	mi := &file_neptune_proto_msgTypes[4]
+	mi := &file_neptune_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +577,7 @@ func (x *HostedService) String() string {
 func (*HostedService) ProtoMessage() {}
 
 func (x *HostedService) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[4]
+	mi := &file_neptune_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +590,7 @@ func (x *HostedService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostedService.ProtoReflect.Descriptor instead.
 func (*HostedService) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{4}
+	return file_neptune_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HostedService) GetName() string {
@@ -513,14 +650,29 @@ type ReplicaStatus struct {
 	Last uint64 `protobuf:"varint,13,opt,name=last,proto3" json:"last,omitempty"`
 	// members is the replica set as this replica knows it (a primary's is
 	// the one changes are ordered against): placement reads it.
-	Members       []*ReplicaPeer `protobuf:"bytes,14,rep,name=members,proto3" json:"members,omitempty"`
+	Members []*ReplicaPeer `protobuf:"bytes,14,rep,name=members,proto3" json:"members,omitempty"`
+	// lease_valid_ms (a primary with lease_ms > 0) is for how long after the
+	// status was taken a reader may take this primary claim and its lease as
+	// current without a newer announcement: the lease left plus one and a
+	// half of the author's announce intervals (it renews the lease while it
+	// runs and announces again within an interval; one lost announcement is
+	// tolerated). A reader counts it from when it received the announcement
+	// (a relayed one: minus the age the relay gives), so no two machines'
+	// clocks are compared; the error is the announcement's transit time.
+	LeaseValidMs uint32 `protobuf:"varint,15,opt,name=lease_valid_ms,json=leaseValidMs,proto3" json:"lease_valid_ms,omitempty"`
+	// contact says whether the replica is in touch with its primary (a
+	// primary: with the majority its lease needs); when it is not,
+	// contact_lost_ms is how long before the status was taken it last heard
+	// from them.
+	Contact       Contact `protobuf:"varint,16,opt,name=contact,proto3,enum=neptune.v1.Contact" json:"contact,omitempty"`
+	ContactLostMs uint32  `protobuf:"varint,17,opt,name=contact_lost_ms,json=contactLostMs,proto3" json:"contact_lost_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_neptune_proto_msgTypes[5]
+	mi := &file_neptune_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +684,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[5]
+	mi := &file_neptune_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +697,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{5}
+	return file_neptune_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReplicaStatus) GetPartition() int32 {
@@ -646,6 +798,27 @@ func (x *ReplicaStatus) GetMembers() []*ReplicaPeer {
 	return nil
 }
 
+func (x *ReplicaStatus) GetLeaseValidMs() uint32 {
+	if x != nil {
+		return x.LeaseValidMs
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetContact() Contact {
+	if x != nil {
+		return x.Contact
+	}
+	return Contact_CONTACT_OK
+}
+
+func (x *ReplicaStatus) GetContactLostMs() uint32 {
+	if x != nil {
+		return x.ContactLostMs
+	}
+	return 0
+}
+
 type MethodInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -657,7 +830,7 @@ type MethodInfo struct {
 
 func (x *MethodInfo) Reset() {
 	*x = MethodInfo{}
-	mi := &file_neptune_proto_msgTypes[6]
+	mi := &file_neptune_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +842,7 @@ func (x *MethodInfo) String() string {
 func (*MethodInfo) ProtoMessage() {}
 
 func (x *MethodInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[6]
+	mi := &file_neptune_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +855,7 @@ func (x *MethodInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MethodInfo.ProtoReflect.Descriptor instead.
 func (*MethodInfo) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{6}
+	return file_neptune_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MethodInfo) GetName() string {
@@ -723,7 +896,7 @@ type PollRequest struct {
 
 func (x *PollRequest) Reset() {
 	*x = PollRequest{}
-	mi := &file_neptune_proto_msgTypes[7]
+	mi := &file_neptune_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +908,7 @@ func (x *PollRequest) String() string {
 func (*PollRequest) ProtoMessage() {}
 
 func (x *PollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[7]
+	mi := &file_neptune_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +921,7 @@ func (x *PollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollRequest.ProtoReflect.Descriptor instead.
 func (*PollRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{7}
+	return file_neptune_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PollRequest) GetId() uint64 {
@@ -823,7 +996,7 @@ type PollReply struct {
 
 func (x *PollReply) Reset() {
 	*x = PollReply{}
-	mi := &file_neptune_proto_msgTypes[8]
+	mi := &file_neptune_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +1008,7 @@ func (x *PollReply) String() string {
 func (*PollReply) ProtoMessage() {}
 
 func (x *PollReply) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[8]
+	mi := &file_neptune_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +1021,7 @@ func (x *PollReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollReply.ProtoReflect.Descriptor instead.
 func (*PollReply) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{8}
+	return file_neptune_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PollReply) GetId() uint64 {
@@ -946,7 +1119,7 @@ type PagesState struct {
 
 func (x *PagesState) Reset() {
 	*x = PagesState{}
-	mi := &file_neptune_proto_msgTypes[9]
+	mi := &file_neptune_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1131,7 @@ func (x *PagesState) String() string {
 func (*PagesState) ProtoMessage() {}
 
 func (x *PagesState) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[9]
+	mi := &file_neptune_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1144,7 @@ func (x *PagesState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagesState.ProtoReflect.Descriptor instead.
 func (*PagesState) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{9}
+	return file_neptune_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PagesState) GetEntries() []*RelayedAnnouncement {
@@ -993,7 +1166,7 @@ type RelayedAnnouncement struct {
 
 func (x *RelayedAnnouncement) Reset() {
 	*x = RelayedAnnouncement{}
-	mi := &file_neptune_proto_msgTypes[10]
+	mi := &file_neptune_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1178,7 @@ func (x *RelayedAnnouncement) String() string {
 func (*RelayedAnnouncement) ProtoMessage() {}
 
 func (x *RelayedAnnouncement) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[10]
+	mi := &file_neptune_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1191,7 @@ func (x *RelayedAnnouncement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayedAnnouncement.ProtoReflect.Descriptor instead.
 func (*RelayedAnnouncement) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{10}
+	return file_neptune_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RelayedAnnouncement) GetAnnouncement() *Announcement {
@@ -1071,7 +1244,7 @@ type AggregateRequest struct {
 
 func (x *AggregateRequest) Reset() {
 	*x = AggregateRequest{}
-	mi := &file_neptune_proto_msgTypes[11]
+	mi := &file_neptune_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1256,7 @@ func (x *AggregateRequest) String() string {
 func (*AggregateRequest) ProtoMessage() {}
 
 func (x *AggregateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[11]
+	mi := &file_neptune_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1269,7 @@ func (x *AggregateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateRequest.ProtoReflect.Descriptor instead.
 func (*AggregateRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{11}
+	return file_neptune_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AggregateRequest) GetCallId() string {
@@ -1215,7 +1388,7 @@ type Participant struct {
 
 func (x *Participant) Reset() {
 	*x = Participant{}
-	mi := &file_neptune_proto_msgTypes[12]
+	mi := &file_neptune_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1400,7 @@ func (x *Participant) String() string {
 func (*Participant) ProtoMessage() {}
 
 func (x *Participant) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[12]
+	mi := &file_neptune_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1413,7 @@ func (x *Participant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Participant.ProtoReflect.Descriptor instead.
 func (*Participant) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{12}
+	return file_neptune_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Participant) GetIndex() int32 {
@@ -1288,7 +1461,7 @@ type ReplicaAddr struct {
 
 func (x *ReplicaAddr) Reset() {
 	*x = ReplicaAddr{}
-	mi := &file_neptune_proto_msgTypes[13]
+	mi := &file_neptune_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1473,7 @@ func (x *ReplicaAddr) String() string {
 func (*ReplicaAddr) ProtoMessage() {}
 
 func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[13]
+	mi := &file_neptune_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1486,7 @@ func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaAddr.ProtoReflect.Descriptor instead.
 func (*ReplicaAddr) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{13}
+	return file_neptune_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReplicaAddr) GetNode() string {
@@ -1348,7 +1521,7 @@ type AggregateResponse struct {
 
 func (x *AggregateResponse) Reset() {
 	*x = AggregateResponse{}
-	mi := &file_neptune_proto_msgTypes[14]
+	mi := &file_neptune_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1533,7 @@ func (x *AggregateResponse) String() string {
 func (*AggregateResponse) ProtoMessage() {}
 
 func (x *AggregateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[14]
+	mi := &file_neptune_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1546,7 @@ func (x *AggregateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResponse.ProtoReflect.Descriptor instead.
 func (*AggregateResponse) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{14}
+	return file_neptune_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AggregateResponse) GetPartitions() []int32 {
@@ -1447,7 +1620,7 @@ type ReplicaEntry struct {
 
 func (x *ReplicaEntry) Reset() {
 	*x = ReplicaEntry{}
-	mi := &file_neptune_proto_msgTypes[15]
+	mi := &file_neptune_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1632,7 @@ func (x *ReplicaEntry) String() string {
 func (*ReplicaEntry) ProtoMessage() {}
 
 func (x *ReplicaEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[15]
+	mi := &file_neptune_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1645,7 @@ func (x *ReplicaEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaEntry.ProtoReflect.Descriptor instead.
 func (*ReplicaEntry) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{15}
+	return file_neptune_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReplicaEntry) GetEpoch() uint64 {
@@ -1584,7 +1757,7 @@ type ReplicaMessage struct {
 
 func (x *ReplicaMessage) Reset() {
 	*x = ReplicaMessage{}
-	mi := &file_neptune_proto_msgTypes[16]
+	mi := &file_neptune_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1769,7 @@ func (x *ReplicaMessage) String() string {
 func (*ReplicaMessage) ProtoMessage() {}
 
 func (x *ReplicaMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[16]
+	mi := &file_neptune_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1782,7 @@ func (x *ReplicaMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaMessage.ProtoReflect.Descriptor instead.
 func (*ReplicaMessage) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{16}
+	return file_neptune_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplicaMessage) GetService() string {
@@ -1806,7 +1979,7 @@ type ReplicaPeer struct {
 
 func (x *ReplicaPeer) Reset() {
 	*x = ReplicaPeer{}
-	mi := &file_neptune_proto_msgTypes[17]
+	mi := &file_neptune_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1991,7 @@ func (x *ReplicaPeer) String() string {
 func (*ReplicaPeer) ProtoMessage() {}
 
 func (x *ReplicaPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[17]
+	mi := &file_neptune_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +2004,7 @@ func (x *ReplicaPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaPeer.ProtoReflect.Descriptor instead.
 func (*ReplicaPeer) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{17}
+	return file_neptune_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReplicaPeer) GetId() string {
@@ -1865,7 +2038,7 @@ type ReplicaBatch struct {
 
 func (x *ReplicaBatch) Reset() {
 	*x = ReplicaBatch{}
-	mi := &file_neptune_proto_msgTypes[18]
+	mi := &file_neptune_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +2050,7 @@ func (x *ReplicaBatch) String() string {
 func (*ReplicaBatch) ProtoMessage() {}
 
 func (x *ReplicaBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[18]
+	mi := &file_neptune_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +2063,7 @@ func (x *ReplicaBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaBatch.ProtoReflect.Descriptor instead.
 func (*ReplicaBatch) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{18}
+	return file_neptune_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReplicaBatch) GetFrom() string {
@@ -1915,7 +2088,7 @@ type ReplicaBatchAck struct {
 
 func (x *ReplicaBatchAck) Reset() {
 	*x = ReplicaBatchAck{}
-	mi := &file_neptune_proto_msgTypes[19]
+	mi := &file_neptune_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2100,7 @@ func (x *ReplicaBatchAck) String() string {
 func (*ReplicaBatchAck) ProtoMessage() {}
 
 func (x *ReplicaBatchAck) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[19]
+	mi := &file_neptune_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2113,7 @@ func (x *ReplicaBatchAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaBatchAck.ProtoReflect.Descriptor instead.
 func (*ReplicaBatchAck) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{19}
+	return file_neptune_proto_rawDescGZIP(), []int{21}
 }
 
 // SnapshotChunk is one piece of a snapshot stream. Every chunk names its
@@ -1968,7 +2141,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_neptune_proto_msgTypes[20]
+	mi := &file_neptune_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2153,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[20]
+	mi := &file_neptune_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2166,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{20}
+	return file_neptune_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SnapshotChunk) GetFrom() string {
@@ -2079,7 +2252,7 @@ type SnapshotAck struct {
 
 func (x *SnapshotAck) Reset() {
 	*x = SnapshotAck{}
-	mi := &file_neptune_proto_msgTypes[21]
+	mi := &file_neptune_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2264,7 @@ func (x *SnapshotAck) String() string {
 func (*SnapshotAck) ProtoMessage() {}
 
 func (x *SnapshotAck) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[21]
+	mi := &file_neptune_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2277,7 @@ func (x *SnapshotAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotAck.ProtoReflect.Descriptor instead.
 func (*SnapshotAck) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{21}
+	return file_neptune_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SnapshotAck) GetInstalled() bool {
@@ -2135,7 +2308,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_neptune_proto_msgTypes[22]
+	mi := &file_neptune_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2320,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[22]
+	mi := &file_neptune_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2333,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{22}
+	return file_neptune_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PromoteRequest) GetService() string {
@@ -2193,7 +2366,7 @@ type PromoteReply struct {
 
 func (x *PromoteReply) Reset() {
 	*x = PromoteReply{}
-	mi := &file_neptune_proto_msgTypes[23]
+	mi := &file_neptune_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2378,7 @@ func (x *PromoteReply) String() string {
 func (*PromoteReply) ProtoMessage() {}
 
 func (x *PromoteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[23]
+	mi := &file_neptune_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2391,7 @@ func (x *PromoteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteReply.ProtoReflect.Descriptor instead.
 func (*PromoteReply) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{23}
+	return file_neptune_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PromoteReply) GetStatus() *ReplicaStatus {
@@ -2249,7 +2422,7 @@ type ChangeReplicasRequest struct {
 
 func (x *ChangeReplicasRequest) Reset() {
 	*x = ChangeReplicasRequest{}
-	mi := &file_neptune_proto_msgTypes[24]
+	mi := &file_neptune_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2434,7 @@ func (x *ChangeReplicasRequest) String() string {
 func (*ChangeReplicasRequest) ProtoMessage() {}
 
 func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[24]
+	mi := &file_neptune_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2447,7 @@ func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasRequest.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{24}
+	return file_neptune_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ChangeReplicasRequest) GetService() string {
@@ -2340,7 +2513,7 @@ type ChangeReplicasReply struct {
 
 func (x *ChangeReplicasReply) Reset() {
 	*x = ChangeReplicasReply{}
-	mi := &file_neptune_proto_msgTypes[25]
+	mi := &file_neptune_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2525,7 @@ func (x *ChangeReplicasReply) String() string {
 func (*ChangeReplicasReply) ProtoMessage() {}
 
 func (x *ChangeReplicasReply) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[25]
+	mi := &file_neptune_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2538,7 @@ func (x *ChangeReplicasReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasReply.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasReply) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{25}
+	return file_neptune_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ChangeReplicasReply) GetMembers() []*ReplicaPeer {
@@ -2394,7 +2567,11 @@ var File_neptune_proto protoreflect.FileDescriptor
 const file_neptune_proto_rawDesc = "" +
 	"\n" +
 	"\rneptune.proto\x12\n" +
-	"neptune.v1\"\xa6\x02\n" +
+	"neptune.v1\"\x0e\n" +
+	"\fDrainRequest\" \n" +
+	"\n" +
+	"DrainReply\x12\x12\n" +
+	"\x04kept\x18\x01 \x03(\tR\x04kept\"\xa6\x02\n" +
 	"\vCallRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
@@ -2429,7 +2606,7 @@ const file_neptune_proto_rawDesc = "" +
 	"partitions\x18\x02 \x03(\x05R\n" +
 	"partitions\x120\n" +
 	"\amethods\x18\x03 \x03(\v2\x16.neptune.v1.MethodInfoR\amethods\x125\n" +
-	"\breplicas\x18\x04 \x03(\v2\x19.neptune.v1.ReplicaStatusR\breplicas\"\x92\x03\n" +
+	"\breplicas\x18\x04 \x03(\v2\x19.neptune.v1.ReplicaStatusR\breplicas\"\x8f\x04\n" +
 	"\rReplicaStatus\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\x05R\x04role\x12\x14\n" +
@@ -2446,7 +2623,10 @@ const file_neptune_proto_rawDesc = "" +
 	"\bdiverged\x18\v \x01(\bR\bdiverged\x12\"\n" +
 	"\flinearizable\x18\f \x01(\bR\flinearizable\x12\x12\n" +
 	"\x04last\x18\r \x01(\x04R\x04last\x121\n" +
-	"\amembers\x18\x0e \x03(\v2\x17.neptune.v1.ReplicaPeerR\amembers\"^\n" +
+	"\amembers\x18\x0e \x03(\v2\x17.neptune.v1.ReplicaPeerR\amembers\x12$\n" +
+	"\x0elease_valid_ms\x18\x0f \x01(\rR\fleaseValidMs\x12-\n" +
+	"\acontact\x18\x10 \x01(\x0e2\x13.neptune.v1.ContactR\acontact\x12&\n" +
+	"\x0fcontact_lost_ms\x18\x11 \x01(\rR\rcontactLostMs\"^\n" +
 	"\n" +
 	"MethodInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12$\n" +
@@ -2611,7 +2791,12 @@ const file_neptune_proto_rawDesc = "" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tMODE_READ\x10\x01\x12\x0e\n" +
 	"\n" +
-	"MODE_WRITE\x10\x022\xe7\x03\n" +
+	"MODE_WRITE\x10\x02*B\n" +
+	"\aContact\x12\x0e\n" +
+	"\n" +
+	"CONTACT_OK\x10\x00\x12\x10\n" +
+	"\fCONTACT_LOST\x10\x01\x12\x15\n" +
+	"\x11CONTACT_NO_QUORUM\x10\x022\xa2\x04\n" +
 	"\x04Node\x129\n" +
 	"\x04Call\x12\x17.neptune.v1.CallRequest\x1a\x18.neptune.v1.CallResponse\x126\n" +
 	"\x06Stream\x12\x17.neptune.v1.CallRequest\x1a\x11.neptune.v1.Chunk0\x01\x12H\n" +
@@ -2619,7 +2804,8 @@ const file_neptune_proto_rawDesc = "" +
 	"\tReplicate\x12\x18.neptune.v1.ReplicaBatch\x1a\x1b.neptune.v1.ReplicaBatchAck\x12?\n" +
 	"\aPromote\x12\x1a.neptune.v1.PromoteRequest\x1a\x18.neptune.v1.PromoteReply\x12G\n" +
 	"\x0fInstallSnapshot\x12\x19.neptune.v1.SnapshotChunk\x1a\x17.neptune.v1.SnapshotAck(\x01\x12T\n" +
-	"\x0eChangeReplicas\x12!.neptune.v1.ChangeReplicasRequest\x1a\x1f.neptune.v1.ChangeReplicasReplyB:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
+	"\x0eChangeReplicas\x12!.neptune.v1.ChangeReplicasRequest\x1a\x1f.neptune.v1.ChangeReplicasReply\x129\n" +
+	"\x05Drain\x12\x18.neptune.v1.DrainRequest\x1a\x16.neptune.v1.DrainReplyB:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
 
 var (
 	file_neptune_proto_rawDescOnce sync.Once
@@ -2633,75 +2819,81 @@ func file_neptune_proto_rawDescGZIP() []byte {
 	return file_neptune_proto_rawDescData
 }
 
-var file_neptune_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_neptune_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_neptune_proto_goTypes = []any{
 	(Mode)(0),                     // 0: neptune.v1.Mode
-	(*CallRequest)(nil),           // 1: neptune.v1.CallRequest
-	(*CallResponse)(nil),          // 2: neptune.v1.CallResponse
-	(*Chunk)(nil),                 // 3: neptune.v1.Chunk
-	(*Announcement)(nil),          // 4: neptune.v1.Announcement
-	(*HostedService)(nil),         // 5: neptune.v1.HostedService
-	(*ReplicaStatus)(nil),         // 6: neptune.v1.ReplicaStatus
-	(*MethodInfo)(nil),            // 7: neptune.v1.MethodInfo
-	(*PollRequest)(nil),           // 8: neptune.v1.PollRequest
-	(*PollReply)(nil),             // 9: neptune.v1.PollReply
-	(*PagesState)(nil),            // 10: neptune.v1.PagesState
-	(*RelayedAnnouncement)(nil),   // 11: neptune.v1.RelayedAnnouncement
-	(*AggregateRequest)(nil),      // 12: neptune.v1.AggregateRequest
-	(*Participant)(nil),           // 13: neptune.v1.Participant
-	(*ReplicaAddr)(nil),           // 14: neptune.v1.ReplicaAddr
-	(*AggregateResponse)(nil),     // 15: neptune.v1.AggregateResponse
-	(*ReplicaEntry)(nil),          // 16: neptune.v1.ReplicaEntry
-	(*ReplicaMessage)(nil),        // 17: neptune.v1.ReplicaMessage
-	(*ReplicaPeer)(nil),           // 18: neptune.v1.ReplicaPeer
-	(*ReplicaBatch)(nil),          // 19: neptune.v1.ReplicaBatch
-	(*ReplicaBatchAck)(nil),       // 20: neptune.v1.ReplicaBatchAck
-	(*SnapshotChunk)(nil),         // 21: neptune.v1.SnapshotChunk
-	(*SnapshotAck)(nil),           // 22: neptune.v1.SnapshotAck
-	(*PromoteRequest)(nil),        // 23: neptune.v1.PromoteRequest
-	(*PromoteReply)(nil),          // 24: neptune.v1.PromoteReply
-	(*ChangeReplicasRequest)(nil), // 25: neptune.v1.ChangeReplicasRequest
-	(*ChangeReplicasReply)(nil),   // 26: neptune.v1.ChangeReplicasReply
-	nil,                           // 27: neptune.v1.ReplicaMessage.VersionsEntry
+	(Contact)(0),                  // 1: neptune.v1.Contact
+	(*DrainRequest)(nil),          // 2: neptune.v1.DrainRequest
+	(*DrainReply)(nil),            // 3: neptune.v1.DrainReply
+	(*CallRequest)(nil),           // 4: neptune.v1.CallRequest
+	(*CallResponse)(nil),          // 5: neptune.v1.CallResponse
+	(*Chunk)(nil),                 // 6: neptune.v1.Chunk
+	(*Announcement)(nil),          // 7: neptune.v1.Announcement
+	(*HostedService)(nil),         // 8: neptune.v1.HostedService
+	(*ReplicaStatus)(nil),         // 9: neptune.v1.ReplicaStatus
+	(*MethodInfo)(nil),            // 10: neptune.v1.MethodInfo
+	(*PollRequest)(nil),           // 11: neptune.v1.PollRequest
+	(*PollReply)(nil),             // 12: neptune.v1.PollReply
+	(*PagesState)(nil),            // 13: neptune.v1.PagesState
+	(*RelayedAnnouncement)(nil),   // 14: neptune.v1.RelayedAnnouncement
+	(*AggregateRequest)(nil),      // 15: neptune.v1.AggregateRequest
+	(*Participant)(nil),           // 16: neptune.v1.Participant
+	(*ReplicaAddr)(nil),           // 17: neptune.v1.ReplicaAddr
+	(*AggregateResponse)(nil),     // 18: neptune.v1.AggregateResponse
+	(*ReplicaEntry)(nil),          // 19: neptune.v1.ReplicaEntry
+	(*ReplicaMessage)(nil),        // 20: neptune.v1.ReplicaMessage
+	(*ReplicaPeer)(nil),           // 21: neptune.v1.ReplicaPeer
+	(*ReplicaBatch)(nil),          // 22: neptune.v1.ReplicaBatch
+	(*ReplicaBatchAck)(nil),       // 23: neptune.v1.ReplicaBatchAck
+	(*SnapshotChunk)(nil),         // 24: neptune.v1.SnapshotChunk
+	(*SnapshotAck)(nil),           // 25: neptune.v1.SnapshotAck
+	(*PromoteRequest)(nil),        // 26: neptune.v1.PromoteRequest
+	(*PromoteReply)(nil),          // 27: neptune.v1.PromoteReply
+	(*ChangeReplicasRequest)(nil), // 28: neptune.v1.ChangeReplicasRequest
+	(*ChangeReplicasReply)(nil),   // 29: neptune.v1.ChangeReplicasReply
+	nil,                           // 30: neptune.v1.ReplicaMessage.VersionsEntry
 }
 var file_neptune_proto_depIdxs = []int32{
 	0,  // 0: neptune.v1.CallRequest.mode:type_name -> neptune.v1.Mode
-	5,  // 1: neptune.v1.Announcement.services:type_name -> neptune.v1.HostedService
-	7,  // 2: neptune.v1.HostedService.methods:type_name -> neptune.v1.MethodInfo
-	6,  // 3: neptune.v1.HostedService.replicas:type_name -> neptune.v1.ReplicaStatus
-	18, // 4: neptune.v1.ReplicaStatus.members:type_name -> neptune.v1.ReplicaPeer
-	0,  // 5: neptune.v1.MethodInfo.mode:type_name -> neptune.v1.Mode
-	11, // 6: neptune.v1.PagesState.entries:type_name -> neptune.v1.RelayedAnnouncement
-	4,  // 7: neptune.v1.RelayedAnnouncement.announcement:type_name -> neptune.v1.Announcement
-	13, // 8: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
-	14, // 9: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
-	16, // 10: neptune.v1.ReplicaMessage.entries:type_name -> neptune.v1.ReplicaEntry
-	27, // 11: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
-	18, // 12: neptune.v1.ReplicaMessage.members:type_name -> neptune.v1.ReplicaPeer
-	17, // 13: neptune.v1.ReplicaBatch.messages:type_name -> neptune.v1.ReplicaMessage
-	18, // 14: neptune.v1.SnapshotChunk.members:type_name -> neptune.v1.ReplicaPeer
-	6,  // 15: neptune.v1.PromoteReply.status:type_name -> neptune.v1.ReplicaStatus
-	18, // 16: neptune.v1.ChangeReplicasReply.members:type_name -> neptune.v1.ReplicaPeer
-	1,  // 17: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
-	1,  // 18: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
-	12, // 19: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
-	19, // 20: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
-	23, // 21: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
-	21, // 22: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
-	25, // 23: neptune.v1.Node.ChangeReplicas:input_type -> neptune.v1.ChangeReplicasRequest
-	2,  // 24: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
-	3,  // 25: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
-	15, // 26: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
-	20, // 27: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
-	24, // 28: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
-	22, // 29: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
-	26, // 30: neptune.v1.Node.ChangeReplicas:output_type -> neptune.v1.ChangeReplicasReply
-	24, // [24:31] is the sub-list for method output_type
-	17, // [17:24] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	8,  // 1: neptune.v1.Announcement.services:type_name -> neptune.v1.HostedService
+	10, // 2: neptune.v1.HostedService.methods:type_name -> neptune.v1.MethodInfo
+	9,  // 3: neptune.v1.HostedService.replicas:type_name -> neptune.v1.ReplicaStatus
+	21, // 4: neptune.v1.ReplicaStatus.members:type_name -> neptune.v1.ReplicaPeer
+	1,  // 5: neptune.v1.ReplicaStatus.contact:type_name -> neptune.v1.Contact
+	0,  // 6: neptune.v1.MethodInfo.mode:type_name -> neptune.v1.Mode
+	14, // 7: neptune.v1.PagesState.entries:type_name -> neptune.v1.RelayedAnnouncement
+	7,  // 8: neptune.v1.RelayedAnnouncement.announcement:type_name -> neptune.v1.Announcement
+	16, // 9: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
+	17, // 10: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
+	19, // 11: neptune.v1.ReplicaMessage.entries:type_name -> neptune.v1.ReplicaEntry
+	30, // 12: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
+	21, // 13: neptune.v1.ReplicaMessage.members:type_name -> neptune.v1.ReplicaPeer
+	20, // 14: neptune.v1.ReplicaBatch.messages:type_name -> neptune.v1.ReplicaMessage
+	21, // 15: neptune.v1.SnapshotChunk.members:type_name -> neptune.v1.ReplicaPeer
+	9,  // 16: neptune.v1.PromoteReply.status:type_name -> neptune.v1.ReplicaStatus
+	21, // 17: neptune.v1.ChangeReplicasReply.members:type_name -> neptune.v1.ReplicaPeer
+	4,  // 18: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
+	4,  // 19: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
+	15, // 20: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
+	22, // 21: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
+	26, // 22: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
+	24, // 23: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
+	28, // 24: neptune.v1.Node.ChangeReplicas:input_type -> neptune.v1.ChangeReplicasRequest
+	2,  // 25: neptune.v1.Node.Drain:input_type -> neptune.v1.DrainRequest
+	5,  // 26: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
+	6,  // 27: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
+	18, // 28: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
+	23, // 29: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
+	27, // 30: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
+	25, // 31: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
+	29, // 32: neptune.v1.Node.ChangeReplicas:output_type -> neptune.v1.ChangeReplicasReply
+	3,  // 33: neptune.v1.Node.Drain:output_type -> neptune.v1.DrainReply
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_neptune_proto_init() }
@@ -2714,8 +2906,8 @@ func file_neptune_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_neptune_proto_rawDesc), len(file_neptune_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   27,
+			NumEnums:      2,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	Node_Promote_FullMethodName         = "/neptune.v1.Node/Promote"
 	Node_InstallSnapshot_FullMethodName = "/neptune.v1.Node/InstallSnapshot"
 	Node_ChangeReplicas_FullMethodName  = "/neptune.v1.Node/ChangeReplicas"
+	Node_Drain_FullMethodName           = "/neptune.v1.Node/Drain"
 )
 
 // NodeClient is the client API for Node service.
@@ -64,6 +65,10 @@ type NodeClient interface {
 	// operator's `neptune partition add|remove|move`), at its primary's
 	// node; it answers once the change committed or its wait ran out.
 	ChangeReplicas(ctx context.Context, in *ChangeReplicasRequest, opts ...grpc.CallOption) (*ChangeReplicasReply, error)
+	// Drain stops the node gracefully (the operator's `neptune node
+	// drain`, what SIGTERM does): it answers once its primary roles are
+	// handed over, then finishes its calls in flight and exits.
+	Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainReply, error)
 }
 
 type nodeClient struct {
@@ -156,6 +161,16 @@ func (c *nodeClient) ChangeReplicas(ctx context.Context, in *ChangeReplicasReque
 	return out, nil
 }
 
+func (c *nodeClient) Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainReply)
+	err := c.cc.Invoke(ctx, Node_Drain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -187,6 +202,10 @@ type NodeServer interface {
 	// operator's `neptune partition add|remove|move`), at its primary's
 	// node; it answers once the change committed or its wait ran out.
 	ChangeReplicas(context.Context, *ChangeReplicasRequest) (*ChangeReplicasReply, error)
+	// Drain stops the node gracefully (the operator's `neptune node
+	// drain`, what SIGTERM does): it answers once its primary roles are
+	// handed over, then finishes its calls in flight and exits.
+	Drain(context.Context, *DrainRequest) (*DrainReply, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -217,6 +236,9 @@ func (UnimplementedNodeServer) InstallSnapshot(grpc.ClientStreamingServer[Snapsh
 }
 func (UnimplementedNodeServer) ChangeReplicas(context.Context, *ChangeReplicasRequest) (*ChangeReplicasReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ChangeReplicas not implemented")
+}
+func (UnimplementedNodeServer) Drain(context.Context, *DrainRequest) (*DrainReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Drain not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -347,6 +369,24 @@ func _Node_ChangeReplicas_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Drain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).Drain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_Drain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).Drain(ctx, req.(*DrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -373,6 +413,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ChangeReplicas",
 			Handler:    _Node_ChangeReplicas_Handler,
+		},
+		{
+			MethodName: "Drain",
+			Handler:    _Node_Drain_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

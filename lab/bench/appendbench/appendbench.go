@@ -45,6 +45,16 @@ type Config struct {
 	Duration, KillEvery, Down time.Duration
 	// Log receives progress lines (nil: none).
 	Log io.Writer
+	// NodeDir is node id's data directory (nil: Dir/id); Extra is added
+	// to the nodes' config file (top-level YAML keys).
+	NodeDir func(id string) string
+	Extra   string
+	// Fault, if set, runs (on Run's goroutine) once the appenders started,
+	// beside the kills; the fault phase still lasts Duration.
+	Fault func(ctx context.Context, cl *Cluster) error
+	// Retry is the client's retry policy (zero: the default;
+	// client.NoRetry shows what the cluster itself hides from callers).
+	Retry client.RetryPolicy
 }
 
 // Cluster is three listappend nodes and a client.
@@ -68,15 +78,19 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		cfg.Log = io.Discard
 	}
 	yamlPath := filepath.Join(cfg.Dir, "listappend.yaml")
-	yaml := fmt.Sprintf("services:\n  - name: %s\n    partitions: 0-%d\n    replication:\n      level: %d\n      nodes: [a1, a2, a3]\n      degree: 3\n",
-		listappend.Name, cfg.Parts-1, cfg.Level)
+	yaml := fmt.Sprintf("services:\n  - name: %s\n    partitions: 0-%d\n    replication:\n      level: %d\n      nodes: [a1, a2, a3]\n      degree: 3\n%s",
+		listappend.Name, cfg.Parts-1, cfg.Level, cfg.Extra)
 	if err := os.WriteFile(yamlPath, []byte(yaml), 0o644); err != nil {
 		return nil, err
 	}
 	cl := &Cluster{cfg: cfg, lc: localcluster.New(cfg.Exe, cfg.Dir)}
 	for i := range 3 {
 		id := fmt.Sprintf("a%d", i+1)
-		n, err := cl.lc.Start(ctx, localcluster.Spec{ID: id, Args: []string{"--config", yamlPath, "--data-dir", filepath.Join(cfg.Dir, id),
+		dir := filepath.Join(cfg.Dir, id)
+		if cfg.NodeDir != nil {
+			dir = cfg.NodeDir(id)
+		}
+		n, err := cl.lc.Start(ctx, localcluster.Spec{ID: id, Args: []string{"--config", yamlPath, "--data-dir", dir,
 			"--announce-interval", "200ms", "--announce-ttl", "1s"}})
 		if err != nil {
 			cl.Close()
@@ -89,7 +103,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		cl.Close()
 		return nil, err
 	}
-	c, err := client.New(ctx, client.Config{Join: cl.lc.Seeds(), AnnounceTTL: time.Second, Security: insecure})
+	c, err := client.New(ctx, client.Config{Join: cl.lc.Seeds(), AnnounceTTL: time.Second, Security: insecure, Retry: cfg.Retry})
 	if err != nil {
 		cl.Close()
 		return nil, err
@@ -98,7 +112,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	for ctx.Err() == nil {
 		ok := len(c.Partitions()) == cfg.Parts
 		for p := 0; ok && p < cfg.Parts && cfg.Level > 1; p++ {
-			ok = cl.primary(p) != ""
+			ok = cl.Primary(p) != ""
 		}
 		if ok {
 			return cl, nil
@@ -109,6 +123,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	return nil, fmt.Errorf("appendbench: cluster not ready: %w", ctx.Err())
 }
 
+// Restart starts a stopped node again on its data directory.
+func (cl *Cluster) Restart(ctx context.Context, n *localcluster.Node) error {
+	return cl.lc.Restart(ctx, n)
+}
+
 // Close stops the client and the nodes.
 func (cl *Cluster) Close() {
 	if cl.C != nil {
@@ -117,8 +136,8 @@ func (cl *Cluster) Close() {
 	cl.lc.Close()
 }
 
-// primary is partition p's announced primary of the highest epoch.
-func (cl *Cluster) primary(p int) string {
+// Primary is partition p's announced primary of the highest epoch.
+func (cl *Cluster) Primary(p int) string {
 	best, epoch := "", uint64(0)
 	for _, pi := range cl.C.Partitions() {
 		if pi.Partition != p {
@@ -139,8 +158,10 @@ type Result struct {
 	Appends int
 	Kills   int
 	Elapsed time.Duration
-	// Retries counts attempts after the first one of an append.
-	Retries int64
+	// Retries counts attempts after the first one of an append; Errors
+	// the calls that returned an error (each a failed call as a user sees
+	// it, the client library's own retries inside it).
+	Retries, Errors int64
 }
 
 // Run runs the fault phase and the final check on a started cluster.
@@ -151,6 +172,7 @@ func (cl *Cluster) Run(ctx context.Context) (*Result, error) {
 		appends []check.AppendOp
 		next    atomic.Uint64
 		retries atomic.Int64
+		errs    atomic.Int64
 	)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -170,7 +192,7 @@ func (cl *Cluster) Run(ctx context.Context) (*Result, error) {
 				p := int(elem % uint64(cfg.Parts))
 				key := fmt.Sprintf("p%d-k%d", p, (int(elem)/cfg.Parts)%cfg.Keys)
 				op := check.AppendOp{Key: key, Element: elem, Client: name, Start: time.Now()}
-				op.Outcome = cl.append(ctx, p, key, elem, &retries)
+				op.Outcome = cl.append(ctx, p, key, elem, &retries, &errs)
 				op.End = time.Now()
 				mu.Lock()
 				appends = append(appends, op)
@@ -191,7 +213,7 @@ func (cl *Cluster) Run(ctx context.Context) (*Result, error) {
 			if time.Since(start) > cfg.Duration-cfg.Down {
 				break
 			}
-			target := cl.primary(kills % cfg.Parts)
+			target := cl.Primary(kills % cfg.Parts)
 			if cfg.Level == 1 {
 				target = fmt.Sprintf("a%d", kills%3+1)
 			}
@@ -217,6 +239,13 @@ func (cl *Cluster) Run(ctx context.Context) (*Result, error) {
 		}
 		tick.Stop()
 	}
+	if cfg.Fault != nil {
+		if err := cfg.Fault(ctx, cl); err != nil {
+			close(stop)
+			wg.Wait()
+			return nil, err
+		}
+	}
 	if rest := cfg.Duration - time.Since(start); rest > 0 {
 		select {
 		case <-time.After(rest):
@@ -234,13 +263,13 @@ func (cl *Cluster) Run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Report: rep, Appends: len(appends), Kills: kills, Elapsed: elapsed, Retries: retries.Load()}, nil
+	return &Result{Report: rep, Appends: len(appends), Kills: kills, Elapsed: elapsed, Retries: retries.Load(), Errors: errs.Load()}, nil
 }
 
 // append appends elem to key, retrying while the error is retryable (a
 // write of unknown outcome with its identity, WithRetryOf), for at most
 // 20 s. The outcome is AppendFailed only if no attempt may have run.
-func (cl *Cluster) append(ctx context.Context, p int, key string, elem uint64, retries *atomic.Int64) check.AppendOutcome {
+func (cl *Cluster) append(ctx context.Context, p int, key string, elem uint64, retries, errs *atomic.Int64) check.AppendOutcome {
 	body := listappend.EncodeAppend(key, elem)
 	deadline := time.Now().Add(20 * time.Second)
 	var err error
@@ -256,6 +285,7 @@ func (cl *Cluster) append(ctx context.Context, p int, key string, elem uint64, r
 		if err == nil {
 			return check.AppendOK
 		}
+		errs.Add(1)
 		maybeRan = maybeRan || errors.Is(err, nerr.ErrUnknownOutcome)
 		var remote *transport.RemoteError
 		if errors.As(err, &remote) {

@@ -260,6 +260,12 @@ func Measure(ctx context.Context, cfg Config, log io.Writer) (Result, error) {
 				body := append(fmt.Appendf(nil, "big%d=", i%burstKeys), value...) // burstKeys keys overwritten: the store stays small
 				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				_, err := c.Call(cctx, "kv", 0, "put", body)
+				for errors.Is(err, neptune.ErrOverloaded) && cctx.Err() == nil {
+					// The primary's in-flight byte budget is full; the
+					// write never ran: send it again shortly.
+					bench.Sleep(cctx, 20*time.Millisecond)
+					_, err = c.Call(cctx, "kv", 0, "put", body)
+				}
 				cancel()
 				if err != nil {
 					failed.Add(1)

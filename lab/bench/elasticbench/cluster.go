@@ -430,7 +430,7 @@ func (l Layout) Spread(live []string) (replicas, primaries int) {
 // LogLength is how many entries partition p's write log holds at node.
 // Call it after Close: it opens the log files.
 func (cl *Cluster) LogLength(node string, p int) (int, error) {
-	l, err := wal.Open(filepath.Join(cl.cfg.Dir, node, cl.cfg.Service, fmt.Sprint(p)))
+	l, err := wal.Open(filepath.Join(cl.cfg.Dir, node, cl.cfg.Service, fmt.Sprint(p)), wal.Options{})
 	if err != nil {
 		return 0, err
 	}
