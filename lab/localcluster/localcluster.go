@@ -364,12 +364,21 @@ func (c *Cluster) Close() {
 			defer wg.Done()
 			_ = cmd.Process.Signal(syscall.SIGCONT)
 			_ = cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _, _ = cmd.Process.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(3 * time.Second):
+			// The process is gone when signal 0 fails (launch's goroutine
+			// reaps it); a node still draining after 3 s is killed, and
+			// Close returns only once it is gone, so its data directory
+			// is free (pebble's lock) for whoever reads it next.
+			gone := func(limit time.Duration) bool {
+				for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+					if syscall.Kill(cmd.Process.Pid, 0) != nil {
+						return true
+					}
+				}
+				return false
+			}
+			if !gone(3 * time.Second) {
 				_ = cmd.Process.Kill()
+				gone(10 * time.Second)
 			}
 		}()
 	}
