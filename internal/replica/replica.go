@@ -911,6 +911,12 @@ func (r *Replica) straggleAfter() time.Duration { return 3 * r.cfg.Heartbeat }
 // first acknowledgement of the commit point; the live set never shrinks
 // below MinLive (the caller checks).
 func (r *Replica) straggling(now time.Time, p ID) bool {
+	if !r.isVoter(p) {
+		// A learner holds no commit back; dropping it from sync each time
+		// it trails by an entry kept a learner under steady writes from
+		// ever being promoted (TestGrowthSpreadsReplicasAndPrimaries).
+		return false
+	}
 	pr := r.progress[p]
 	if pr.waitingSince.IsZero() || now.Sub(pr.waitingSince) < r.straggleAfter() || r.stable <= pr.match {
 		return false
