@@ -20,12 +20,7 @@ func (n *Node) announcement() *pb.Announcement {
 	if m := n.MetricsAddr(); m != "" {
 		a.MetricsAddr = hostaddr.Join(n.adv, m)
 	}
-	names := make([]string, 0, len(n.services))
-	for name := range n.services {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range n.serviceNames() {
 		h := n.services[name]
 		hs := &pb.HostedService{Name: name, Partitions: n.hostedPartitions(h)}
 		if h.svc.Replication != nil && n.repl != nil {

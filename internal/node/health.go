@@ -24,20 +24,29 @@ import (
 
 // notReady lists why the node should get no calls; empty when ready.
 func (n *Node) notReady() []string {
-	var why []string
+	why, _ := n.readiness()
+	return why
+}
+
+// readiness is why the node should get no calls (empty when ready), and
+// for each hosted service why its replicas here should not; each
+// replica's status is read once.
+func (n *Node) readiness() (why []string, services map[string][]string) {
 	if n.draining.Load() {
 		why = append(why, "draining")
 	}
 	if n.client == nil {
-		return append(why, "not started")
+		return append(why, "not started"), nil
 	}
 	if len(n.cfg.Join) > 0 && n.client.Gossip().Members() < 2 {
 		why = append(why, "not joined: no other member seen yet")
 	}
+	services = make(map[string][]string, len(n.services))
 	for _, name := range n.serviceNames() {
-		why = append(why, n.serviceNotReady(name)...)
+		services[name] = n.serviceNotReady(name)
+		why = append(why, services[name]...)
 	}
-	return why
+	return why, services
 }
 
 // serviceNotReady lists the hosted replicas of name that should get no
@@ -102,9 +111,10 @@ func (n *Node) serveHealth(ctx context.Context, hs *health.Server) {
 			}
 			return healthpb.HealthCheckResponse_SERVING
 		}
-		hs.SetServingStatus("", status(len(n.notReady()) > 0))
-		for _, name := range n.serviceNames() {
-			hs.SetServingStatus(name, status(n.draining.Load() || len(n.serviceNotReady(name)) > 0))
+		why, services := n.readiness()
+		hs.SetServingStatus("", status(len(why) > 0))
+		for name, notReady := range services {
+			hs.SetServingStatus(name, status(n.draining.Load() || len(notReady) > 0))
 		}
 		select {
 		case <-ctx.Done():

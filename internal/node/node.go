@@ -127,6 +127,9 @@ func (c Config) withDefaults() Config {
 	if c.Host == "" {
 		c.Host = "127.0.0.1"
 	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
 	if c.AnnounceInterval == 0 {
 		c.AnnounceInterval = membership.DefaultAnnounceInterval
 	}
@@ -172,8 +175,8 @@ func (c Config) Validate() error {
 	if c.MaxAggregateDeadline < 0 || c.MaxAggregateParticipants < 0 {
 		return fmt.Errorf("neptune: NodeConfig.MaxAggregateDeadline (%v) and MaxAggregateParticipants (%d) must be >= 0 (0: the default)", c.MaxAggregateDeadline, c.MaxAggregateParticipants)
 	}
-	if pc := c.Placement.Placement; pc.Grace < 0 || pc.Interval < 0 || pc.MaxInFlight < 0 {
-		return fmt.Errorf("neptune: NodeConfig.Placement: Grace (%v), Interval (%v) and MaxInFlight (%d) must be >= 0 (0: the default)", pc.Grace, pc.Interval, pc.MaxInFlight)
+	if err := checkPlacement(c.Placement); err != nil {
+		return fmt.Errorf("neptune: NodeConfig.Placement: %w", err)
 	}
 	if c.AnnounceInterval < 0 {
 		return fmt.Errorf("neptune: NodeConfig.AnnounceInterval must be > 0, got %v", c.AnnounceInterval)
@@ -533,7 +536,7 @@ const drainGrace = 300 * time.Millisecond
 // the partitions it still led when it stopped (none had an in-sync
 // replica to take over).
 func (n *Node) Drain(ctx context.Context) []string {
-	timeout := cmp.Or(n.cfg.DrainTimeout, DefaultDrainTimeout)
+	timeout := n.cfg.DrainTimeout
 	ctx, cancel := clock.WithTimeout(ctx, n.clock, timeout)
 	defer cancel()
 	start := n.clock.Now()
@@ -586,7 +589,7 @@ func (n *Node) finishDrain(ctx context.Context, start time.Time, timeout time.Du
 // drainRemote is the Drain RPC: it answers once the primaries are handed
 // over, and finishes the drain after answering.
 func (n *Node) drainRemote() []string {
-	timeout := cmp.Or(n.cfg.DrainTimeout, DefaultDrainTimeout)
+	timeout := n.cfg.DrainTimeout
 	ctx, cancel := clock.WithTimeout(context.Background(), n.clock, timeout)
 	start := n.clock.Now()
 	kept := n.handOff(ctx, timeout)

@@ -44,8 +44,8 @@ func (n *Node) startPlacementLocked(cfg rebalance.Config) {
 // operator's SIGHUP): turning it off or on, grace, interval, moves in
 // flight. The node announces the change at once.
 func (n *Node) SetPlacement(cfg rebalance.Config) error {
-	if pc := cfg.Placement; pc.Grace < 0 || pc.Interval < 0 || pc.MaxInFlight < 0 {
-		return fmt.Errorf("neptune: placement: grace (%v), interval (%v) and max_in_flight (%d) must be >= 0 (0: the default)", pc.Grace, pc.Interval, pc.MaxInFlight)
+	if err := checkPlacement(cfg); err != nil {
+		return fmt.Errorf("neptune: placement: %w", err)
 	}
 	n.placeMu.Lock()
 	switch {
@@ -86,6 +86,14 @@ func (y *yellowPages) ChangeReplicas(ctx context.Context, node string, req *pb.C
 	}
 	if !rs.Done {
 		return fmt.Errorf("%w: %s/%d: not committed before the timeout", nerr.ErrDeadline, req.Service, req.Partition)
+	}
+	return nil
+}
+
+// checkPlacement refuses negative placement settings (0 takes the default).
+func checkPlacement(cfg rebalance.Config) error {
+	if pc := cfg.Placement; pc.Grace < 0 || pc.Interval < 0 || pc.MaxInFlight < 0 {
+		return fmt.Errorf("Grace (%v), Interval (%v) and MaxInFlight (%d) must be >= 0 (0: the default)", pc.Grace, pc.Interval, pc.MaxInFlight)
 	}
 	return nil
 }

@@ -192,20 +192,7 @@ func (c *Cluster) start(ctx context.Context, n *Node) error {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
-	up := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		ok := false
-		for sc.Scan() {
-			if !ok && strings.Contains(sc.Text(), " up: ") {
-				ok = true
-				up <- true
-			}
-		}
-		if !ok {
-			up <- false
-		}
-	}()
+	up := watchReady(out, func(line string) bool { return strings.Contains(line, " up: ") })
 	select {
 	case ok := <-up:
 		if !ok {
@@ -453,3 +440,27 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// watchReady reads a process's output: true on the first line ready
+// accepts, false if the output ends without one. It reads on to the end,
+// so the process never blocks on a full pipe.
+func watchReady(out io.Reader, ready func(line string) bool) <-chan bool {
+	ch := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		ok := false
+		for sc.Scan() {
+			if !ok && ready(sc.Text()) {
+				ok = true
+				ch <- true
+			}
+		}
+		if !ok {
+			ch <- false
+		}
+	}()
+	return ch
+}
+
+// isReady is the line a client process or a delayer prints once it runs.
+func isReady(line string) bool { return line == "ready" }

@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -224,21 +223,8 @@ func (n *Net) startDelayer(ctx context.Context, exe string, h *Host, spec Delaye
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("faults: start delayer in %s: %w", h.Name, err)
 	}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		ok := false
-		for sc.Scan() {
-			if !ok && sc.Text() == "ready" {
-				ok = true
-				ready <- true
-			}
-		}
-		if !ok {
-			ready <- false
-		}
-		_ = cmd.Wait()
-	}()
+	ready := watchReady(stdout, isReady)
+	go func() { _ = cmd.Wait() }()
 	select {
 	case ok := <-ready:
 		if !ok {

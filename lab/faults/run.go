@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -518,20 +517,7 @@ func startClients(ctx context.Context, net *Net, cl *Cluster, cfg Config) ([]*pr
 		if err := p.cmd.Start(); err != nil {
 			return ps, fmt.Errorf("faults: start client %s: %w", name, err)
 		}
-		ready := make(chan bool, 1)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			ok := false
-			for sc.Scan() {
-				if !ok && sc.Text() == "ready" {
-					ok = true
-					ready <- true
-				}
-			}
-			if !ok {
-				ready <- false
-			}
-		}()
+		ready := watchReady(stdout, isReady)
 		go func() { p.exited <- p.cmd.Wait(); logf.Close() }()
 		ps = append(ps, p)
 		select {

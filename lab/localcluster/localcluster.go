@@ -331,17 +331,27 @@ func (n *Node) Stop(limit time.Duration) (time.Duration, error) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		return 0, fmt.Errorf("localcluster: SIGTERM %s: %w", n.Spec.ID, err)
 	}
-	for syscall.Kill(cmd.Process.Pid, 0) == nil {
-		if time.Since(start) > limit {
-			_ = cmd.Process.Kill()
-			return time.Since(start), fmt.Errorf("localcluster: node %s still running %v after SIGTERM; killed", n.Spec.ID, limit)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !gone(cmd.Process.Pid, limit) {
+		_ = cmd.Process.Kill()
+		return time.Since(start), fmt.Errorf("localcluster: node %s still running %v after SIGTERM; killed", n.Spec.ID, limit)
 	}
 	n.mu.Lock()
 	n.cmd = nil
 	n.mu.Unlock()
 	return time.Since(start), nil
+}
+
+// gone waits up to limit for process pid to be gone: signal 0 fails once
+// launch's goroutine has reaped it.
+func gone(pid int, limit time.Duration) bool {
+	for deadline := time.Now().Add(limit); ; time.Sleep(10 * time.Millisecond) {
+		if syscall.Kill(pid, 0) != nil {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
 
 // Close stops every node: SIGCONT (in case it was paused), SIGTERM, and
@@ -364,21 +374,12 @@ func (c *Cluster) Close() {
 			defer wg.Done()
 			_ = cmd.Process.Signal(syscall.SIGCONT)
 			_ = cmd.Process.Signal(syscall.SIGTERM)
-			// The process is gone when signal 0 fails (launch's goroutine
-			// reaps it); a node still draining after 3 s is killed, and
-			// Close returns only once it is gone, so its data directory
-			// is free (pebble's lock) for whoever reads it next.
-			gone := func(limit time.Duration) bool {
-				for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-					if syscall.Kill(cmd.Process.Pid, 0) != nil {
-						return true
-					}
-				}
-				return false
-			}
-			if !gone(3 * time.Second) {
+			// A node still draining after 3 s is killed, and Close
+			// returns only once it is gone, so its data directory is free
+			// (pebble's lock) for whoever reads it next.
+			if !gone(cmd.Process.Pid, 3*time.Second) {
 				_ = cmd.Process.Kill()
-				gone(10 * time.Second)
+				gone(cmd.Process.Pid, 10*time.Second)
 			}
 		}()
 	}
