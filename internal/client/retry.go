@@ -31,6 +31,11 @@ type RetryPolicy struct {
 	// Backoff is the first pause (default 50 ms) and MaxBackoff the
 	// longest (default 1 s).
 	Backoff, MaxBackoff time.Duration
+	// FailFastOnOverload returns an overloaded refusal at once instead of
+	// retrying it: a proxy (the HTTP gateway) passes back-pressure on to
+	// its own callers rather than holding their requests until the
+	// deadline.
+	FailFastOnOverload bool
 }
 
 // DefaultRetryPolicy is the policy of a client whose config names none
@@ -92,7 +97,7 @@ func retrying[T any](ctx context.Context, clk clock.Clock, p RetryPolicy, draw f
 	start := clk.Now()
 	for n := 0; ; n++ {
 		out, err := try()
-		if err == nil || !retried(err) || ctx.Err() != nil {
+		if err == nil || !retried(err) || ctx.Err() != nil || p.FailFastOnOverload && errors.Is(err, nerr.ErrOverloaded) {
 			return out, err
 		}
 		d, ok := p.pause(n, clk.Since(start), draw())

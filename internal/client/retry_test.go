@@ -150,6 +150,25 @@ wait:
 	if n != 1 || !errors.Is(err, nerr.ErrUnknownService) {
 		t.Fatalf("a non-retryable error was tried %d times", n)
 	}
+	// A proxy's policy answers an overload at once but still retries a
+	// failover.
+	proxy := RetryPolicy{FailFastOnOverload: true}.WithDefaults()
+	for _, tc := range []struct {
+		err   error
+		tries int
+	}{{nerr.ErrOverloaded, 1}, {nerr.ErrNoPrimary, 2}} {
+		n = 0
+		_, err = retrying(context.Background(), clock.Real(), proxy, func() float64 { return 0 }, func() {},
+			func() (struct{}, error) {
+				if n++; n == 1 {
+					return struct{}{}, tc.err
+				}
+				return struct{}{}, nil
+			})
+		if n != tc.tries {
+			t.Errorf("FailFastOnOverload: %v tried %d times, want %d", tc.err, n, tc.tries)
+		}
+	}
 	// A deadline the node reports (a hung handler) is not tried again,
 	// though Retryable allows it; a write sent and cut off by one is.
 	if retried(fmt.Errorf("%w: killed after 300ms", nerr.ErrDeadline)) {

@@ -270,6 +270,12 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 // went away first, after nginx's convention.
 const statusClientGone = 499
 
+// failFastOnOverload keeps the client's retries of failover but answers a
+// node's overload at once: the 503 and its Retry-After tell the HTTP
+// caller to back off, where a retry here would hold its request (and its
+// body) until the deadline.
+var failFastOnOverload = neptune.WithRetry(neptune.RetryPolicy{FailFastOnOverload: true})
+
 // ServeHTTP serves one request. The checks go from the cheapest and least
 // revealing to the costliest: route (404, 405), key and subscriber (401,
 // 403), declared size (413), partition key (400), the body itself (413),
@@ -341,7 +347,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, start time.Time)
 	sent := g.clk.Now()
 	var cu neptune.CallUsage
 	resp, err := g.caller.Call(transport.WithSubscriber(ctx, sub), rt.Service, part, rt.Method, payload,
-		neptune.WithClass(rt.Class), neptune.WithUsage(&cu))
+		neptune.WithClass(rt.Class), neptune.WithUsage(&cu), failFastOnOverload)
 	var used gage.Vector
 	if cu.Node != "" && *g.cfg.Measured {
 		// What the node measured (see Gateway's doc), and its cycle.
