@@ -246,10 +246,20 @@ func (l *Load) Verify(ctx context.Context, degree int, wait time.Duration) ([]Pa
 		addrs   map[string]string
 		last    error
 	)
+	var have []map[string]map[string]bool
 	for {
 		reports, addrs, last = l.converged(ctx, conns, degree)
 		if last == nil {
-			break
+			// A replica may know no primary for a moment between the
+			// digests and the reads (a lease renewed late on a loaded
+			// machine, a restarted replica not yet told its primary): a
+			// retryable refusal is a state that passes, not a verdict.
+			if have, last = l.read(ctx, conns, reports, addrs); last == nil {
+				break
+			}
+			if !neptune.Retryable(last) {
+				return nil, last
+			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: replicas did not converge within %v: %w", ErrVerify, wait, last)
@@ -260,6 +270,19 @@ func (l *Load) Verify(ctx context.Context, degree int, wait time.Duration) ([]Pa
 	for _, a := range l.Acked() {
 		byPart[a.Partition] = append(byPart[a.Partition], a.Topic+"/"+a.Subject)
 	}
+	for i, r := range reports {
+		if vs := check.Durability(byPart[r.Partition], have[i]); len(vs) > 0 {
+			return nil, fmt.Errorf("%w: partition %d: %d acknowledged messages missing, first: %v", ErrVerify, r.Partition, len(vs), vs[0])
+		}
+		reports[i].Acked = len(byPart[r.Partition])
+	}
+	return reports, nil
+}
+
+// read collects, for each partition's report, the subjects every replica
+// holds, read from each replica directly.
+func (l *Load) read(ctx context.Context, conns *transport.Conns, reports []PartitionReport, addrs map[string]string) ([]map[string]map[string]bool, error) {
+	out := make([]map[string]map[string]bool, len(reports))
 	for i, r := range reports {
 		have := map[string]map[string]bool{}
 		for _, node := range r.Replicas {
@@ -277,12 +300,9 @@ func (l *Load) Verify(ctx context.Context, degree int, wait time.Duration) ([]Pa
 			}
 			have[node] = got
 		}
-		if vs := check.Durability(byPart[r.Partition], have); len(vs) > 0 {
-			return nil, fmt.Errorf("%w: partition %d: %d acknowledged messages missing, first: %v", ErrVerify, r.Partition, len(vs), vs[0])
-		}
-		reports[i].Acked = len(byPart[r.Partition])
+		out[i] = have
 	}
-	return reports, nil
+	return out, nil
 }
 
 func walk(hs []forum.Header, f func(forum.Header)) {
