@@ -1,6 +1,7 @@
-// Command neptune runs Neptune nodes, calls services and shows the cluster
-// (the product's commands, internal/cli), and runs the demo, benchmarks and
-// simulations (the lab's, lab/labcmd).
+// Command neptune runs Neptune nodes and gateways, calls services and shows
+// and operates the cluster (internal/cli). It is the shipped binary and
+// links no lab code; the demo, benchmarks and simulations are in the lab's
+// build of the same command, lab/cmd/neptune.
 package main
 
 import (
@@ -10,12 +11,11 @@ import (
 	"syscall"
 
 	"github.com/neptune-cluster/neptune/internal/cli"
-	"github.com/neptune-cluster/neptune/lab/labcmd"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Execute(ctx, os.Args[1:], labcmd.Commands()...)
+	code := cli.Execute(ctx, os.Args[1:])
 	stop()
 	os.Exit(code)
 }

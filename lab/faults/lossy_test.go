@@ -60,7 +60,7 @@ func testExe(t *testing.T) string {
 			return
 		}
 		exePath = filepath.Join(dir, "neptune")
-		if out, err := exec.Command("go", "build", "-o", exePath, "github.com/neptune-cluster/neptune/cmd/neptune").CombinedOutput(); err != nil {
+		if out, err := exec.Command("go", "build", "-o", exePath, "github.com/neptune-cluster/neptune/lab/cmd/neptune").CombinedOutput(); err != nil {
 			exeErr = err
 			t.Logf("go build: %s", out)
 		}

@@ -1,6 +1,6 @@
 // Package labcmd is the lab's command line: `neptune demo`, `neptune bench
 // …` and `neptune sim …`, and the hidden verbs the benchmarks re-launch the
-// binary with. cmd/neptune passes Commands to cli.Execute, which adds them
+// binary with. lab/cmd/neptune passes Commands to cli.Execute, which adds them
 // to the product's commands, so they follow the same conventions: GNU
 // flags, help on stdout with exit 0, exit 2 for a bad command line.
 //

@@ -14,7 +14,7 @@ import (
 )
 
 // execute runs the neptune command line with the lab's commands, as
-// cmd/neptune does, and returns its exit code, stdout and stderr.
+// lab/cmd/neptune does, and returns its exit code, stdout and stderr.
 func execute(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	dir := t.TempDir()
