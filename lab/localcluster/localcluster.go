@@ -23,6 +23,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/security"
 	"github.com/neptune-cluster/neptune/internal/transport"
+	"github.com/neptune-cluster/neptune/lab/cpuquota"
 )
 
 // Scratch returns this executable (which the demo and the benchmarks
@@ -48,6 +49,10 @@ type Spec struct {
 	// SecurityArgs, if not nil, replace the cluster's security flags
 	// (--insecure, or --tls-dir and --keyring): a test's outsider.
 	SecurityArgs []string
+	// CPU confines the process to this many cores (0.1 is a tenth of
+	// one) with a cgroup quota (lab/cpuquota; root only); 0 leaves it
+	// unconfined.
+	CPU float64
 }
 
 // Node is a running (or stopped) node process.
@@ -57,8 +62,9 @@ type Node struct {
 	GossipAddr string
 	LogPath    string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	group *cpuquota.Group // Spec.CPU's, kept across restarts
 }
 
 // Cluster owns node processes started from one neptune executable.
@@ -69,8 +75,9 @@ type Cluster struct {
 	// keyring; "" runs the nodes with --insecure.
 	pki string
 
-	mu    sync.Mutex
-	nodes []*Node
+	mu     sync.Mutex
+	nodes  []*Node
+	quotas *cpuquota.Root // opened by the first confined node
 }
 
 // New returns a cluster that starts nodes with the neptune binary exe and
@@ -250,6 +257,10 @@ func (c *Cluster) launch(ctx context.Context, n *Node, seeds []string) error {
 		return fmt.Errorf("localcluster: start %s: %w", n.Spec.ID, err)
 	}
 	go func() { _ = cmd.Wait(); logf.Close() }()
+	if err := c.confine(n, cmd.Process.Pid); err != nil {
+		_ = cmd.Process.Kill()
+		return err
+	}
 	up := make(chan error, 2)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -279,6 +290,33 @@ func (c *Cluster) launch(ctx context.Context, n *Node, seeds []string) error {
 	n.cmd = cmd
 	n.mu.Unlock()
 	return nil
+}
+
+// confine puts a node with Spec.CPU into its cgroup (made at its first
+// start).
+func (c *Cluster) confine(n *Node, pid int) error {
+	if n.Spec.CPU <= 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.quotas == nil {
+		r, err := cpuquota.Open(fmt.Sprintf("neptune-localcluster-%d", os.Getpid()))
+		if err != nil {
+			return fmt.Errorf("localcluster: node %s wants %.2f cores: %w", n.Spec.ID, n.Spec.CPU, err)
+		}
+		c.quotas = r
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.group == nil {
+		g, err := c.quotas.Group(n.Spec.ID, n.Spec.CPU)
+		if err != nil {
+			return fmt.Errorf("localcluster: %w", err)
+		}
+		n.group = g
+	}
+	return n.group.Add(pid)
 }
 
 // Kill sends SIGKILL: the node dies without leaving the cluster.
@@ -384,6 +422,12 @@ func (c *Cluster) Close() {
 		}()
 	}
 	wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.quotas != nil {
+		_ = c.quotas.Close()
+		c.quotas = nil
+	}
 }
 
 // RSS returns the resident set size of pid in bytes, from /proc.
