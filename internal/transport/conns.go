@@ -121,8 +121,15 @@ func CallSizeOptions(max int) grpc.DialOption {
 func NewConns(opts ...grpc.DialOption) *Conns {
 	return &Conns{
 		conns: map[connKey]*grpc.ClientConn{},
-		opts:  append(dialDefaults(grpc.WithTransportCredentials(insecure.NewCredentials())), opts...),
+		opts:  append(DialOptions(), opts...),
 	}
+}
+
+// DialOptions are the gRPC dial options of every plaintext connection
+// Conns makes, for a caller that dials itself (the overhead bench's
+// round_robin baseline) on equal terms.
+func DialOptions() []grpc.DialOption {
+	return dialDefaults(grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
 func dialDefaults(creds grpc.DialOption) []grpc.DialOption {

@@ -31,10 +31,11 @@ prints ratios; --sections picks the parts of those that have several.`,
 func overheadCmd() *cobra.Command {
 	cfg := overhead.DefaultConfig()
 	cmd := leaf("overhead [flags]", "What Neptune adds to a call, against a raw gRPC echo server",
-		`Call two node processes hosting echo through neptune.Client (polling
-off, the paper's poll-3, the default policy) and a raw gRPC echo server in
-its own process, sequentially and concurrently, in interleaved rounds;
-print latency and throughput ratios to the raw server, the cost of
+		`Call one node process hosting echo against one raw gRPC echo server, and
+two (polling off, the paper's poll-3, the default policy) against gRPC's
+own round_robin over two raw servers, each in its own process,
+sequentially and concurrently, in interleaved rounds; print latency and
+throughput ratios to the like baseline, the cost of
 polling per sequential call with two eligible replicas (goal: the default
 policy at most --poll-goal over polling off; PASS, FAIL, or INCONCLUSIVE
 when rounds disagree or the client was CPU-starved), the same with mutual

@@ -1,6 +1,8 @@
 // Package overhead is `neptune bench overhead`: what Neptune adds to a
-// call. A raw gRPC echo server in its own process is the baseline; two
-// node processes hosting echo are called through neptune.Client with
+// call, like against like. One node process hosting echo is compared with
+// one raw gRPC echo server in its own process; two node processes hosting
+// echo with gRPC's own round_robin over two raw servers. The two are called
+// through neptune.Client with
 // polling off, with the paper's poll-3 and with the default policy,
 // sequentially and concurrently, in interleaved rounds. Two, because a
 // call with one eligible replica skips the poll: with a single echo node
@@ -23,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,6 +33,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/balance"
@@ -67,6 +72,36 @@ func (c Config) Validate() error {
 		return errors.New("overhead: cell and poll goal must be > 0, rounds and concurrency >= 1, payload >= 0")
 	}
 	return nil
+}
+
+// The baselines' rows and the one-replica row.
+const (
+	rawName = "raw gRPC"
+	rrName  = "raw gRPC round_robin ×2"
+	oneName = "neptune, 1 replica"
+)
+
+// baseline is the row a contender is compared with: like against like,
+// one server against one, two against two.
+func baseline(name string) string {
+	switch name {
+	case rawName, oneName:
+		return rawName
+	}
+	return rrName
+}
+
+// roundRobin dials two raw echo servers through gRPC's own round_robin
+// balancer, as a plain gRPC user balances two replicas.
+func roundRobin(a, b string) (pb.NodeClient, func(), error) {
+	r := manual.NewBuilderWithScheme("bench")
+	r.InitialState(resolver.State{Addresses: []resolver.Address{{Addr: a}, {Addr: b}}})
+	cc, err := grpc.NewClient("bench:///echo", append(transport.DialOptions(), grpc.WithResolvers(r),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`))...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pb.NewNodeClient(cc), func() { cc.Close() }, nil
 }
 
 // EchoServerVerb is the hidden `neptune bench` verb that runs EchoServer,
@@ -122,6 +157,27 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Two raw servers behind gRPC's round_robin: the baseline of two
+	// replicas.
+	rawAddr2, stopRaw2, err := bench.StartHelper(ctx, exe, EchoServerLine, EchoServerVerb)
+	if err != nil {
+		return err
+	}
+	defer stopRaw2()
+	rrClient, closeRR, err := roundRobin(rawAddr, rawAddr2)
+	if err != nil {
+		return err
+	}
+	defer closeRR()
+	// One node process: the baseline of one raw server.
+	if err := os.Mkdir(filepath.Join(dir, "single"), 0o755); err != nil {
+		return err
+	}
+	single := localcluster.New(exe, filepath.Join(dir, "single"))
+	defer single.Close()
+	if _, err := single.Start(ctx, localcluster.Spec{ID: "bench0", Services: []string{"echo:0"}}); err != nil {
+		return err
+	}
 
 	// Neptune: two node processes hosting echo, so a call has two
 	// eligible replicas and a polling policy polls.
@@ -158,6 +214,14 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		return c, localcluster.WaitMembers(ctx, c, replicas, 10*time.Second)
 	}
 	def := balance.DefaultConfig().Policy
+	one, err := neptune.Dial(ctx, neptune.ClientConfig{Join: single.Seeds(), Balance: neptune.Balancing{Policy: balance.NameRandom}, Security: single.ClientSecurity("client/client")})
+	if err != nil {
+		return err
+	}
+	defer one.Close()
+	if err := localcluster.WaitMembers(ctx, one, 1, 10*time.Second); err != nil {
+		return err
+	}
 	clients, secured := map[string]*neptune.Client{}, map[string]*neptune.Client{}
 	for _, policy := range []string{balance.NameRandom, balance.NamePolling, def, balance.NameAsync, balance.NamePush} {
 		if clients[policy] != nil {
@@ -189,10 +253,15 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		}
 	}
 	contenders := []bench.Contender{
-		{Name: "raw gRPC", Call: func(ctx context.Context, b []byte) error {
+		{Name: rawName, Call: func(ctx context.Context, b []byte) error {
 			_, err := rawClient.Call(ctx, &pb.CallRequest{Service: "echo", Method: "echo", Body: b})
 			return err
 		}},
+		{Name: rrName, Call: func(ctx context.Context, b []byte) error {
+			_, err := rrClient.Call(ctx, &pb.CallRequest{Service: "echo", Method: "echo", Body: b})
+			return err
+		}},
+		{Name: oneName, Call: viaNeptune(one)},
 		{Name: "neptune, polling off", Call: viaNeptune(clients[balance.NameRandom])},
 		{Name: "neptune, poll-3 (paper)", Call: viaNeptune(clients[balance.NamePolling])},
 	}
@@ -263,15 +332,15 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 			}
 		}
 	}
-	fmt.Fprintf(stdout, "\n%-30s %5s %10s %9s %9s %9s %8s %8s\n", "contender", "conc", "calls/s", "mean", "p50", "p99", "lat×raw", "tput×raw")
+	fmt.Fprintf(stdout, "\nlike against like: one replica against one raw gRPC server, two replicas (every other row) against gRPC's round_robin over two\n")
+	fmt.Fprintf(stdout, "%-30s %5s %10s %9s %9s %9s %9s %9s  %s\n", "contender", "conc", "calls/s", "mean", "p50", "p99", "lat×base", "tput×base", "base")
 	for _, conc := range modes {
-		base := results["raw gRPC|"+fmt.Sprint(conc)]
-		baseLat := base.Latency()
 		for _, c := range contenders {
 			res := results[fmt.Sprintf("%s|%d", c.Name, conc)]
-			lat := res.Latency()
-			fmt.Fprintf(stdout, "%-30s %5d %10.0f %9s %9s %9s %8.2f %8.2f\n", c.Name, conc, res.Rate(), lat.Mean, lat.Fmt(lat.P50), lat.Fmt(lat.P99),
-				float64(lat.Mean)/float64(baseLat.Mean), res.Rate()/base.Rate())
+			base := results[fmt.Sprintf("%s|%d", baseline(c.Name), conc)]
+			lat, baseLat := res.Latency(), base.Latency()
+			fmt.Fprintf(stdout, "%-30s %5d %10.0f %9s %9s %9s %9.2f %9.2f  %s\n", c.Name, conc, res.Rate(), lat.Mean, lat.Fmt(lat.P50), lat.Fmt(lat.P99),
+				float64(lat.Mean)/float64(baseLat.Mean), res.Rate()/base.Rate(), baseline(c.Name))
 		}
 	}
 	// Polling's cost per sequential call, with two eligible replicas: each
