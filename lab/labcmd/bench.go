@@ -101,7 +101,7 @@ func replicationCmd() *cobra.Command {
 
 Sections: fig51 (throughput vs degree for each level at 10% and 50%
 writes, in-process nodes), fig52 (Figs 5.2/5.3: Zipf-skewed load by degree
-and by level), failover (--kills SIGKILLs of a primary on node processes,
+and by level; --cpu runs them on CPU-limited node processes), failover (--kills SIGKILLs of a primary on node processes,
 each restarted after --down: failover p50/p99 and the longest write pause
 while the old primary returns, judged PASS, FAIL or INCONCLUSIVE against
 goals fixed by flags; then disk and memory under sustained writes), fig54
@@ -119,6 +119,7 @@ goals fixed by flags; then disk and memory under sustained writes), fig54
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds of fig51/fig52 cells, pooled")
 	fs.DurationVar(&cfg.Phase, "phase", cfg.Phase, "fig54: time between a kill, its restart and the next kill")
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "fig52 partitions (imbalance factors 1/partitions to 1)")
+	fs.Float64Var(&cfg.CPU, "cpu", cfg.CPU, "fig52 on node processes confined to this many cores each (cgroups, root; e.g. 0.3); 0: in-process nodes. Judged: degree 4 >= 2.5x degree 1 at imbalance 1")
 	fs.IntVar(&cfg.Kills, "kills", cfg.Kills, "failover: SIGKILLs of partition 0's primary")
 	fs.DurationVar(&cfg.Down, "down", cfg.Down, "failover: how long a killed primary stays down")
 	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "failover: time from a restart to the next kill")

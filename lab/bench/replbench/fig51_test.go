@@ -30,3 +30,22 @@ func TestPooledFig51Verdict(t *testing.T) {
 		}
 	}
 }
+
+func TestScaleVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		deg4, deg1 []float64
+		starved    []string
+		want       report.Outcome
+	}{
+		{"the paper's shape", []float64{3000, 3100}, []float64{1000, 1050}, nil, report.Pass},
+		{"no scale-out", []float64{1200, 1100}, []float64{1000, 1050}, nil, report.Fail},
+		{"rounds disagree", []float64{3000, 2000}, []float64{1000, 1000}, nil, report.Inconclusive},
+		{"a starved cell", []float64{3000, 3100}, []float64{1000, 1050}, []string{"deg 4 round 1"}, report.Inconclusive},
+		{"one round", []float64{3000}, []float64{1000}, nil, report.Inconclusive},
+	} {
+		if got := scaleVerdict(tc.deg4, tc.deg1, tc.starved).Outcome(); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

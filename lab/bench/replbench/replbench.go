@@ -4,6 +4,7 @@
 package replbench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/kv"
 	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/cpuquota"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
 	"github.com/neptune-cluster/neptune/lab/report"
 	"github.com/neptune-cluster/neptune/lab/sim/repsim"
@@ -64,6 +66,11 @@ type Config struct {
 	// it and acknowledged. ReturnGoal bounds the longest write pause of
 	// partition 0 while the old primary returns.
 	FailoverP50, FailoverP99, ReturnGoal time.Duration
+	// CPU, when positive, runs Figs 5.2/5.3 on node processes each
+	// confined to this many cores (lab/cpuquota; root only), so that
+	// a node is CPU-bound as the paper's machines were; zero runs them
+	// on in-process nodes.
+	CPU float64
 }
 
 // DefaultConfig runs Fig 5.1 and the failover timeline.
@@ -97,6 +104,13 @@ func (c Config) Validate() error {
 		return errors.New("replbench: kills must be >= 1, down and settle positive")
 	case c.FailoverP50 <= 0 || c.FailoverP99 <= 0 || c.ReturnGoal <= 0:
 		return errors.New("replbench: failover and return goals must be positive")
+	case c.CPU < 0:
+		return errors.New("replbench: cpu must not be negative")
+	}
+	if c.CPU > 0 {
+		if err := cpuquota.Fits([]float64{c.CPU, c.CPU, c.CPU, c.CPU}, quotaReserve); err != nil {
+			return fmt.Errorf("replbench: --cpu %v: %w", c.CPU, err)
+		}
 	}
 	return nil
 }
@@ -124,7 +138,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		}
 	}
 	if run("fig52") {
-		if err := benchReplSkew(ctx, stdout, cfg.Out, tmp, cfg.Partitions, cfg.Clients, cfg.Cell, cfg.Rounds); err != nil {
+		if err := benchReplSkew(ctx, stdout, cfg.Out, tmp, cfg.Partitions, cfg.Clients, cfg.Cell, cfg.Rounds, cfg.CPU); err != nil {
 			return err
 		}
 	}
@@ -246,9 +260,42 @@ func pooledFig51(n int, mean, half float64, before bench.Starvation) *report.Che
 	return before.Doubt(c, "the second before the first cell")
 }
 
+// scaleVerdict judges Fig 5.2's shape on CPU-limited node processes: at
+// imbalance 1, degree 4 against degree 1 (level 2), per round and pooled.
+// A starved cell makes it INCONCLUSIVE, as do rounds that disagree.
+func scaleVerdict(deg4, deg1 []float64, starved []string) *report.Check {
+	m4, _ := report.MeanSD(deg4)
+	m1, _ := report.MeanSD(deg1)
+	met := 0
+	for i := range min(len(deg4), len(deg1)) {
+		if deg1[i] > 0 && deg4[i]/deg1[i] >= scaleGoal {
+			met++
+		}
+	}
+	ratio := 0.0
+	if m1 > 0 {
+		ratio = m4 / m1
+	}
+	c := report.AtLeast(fmt.Sprintf("Fig 5.2 at imbalance 1: degree 4 ≥ %.1f× degree 1 (level 2)", scaleGoal), ratio, scaleGoal,
+		fmt.Sprintf("%.2f× (%.0f against %.0f ops/s; %d/%d rounds meet it)", ratio, m4, m1, met, len(deg4)))
+	c.Doubt(len(deg4) < 2, "one round cannot show the run's noise; run at least 2")
+	c.Doubt(met > 0 && met < len(deg4), "rounds disagree")
+	c.Doubt(len(starved) > 0, "%d cells starved or not node-bound (first: %s)", len(starved), strings.Join(starved[:min(2, len(starved))], "; "))
+	return c
+}
+
 // replCell runs one closed-loop measurement on a fresh 4-node cluster with
 // len(weights) partitions; clients pick a partition with these weights.
 func replCell(ctx context.Context, dir string, level, degree int, writeFrac float64, clients int, dur time.Duration, weights []float64) (float64, error) {
+	ops, _, err := replCellOn(ctx, dir, level, degree, writeFrac, clients, dur, weights, 0)
+	return ops, err
+}
+
+// replCellOn is replCell on in-process nodes (cpu 0) or on node processes
+// confined to cpu cores each; for the latter it also judges the window
+// (cpuquota.Judge): a quota exceeded is an error, a starved machine a
+// reason for doubt.
+func replCellOn(ctx context.Context, dir string, level, degree int, writeFrac float64, clients int, dur time.Duration, weights []float64, cpu float64) (float64, cpuquota.Judgment, error) {
 	parts := len(weights)
 	cum := make([]float64, parts)
 	var sum float64
@@ -260,18 +307,36 @@ func replCell(ctx context.Context, dir string, level, degree int, writeFrac floa
 	for i := range 4 {
 		rep.Nodes = append(rep.Nodes, fmt.Sprintf("n%d", i))
 	}
-	c, stop, err := bench.Replicated(ctx, dir, rep, parts, func(context.Context, string) (neptune.Service, io.Closer, error) {
-		return kv.New().Service(), nil, nil
-	})
+	var (
+		c     *neptune.Client
+		stop  func()
+		m     *cpuquota.Meter
+		err   error
+		judge cpuquota.Judgment
+	)
+	if cpu > 0 {
+		var nodes []*localcluster.Node
+		c, nodes, stop, err = procCluster(ctx, dir, rep, parts, cpu)
+		m = meter(nodes, cpu)
+	} else {
+		c, stop, err = bench.Replicated(ctx, dir, rep, parts, func(context.Context, string) (neptune.Service, io.Closer, error) {
+			return kv.New().Service(), nil, nil
+		})
+	}
 	if err != nil {
-		return 0, err
+		return 0, judge, err
 	}
 	defer stop()
 	// Ready once every partition takes a write.
 	if err := localcluster.WaitWritable(ctx, parts, 15*time.Second, warm(c)); err != nil {
-		return 0, err
+		return 0, judge, err
 	}
-	return bench.ClosedLoop(ctx, c, clients, dur, 7, func(cctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error {
+	if m != nil {
+		if err := m.Start(); err != nil {
+			return 0, judge, err
+		}
+	}
+	ops, err := bench.ClosedLoop(ctx, c, clients, dur, 7, func(cctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error {
 		p, _ := slices.BinarySearch(cum, rng.Float64()*sum)
 		p = min(p, parts-1)
 		if rng.Float64() < writeFrac {
@@ -281,6 +346,24 @@ func replCell(ctx context.Context, dir string, level, degree int, writeFrac floa
 		_, err := c.Call(cctx, "kv", p, "len", nil, neptune.WithSession(sess))
 		return err
 	})
+	if err != nil || m == nil {
+		return ops, judge, err
+	}
+	judge, used, err := m.Stop()
+	if err != nil {
+		return 0, judge, err
+	}
+	if len(judge.Over) > 0 {
+		return 0, judge, fmt.Errorf("the CPU quota did not hold: %s", judge.Reason)
+	}
+	// The figure is about CPU-bound nodes: a cell whose busiest node
+	// left a fifth of its quota unused measured the load generator.
+	busiest := slices.MaxFunc(used, func(a, b cpuquota.Usage) int { return cmp.Compare(a.Used, b.Used) })
+	if util := busiest.Used.Seconds() / (dur.Seconds() * cpu); util < minNodeUtil {
+		judge.Starved = true
+		judge.Reason = strings.TrimPrefix(judge.Reason+fmt.Sprintf("; the busiest node (%s) used %.0f%% of its quota: the cell was not node-bound", busiest.Name, 100*util), "; ")
+	}
+	return ops, judge, nil
 }
 
 // warm writes a key to a kv partition through c.
@@ -813,7 +896,7 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 // benchReplSkew measures Fig 5.2 (level 2, degrees 1-4) and Fig 5.3
 // (degree 4, levels 1-3) under Zipf-skewed partition load at 10 % writes,
 // with the cells of one imbalance factor run in turn, rounds times.
-func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts, clients int, cell time.Duration, rounds int) error {
+func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts, clients int, cell time.Duration, rounds int, cpu float64) error {
 	type cfg struct{ level, degree int }
 	cfgs := []cfg{{2, 1}, {2, 2}, {2, 3}, {2, 4}, {1, 4}, {3, 4}}
 	var factors []float64
@@ -821,7 +904,12 @@ func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts
 		factors = append(factors, f)
 	}
 	factors = append(factors, 1)
-	fmt.Fprintf(stdout, "\nFig 5.2/5.3: kv throughput (ops/s) under Zipf-skewed load; 4 in-process nodes, %d partitions, 10%% writes, %d clients, %v per cell, %d interleaved rounds\n", parts, clients, cell, rounds)
+	where := "4 in-process nodes"
+	if cpu > 0 {
+		where = fmt.Sprintf("4 node processes confined to %.2f cores each", cpu)
+	}
+	fmt.Fprintf(stdout, "\nFig 5.2/5.3: kv throughput (ops/s) under Zipf-skewed load; %s, %d partitions, 10%% writes, %d clients, %v per cell, %d interleaved rounds\n", where, parts, clients, cell, rounds)
+	var starved []string
 	samples := map[[2]int][]float64{} // (cfg index, factor index)
 	csv := report.NewTable("round", "level", "degree", "imbalance", "ops_per_s")
 	for r := range rounds {
@@ -832,9 +920,12 @@ func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts
 			}
 			for _, c := range order {
 				ci := slices.Index(cfgs, c)
-				ops, err := replCell(ctx, filepath.Join(tmp, fmt.Sprintf("skew-r%dl%dd%df%d", r, c.level, c.degree, fi)), c.level, c.degree, 0.1, clients, cell, repsim.ZipfWeights(parts, f))
+				ops, judge, err := replCellOn(ctx, filepath.Join(tmp, fmt.Sprintf("skew-r%dl%dd%df%d", r, c.level, c.degree, fi)), c.level, c.degree, 0.1, clients, cell, repsim.ZipfWeights(parts, f), cpu)
 				if err != nil {
 					return fmt.Errorf("level %d degree %d imbalance %.3f: %w", c.level, c.degree, f, err)
+				}
+				if judge.Starved {
+					starved = append(starved, fmt.Sprintf("level %d degree %d f=%.3f round %d: %s", c.level, c.degree, f, r+1, judge.Reason))
 				}
 				samples[[2]int{ci, fi}] = append(samples[[2]int{ci, fi}], ops)
 				csv.Addf("%d,%d,%d,%.4f,%.1f", r, c.level, c.degree, f, ops)
@@ -877,6 +968,10 @@ func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts
 	ratio("deg4/deg1 (level 2)", 3, 0)
 	ratio("level1/level2 (deg 4)", 4, 3)
 	ratio("level3/level2 (deg 4)", 5, 3)
+	if cpu > 0 {
+		last := len(factors) - 1
+		fmt.Fprintf(stdout, "%s\n", scaleVerdict(samples[[2]int{3, last}], samples[[2]int{0, last}], starved))
+	}
 	if err := csv.Save(filepath.Join(out, "replication-fig52-53.csv")); err != nil {
 		return err
 	}
