@@ -31,6 +31,11 @@ type Subscriber struct {
 	// keys that identify this subscriber. Only digests are stored, so a
 	// leaked config does not leak keys.
 	APIKeys []string `yaml:"api_keys,omitempty" json:"api_keys,omitempty"`
+	// Class is the Neptune service class of this subscriber's calls
+	// (dissertation §4.2.2: a class is what a client is owed), so the
+	// nodes' class scheduler serves each subscriber by its class; empty
+	// takes the route's.
+	Class string `yaml:"class,omitempty" json:"class,omitempty"`
 }
 
 // Rule matches a request whose Host and path both match; an empty field

@@ -13,6 +13,7 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/adapter"
 	"github.com/neptune-cluster/neptune/apps/echo"
+	"github.com/neptune-cluster/neptune/internal/gage"
 )
 
 // startNode starts one in-process Neptune node hosting svcs (each on
@@ -155,5 +156,33 @@ routes:
 	}
 	if retry[0]+retry[1] != "1" {
 		t.Errorf("Retry-After of the 503 and the 200: %q", retry)
+	}
+}
+
+// TestClassFromSubscriber: a subscriber's class, not the route's, is the
+// class the node's handler sees (dissertation §4.2.2); a subscriber with no
+// class keeps the route's.
+func TestClassFromSubscriber(t *testing.T) {
+	whoami := neptune.Service{Name: "whoami", Methods: []neptune.Method{{Name: "class", Mode: neptune.Read,
+		Handler: func(_ context.Context, r *neptune.Request) (*neptune.Response, error) {
+			return &neptune.Response{Body: []byte(r.Class)}, nil
+		}}}}
+	nd := startNode(t, whoami)
+	g, _ := start(t, fmt.Sprintf(`
+capacity_grps: 10000
+subscribers:
+  - {name: partner, reservation: 10, api_keys: [%s], class: gold}
+  - {name: trial, reservation: 10, api_keys: [%s]}
+routes:
+  - {path_prefix: /class, service: whoami, method: class, class: bronze}
+`, gage.HashKey("partner-key"), gage.HashKey("trial-key")), nd.Client(), nil)
+	for _, tc := range []struct{ key, want string }{{"partner-key", "gold"}, {"trial-key", "bronze"}, {"", "bronze"}} {
+		var h http.Header
+		if tc.key != "" {
+			h = key(tc.key)
+		}
+		if w := do(g, "POST", "/class", h, ""); w.Code != 200 || w.Body.String() != tc.want {
+			t.Errorf("key %q: %d %q, want class %q", tc.key, w.Code, w.Body, tc.want)
+		}
 	}
 }

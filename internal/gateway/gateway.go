@@ -79,6 +79,8 @@ type Gateway struct {
 	log      *slog.Logger
 
 	retryAfter string
+	// classOf is each subscriber's service class ("" for the route's).
+	classOf map[string]string
 }
 
 // New builds a gateway from cfg (validated here).
@@ -162,11 +164,16 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 		}
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	classOf := map[string]string{}
+	for _, s := range gc.Subscribers {
+		classOf[s.Name] = s.Class
+	}
 	return &Gateway{
 		cfg: cfg, routes: newRouteTable(cfg.Routes, time.Duration(cfg.Timeout)), classify: cl,
 		unit: gc.UnitOrDefault(), loop: newLoop(clk, sched, m, view, time.Duration(cfg.GossipPeriod)), cluster: view,
 		gossip: gsp, metrics: m, caller: d.Caller, clk: clk, log: log, pace: pace,
 		retryAfter: strconv.Itoa(max(1, int(math.Ceil(time.Duration(cfg.RetryAfter).Seconds())))),
+		classOf:    classOf,
 	}, nil
 }
 
@@ -346,8 +353,12 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, start time.Time)
 	}
 	sent := g.clk.Now()
 	var cu neptune.CallUsage
+	class := rt.Class
+	if c := g.classOf[sub]; c != "" {
+		class = c
+	}
 	resp, err := g.caller.Call(transport.WithSubscriber(ctx, sub), rt.Service, part, rt.Method, payload,
-		neptune.WithClass(rt.Class), neptune.WithUsage(&cu), failFastOnOverload)
+		neptune.WithClass(class), neptune.WithUsage(&cu), failFastOnOverload)
 	var used gage.Vector
 	if cu.Node != "" && *g.cfg.Measured {
 		// What the node measured (see Gateway's doc), and its cycle.
