@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // The passthrough framing. A front end that exposes an HTTP program
@@ -74,7 +76,7 @@ func RemoveHopHeaders(h http.Header) {
 // name or value could break the framing (CR, LF, NUL, or a name that is
 // not a token) are left out rather than sent.
 func MarshalRequest(method, target, host string, h http.Header, body []byte) ([]byte, error) {
-	if !validToken(method) {
+	if !httpguts.ValidHeaderFieldName(method) {
 		return nil, fmt.Errorf("%w: method %q is not a token", ErrFraming, method)
 	}
 	if !strings.HasPrefix(target, "/") || strings.ContainsAny(target, " \r\n\x00") {
@@ -181,7 +183,7 @@ func writeHeaders(b *bytes.Buffer, h http.Header, skip ...string) {
 	}
 	for _, k := range names {
 		ck := http.CanonicalHeaderKey(k)
-		if hop[ck] || !validToken(k) {
+		if hop[ck] || !httpguts.ValidHeaderFieldName(k) {
 			continue
 		}
 		for _, v := range h[k] {
@@ -191,22 +193,4 @@ func writeHeaders(b *bytes.Buffer, h http.Header, skip ...string) {
 			fmt.Fprintf(b, "%s: %s\r\n", ck, v)
 		}
 	}
-}
-
-// validToken reports whether s is an RFC 9110 token (a method or a header
-// name).
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
 }

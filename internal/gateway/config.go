@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/neptune-cluster/neptune/internal/gage"
 )
@@ -444,7 +445,7 @@ func (c Config) Validate() error {
 			bad(d.field, "must be >= 0, got %v", time.Duration(d.v))
 		}
 	}
-	if c.APIKey.Header != "" && !validToken(c.APIKey.Header) {
+	if c.APIKey.Header != "" && !httpguts.ValidHeaderFieldName(c.APIKey.Header) {
 		bad("api_key.header", "%q is not a header name", c.APIKey.Header)
 	}
 	if c.Scheduler != "" && !slices.Contains(Schedulers, c.Scheduler) {
@@ -524,7 +525,7 @@ func (r Route) validate(f string, subs map[string]bool, seen map[string]string) 
 		methods = []string{"*"}
 	}
 	for j, m := range r.Methods {
-		if !validToken(m) || strings.ToUpper(m) != m {
+		if !httpguts.ValidHeaderFieldName(m) || strings.ToUpper(m) != m {
 			bad(fmt.Sprintf("%s.methods[%d]", f, j), "%q is not an HTTP method in capitals, like GET", m)
 		}
 	}
@@ -575,7 +576,7 @@ func (p PartitionSpec) validate(f string) []error {
 	if p.Segment < 0 {
 		bad(f+".segment", "must be >= 1 (the first path segment is 1), got %d", p.Segment)
 	}
-	if p.Header != "" && !validToken(p.Header) {
+	if p.Header != "" && !httpguts.ValidHeaderFieldName(p.Header) {
 		bad(f+".header", "%q is not a header name", p.Header)
 	}
 	if p.Fixed != nil && *p.Fixed < 0 {
@@ -610,22 +611,4 @@ func normalizeRouteHost(h string) (string, error) {
 		return "", fmt.Errorf("%q is not a host name or *.suffix wildcard", h)
 	}
 	return n, nil
-}
-
-// validToken reports whether s is an RFC 9110 token (a method or a header
-// name).
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
 }
