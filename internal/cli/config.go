@@ -21,6 +21,7 @@ import (
 	"github.com/neptune-cluster/neptune/apps/micro"
 	"github.com/neptune-cluster/neptune/apps/search"
 	"github.com/neptune-cluster/neptune/apps/work"
+	"github.com/neptune-cluster/neptune/internal/config"
 )
 
 // FileConfig is the node config file (YAML). Field names in errors are the
@@ -106,69 +107,18 @@ type ServiceConfig struct {
 	Exec    *adapter.ExecConfig `yaml:"exec"`
 }
 
-// Duration is a time.Duration written as "250ms", "1s", ...
-type Duration time.Duration
-
-// UnmarshalYAML parses a Go duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration like 250ms or 1s", n.Line, n.Value)
-	}
-	*d = Duration(v)
-	return nil
-}
-
 // minInflightBytes is a node's message limit (16 MiB): its in-flight
 // budget must hold one message.
 const minInflightBytes = 16 << 20
 
-// Bytes is a size in bytes, written as a number or with a binary unit:
-// "64MiB", "512KiB", "1GiB".
-type Bytes int64
+// Duration and Bytes are the shared config types (internal/config).
+type (
+	Duration = config.Duration
+	Bytes    = config.Size
+)
 
 // ParseBytes reads a Bytes value.
-func ParseBytes(s string) (Bytes, error) {
-	num, mult := strings.TrimSpace(s), int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
-		if n, ok := strings.CutSuffix(num, u.suffix); ok {
-			num, mult = strings.TrimSpace(n), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || v < 0 || v > (1<<62)/mult {
-		return 0, fmt.Errorf("%q is not a size like 64MiB, 512KiB or 1048576", s)
-	}
-	return Bytes(v * mult), nil
-}
-
-// UnmarshalYAML parses a size.
-func (b *Bytes) UnmarshalYAML(n *yaml.Node) error {
-	v, err := ParseBytes(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
-	}
-	*b = v
-	return nil
-}
-
-// String, Set and Type make Bytes a flag value.
-func (b *Bytes) String() string { return strconv.FormatInt(int64(*b), 10) }
-
-func (b *Bytes) Set(s string) error {
-	v, err := ParseBytes(s)
-	if err != nil {
-		return err
-	}
-	*b = v
-	return nil
-}
-
-func (b *Bytes) Type() string { return "size" }
+var ParseBytes = config.ParseSize
 
 // Partitions is a list of partition numbers, written as a YAML list or as
 // text like "0-3,7".

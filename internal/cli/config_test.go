@@ -63,19 +63,6 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 	}
 }
 
-func TestParseBytes(t *testing.T) {
-	for in, want := range map[string]Bytes{"1048576": 1 << 20, "64MiB": 64 << 20, "512 KiB": 512 << 10, "1GiB": 1 << 30, "10B": 10, "0": 0} {
-		if got, err := ParseBytes(in); err != nil || got != want {
-			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "MiB", "-1MiB", "64MB", "1.5GiB", "99999999999GiB"} {
-		if got, err := ParseBytes(in); err == nil {
-			t.Errorf("ParseBytes(%q) = %d, want an error", in, got)
-		}
-	}
-}
-
 func TestParsePartitions(t *testing.T) {
 	tests := []struct {
 		in   string

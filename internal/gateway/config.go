@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/gage"
 )
 
@@ -228,44 +229,14 @@ func (p *PartitionSpec) UnmarshalYAML(n *yaml.Node) error {
 	return n.Decode((*plain)(p))
 }
 
-// Duration is a time.Duration written as "250ms", "1s", ...
-type Duration time.Duration
-
-// UnmarshalYAML parses a Go duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration like 250ms or 1s", n.Line, n.Value)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// ByteSize is a number of bytes written as 1048576, "1MiB", "64KiB",
-// "2MB" (powers of 1000) or "512B".
-type ByteSize int64
-
-// UnmarshalYAML parses a size.
-func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	v, err := ParseByteSize(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
-	}
-	*b = v
-	return nil
-}
+// Duration and ByteSize are the shared config types (internal/config).
+type (
+	Duration = config.Duration
+	ByteSize = config.Size
+)
 
 // ParseByteSize parses "1MiB", "64KiB", "2MB", "512B" or a plain number.
-func ParseByteSize(s string) (ByteSize, error) {
-	t := strings.TrimSpace(s)
-	num := strings.TrimRightFunc(t, func(r rune) bool { return r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' })
-	mult := map[string]float64{"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}[strings.ToLower(strings.TrimSpace(t[len(num):]))]
-	x, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-	if err != nil || mult == 0 || x < 0 || math.IsInf(x*mult, 0) || x*mult > math.MaxInt64/2 {
-		return 0, fmt.Errorf("%q is not a size like 1048576, 64KiB, 1MiB or 2MB", s)
-	}
-	return ByteSize(x * mult), nil
-}
+var ParseByteSize = config.ParseSize
 
 // Defaults.
 const (

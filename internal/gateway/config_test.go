@@ -132,19 +132,6 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	}
 }
 
-func TestParseByteSize(t *testing.T) {
-	for in, want := range map[string]ByteSize{"0": 0, "512": 512, "512B": 512, "64KiB": 64 << 10, "1MiB": 1 << 20, "2MB": 2e6, "1.5 kb": 1500, "1GiB": 1 << 30} {
-		if got, err := ParseByteSize(in); err != nil || got != want {
-			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "-1", "1XB", "MiB", "1e300GiB", "NaN"} {
-		if _, err := ParseByteSize(in); err == nil {
-			t.Errorf("ParseByteSize(%q) accepted", in)
-		}
-	}
-}
-
 func routesOf(t *testing.T, y string) *routeTable {
 	t.Helper()
 	c, err := ParseConfig([]byte("capacity_grps: 10\n" + y))
