@@ -155,10 +155,10 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 		if r.mode() == service.Write && r.identified() {
 			budget = maxIdentifiedWait
 		}
-		if waited >= budget {
+		d, ok := failoverPause(failed, waited, budget)
+		if !ok {
 			return false
 		}
-		d := min(primaryRetryPause<<min(failed+int(waited/primaryRetryPause), 3), budget-waited)
 		select {
 		case <-ctx.Done():
 			return false
@@ -204,47 +204,93 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 			return nil, r.outcome(err)
 		}
 		last = err
+		d := failover(err, write, r.identified())
+		if d.exclude {
+			c.gossip.Exclude(t.Node)
+		}
+		if d.giveUp {
+			return nil, r.outcome(err)
+		}
+		if d.count {
+			failed++
+		}
 		switch {
-		case errors.Is(err, errPrimaryMoved):
-			// Sent again to the new primary: safe, the attempt given up
-			// was a read or an identified write.
-			if failed++; failed >= maxAttempts && !pause() {
-				return nil, r.outcome(err)
-			}
-		case transport.IsTransport(err):
-			// The node is unreachable: exclude it and try another replica.
-			c.gossip.Exclude(t.Node)
-			if write && !r.identified() {
-				return nil, r.outcome(err) // it may have run: no blind resend
-			}
-			if failed++; failed >= maxAttempts && !(write && pause()) {
-				return nil, r.outcome(err)
-			}
-		case write && r.identified() && errors.Is(err, nerr.ErrUnknownOutcome):
-			// A forward to a dying primary failed: the partition is
-			// electing another. The retry carries the same identity.
-			if !pause() {
-				return nil, r.outcome(err)
-			}
-		case errors.Is(err, nerr.ErrClosed) && !errors.Is(err, nerr.ErrUnknownOutcome):
-			// The node is stopping and refused the call (it never ran):
-			// another replica takes it; the node rejoins the view when it
-			// announces itself again.
-			c.gossip.Exclude(t.Node)
-			if failed++; failed >= maxAttempts {
-				return nil, r.outcome(err)
-			}
-		case betweenPrimaries(err, r.mode()):
-			// The partition is electing a primary (a write that gets this
-			// answer never ran): wait a little, then ask again.
-			if !pause() {
-				return nil, r.outcome(err)
-			}
-		default:
+		case d.wait == waitAlways && !pause():
+			return nil, r.outcome(err)
+		case d.wait != waitAlways && failed >= maxAttempts && (d.wait == waitNever || !pause()):
 			return nil, r.outcome(err)
 		}
 		c.metrics.retries.Inc()
 	}
+}
+
+// A failover decision says what the call does after a failed attempt.
+// Pure, so each error kind's handling is a row of a table test.
+type decision struct {
+	giveUp  bool // the error is the call's answer
+	exclude bool // the node is unreachable or stopping: leave it out of the view until it announces itself again
+	count   bool // the attempt counts toward maxAttempts
+	wait    waitRule
+}
+
+// waitRule says when the call pauses (failoverPause) before the next try.
+type waitRule int
+
+const (
+	waitNever    waitRule = iota // try at once; give up after maxAttempts counted attempts
+	waitAfterMax                 // try at once, then pause once maxAttempts are spent
+	waitAlways                   // pause before every try, within the wait budget
+)
+
+// failover decides what follows an attempt that failed with err, for a
+// write or a read, with or without an identity. A write without one is
+// never sent again once it may have run.
+func failover(err error, write, identified bool) decision {
+	switch {
+	case errors.Is(err, errPrimaryMoved):
+		// Sent again to the new primary: safe, the attempt given up was a
+		// read or an identified write.
+		return decision{count: true, wait: waitAfterMax}
+	case transport.IsTransport(err):
+		// The node is unreachable: another replica takes the call.
+		if write && !identified {
+			return decision{giveUp: true, exclude: true} // it may have run: no blind resend
+		}
+		if write {
+			return decision{exclude: true, count: true, wait: waitAfterMax}
+		}
+		return decision{exclude: true, count: true}
+	case write && identified && errors.Is(err, nerr.ErrUnknownOutcome):
+		// A forward to a dying primary failed: the partition is electing
+		// another. The retry carries the same identity.
+		return decision{wait: waitAlways}
+	case errors.Is(err, nerr.ErrClosed) && !errors.Is(err, nerr.ErrUnknownOutcome):
+		// The node is stopping and refused the call (it never ran):
+		// another replica takes it.
+		return decision{exclude: true, count: true}
+	case betweenPrimaries(err, modeOf(write)):
+		// The partition is electing a primary (a write that gets this
+		// answer never ran): wait a little, then ask again.
+		return decision{wait: waitAlways}
+	}
+	return decision{giveUp: true}
+}
+
+func modeOf(write bool) service.Mode {
+	if write {
+		return service.Write
+	}
+	return service.Read
+}
+
+// failoverPause is the pause before the next try after failed counted
+// attempts and waited in pauses so far, doubling from primaryRetryPause up
+// to 8 times it, cut to the budget; false once the budget is spent.
+func failoverPause(failed int, waited, budget time.Duration) (time.Duration, bool) {
+	if waited >= budget {
+		return 0, false
+	}
+	return min(primaryRetryPause<<min(failed+int(waited/primaryRetryPause), 3), budget-waited), true
 }
 
 // errPrimaryMoved ends an attempt sent to a primary that the yellow pages
