@@ -1,0 +1,1267 @@
+package clustertest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/record"
+	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/apps/echo"
+	"github.com/neptune-cluster/neptune/apps/kv"
+	"github.com/neptune-cluster/neptune/apps/listappend"
+	"github.com/neptune-cluster/neptune/apps/micro"
+	"github.com/neptune-cluster/neptune/internal/client"
+	"github.com/neptune-cluster/neptune/internal/gateway"
+	"github.com/neptune-cluster/neptune/internal/pki"
+	"github.com/neptune-cluster/neptune/internal/replica/check"
+	"github.com/neptune-cluster/neptune/internal/security"
+	"github.com/neptune-cluster/neptune/internal/transport"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+	"github.com/neptune-cluster/neptune/lab/bench/appendbench"
+	"github.com/neptune-cluster/neptune/lab/bench/elasticbench"
+	"github.com/neptune-cluster/neptune/lab/localcluster"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The helpers every cluster test shares, in one place.
+
+// startPython runs adapter/testdata/pykv.py, a standard-library Python
+// key-value service, and returns its base URL.
+func startPython(t *testing.T) string {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("python3 is missing but CI is set: .ci/run installs it")
+		}
+		t.Skip("python3 not found: skipping the Python service test")
+	}
+	cmd := exec.Command(py, filepath.Join(repoRoot, "adapter", "testdata", "pykv.py"))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	port, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		t.Fatalf("pykv.py said %q, %v", line, err)
+	}
+	return "http://127.0.0.1:" + port
+}
+
+// nodeConfig is the YAML of one node: the Python service and grep over
+// its partitions' files, plus (on the first node) a program that hangs.
+func nodeConfig(pyURL, dataDir string, parts string, hang bool) string {
+	c := fmt.Sprintf(`services:
+  - name: pykv
+    partitions: %[3]s
+    http:
+      base_url: %[1]s
+      check_route: /check
+      timeout: 5s
+      methods:
+        - {name: put, mode: write, route: /put}
+        - {name: get, mode: read, route: /get}
+  - name: grep
+    partitions: %[3]s
+    exec:
+      command: grep
+      args: [-r, -h, -F, -f, /dev/stdin, .]
+      data_dir: %[2]s
+      ok_exit_codes: [0, 1]
+      methods: [{name: search, mode: read}]
+`, pyURL, filepath.Join(dataDir, "grep"), parts)
+	if hang {
+		c += fmt.Sprintf(`  - name: hang
+    partitions: [0]
+    exec: {command: sh, args: [-c, "sleep 60 & wait"], data_dir: %s, timeout: 300ms, methods: [{name: run, mode: read}]}
+`, filepath.Join(dataDir, "hang"))
+	}
+	return c
+}
+
+// sumService is an aggregation service whose partition p contributes p+1;
+// the local operator of a partition in stuck blocks until its caller gives
+// up, as on a hung node. Reductions take about 50 µs.
+func sumService(stuck ...int) neptune.Service {
+	agg := micro.AggConfig{Reduce: 50 * time.Microsecond}.Aggregator()
+	agg.Local = map[string]neptune.LocalFunc{"work": func(ctx context.Context, p int, _ []byte) ([]byte, error) {
+		if slices.Contains(stuck, p) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		time.Sleep(time.Millisecond)
+		return micro.Encode(uint64(p) + 1), nil
+	}}
+	return neptune.Service{Name: "sum", Workers: 4, Aggregate: agg}
+}
+
+// startAggCluster starts n in-process nodes; node i hosts partitions 2i
+// and 2i+1 of sumService(stuck...).
+func startAggCluster(t *testing.T, n int, stuck ...int) []*neptune.Node {
+	t.Helper()
+	return startNodes(t, n, "a", func(nd *neptune.Node, i int) error {
+		return nd.Register(sumService(stuck...), 2*i, 2*i+1)
+	})
+}
+
+func sumOf(parts []int) uint64 {
+	var s uint64
+	for _, p := range parts {
+		s += uint64(p) + 1
+	}
+	return s
+}
+
+func countPart[T any](xs []T, p int, part func(T) int) int {
+	n := 0
+	for _, x := range xs {
+		if part(x) == p {
+			n++
+		}
+	}
+	return n
+}
+
+// callRetrying retries a call while its error is retryable (failover).
+func callRetrying(ctx context.Context, c *neptune.Client, sess *neptune.Session, service string, p int, method string, body []byte) (*neptune.Response, error) {
+	for {
+		resp, err := c.Call(ctx, service, p, method, body, neptune.WithSession(sess))
+		if err == nil || !neptune.Retryable(err) || ctx.Err() != nil {
+			return resp, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// echoClient starts one in-process node hosting echo whose own client uses
+// policy, secured with throwaway material if secure, and returns that
+// client once it sees the node.
+func echoClient(b *testing.B, policy string, secure bool) *neptune.Client {
+	b.Helper()
+	ctx := context.Background()
+	sec := neptune.Security{Insecure: true}
+	if secure {
+		dir := b.TempDir()
+		if err := security.Scratch(dir, "bench", "b1"); err != nil {
+			b.Fatal(err)
+		}
+		sec = neptune.Security{Dir: dir}
+	}
+	nd, err := neptune.NewNode(neptune.NodeConfig{Security: sec, ID: "b1", Balance: neptune.Balancing{Policy: policy}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := nd.Register(echo.Service(), 0); err != nil {
+		b.Fatal(err)
+	}
+	if err := nd.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { nd.Close() })
+	c := nd.Client()
+	for len(c.Members(ctx, 0)) == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return c
+}
+
+// neptuneBinary is cmd/neptune, built at the first call of the test
+// binary into a directory TestMain removes.
+func neptuneBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		binPath = filepath.Join(binDir, "neptune")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/neptune-cluster/neptune/cmd/neptune").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func memberIDs(ctx context.Context, c *neptune.Client) []string {
+	var ids []string
+	for _, m := range c.Members(ctx, 0) {
+		ids = append(ids, m.Node)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// waitCaughtUp waits until node id announces a replica of every
+// partition that is neither recovering nor behind its primary.
+func waitCaughtUp(ctx context.Context, cl *appendbench.Cluster, id string) error {
+	return localcluster.Wait(ctx, 30*time.Second, func(context.Context) error {
+		for _, pi := range cl.C.Partitions() {
+			i := slices.IndexFunc(pi.Replicas, func(r client.ReplicaInfo) bool { return r.Node == id })
+			if i < 0 || pi.Replicas[i].Role == "recovering" {
+				return fmt.Errorf("%s has not rejoined partition %d", id, pi.Partition)
+			}
+		}
+		return nil
+	})
+}
+
+func startElastic(t *testing.T, ctx context.Context, nodes, parts int) *elasticbench.Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts node processes")
+	}
+	cfg := elasticbench.Config{Exe: neptuneBinary(t), Dir: t.TempDir(), Service: listappend.Name, Nodes: nodes, Parts: parts,
+		Grace: 2 * time.Second, Interval: 500 * time.Millisecond}
+	if testing.Verbose() {
+		cfg.Log = os.Stderr
+	}
+	cl, err := elasticbench.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func judge(t *testing.T, ctx context.Context, cl *elasticbench.Cluster, appends []check.AppendOp) {
+	t.Helper()
+	rep, err := cl.Check(ctx, appends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d appends\n%v", len(appends), rep)
+	if rep.Count(check.Duplicated) != 0 || rep.Count(check.Lost) != 0 || rep.Count(check.Divergent) != 0 || !rep.Valid() {
+		t.Errorf("list-append anomalies:\n%v", rep)
+	}
+	if rep.Acked < 300 {
+		t.Errorf("only %d acknowledged appends: too little to judge", rep.Acked)
+	}
+}
+
+// watchStale watches partition p's replicas as c lists them (what
+// `neptune status` shows) from since until node's primary claim is
+// marked stale or 5 s passed.
+func watchStale(c *neptune.Client, p int, node string, since time.Time) <-chan staleMark {
+	out := make(chan staleMark, 1)
+	go func() {
+		for time.Since(since) < 5*time.Second {
+			for _, pi := range c.Partitions() {
+				for _, r := range pi.Replicas {
+					if pi.Partition == p && r.Node == node && r.Role == "primary" && r.Stale != "" {
+						out <- staleMark{after: time.Since(since), why: r.Stale}
+						return
+					}
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		out <- staleMark{after: -1}
+	}()
+	return out
+}
+
+func respBody(r *neptune.Response) string {
+	if r == nil {
+		return ""
+	}
+	return string(r.Body)
+}
+
+// appProcs starts three node processes prefix1..prefix3 hosting service (a
+// built-in app, on storage under each node's own data dir) partitions
+// 0-(parts-1), replicated over all three at level with the given extra YAML
+// lines, and waits until every partition has a primary (level 1: is known).
+func appProcs(t *testing.T, ctx context.Context, prefix, service string, parts, level int, extra string) (*localcluster.Cluster, []*localcluster.Node, *neptune.Client) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, service+".yaml")
+	yaml := fmt.Sprintf("services:\n  - name: %s\n    partitions: 0-%d\n    replication:\n      level: %d\n      nodes: [%[4]s1, %[4]s2, %[4]s3]\n      degree: 3\n%[5]s",
+		service, parts-1, level, prefix, extra)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := localcluster.NewSecure(neptuneBinary(t), dir, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	var nodes []*localcluster.Node
+	for i := range 3 {
+		id := fmt.Sprintf("%s%d", prefix, i+1)
+		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfg, "-data-dir", filepath.Join(dir, id),
+			"-announce-interval", "200ms", "-announce-ttl", "1s"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: cl.ClientSecurity("client/client"), Join: cl.Seeds(), AnnounceTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	waitFor(t, 20*time.Second, func() bool {
+		if level == 1 {
+			return len(c.Partitions()) == parts
+		}
+		for p := range parts {
+			if primaryOf(c, p) == "" {
+				return false
+			}
+		}
+		return true
+	})
+	return cl, nodes, c
+}
+
+func startGateway(t *testing.T, ctx context.Context, dir, name, config string, args ...string) *gatewayProc {
+	t.Helper()
+	path := filepath.Join(dir, name+".yaml")
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(neptuneBinary(t), append([]string{"gateway", "--config", path, "--log-level", "info"}, args...)...)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); logf.Close() })
+	up := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := gatewayUp.FindStringSubmatch(sc.Text()); m != nil {
+				up <- m
+			}
+		}
+		close(up)
+	}()
+	select {
+	case m, ok := <-up:
+		if !ok {
+			b, _ := os.ReadFile(logf.Name())
+			t.Fatalf("gateway %s exited before it was up:\n%s", name, b)
+		}
+		return &gatewayProc{cmd: cmd, http: m[1], metrics: m[2], goss: m[3]}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("gateway %s not up after 15s", name)
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	return nil
+}
+
+func gatewayStatus(addr string) (gateway.Status, error) {
+	var st gateway.Status
+	resp, err := http.Get("http://" + addr + gateway.StatusPath)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// load sends rate requests per second of sub through the gateways, with
+// weights (one per gateway), until ctx ends; outcomes go to out.
+func load(ctx context.Context, wg *sync.WaitGroup, hc *http.Client, sub string, rate float64, gws []string, weights []float64, body []byte, out chan<- outcome) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer tick.Stop()
+		credit := make([]float64, len(gws))
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			// Weighted round robin over the gateways still listed.
+			best := 0
+			for i := range gws {
+				credit[i] += weights[i]
+				if credit[i] > credit[best] {
+					best = i
+				}
+			}
+			credit[best]--
+			gw := gws[best]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				at := time.Now()
+				req, _ := http.NewRequest("POST", "http://"+gw+"/echo", bytes.NewReader(body))
+				req.Header.Set("X-API-Key", sub+"-key")
+				code := 0
+				if resp, err := hc.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					code = resp.StatusCode
+				}
+				out <- outcome{sub, gw, at, code}
+			}()
+		}
+	}()
+}
+
+func drain(c chan outcome) []outcome {
+	var out []outcome
+	for {
+		select {
+		case o := <-c:
+			out = append(out, o)
+		default:
+			return out
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// startKV starts one in-process node hosting kv with rep's partitions for
+// id (all of p0 when rep is nil), joining join.
+func startKV(t *testing.T, id, dataDir string, rep *neptune.Replication, join []string, mut func(*neptune.NodeConfig)) (*neptune.Node, error) {
+	t.Helper()
+	cfg := neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: id, Join: join, AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second, DataDir: dataDir}
+	if mut != nil {
+		mut(&cfg)
+	}
+	nd, err := neptune.NewNode(cfg)
+	if err != nil {
+		return nil, err
+	}
+	svc := kv.New().Service()
+	parts := []int{0}
+	if rep != nil {
+		r := *rep
+		svc.Replication = &r
+		parts = r.PartitionsOn(id, parts)
+	}
+	if err := nd.Register(svc, parts...); err != nil {
+		return nil, err
+	}
+	if err := nd.Start(context.Background()); err != nil {
+		nd.Close()
+		return nil, err
+	}
+	t.Cleanup(func() { nd.Close() })
+	return nd, nil
+}
+
+// runListAppend runs the list-append workload on three node processes at
+// level while primaries are SIGKILLed and restarted, and checks the
+// history: no duplicate, no lost acknowledged append, identical replicas.
+func runListAppend(t *testing.T, level int, d, killEvery time.Duration) {
+	if testing.Short() {
+		t.Skip("starts node processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d+90*time.Second)
+	defer cancel()
+	cfg := appendbench.Config{Exe: neptuneBinary(t), Dir: t.TempDir(), Level: level, Parts: 2, Appenders: 24, Keys: 8,
+		Duration: d, KillEvery: killEvery, Down: 400 * time.Millisecond}
+	if testing.Verbose() {
+		cfg.Log = os.Stderr
+	}
+	cl, err := appendbench.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	res, err := cl.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("level %d: %d appends, %d kills, %d retries in %v\n%v", level, res.Appends, res.Kills, res.Retries, res.Elapsed.Round(time.Millisecond), res.Report)
+	rep := res.Report
+	if rep.Count(check.Duplicated) != 0 || rep.Count(check.Lost) != 0 || rep.Count(check.Divergent) != 0 || !rep.Valid() {
+		t.Errorf("list-append anomalies:\n%v", rep)
+	}
+	if res.Kills < 2 || rep.Acked < 1000 {
+		t.Errorf("too little happened to judge: %d kills, %d acknowledged appends", res.Kills, rep.Acked)
+	}
+}
+
+// replicasOf lists the nodes announcing a replica of kv partition p.
+func replicasOf(c *neptune.Client, p int) []string {
+	var out []string
+	for _, pi := range c.Partitions() {
+		if pi.Service == "kv" && pi.Partition == p {
+			for _, r := range pi.Replicas {
+				out = append(out, r.Node)
+			}
+		}
+	}
+	return out
+}
+
+// verifyOn waits until the replicas of p on nodes have one digest, then
+// checks that each holds every acknowledged key.
+func verifyOn(t *testing.T, ctx context.Context, cl *localcluster.Cluster, c *neptune.Client, p int, nodes []string, acked []string) {
+	t.Helper()
+	conns, err := cl.Conns("client/client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conns.Close()
+	addrs := nodeAddrs(ctx, c)
+	var digests map[string]string
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		digests = map[string]string{}
+		for _, id := range nodes {
+			d := "unreachable"
+			if cc, err := conns.ClientFor(id, addrs[id]); err == nil {
+				out, err := cc.Call(ctx, &pb.CallRequest{Service: "kv", Partition: int32(p), Method: "digest", Mode: pb.Mode_MODE_READ})
+				if d = ""; err != nil {
+					d = err.Error()
+				} else {
+					d = string(out.Body)
+				}
+			}
+			digests[id] = d
+		}
+		if len(check.Convergence(digests)) == 0 && !strings.Contains(digests[nodes[0]], "rror") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition %d did not converge on %v: %v", p, nodes, digests)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	have := map[string]map[string]bool{}
+	for _, id := range nodes {
+		got, err := present(ctx, cl, id, addrs[id], p, acked)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have[id] = got
+	}
+	if vs := check.Durability(acked, have); len(vs) > 0 {
+		t.Fatalf("partition %d: %d violations, first: %v", p, len(vs), vs[0])
+	}
+	t.Logf("partition %d: %d acknowledged writes on %v, digests %v", p, len(acked), nodes, digests)
+}
+
+// largeWrites fires n concurrent 15 MiB kv puts of one key (each under
+// the 16 MiB message limit) at partition 0 and sorts how they ended.
+func largeWrites(ctx context.Context, c *neptune.Client, n int) (ok int, refused, other []error) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			body := append([]byte("big="), bytes.Repeat([]byte{'x'}, 15<<20)...)
+			_, err := c.Call(ctx, "kv", 0, "put", body)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, neptune.ErrOverloaded):
+				refused = append(refused, err)
+			default:
+				other = append(other, err)
+			}
+		})
+	}
+	wg.Wait()
+	return ok, refused, other
+}
+
+// startEchoNodes starts one node per registerer (IDs m0, m1, ...), each
+// hosting echo partition i and serving /metrics, and waits until the
+// first sees them all.
+func startEchoNodes(t *testing.T, regs ...prometheus.Registerer) []*neptune.Node {
+	t.Helper()
+	var nodes []*neptune.Node
+	var join []string
+	for i, reg := range regs {
+		nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: fmt.Sprint("m", i), Join: join, AnnounceInterval: 100 * time.Millisecond,
+			AnnounceTTL: time.Second, MetricsAddr: "127.0.0.1:0", Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Register(echo.Service(), i); err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes = append(nodes, nd)
+		join = []string{nodes[0].GossipAddr()}
+	}
+	c := nodes[0].Client()
+	waitFor(t, 5*time.Second, func() bool { return len(c.Members(context.Background(), 50*time.Millisecond)) == len(regs) })
+	for i := range regs {
+		if _, err := c.Call(context.Background(), "echo", i, "echo", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nodes
+}
+
+func scrape(t *testing.T, nd *neptune.Node) string {
+	t.Helper()
+	resp, err := http.Get("http://" + nd.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// startCluster starts n in-process nodes hosting echo (all partitions 0..1)
+// and kv partition i on node i; it waits until every node sees every other.
+func startCluster(t *testing.T, n int) []*neptune.Node {
+	t.Helper()
+	return startNodes(t, n, "n", func(nd *neptune.Node, i int) error {
+		if err := nd.Register(echo.Service(), 0, 1); err != nil {
+			return err
+		}
+		return nd.Register(kv.New().Service(), i)
+	})
+}
+
+// startNodes starts n in-process nodes named prefix0..., lets register
+// host their services, and waits until every node sees every other.
+func startNodes(t *testing.T, n int, prefix string, register func(nd *neptune.Node, i int) error) []*neptune.Node {
+	t.Helper()
+	ctx := context.Background()
+	var nodes []*neptune.Node
+	var join []string
+	for i := range n {
+		nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: fmt.Sprintf("%s%d", prefix, i), Join: join, AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := register(nd, i); err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes = append(nodes, nd)
+		join = []string{nodes[0].GossipAddr()}
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		for _, nd := range nodes {
+			if len(nd.Client().Members(ctx, 50*time.Millisecond)) != n {
+				return false
+			}
+		}
+		return true
+	})
+	return nodes
+}
+
+func waitFor(t *testing.T, limit time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// replProcs starts three node processes r1..r3 hosting kv partitions 0-1,
+// each replicated on all three at level.
+func replProcs(t *testing.T, ctx context.Context, level int) (*localcluster.Cluster, []*localcluster.Node, *neptune.Client) {
+	t.Helper()
+	return appProcs(t, ctx, "r", "kv", 2, level, "")
+}
+
+// primaryOf is partition p's announced primary of the highest epoch.
+func primaryOf(c *neptune.Client, p int) string {
+	best, epoch := "", uint64(0)
+	for _, pi := range c.Partitions() {
+		if pi.Partition != p {
+			continue
+		}
+		for _, r := range pi.Replicas {
+			if r.Role == "primary" && r.Epoch >= epoch {
+				best, epoch = r.Node, r.Epoch
+			}
+		}
+	}
+	return best
+}
+
+// present asks one node directly which of keys its replica of p holds.
+func present(ctx context.Context, lc *localcluster.Cluster, node, addr string, p int, keys []string) (map[string]bool, error) {
+	conns, err := lc.Conns("client/client")
+	if err != nil {
+		return nil, err
+	}
+	defer conns.Close()
+	cl, err := conns.ClientFor(node, addr)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, k := range keys {
+		// Only the store's own "not found" says a key is absent; any other
+		// error (a connection still being set up on a loaded machine) is
+		// retried, and reported if it persists, never counted as a loss.
+		var err error
+		for try := 0; try < 20; try++ {
+			_, err = cl.Call(ctx, &pb.CallRequest{Service: "kv", Partition: int32(p), Method: "get", Mode: pb.Mode_MODE_READ, Body: []byte(k)})
+			if err == nil || strings.Contains(err.Error(), kv.ErrNotFound.Error()) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		switch {
+		case err == nil:
+			out[k] = true
+		case strings.Contains(err.Error(), kv.ErrNotFound.Error()):
+			out[k] = false
+		default:
+			return nil, fmt.Errorf("read %q at %s (%s): %w", k, node, addr, err)
+		}
+	}
+	return out, nil
+}
+
+func nodeAddrs(ctx context.Context, c *neptune.Client) map[string]string {
+	out := map[string]string{}
+	for _, m := range c.Members(ctx, 0) {
+		out[m.Node] = m.RPCAddr
+	}
+	return out
+}
+
+// verifyReplicas waits until every replica of partitions 0 and 1 has the
+// same digest, then checks with the history checker that it holds every
+// acknowledged write.
+func verifyReplicas(t *testing.T, ctx context.Context, cl *localcluster.Cluster, c *neptune.Client, acked map[int][]string, local bool) {
+	t.Helper()
+	var addrs map[string]string
+	conns, err := cl.Conns("client/client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conns.Close()
+	for p := range 2 {
+		var digests map[string]string
+		began := time.Now()
+		deadline := began.Add(15 * time.Second)
+		for {
+			addrs = nodeAddrs(ctx, c)
+			digests = map[string]string{}
+			var failed []string // a digest not read is never "converged"
+			for id, a := range addrs {
+				d, err := digestOf(ctx, conns, id, a, p)
+				if err != nil {
+					failed = append(failed, fmt.Sprintf("%s: %v", id, err))
+					continue
+				}
+				if local && strings.Contains(d, "sha256") {
+					d = d[strings.Index(d, "sha256"):]
+				}
+				digests[id] = d
+			}
+			if len(failed) == 0 && len(digests) == 3 && len(check.Convergence(digests)) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("partition %d did not converge: %v; digests not read: %v", p, check.Convergence(digests), failed)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		have := map[string]map[string]bool{}
+		for id, a := range addrs {
+			got, err := present(ctx, cl, id, a, p, acked[p])
+			if err != nil {
+				t.Fatal(err)
+			}
+			have[id] = got
+		}
+		if vs := check.Durability(acked[p], have); len(vs) > 0 {
+			t.Fatalf("partition %d: %d violations, first: %v", p, len(vs), vs[0])
+		}
+		t.Logf("partition %d: converged after %v; %d acknowledged writes on all 3 replicas; digests %v", p, time.Since(began).Round(time.Millisecond), len(acked[p]), digests)
+	}
+}
+
+// replicatedCluster starts n in-process nodes hosting kv with rep (placed
+// over all nodes), each with its own data dir.
+func replicatedCluster(t *testing.T, n int, rep neptune.Replication, partitions []int) []*neptune.Node {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		rep.Nodes = append(rep.Nodes, fmt.Sprintf("r%d", i))
+	}
+	var nodes []*neptune.Node
+	var join []string
+	for i := range n {
+		id := rep.Nodes[i]
+		nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: id, Join: join, AnnounceInterval: 100 * time.Millisecond,
+			AnnounceTTL: time.Second, DataDir: filepath.Join(t.TempDir(), id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc := kv.New().Service()
+		r := rep
+		svc.Replication = &r
+		if err := nd.Register(svc, rep.PartitionsOn(id, partitions)...); err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes = append(nodes, nd)
+		join = []string{nodes[0].GossipAddr()}
+	}
+	return nodes
+}
+
+// writeRetrying retries a write while the error is retryable (failover).
+func writeRetrying(ctx context.Context, c *neptune.Client, sess *neptune.Session, p int, body string) (*neptune.Response, error) {
+	for {
+		resp, err := c.Call(ctx, "kv", p, "put", []byte(body), neptune.WithSession(sess))
+		if err == nil || !neptune.Retryable(err) || ctx.Err() != nil {
+			return resp, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// digestAt asks one insecure node directly for a partition's digest.
+func digestAt(ctx context.Context, rpcAddr string, p int) (string, error) {
+	conns := transport.NewConns()
+	defer conns.Close()
+	return digestOf(ctx, conns, "", rpcAddr, p)
+}
+
+// digestOf asks node at rpcAddr through conns (secured or not) for a
+// partition's digest.
+func digestOf(ctx context.Context, conns *transport.Conns, node, rpcAddr string, p int) (string, error) {
+	cl, err := conns.ClientFor(node, rpcAddr)
+	if err != nil {
+		return "", err
+	}
+	out, err := cl.Call(ctx, &pb.CallRequest{Service: "kv", Partition: int32(p), Method: "digest", Mode: pb.Mode_MODE_READ})
+	if err != nil {
+		return "", err
+	}
+	return string(out.Body), nil
+}
+
+func rpcAddrs(nodes []*neptune.Node) []string {
+	var out []string
+	for _, nd := range nodes {
+		out = append(out, nd.RPCAddr())
+	}
+	return out
+}
+
+// converged reports whether every replica of p holds wantKeys keys and the
+// same contents (at levels 2 and 3 also the same LSN; LSNs are local
+// positions at level 1, so local says to ignore them).
+func converged(ctx context.Context, addrs []string, p, wantKeys int, local bool) (bool, []string) {
+	var ds []string
+	for _, a := range addrs {
+		d, err := digestAt(ctx, a, p)
+		if err != nil {
+			return false, append(ds, err.Error())
+		}
+		ds = append(ds, d)
+	}
+	want := fmt.Sprintf("keys=%d ", wantKeys)
+	for _, d := range ds {
+		if !strings.HasPrefix(d, want) {
+			return false, ds
+		}
+		if local {
+			d = d[strings.Index(d, "sha256"):]
+		}
+		first := ds[0]
+		if local {
+			first = first[strings.Index(first, "sha256"):]
+		}
+		if d != first {
+			return false, ds
+		}
+	}
+	return true, ds
+}
+
+// copyFile copies src to dst (mode 0600).
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// conns returns connections presenting id's certificate from dir.
+func secConns(t *testing.T, dir string, id pki.Identity) *transport.Conns {
+	t.Helper()
+	m, err := security.Load(security.Config{Dir: dir, Identity: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := m.Transport().NewConns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// mustRefuse fails unless err is set and, if code is not OK, carries it.
+func mustRefuse(t *testing.T, what string, err error, code codes.Code) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: accepted", what)
+	}
+	if code != codes.OK && status.Code(err) != code && !strings.Contains(err.Error(), code.String()) {
+		t.Fatalf("%s: refused with %v, want %v", what, err, code)
+	}
+}
+
+// refusedCount sums neptune_security_refused_total{reason} over the nodes'
+// /metrics (every reason if reason is "").
+func refusedCount(t *testing.T, ctx context.Context, metricsAddrs map[string]string, reason string) float64 {
+	t.Helper()
+	want := fmt.Sprintf("neptune_security_refused_total{reason=%q} ", reason)
+	if reason == "" {
+		want = "neptune_security_refused_total{"
+	}
+	sum := 0.0
+	for node, addr := range metricsAddrs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s /metrics: %v", node, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, want); ok {
+				if reason == "" {
+					_, v, _ = strings.Cut(v, "} ")
+				}
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatalf("%s: %q: %v", node, line, err)
+				}
+				sum += f
+			}
+		}
+	}
+	return sum
+}
+
+// mustLog waits until n's log holds a WARN line about a refusal
+// containing what.
+func mustLog(t *testing.T, n *localcluster.Node, what string) {
+	t.Helper()
+	found := func() bool {
+		b, _ := os.ReadFile(n.LogPath)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "level=WARN") && strings.Contains(line, "security: refused a peer") && strings.Contains(line, what) {
+				t.Logf("%s logs: %s", n.Spec.ID, line)
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(5 * time.Second); !found(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's log has no WARN refusal line with %q", n.Spec.ID, what)
+		}
+	}
+}
+
+// startNodeProcess runs the neptune binary with args, its stderr to
+// logPath; up is closed at its "up" line, exited receives Wait's result.
+// The process is killed when the test ends.
+func startNodeProcess(t *testing.T, logPath string, args ...string) (*exec.Cmd, <-chan struct{}, <-chan error) {
+	t.Helper()
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logf.Close() })
+	cmd := exec.Command(neptuneBinary(t), args...)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	up := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), " up: ") {
+				close(up)
+				break
+			}
+		}
+		for sc.Scan() {
+		}
+	}()
+	return cmd, up, exited
+}
+
+// newestFile is the last file in dir, by name, ending in suffix.
+func newestFile(t *testing.T, dir, suffix string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := ""
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), suffix) && e.Name() > last {
+			last = e.Name()
+		}
+	}
+	if last == "" {
+		t.Fatalf("no *%s in %s", suffix, dir)
+	}
+	return filepath.Join(dir, last)
+}
+
+// middleRecord is where the middle record of WAL segment path (contents
+// b) starts.
+func middleRecord(t *testing.T, path string, b []byte) int64 {
+	t.Helper()
+	num, err := strconv.ParseUint(strings.TrimSuffix(filepath.Base(path), ".log"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := record.NewReader(bytes.NewReader(b), pebble.FileNum(num))
+	var offs []int64
+	for {
+		off := r.Offset()
+		rec, err := r.Next()
+		if err == nil {
+			_, err = io.Copy(io.Discard, rec)
+		}
+		if err != nil {
+			break
+		}
+		offs = append(offs, off)
+	}
+	if len(offs) < 3 {
+		t.Fatalf("%d records in %s", len(offs), path)
+	}
+	return offs[len(offs)/2]
+}
+
+// tourLines returns the lines of the README's shell blocks marked as the
+// tour: a ```sh fence right after a line starting "<!-- tour", in order.
+func tourLines(t *testing.T, readme string) []string {
+	t.Helper()
+	b, err := os.ReadFile(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	marked, in := false, false
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		l := sc.Text()
+		switch {
+		case in && strings.HasPrefix(l, "```"):
+			in = false
+		case in:
+			if strings.TrimSpace(l) != "" {
+				lines = append(lines, l)
+			}
+		case marked && l == "```sh":
+			in, marked = true, false
+		default:
+			marked = strings.HasPrefix(l, "<!-- tour")
+		}
+	}
+	return lines
+}
+
+func ptr(s string) *string { return &s }
+
+// runTourLine runs one foreground line in bash and returns its stdout and
+// stderr; an error for a non-zero exit or after a minute. With quit, it
+// types q once stdout shows quit.
+func runTourLine(dir string, env []string, line, quit string) (stdout, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, "bash", "-c", line)
+	c.Dir, c.Env = dir, env
+	var mu sync.Mutex
+	var out, errOut bytes.Buffer
+	c.Stdout = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
+	c.Stderr = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return errOut.Write(p) })
+	stdin, err := c.StdinPipe()
+	if err != nil {
+		return "", "", err
+	}
+	if err := c.Start(); err != nil {
+		return "", "", err
+	}
+	if quit == "" {
+		stdin.Close()
+	} else {
+		go func() {
+			defer stdin.Close()
+			for ctx.Err() == nil {
+				mu.Lock()
+				seen := strings.Contains(out.String(), quit)
+				mu.Unlock()
+				if seen {
+					io.WriteString(stdin, "q")
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+	err = c.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("still running after a minute")
+	}
+	return out.String(), errOut.String(), err
+}
+
+// waitTour waits, for up to 30 s, until a background line's ports
+// accept, its URLs answer 200 and, if asked, every partition on n1's
+// dashboard has a primary; it fails at once if the process exits.
+func waitTour(exited <-chan struct{}, s tourStep) error {
+	ready := func() error {
+		for _, a := range s.ports {
+			conn, err := net.DialTimeout("tcp", a, time.Second)
+			if err != nil {
+				return err
+			}
+			conn.Close()
+		}
+		hc := &http.Client{Timeout: time.Second}
+		for _, u := range s.urls {
+			resp, err := hc.Get(u)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s: %s", u, resp.Status)
+			}
+		}
+		if s.primaries {
+			resp, err := hc.Get("http://127.0.0.1:9100/api/dashboard/partitions")
+			if err != nil {
+				return err
+			}
+			var v struct {
+				Total     int `json:"total"`
+				NoPrimary int `json:"no_primary"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if err != nil {
+				return err
+			}
+			if v.Total == 0 || v.NoPrimary > 0 {
+				return fmt.Errorf("partitions: %d, %d without a primary", v.Total, v.NoPrimary)
+			}
+		}
+		return nil
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("the process exited")
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after 30s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// bgLogs is the output of every background line so far, for a failure.
+func bgLogs(dir string) string {
+	var b strings.Builder
+	files, _ := filepath.Glob(filepath.Join(dir, "bg-*.log"))
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		fmt.Fprintf(&b, "\n--- %s:\n%s", filepath.Base(f), data)
+	}
+	return b.String()
+}
