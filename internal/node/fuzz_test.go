@@ -50,9 +50,9 @@ func fuzzNode(tb testing.TB) *nodeServer {
 		echo := func(_ context.Context, r *service.Request) (*service.Response, error) {
 			return &service.Response{Body: r.Body}, nil
 		}
-		stream := func(_ context.Context, r *service.Request, send func([]byte) error) error {
+		stream := func(_ context.Context, r *service.Request, s service.ServerStream) error {
 			for i := 0; i < 3 && i < len(r.Body); i++ {
-				if err := send(r.Body[i:]); err != nil {
+				if err := s.Send(r.Body[i:]); err != nil {
 					return err
 				}
 			}

@@ -56,9 +56,12 @@ func (n *Node) serve(ctx context.Context, in *pb.CallRequest) (*service.Response
 	if err != nil {
 		return nil, err
 	}
-	if m.Handler == nil {
-		return nil, fmt.Errorf("%w: %s.%s is a stream method; use Client.Stream", nerr.ErrWrongMode, in.Service, in.Method)
+	if m.Handler == nil && (m.Mode != service.Write || h.svc.Replication == nil) {
+		return nil, fmt.Errorf("%w: %s.%s is a stream method; use Client.Stream or Client.OpenStream", nerr.ErrWrongMode, in.Service, in.Method)
 	}
+	// A write stream's message arrives here as a write (serveWriteStream,
+	// or a replica forwarding it to the primary) and is executed by the
+	// stream handler (writes.Execute).
 	if h.svc.Replication != nil {
 		return n.repl.Serve(ctx, in, func(ctx context.Context) (*service.Response, error) { return h.serveLocal(ctx, m, in) })
 	}
@@ -95,7 +98,7 @@ func (n *Node) serveStream(ctx context.Context, in *pb.CallRequest, send func([]
 	var herr error
 	if err := h.run(ctx, in.Class, func(ctx context.Context) *service.Response {
 		defer recoverInto(&herr)
-		herr = m.Stream(ctx, toRequest(in), send)
+		herr = m.Stream(ctx, toRequest(in), sendOnly(send))
 		return nil
 	}); err != nil {
 		return err
@@ -146,12 +149,16 @@ type writes struct{ h *hosted }
 
 func (w writes) Execute(ctx context.Context, req *service.Request) (replication.Result, error) {
 	m := w.h.methods[req.Method]
-	if m == nil || m.Handler == nil {
+	if m == nil || m.Handler == nil && (m.Stream == nil || m.Mode != service.Write) {
 		return replication.Result{}, replication.ErrNoHandler
 	}
 	var res replication.Result
 	err := w.h.run(ctx, "", func(ctx context.Context) *service.Response {
-		res.Resp, res.Err = runHandler(ctx, m.Handler, req)
+		if m.Handler == nil {
+			res.Resp, res.Err = runStreamWrite(ctx, m.Stream, req) // one message of a write stream
+		} else {
+			res.Resp, res.Err = runHandler(ctx, m.Handler, req)
+		}
 		return res.Resp
 	})
 	return res, err
