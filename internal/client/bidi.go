@@ -39,7 +39,8 @@ func (c *Client) OpenStream(ctx context.Context, svc string, partition int, meth
 	if o.timeout > 0 {
 		var cancelT context.CancelFunc
 		ctx, cancelT = clock.WithTimeout(ctx, c.clock, o.timeout)
-		cancel = func() { cancelT(); cancel() }
+		parent := cancel
+		cancel = func() { cancelT(); parent() }
 	}
 	r := &request{in: &pb.CallRequest{Service: svc, Partition: int32(partition), Method: method, Class: o.class}, stream: true, sess: o.session}
 	s, err := c.openStream(ctx, r, o)
@@ -100,6 +101,9 @@ type BidiStream struct {
 	applied uint64
 	err     error // what ended the stream, once Recv saw it
 }
+
+// ID is a write stream's identity ("" for a read stream).
+func (s *BidiStream) ID() string { return s.id }
 
 // Node is the node the stream runs on.
 func (s *BidiStream) Node() string { return s.node }
@@ -207,6 +211,7 @@ func (s *BidiStream) end(err error) error {
 	switch {
 	case errors.As(err, &remote):
 		// The handler's own error: message applied+1 ran, nothing after.
+		e.HandlerFailed, e.MaybeApplied = true, min(s.applied+1, s.sent)
 	case errors.Is(err, nerr.ErrUnknownOutcome):
 		// The node's forward to the primary failed: that one message is
 		// open; the node read none after it.

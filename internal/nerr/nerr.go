@@ -144,8 +144,9 @@ func Label(err error) string {
 //   - MaybeApplied+1..Sent were never applied (the stream had ended
 //     before the node read them).
 //
-// Cause is the failure; when it is the handler's own error, message
-// Applied+1 ran and the error is its answer. Opening a stream again
+// Cause is the failure; with HandlerFailed it is the handler's own
+// error, message Applied+1 ran (MaybeApplied is then Applied+1 and the
+// outcome known: the error is its answer). Opening a stream again
 // WithResume(err) reuses the stream's identity, so messages resent from
 // Applied+1 are applied at most once in all.
 type StreamOutcomeError struct {
@@ -153,12 +154,17 @@ type StreamOutcomeError struct {
 	Applied      uint64
 	MaybeApplied uint64
 	Sent         uint64
-	Cause        error
+	// HandlerFailed: Cause is the handler's answer to message Applied+1.
+	HandlerFailed bool
+	Cause         error
 }
 
 func (e *StreamOutcomeError) Error() string {
 	what := fmt.Sprintf("neptune: write stream %s ended: messages 1..%d applied", e.StreamID, e.Applied)
-	if e.MaybeApplied > e.Applied {
+	switch {
+	case e.HandlerFailed:
+		what += fmt.Sprintf(", %d ran and failed", e.Applied+1)
+	case e.MaybeApplied > e.Applied:
 		what += fmt.Sprintf(", %d..%d outcome unknown (identified: resume the stream to resend them safely)", e.Applied+1, e.MaybeApplied)
 	}
 	if e.Sent > e.MaybeApplied {
@@ -173,7 +179,7 @@ func (e *StreamOutcomeError) Error() string {
 // Is makes errors.Is(err, ErrUnknownOutcome) hold while some message's
 // outcome is unknown.
 func (e *StreamOutcomeError) Is(target error) bool {
-	return target == ErrUnknownOutcome && e.MaybeApplied > e.Applied
+	return target == ErrUnknownOutcome && e.MaybeApplied > e.Applied && !e.HandlerFailed
 }
 
 // Unwrap returns the cause.

@@ -195,14 +195,17 @@ func (o *oneMessage) Send(b []byte) error {
 	return nil
 }
 
-// runStreamWrite runs a write stream's handler for one logged message.
-func runStreamWrite(ctx context.Context, f service.StreamHandler, req *service.Request) (resp *service.Response, err error) {
-	defer recoverInto(&err)
-	s := &oneMessage{body: req.Body}
-	if err := f(ctx, req, s); err != nil {
-		return nil, err
+// messageHandler is the Handler that runs a write stream's handler for
+// one message, the write it is (served, logged and replayed like a
+// Call's).
+func messageHandler(f service.StreamHandler) service.Handler {
+	return func(ctx context.Context, req *service.Request) (*service.Response, error) {
+		s := &oneMessage{body: req.Body}
+		if err := f(ctx, req, s); err != nil {
+			return nil, err
+		}
+		return &service.Response{Body: s.answer}, nil
 	}
-	return &service.Response{Body: s.answer}, nil
 }
 
 // sendOnly is the stream of a Client.Stream call: the request is its one

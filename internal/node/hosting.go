@@ -56,24 +56,27 @@ func (n *Node) serve(ctx context.Context, in *pb.CallRequest) (*service.Response
 	if err != nil {
 		return nil, err
 	}
-	if m.Handler == nil && (m.Mode != service.Write || h.svc.Replication == nil) {
-		return nil, fmt.Errorf("%w: %s.%s is a stream method; use Client.Stream or Client.OpenStream", nerr.ErrWrongMode, in.Service, in.Method)
+	handler := m.Handler
+	if handler == nil {
+		if m.Mode != service.Write {
+			return nil, fmt.Errorf("%w: %s.%s is a stream method; use Client.Stream or Client.OpenStream", nerr.ErrWrongMode, in.Service, in.Method)
+		}
+		// A write stream's message arrives here as a write
+		// (serveWriteStream, or a replica forwarding it to the primary).
+		handler = messageHandler(m.Stream)
 	}
-	// A write stream's message arrives here as a write (serveWriteStream,
-	// or a replica forwarding it to the primary) and is executed by the
-	// stream handler (writes.Execute).
 	if h.svc.Replication != nil {
-		return n.repl.Serve(ctx, in, func(ctx context.Context) (*service.Response, error) { return h.serveLocal(ctx, m, in) })
+		return n.repl.Serve(ctx, in, func(ctx context.Context) (*service.Response, error) { return h.serveLocal(ctx, handler, in) })
 	}
-	return h.serveLocal(ctx, m, in)
+	return h.serveLocal(ctx, handler, in)
 }
 
-// serveLocal runs m's handler for in through the service's pool.
-func (h *hosted) serveLocal(ctx context.Context, m *service.Method, in *pb.CallRequest) (*service.Response, error) {
+// serveLocal runs handler for in through the service's pool.
+func (h *hosted) serveLocal(ctx context.Context, handler service.Handler, in *pb.CallRequest) (*service.Response, error) {
 	var resp *service.Response
 	var herr error
 	if err := h.run(ctx, in.Class, func(ctx context.Context) *service.Response {
-		resp, herr = runHandler(ctx, m.Handler, toRequest(in))
+		resp, herr = runHandler(ctx, handler, toRequest(in))
 		return resp
 	}); err != nil {
 		return nil, err
@@ -152,13 +155,13 @@ func (w writes) Execute(ctx context.Context, req *service.Request) (replication.
 	if m == nil || m.Handler == nil && (m.Stream == nil || m.Mode != service.Write) {
 		return replication.Result{}, replication.ErrNoHandler
 	}
+	handler := m.Handler
+	if handler == nil {
+		handler = messageHandler(m.Stream) // one message of a write stream
+	}
 	var res replication.Result
 	err := w.h.run(ctx, "", func(ctx context.Context) *service.Response {
-		if m.Handler == nil {
-			res.Resp, res.Err = runStreamWrite(ctx, m.Stream, req) // one message of a write stream
-		} else {
-			res.Resp, res.Err = runHandler(ctx, m.Handler, req)
-		}
+		res.Resp, res.Err = runHandler(ctx, handler, req)
 		return res.Resp
 	})
 	return res, err

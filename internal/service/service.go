@@ -122,16 +122,18 @@ type ServerStream interface {
 // many rounds of Recv and Send with one instance (Client.OpenStream), or
 // one request (Request.Body) answered by many Sends (Client.Stream).
 //
-// A Write stream method (replicated services only) runs once per
-// message: each message the caller sends is a logged write with its own
-// identity, and the handler is run for it, on every replica, with a
-// stream whose Recv yields that one message and then io.EOF; what it
-// Sends (at most once) is that message's answer. Keep the stream's
-// state in the partition, not in the handler's variables.
+// A Write stream method runs once per message: each message the caller
+// sends is a write with its own identity (the stream's and its seq),
+// and the handler runs for it with a stream whose Recv yields that one
+// message and then io.EOF; what it Sends (at most once) is that
+// message's answer. On a replicated service each message is logged and
+// applied exactly once, on every replica, in the order sent; elsewhere
+// it runs once, as a write Call would. Keep the stream's state in the
+// partition, not in the handler's variables.
 type StreamHandler func(ctx context.Context, req *Request, s ServerStream) error
 
 // Method is one entry point of a service. Exactly one of Handler and Stream
-// is set; Write stream methods need Replication. The node announces each
+// is set. The node announces each
 // method's name, mode and kind, so callers name only the method.
 type Method struct {
 	Name    string
@@ -198,8 +200,6 @@ func (s *Service) Validate() error {
 			return fmt.Errorf("%s: Mode must be Read or Write", where)
 		case (m.Handler == nil) == (m.Stream == nil):
 			return fmt.Errorf("%s: set exactly one of Handler and Stream", where)
-		case m.Stream != nil && m.Mode == Write && s.Replication == nil:
-			return fmt.Errorf("%s: a Write Stream method needs Replication (each message is a logged write)", where)
 		}
 		seen[m.Name] = true
 	}
