@@ -20,10 +20,10 @@ import (
 func (s *nodeServer) BidiStream(stream grpc.BidiStreamingServer[pb.StreamFrame, pb.StreamFrame]) error {
 	start := s.n.clock.Now()
 	first, err := stream.Recv()
-	if err != nil {
-		return err // the caller left before naming a call
+	if err != nil && err != io.EOF {
+		return transport.ToStatus(err)
 	}
-	if first.Open == nil {
+	if err == io.EOF || first.Open == nil {
 		return transport.ToStatus(fmt.Errorf("%w: a stream's first frame must name the call (open)", nerr.ErrBadRequest))
 	}
 	err = s.n.serveBidi(stream.Context(), first.Open, stream.Recv, stream.Send)
