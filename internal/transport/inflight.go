@@ -42,7 +42,8 @@ import (
 //
 // One call is always admitted when nothing else is held, so a budget
 // smaller than one message cannot stop a node for good. The budget covers
-// the calls users make (Call, Stream, Aggregate), including a write a
+// the calls users make (Call, Stream, Aggregate, and BidiStream one
+// message at a time: perMessage), including a write a
 // replica forwards to its primary (a Call between nodes, charged at both:
 // the forwarder still holds the original). Replication's own traffic
 // (Replicate, InstallSnapshot) and the operator's calls are bounded by the
