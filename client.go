@@ -11,6 +11,7 @@ import (
 
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/client"
+	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/security"
 )
@@ -186,6 +187,70 @@ func (c *Client) Stream(ctx context.Context, service string, partition int, meth
 // Stream is the answer of a stream method; Recv returns the next chunk,
 // or io.EOF after the last one.
 type Stream = client.Stream
+
+// OpenStream opens a bidirectional stream with one replica of service's
+// partition (chosen by the balancer; a write stream's: the primary)
+// running method, a stream method: both sides send messages (Send,
+// CloseSend; the handler's ServerStream) and receive them (Recv) until
+// either ends it. gRPC's flow control holds a Send while the replica is
+// not reading; a message over MaxMessageBytes is refused with
+// ErrTooLarge and not sent. ctx (and WithTimeout) bound the stream;
+// Close abandons it. A read stream runs the handler once for the whole
+// stream, with one instance, at any replication level.
+//
+// On a Write stream method of a replicated service every message is a
+// logged write with its own identity (the stream's id and the message's
+// sequence number), applied exactly once, in the order sent, and
+// answered (RecvFrame: with its seq and version) once applied. A stream
+// is never moved to another replica: a failure ends it, for a write
+// stream with a *StreamOutcomeError that says which messages were
+// applied, which may have been and which never were; OpenStream with
+// WithResume(err) continues it under the same identity.
+func (c *Client) OpenStream(ctx context.Context, service string, partition int, method string, opts ...CallOption) (*BidiStream, error) {
+	return c.c.OpenStream(ctx, service, partition, method, opts...)
+}
+
+// BidiStream is an open bidirectional stream (OpenStream). One goroutine
+// may Send while another Recvs.
+type BidiStream = client.BidiStream
+
+// StreamFrame is one answer of a stream with, for a write stream, the
+// seq of the message it answers and the version it was applied at.
+type StreamFrame = client.Frame
+
+// StreamOutcomeError ends a failed write stream: messages 1..Applied were
+// applied exactly once, Applied+1..MaybeApplied may have been
+// (errors.Is(err, ErrUnknownOutcome) holds then), the rest up to Sent
+// never were.
+type StreamOutcomeError = nerr.StreamOutcomeError
+
+// WithResume makes OpenStream of a write stream continue the one that
+// failed with err (a *StreamOutcomeError): the same identity, messages
+// numbered from err's Applied+1. Resend from there: each message is
+// applied at most once in all, one already applied answered with its
+// first result. Any other err changes nothing.
+func WithResume(err error) CallOption { return client.WithResume(err) }
+
+// Pending is a Call in flight (Client.Go): Wait for it, select on Done,
+// or Cancel it; any number may be in flight from one goroutine.
+type Pending = client.Pending[*Response]
+
+// PendingAggregate is an aggregation in flight (Client.GoAggregate).
+type PendingAggregate = client.Pending[*AggregateResult]
+
+// Go starts Call(ctx, service, partition, method, body, opts...) on its
+// own goroutine and returns its handle at once. Cancel ends the call's
+// context, with what that means for a write (see Call's errors).
+func (c *Client) Go(ctx context.Context, service string, partition int, method string, body []byte, opts ...CallOption) *Pending {
+	return c.c.Go(ctx, service, partition, method, body, opts...)
+}
+
+// GoAggregate starts Aggregate(ctx, a) and returns its handle at once;
+// Wait returns what Aggregate would (a partial result with
+// ErrBelowQuality included).
+func (c *Client) GoAggregate(ctx context.Context, a Aggregation) *PendingAggregate {
+	return c.c.GoAggregate(ctx, a, aggregation.Experiment{})
+}
 
 // Aggregate runs a Data Aggregation Call: every partition's Local operator
 // on a replica the client picks by polled load, reduced along a tree of the

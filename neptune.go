@@ -39,9 +39,14 @@ type (
 	CallUsage = service.CallUsage
 	// Handler serves one method call on one of the service's workers.
 	Handler = service.Handler
-	// StreamHandler serves a read-only method whose answer is a sequence
-	// of chunks.
+	// StreamHandler serves a stream method, read or write, in one shape
+	// (Client.OpenStream, Client.Stream): a read stream runs once per
+	// stream with one replica; a write stream runs once per message, each
+	// a logged write applied exactly once.
 	StreamHandler = service.StreamHandler
+	// ServerStream is a stream call as its handler sees it: Recv the
+	// caller's messages, Send answers.
+	ServerStream = service.ServerStream
 	// CheckFunc is the CHECK callback of replicated services: whether the
 	// write with an LSN was applied to a partition's data.
 	CheckFunc = service.CheckFunc

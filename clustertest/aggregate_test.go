@@ -102,3 +102,39 @@ func TestAggregateRejectsUnknownOperatorsAndBadRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestGoAggregateRunsAggregationsConcurrently: one goroutine starts
+// several aggregations (one of them with a hung partition), selects on
+// the first to finish and waits for each; a cancelled one ends early
+// with what it had instead of at its deadline.
+func TestGoAggregateRunsAggregationsConcurrently(t *testing.T) {
+	nodes := startAggCluster(t, 2, 3)
+	c := nodes[0].Client()
+	ctx := context.Background()
+	full := neptune.Aggregation{Service: "sum", Partitions: []int{0, 1, 2}, Local: "work", Reduce: "sum", Deadline: 5 * time.Second}
+	var ps []*neptune.PendingAggregate
+	for range 4 {
+		ps = append(ps, c.GoAggregate(ctx, full))
+	}
+	hung := c.GoAggregate(ctx, neptune.Aggregation{Service: "sum", Partitions: []int{0, 1, 2, 3}, Local: "work", Reduce: "sum",
+		Quality: 1, Deadline: 20 * time.Second})
+	select {
+	case <-ps[0].Done():
+	case <-hung.Done():
+		t.Fatal("the aggregation with a hung partition finished first")
+	}
+	for i, p := range ps {
+		res, err := p.Wait()
+		if err != nil || res.Status != neptune.AggregateFull {
+			t.Fatalf("aggregation %d: %+v, %v", i, res, err)
+		}
+	}
+	start := time.Now()
+	hung.Cancel()
+	if _, err := hung.Wait(); err == nil {
+		t.Fatal("the cancelled aggregation with a hung partition succeeded")
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the cancelled aggregation ended %v after Cancel, not before its 20 s deadline", took)
+	}
+}

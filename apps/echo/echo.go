@@ -5,6 +5,7 @@ package echo
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/neptune-cluster/neptune"
 )
@@ -19,17 +20,33 @@ func Service() neptune.Service {
 			{Name: "echo", Mode: neptune.Read, Handler: func(_ context.Context, r *neptune.Request) (*neptune.Response, error) {
 				return &neptune.Response{Body: r.Body}, nil
 			}},
-			{Name: "chunks", Mode: neptune.Read, Stream: func(ctx context.Context, r *neptune.Request, send func([]byte) error) error {
+			{Name: "chunks", Mode: neptune.Read, Stream: func(ctx context.Context, r *neptune.Request, s neptune.ServerStream) error {
 				if len(r.Body) == 0 {
 					return fmt.Errorf("echo: chunks needs a body whose first byte is the chunk count")
 				}
 				n := max(int(r.Body[0]), 1)
 				for i := range n {
-					if err := send(fmt.Appendf(nil, "%d:%s", i, r.Body[1:])); err != nil {
+					if err := s.Send(fmt.Appendf(nil, "%d:%s", i, r.Body[1:])); err != nil {
 						return err
 					}
 				}
 				return nil
+			}},
+			// talk answers each message of a bidirectional stream with the
+			// message itself, until the caller closes its side.
+			{Name: "talk", Mode: neptune.Read, Stream: func(ctx context.Context, r *neptune.Request, s neptune.ServerStream) error {
+				for {
+					m, err := s.Recv()
+					if err == io.EOF {
+						return nil
+					}
+					if err != nil {
+						return err
+					}
+					if err := s.Send(m); err != nil {
+						return err
+					}
+				}
 			}},
 		},
 	}

@@ -14,6 +14,9 @@
 // Methods (bodies are text; see EncodeAppend, EncodeList, Digest):
 //   - append (write): "key=element", element a canonical decimal uint64;
 //     appends element to key's list; answers with an empty body
+//   - append-stream (write stream): each message is an append's body,
+//     logged and applied exactly once in the order sent; each answered
+//     as append is
 //   - read (read): "key"; answers key's list, elements in decimal separated
 //     by single spaces (empty for a key never appended to)
 //   - digest (read): empty body; answers
@@ -27,6 +30,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"sync"
@@ -96,6 +100,7 @@ func (s *Store) Service() neptune.Service {
 		Name: Name,
 		Methods: []neptune.Method{
 			{Name: "append", Mode: neptune.Write, Handler: s.append},
+			{Name: "append-stream", Mode: neptune.Write, Stream: s.appendStream},
 			{Name: "read", Mode: neptune.Read, Handler: s.read},
 			{Name: "digest", Mode: neptune.Read, Handler: s.digest},
 		},
@@ -245,3 +250,27 @@ func (p *partition) digest() Digest {
 
 // errCorrupt marks stored data this package did not write.
 var errCorrupt = errors.New("listappend: unexpected stored data")
+
+// appendStream is append as a write stream (Client.OpenStream): every
+// message is one key=element append, logged and applied exactly once in
+// the order sent, and answered as append answers.
+func (s *Store) appendStream(ctx context.Context, r *neptune.Request, st neptune.ServerStream) error {
+	for {
+		m, err := st.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		one := *r
+		one.Body = m
+		resp, err := s.append(ctx, &one)
+		if err != nil {
+			return err
+		}
+		if err := st.Send(resp.Body); err != nil {
+			return err
+		}
+	}
+}

@@ -128,8 +128,11 @@ type Client struct {
 
 	// writeID identifies this client's writes (random per Client), and
 	// writeSeq numbers them; anonymous turns identities off (lab only).
-	writeID   string
-	writeSeq  atomic.Uint64
+	writeID  string
+	writeSeq atomic.Uint64
+	// streamSeq numbers this client's write streams, whose identities
+	// are writeID~s<n> (the messages: with their seq).
+	streamSeq atomic.Uint64
 	anonymous atomic.Bool
 }
 

@@ -19,6 +19,7 @@ type options struct {
 	key     string
 	retryOf *nerr.UnknownOutcomeError
 	retry   *RetryPolicy
+	resume  *nerr.StreamOutcomeError
 }
 
 func collect(opts []Option) options {
@@ -71,3 +72,18 @@ func WithRetryOf(err error) Option {
 // WithRetry makes this call follow p instead of the client's retry
 // policy (zero fields take the defaults; a negative Budget makes one try).
 func WithRetry(p RetryPolicy) Option { return func(o *options) { o.retry = &p } }
+
+// WithResume makes OpenStream of a write stream resume the one that
+// failed with err (a *nerr.StreamOutcomeError): the new stream keeps its
+// identity and numbers its messages from err's Applied+1, so the caller
+// resends the messages from there and each is applied at most once in
+// all (one already applied is answered with its first result). Any other
+// err changes nothing.
+func WithResume(err error) Option {
+	return func(o *options) {
+		var e *nerr.StreamOutcomeError
+		if errors.As(err, &e) && e.StreamID != "" {
+			o.resume = e
+		}
+	}
+}

@@ -5,6 +5,7 @@ package nerr
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 var (
@@ -87,6 +88,10 @@ func UnknownOutcome(identified bool, cause error) error {
 // perhaps later) can succeed without harm. A write of unknown outcome is
 // retryable only if it carried an identity (and the retry reuses it).
 func Retryable(err error) bool {
+	var se *StreamOutcomeError
+	if errors.As(err, &se) {
+		return false // opening it again is a new stream unless resumed
+	}
 	var u *UnknownOutcomeError
 	if errors.As(err, &u) {
 		return u.Identified
@@ -125,3 +130,57 @@ func Label(err error) string {
 	}
 	return "error"
 }
+
+// StreamOutcomeError ends a write stream (Client.OpenStream on a Write
+// stream method) that failed: it says which of the messages sent were
+// applied. Every message of a write stream is a write identified by the
+// stream's id and its seq, applied at most once and in seq order:
+//
+//   - 1..Applied were answered: each applied exactly once;
+//   - Applied+1..MaybeApplied may or may not have been (the connection
+//     broke or the deadline passed with them sent, or the node's forward
+//     to the primary failed); errors.Is(err, ErrUnknownOutcome) holds only
+//     when this range is not empty;
+//   - MaybeApplied+1..Sent were never applied (the stream had ended
+//     before the node read them).
+//
+// Cause is the failure; with HandlerFailed it is the handler's own
+// error, message Applied+1 ran (MaybeApplied is then Applied+1 and the
+// outcome known: the error is its answer). Opening a stream again
+// WithResume(err) reuses the stream's identity, so messages resent from
+// Applied+1 are applied at most once in all.
+type StreamOutcomeError struct {
+	StreamID     string
+	Applied      uint64
+	MaybeApplied uint64
+	Sent         uint64
+	// HandlerFailed: Cause is the handler's answer to message Applied+1.
+	HandlerFailed bool
+	Cause         error
+}
+
+func (e *StreamOutcomeError) Error() string {
+	what := fmt.Sprintf("neptune: write stream %s ended: messages 1..%d applied", e.StreamID, e.Applied)
+	switch {
+	case e.HandlerFailed:
+		what += fmt.Sprintf(", %d ran and failed", e.Applied+1)
+	case e.MaybeApplied > e.Applied:
+		what += fmt.Sprintf(", %d..%d outcome unknown (identified: resume the stream to resend them safely)", e.Applied+1, e.MaybeApplied)
+	}
+	if e.Sent > e.MaybeApplied {
+		what += fmt.Sprintf(", %d..%d never applied", e.MaybeApplied+1, e.Sent)
+	}
+	if e.Cause == nil {
+		return what
+	}
+	return what + ": " + e.Cause.Error()
+}
+
+// Is makes errors.Is(err, ErrUnknownOutcome) hold while some message's
+// outcome is unknown.
+func (e *StreamOutcomeError) Is(target error) bool {
+	return target == ErrUnknownOutcome && e.MaybeApplied > e.Applied && !e.HandlerFailed
+}
+
+// Unwrap returns the cause.
+func (e *StreamOutcomeError) Unwrap() error { return e.Cause }

@@ -3,6 +3,7 @@ package nerr
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -35,5 +36,32 @@ func TestNotAMemberIsNotRetryable(t *testing.T) {
 	err := fmt.Errorf("%w: node s1's certificate is of another CA (%w)", ErrNotMember, ErrNoReplica)
 	if Retryable(err) || !errors.Is(err, ErrNoReplica) {
 		t.Fatalf("Retryable(%v) = %v", err, Retryable(err))
+	}
+}
+
+// TestStreamOutcomeSaysWhatRan: a broken write stream's error is an
+// unknown outcome only while some message's outcome is open, never
+// retryable as it stands (opening it again is a new stream), and names
+// the three ranges.
+func TestStreamOutcomeSaysWhatRan(t *testing.T) {
+	cut := fmt.Errorf("wrapped: %w", &StreamOutcomeError{StreamID: "s", Applied: 3, MaybeApplied: 5, Sent: 9,
+		Cause: &UnknownOutcomeError{Identified: true, Cause: ErrNoReplica}})
+	if !errors.Is(cut, ErrUnknownOutcome) || Retryable(cut) || Label(cut) != "unknown_outcome" {
+		t.Fatalf("cut stream: Is unknown %v, Retryable %v", errors.Is(cut, ErrUnknownOutcome), Retryable(cut))
+	}
+	for _, want := range []string{"1..3 applied", "4..5 outcome unknown", "6..9 never applied"} {
+		if !strings.Contains(cut.Error(), want) {
+			t.Errorf("%q does not say %q", cut, want)
+		}
+	}
+	refused := &StreamOutcomeError{StreamID: "s", Applied: 3, MaybeApplied: 3, Sent: 4, Cause: ErrNoPrimary}
+	failed := &StreamOutcomeError{StreamID: "s", Applied: 3, MaybeApplied: 4, Sent: 4, HandlerFailed: true, Cause: errors.New("handler")}
+	for _, e := range []error{refused, failed} {
+		if errors.Is(e, ErrUnknownOutcome) || Retryable(e) {
+			t.Errorf("%v: taken for an unknown outcome or retryable", e)
+		}
+	}
+	if !strings.Contains(failed.Error(), "4 ran and failed") {
+		t.Errorf("%q does not say message 4 ran", failed)
 	}
 }

@@ -3,7 +3,9 @@ package node
 import (
 	"context"
 	"encoding/binary"
+	"io"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,22 +52,40 @@ func fuzzNode(tb testing.TB) *nodeServer {
 		echo := func(_ context.Context, r *service.Request) (*service.Response, error) {
 			return &service.Response{Body: r.Body}, nil
 		}
-		stream := func(_ context.Context, r *service.Request, send func([]byte) error) error {
+		stream := func(_ context.Context, r *service.Request, s service.ServerStream) error {
 			for i := 0; i < 3 && i < len(r.Body); i++ {
-				if err := send(r.Body[i:]); err != nil {
+				if err := s.Send(r.Body[i:]); err != nil {
 					return err
 				}
 			}
 			return nil
 		}
+		// talk answers each message of a stream with itself.
+		talk := func(_ context.Context, _ *service.Request, s service.ServerStream) error {
+			for {
+				m, err := s.Recv()
+				if err != nil {
+					if err == io.EOF {
+						return nil
+					}
+					return err
+				}
+				if err := s.Send(m); err != nil {
+					return err
+				}
+			}
+		}
 		plain := service.Service{Name: "echo", Workers: 2, QueueLimit: 8, Methods: []service.Method{
 			{Name: "get", Mode: service.Read, Handler: echo},
 			{Name: "put", Mode: service.Write, Handler: echo},
 			{Name: "watch", Mode: service.Read, Stream: stream},
+			{Name: "talk", Mode: service.Read, Stream: talk},
+			{Name: "puts", Mode: service.Write, Stream: talk},
 		}}
 		replicated := service.Service{Name: "kv", Methods: []service.Method{
 			{Name: "get", Mode: service.Read, Handler: echo},
 			{Name: "put", Mode: service.Write, Handler: echo},
+			{Name: "puts", Mode: service.Write, Stream: talk},
 		}, Replication: &service.Replication{Level: 2, Replicas: map[int][]service.ReplicaSpec{
 			0: {{Node: "f", Priority: 1}}, 1: {{Node: "f", Priority: 1}}}}}
 		for _, r := range []struct {
@@ -227,6 +247,120 @@ func FuzzAggregateRequest(f *testing.F) {
 			checkAnswer(t, "Aggregate", nil, err)
 		} else {
 			checkAnswer(t, "Aggregate", resp, err)
+		}
+	})
+}
+
+// fakeBidi is the server side of a BidiStream call: it delivers frames,
+// then io.EOF, and records the answers.
+type fakeBidi struct {
+	grpc.ServerStream
+	ctx     context.Context
+	in      []*pb.StreamFrame
+	answers []*pb.StreamFrame
+}
+
+func (s *fakeBidi) Context() context.Context { return s.ctx }
+func (s *fakeBidi) Send(f *pb.StreamFrame) error {
+	s.answers = append(s.answers, f)
+	return nil
+}
+func (s *fakeBidi) Recv() (*pb.StreamFrame, error) {
+	if len(s.in) == 0 {
+		return nil, io.EOF
+	}
+	f := s.in[0]
+	s.in = s.in[1:]
+	return f, nil
+}
+
+// splitFrames reads b as frames, each a 2-byte big-endian length and that
+// many bytes of an encoded StreamFrame; false if one does not decode
+// (gRPC refuses such a frame before the handler).
+func splitFrames(b []byte) ([]*pb.StreamFrame, bool) {
+	var out []*pb.StreamFrame
+	for len(b) >= 2 {
+		n := int(binary.BigEndian.Uint16(b))
+		b = b[2:]
+		n = min(n, len(b))
+		var f pb.StreamFrame
+		if proto.Unmarshal(b[:n], &f) != nil {
+			return nil, false
+		}
+		out = append(out, &f)
+		b = b[n:]
+	}
+	return out, true
+}
+
+func joinFrames(tb testing.TB, fs ...*pb.StreamFrame) []byte {
+	var out []byte
+	for _, f := range fs {
+		b, err := proto.Marshal(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = binary.BigEndian.AppendUint16(out, uint16(len(b)))
+		out = append(out, b...)
+	}
+	return out
+}
+
+// FuzzStreamFrames: any sequence of frames a peer sends on a BidiStream
+// ends with nil or a typed status, never a panic or a hang, and a write
+// stream answers only messages it took, in order, each once.
+func FuzzStreamFrames(f *testing.F) {
+	open := func(svc, method string, mode pb.Mode, id string) *pb.StreamFrame {
+		return &pb.StreamFrame{Open: &pb.CallRequest{Service: svc, Method: method, Mode: mode, ClientId: id}}
+	}
+	msg := func(seq uint64, body string) *pb.StreamFrame { return &pb.StreamFrame{Seq: seq, Body: []byte(body)} }
+	for _, seed := range [][]*pb.StreamFrame{
+		{open("echo", "talk", pb.Mode_MODE_READ, ""), msg(1, "a"), msg(2, "b")},
+		{open("echo", "talk", pb.Mode_MODE_READ, ""), msg(1, "a"), msg(1, "again")},
+		{open("echo", "talk", pb.Mode_MODE_READ, ""), msg(1, "a"), open("echo", "talk", pb.Mode_MODE_READ, "")},
+		{open("echo", "puts", pb.Mode_MODE_WRITE, "s1"), msg(1, "a"), msg(2, "b"), msg(4, "gap")},
+		{open("kv", "puts", pb.Mode_MODE_WRITE, "s2"), msg(1, "a"), msg(2, "b")},
+		{open("kv", "puts", pb.Mode_MODE_WRITE, ""), msg(1, "a")},
+		{open("kv", "puts", pb.Mode_MODE_READ, "s3"), msg(1, "a")},
+		{open("echo", "get", pb.Mode_MODE_READ, ""), msg(1, "a")},
+		{open("echo", "watch", pb.Mode_MODE_READ, ""), msg(0, "zero")},
+		{msg(1, "no open")},
+		{open("echo", "talk", pb.Mode_MODE_READ, ""), {Seq: 1, Body: make([]byte, 1<<16+1)}},
+	} {
+		f.Add(joinFrames(f, seed...))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := fuzzNode(t)
+		frames, ok := splitFrames(b)
+		if !ok {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st := &fakeBidi{ctx: ctx, in: frames}
+		done := make(chan error, 1)
+		go func() { done <- s.BidiStream(st) }()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("BidiStream ignored its context for 10 s")
+		}
+		if err != nil {
+			checkAnswer(t, "BidiStream", nil, err)
+			if status.Code(err) == codes.Unknown && !strings.Contains(err.Error(), "bad request") {
+				t.Fatalf("BidiStream: untyped error %v", err)
+			}
+		}
+		if len(frames) == 0 || frames[0].Open == nil || frames[0].Open.Mode != pb.Mode_MODE_WRITE {
+			return
+		}
+		var last uint64
+		for _, a := range st.answers {
+			if last != 0 && a.Seq != last+1 || a.Seq == 0 {
+				t.Fatalf("write stream answered message %d after %d", a.Seq, last)
+			}
+			last = a.Seq
 		}
 	})
 }

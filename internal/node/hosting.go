@@ -56,21 +56,27 @@ func (n *Node) serve(ctx context.Context, in *pb.CallRequest) (*service.Response
 	if err != nil {
 		return nil, err
 	}
-	if m.Handler == nil {
-		return nil, fmt.Errorf("%w: %s.%s is a stream method; use Client.Stream", nerr.ErrWrongMode, in.Service, in.Method)
+	handler := m.Handler
+	if handler == nil {
+		if m.Mode != service.Write {
+			return nil, fmt.Errorf("%w: %s.%s is a stream method; use Client.Stream or Client.OpenStream", nerr.ErrWrongMode, in.Service, in.Method)
+		}
+		// A write stream's message arrives here as a write
+		// (serveWriteStream, or a replica forwarding it to the primary).
+		handler = messageHandler(m.Stream)
 	}
 	if h.svc.Replication != nil {
-		return n.repl.Serve(ctx, in, func(ctx context.Context) (*service.Response, error) { return h.serveLocal(ctx, m, in) })
+		return n.repl.Serve(ctx, in, func(ctx context.Context) (*service.Response, error) { return h.serveLocal(ctx, handler, in) })
 	}
-	return h.serveLocal(ctx, m, in)
+	return h.serveLocal(ctx, handler, in)
 }
 
-// serveLocal runs m's handler for in through the service's pool.
-func (h *hosted) serveLocal(ctx context.Context, m *service.Method, in *pb.CallRequest) (*service.Response, error) {
+// serveLocal runs handler for in through the service's pool.
+func (h *hosted) serveLocal(ctx context.Context, handler service.Handler, in *pb.CallRequest) (*service.Response, error) {
 	var resp *service.Response
 	var herr error
 	if err := h.run(ctx, in.Class, func(ctx context.Context) *service.Response {
-		resp, herr = runHandler(ctx, m.Handler, toRequest(in))
+		resp, herr = runHandler(ctx, handler, toRequest(in))
 		return resp
 	}); err != nil {
 		return nil, err
@@ -95,7 +101,7 @@ func (n *Node) serveStream(ctx context.Context, in *pb.CallRequest, send func([]
 	var herr error
 	if err := h.run(ctx, in.Class, func(ctx context.Context) *service.Response {
 		defer recoverInto(&herr)
-		herr = m.Stream(ctx, toRequest(in), send)
+		herr = m.Stream(ctx, toRequest(in), sendOnly(send))
 		return nil
 	}); err != nil {
 		return err
@@ -146,12 +152,16 @@ type writes struct{ h *hosted }
 
 func (w writes) Execute(ctx context.Context, req *service.Request) (replication.Result, error) {
 	m := w.h.methods[req.Method]
-	if m == nil || m.Handler == nil {
+	if m == nil || m.Handler == nil && (m.Stream == nil || m.Mode != service.Write) {
 		return replication.Result{}, replication.ErrNoHandler
+	}
+	handler := m.Handler
+	if handler == nil {
+		handler = messageHandler(m.Stream) // one message of a write stream
 	}
 	var res replication.Result
 	err := w.h.run(ctx, "", func(ctx context.Context) *service.Response {
-		res.Resp, res.Err = runHandler(ctx, m.Handler, req)
+		res.Resp, res.Err = runHandler(ctx, handler, req)
 		return res.Resp
 	})
 	return res, err

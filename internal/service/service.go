@@ -100,13 +100,41 @@ type Handler func(ctx context.Context, req *Request) (*Response, error)
 // write that partly happened.
 var ErrStorage = errors.New("neptune: service storage failed")
 
-// StreamHandler serves a read-only method whose answer is a sequence of
-// chunks; send delivers one chunk to the caller.
-type StreamHandler func(ctx context.Context, req *Request, send func([]byte) error) error
+// ServerStream is a stream call as its handler sees it: the caller's
+// messages and the way back. Recv and Send may be called from two
+// goroutines at once, but neither from two.
+type ServerStream interface {
+	// Recv returns the caller's next message, or io.EOF once the caller
+	// closed its side (at once for Client.Stream, whose one message is
+	// Request.Body).
+	Recv() ([]byte, error)
+	// Send sends one message to the caller. It blocks while the caller
+	// is not reading (gRPC's flow control), fails with ErrTooLarge for a
+	// message over the node's MaxMessageBytes, and fails once the caller
+	// is gone or the deadline passed.
+	Send([]byte) error
+}
+
+// StreamHandler serves a stream method, read or write, in one shape.
+//
+// A Read stream method runs once per stream, on one worker of the
+// replica the caller's balancer chose, for as long as the stream lasts:
+// many rounds of Recv and Send with one instance (Client.OpenStream), or
+// one request (Request.Body) answered by many Sends (Client.Stream).
+//
+// A Write stream method runs once per message: each message the caller
+// sends is a write with its own identity (the stream's and its seq),
+// and the handler runs for it with a stream whose Recv yields that one
+// message and then io.EOF; what it Sends (at most once) is that
+// message's answer. On a replicated service each message is logged and
+// applied exactly once, on every replica, in the order sent; elsewhere
+// it runs once, as a write Call would. Keep the stream's state in the
+// partition, not in the handler's variables.
+type StreamHandler func(ctx context.Context, req *Request, s ServerStream) error
 
 // Method is one entry point of a service. Exactly one of Handler and Stream
-// is set; Stream methods must be Read. The node announces each method's
-// name, mode and kind, so callers name only the method.
+// is set. The node announces each
+// method's name, mode and kind, so callers name only the method.
 type Method struct {
 	Name    string
 	Mode    Mode
@@ -172,8 +200,6 @@ func (s *Service) Validate() error {
 			return fmt.Errorf("%s: Mode must be Read or Write", where)
 		case (m.Handler == nil) == (m.Stream == nil):
 			return fmt.Errorf("%s: set exactly one of Handler and Stream", where)
-		case m.Stream != nil && m.Mode != Read:
-			return fmt.Errorf("%s: Stream methods must be Read", where)
 		}
 		seen[m.Name] = true
 	}

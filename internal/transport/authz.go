@@ -42,7 +42,9 @@ var (
 //     their subscribers (and need nothing else: a gateway routes no
 //     stream method and runs no aggregation).
 //
-//   - Stream, Aggregate: any member but gateways. A blocking aggregation
+//   - Stream, BidiStream, Aggregate: any member but gateways (a write
+//     stream's messages are writes like a Call's, with the same identity
+//     rules, so a client may send them). A blocking aggregation
 //     (AggregateRequest.blocking, the NoED experiment's baseline, which
 //     holds a worker on every node of the tree for the whole call) only
 //     from operators, and from nodes forwarding a subtree of one.
@@ -78,6 +80,7 @@ var Rules = map[string]Rule{
 	pb.Node_InstallSnapshot_FullMethodName: {Roles: nodesOnly, Check: snapshotFromCaller},
 	pb.Node_ChangeReplicas_FullMethodName:  {Roles: operatorsAndNodes},
 	pb.Node_Drain_FullMethodName:           {Roles: operatorOnly},
+	pb.Node_BidiStream_FullMethodName:      {Roles: anyMember},
 	// grpc.health.v1: whoever may call may ask whether to.
 	healthpb.Health_Check_FullMethodName: {Roles: callers},
 	healthpb.Health_Watch_FullMethodName: {Roles: callers},

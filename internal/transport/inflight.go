@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -41,7 +42,8 @@ import (
 //
 // One call is always admitted when nothing else is held, so a budget
 // smaller than one message cannot stop a node for good. The budget covers
-// the calls users make (Call, Stream, Aggregate), including a write a
+// the calls users make (Call, Stream, Aggregate, and BidiStream one
+// message at a time: perMessage), including a write a
 // replica forwards to its primary (a Call between nodes, charged at both:
 // the forwarder still holds the original). Replication's own traffic
 // (Replicate, InstallSnapshot) and the operator's calls are bounded by the
@@ -251,10 +253,57 @@ func (b *Inflight) unary(ctx context.Context, req any, info *grpc.UnaryServerInf
 }
 
 func (b *Inflight) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if perMessage[info.FullMethod] {
+		ms := &messageCharged{ServerStream: ss, b: b}
+		defer ms.release()
+		return handler(srv, ms)
+	}
 	if !budgeted[info.FullMethod] {
 		return handler(srv, ss)
 	}
 	return handler(srv, &chargedStream{ServerStream: ss, b: b})
+}
+
+// perMessage are the streams whose messages the budget covers one at a
+// time: a bidirectional stream may last for hours and carry any number of
+// messages, so each is charged from when it is read until the next is
+// asked for (its handler has dealt with it by then) or the stream ends.
+var perMessage = map[string]bool{
+	pb.Node_BidiStream_FullMethodName: true,
+}
+
+// messageCharged charges a bidirectional stream's last received message.
+type messageCharged struct {
+	grpc.ServerStream
+	b    *Inflight
+	mu   sync.Mutex
+	held int64
+}
+
+func (s *messageCharged) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.used.Add(-s.held)
+	s.held = 0
+}
+
+func (s *messageCharged) RecvMsg(m any) error {
+	s.release()
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	msg, ok := m.(proto.Message)
+	if !ok {
+		return nil
+	}
+	size := int64(proto.Size(msg))
+	if !s.b.acquire(size, 0) {
+		return ToStatus(s.b.refusal(size, "after it was read (a stream message; the stream ends, the message never ran)"))
+	}
+	s.mu.Lock()
+	s.held = size
+	s.mu.Unlock()
+	return nil
 }
 
 // chargedStream charges a budgeted stream's request as it is received.

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -39,6 +41,22 @@ func (s *holdServer) Call(_ context.Context, in *pb.CallRequest) (*pb.CallRespon
 func (s *holdServer) Stream(in *pb.CallRequest, st grpc.ServerStreamingServer[pb.Chunk]) error {
 	s.ran.Add(1)
 	return st.Send(&pb.Chunk{Body: []byte("ok")})
+}
+
+// BidiStream answers every frame with an empty one.
+func (s *holdServer) BidiStream(st grpc.BidiStreamingServer[pb.StreamFrame, pb.StreamFrame]) error {
+	for {
+		f, err := st.Recv()
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		if err := st.Send(&pb.StreamFrame{Seq: f.Seq}); err != nil {
+			return err
+		}
+	}
 }
 
 // payloads counts the request messages gRPC read on the server.
@@ -291,5 +309,47 @@ func TestBudgetCoversStreams(t *testing.T) {
 	if err := stream(r.declared, true); err != nil {
 		t.Fatalf("a stream once the budget is free: %v", err)
 	}
+	r.waitUsed(t, 0)
+}
+
+// TestBudgetChargesStreamMessagesOneAtATime: a bidirectional stream's
+// messages are charged one at a time, from when each is read until the
+// next is asked for, so a stream carries far more than the budget in all;
+// a message the budget cannot take ends the stream with ErrOverloaded,
+// and everything is released when it ends.
+func TestBudgetChargesStreamMessagesOneAtATime(t *testing.T) {
+	r := newBudgetRig(t, 1<<20)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := r.declared.BidiStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := func(seq uint64, n int) *pb.StreamFrame { return &pb.StreamFrame{Seq: seq, Body: body(n)} }
+	for i := range uint64(10) { // 3 MB through a 1 MiB budget
+		if err := st.Send(msg(i+1, 300<<10)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatalf("message %d: %v", i+1, err)
+		}
+		if u, one := r.budget.Used(), int64(proto.Size(msg(i+1, 300<<10))); u > one {
+			t.Fatalf("after message %d the budget holds %d bytes, more than one message (%d)", i+1, u, one)
+		}
+	}
+	done := r.hold(t, r.declared, 600<<10)
+	if err := st.Send(msg(11, 300<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("a message the budget can take beside the held call: %v", err)
+	}
+	if err := st.Send(msg(12, 500<<10)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Recv()
+	wantOverloaded(t, err)
+	close(r.srv.release)
+	<-done
 	r.waitUsed(t, 0)
 }

@@ -2562,6 +2562,85 @@ func (x *ChangeReplicasReply) GetPrimary() string {
 	return ""
 }
 
+// StreamFrame is one message of a BidiStream, either way.
+type StreamFrame struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// open (the client's first frame, and only it) names the call:
+	// service, partition, method, mode and class; for a write stream
+	// client_id is the stream's identity, which with each frame's seq
+	// identifies that message's write. open.body and open.seq are unused.
+	Open *CallRequest `protobuf:"bytes,1,opt,name=open,proto3" json:"open,omitempty"`
+	// body is one message, at most the receiver's MaxMessageBytes.
+	Body []byte `protobuf:"bytes,2,opt,name=body,proto3" json:"body,omitempty"`
+	// seq numbers the client's messages 1, 2, 3, ... in the order sent (a
+	// write stream refuses a gap or a repeat); a server frame of a write
+	// stream carries the seq of the message it answers, once applied.
+	Seq uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	// version (server frames of a write stream) is the partition version
+	// (LSN) the message was applied at.
+	Version       uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamFrame) Reset() {
+	*x = StreamFrame{}
+	mi := &file_neptune_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamFrame) ProtoMessage() {}
+
+func (x *StreamFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamFrame.ProtoReflect.Descriptor instead.
+func (*StreamFrame) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *StreamFrame) GetOpen() *CallRequest {
+	if x != nil {
+		return x.Open
+	}
+	return nil
+}
+
+func (x *StreamFrame) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *StreamFrame) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *StreamFrame) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 var File_neptune_proto protoreflect.FileDescriptor
 
 const file_neptune_proto_rawDesc = "" +
@@ -2786,7 +2865,12 @@ const file_neptune_proto_rawDesc = "" +
 	"\x13ChangeReplicasReply\x121\n" +
 	"\amembers\x18\x01 \x03(\v2\x17.neptune.v1.ReplicaPeerR\amembers\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x18\n" +
-	"\aprimary\x18\x03 \x01(\tR\aprimary*;\n" +
+	"\aprimary\x18\x03 \x01(\tR\aprimary\"z\n" +
+	"\vStreamFrame\x12+\n" +
+	"\x04open\x18\x01 \x01(\v2\x17.neptune.v1.CallRequestR\x04open\x12\x12\n" +
+	"\x04body\x18\x02 \x01(\fR\x04body\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion*;\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tMODE_READ\x10\x01\x12\x0e\n" +
@@ -2796,7 +2880,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\n" +
 	"CONTACT_OK\x10\x00\x12\x10\n" +
 	"\fCONTACT_LOST\x10\x01\x12\x15\n" +
-	"\x11CONTACT_NO_QUORUM\x10\x022\xa2\x04\n" +
+	"\x11CONTACT_NO_QUORUM\x10\x022\xe6\x04\n" +
 	"\x04Node\x129\n" +
 	"\x04Call\x12\x17.neptune.v1.CallRequest\x1a\x18.neptune.v1.CallResponse\x126\n" +
 	"\x06Stream\x12\x17.neptune.v1.CallRequest\x1a\x11.neptune.v1.Chunk0\x01\x12H\n" +
@@ -2805,7 +2889,9 @@ const file_neptune_proto_rawDesc = "" +
 	"\aPromote\x12\x1a.neptune.v1.PromoteRequest\x1a\x18.neptune.v1.PromoteReply\x12G\n" +
 	"\x0fInstallSnapshot\x12\x19.neptune.v1.SnapshotChunk\x1a\x17.neptune.v1.SnapshotAck(\x01\x12T\n" +
 	"\x0eChangeReplicas\x12!.neptune.v1.ChangeReplicasRequest\x1a\x1f.neptune.v1.ChangeReplicasReply\x129\n" +
-	"\x05Drain\x12\x18.neptune.v1.DrainRequest\x1a\x16.neptune.v1.DrainReplyB:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
+	"\x05Drain\x12\x18.neptune.v1.DrainRequest\x1a\x16.neptune.v1.DrainReply\x12B\n" +
+	"\n" +
+	"BidiStream\x12\x17.neptune.v1.StreamFrame\x1a\x17.neptune.v1.StreamFrame(\x010\x01B:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
 
 var (
 	file_neptune_proto_rawDescOnce sync.Once
@@ -2820,7 +2906,7 @@ func file_neptune_proto_rawDescGZIP() []byte {
 }
 
 var file_neptune_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_neptune_proto_goTypes = []any{
 	(Mode)(0),                     // 0: neptune.v1.Mode
 	(Contact)(0),                  // 1: neptune.v1.Contact
@@ -2852,7 +2938,8 @@ var file_neptune_proto_goTypes = []any{
 	(*PromoteReply)(nil),          // 27: neptune.v1.PromoteReply
 	(*ChangeReplicasRequest)(nil), // 28: neptune.v1.ChangeReplicasRequest
 	(*ChangeReplicasReply)(nil),   // 29: neptune.v1.ChangeReplicasReply
-	nil,                           // 30: neptune.v1.ReplicaMessage.VersionsEntry
+	(*StreamFrame)(nil),           // 30: neptune.v1.StreamFrame
+	nil,                           // 31: neptune.v1.ReplicaMessage.VersionsEntry
 }
 var file_neptune_proto_depIdxs = []int32{
 	0,  // 0: neptune.v1.CallRequest.mode:type_name -> neptune.v1.Mode
@@ -2867,33 +2954,36 @@ var file_neptune_proto_depIdxs = []int32{
 	16, // 9: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
 	17, // 10: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
 	19, // 11: neptune.v1.ReplicaMessage.entries:type_name -> neptune.v1.ReplicaEntry
-	30, // 12: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
+	31, // 12: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
 	21, // 13: neptune.v1.ReplicaMessage.members:type_name -> neptune.v1.ReplicaPeer
 	20, // 14: neptune.v1.ReplicaBatch.messages:type_name -> neptune.v1.ReplicaMessage
 	21, // 15: neptune.v1.SnapshotChunk.members:type_name -> neptune.v1.ReplicaPeer
 	9,  // 16: neptune.v1.PromoteReply.status:type_name -> neptune.v1.ReplicaStatus
 	21, // 17: neptune.v1.ChangeReplicasReply.members:type_name -> neptune.v1.ReplicaPeer
-	4,  // 18: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
-	4,  // 19: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
-	15, // 20: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
-	22, // 21: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
-	26, // 22: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
-	24, // 23: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
-	28, // 24: neptune.v1.Node.ChangeReplicas:input_type -> neptune.v1.ChangeReplicasRequest
-	2,  // 25: neptune.v1.Node.Drain:input_type -> neptune.v1.DrainRequest
-	5,  // 26: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
-	6,  // 27: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
-	18, // 28: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
-	23, // 29: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
-	27, // 30: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
-	25, // 31: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
-	29, // 32: neptune.v1.Node.ChangeReplicas:output_type -> neptune.v1.ChangeReplicasReply
-	3,  // 33: neptune.v1.Node.Drain:output_type -> neptune.v1.DrainReply
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	4,  // 18: neptune.v1.StreamFrame.open:type_name -> neptune.v1.CallRequest
+	4,  // 19: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
+	4,  // 20: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
+	15, // 21: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
+	22, // 22: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
+	26, // 23: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
+	24, // 24: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
+	28, // 25: neptune.v1.Node.ChangeReplicas:input_type -> neptune.v1.ChangeReplicasRequest
+	2,  // 26: neptune.v1.Node.Drain:input_type -> neptune.v1.DrainRequest
+	30, // 27: neptune.v1.Node.BidiStream:input_type -> neptune.v1.StreamFrame
+	5,  // 28: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
+	6,  // 29: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
+	18, // 30: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
+	23, // 31: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
+	27, // 32: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
+	25, // 33: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
+	29, // 34: neptune.v1.Node.ChangeReplicas:output_type -> neptune.v1.ChangeReplicasReply
+	3,  // 35: neptune.v1.Node.Drain:output_type -> neptune.v1.DrainReply
+	30, // 36: neptune.v1.Node.BidiStream:output_type -> neptune.v1.StreamFrame
+	28, // [28:37] is the sub-list for method output_type
+	19, // [19:28] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_neptune_proto_init() }
@@ -2907,7 +2997,7 @@ func file_neptune_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_neptune_proto_rawDesc), len(file_neptune_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

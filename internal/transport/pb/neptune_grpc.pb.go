@@ -32,6 +32,7 @@ const (
 	Node_InstallSnapshot_FullMethodName = "/neptune.v1.Node/InstallSnapshot"
 	Node_ChangeReplicas_FullMethodName  = "/neptune.v1.Node/ChangeReplicas"
 	Node_Drain_FullMethodName           = "/neptune.v1.Node/Drain"
+	Node_BidiStream_FullMethodName      = "/neptune.v1.Node/BidiStream"
 )
 
 // NodeClient is the client API for Node service.
@@ -69,6 +70,14 @@ type NodeClient interface {
 	// drain`, what SIGTERM does): it answers once its primary roles are
 	// handed over, then finishes its calls in flight and exits.
 	Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainReply, error)
+	// BidiStream is a bidirectional stream with one replica of a service
+	// partition (Client.OpenStream): the client's first frame names the
+	// call (open), then both sides send frames until either ends. A read
+	// stream runs the method's stream handler once for the whole stream;
+	// on a write stream of a replicated service every client frame is a
+	// logged write whose identity is (open.client_id, seq), applied exactly
+	// once, in seq order, and answered with a frame carrying its seq.
+	BidiStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamFrame, StreamFrame], error)
 }
 
 type nodeClient struct {
@@ -171,6 +180,19 @@ func (c *nodeClient) Drain(ctx context.Context, in *DrainRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *nodeClient) BidiStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamFrame, StreamFrame], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[2], Node_BidiStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamFrame, StreamFrame]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_BidiStreamClient = grpc.BidiStreamingClient[StreamFrame, StreamFrame]
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -206,6 +228,14 @@ type NodeServer interface {
 	// drain`, what SIGTERM does): it answers once its primary roles are
 	// handed over, then finishes its calls in flight and exits.
 	Drain(context.Context, *DrainRequest) (*DrainReply, error)
+	// BidiStream is a bidirectional stream with one replica of a service
+	// partition (Client.OpenStream): the client's first frame names the
+	// call (open), then both sides send frames until either ends. A read
+	// stream runs the method's stream handler once for the whole stream;
+	// on a write stream of a replicated service every client frame is a
+	// logged write whose identity is (open.client_id, seq), applied exactly
+	// once, in seq order, and answered with a frame carrying its seq.
+	BidiStream(grpc.BidiStreamingServer[StreamFrame, StreamFrame]) error
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -239,6 +269,9 @@ func (UnimplementedNodeServer) ChangeReplicas(context.Context, *ChangeReplicasRe
 }
 func (UnimplementedNodeServer) Drain(context.Context, *DrainRequest) (*DrainReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Drain not implemented")
+}
+func (UnimplementedNodeServer) BidiStream(grpc.BidiStreamingServer[StreamFrame, StreamFrame]) error {
+	return status.Error(codes.Unimplemented, "method BidiStream not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -387,6 +420,13 @@ func _Node_Drain_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_BidiStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(NodeServer).BidiStream(&grpc.GenericServerStream[StreamFrame, StreamFrame]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_BidiStreamServer = grpc.BidiStreamingServer[StreamFrame, StreamFrame]
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -428,6 +468,12 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "InstallSnapshot",
 			Handler:       _Node_InstallSnapshot_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "BidiStream",
+			Handler:       _Node_BidiStream_Handler,
+			ServerStreams: true,
 			ClientStreams: true,
 		},
 	},
