@@ -1,4 +1,4 @@
-package neptune_test
+package clustertest
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package neptune_test
+package clustertest
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -75,70 +74,6 @@ func TestBidiStreamLimitsAndWrongKinds(t *testing.T) {
 	}
 }
 
-// listappendNodes starts n in-process nodes hosting listappend partition
-// 0, replicated at level on all of them, each durable in its own data dir.
-func listappendNodes(t *testing.T, n, level int) []*neptune.Node {
-	t.Helper()
-	rep := neptune.Replication{Level: level, Degree: n}
-	for i := range n {
-		rep.Nodes = append(rep.Nodes, fmt.Sprintf("la%d", i))
-	}
-	var nodes []*neptune.Node
-	var join []string
-	for i := range n {
-		id := rep.Nodes[i]
-		dir := filepath.Join(t.TempDir(), id)
-		nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: id, Join: join,
-			AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second, DataDir: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := listappend.Open(filepath.Join(dir, "store"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		svc := st.Service()
-		r := rep
-		svc.Replication = &r
-		if err := nd.Register(svc, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := nd.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nd.Close(); st.Close() })
-		nodes = append(nodes, nd)
-		join = []string{nodes[0].GossipAddr()}
-	}
-	c := nodes[0].Client()
-	waitFor(t, 10*time.Second, func() bool {
-		for _, p := range c.Partitions() {
-			for _, r := range p.Replicas {
-				if r.Role == "primary" {
-					return true
-				}
-			}
-		}
-		return false
-	})
-	return nodes
-}
-
-// listOf reads key's list of partition 0 (from the primary: a write
-// stream's answers mean applied there).
-func listOf(ctx context.Context, t *testing.T, c *neptune.Client, key string) []uint64 {
-	t.Helper()
-	resp, err := c.Call(ctx, listappend.Name, 0, "read", []byte(key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := listappend.DecodeList(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
 // TestWriteStreamAppliesEachMessageOnceInOrder: on a replicated service
 // every message of a write stream is answered, in order, with its seq
 // and a growing version; a stream resumed from the middle (WithResume)
@@ -200,14 +135,6 @@ func TestWriteStreamAppliesEachMessageOnceInOrder(t *testing.T) {
 	if want := seqList(1, 25); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("list = %v, want %v (each message once, in order)", got, want)
 	}
-}
-
-func seqList(from, to int) []uint64 {
-	var l []uint64
-	for i := from; i <= to; i++ {
-		l = append(l, uint64(i))
-	}
-	return l
 }
 
 // TestWriteStreamHandlerErrorSaysWhatRan: a message the handler refuses
