@@ -13,8 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/neptune-cluster/neptune/internal/dashboard"
 	"github.com/neptune-cluster/neptune/internal/metrics"
 	"github.com/neptune-cluster/neptune/internal/replication"
+	"github.com/neptune-cluster/neptune/internal/security"
 )
 
 // serverMetrics are a node's serving-side metrics.
@@ -139,8 +141,8 @@ func (n *Node) serveMetrics() error {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	n.httpLn = ln
-	n.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = n.httpSrv.Serve(ln) }()
+	n.httpSrv = &http.Server{Handler: n.sec.HTTPGuard(mux, security.MemberAccess(dashboard.APIPrefix+"self")), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = n.httpSrv.Serve(n.sec.HTTPListener(ln)) }()
 	return nil
 }
 

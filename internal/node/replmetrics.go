@@ -15,8 +15,8 @@ import (
 // primary, per replica it feeds.
 var replDescs = struct {
 	role, hasPrimary, epoch, applied, committed, last, lease, staleness, diverged, contactLost *prometheus.Desc
-	elections, stepDowns                                                                    *prometheus.Desc
-	lagEntries, lagBytes, lagSeconds, inboxBytes                                            *prometheus.Desc
+	elections, stepDowns                                                                       *prometheus.Desc
+	lagEntries, lagBytes, lagSeconds, inboxBytes                                               *prometheus.Desc
 }{
 	role: prometheus.NewDesc("neptune_replica_role",
 		"1 for the role the replica here has now (primary, secondary or recovering), 0 for the others.",

@@ -123,9 +123,9 @@ type IssueOptions struct {
 }
 
 // Issue creates a key pair for id and a certificate for it signed by the
-// CA, and returns both PEM encoded (the key as PKCS #8). Node certificates
-// serve and dial (server and client authentication); client and operator
-// certificates only dial.
+// CA, and returns both PEM encoded (the key as PKCS #8). Node and gateway
+// certificates serve and dial (server and client authentication); client,
+// operator and scraper certificates only dial.
 func (ca *CA) Issue(id Identity, opts IssueOptions) (certPEM, keyPEM []byte, err error) {
 	if err := id.Validate(); err != nil {
 		return nil, nil, err
@@ -149,7 +149,8 @@ func (ca *CA) Issue(id Identity, opts IssueOptions) (certPEM, keyPEM []byte, err
 		notAfter = ca.Cert.NotAfter
 	}
 	usage := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	if id.Role == RoleNode {
+	if id.Role == RoleNode || id.Role == RoleGateway {
+		// Both serve: nodes RPC, both their HTTPS listeners.
 		usage = append(usage, x509.ExtKeyUsageServerAuth)
 	}
 	tmpl := &x509.Certificate{
