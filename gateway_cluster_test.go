@@ -77,9 +77,15 @@ func startGateway(t *testing.T, ctx context.Context, dir, name, config string, a
 	return nil
 }
 
-func gatewayStatus(addr string) (gateway.Status, error) {
+// gatewayStatus reads a gateway's status as an operator (HTTPS on a
+// secured cluster).
+func gatewayStatus(cl *localcluster.Cluster, addr string) (gateway.Status, error) {
 	var st gateway.Status
-	resp, err := http.Get("http://" + addr + gateway.StatusPath)
+	hc, scheme, err := cl.HTTP("operator/operator")
+	if err != nil {
+		return st, err
+	}
+	resp, err := hc.Get(scheme + "://" + addr + gateway.StatusPath)
 	if err != nil {
 		return st, err
 	}
@@ -231,7 +237,7 @@ routes: [{path_prefix: /echo, service: echo, method: echo}]
 			req, _ := http.NewRequest("POST", "http://"+g.http+"/echo", bytes.NewReader(body))
 			req.Header.Set("X-API-Key", "gold-key")
 			resp, err := hc.Do(req)
-			st, serr := gatewayStatus(g.metrics)
+			st, serr := gatewayStatus(cl, g.metrics)
 			ready := err == nil && resp.StatusCode == 200 && serr == nil && len(st.Gateways) == 2
 			if err == nil {
 				resp.Body.Close()
@@ -260,8 +266,8 @@ routes: [{path_prefix: /echo, service: echo, method: echo}]
 	load(lctx, &wg, hc, "flood", 50, both, []float64{0.5, 0.5}, body, out)
 	load(lctx, &wg, hc, "flood", 50, both, []float64{0.5, 0.5}, body, out)
 	time.Sleep(5 * time.Second)
-	stA, _ := gatewayStatus(a.metrics)
-	stB, _ := gatewayStatus(b.metrics)
+	stA, _ := gatewayStatus(cl, a.metrics)
+	stB, _ := gatewayStatus(cl, b.metrics)
 	stopLoad()
 	wg.Wait()
 	phase1 := drain(out)
@@ -329,7 +335,7 @@ routes: [{path_prefix: /echo, service: echo, method: echo}]
 	var whole time.Duration
 	for whole == 0 && time.Since(killed) < 5*time.Second {
 		time.Sleep(20 * time.Millisecond)
-		st, err := gatewayStatus(a.metrics)
+		st, err := gatewayStatus(cl, a.metrics)
 		all := err == nil
 		for _, s := range st.Subscribers {
 			all = all && s.Share >= 0.999
@@ -339,7 +345,7 @@ routes: [{path_prefix: /echo, service: echo, method: echo}]
 		}
 	}
 	time.Sleep(time.Until(killed.Add(5 * time.Second)))
-	stA, _ = gatewayStatus(a.metrics)
+	stA, _ = gatewayStatus(cl, a.metrics)
 	stopLoad()
 	wg.Wait()
 	phase2 := drain(out)

@@ -91,9 +91,14 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 	for _, m := range c.Members(ctx, 0) {
 		metricsAddrs[m.Node] = m.MetricsAddr
 	}
+	// /metrics is HTTPS on a secured cluster and admits scrapers.
+	scraper, scheme, err := cl.HTTP("scraper/prom")
+	if err != nil {
+		t.Fatal(err)
+	}
 	refused := func(t *testing.T, reason string) float64 {
 		t.Helper()
-		return refusedCount(t, ctx, metricsAddrs, reason)
+		return refusedCount(t, ctx, scraper, scheme, metricsAddrs, reason)
 	}
 	// A healthy cluster refuses nobody: whatever is counted below comes
 	// from the attacks.
@@ -390,7 +395,7 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 
 // refusedCount sums neptune_security_refused_total{reason} over the nodes'
 // /metrics (every reason if reason is "").
-func refusedCount(t *testing.T, ctx context.Context, metricsAddrs map[string]string, reason string) float64 {
+func refusedCount(t *testing.T, ctx context.Context, hc *http.Client, scheme string, metricsAddrs map[string]string, reason string) float64 {
 	t.Helper()
 	want := fmt.Sprintf("neptune_security_refused_total{reason=%q} ", reason)
 	if reason == "" {
@@ -398,11 +403,11 @@ func refusedCount(t *testing.T, ctx context.Context, metricsAddrs map[string]str
 	}
 	sum := 0.0
 	for node, addr := range metricsAddrs {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+"/metrics", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatalf("%s /metrics: %v", node, err)
 		}

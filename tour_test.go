@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/pki"
 )
 
 // tourLines returns the lines of the README's shell blocks marked as the
@@ -213,7 +215,7 @@ func TestREADMETour(t *testing.T) {
 			if len(step.ports)+len(step.urls) == 0 && !step.primaries {
 				t.Fatalf("line %d %q runs in the background, and tourSteps says nothing to wait for", i+1, line)
 			}
-			if err := waitTour(p.done, step); err != nil {
+			if err := waitTour(p.done, step, filepath.Join(dir, "pki")); err != nil {
 				b, _ := os.ReadFile(log)
 				t.Fatalf("line %d %q: %v\n--- its output:\n%s", i+1, line, err, b)
 			}
@@ -305,7 +307,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // waitTour waits, for up to 30 s, until a background line's ports
 // accept, its URLs answer 200 and, if asked, every partition on n1's
 // dashboard has a primary; it fails at once if the process exits.
-func waitTour(exited <-chan struct{}, s tourStep) error {
+func waitTour(exited <-chan struct{}, s tourStep, pkiDir string) error {
 	ready := func() error {
 		for _, a := range s.ports {
 			conn, err := net.DialTimeout("tcp", a, time.Second)
@@ -326,7 +328,15 @@ func waitTour(exited <-chan struct{}, s tourStep) error {
 			}
 		}
 		if s.primaries {
-			resp, err := hc.Get("http://127.0.0.1:9100/api/dashboard/partitions")
+			// The dashboard is HTTPS on the tour's secured cluster and
+			// admits operators: the tour's alice.
+			alice := pki.Identity{Role: pki.RoleOperator, Name: "alice"}
+			src, err := pki.NewSource(pki.SourceConfig{Files: pki.FilesFor(pkiDir, alice), Expect: alice})
+			if err != nil {
+				return err
+			}
+			hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: src.HTTPSClientConfig()}}
+			resp, err := hc.Get("https://127.0.0.1:9100/api/dashboard/partitions")
 			if err != nil {
 				return err
 			}
