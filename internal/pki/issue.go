@@ -16,6 +16,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -163,7 +165,14 @@ func (ca *CA) Issue(id Identity, opts IssueOptions) (certPEM, keyPEM []byte, err
 		BasicConstraintsValid: true,
 		URIs:                  []*url.URL{id.URI()},
 	}
-	for _, h := range opts.Hosts {
+	hosts := opts.Hosts
+	if (id.Role == RoleNode || id.Role == RoleGateway) && isDNSName(id.Name) && !slices.Contains(hosts, id.Name) {
+		// A member that serves is usually reached by its name (compose
+		// services, DNS): tools that check host names, such as a
+		// Prometheus scraping https://n1:9100, then accept it.
+		hosts = append([]string{id.Name}, hosts...)
+	}
+	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 		} else if h != "" {
@@ -339,4 +348,24 @@ func serialNumber() (*big.Int, error) {
 
 func pemCert(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// isDNSName reports whether name can be a DNS name: dot-separated labels
+// of letters, digits and hyphens, none empty or starting or ending with
+// a hyphen.
+func isDNSName(name string) bool {
+	if len(name) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(name, ".") {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, c := range l {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
