@@ -130,7 +130,7 @@ services:
 		`neptune_class_completions_total{class="gold",service="work"}`,
 		`neptune_class_guarantee{class="gold",service="work"} 0.5`,
 		`neptune_class_resource_share{class="bronze",service="work"}`,
-		`neptune_class_loss_percent{class="bronze",service="work"}`,
+		`neptune_class_loss_ratio{class="bronze",service="work"}`,
 		`neptune_sched_mode{policy="edf",service="work"} 1`,
 	} {
 		if !strings.Contains(string(body), want) {

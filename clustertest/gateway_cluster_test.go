@@ -128,7 +128,7 @@ routes: [{path_prefix: /echo, service: echo, method: echo}]
 			req, _ := http.NewRequest("POST", "http://"+g.http+"/echo", bytes.NewReader(body))
 			req.Header.Set("X-API-Key", "gold-key")
 			resp, err := hc.Do(req)
-			st, serr := gatewayStatus(g.metrics)
+			st, serr := gatewayStatus(cl, g.metrics)
 			ready := err == nil && resp.StatusCode == 200 && serr == nil && len(st.Gateways) == 2
 			if err == nil {
 				resp.Body.Close()
@@ -157,8 +157,8 @@ routes: [{path_prefix: /echo, service: echo, method: echo}]
 	load(lctx, &wg, hc, "flood", 50, both, []float64{0.5, 0.5}, body, out)
 	load(lctx, &wg, hc, "flood", 50, both, []float64{0.5, 0.5}, body, out)
 	time.Sleep(5 * time.Second)
-	stA, _ := gatewayStatus(a.metrics)
-	stB, _ := gatewayStatus(b.metrics)
+	stA, _ := gatewayStatus(cl, a.metrics)
+	stB, _ := gatewayStatus(cl, b.metrics)
 	stopLoad()
 	wg.Wait()
 	phase1 := drain(out)
@@ -226,7 +226,7 @@ routes: [{path_prefix: /echo, service: echo, method: echo}]
 	var whole time.Duration
 	for whole == 0 && time.Since(killed) < 5*time.Second {
 		time.Sleep(20 * time.Millisecond)
-		st, err := gatewayStatus(a.metrics)
+		st, err := gatewayStatus(cl, a.metrics)
 		all := err == nil
 		for _, s := range st.Subscribers {
 			all = all && s.Share >= 0.999
@@ -236,7 +236,7 @@ routes: [{path_prefix: /echo, service: echo, method: echo}]
 		}
 	}
 	time.Sleep(time.Until(killed.Add(5 * time.Second)))
-	stA, _ = gatewayStatus(a.metrics)
+	stA, _ = gatewayStatus(cl, a.metrics)
 	stopLoad()
 	wg.Wait()
 	phase2 := drain(out)

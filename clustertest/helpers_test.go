@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -38,6 +39,9 @@ import (
 	"github.com/neptune-cluster/neptune/lab/bench/elasticbench"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -384,9 +388,15 @@ func startGateway(t *testing.T, ctx context.Context, dir, name, config string, a
 	return nil
 }
 
-func gatewayStatus(addr string) (gateway.Status, error) {
+// gatewayStatus reads a gateway's status as an operator (HTTPS on a
+// secured cluster).
+func gatewayStatus(cl *localcluster.Cluster, addr string) (gateway.Status, error) {
 	var st gateway.Status
-	resp, err := http.Get("http://" + addr + gateway.StatusPath)
+	hc, scheme, err := cl.HTTP("operator/operator")
+	if err != nil {
+		return st, err
+	}
+	resp, err := hc.Get(scheme + "://" + addr + gateway.StatusPath)
 	if err != nil {
 		return st, err
 	}
@@ -971,7 +981,7 @@ func mustRefuse(t *testing.T, what string, err error, code codes.Code) {
 
 // refusedCount sums neptune_security_refused_total{reason} over the nodes'
 // /metrics (every reason if reason is "").
-func refusedCount(t *testing.T, ctx context.Context, metricsAddrs map[string]string, reason string) float64 {
+func refusedCount(t *testing.T, ctx context.Context, hc *http.Client, scheme string, metricsAddrs map[string]string, reason string) float64 {
 	t.Helper()
 	want := fmt.Sprintf("neptune_security_refused_total{reason=%q} ", reason)
 	if reason == "" {
@@ -979,11 +989,11 @@ func refusedCount(t *testing.T, ctx context.Context, metricsAddrs map[string]str
 	}
 	sum := 0.0
 	for node, addr := range metricsAddrs {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+"/metrics", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatalf("%s /metrics: %v", node, err)
 		}
@@ -1197,7 +1207,7 @@ func runTourLine(dir string, env []string, line, quit string) (stdout, stderr st
 // waitTour waits, for up to 30 s, until a background line's ports
 // accept, its URLs answer 200 and, if asked, every partition on n1's
 // dashboard has a primary; it fails at once if the process exits.
-func waitTour(exited <-chan struct{}, s tourStep) error {
+func waitTour(exited <-chan struct{}, s tourStep, pkiDir string) error {
 	ready := func() error {
 		for _, a := range s.ports {
 			conn, err := net.DialTimeout("tcp", a, time.Second)
@@ -1218,7 +1228,15 @@ func waitTour(exited <-chan struct{}, s tourStep) error {
 			}
 		}
 		if s.primaries {
-			resp, err := hc.Get("http://127.0.0.1:9100/api/dashboard/partitions")
+			// The dashboard is HTTPS on the tour's secured cluster and
+			// admits operators: the tour's alice.
+			alice := pki.Identity{Role: pki.RoleOperator, Name: "alice"}
+			src, err := pki.NewSource(pki.SourceConfig{Files: pki.FilesFor(pkiDir, alice), Expect: alice})
+			if err != nil {
+				return err
+			}
+			hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: src.HTTPSClientConfig()}}
+			resp, err := hc.Get("https://127.0.0.1:9100/api/dashboard/partitions")
 			if err != nil {
 				return err
 			}
@@ -1336,4 +1354,97 @@ func seqList(from, to int) []uint64 {
 		l = append(l, uint64(i))
 	}
 	return l
+}
+
+// securedKVCluster starts three secured in-process nodes (a1..a3) hosting
+// kv partitions 0 and 1 at level 3 on all of them, serving their HTTP
+// listener, and returns them with the directory of the cluster's
+// material (a CA, node, operator and scraper certificates).
+func securedKVCluster(t *testing.T) ([]*neptune.Node, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := security.Scratch(dir, "alerts", "a1", "a2", "a3"); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.LoadCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.IssueFiles(dir, pki.Identity{Role: pki.RoleScraper, Name: "prom"}, false, pki.IssueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rep := neptune.Replication{Level: 3, Degree: 3, Nodes: []string{"a1", "a2", "a3"}}
+	var nodes []*neptune.Node
+	var join []string
+	for _, id := range rep.Nodes {
+		nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Dir: dir}, ID: id, Join: join, AnnounceInterval: 100 * time.Millisecond,
+			AnnounceTTL: time.Second, DataDir: filepath.Join(t.TempDir(), id), MetricsAddr: "127.0.0.1:0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc := kv.New().Service()
+		r := rep
+		svc.Replication = &r
+		if err := nd.Register(svc, 0, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		nodes = append(nodes, nd)
+		join = []string{nodes[0].GossipAddr()}
+	}
+	return nodes, dir
+}
+
+// httpsAs is a client presenting id's certificate from dir.
+func httpsAs(t *testing.T, dir string, id pki.Identity) *http.Client {
+	t.Helper()
+	src, err := pki.NewSource(pki.SourceConfig{Files: pki.FilesFor(dir, id), Expect: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: src.HTTPSClientConfig()}}
+}
+
+func getStatus(t *testing.T, hc *http.Client, url string) (int, string) {
+	t.Helper()
+	resp, err := hc.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// scrapeFamilies reads an instance's /metrics as the scraper.
+func scrapeFamilies(t *testing.T, hc *http.Client, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := hc.Get("https://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: %s", addr, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
+
+func constant(v float64) string {
+	return strconv.FormatFloat(v, 'f', -1, 64) + "+0x" + strconv.Itoa(steps)
+}
+
+// withKey is labels plus k=v.
+func withKey(labels map[string]string, k, v string) map[string]string {
+	out := maps.Clone(labels)
+	out[k] = v
+	return out
 }

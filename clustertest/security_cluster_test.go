@@ -49,9 +49,14 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 	for _, m := range c.Members(ctx, 0) {
 		metricsAddrs[m.Node] = m.MetricsAddr
 	}
+	// /metrics is HTTPS on a secured cluster and admits scrapers.
+	scraper, scheme, err := cl.HTTP("scraper/prom")
+	if err != nil {
+		t.Fatal(err)
+	}
 	refused := func(t *testing.T, reason string) float64 {
 		t.Helper()
-		return refusedCount(t, ctx, metricsAddrs, reason)
+		return refusedCount(t, ctx, scraper, scheme, metricsAddrs, reason)
 	}
 	// A healthy cluster refuses nobody: whatever is counted below comes
 	// from the attacks.

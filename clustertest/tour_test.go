@@ -174,7 +174,7 @@ func TestREADMETour(t *testing.T) {
 			if len(step.ports)+len(step.urls) == 0 && !step.primaries {
 				t.Fatalf("line %d %q runs in the background, and tourSteps says nothing to wait for", i+1, line)
 			}
-			if err := waitTour(p.done, step); err != nil {
+			if err := waitTour(p.done, step, filepath.Join(dir, "pki")); err != nil {
 				b, _ := os.ReadFile(log)
 				t.Fatalf("line %d %q: %v\n--- its output:\n%s", i+1, line, err, b)
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/dashboard"
 	"github.com/neptune-cluster/neptune/internal/gage"
 	"github.com/neptune-cluster/neptune/internal/gateway"
 	"github.com/neptune-cluster/neptune/internal/pki"
@@ -158,6 +159,11 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host,
 	}
 	metricsAddr := "off"
 	if cfg.Metrics != "" {
+		hsec, err := gatewayHTTPSecurity(sec, log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
 		mln, err := net.Listen("tcp", cfg.Metrics)
 		if err != nil {
 			ln.Close()
@@ -167,13 +173,18 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host,
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 		mux.Handle(gateway.StatusPath, g.StatusHandler())
 		mountGatewayHealth(ctx, mux, client)
-		if err := mountGatewayDashboard(mux, g, client, reg); err != nil {
+		rss := dashboard.PeerRSS{}
+		if !hsec.Insecure() {
+			rss.Scheme, rss.Client = "https", hsec.PeerHTTPClient()
+		}
+		if err := mountGatewayDashboard(mux, g, client, reg, rss); err != nil {
 			ln.Close()
 			mln.Close()
 			return err
 		}
-		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = msrv.Serve(mln) }()
+		// Secured like the nodes' listeners (security.MemberAccess).
+		msrv := &http.Server{Handler: hsec.HTTPGuard(mux, security.MemberAccess(dashboard.APIPrefix+"self")), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = msrv.Serve(hsec.HTTPListener(mln)) }()
 		defer msrv.Close()
 		metricsAddr = mln.Addr().String()
 	}
@@ -184,6 +195,21 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host,
 	fmt.Fprintf(stdout, "gateway up: http %s, metrics %s, gossip %s, scheduler %s, %d routes, %d subscribers\n",
 		ln.Addr(), metricsAddr, gossip, cfg.Scheduler, len(cfg.Routes), len(cfg.Gage().All()))
 	return g.Serve(ctx, ln)
+}
+
+// gatewayHTTPSecurity is the material that secures the gateway's
+// metrics listener: its certificate (--cert) on a secured cluster.
+func gatewayHTTPSecurity(sec neptune.Security, log *slog.Logger) (*security.Material, error) {
+	if sec.Insecure {
+		return security.Load(security.Config{Insecure: true})
+	}
+	role, name, _ := strings.Cut(sec.Cert, "/")
+	m, err := security.Load(security.Config{Dir: sec.Dir, Identity: pki.Identity{Role: pki.Role(role), Name: name},
+		KeyringFile: sec.KeyringFile, Label: sec.Cluster, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: metrics listener: %w", err)
+	}
+	return m, nil
 }
 
 // gatewayGossip authenticates the demand gossip with the other gateways

@@ -172,6 +172,9 @@ func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Log
 	dash := ""
 	if a := node.MetricsAddr(); a != "" {
 		dash = ", dashboard http://" + a + "/"
+		if !fc.Security.Insecure {
+			dash = ", dashboard https://" + a + "/ (operator certificate or token)"
+		}
 	}
 	fmt.Fprintf(stdout, "node %s up: gossip %s, rpc %s%s\n", fc.ID, node.GossipAddr(), node.RPCAddr(), dash)
 	for {

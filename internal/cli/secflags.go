@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/security"
 )
 
@@ -179,4 +181,25 @@ func (o *securityFlags) dialAndListen(ctx context.Context, join []string, wait t
 		return nil, err
 	}
 	return c, nil
+}
+
+// httpClient is the client of a command that reads a member's HTTP
+// listener (neptune top) and the scheme to use: over HTTPS presenting
+// --cert from --tls-dir on a secured cluster, plain HTTP with --insecure
+// or when no --tls-dir is given.
+func (o *securityFlags) httpClient() (*http.Client, string, error) {
+	if o.insecure || o.dir == "" {
+		return &http.Client{Timeout: 5 * time.Second}, "http", nil
+	}
+	sec, err := o.clientFiles()
+	if err != nil {
+		return nil, "", err
+	}
+	role, name, _ := strings.Cut(sec.Cert, "/")
+	id := pki.Identity{Role: pki.Role(role), Name: name}
+	src, err := pki.NewSource(pki.SourceConfig{Files: pki.FilesFor(sec.Dir, id), Expect: id})
+	if err != nil {
+		return nil, "", fmt.Errorf("--tls-dir %s, --cert %s: %w", sec.Dir, sec.Cert, err)
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: src.HTTPSClientConfig()}}, "https", nil
 }

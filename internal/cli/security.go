@@ -36,6 +36,7 @@ Files (PEM; private keys are written with mode 0600):
   client-<name>.pem …                a client's
   operator-<name>.pem …              an operator's
   gateway-<name>.pem …               a gateway's
+  scraper-<name>.pem …               a scraper's (it may only read /metrics)
 Every member also needs ca.pem. Nodes re-read their files when they
 change, so a certificate is renewed by writing new files in place.`,
 		Example: `  neptune tls ca create --dir pki --cluster prod
@@ -46,7 +47,9 @@ change, so a certificate is renewed by writing new files in place.`,
 	ca.AddCommand(newCACreateCmd())
 	cert := &cobra.Command{Use: "cert", Short: "Manage member certificates"}
 	cert.AddCommand(newCertCreateCmd())
-	cmd.AddCommand(ca, cert, newTLSInitCmd())
+	token := &cobra.Command{Use: "token", Short: "Issue bearer tokens for the HTTP listeners (dashboard, /metrics)"}
+	token.AddCommand(newTokenCreateCmd())
+	cmd.AddCommand(ca, cert, token, newTLSInitCmd())
 	return cmd
 }
 
@@ -98,14 +101,14 @@ func newCertCreateCmd() *cobra.Command {
 	var (
 		dir, out               string
 		node, client, operator string
-		gatewayName            string
+		gatewayName, scraper   string
 		hosts                  []string
 		validFor               time.Duration
 		force                  bool
 	)
 	cmd := &cobra.Command{
-		Use:   "create --dir D (--node ID | --client NAME | --operator NAME | --gateway NAME)",
-		Short: "Issue a node, client, operator or gateway certificate signed by the CA in a directory",
+		Use:   "create --dir D (--node ID | --client NAME | --operator NAME | --gateway NAME | --scraper NAME)",
+		Short: "Issue a node, client, operator, gateway or scraper certificate signed by the CA in a directory",
 		Long: `Issue a certificate signed by the CA in --dir (ca.pem, ca-key.pem) and
 write it and its key (mode 0600) into --dir: node-<id>.pem and
 node-<id>-key.pem for --node, client-<name>… for --client,
@@ -120,7 +123,8 @@ A node's certificate names its node id: the node must run with that
 --id, and its peers check the id when they dial it and when it sends
 replication messages or announcements. A gateway's certificate names
 the gateway: it may only call services, and the other gateways accept
-its demand datagrams only under that name. Names use letters, digits and
+its demand datagrams only under that name. A scraper's may only read the
+members' /metrics over HTTPS. Names use letters, digits and
 . _ - ~ : @.`,
 		Example: `  neptune tls cert create --dir pki --node n1
   neptune tls cert create --dir pki --client web
@@ -138,6 +142,8 @@ its demand datagrams only under that name. Names use letters, digits and
 				id, flag = pki.Identity{Role: pki.RoleClient, Name: client}, "--client"
 			case gatewayName != "":
 				id, flag = pki.Identity{Role: pki.RoleGateway, Name: gatewayName}, "--gateway"
+			case scraper != "":
+				id, flag = pki.Identity{Role: pki.RoleScraper, Name: scraper}, "--scraper"
 			default:
 				id, flag = pki.Identity{Role: pki.RoleOperator, Name: operator}, "--operator"
 			}
@@ -177,12 +183,13 @@ its demand datagrams only under that name. Names use letters, digits and
 	fs.StringVar(&client, "client", "", "issue a client certificate for `name`")
 	fs.StringVar(&operator, "operator", "", "issue an operator certificate for `name`")
 	fs.StringVar(&gatewayName, "gateway", "", "issue a gateway certificate for gateway `name` (its config's name:)")
+	fs.StringVar(&scraper, "scraper", "", "issue a scraper certificate for `name`: it may only read /metrics (a Prometheus server)")
 	fs.StringSliceVar(&hosts, "host", nil, "extra DNS `names` or IP addresses for tools that check host names; list")
 	fs.DurationVar(&validFor, "valid-for", pki.DefaultCertValidity, "how long the certificate is valid (never beyond the CA)")
 	fs.BoolVar(&force, "force", false, "replace existing files")
 	_ = cmd.MarkFlagRequired("dir")
-	cmd.MarkFlagsOneRequired("node", "client", "operator", "gateway")
-	cmd.MarkFlagsMutuallyExclusive("node", "client", "operator", "gateway")
+	cmd.MarkFlagsOneRequired("node", "client", "operator", "gateway", "scraper")
+	cmd.MarkFlagsMutuallyExclusive("node", "client", "operator", "gateway", "scraper")
 	return cmd
 }
 
@@ -349,4 +356,59 @@ func readKeyFlag(value string, stdin io.Reader) ([]byte, error) {
 		return nil, Usagef("--key: %v", err)
 	}
 	return k, nil
+}
+
+func newTokenCreateCmd() *cobra.Command {
+	var (
+		dir, operator, scraper string
+		validFor               time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "create --dir D (--operator NAME | --scraper NAME) [--valid-for 24h]",
+		Short: "Issue a bearer token for the dashboard (operator) or /metrics (scraper), signed by the CA in a directory",
+		Long: `Print a bearer token signed with the CA's key in --dir (ca-key.pem): a JWT
+naming neptune://operator/<name> or neptune://scraper/<name> and the
+cluster. On a secured cluster the members' HTTP listeners (dashboard, its
+JSON, /metrics) are HTTPS and want an identity: a client certificate, or
+this token in an "Authorization: Bearer" header (a Prometheus server's
+authorization: credentials_file, curl -H). An operator's token opens the
+dashboard and /metrics, a scraper's only /metrics. Members verify it with
+the CA certificate they already hold; it cannot be revoked before it
+expires (short of replacing the CA), so keep --valid-for short.`,
+		Example: `  neptune tls token create --dir pki --operator alice --valid-for 8h
+  curl --cacert pki/ca.pem -H "Authorization: Bearer $(neptune tls token create --dir pki --scraper prom)" https://n1.example.net:9100/metrics`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			id, flag := pki.Identity{Role: pki.RoleOperator, Name: operator}, "--operator"
+			if scraper != "" {
+				id, flag = pki.Identity{Role: pki.RoleScraper, Name: scraper}, "--scraper"
+			}
+			if err := pki.ValidateName(id.Name); err != nil {
+				return Usagef("%s %q: %v", flag, id.Name, err)
+			}
+			if validFor <= 0 {
+				return Usagef("--valid-for must be > 0, got %v", validFor)
+			}
+			ca, err := pki.LoadCA(dir)
+			if err != nil {
+				return fmt.Errorf("--dir %s: %w (tokens are signed with the CA's key, ca-key.pem)", dir, err)
+			}
+			tok, err := ca.IssueToken(id, validFor, time.Now())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), tok)
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&dir, "dir", "", "`directory` holding the CA (ca.pem, ca-key.pem) (required)")
+	fs.StringVar(&operator, "operator", "", "issue an operator token for `name`: dashboard and /metrics")
+	fs.StringVar(&scraper, "scraper", "", "issue a scraper token for `name`: /metrics only")
+	fs.DurationVar(&validFor, "valid-for", pki.DefaultTokenValidity, "how long the token is valid (never beyond the CA)")
+	_ = cmd.MarkFlagRequired("dir")
+	cmd.MarkFlagsOneRequired("operator", "scraper")
+	cmd.MarkFlagsMutuallyExclusive("operator", "scraper")
+	return cmd
 }

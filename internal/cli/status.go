@@ -43,7 +43,12 @@ served and dropped, per gateway and in total.`,
 				return Usagef("one of --join or --gateway is required")
 			}
 			if len(gateways) > 0 {
-				if err := printGateways(ctx, cmd.OutOrStdout(), gateways); err != nil {
+				// A secured gateway's status is HTTPS and admits operators.
+				hc, scheme, err := sf.httpClient()
+				if err != nil {
+					return err
+				}
+				if err := printGateways(ctx, cmd.OutOrStdout(), hc, scheme, gateways); err != nil {
 					return err
 				}
 				if len(join) == 0 {
@@ -123,7 +128,7 @@ func printStatus(w io.Writer, members []neptune.Member) {
 
 // printGateways fetches each gateway's /api/subscribers and prints the
 // subscribers per gateway, then summed over the gateways.
-func printGateways(ctx context.Context, w io.Writer, addrs []string) error {
+func printGateways(ctx context.Context, w io.Writer, hc *http.Client, scheme string, addrs []string) error {
 	type row struct {
 		gw string
 		s  gateway.SubscriberStatus
@@ -131,9 +136,8 @@ func printGateways(ctx context.Context, w io.Writer, addrs []string) error {
 	var rows []row
 	total := map[string]*gateway.SubscriberStatus{}
 	var order []string
-	hc := &http.Client{Timeout: 5 * time.Second}
 	for _, a := range addrs {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a+gateway.StatusPath, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+a+gateway.StatusPath, nil)
 		if err != nil {
 			return fmt.Errorf("gateway %s: %w", a, err)
 		}
@@ -145,7 +149,11 @@ func printGateways(ctx context.Context, w io.Writer, addrs []string) error {
 		err = json.NewDecoder(resp.Body).Decode(&st)
 		resp.Body.Close()
 		if err != nil || resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("gateway %s: %s: not a gateway status (%s, %v)", a, gateway.StatusPath, resp.Status, err)
+			hint := ""
+			if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+				hint = "; a secured gateway's status admits operators: --cert operator/NAME"
+			}
+			return fmt.Errorf("gateway %s: %s: not a gateway status (%s, %v)%s", a, gateway.StatusPath, resp.Status, err, hint)
 		}
 		for _, s := range st.Subscribers {
 			rows = append(rows, row{a, s})

@@ -19,7 +19,7 @@ import (
 const tlsInitLong = `Create, in --dir, whatever of a cluster's material is missing and keep
 what exists: the CA (ca.pem, ca-key.pem), the gossip keyring
 (keyring.json, or --keyring) and a certificate for each node, gateway,
-client and operator named. Running it again changes nothing; running it
+client, operator and scraper named. Running it again changes nothing; running it
 with one more name issues only that certificate. It is what a container's
 init step runs before the nodes start (deploy/compose.yaml), where there
 is no shell to test for files.
@@ -34,9 +34,10 @@ func newTLSInitCmd() *cobra.Command {
 	var (
 		dir, cluster, keyring               string
 		nodes, gateways, clients, operators []string
+		scrapers                            []string
 	)
 	cmd := &cobra.Command{
-		Use:   "init --dir D [--cluster NAME] [--nodes n1,n2] [--gateways g] [--clients c] [--operators o]",
+		Use:   "init --dir D [--cluster NAME] [--nodes n1,n2] [--gateways g] [--clients c] [--operators o] [--scrapers s]",
 		Short: "Create the missing CA, keyring and certificates in a directory, keeping what exists",
 		Long:  tlsInitLong,
 		Example: `  neptune tls init --dir pki --cluster prod --nodes n1,n2,n3 --gateways gateway --clients client --operators operator
@@ -51,7 +52,7 @@ func newTLSInitCmd() *cobra.Command {
 				flag  string
 				role  pki.Role
 				names []string
-			}{{"--nodes", pki.RoleNode, nodes}, {"--gateways", pki.RoleGateway, gateways}, {"--clients", pki.RoleClient, clients}, {"--operators", pki.RoleOperator, operators}} {
+			}{{"--nodes", pki.RoleNode, nodes}, {"--gateways", pki.RoleGateway, gateways}, {"--clients", pki.RoleClient, clients}, {"--operators", pki.RoleOperator, operators}, {"--scrapers", pki.RoleScraper, scrapers}} {
 				for _, n := range g.names {
 					if err := pki.ValidateName(n); err != nil {
 						return Usagef("%s %q: %v", g.flag, n, err)
@@ -74,6 +75,7 @@ func newTLSInitCmd() *cobra.Command {
 	fs.StringSliceVar(&gateways, "gateways", nil, "gateway `names`; list")
 	fs.StringSliceVar(&clients, "clients", nil, "client `names`; list")
 	fs.StringSliceVar(&operators, "operators", nil, "operator `names`; list")
+	fs.StringSliceVar(&scrapers, "scrapers", nil, "scraper `names` (a Prometheus server: it may only read /metrics); list")
 	_ = cmd.MarkFlagRequired("dir")
 	return cmd
 }

@@ -26,6 +26,7 @@ func newTopCmd() *cobra.Command {
 		partition, rows     int
 		interval            time.Duration
 		count               int
+		sec                 securityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "top --addr host:port [--interval 1s] [--count n]",
@@ -37,13 +38,16 @@ the node; and, once any was made through it, its aggregation calls'
 coverage, lost partitions and hedges; refreshed every --interval.
 
 --addr is a node's (or gateway's) metrics address, the one its dashboard
-is served on (http://host:port/cluster). top reads the dashboard's JSON
-twins (/api/dashboard/...), so it costs the node what one open page does.
+is served on (https://host:port/cluster on a secured cluster, http://
+otherwise). top reads the dashboard's JSON twins (/api/dashboard/...), so
+it costs the node what one open page does. On a secured cluster give
+--tls-dir: top presents the operator certificate there (--cert) over
+HTTPS, as the dashboard admits operators only.
 Each table is cut to --rows lines; narrow it with --service, --partition
 and --node. --count stops after that many screens (0: until interrupted);
 q quits (on a terminal at once, from a pipe a q in the input), as does
 Ctrl-C.`,
-		Example: "  neptune top --addr 127.0.0.1:9100\n  neptune top --addr 127.0.0.1:9100 --service forum --count 1",
+		Example: "  neptune top --tls-dir pki --addr 127.0.0.1:9100\n  neptune top --insecure --addr 127.0.0.1:9100 --service forum --count 1",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if addr == "" {
@@ -66,7 +70,11 @@ Ctrl-C.`,
 			defer cancel()
 			restore := watchQuit(cmd.InOrStdin(), cancel)
 			defer restore()
-			return runTop(ctx, cmd.OutOrStdout(), addr, q, interval, count, rows)
+			hc, scheme, err := sec.httpClient()
+			if err != nil {
+				return err
+			}
+			return runTop(ctx, cmd.OutOrStdout(), hc, scheme+"://"+addr, q, interval, count, rows)
 		},
 	}
 	fs := cmd.Flags()
@@ -78,16 +86,16 @@ Ctrl-C.`,
 	fs.StringVar(&service, "service", "", "show only this service")
 	fs.IntVar(&partition, "partition", -1, "show only this partition")
 	fs.StringVar(&node, "node", "", "show only this node (and partitions it hosts)")
+	sec.add(fs, "operator/operator", "your operator")
 	return cmd
 }
 
 // runTop fetches the three views and redraws them until ctx ends or
 // count screens were shown. On a terminal each screen replaces the last
 // (ANSI clear); elsewhere screens follow each other.
-func runTop(ctx context.Context, w io.Writer, addr string, q url.Values, interval time.Duration, count, rows int) error {
-	hc := &http.Client{Timeout: 5 * time.Second}
+func runTop(ctx context.Context, w io.Writer, hc *http.Client, base string, q url.Values, interval time.Duration, count, rows int) error {
 	fetch := func(view string, v any) error {
-		u := "http://" + addr + dashboard.APIPrefix + view
+		u := base + dashboard.APIPrefix + view
 		if len(q) > 0 {
 			u += "?" + q.Encode()
 		}
@@ -163,9 +171,9 @@ const gatewayPollWait = 20 * time.Millisecond
 // listener: its client's yellow pages (live members, polled
 // concurrently, and the recently departed ones with their replicas), its
 // registry and its subscribers.
-func mountGatewayDashboard(mux *http.ServeMux, g *gateway.Gateway, c *neptune.Client, reg prometheus.Gatherer) error {
+func mountGatewayDashboard(mux *http.ServeMux, g *gateway.Gateway, c *neptune.Client, reg prometheus.Gatherer, rss dashboard.PeerRSS) error {
 	// g.Name() is "" for a gateway without demand gossip.
-	d, err := dashboard.New(dashboard.Config{Self: g.Name(), Role: "gateway", Gatherer: reg, RSS: dashboard.PeerRSS{},
+	d, err := dashboard.New(dashboard.Config{Self: g.Name(), Role: "gateway", Gatherer: reg, RSS: rss,
 		Members: dashboard.MembersFunc(func(ctx context.Context) ([]dashboard.Member, error) {
 			return dashboard.FromClientMembers(c.Members(ctx, 0)), nil
 		}),

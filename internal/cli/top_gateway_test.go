@@ -75,7 +75,7 @@ func TestGatewayDashboardShowsDepartedMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	if err := mountGatewayDashboard(mux, g, c, prometheus.NewRegistry()); err != nil {
+	if err := mountGatewayDashboard(mux, g, c, prometheus.NewRegistry(), dashboard.PeerRSS{}); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(mux)

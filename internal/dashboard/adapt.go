@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -255,7 +256,12 @@ var peerClient = &http.Client{Transport: &http.Transport{IdleConnTimeout: 5 * ti
 // PeerRSS reads other members' resident memory from their own dashboards
 // (/api/dashboard/self on their metrics address), each within Timeout.
 type PeerRSS struct {
-	Client  *http.Client
+	// Client defaults to one without TLS; on a secured cluster it
+	// presents the member's certificate (peers' dashboards admit nodes
+	// on /api/dashboard/self) and Scheme is "https".
+	Client *http.Client
+	Scheme string // default "http"
+
 	Timeout time.Duration // default 300 ms
 }
 
@@ -271,7 +277,7 @@ func (p PeerRSS) RSS(ctx context.Context, m Member) int64 {
 	}
 	ctx, cancel := context.WithTimeout(ctx, to)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s%sself", m.MetricsAddr, APIPrefix), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s://%s%sself", cmp.Or(p.Scheme, "http"), m.MetricsAddr, APIPrefix), nil)
 	if err != nil {
 		return 0
 	}

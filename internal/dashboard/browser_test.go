@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,9 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
@@ -167,8 +170,10 @@ func TestBrowser(t *testing.T) {
 	}()
 
 	// The browser, with every console error and uncaught exception kept.
+	// The cluster is secured: its dashboards are HTTPS under the
+	// cluster CA, which this throwaway browser profile does not trust.
 	actx, cancelA := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1280, 860))...)
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1280, 860), chromedp.IgnoreCertErrors)...)
 	defer cancelA()
 	bctx, cancelB := chromedp.NewContext(actx)
 	defer cancelB()
@@ -200,7 +205,7 @@ func TestBrowser(t *testing.T) {
 			consoleErrs = nil
 		}
 	}
-	base := "http://" + dash[viewer]
+	base := "https://" + dash[viewer]
 	shots := os.Getenv("NEPTUNE_SCREENSHOTS") != ""
 	shot := func(name string) {
 		t.Helper()
@@ -251,6 +256,58 @@ func TestBrowser(t *testing.T) {
 		}
 	}
 
+	// The dashboard wants an operator: plain HTTP is refused, and so is
+	// HTTPS without an identity, in Go and in the browser.
+	for _, u := range []string{"http://" + dash[viewer] + "/cluster", "http://" + dash[viewer] + "/metrics"} {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("plain GET %s: %s, want 403", u, resp.Status)
+		}
+	}
+	anon := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	for _, u := range []string{base + "/cluster", base + "/api/dashboard/cluster", base + "/metrics", "https://" + gwDash.metrics + "/subscribers"} {
+		resp, err := anon.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s without identity: %s, want 401", u, resp.Status)
+		}
+	}
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/cluster")); err != nil {
+		t.Fatal(err)
+	}
+	if body := text("body"); !strings.Contains(body, "unauthenticated") {
+		t.Errorf("the browser without an identity got %q, want the 401 page", body)
+	}
+	// The refusals the console logged (the page's and its favicon's) were
+	// the point; the views below must log none.
+	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	consoleErrs = nil
+	mu.Unlock()
+	// The operator's token (neptune tls token create --operator), sent
+	// with every request of the page, its live refreshes included.
+	ca, err := pki.LoadCA(cl.PKIDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := ca.IssueToken(pki.Identity{Role: pki.RoleOperator, Name: "operator"}, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(bctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": "Bearer " + token}}); err != nil {
+		t.Fatal(err)
+	}
+
 	// Every view loads and shows its data.
 	open(base + "/cluster")
 	if n := count(`tr.member[data-state="alive"]`); n != 3 {
@@ -279,7 +336,7 @@ func TestBrowser(t *testing.T) {
 	var rootedAt string
 	waitPage("a node shows search aggregations rooted there", 15*time.Second, func() bool {
 		for _, id := range []string{"d1", "d2", "d3"} {
-			open("http://" + dash[id] + "/aggregation")
+			open("https://" + dash[id] + "/aggregation")
 			if count(`#aggregation-rooted tr[data-service="search"]`) == 1 {
 				rootedAt = id
 				return true
@@ -289,7 +346,7 @@ func TestBrowser(t *testing.T) {
 	})
 	t.Logf("search aggregations rooted at %s: %s", rootedAt, text(`#aggregation-rooted tr[data-service="search"]`))
 	shot("aggregation")
-	open("http://" + gwDash.metrics + "/subscribers")
+	open("https://" + gwDash.metrics + "/subscribers")
 	var heading string
 	waitPage("subscribers shows what shop was served (a rate window)", 10*time.Second, func() bool {
 		heading = text("h2")
@@ -347,7 +404,7 @@ func TestBrowser(t *testing.T) {
 			fresh = id
 		}
 	}
-	open("http://" + dash[fresh] + "/cluster")
+	open("https://" + dash[fresh] + "/cluster")
 	if n := count(fmt.Sprintf(`tr.member.dead[data-node=%q] .lastseen`, victim)); n != 1 {
 		t.Errorf("a dashboard opened on %s after %s died does not show it dead with when it was last seen", fresh, victim)
 	}

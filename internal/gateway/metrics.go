@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/neptune-cluster/neptune/internal/gage"
+	neptunemetrics "github.com/neptune-cluster/neptune/internal/metrics"
 )
 
 // metrics are the gateway's Prometheus metrics. The per-subscriber ones
@@ -108,6 +109,12 @@ func newMetrics(reg prometheus.Registerer, cfg gage.Config) (*metrics, error) {
 			return nil, err
 		}
 	}
+	if _, err := neptunemetrics.RegisterShared(reg, neptunemetrics.BuildInfo()); err != nil {
+		return nil, err
+	}
+	if err := reg.Register(ratioCollector{m}); err != nil {
+		return nil, err
+	}
 	for _, s := range cfg.All() {
 		m.reserved.WithLabelValues(s.Name).Set(s.Reservation)
 		m.limit.WithLabelValues(s.Name).Set(s.Limit)
@@ -167,4 +174,34 @@ func (m *metrics) onQueued(sub string, d int) { m.subs[sub].queue.Add(float64(d)
 func (m *metrics) onResponse(code int, seconds float64) {
 	m.responses.WithLabelValues(strconv.Itoa(code)).Inc()
 	m.latency.Observe(seconds)
+}
+
+var (
+	servedRatioDesc = prometheus.NewDesc("neptune_gateway_served_ratio",
+		"Share (0..1) of each subscriber's requests since the gateway started that were sent to the cluster (served_total over demanded_total); for a window use the rate of those counters.",
+		[]string{"subscriber"}, nil)
+	droppedRatioDesc = prometheus.NewDesc("neptune_gateway_dropped_ratio",
+		"Share (0..1) of each subscriber's requests since the gateway started that the scheduler refused (dropped_total over demanded_total).",
+		[]string{"subscriber"}, nil)
+)
+
+// ratioCollector exports each subscriber's served and dropped ratios,
+// from the counts /api/subscribers reads; a subscriber with no request
+// yet has none.
+type ratioCollector struct{ m *metrics }
+
+func (ratioCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- servedRatioDesc
+	ch <- droppedRatioDesc
+}
+
+func (c ratioCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, sm := range c.m.subs {
+		d := float64(sm.nDemanded.Load())
+		if d == 0 {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(servedRatioDesc, prometheus.GaugeValue, float64(sm.nServed.Load())/d, name)
+		ch <- prometheus.MustNewConstMetric(droppedRatioDesc, prometheus.GaugeValue, float64(sm.nDropped.Load())/d, name)
+	}
 }

@@ -7,8 +7,11 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/neptune-cluster/neptune/internal/version"
 )
 
 // Metric is a collector and the name an error reports it by.
@@ -86,4 +89,34 @@ func (t tee) Unregister(c prometheus.Collector) bool {
 	a := t.a.Unregister(c)
 	b := t.b.Unregister(c)
 	return a || b
+}
+
+// BuildInfo is neptune_build_info: always 1, labelled with what was
+// built, so dashboards can join it and alerts can spot mixed versions. A
+// process registers it once (RegisterShared), whatever it runs.
+func BuildInfo() prometheus.Collector {
+	commit := version.Commit
+	if commit == "" {
+		commit = "unknown"
+	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "neptune_build_info",
+		Help:        "Always 1; its labels are the release and source revision this process runs and the Go version that built it.",
+		ConstLabels: prometheus.Labels{"version": version.Release, "revision": commit, "goversion": runtime.Version()},
+	}, func() float64 { return 1 })
+}
+
+// RegisterShared registers c unless reg has an equal collector already
+// (the Go, process and build-info collectors, which every component of a
+// process would register): registered reports whether this call did, so
+// only its caller unregisters it.
+func RegisterShared(reg prometheus.Registerer, c prometheus.Collector) (registered bool, err error) {
+	err = reg.Register(c)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, new(prometheus.AlreadyRegisteredError)):
+		return false, nil
+	}
+	return false, err
 }

@@ -75,6 +75,11 @@ func (d *dashSource) staleness(svc string) time.Duration {
 // dashboard is the node's dashboard, served on its metrics listener.
 func (n *Node) dashboard() (*dashboard.Server, error) {
 	n.dash.n = n
+	rss := dashboard.PeerRSS{}
+	if !n.sec.Insecure() {
+		// Peers' dashboards are HTTPS and admit nodes on /api/dashboard/self.
+		rss.Scheme, rss.Client = "https", n.sec.PeerHTTPClient()
+	}
 	return dashboard.New(dashboard.Config{Self: n.cfg.ID, Role: "node", Members: &n.dash, Loads: &n.dash, Departed: &n.dash, Partitions: &n.dash,
-		Gatherer: n.reg.Gatherer, RSS: dashboard.PeerRSS{}, Interval: n.cfg.AnnounceInterval, TTL: n.cfg.AnnounceTTL, Clock: n.clock})
+		Gatherer: n.reg.Gatherer, RSS: rss, Interval: n.cfg.AnnounceInterval, TTL: n.cfg.AnnounceTTL, Clock: n.clock})
 }

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,8 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/neptune-cluster/neptune/internal/dashboard"
 	"github.com/neptune-cluster/neptune/internal/metrics"
 	"github.com/neptune-cluster/neptune/internal/replication"
+	"github.com/neptune-cluster/neptune/internal/security"
 )
 
 // serverMetrics are a node's serving-side metrics.
@@ -83,8 +84,10 @@ func (n *Node) registerStartMetrics() error {
 			}, func() float64 { return float64(repl.HeldBytes()) })})
 	}
 	if repl := n.repl; repl != nil {
-		ms = append(ms, metrics.Metric{Name: "neptune_storage_*", Collector: storageCollector{repl}})
+		ms = append(ms, metrics.Metric{Name: "neptune_storage_*", Collector: storageCollector{repl}},
+			metrics.Metric{Name: "neptune_replica_*", Collector: replCollector{repl}})
 	}
+	ms = append(ms, metrics.Metric{Name: "neptune_tls_certificate_expiry_timestamp_seconds", Collector: certCollector{n.sec}})
 	if err := metrics.Register(n.reg.Registerer, ms...); err != nil {
 		return err
 	}
@@ -104,16 +107,17 @@ func (n *Node) unregisterMetrics() {
 
 // serveMetrics serves /metrics (the registry, or its private twin) and,
 // with Pprof, /debug/pprof/ on MetricsAddr. The Go and process collectors
-// are registered unless the registry has them already (the default
-// registerer does).
+// and neptune_build_info are registered unless the registry has them
+// already (the default registerer has the first two; nodes sharing a
+// registry share the last).
 func (n *Node) serveMetrics() error {
-	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
-		err := n.reg.Registerer.Register(c)
-		switch {
-		case err == nil:
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), metrics.BuildInfo()} {
+		registered, err := metrics.RegisterShared(n.reg.Registerer, c)
+		if err != nil {
+			return fmt.Errorf("neptune: register the Go, process and build-info collectors: %w", err)
+		}
+		if registered {
 			n.registered = append(n.registered, c)
-		case !errors.As(err, new(prometheus.AlreadyRegisteredError)):
-			return fmt.Errorf("neptune: register the Go and process collectors: %w", err)
 		}
 	}
 	ln, err := net.Listen("tcp", n.cfg.MetricsAddr)
@@ -137,8 +141,8 @@ func (n *Node) serveMetrics() error {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	n.httpLn = ln
-	n.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = n.httpSrv.Serve(ln) }()
+	n.httpSrv = &http.Server{Handler: n.sec.HTTPGuard(mux, security.MemberAccess(dashboard.APIPrefix+"self")), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = n.httpSrv.Serve(n.sec.HTTPListener(ln)) }()
 	return nil
 }
 
@@ -155,7 +159,7 @@ var classDescs = struct {
 	offered:     classDesc("neptune_class_offered_yield_total", "Full yield of every arrival of the class."),
 	realized:    classDesc("neptune_class_realized_yield_total", "Yield the class's completed requests earned at their response times."),
 	wait:        classDesc("neptune_class_queue_wait_seconds_total", "Time the class's dispatched requests spent queued; divide by dispatched for the mean."),
-	loss:        classDesc("neptune_class_loss_percent", "Share of the class's offered yield not realized (LossPercent)."),
+	loss:        classDesc("neptune_class_loss_ratio", "Share (0..1) of the class's offered yield not realized (LossPercent/100)."),
 	share:       classDesc("neptune_class_resource_share", "The class's share of the service's decayed resource use on this node (beta = 0.95/s)."),
 	windowShare: classDesc("neptune_class_window_share", "The class's share of the resource use charged in the last guarantee window (1 s)."),
 	guarantee:   classDesc("neptune_class_guarantee", "The class's guaranteed resource share."),
@@ -208,7 +212,7 @@ func (c *classCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(d.offered, k.OfferedYield)
 			counter(d.realized, k.RealizedYield)
 			counter(d.wait, k.QueueWait.Seconds())
-			gauge(d.loss, k.LossPercent())
+			gauge(d.loss, k.LossPercent()/100)
 			gauge(d.share, k.Share)
 			gauge(d.windowShare, k.WindowShare)
 			gauge(d.guarantee, k.Guarantee)

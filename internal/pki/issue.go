@@ -16,6 +16,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -123,9 +125,9 @@ type IssueOptions struct {
 }
 
 // Issue creates a key pair for id and a certificate for it signed by the
-// CA, and returns both PEM encoded (the key as PKCS #8). Node certificates
-// serve and dial (server and client authentication); client and operator
-// certificates only dial.
+// CA, and returns both PEM encoded (the key as PKCS #8). Node and gateway
+// certificates serve and dial (server and client authentication); client,
+// operator and scraper certificates only dial.
 func (ca *CA) Issue(id Identity, opts IssueOptions) (certPEM, keyPEM []byte, err error) {
 	if err := id.Validate(); err != nil {
 		return nil, nil, err
@@ -149,7 +151,8 @@ func (ca *CA) Issue(id Identity, opts IssueOptions) (certPEM, keyPEM []byte, err
 		notAfter = ca.Cert.NotAfter
 	}
 	usage := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	if id.Role == RoleNode {
+	if id.Role == RoleNode || id.Role == RoleGateway {
+		// Both serve: nodes RPC, both their HTTPS listeners.
 		usage = append(usage, x509.ExtKeyUsageServerAuth)
 	}
 	tmpl := &x509.Certificate{
@@ -162,7 +165,14 @@ func (ca *CA) Issue(id Identity, opts IssueOptions) (certPEM, keyPEM []byte, err
 		BasicConstraintsValid: true,
 		URIs:                  []*url.URL{id.URI()},
 	}
-	for _, h := range opts.Hosts {
+	hosts := opts.Hosts
+	if (id.Role == RoleNode || id.Role == RoleGateway) && isDNSName(id.Name) && !slices.Contains(hosts, id.Name) {
+		// A member that serves is usually reached by its name (compose
+		// services, DNS): tools that check host names, such as a
+		// Prometheus scraping https://n1:9100, then accept it.
+		hosts = append([]string{id.Name}, hosts...)
+	}
+	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 		} else if h != "" {
@@ -338,4 +348,24 @@ func serialNumber() (*big.Int, error) {
 
 func pemCert(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// isDNSName reports whether name can be a DNS name: dot-separated labels
+// of letters, digits and hyphens, none empty or starting or ending with
+// a hyphen.
+func isDNSName(name string) bool {
+	if len(name) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(name, ".") {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, c := range l {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -9,7 +9,7 @@
 //
 //	neptune://<role>/<name>
 //
-// where role is node, client, operator or gateway and name is the node id (for a
+// where role is node, client, operator, gateway or scraper and name is the node id (for a
 // node) or a free name (for clients and operators); for example
 // neptune://node/n1. The subject common name repeats the name for humans
 // and logs, but authorisation reads only the URI: one field, covered by
@@ -56,15 +56,18 @@ const (
 	// gossips to the other gateways, which accept demand only under a
 	// gateway certificate naming the gateway it comes from.
 	RoleGateway Role = "gateway"
+	// RoleScraper may only read a member's /metrics over HTTPS (a
+	// Prometheus server): it calls no service and joins nothing.
+	RoleScraper Role = "scraper"
 )
 
 // Roles lists every role.
-var Roles = []Role{RoleNode, RoleClient, RoleOperator, RoleGateway}
+var Roles = []Role{RoleNode, RoleClient, RoleOperator, RoleGateway, RoleScraper}
 
 // Valid reports whether r is one of the roles.
 func (r Role) Valid() bool {
 	switch r {
-	case RoleNode, RoleClient, RoleOperator, RoleGateway:
+	case RoleNode, RoleClient, RoleOperator, RoleGateway, RoleScraper:
 		return true
 	}
 	return false
@@ -91,7 +94,7 @@ func (id Identity) URI() *url.URL {
 // id, a URI path segment and part of a file name.
 func (id Identity) Validate() error {
 	if !id.Role.Valid() {
-		return fmt.Errorf("pki: unknown role %q (want node, client, operator or gateway)", id.Role)
+		return fmt.Errorf("pki: unknown role %q (want node, client, operator, gateway or scraper)", id.Role)
 	}
 	return ValidateName(id.Name)
 }

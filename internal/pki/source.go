@@ -61,6 +61,10 @@ type material struct {
 	roots   *x509.CertPool
 	cluster string
 	server  *tls.Config
+	// https is the HTTP listener's: a client certificate is verified if
+	// given (browsers and probes come without one).
+	https *tls.Config
+	cas   []*x509.Certificate
 }
 
 // NewSource loads the files once; it fails if they are missing, do not
@@ -167,7 +171,7 @@ func (s *Source) load() (*material, error) {
 			break
 		}
 	}
-	m := &material{cert: &pair, id: id, roots: roots, cluster: cluster}
+	m := &material{cert: &pair, id: id, roots: roots, cluster: cluster, cas: cas}
 	m.server = &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{pair},
@@ -181,6 +185,9 @@ func (s *Source) load() (*material, error) {
 		SessionTicketsDisabled: true,
 		Time:                   s.clock.Now,
 	}
+	m.https = m.server.Clone()
+	m.https.ClientAuth = tls.VerifyClientCertIfGiven
+	m.https.NextProtos = []string{"h2", "http/1.1"}
 	return m, nil
 }
 
@@ -254,6 +261,43 @@ func (s *Source) ServerConfig() *tls.Config {
 		},
 	}
 }
+
+// HTTPSConfig is the TLS configuration of a member's HTTP listener
+// (dashboard, /metrics): the current certificate, and a client
+// certificate verified against the current CAs when one is given, since
+// browsers, scrapers with tokens and probes come without one. Read the
+// client's identity with PeerIdentity.
+func (s *Source) HTTPSConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return s.current().https, nil
+		},
+	}
+}
+
+// HTTPSClientConfig is the TLS configuration for reading a member's
+// HTTPS listener (neptune top, tests): it presents the current
+// certificate and accepts any server certificate the current CAs issued,
+// whatever its role or host names (members are found by address).
+func (s *Source) HTTPSClientConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		InsecureSkipVerify: true,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return s.current().cert, nil
+		},
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			_, err := s.Verify(cs.PeerCertificates, x509.ExtKeyUsageAny)
+			return err
+		},
+		Time: s.clock.Now,
+	}
+}
+
+// CAs are the CA certificates the member trusts now (two while the
+// cluster moves to a new CA): tokens are verified against their keys.
+func (s *Source) CAs() []*x509.Certificate { return s.current().cas }
 
 // ClientConfig is the TLS configuration for dialling a node. It presents
 // the current certificate and accepts the server only if the current CAs

@@ -347,6 +347,12 @@ func (r *Replica) Status() Status {
 			}
 		}
 		s.LeaseUntil = r.leaseUntil()
+		for _, p := range r.peers {
+			if pr := r.progress[p]; pr != nil {
+				s.Followers = append(s.Followers, FollowerLag{ID: p, Match: pr.match, InflightBytes: pr.flightBytes,
+					WaitingSince: pr.waitingSince, Learner: !r.isVoter(p)})
+			}
+		}
 		if r.cfg.Level == Level3 && r.now.Before(s.LeaseUntil) {
 			s.VersionAgo = r.versionAgo(r.now)
 		}

@@ -415,6 +415,10 @@ type Status struct {
 	Members        []Peer
 	MembersPending bool
 	Removed        bool
+	// Followers (primary) is how far each other replica it replicates to
+	// is behind it, in replica-set order: what an operator alerts on as
+	// replica lag.
+	Followers []FollowerLag
 	// Contact (levels 2 and 3) is when, by this replica's clock, it last
 	// heard from its primary (a replica that is not primary: the primary's
 	// last message, its start, or, if it led since, its quorum's last
@@ -425,6 +429,21 @@ type Status struct {
 	// shell announces a replica whose contact is older than AckTimeout
 	// (a primary: half its Lease) as having lost it (see JudgeContact).
 	Contact time.Time
+}
+
+// FollowerLag is a primary's view of one replica it sends appends to.
+type FollowerLag struct {
+	ID ID
+	// Match is the highest LSN the replica is known to hold; the primary's
+	// Last minus it is its lag in entries.
+	Match LSN
+	// InflightBytes is the entry bytes sent to it and not acknowledged.
+	InflightBytes int
+	// WaitingSince is when the oldest unacknowledged append was sent
+	// (zero if none): its age is the lag in time.
+	WaitingSince time.Time
+	// Learner: it does not vote (it catches up before it is promoted).
+	Learner bool
 }
 
 // ContactState says whether a replica is in touch with whom it depends

@@ -238,6 +238,7 @@ func (p *part) storeHealth() error {
 // publish makes st the status callers and announcements see.
 func (p *part) publish(st replica.Status) {
 	prev := p.status.Swap(&st)
+	p.rt.transitions.count(p.key, prev, st)
 	if prev != nil && (prev.Role != st.Role || prev.Epoch != st.Epoch || prev.Primary != st.Primary) {
 		p.rt.log.Info("replica role changed", "service", p.key.service, "partition", p.key.partition, "role", st.Role.String(),
 			"epoch", st.Epoch, "primary", string(st.Primary), "applied", uint64(st.Applied))

@@ -213,6 +213,8 @@ type Runtime struct {
 
 	disk    storage
 	corrupt corruptionCounter
+	// transitions counts each partition's elections and step-downs here.
+	transitions transitionCounter
 	// held is the bytes of replication messages queued or in flight to
 	// peers.
 	held atomic.Int64

@@ -28,6 +28,7 @@ var (
 	idWeb = pki.Identity{Role: pki.RoleClient, Name: "web"}
 	idOps = pki.Identity{Role: pki.RoleOperator, Name: "alice"}
 	idGw  = pki.Identity{Role: pki.RoleGateway, Name: "gw1"}
+	idScr = pki.Identity{Role: pki.RoleScraper, Name: "prom"}
 )
 
 // recorder is a Node server that answers every method and records the
@@ -151,7 +152,7 @@ func newSecureRig(t *testing.T, rules map[string]Rule) *secureRig {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	r := &secureRig{t: t, ctx: ctx, dir: t.TempDir(), stranger: t.TempDir(), rec: &recorder{callers: make(chan pki.Identity, 1)}, refused: &refusalLog{}}
-	if _, err := pki.Bootstrap(r.dir, "c", idN1, idN2, idWeb, idOps, idGw); err != nil {
+	if _, err := pki.Bootstrap(r.dir, "c", idN1, idN2, idWeb, idOps, idGw, idScr); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pki.Bootstrap(r.stranger, "c", idN2, idOps); err != nil {
@@ -288,7 +289,8 @@ func TestAuthorisationTable(t *testing.T) {
 	}
 
 	r := newSecureRig(t, nil)
-	members := map[pki.Role]pki.Identity{node: idN2, client: idWeb, operator: idOps, gateway: idGw}
+	// A scraper may only read /metrics over HTTPS: no method admits it.
+	members := map[pki.Role]pki.Identity{node: idN2, client: idWeb, operator: idOps, gateway: idGw, pki.RoleScraper: idScr}
 	if len(members) != len(pki.Roles) {
 		t.Fatalf("the test covers %d of the %d roles", len(members), len(pki.Roles))
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -169,6 +170,26 @@ func (c *Cluster) Issue(nid pki.Identity) error {
 		return fmt.Errorf("localcluster: %w", err)
 	}
 	return nil
+}
+
+// HTTP returns a client for the members' HTTP listeners (dashboard,
+// /metrics) and the URL scheme to use: on a secured cluster HTTPS
+// presenting cert ("operator/operator", "scraper/prom"; issued if
+// missing), as they admit only an identity; plain HTTP otherwise.
+func (c *Cluster) HTTP(cert string) (*http.Client, string, error) {
+	if c.pki == "" {
+		return &http.Client{Timeout: 5 * time.Second}, "http", nil
+	}
+	role, name, _ := strings.Cut(cert, "/")
+	id := pki.Identity{Role: pki.Role(role), Name: name}
+	if err := c.Issue(id); err != nil {
+		return nil, "", err
+	}
+	src, err := pki.NewSource(pki.SourceConfig{Files: pki.FilesFor(c.pki, id), Expect: id})
+	if err != nil {
+		return nil, "", fmt.Errorf("localcluster: %w", err)
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: src.HTTPSClientConfig()}}, "https", nil
 }
 
 // Seeds returns the gossip addresses of the first up to three nodes.
