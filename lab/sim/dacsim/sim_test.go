@@ -5,11 +5,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/dac"
+	"github.com/neptune-cluster/neptune/lab/report"
 )
 
 func shortSim() SimConfig {
@@ -102,6 +104,8 @@ func TestSimConfigValidate(t *testing.T) {
 		"Quality":      func(c *SimConfig) { c.Quality = 0 },
 		"Unresponsive": func(c *SimConfig) { c.Unresponsive = c.Nodes },
 		"Scheme":       func(c *SimConfig) { c.Scheme = -1 },
+		"Loads":        func(c *SimConfig) { c.Loads = 9 },
+		"Announce":     func(c *SimConfig) { c.Loads, c.Announce = LoadsStale, 0 },
 	} {
 		c := DefaultSimConfig()
 		mut(&c)
@@ -127,12 +131,36 @@ func TestRunWritesTablesAndFiles(t *testing.T) {
 	if err := Run(context.Background(), o, &buf); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"dac_trees.csv", "dac_scale.csv", "dac_scale.svg", "dac_trees_heterogeneous_response.svg"} {
+	for _, f := range []string{"dac_trees.csv", "dac_scale.csv", "dac_scale.svg", "dac_trees_heterogeneous_response.svg", "dac_loads.csv", "dac_loads_response.svg", "dac_loads_messages.svg"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Error(err)
 		}
 	}
-	if out := buf.String(); !strings.Contains(out, "Fig 22") || !strings.Contains(out, "LAT mean") {
+	if out := buf.String(); !strings.Contains(out, "Fig 22") || !strings.Contains(out, "LAT mean") || !strings.Contains(out, "verdicts:") {
 		t.Errorf("output lacks the tables:\n%s", out)
+	}
+}
+
+// TestLoadChecksCanFail: the loads section's verdicts PASS only when the
+// contender is both close to exact loads and cheap; a slow or chatty one
+// FAILs; a starved baseline is INCONCLUSIVE whatever the contender did.
+func TestLoadChecksCanFail(t *testing.T) {
+	exact := SimResult{Calls: 500, Succeeded: 500, Mean: 280 * time.Millisecond}
+	pollAll := SimResult{Calls: 500, Succeeded: 500, Mean: 286 * time.Millisecond, Control: 1800}
+	for _, c := range []struct {
+		name     string
+		exact, r SimResult
+		want     []report.Outcome
+	}{
+		{"close and cheap", exact, SimResult{Calls: 500, Succeeded: 500, Mean: 300 * time.Millisecond, Control: 16, Announcements: 18}, []report.Outcome{report.Pass, report.Pass}},
+		{"slow", exact, SimResult{Calls: 500, Succeeded: 500, Mean: 370 * time.Millisecond, Control: 16, Announcements: 18}, []report.Outcome{report.Fail, report.Pass}},
+		{"loses calls", exact, SimResult{Calls: 500, Succeeded: 480, Mean: 250 * time.Millisecond, Control: 16}, []report.Outcome{report.Fail, report.Pass}},
+		{"chatty", exact, SimResult{Calls: 500, Succeeded: 500, Mean: 290 * time.Millisecond, Control: 16, Announcements: 183}, []report.Outcome{report.Pass, report.Fail}},
+		{"starved baseline", SimResult{Calls: 500, Succeeded: 300, Mean: 900 * time.Millisecond}, SimResult{Calls: 500, Succeeded: 500, Mean: 300 * time.Millisecond}, []report.Outcome{report.Inconclusive, report.Inconclusive}},
+	} {
+		got := report.Outcomes(loadChecks(c.name, c.exact, pollAll, c.r))
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }
