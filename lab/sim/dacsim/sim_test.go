@@ -164,3 +164,39 @@ func TestLoadChecksCanFail(t *testing.T) {
 		}
 	}
 }
+
+// TestSimCountsControlMessages: polling every node costs 2n messages a
+// call, k polls 2k, and announcements every node's once per interval,
+// spread over the calls; exact loads cost nothing. Stale loads cost
+// latency against exact ones at a load where LAT's choices matter.
+func TestSimCountsControlMessages(t *testing.T) {
+	c := shortSim()
+	c.Rate = 40
+	res := map[LoadSource]SimResult{}
+	for _, l := range []LoadSource{LoadsExact, LoadsPollAll, LoadsStale} {
+		cc := c
+		cc.Loads, cc.Announce, cc.Polls = l, time.Second, 3
+		r, err := Simulate(cc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res[l] = r
+	}
+	if r := res[LoadsExact]; r.Control != 0 || r.Announcements != 0 {
+		t.Errorf("exact loads: %.1f control messages and %.1f announcements a call, want none", r.Control, r.Announcements)
+	}
+	if r := res[LoadsPollAll]; r.Control != float64(2*c.Nodes) {
+		t.Errorf("poll-all: %.1f control messages a call, want 2n = %d", r.Control, 2*c.Nodes)
+	}
+	r := res[LoadsStale]
+	if r.Control != 6 {
+		t.Errorf("3 polls: %.1f control messages a call, want 6", r.Control)
+	}
+	// 24 nodes announcing once a second at 40 calls/s: 0.6 a call.
+	if r.Announcements < 0.5 || r.Announcements > 0.7 {
+		t.Errorf("announcements %.2f a call, want about 0.6", r.Announcements)
+	}
+	if r.Mean <= res[LoadsExact].Mean {
+		t.Errorf("loads a second old: mean %v, not above exact loads' %v", r.Mean, res[LoadsExact].Mean)
+	}
+}
