@@ -47,6 +47,14 @@ type Config struct {
 	// PollWait bounds the wait for the nodes' poll answers (default 10 ms,
 	// the balancer's discard time).
 	PollWait time.Duration
+	// Polls is k, how many of a call's nodes it polls afresh (default
+	// dac.DefaultPolls); the others' loads are what earlier polls said,
+	// randomly corrected by their age (DAC §4.5 (2)). A call over at most
+	// k nodes polls them all.
+	Polls int
+	// LoadHorizon is the age at which a known load says no more about a
+	// node than the loads of the others do (default 1 s).
+	LoadHorizon time.Duration
 	// Rand places nodes in random trees and breaks ties; default seeded at
 	// random.
 	Rand  *rand.Rand
@@ -72,6 +80,12 @@ type Caller struct {
 func NewCaller(cfg Config) *Caller {
 	if cfg.PollWait == 0 {
 		cfg.PollWait = 10 * time.Millisecond
+	}
+	if cfg.Polls <= 0 {
+		cfg.Polls = dac.DefaultPolls
+	}
+	if cfg.LoadHorizon <= 0 {
+		cfg.LoadHorizon = time.Second
 	}
 	rng := cfg.Rand
 	if rng == nil {
@@ -99,7 +113,7 @@ func (c *Caller) aggregate(ctx context.Context, a Aggregation, x Experiment) (*R
 		return nil, err
 	}
 	req := a.request()
-	meanLocal, meanReduce := c.st.costs(a.Service, a.Deadline)
+	_, meanReduce := c.st.costs(a.Service, a.Deadline)
 	budget := a.ReduceBudget
 	if budget == 0 {
 		budget = 4 * meanReduce
@@ -112,7 +126,7 @@ func (c *Caller) aggregate(ctx context.Context, a Aggregation, x Experiment) (*R
 	}
 	servers := make([]dac.Server, len(plans))
 	for i, p := range plans {
-		servers[i] = p.server(meanLocal, meanReduce, a.Deadline)
+		servers[i] = p.server
 	}
 	c.mu.Lock()
 	rng := rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64()))
@@ -173,11 +187,11 @@ func hopFor(deadline time.Duration) time.Duration {
 }
 
 // plan is the caller's view of one participant: its replicas, best first,
-// and what the poll said of the first.
+// and what the tree builder is told of the first.
 type plan struct {
 	partition int
 	replicas  []membership.Replica
-	probe
+	server    dac.Server
 }
 
 // probe is what one poll said of a node.
@@ -224,9 +238,11 @@ func coordinators(plans []plan) []*pb.ReplicaAddr {
 	return out
 }
 
-// plan looks every partition up and polls each node hosting one once;
-// replicas are ranked by polled load (unanswered last, ties at random). A
-// partition with no live replica is left out: it cannot contribute.
+// plan looks every partition up, polls k of the nodes hosting one
+// (pickPolls) and estimates the others' loads from what earlier polls said
+// (estimate); replicas are ranked by load (silent nodes last, ties at
+// random). A partition with no live replica is left out: it cannot
+// contribute.
 func (c *Caller) plan(ctx context.Context, a Aggregation) ([]plan, error) {
 	var plans []plan
 	nodes := map[string]membership.Replica{}
@@ -256,10 +272,13 @@ func (c *Caller) plan(ctx context.Context, a Aggregation) ([]plan, error) {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	c.mu.Lock()
+	polls := pickPolls(c.st.views(a.Service, ids, c.clock.Now()), c.cfg.Polls, c.rng)
+	c.mu.Unlock()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var answers []transport.PollAnswer
-	for _, id := range ids {
+	for _, id := range polls {
 		wg.Go(func() {
 			r := nodes[id]
 			got := c.cfg.Poller.Poll(ctx, []transport.PollTarget{{Replica: id, Addr: r.PollAddr}}, a.Service, nodePart[id], a.Class, c.cfg.PollWait)
@@ -274,21 +293,18 @@ func (c *Caller) plan(ctx context.Context, a Aggregation) ([]plan, error) {
 		byNode[ans.Replica] = ans
 	}
 	meanLocal, meanReduce := c.st.costs(a.Service, a.Deadline)
-	silent := c.st.polled(c.clock.Now(), ids, byNode)
+	now := c.clock.Now()
+	c.st.polled(now, polls, byNode)
+	c.st.learn(now, a.Service, byNode)
+	views := c.st.views(a.Service, ids, now)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	servers := estimate(now, views, c.cfg.LoadHorizon, meanLocal, meanReduce, a.Deadline, c.rng)
 	for i := range plans {
 		rs := slices.Clone(plans[i].replicas)
 		c.rng.Shuffle(len(rs), func(x, y int) { rs[x], rs[y] = rs[y], rs[x] })
-		probeOf := func(r membership.Replica) probe {
-			ans, ok := byNode[r.Node]
-			return probe{answer: ans, answered: ok, silent: silent[r.Node]}
-		}
-		rank := func(r membership.Replica) time.Duration {
-			return probeOf(r).server(meanLocal, meanReduce, a.Deadline).Load
-		}
-		slices.SortStableFunc(rs, func(x, y membership.Replica) int { return cmp.Compare(rank(x), rank(y)) })
-		plans[i].replicas, plans[i].probe = rs, probeOf(rs[0])
+		slices.SortStableFunc(rs, func(x, y membership.Replica) int { return cmp.Compare(servers[x.Node].Load, servers[y.Node].Load) })
+		plans[i].replicas, plans[i].server = rs, servers[rs[0].Node]
 	}
 	return plans, nil
 }
@@ -303,8 +319,13 @@ type state struct {
 	leaf   map[string]*latencyRing
 	tokens int // leaf calls not yet spent on hedges
 	// heard is when each node last answered a poll in time, or was first
-	// polled if it never answered.
-	heard map[string]time.Time
+	// polled if it never answered; missed holds the nodes whose last poll
+	// went unanswered.
+	heard  map[string]time.Time
+	missed map[string]bool
+	// loads is, per service and node, the last poll answer and when it
+	// came: what a call that does not poll the node knows of its load.
+	loads map[string]map[string]known
 }
 
 // polled records which of the polled nodes answered and returns, for each
@@ -314,19 +335,52 @@ func (s *state) polled(now time.Time, nodes []string, answers map[string]transpo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.heard == nil {
-		s.heard = map[string]time.Time{}
+		s.heard, s.missed = map[string]time.Time{}, map[string]bool{}
 	}
 	silent := map[string]time.Duration{}
 	for _, id := range nodes {
 		at, seen := s.heard[id]
-		if _, ok := answers[id]; ok || !seen {
+		_, ok := answers[id]
+		if ok || !seen {
 			s.heard[id], at = now, now
 		}
-		if _, ok := answers[id]; !ok {
+		s.missed[id] = !ok
+		if !ok {
 			silent[id] = now.Sub(at)
 		}
 	}
 	return silent
+}
+
+// learn records the answers as the service's latest known loads.
+func (s *state) learn(now time.Time, service string, answers map[string]transport.PollAnswer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.loads == nil {
+		s.loads = map[string]map[string]known{}
+	}
+	book := s.loads[service]
+	if book == nil {
+		book = map[string]known{}
+		s.loads[service] = book
+	}
+	for id, ans := range answers {
+		book[id] = known{answer: ans, at: now}
+	}
+}
+
+// views returns what the caller knows of each node's load for service.
+func (s *state) views(service string, ids []string, now time.Time) []view {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]view, len(ids))
+	for i, id := range ids {
+		out[i] = view{node: id, known: s.loads[service][id]}
+		if s.missed[id] {
+			out[i].missed, out[i].silent = true, now.Sub(s.heard[id])
+		}
+	}
+	return out
 }
 
 // costWeight is the EWMA weight of one call's measured means.

@@ -48,7 +48,43 @@ type SimConfig struct {
 	// Unresponsive nodes (the last ones) accept work but never run it;
 	// their load index reads as Deadline, as a timed-out poll would.
 	Unresponsive int
-	Seed         uint64
+	// Loads is where the caller learns the loads LAT is built from.
+	Loads LoadSource
+	// Announce is how often every node announces its load (LoadsStale),
+	// each at its own phase; Polls is k, how many nodes the caller polls
+	// afresh per call (LoadsStale; dac.PickPolls chooses them).
+	Announce time.Duration
+	Polls    int
+	Seed     uint64
+}
+
+// LoadSource is how a simulated caller knows the nodes' loads.
+type LoadSource int
+
+const (
+	// LoadsExact: the caller reads every node's load index as it is, at no
+	// cost (the oracle the paper's figures assume).
+	LoadsExact LoadSource = iota
+	// LoadsPollAll: the caller polls every node per call, as the product
+	// did before issue 30: exact loads, one round trip before the tree
+	// goes out, 2n control messages (poll and answer) per call.
+	LoadsPollAll
+	// LoadsStale: loads as last announced (every Announce) with the
+	// random correction of dac.Estimate, corrected by Polls fresh polls:
+	// one round trip if Polls > 0, 2·Polls control messages per call.
+	LoadsStale
+)
+
+func (l LoadSource) String() string {
+	switch l {
+	case LoadsExact:
+		return "exact"
+	case LoadsPollAll:
+		return "poll-all"
+	case LoadsStale:
+		return "stale"
+	}
+	return fmt.Sprintf("LoadSource(%d)", int(l))
 }
 
 // DefaultSimConfig is the paper's MICRO setting on 24 dual-processor nodes.
@@ -88,6 +124,10 @@ func (c SimConfig) Validate() error {
 		return fmt.Errorf("dacsim: SimConfig.Quality %v not in (0, 1]", c.Quality)
 	case c.Unresponsive < 0 || c.Unresponsive >= c.Nodes:
 		return fmt.Errorf("dacsim: SimConfig.Unresponsive %d not in [0, Nodes)", c.Unresponsive)
+	case c.Loads < LoadsExact || c.Loads > LoadsStale:
+		return fmt.Errorf("dacsim: SimConfig.Loads %d is not a load source", int(c.Loads))
+	case c.Loads == LoadsStale && (c.Announce <= 0 || c.Polls < 0):
+		return fmt.Errorf("dacsim: SimConfig.Announce %v must be positive and Polls %d not negative with stale loads", c.Announce, c.Polls)
 	case !validScheme(c.Scheme):
 		return fmt.Errorf("dacsim: SimConfig.Scheme: %w %d", dac.ErrScheme, int(c.Scheme))
 	}
@@ -115,6 +155,11 @@ type SimResult struct {
 	MinLost, MaxLost int
 	// ExactlyLost[j] counts the calls that lost exactly j partitions.
 	ExactlyLost []int
+	// Control is the mean number of control messages (load polls and
+	// their answers) a measured call sent; Announcements the mean number
+	// of load announcements per call (every node's, every Announce,
+	// however many calls run).
+	Control, Announcements float64
 }
 
 // Simulate runs the configuration to completion. It drives the same tree
@@ -133,6 +178,14 @@ func Simulate(c SimConfig) (SimResult, error) {
 		s.nodes = append(s.nodes, &simNode{procs: procs, dead: i >= c.Nodes-c.Unresponsive && i < c.Nodes})
 	}
 	s.caller = s.nodes[c.Nodes]
+	if c.Loads == LoadsStale {
+		ann := eng.Rand(streamAnnounce)
+		for _, nd := range s.nodes[:c.Nodes] {
+			if !nd.dead {
+				s.announce(nd, time.Duration(ann.Int64N(int64(c.Announce))))
+			}
+		}
+	}
 	for at := time.Duration(0); ; {
 		at += time.Duration(s.rng.ExpFloat64() / c.Rate * float64(time.Second))
 		if at >= c.Duration {
@@ -151,6 +204,21 @@ func Simulate(c SimConfig) (SimResult, error) {
 // times.
 const streamDAC = 0x44ac
 
+// streamAnnounce is the random stream of the nodes' announcement phases.
+const streamAnnounce = 0x44ad
+
+// announce makes nd announce its load at virtual time at and every
+// Announce after.
+func (s *run) announce(nd *simNode, at time.Duration) {
+	s.eng.At(at, func() {
+		nd.announced = dac.Known{Load: nd.pending / time.Duration(nd.procs), At: s.eng.Time()}
+		s.announcements++
+		if next := s.eng.Now() + s.cfg.Announce; next < s.cfg.Duration {
+			s.announce(nd, next)
+		}
+	})
+}
+
 // validScheme reports whether s is one of dac's tree schemes.
 func validScheme(s dac.Scheme) bool {
 	_, err := dac.ParseScheme(s.String())
@@ -165,6 +233,8 @@ type run struct {
 	caller *simNode
 	calls  []*simCall
 	err    error
+	// announcements counts load announcements sent in the measured window.
+	announcements int
 }
 
 type simNode struct {
@@ -173,6 +243,8 @@ type simNode struct {
 	reduce, local []simTask
 	// pending is the expected work of the calls queued here: the load index.
 	pending time.Duration
+	// announced is the load this node last announced (LoadsStale).
+	announced dac.Known
 }
 
 type simTask struct {
@@ -184,6 +256,7 @@ type simTask struct {
 type simCall struct {
 	arrive   time.Duration
 	n        int
+	control  int // control messages sent for the call
 	parts    []*simPart
 	callerM  *simPart
 	done     bool
@@ -201,25 +274,95 @@ type simPart struct {
 	owed   time.Duration // expected work not yet done, part of node.pending
 }
 
+// arrive starts a call: at once with exact loads, after a round of polls
+// otherwise.
 func (s *run) arrive() {
 	c := s.cfg
 	call := &simCall{arrive: s.eng.Now(), n: c.Nodes}
 	s.calls = append(s.calls, call)
+	var polled []int
+	switch c.Loads {
+	case LoadsExact:
+		s.build(call, nil)
+		return
+	case LoadsPollAll:
+		polled = make([]int, c.Nodes)
+		for i := range polled {
+			polled[i] = i
+		}
+	case LoadsStale:
+		known := make([]dac.Known, c.Nodes)
+		for i, nd := range s.nodes[:c.Nodes] {
+			known[i] = nd.announced
+		}
+		polled = dac.PickPolls(known, c.Polls, s.rng)
+	}
+	if len(polled) == 0 {
+		s.build(call, nil)
+		return
+	}
+	call.control = 2 * len(polled)
+	// A poll reaches its node after Net, which answers with its load then;
+	// the answers are back after another Net.
+	s.eng.After(c.Net, func() {
+		fresh := map[int]time.Duration{}
+		for _, i := range polled {
+			if nd := s.nodes[i]; !nd.dead {
+				fresh[i] = nd.pending / time.Duration(nd.procs)
+			}
+		}
+		s.eng.After(c.Net, func() { s.build(call, fresh) })
+	})
+}
+
+// loads returns the load index the caller builds the tree from for every
+// node: exact, or as announced and corrected, with the polled ones fresh.
+// An unresponsive node's reads as Deadline, as a timed-out poll would.
+func (s *run) loads(fresh map[int]time.Duration) []time.Duration {
+	c := s.cfg
+	out := make([]time.Duration, c.Nodes)
+	switch c.Loads {
+	case LoadsStale:
+		known := make([]dac.Known, c.Nodes)
+		for i, nd := range s.nodes[:c.Nodes] {
+			known[i] = nd.announced
+			if l, ok := fresh[i]; ok {
+				nd.announced = dac.Known{Load: l, At: s.eng.Time()}
+				known[i] = nd.announced
+			}
+		}
+		out = dac.Estimate(known, s.eng.Time(), c.Announce, s.rng)
+	default:
+		for i, nd := range s.nodes[:c.Nodes] {
+			out[i] = nd.pending / time.Duration(nd.procs)
+			if l, ok := fresh[i]; ok {
+				out[i] = l
+			}
+		}
+	}
+	for i, nd := range s.nodes[:c.Nodes] {
+		if nd.dead {
+			out[i] = c.Deadline
+		}
+	}
+	return out
+}
+
+// build forms the call's tree from the loads it knows and sends it out.
+func (s *run) build(call *simCall, fresh map[int]time.Duration) {
+	c := s.cfg
+	loads := s.loads(fresh)
 	servers := make([]dac.Server, c.Nodes)
 	for i := range servers {
-		nd := s.nodes[i]
-		p := time.Duration(nd.procs)
-		servers[i] = dac.Server{Load: nd.pending / p, Local: c.Local / p, Reduce: c.Reduce / p}
-		if nd.dead {
-			servers[i].Load = c.Deadline
-		}
+		p := time.Duration(s.nodes[i].procs)
+		servers[i] = dac.Server{Load: loads[i], Local: c.Local / p, Reduce: c.Reduce / p}
 	}
 	tr, err := dac.Build(c.Scheme, servers, s.rng)
 	if err != nil {
 		s.fail(err)
 		return
 	}
-	end := s.eng.Time().Add(c.Deadline)
+	end := s.eng.Time().Add(c.Deadline - (s.eng.Now() - call.arrive))
 	var dl []time.Time
 	if c.Uniform {
 		dl = dac.UniformDeadlines(tr, end)
@@ -351,6 +494,7 @@ func (s *run) summary() SimResult {
 		res.MinLost, res.MaxLost = min(res.MinLost, lost), max(res.MaxLost, lost)
 		res.ExactlyLost[lost]++
 		cov += float64(call.got) / float64(c.Nodes)
+		res.Control += float64(call.control)
 		if call.done && call.got >= need {
 			res.Succeeded++
 			rts = append(rts, call.response)
@@ -358,6 +502,8 @@ func (s *run) summary() SimResult {
 	}
 	if res.Calls > 0 {
 		res.Coverage = cov / float64(res.Calls)
+		res.Control /= float64(res.Calls)
+		res.Announcements = float64(s.announcements) / float64(len(s.calls))
 	}
 	res.Throughput = float64(res.Succeeded) / (c.Duration - c.Warmup).Seconds()
 	lat := report.Summarize(rts)

@@ -5,11 +5,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/dac"
+	"github.com/neptune-cluster/neptune/lab/report"
 )
 
 func shortSim() SimConfig {
@@ -102,6 +104,8 @@ func TestSimConfigValidate(t *testing.T) {
 		"Quality":      func(c *SimConfig) { c.Quality = 0 },
 		"Unresponsive": func(c *SimConfig) { c.Unresponsive = c.Nodes },
 		"Scheme":       func(c *SimConfig) { c.Scheme = -1 },
+		"Loads":        func(c *SimConfig) { c.Loads = 9 },
+		"Announce":     func(c *SimConfig) { c.Loads, c.Announce = LoadsStale, 0 },
 	} {
 		c := DefaultSimConfig()
 		mut(&c)
@@ -127,12 +131,72 @@ func TestRunWritesTablesAndFiles(t *testing.T) {
 	if err := Run(context.Background(), o, &buf); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"dac_trees.csv", "dac_scale.csv", "dac_scale.svg", "dac_trees_heterogeneous_response.svg"} {
+	for _, f := range []string{"dac_trees.csv", "dac_scale.csv", "dac_scale.svg", "dac_trees_heterogeneous_response.svg", "dac_loads.csv", "dac_loads_response.svg", "dac_loads_messages.svg"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Error(err)
 		}
 	}
-	if out := buf.String(); !strings.Contains(out, "Fig 22") || !strings.Contains(out, "LAT mean") {
+	if out := buf.String(); !strings.Contains(out, "Fig 22") || !strings.Contains(out, "LAT mean") || !strings.Contains(out, "verdicts:") {
 		t.Errorf("output lacks the tables:\n%s", out)
+	}
+}
+
+// TestLoadChecksCanFail: the loads section's verdicts PASS only when the
+// contender is both close to exact loads and cheap; a slow or chatty one
+// FAILs; a starved baseline is INCONCLUSIVE whatever the contender did.
+func TestLoadChecksCanFail(t *testing.T) {
+	exact := SimResult{Calls: 500, Succeeded: 500, Mean: 280 * time.Millisecond}
+	pollAll := SimResult{Calls: 500, Succeeded: 500, Mean: 286 * time.Millisecond, Control: 1800}
+	for _, c := range []struct {
+		name     string
+		exact, r SimResult
+		want     []report.Outcome
+	}{
+		{"close and cheap", exact, SimResult{Calls: 500, Succeeded: 500, Mean: 300 * time.Millisecond, Control: 16, Announcements: 18}, []report.Outcome{report.Pass, report.Pass}},
+		{"slow", exact, SimResult{Calls: 500, Succeeded: 500, Mean: 370 * time.Millisecond, Control: 16, Announcements: 18}, []report.Outcome{report.Fail, report.Pass}},
+		{"loses calls", exact, SimResult{Calls: 500, Succeeded: 480, Mean: 250 * time.Millisecond, Control: 16}, []report.Outcome{report.Fail, report.Pass}},
+		{"chatty", exact, SimResult{Calls: 500, Succeeded: 500, Mean: 290 * time.Millisecond, Control: 16, Announcements: 183}, []report.Outcome{report.Pass, report.Fail}},
+		{"starved baseline", SimResult{Calls: 500, Succeeded: 300, Mean: 900 * time.Millisecond}, SimResult{Calls: 500, Succeeded: 500, Mean: 300 * time.Millisecond}, []report.Outcome{report.Inconclusive, report.Inconclusive}},
+	} {
+		got := report.Outcomes(loadChecks(c.name, c.exact, pollAll, c.r))
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestSimCountsControlMessages: polling every node costs 2n messages a
+// call, k polls 2k, and announcements every node's once per interval,
+// spread over the calls; exact loads cost nothing. Stale loads cost
+// latency against exact ones at a load where LAT's choices matter.
+func TestSimCountsControlMessages(t *testing.T) {
+	c := shortSim()
+	c.Rate = 40
+	res := map[LoadSource]SimResult{}
+	for _, l := range []LoadSource{LoadsExact, LoadsPollAll, LoadsStale} {
+		cc := c
+		cc.Loads, cc.Announce, cc.Polls = l, time.Second, 3
+		r, err := Simulate(cc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res[l] = r
+	}
+	if r := res[LoadsExact]; r.Control != 0 || r.Announcements != 0 {
+		t.Errorf("exact loads: %.1f control messages and %.1f announcements a call, want none", r.Control, r.Announcements)
+	}
+	if r := res[LoadsPollAll]; r.Control != float64(2*c.Nodes) {
+		t.Errorf("poll-all: %.1f control messages a call, want 2n = %d", r.Control, 2*c.Nodes)
+	}
+	r := res[LoadsStale]
+	if r.Control != 6 {
+		t.Errorf("3 polls: %.1f control messages a call, want 6", r.Control)
+	}
+	// 24 nodes announcing once a second at 40 calls/s: 0.6 a call.
+	if r.Announcements < 0.5 || r.Announcements > 0.7 {
+		t.Errorf("announcements %.2f a call, want about 0.6", r.Announcements)
+	}
+	if r.Mean <= res[LoadsExact].Mean {
+		t.Errorf("loads a second old: mean %v, not above exact loads' %v", r.Mean, res[LoadsExact].Mean)
 	}
 }

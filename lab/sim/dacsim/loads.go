@@ -1,0 +1,157 @@
+package dacsim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/dac"
+	"github.com/neptune-cluster/neptune/lab/report"
+)
+
+// The goals of the loads section (issue 30, part 4), fixed before any
+// run: at LoadsNodes nodes, a contender that learns loads from
+// announcements and k polls answers within LoadsLatencyGoal of LAT with
+// exact loads and sends at least LoadsMessageGoal times fewer control
+// messages per call than polling every node.
+const (
+	LoadsNodes       = 900
+	LoadsDemand      = 0.7
+	LoadsLatencyGoal = 1.10
+	LoadsMessageGoal = 50.0
+)
+
+// loadContender is one way of learning loads in the loads section.
+type loadContender struct {
+	name     string
+	scheme   dac.Scheme
+	loads    LoadSource
+	announce time.Duration
+	polls    int
+}
+
+func (l loadContender) String() string { return l.name }
+
+// loadContenders are exact, poll-all, announcements every o.Announce
+// with each k of o.Polls, announcements ten times as often with the
+// default k (how fresh they would have to be), and for reference a
+// binomial tree, which needs no loads at all.
+func loadContenders(o Options) []loadContender {
+	cs := []loadContender{{name: "exact", loads: LoadsExact}, {name: "poll-all", loads: LoadsPollAll}}
+	for _, k := range o.Polls {
+		cs = append(cs, loadContender{name: fmt.Sprintf("ann %v k=%d", o.Announce, k), loads: LoadsStale, announce: o.Announce, polls: k})
+	}
+	fast := o.Announce / 10
+	return append(cs, loadContender{name: fmt.Sprintf("ann %v k=%d", fast, dac.DefaultPolls), loads: LoadsStale, announce: fast, polls: dac.DefaultPolls},
+		loadContender{name: "binomial", scheme: dac.Binomial, loads: LoadsExact})
+}
+
+// messages is a run's control messages per call: polls and their answers,
+// and the load announcements every node sends, spread over the calls.
+func messages(r SimResult) float64 { return r.Control + r.Announcements }
+
+// loadChecks judges one contender against the exact and poll-all runs.
+func loadChecks(name string, exact, pollAll, r SimResult) []*report.Check {
+	ratio := float64(r.Mean) / float64(exact.Mean)
+	lat := &report.Check{
+		Goal: fmt.Sprintf("%s: mean ≤ %.2f× exact, as many calls met", name, LoadsLatencyGoal),
+		Met:  ratio <= LoadsLatencyGoal && r.Succeeded >= exact.Succeeded,
+		Measured: fmt.Sprintf("%.1f ms = %.2f× exact's %.1f ms; %d of %d calls met ρ (exact %d)",
+			report.Ms(r.Mean), ratio, report.Ms(exact.Mean), r.Succeeded, r.Calls, exact.Succeeded),
+	}
+	starved := func(c *report.Check) *report.Check {
+		c.Doubt(exact.Calls < 100, "only %d measured calls: run longer", exact.Calls)
+		return c.Doubt(exact.Succeeded*20 < exact.Calls*19, "exact loads met ρ in %d of %d calls: the baseline is overloaded at this rate", exact.Succeeded, exact.Calls)
+	}
+	m, all := messages(r), messages(pollAll)
+	msg := report.AtMost(fmt.Sprintf("%s: ≥ %.0f× fewer control messages per call than poll-all", name, LoadsMessageGoal),
+		m, all/LoadsMessageGoal, fmt.Sprintf("%.1f (polls %.1f + announcements %.1f) vs %.1f: %s fewer", m, r.Control, r.Announcements, all, times(all, m)))
+	msg.Doubt(all == 0, "poll-all sent no control messages")
+	return []*report.Check{starved(lat), starved(msg)}
+}
+
+func times(a, b float64) string {
+	if b == 0 {
+		return "∞×"
+	}
+	return strconv.FormatFloat(a/b, 'f', 0, 64) + "×"
+}
+
+// loadsExp is issue 30's DAC at scale: LAT at LoadsNodes nodes with the
+// loads it is built from learned three ways (and a binomial tree for
+// reference), side by side, each way that does not poll every node judged
+// against the goals above.
+func loadsExp(ctx context.Context, base SimConfig, o Options, window time.Duration, w io.Writer) ([]*report.Check, error) {
+	c := base
+	c.Nodes = LoadsNodes
+	c.Rate = LoadsDemand * c.IdealThroughput()
+	c.Warmup = min(2*time.Second, window/5)
+	c.Duration = c.Warmup + window
+	fmt.Fprintf(w, "\n== DAC at scale (issue 30): LAT on %d nodes at %.0f%% of the ideal throughput (%.1f calls/s), %v measured; loads exact, polled from every node, or announced every interval with k fresh polls\n",
+		c.Nodes, LoadsDemand*100, c.Rate, window)
+	fmt.Fprintf(w, "goals (fixed): mean ≤ %.2f× exact loads with as many calls meeting ρ, and ≥ %.0f× fewer control messages per call than poll-all (polls, answers and amortised announcements counted)\n",
+		LoadsLatencyGoal, LoadsMessageGoal)
+	cs := loadContenders(o)
+	res := make([]SimResult, len(cs))
+	for i, lc := range cs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(w, "  [%d/%d] %s …\n", i+1, len(cs), lc)
+		t0 := time.Now()
+		cc := c
+		cc.Scheme, cc.Loads, cc.Announce, cc.Polls = lc.scheme, lc.loads, lc.announce, lc.polls
+		r, err := Simulate(cc)
+		if err != nil {
+			return nil, err
+		}
+		res[i] = r
+		fmt.Fprintf(w, "        mean %s ms, %.0f messages/call (%.1fs)\n", fms(r.Mean), messages(r), time.Since(t0).Seconds())
+	}
+	exact, pollAll := res[0], res[1]
+	rows := report.NewTable("contender", "announce", "k", "calls", "met", "mean_ms", "p99_ms", "coverage", "polls_per_call", "announcements_per_call", "messages_per_call", "mean_vs_exact", "messages_vs_poll_all")
+	for i, lc := range cs {
+		r := res[i]
+		ann := "-"
+		if lc.loads == LoadsStale {
+			ann = lc.announce.String()
+		}
+		rows.Add(lc.name, ann, strconv.Itoa(lc.polls), strconv.Itoa(r.Calls), strconv.Itoa(r.Succeeded), fms(r.Mean), fms(r.P99), ff(r.Coverage),
+			ff(r.Control), ff(r.Announcements), ff(messages(r)),
+			strconv.FormatFloat(float64(r.Mean)/float64(exact.Mean), 'f', 3, 64), times(messages(pollAll), messages(r)))
+	}
+	fmt.Fprintln(w)
+	rows.WithHeader("contender", "announce", "k", "calls", "met ρ", "mean ms", "p99 ms", "coverage", "polls/call", "ann/call", "msgs/call", "mean/exact", "msgs: poll-all/this").Print(w)
+	var checks []*report.Check
+	for i, lc := range cs {
+		if lc.loads == LoadsStale {
+			checks = append(checks, loadChecks(lc.name, exact, pollAll, res[i])...)
+		}
+	}
+	for _, ch := range checks {
+		fmt.Fprintln(w, ch)
+	}
+	fmt.Fprintf(w, "verdicts: %s\n", report.Tally(checks...))
+	names := make([]string, len(cs))
+	lat := report.Series{Name: "mean response (ms)"}
+	goal := report.Series{Name: fmt.Sprintf("%.2f× exact (goal)", LoadsLatencyGoal)}
+	msgs := report.Series{Name: "control messages per call"}
+	for i, lc := range cs {
+		names[i] = lc.name
+		lat.Add(float64(i), report.Ms(res[i].Mean))
+		goal.Add(float64(i), LoadsLatencyGoal*report.Ms(exact.Mean))
+		msgs.Add(float64(i), messages(res[i]))
+	}
+	ch := report.Chart{Title: fmt.Sprintf("DAC on %d nodes: mean response by how loads are learned", c.Nodes), XLabel: "contender", YLabel: "mean response (ms)", XTicks: names, Series: []report.Series{lat, goal}}
+	if err := ch.Save(filepath.Join(o.Out, "dac_loads_response.svg")); err != nil {
+		return nil, err
+	}
+	mc := report.Chart{Title: fmt.Sprintf("DAC on %d nodes: control messages per call", c.Nodes), XLabel: "contender", YLabel: "messages per call", XTicks: names, Series: []report.Series{msgs}}
+	if err := mc.Save(filepath.Join(o.Out, "dac_loads_messages.svg")); err != nil {
+		return nil, err
+	}
+	return checks, rows.Save(filepath.Join(o.Out, "dac_loads.csv"))
+}
