@@ -23,6 +23,13 @@ import (
 // lines, and waits until every partition has a primary (level 1: is known).
 func appProcs(t *testing.T, ctx context.Context, prefix, service string, parts, level int, extra string) (*localcluster.Cluster, []*localcluster.Node, *neptune.Client) {
 	t.Helper()
+	return seededProcs(t, ctx, prefix, service, parts, level, extra, nil)
+}
+
+// seededProcs is appProcs with seed, if set, called with each node's
+// data directory before the node starts (a restore test seeds it).
+func seededProcs(t *testing.T, ctx context.Context, prefix, service string, parts, level int, extra string, seed func(dataDir string)) (*localcluster.Cluster, []*localcluster.Node, *neptune.Client) {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, service+".yaml")
 	yaml := fmt.Sprintf("services:\n  - name: %s\n    partitions: 0-%d\n    replication:\n      level: %d\n      nodes: [%[4]s1, %[4]s2, %[4]s3]\n      degree: 3\n%[5]s",
@@ -38,6 +45,9 @@ func appProcs(t *testing.T, ctx context.Context, prefix, service string, parts, 
 	var nodes []*localcluster.Node
 	for i := range 3 {
 		id := fmt.Sprintf("%s%d", prefix, i+1)
+		if seed != nil {
+			seed(filepath.Join(dir, id))
+		}
 		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfg, "-data-dir", filepath.Join(dir, id),
 			"-announce-interval", "200ms", "-announce-ttl", "1s"}})
 		if err != nil {
