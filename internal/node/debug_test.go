@@ -13,14 +13,14 @@ import (
 func TestLogRingKeepsTheNewestLines(t *testing.T) {
 	r := newLogRing(100)
 	for i := range 50 {
-		r.Write([]byte(strings.Repeat("x", 9) + string(rune('a'+i%26)) + "\n"))
+		r.Write([]byte(strings.Repeat("x", 8) + string(rune('a'+i%26)) + "\n"))
 	}
 	b := r.Bytes()
 	if len(b) > 100 || len(b) != 10*10 {
 		t.Fatalf("kept %d bytes, want 100", len(b))
 	}
 	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-	if last := lines[len(lines)-1]; last != "xxxxxxxxx"+string(rune('a'+49%26)) {
+	if last := lines[len(lines)-1]; last != "xxxxxxxx"+string(rune('a'+49%26)) {
 		t.Errorf("last line %q, want the 50th", last)
 	}
 }
