@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -343,6 +344,24 @@ func (c *Client) Drain(ctx context.Context, node string) ([]string, error) {
 	return c.c.Drain(ctx, node)
 }
 
+// Backup streams a consistent snapshot of service's partition from
+// node, its primary, to w: the exactly-once table, then the service's
+// image, as of BackupInfo.LSN (`neptune backup` writes them into a backup
+// file). An operator's certificate is needed. An error wrapping
+// ErrNoPrimary means node is not the primary (nothing was written).
+func (c *Client) Backup(ctx context.Context, node, service string, partition int, w io.Writer) (BackupInfo, error) {
+	return c.c.Backup(ctx, node, service, partition, w)
+}
+
+// Debug streams one item of node's debug bundle to w (`neptune debug
+// zip`; an operator's certificate is needed): "status", "config" (secrets
+// left out), "metrics", "logs" (its recent log lines), "goroutine",
+// "heap", "cpu" (a profile of seconds) or "dashboard/<view>" (a dashboard
+// view's JSON).
+func (c *Client) Debug(ctx context.Context, node, item string, seconds int, w io.Writer) error {
+	return c.c.Debug(ctx, node, item, seconds, w)
+}
+
 // Close leaves the cluster and closes connections.
 func (c *Client) Close() error { return c.c.Close() }
 
@@ -353,6 +372,8 @@ type (
 	ReplicaSet = client.ReplicaSet
 	// ReplicaMember is one replica of a ReplicaSet.
 	ReplicaMember = client.ReplicaMember
+	// BackupInfo says what a partition's backup holds (Backup).
+	BackupInfo = client.BackupInfo
 	// Member is one node in the yellow pages.
 	Member = client.Member
 	// HostedService is a service a member hosts, with polled loads.

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/gateway"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/replica/check"
+	"github.com/neptune-cluster/neptune/internal/replication"
 	"github.com/neptune-cluster/neptune/internal/security"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -302,45 +304,7 @@ func respBody(r *neptune.Response) string {
 // lines, and waits until every partition has a primary (level 1: is known).
 func appProcs(t *testing.T, ctx context.Context, prefix, service string, parts, level int, extra string) (*localcluster.Cluster, []*localcluster.Node, *neptune.Client) {
 	t.Helper()
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, service+".yaml")
-	yaml := fmt.Sprintf("services:\n  - name: %s\n    partitions: 0-%d\n    replication:\n      level: %d\n      nodes: [%[4]s1, %[4]s2, %[4]s3]\n      degree: 3\n%[5]s",
-		service, parts-1, level, prefix, extra)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := localcluster.NewSecure(neptuneBinary(t), dir, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	var nodes []*localcluster.Node
-	for i := range 3 {
-		id := fmt.Sprintf("%s%d", prefix, i+1)
-		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfg, "-data-dir", filepath.Join(dir, id),
-			"-announce-interval", "200ms", "-announce-ttl", "1s"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, n)
-	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: cl.ClientSecurity("client/client"), Join: cl.Seeds(), AnnounceTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	waitFor(t, 20*time.Second, func() bool {
-		if level == 1 {
-			return len(c.Partitions()) == parts
-		}
-		for p := range parts {
-			if primaryOf(c, p) == "" {
-				return false
-			}
-		}
-		return true
-	})
-	return cl, nodes, c
+	return seededProcs(t, ctx, prefix, service, parts, level, extra, nil)
 }
 
 func startGateway(t *testing.T, ctx context.Context, dir, name, config string, args ...string) *gatewayProc {
@@ -1448,3 +1412,228 @@ func withKey(labels map[string]string, k, v string) map[string]string {
 	out[k] = v
 	return out
 }
+
+// seededProcs is appProcs with seed, if set, called with each node's
+// data directory before the node starts (a restore test seeds it).
+func seededProcs(t *testing.T, ctx context.Context, prefix, service string, parts, level int, extra string, seed func(dataDir string)) (*localcluster.Cluster, []*localcluster.Node, *neptune.Client) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, service+".yaml")
+	yaml := fmt.Sprintf("services:\n  - name: %s\n    partitions: 0-%d\n    replication:\n      level: %d\n      nodes: [%[4]s1, %[4]s2, %[4]s3]\n      degree: 3\n%[5]s",
+		service, parts-1, level, prefix, extra)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := localcluster.NewSecure(neptuneBinary(t), dir, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	var nodes []*localcluster.Node
+	for i := range 3 {
+		id := fmt.Sprintf("%s%d", prefix, i+1)
+		if seed != nil {
+			seed(filepath.Join(dir, id))
+		}
+		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfg, "-data-dir", filepath.Join(dir, id),
+			"-announce-interval", "200ms", "-announce-ttl", "1s"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: cl.ClientSecurity("client/client"), Join: cl.Seeds(), AnnounceTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	waitFor(t, 20*time.Second, func() bool {
+		if level == 1 {
+			return len(c.Partitions()) == parts
+		}
+		for p := range parts {
+			if primaryOf(c, p) == "" {
+				return false
+			}
+		}
+		return true
+	})
+	return cl, nodes, c
+}
+
+func testBackupRestore(t *testing.T, prefix string, w backupWorkload) {
+	if testing.Short() {
+		t.Skip("starts node processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	exe := neptuneBinary(t)
+	cl, nodes, c := appProcs(t, ctx, prefix, w.service, backupParts, 2, "")
+	neptuneCmd := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, exe, args...).CombinedOutput()
+		return string(out), err
+	}
+
+	// Writers under load; each write's start and acknowledgement times.
+	var (
+		mu      sync.Mutex
+		started = map[int]time.Time{}
+		acked   = map[int]time.Time{}
+		next    atomic.Int64
+		stop    atomic.Bool
+		wg      sync.WaitGroup
+	)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				i := int(next.Add(1))
+				mu.Lock()
+				started[i] = time.Now()
+				mu.Unlock()
+				callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err := w.write(callCtx, c, i)
+				cancel()
+				if err == nil {
+					mu.Lock()
+					acked[i] = time.Now()
+					mu.Unlock()
+				}
+				time.Sleep(3 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+
+	file := filepath.Join(t.TempDir(), w.service+".nbk")
+	began := time.Now()
+	out, err := neptuneCmd(append([]string{"backup", "--join", strings.Join(cl.Seeds(), ","), "--service", w.service, "--file", file},
+		cl.SecurityArgs("operator/operator")...)...)
+	ended := time.Now()
+	t.Logf("neptune backup (%v):\n%s", ended.Sub(began).Round(time.Millisecond), out)
+	if err != nil {
+		stop.Store(true)
+		wg.Wait()
+		t.Fatalf("neptune backup: %v", err)
+	}
+	time.Sleep(time.Second)
+	stop.Store(true)
+	wg.Wait()
+
+	mu.Lock()
+	var before, after int
+	for i, at := range acked {
+		if at.Before(began) {
+			before++
+		}
+		if started[i].After(ended) {
+			after++
+		}
+	}
+	mu.Unlock()
+	t.Logf("%d writes acknowledged before the backup began, %d started after it ended, %d in all", before, after, len(acked))
+	if before < 50 || after < 10 {
+		t.Fatalf("too little load to judge: %d before, %d after", before, after)
+	}
+
+	// A damaged backup is refused before anything is written.
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := map[string][]byte{
+		"flipped":   append([]byte(nil), b...),
+		"truncated": b[:len(b)-len(b)/3],
+	}
+	damaged["flipped"][len(b)-len(b)/4] ^= 0x40
+	for name, bad := range damaged {
+		path := filepath.Join(t.TempDir(), name+".nbk")
+		if err := os.WriteFile(path, bad, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dd := filepath.Join(t.TempDir(), "data")
+		out, err := neptuneCmd("restore", "--file", path, "--data-dir", dd)
+		t.Logf("neptune restore of a %s backup: %v\n%s", name, err, out)
+		if err == nil || !strings.Contains(out, "refused") || !strings.Contains(out, "backup file damaged") {
+			t.Errorf("restore of a %s backup: err %v, output %q: want it refused as damaged", name, err, out)
+		}
+		if _, err := os.Stat(replication.RestoreFile(dd, w.service)); err == nil {
+			t.Errorf("restore of a %s backup seeded %s", name, dd)
+		}
+	}
+
+	// The cluster is lost: every node and its data.
+	c.Close()
+	for _, n := range nodes {
+		n.Kill()
+	}
+	cl.Close()
+	for _, n := range nodes {
+		if err := os.RemoveAll(filepath.Join(filepath.Dir(n.LogPath), n.Spec.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A new cluster, seeded from the backup.
+	_, _, c2 := seededProcs(t, ctx, prefix+"r", w.service, backupParts, 2, "", func(dataDir string) {
+		out, err := neptuneCmd("restore", "--file", file, "--data-dir", dataDir)
+		if err != nil {
+			t.Fatalf("neptune restore: %v\n%s", err, out)
+		}
+		t.Logf("neptune restore --data-dir %s:\n%s", filepath.Base(dataDir), out)
+	})
+	counts, err := w.count(ctx, c2, int(next.Load()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing, doubled, later []int
+	mu.Lock()
+	for i, at := range acked {
+		if at.Before(began) && counts[i] == 0 {
+			missing = append(missing, i)
+		}
+	}
+	for i, n := range counts {
+		if n > 1 {
+			doubled = append(doubled, i)
+		}
+		if started[i].After(ended) {
+			later = append(later, i)
+		}
+	}
+	mu.Unlock()
+	t.Logf("restored: %d writes; %d acknowledged before the backup missing, %d doubled, %d started after it present", len(counts), len(missing), len(doubled), len(later))
+	if len(missing) > 0 || len(doubled) > 0 || len(later) > 0 {
+		t.Errorf("missing %v, doubled %v, from after the backup %v", head(missing), head(doubled), head(later))
+	}
+
+	// A client's retry of a write the backup holds is not applied again.
+	var retried []int
+	mu.Lock()
+	for i, at := range acked {
+		if at.Before(began) && len(retried) < 20 {
+			retried = append(retried, i)
+		}
+	}
+	mu.Unlock()
+	for _, i := range retried {
+		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := w.write(callCtx, c2, i)
+		cancel()
+		if err != nil {
+			t.Fatalf("retry of write %d: %v", i, err)
+		}
+	}
+	if counts, err = w.count(ctx, c2, int(next.Load())); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range retried {
+		if counts[i] != 1 {
+			t.Errorf("write %d is in the state %d times after its retry, want once", i, counts[i])
+		}
+	}
+}
+
+// head is at most the first 10 of xs.
+func head(xs []int) []int { return xs[:min(len(xs), 10)] }

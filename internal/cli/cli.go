@@ -174,7 +174,7 @@ func newRoot(extra ...*cobra.Command) *cobra.Command {
 		SilenceUsage:  true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{err} })
-	root.AddCommand(newNodeCmd(), newCallCmd(), newStatusCmd(), newPartitionCmd(), newVersionCmd(), newTLSCmd(), newKeyringCmd(), newGatewayCmd(), newTopCmd(), newHealthCmd())
+	root.AddCommand(newNodeCmd(), newCallCmd(), newStatusCmd(), newPartitionCmd(), newBackupCmd(), newRestoreCmd(), newDebugCmd(), newVersionCmd(), newTLSCmd(), newKeyringCmd(), newGatewayCmd(), newTopCmd(), newHealthCmd())
 	root.AddCommand(extra...)
 	return root
 }

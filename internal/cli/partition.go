@@ -241,6 +241,7 @@ type promoteOptions struct {
 	wait          time.Duration
 	force         bool
 	sec           securityFlags
+	output        outputFlag
 }
 
 func newPromoteCmd() *cobra.Command {
@@ -272,7 +273,7 @@ Only an operator certificate (--cert operator/NAME) may promote.`,
 			"  neptune partition promote --tls-dir pki --cert operator/alice --join 127.0.0.1:7946 --service kv --partition 0 --node c --force",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.run(cmd.Context(), cmd.OutOrStdout())
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fs := cmd.Flags()
@@ -283,6 +284,7 @@ Only an operator certificate (--cert operator/NAME) may promote.`,
 	fs.StringVar(&o.node, "node", "", "`id` of the node whose replica becomes primary; default: the replica with the newest log")
 	fs.BoolVar(&o.force, "force", false, "become primary without a majority's votes; acknowledged writes the replica lacks are lost")
 	fs.DurationVar(&o.wait, "wait", time.Second, "how long to listen for announcements first")
+	o.output.add(fs)
 	o.sec.add(fs, "operator/operator", "your operator")
 	for _, f := range []string{"join", "service", "partition"} {
 		_ = cmd.MarkFlagRequired(f)
@@ -290,7 +292,7 @@ Only an operator certificate (--cert operator/NAME) may promote.`,
 	return cmd
 }
 
-func (o *promoteOptions) run(ctx context.Context, stdout io.Writer) error {
+func (o *promoteOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if o.partition < 0 {
 		return Usagef("--partition must be >= 0, got %d", o.partition)
 	}
@@ -327,15 +329,28 @@ func (o *promoteOptions) run(ctx context.Context, stdout io.Writer) error {
 				"A majority of the replicas must be reachable and any primary's lease lapsed; with fewer than a majority alive, --force promotes it and may lose acknowledged writes",
 				o.service, o.partition, ri.Node, ri.Role, ri.Epoch, ri.Primary)
 		}
+		if o.output.json() {
+			return printJSON(stdout, promoteJSON(o.service, o.partition, false, ri))
+		}
 		fmt.Fprintf(stdout, "%s partition %d: %s is primary at epoch %d, version %d (elected by a majority)\n", o.service, o.partition, ri.Node, ri.Epoch, ri.Version)
 		return nil
 	}
-	fmt.Fprintln(stdout, forceWarning(o.service, o.partition, target, reps))
+	if o.output.json() {
+		fmt.Fprintln(stderr, forceWarning(o.service, o.partition, target, reps))
+	} else {
+		fmt.Fprintln(stdout, forceWarning(o.service, o.partition, target, reps))
+	}
 	ri, err := c.ForcePromote(ctx, target, o.service, o.partition)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s partition %d: %s is %s at epoch %d, version %d (forced)\n", o.service, o.partition, ri.Node, ri.Role, ri.Epoch, ri.Version)
+	if o.output.json() {
+		if err := printJSON(stdout, promoteJSON(o.service, o.partition, true, ri)); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "%s partition %d: %s is %s at epoch %d, version %d (forced)\n", o.service, o.partition, ri.Node, ri.Role, ri.Epoch, ri.Version)
+	}
 	if ri.Role != "primary" {
 		return fmt.Errorf("%s partition %d: %s is %s after a forced promote (still recovering: retry once it has checked its log)", o.service, o.partition, ri.Node, ri.Role)
 	}

@@ -22,6 +22,7 @@ type membersOptions struct {
 	wait     time.Duration
 	timeout  time.Duration
 	sec      securityFlags
+	output   outputFlag
 }
 
 // changeRetry is the pause before asking again when the announced primary
@@ -75,12 +76,16 @@ partition's primary (found in the yellow pages) and prints the replica
 set after each step. On an error it says whether the change may have
 happened; asking again is safe. Only an operator certificate (--cert
 operator/NAME) may change replica sets (besides nodes: automatic
-placement, the node config's placement section, makes the same changes).`,
+placement, the node config's placement section, makes the same changes).
+
+On a terminal, a step that adds a replica shows how far the new replica
+has caught up (its version against the primary's) while it waits; -o json
+prints each step's replica set as one JSON object per line.`,
 		Example: fmt.Sprintf("  neptune partition %s --tls-dir pki --cert operator/alice --join 127.0.0.1:7946 kv 0 %s", verb,
 			map[string]string{"add": "d", "remove": "c", "move": "c d", "priority": "b 10"}[verb]),
 		Args: args,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.run(cmd.Context(), cmd.OutOrStdout(), verb, args, cmd.Flags().Changed("priority"))
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), verb, args, cmd.Flags().Changed("priority"))
 		},
 	}
 	fs := cmd.Flags()
@@ -91,12 +96,13 @@ placement, the node config's placement section, makes the same changes).`,
 	}
 	fs.DurationVar(&o.wait, "wait", time.Second, "how long to listen for announcements first")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "how long to wait for each step to commit")
+	o.output.add(fs)
 	o.sec.add(fs, "operator/operator", "your operator")
 	_ = cmd.MarkFlagRequired("join")
 	return cmd
 }
 
-func (o *membersOptions) run(ctx context.Context, stdout io.Writer, verb string, args []string, prioritySet bool) error {
+func (o *membersOptions) run(ctx context.Context, stdout, stderr io.Writer, verb string, args []string, prioritySet bool) error {
 	service := args[0]
 	partition, err := strconv.Atoi(args[1])
 	if err != nil || partition < 0 {
@@ -110,7 +116,7 @@ func (o *membersOptions) run(ctx context.Context, stdout io.Writer, verb string,
 	if err := replicated(c, service); err != nil {
 		return err
 	}
-	p := &partitionRef{c: c, service: service, partition: partition, timeout: o.timeout, out: stdout}
+	p := &partitionRef{c: c, service: service, partition: partition, timeout: o.timeout, out: stdout, json: o.output.json(), prog: newProgress(stderr)}
 	switch verb {
 	case "add":
 		_, err = p.change(ctx, args[2], o.priority, "")
@@ -180,7 +186,7 @@ until this command (or add, remove, move) runs.`,
 		Example: "  neptune partition apply --tls-dir pki --cert operator/alice --join 127.0.0.1:7946 --config cluster.yaml --service kv",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.run(cmd.Context(), cmd.OutOrStdout())
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fs := cmd.Flags()
@@ -191,13 +197,14 @@ until this command (or add, remove, move) runs.`,
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the steps, make none")
 	fs.DurationVar(&o.wait, "wait", time.Second, "how long to listen for announcements first")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "how long to wait for each step to commit")
+	o.output.add(fs)
 	o.sec.add(fs, "operator/operator", "your operator")
 	_ = cmd.MarkFlagRequired("join")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
 
-func (o *applyOptions) run(ctx context.Context, stdout io.Writer) error {
+func (o *applyOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	fc, err := readConfig(o.config)
 	if err != nil {
 		return err
@@ -218,7 +225,7 @@ func (o *applyOptions) run(ctx context.Context, stdout io.Writer) error {
 			return err
 		}
 		for _, part := range s.Partitions {
-			p := &partitionRef{c: c, service: s.Name, partition: part, timeout: o.timeout, out: stdout}
+			p := &partitionRef{c: c, service: s.Name, partition: part, timeout: o.timeout, out: stdout, json: o.output.json(), prog: newProgress(stderr)}
 			primary := announcedPrimary(c, s.Name, part)
 			if primary == "" {
 				return fmt.Errorf("%s partition %d: no primary announced (nothing changed here)", s.Name, part)
@@ -278,6 +285,12 @@ type partitionRef struct {
 	partition int
 	timeout   time.Duration
 	out       io.Writer
+	// json prints each step as a JSON object; prog shows a step's
+	// progress on a terminal.
+	json bool
+	prog *progress
+	// watch is the replica a step adds (its catch-up is shown).
+	watch string
 }
 
 // change makes one change, waits for it to commit and prints the result.
@@ -286,6 +299,8 @@ func (p *partitionRef) change(ctx context.Context, add string, priority int, rem
 	if remove != "" {
 		what = "remove " + remove
 	}
+	p.watch = add
+	defer func() { p.watch = "" }()
 	return p.step(ctx, what, func(ctx context.Context, primary string) (neptune.ReplicaSet, error) {
 		return p.c.ChangeReplicas(ctx, primary, p.service, p.partition, add, priority, remove)
 	})
@@ -303,7 +318,9 @@ func (p *partitionRef) setPriority(ctx context.Context, replica string, priority
 // for it to commit and prints the result.
 func (p *partitionRef) step(ctx context.Context, what string, call changeCall) (neptune.ReplicaSet, error) {
 	start := time.Now()
+	stop := p.showCatchUp(what)
 	rs, err := p.ask(ctx, call)
+	stop()
 	if err != nil {
 		return rs, fmt.Errorf("%s partition %d: %s: %w", p.service, p.partition, what, err)
 	}
@@ -311,9 +328,52 @@ func (p *partitionRef) step(ctx context.Context, what string, call changeCall) (
 		return rs, fmt.Errorf("%s partition %d: %s: not committed within %v (replica set %s); it may still complete: check neptune status, or ask again",
 			p.service, p.partition, what, p.timeout, setString(rs))
 	}
+	if p.json {
+		return rs, printJSON(p.out, setJSON(p.service, p.partition, what, time.Since(start), rs))
+	}
 	fmt.Fprintf(p.out, "%s partition %d: %s: done in %v; replica set %s, primary %s\n", p.service, p.partition, what,
 		time.Since(start).Round(time.Millisecond), setString(rs), rs.Primary)
 	return rs, nil
+}
+
+// showCatchUp shows, on a terminal, how far the replica being added
+// (watch) has caught up with the primary, from the yellow pages, until
+// the returned func is called.
+func (p *partitionRef) showCatchUp(what string) (stop func()) {
+	if p.prog == nil || !p.prog.on || p.watch == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				p.prog.done()
+				return
+			case <-t.C:
+			}
+			var have, want uint64
+			for _, pi := range p.c.Partitions() {
+				if pi.Service != p.service || pi.Partition != p.partition {
+					continue
+				}
+				for _, r := range pi.Replicas {
+					if r.Node == p.watch {
+						have = r.Version
+					}
+					if r.Role == "primary" && r.Stale == "" {
+						want = r.Commit
+					}
+				}
+			}
+			p.prog.show("%s partition %d: %s: %s has %d of %d entries (%d to catch up)", p.service, p.partition, what, p.watch, have, want, want-min(have, want))
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 // ask sends the change to the partition's announced primary, following

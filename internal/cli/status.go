@@ -22,6 +22,7 @@ func newStatusCmd() *cobra.Command {
 		gateways []string
 		wait     time.Duration
 		sf       securityFlags
+		output   outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "status --join host:port [--wait 1s] [--gateway host:port]",
@@ -34,7 +35,11 @@ none).
 With --gateway (the metrics address of an HTTP gateway, repeatable), also
 print each subscriber as the gateways see it: its reservation, each
 gateway's share of it and the demand there, and the requests demanded,
-served and dropped, per gateway and in total.`,
+served and dropped, per gateway and in total.
+
+-o json prints one JSON document instead: members, partitions (each with
+its primary and replicas: role, epoch, version, commit, lease) and, with
+--gateway, each gateway's subscribers.`,
 		Example: "  neptune status --tls-dir pki --join 127.0.0.1:7946\n  neptune status --gateway 127.0.0.1:9101 --gateway 127.0.0.1:9102",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -42,16 +47,27 @@ served and dropped, per gateway and in total.`,
 			if len(join) == 0 && len(gateways) == 0 {
 				return Usagef("one of --join or --gateway is required")
 			}
+			var doc statusJSON
 			if len(gateways) > 0 {
 				// A secured gateway's status is HTTPS and admits operators.
 				hc, scheme, err := sf.httpClient()
 				if err != nil {
 					return err
 				}
-				if err := printGateways(ctx, cmd.OutOrStdout(), hc, scheme, gateways); err != nil {
+				gws, err := fetchGateways(ctx, hc, scheme, gateways)
+				if err != nil {
 					return err
 				}
+				if doc.Gateways = gws; !output.json() {
+					if err := printGateways(cmd.OutOrStdout(), gws); err != nil {
+						return err
+					}
+				}
 				if len(join) == 0 {
+					if output.json() {
+						doc.Members, doc.Partitions = []memberJSON{}, []partitionJSON{}
+						return printJSON(cmd.OutOrStdout(), doc)
+					}
 					return nil
 				}
 			}
@@ -68,8 +84,13 @@ served and dropped, per gateway and in total.`,
 				return err
 			}
 			stdout := cmd.OutOrStdout()
-			printStatus(stdout, c.Members(ctx, 50*time.Millisecond))
+			members := c.Members(ctx, 50*time.Millisecond)
 			parts := c.Partitions()
+			if output.json() {
+				doc.Members, doc.Partitions = membersJSON(members), partitionsJSON(parts)
+				return printJSON(stdout, doc)
+			}
+			printStatus(stdout, members)
 			if len(parts) == 0 {
 				fmt.Fprintln(stdout, "\nNo replicated partition announced: a service without replication (services[i].replication in the node config) has no primary, epoch or versions.")
 			}
@@ -82,6 +103,7 @@ served and dropped, per gateway and in total.`,
 	fs.StringSliceVar(&join, "join", nil, "gossip `host:port` of any node; list (this or --gateway is required)")
 	fs.DurationVar(&wait, "wait", time.Second, "how long to listen for announcements before printing")
 	fs.StringSliceVar(&gateways, "gateway", nil, "metrics `host:port` of an HTTP gateway, for its subscribers; repeatable")
+	output.add(fs)
 	sf.add(fs, "client/client", "your client")
 	return cmd
 }
@@ -126,24 +148,18 @@ func printStatus(w io.Writer, members []neptune.Member) {
 	fmt.Fprintf(w, "%d nodes\n", len(members))
 }
 
-// printGateways fetches each gateway's /api/subscribers and prints the
-// subscribers per gateway, then summed over the gateways.
-func printGateways(ctx context.Context, w io.Writer, hc *http.Client, scheme string, addrs []string) error {
-	type row struct {
-		gw string
-		s  gateway.SubscriberStatus
-	}
-	var rows []row
-	total := map[string]*gateway.SubscriberStatus{}
-	var order []string
+// fetchGateways fetches each gateway's /api/subscribers (HTTPS on a
+// secured cluster, where it admits operators).
+func fetchGateways(ctx context.Context, hc *http.Client, scheme string, addrs []string) ([]gatewayJSON, error) {
+	var out []gatewayJSON
 	for _, a := range addrs {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+a+gateway.StatusPath, nil)
 		if err != nil {
-			return fmt.Errorf("gateway %s: %w", a, err)
+			return nil, fmt.Errorf("gateway %s: %w", a, err)
 		}
 		resp, err := hc.Do(req)
 		if err != nil {
-			return fmt.Errorf("gateway %s: %w", a, err)
+			return nil, fmt.Errorf("gateway %s: %w", a, err)
 		}
 		var st gateway.Status
 		err = json.NewDecoder(resp.Body).Decode(&st)
@@ -153,10 +169,26 @@ func printGateways(ctx context.Context, w io.Writer, hc *http.Client, scheme str
 			if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 				hint = "; a secured gateway's status admits operators: --cert operator/NAME"
 			}
-			return fmt.Errorf("gateway %s: %s: not a gateway status (%s, %v)%s", a, gateway.StatusPath, resp.Status, err, hint)
+			return nil, fmt.Errorf("gateway %s: %s: not a gateway status (%s, %v)%s", a, gateway.StatusPath, resp.Status, err, hint)
 		}
-		for _, s := range st.Subscribers {
-			rows = append(rows, row{a, s})
+		out = append(out, gatewayJSON{Gateway: a, Subscribers: append([]gateway.SubscriberStatus{}, st.Subscribers...)})
+	}
+	return out, nil
+}
+
+// printGateways prints the subscribers per gateway, then summed over the
+// gateways.
+func printGateways(w io.Writer, gws []gatewayJSON) error {
+	type row struct {
+		gw string
+		s  gateway.SubscriberStatus
+	}
+	var rows []row
+	total := map[string]*gateway.SubscriberStatus{}
+	var order []string
+	for _, g := range gws {
+		for _, s := range g.Subscribers {
+			rows = append(rows, row{g.Gateway, s})
 			t := total[s.Name]
 			if t == nil {
 				t = &gateway.SubscriberStatus{Name: s.Name, Reserved: s.Reserved, Limit: s.Limit}
@@ -178,7 +210,7 @@ func printGateways(ctx context.Context, w io.Writer, hc *http.Client, scheme str
 	for _, r := range rows {
 		line(r.gw, r.s)
 	}
-	if len(addrs) > 1 {
+	if len(gws) > 1 {
 		for _, name := range order {
 			line("total", *total[name])
 		}

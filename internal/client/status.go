@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -256,4 +258,73 @@ func (c *Client) Promote(ctx context.Context, node, service string, partition in
 		return ReplicaInfo{}, transport.FromStatus(node, err)
 	}
 	return replicaInfo(node, out.Status), nil
+}
+
+// BackupInfo says what a partition's backup holds: every write up to LSN
+// (whose entry had epoch LSNEpoch), taken at primary Node.
+type BackupInfo struct {
+	LSN, LSNEpoch uint64
+	Node          string
+}
+
+// Backup streams a consistent snapshot of service's partition from node,
+// its primary, to w (an operator's certificate is needed). An error
+// wrapping ErrNoPrimary means node is not the primary; nothing was
+// written then.
+func (c *Client) Backup(ctx context.Context, node, service string, partition int, w io.Writer) (BackupInfo, error) {
+	cl, err := c.nodeClient(node)
+	if err != nil {
+		return BackupInfo{}, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := cl.Backup(ctx, &pb.BackupRequest{Service: service, Partition: int32(partition)})
+	if err != nil {
+		return BackupInfo{}, transport.FromStatus(node, err)
+	}
+	first, err := st.Recv()
+	if err != nil {
+		return BackupInfo{}, transport.FromStatus(node, err)
+	}
+	info := BackupInfo{LSN: first.Lsn, LSNEpoch: first.LsnEpoch, Node: first.Node}
+	for {
+		ch, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return info, nil
+		}
+		if err != nil {
+			return info, transport.FromStatus(node, err)
+		}
+		if _, err := w.Write(ch.Data); err != nil {
+			return info, err
+		}
+	}
+}
+
+// Debug streams one item of node's debug bundle to w (an operator's
+// certificate is needed): status, config, metrics, logs, goroutine, heap,
+// cpu (a profile of seconds), or a dashboard view ("dashboard/<view>").
+func (c *Client) Debug(ctx context.Context, node, item string, seconds int, w io.Writer) error {
+	cl, err := c.nodeClient(node)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := cl.Debug(ctx, &pb.DebugRequest{Item: item, Seconds: uint32(max(seconds, 0))})
+	if err != nil {
+		return transport.FromStatus(node, err)
+	}
+	for {
+		ch, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return transport.FromStatus(node, err)
+		}
+		if _, err := w.Write(ch.Data); err != nil {
+			return err
+		}
+	}
 }

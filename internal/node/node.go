@@ -227,6 +227,11 @@ type Node struct {
 	// registered are the collectors Start registered, for Close.
 	registered []prometheus.Collector
 
+	// logs keeps the node's recent log lines for its debug bundle
+	// (debug.go); startedAt is when it was created.
+	logs      *logRing
+	startedAt time.Time
+
 	mu        sync.Mutex
 	services  map[string]*hosted // fixed after Start
 	started   bool
@@ -272,9 +277,13 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	logs := newLogRing(DebugLogBytes)
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger.With("node", cfg.ID),
+		cfg:       cfg,
+		logs:      logs,
+		startedAt: time.Now(),
+		log: slog.New(teeHandler{cfg.Logger.Handler(), slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})}).
+			With("node", cfg.ID),
 		clock:    cfg.Clock,
 		reg:      metrics.For(cfg.Registerer),
 		services: map[string]*hosted{},

@@ -367,6 +367,9 @@ func (rt *Runtime) open(spec Partition, join *replica.ConfState) (*part, error) 
 		_ = l.Close()
 		return nil, nil
 	}
+	if rs, err = rt.seed(key, spec, l, rs); err != nil {
+		return fail(err)
+	}
 	cfg, err := rt.config(spec, members)
 	if err != nil {
 		return fail(err)
@@ -414,6 +417,7 @@ func (rt *Runtime) Start() error {
 			rt.parts[key] = p
 		}
 	}
+	rt.seeded()
 	rt.wg.Add(1)
 	go func() { defer rt.wg.Done(); rt.probeLost(rt.ctx) }()
 	rt.wg.Add(1)

@@ -116,55 +116,25 @@ func (p *part) sendSnapshots(ctx context.Context, ids []replica.ID) {
 // sendSnapshot takes d's image, settles on the loop which LSN it covers,
 // streams it to peer to, and reports the outcome to the loop.
 func (p *part) sendSnapshot(ctx context.Context, ss SnapshotSender, to replica.ID, epoch replica.Epoch, d *dump) {
-	img, got, err := p.dumpImage(ctx)
+	t, err := p.take(ctx, epoch, d)
+	if errors.Is(err, errLoopGone) {
+		return
+	}
 	var (
-		hdr  *pb.SnapshotChunk
-		recs []replica.DedupRecord
-		high int64
+		ack *pb.SnapshotAck
+		hdr *pb.SnapshotChunk
 	)
-	settled := make(chan struct{})
-	ok := p.post(ctx, func(time.Time) {
-		defer close(settled)
-		p.dumps = slices.DeleteFunc(p.dumps, func(x *dump) bool { return x == d })
-		if err != nil {
-			return
-		}
-		lsn := max(replica.LSN(got), d.from)
-		// (Applied covers an installed snapshot, which executed nothing.)
-		if executed := max(replica.LSN(p.executing.Load()), p.core.Status().Applied); lsn > executed {
-			err = fmt.Errorf("neptune: service snapshot covers LSN %d, beyond the executed %d", got, executed)
-			return
-		}
-		if st := p.core.Status(); st.Role != replica.Primary || st.Epoch != epoch {
-			err = fmt.Errorf("neptune: no longer primary of epoch %d", epoch)
-			return
-		}
-		recs, high = d.tableAt(lsn)
-		hdr = &pb.SnapshotChunk{From: p.rt.cfg.Self, Service: p.key.service, Partition: p.key.partition, To: string(to),
-			Epoch: uint64(epoch), Lsn: uint64(lsn), LsnEpoch: uint64(p.core.Term(lsn))}
-		conf := p.core.Committed()
-		hdr.Members, hdr.MembersLsn = toPBPeers(conf.Members), uint64(conf.LSN)
-	})
-	if img != nil {
-		defer os.Remove(img.Name())
-		defer img.Close()
-	}
-	if !ok {
-		return
-	}
-	select {
-	case <-settled:
-	case <-p.done:
-		return
-	}
-	var ack *pb.SnapshotAck
 	if err == nil {
+		defer t.close()
+		hdr = &pb.SnapshotChunk{From: p.rt.cfg.Self, Service: p.key.service, Partition: p.key.partition, To: string(to),
+			Epoch: uint64(epoch), Lsn: uint64(t.lsn), LsnEpoch: uint64(t.lsnEpoch)}
+		hdr.Members, hdr.MembersLsn = toPBPeers(t.conf.Members), uint64(t.conf.LSN)
 		// The dedup section is encoded as the stream reads it.
 		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(writeDedupSection(pw, recs, high)) }()
+		go func() { pw.CloseWithError(writeDedupSection(pw, t.recs, t.high)) }()
 		sum := crc32.New(castagnoli)
-		ack, err = p.rt.streamSnapshot(ctx, ss, string(to), hdr, io.MultiReader(pr, io.TeeReader(img, sum)), func() error {
-			return p.spoolIntact(img.Name(), sum.Sum32(), img.sum, "taken")
+		ack, err = p.rt.streamSnapshot(ctx, ss, string(to), hdr, io.MultiReader(pr, io.TeeReader(t.img, sum)), func() error {
+			return p.spoolIntact(t.img.Name(), sum.Sum32(), t.img.sum, "taken")
 		})
 		pr.Close() // ends the encoder if the stream stopped early
 	}
@@ -183,6 +153,72 @@ func (p *part) sendSnapshot(ctx context.Context, ss SnapshotSender, to replica.I
 			p.core.SnapshotFailed(to)
 		}
 	})
+}
+
+// errLoopGone is take's error when the partition's loop stopped (or ctx
+// ended) before the snapshot was settled: nobody is left to tell.
+var errLoopGone = errors.New("neptune: partition loop stopped")
+
+// taken is a snapshot settled on the loop: the service's image, the LSN
+// it covers, that entry's epoch, the committed replica set and the dedup
+// table at that point.
+type taken struct {
+	img      *image
+	lsn      replica.LSN
+	lsnEpoch replica.Epoch
+	conf     replica.ConfState
+	recs     []replica.DedupRecord
+	high     int64
+}
+
+func (t *taken) close() {
+	t.img.Close()
+	os.Remove(t.img.Name())
+}
+
+// take takes d's image (off the loop) and settles on the loop which LSN
+// it covers, while this replica is still primary of epoch. The caller
+// closes what it returns.
+func (p *part) take(ctx context.Context, epoch replica.Epoch, d *dump) (*taken, error) {
+	img, got, err := p.dumpImage(ctx)
+	t := &taken{img: img}
+	settled := make(chan struct{})
+	ok := p.post(ctx, func(time.Time) {
+		defer close(settled)
+		p.dumps = slices.DeleteFunc(p.dumps, func(x *dump) bool { return x == d })
+		if err != nil {
+			return
+		}
+		lsn := max(replica.LSN(got), d.from)
+		// (Applied covers an installed snapshot, which executed nothing.)
+		if executed := max(replica.LSN(p.executing.Load()), p.core.Status().Applied); lsn > executed {
+			err = fmt.Errorf("neptune: service snapshot covers LSN %d, beyond the executed %d", got, executed)
+			return
+		}
+		if st := p.core.Status(); st.Role != replica.Primary || st.Epoch != epoch {
+			err = fmt.Errorf("%w: no longer primary of epoch %d", nerr.ErrNoPrimary, epoch)
+			return
+		}
+		t.recs, t.high = d.tableAt(lsn)
+		t.lsn, t.lsnEpoch, t.conf = lsn, p.core.Term(lsn), p.core.Committed()
+	})
+	if ok {
+		select {
+		case <-settled:
+		case <-p.done:
+			ok = false
+		}
+	}
+	if !ok || err != nil {
+		if img != nil {
+			t.close()
+		}
+		if !ok {
+			return nil, errLoopGone
+		}
+		return nil, err
+	}
+	return t, nil
 }
 
 // dump is a snapshot being taken. The service's image is one point in

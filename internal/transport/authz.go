@@ -68,6 +68,10 @@ var (
 //
 //   - Drain: operators only (`neptune node drain`).
 //
+//   - Backup, Debug: operators only (`neptune backup`, `neptune debug
+//     zip`): a backup is every byte of a partition's state, a debug
+//     bundle the node's config, logs and profiles.
+//
 //   - grpc.health.v1 Check and Watch: whoever may call.
 //
 // Future configuration changes (keyring, membership) belong with Promote.
@@ -81,6 +85,8 @@ var Rules = map[string]Rule{
 	pb.Node_ChangeReplicas_FullMethodName:  {Roles: operatorsAndNodes},
 	pb.Node_Drain_FullMethodName:           {Roles: operatorOnly},
 	pb.Node_BidiStream_FullMethodName:      {Roles: anyMember},
+	pb.Node_Backup_FullMethodName:          {Roles: operatorOnly},
+	pb.Node_Debug_FullMethodName:           {Roles: operatorOnly},
 	// grpc.health.v1: whoever may call may ask whether to.
 	healthpb.Health_Check_FullMethodName: {Roles: callers},
 	healthpb.Health_Watch_FullMethodName: {Roles: callers},

@@ -56,6 +56,16 @@ func (r *recorder) Stream(_ *pb.CallRequest, s grpc.ServerStreamingServer[pb.Chu
 	return s.Send(&pb.Chunk{Body: []byte("ok")})
 }
 
+func (r *recorder) Backup(_ *pb.BackupRequest, s grpc.ServerStreamingServer[pb.BackupChunk]) error {
+	r.seen(s.Context())
+	return s.Send(&pb.BackupChunk{})
+}
+
+func (r *recorder) Debug(_ *pb.DebugRequest, s grpc.ServerStreamingServer[pb.DebugChunk]) error {
+	r.seen(s.Context())
+	return s.Send(&pb.DebugChunk{})
+}
+
 func (r *recorder) BidiStream(s grpc.BidiStreamingServer[pb.StreamFrame, pb.StreamFrame]) error {
 	r.seen(s.Context())
 	return s.Send(&pb.StreamFrame{})
@@ -234,6 +244,16 @@ func (r *secureRig) call(cl pb.NodeClient, method string, from string) error {
 		_, err = cl.ChangeReplicas(ctx, &pb.ChangeReplicasRequest{Service: "kv", Add: "n9"})
 	case pb.Node_Drain_FullMethodName:
 		_, err = cl.Drain(ctx, &pb.DrainRequest{})
+	case pb.Node_Backup_FullMethodName:
+		var s grpc.ServerStreamingClient[pb.BackupChunk]
+		if s, err = cl.Backup(ctx, &pb.BackupRequest{Service: "kv"}); err == nil {
+			_, err = s.Recv()
+		}
+	case pb.Node_Debug_FullMethodName:
+		var s grpc.ServerStreamingClient[pb.DebugChunk]
+		if s, err = cl.Debug(ctx, &pb.DebugRequest{Item: "status"}); err == nil {
+			_, err = s.Recv()
+		}
 	case pb.Node_BidiStream_FullMethodName:
 		var s grpc.BidiStreamingClient[pb.StreamFrame, pb.StreamFrame]
 		if s, err = cl.BidiStream(ctx); err == nil {
@@ -276,6 +296,8 @@ func TestAuthorisationTable(t *testing.T) {
 		pb.Node_ChangeReplicas_FullMethodName:  {node, operator},
 		pb.Node_Drain_FullMethodName:           {operator},
 		pb.Node_BidiStream_FullMethodName:      {node, client, operator},
+		pb.Node_Backup_FullMethodName:          {operator},
+		pb.Node_Debug_FullMethodName:           {operator},
 	}
 	var methods []string
 	for _, m := range pb.Node_ServiceDesc.Methods {

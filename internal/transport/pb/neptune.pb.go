@@ -130,6 +130,227 @@ func (Contact) EnumDescriptor() ([]byte, []int) {
 	return file_neptune_proto_rawDescGZIP(), []int{1}
 }
 
+type BackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRequest) Reset() {
+	*x = BackupRequest{}
+	mi := &file_neptune_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRequest) ProtoMessage() {}
+
+func (x *BackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
+func (*BackupRequest) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *BackupRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *BackupRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+// BackupChunk is one piece of a Backup stream. The first names the LSN
+// the image covers (every write up to it, nothing after), that entry's
+// epoch and the primary's node; data is at most 256 KiB.
+type BackupChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lsn           uint64                 `protobuf:"varint,1,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	LsnEpoch      uint64                 `protobuf:"varint,2,opt,name=lsn_epoch,json=lsnEpoch,proto3" json:"lsn_epoch,omitempty"`
+	Node          string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	Data          []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupChunk) Reset() {
+	*x = BackupChunk{}
+	mi := &file_neptune_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupChunk) ProtoMessage() {}
+
+func (x *BackupChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
+func (*BackupChunk) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BackupChunk) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
+}
+
+func (x *BackupChunk) GetLsnEpoch() uint64 {
+	if x != nil {
+		return x.LsnEpoch
+	}
+	return 0
+}
+
+func (x *BackupChunk) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *BackupChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type DebugRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// item is one of status, config, metrics, logs, goroutine, heap, cpu.
+	Item string `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	// seconds is how long the cpu profile runs (1 to 60; default 5).
+	Seconds       uint32 `protobuf:"varint,2,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DebugRequest) Reset() {
+	*x = DebugRequest{}
+	mi := &file_neptune_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DebugRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DebugRequest) ProtoMessage() {}
+
+func (x *DebugRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DebugRequest.ProtoReflect.Descriptor instead.
+func (*DebugRequest) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DebugRequest) GetItem() string {
+	if x != nil {
+		return x.Item
+	}
+	return ""
+}
+
+func (x *DebugRequest) GetSeconds() uint32 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
+type DebugChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DebugChunk) Reset() {
+	*x = DebugChunk{}
+	mi := &file_neptune_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DebugChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DebugChunk) ProtoMessage() {}
+
+func (x *DebugChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_neptune_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DebugChunk.ProtoReflect.Descriptor instead.
+func (*DebugChunk) Descriptor() ([]byte, []int) {
+	return file_neptune_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DebugChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type DrainRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -138,7 +359,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_neptune_proto_msgTypes[0]
+	mi := &file_neptune_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -150,7 +371,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[0]
+	mi := &file_neptune_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -163,7 +384,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{0}
+	return file_neptune_proto_rawDescGZIP(), []int{4}
 }
 
 type DrainReply struct {
@@ -177,7 +398,7 @@ type DrainReply struct {
 
 func (x *DrainReply) Reset() {
 	*x = DrainReply{}
-	mi := &file_neptune_proto_msgTypes[1]
+	mi := &file_neptune_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -189,7 +410,7 @@ func (x *DrainReply) String() string {
 func (*DrainReply) ProtoMessage() {}
 
 func (x *DrainReply) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[1]
+	mi := &file_neptune_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -202,7 +423,7 @@ func (x *DrainReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainReply.ProtoReflect.Descriptor instead.
 func (*DrainReply) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{1}
+	return file_neptune_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DrainReply) GetKept() []string {
@@ -240,7 +461,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_neptune_proto_msgTypes[2]
+	mi := &file_neptune_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -252,7 +473,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[2]
+	mi := &file_neptune_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -265,7 +486,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{2}
+	return file_neptune_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CallRequest) GetService() string {
@@ -349,7 +570,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_neptune_proto_msgTypes[3]
+	mi := &file_neptune_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -361,7 +582,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[3]
+	mi := &file_neptune_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -374,7 +595,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{3}
+	return file_neptune_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CallResponse) GetBody() []byte {
@@ -400,7 +621,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_neptune_proto_msgTypes[4]
+	mi := &file_neptune_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -412,7 +633,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[4]
+	mi := &file_neptune_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -425,7 +646,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{4}
+	return file_neptune_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Chunk) GetBody() []byte {
@@ -461,7 +682,7 @@ type Announcement struct {
 
 func (x *Announcement) Reset() {
 	*x = Announcement{}
-	mi := &file_neptune_proto_msgTypes[5]
+	mi := &file_neptune_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +694,7 @@ func (x *Announcement) String() string {
 func (*Announcement) ProtoMessage() {}
 
 func (x *Announcement) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[5]
+	mi := &file_neptune_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +707,7 @@ func (x *Announcement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Announcement.ProtoReflect.Descriptor instead.
 func (*Announcement) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{5}
+	return file_neptune_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Announcement) GetNodeId() string {
@@ -565,7 +786,7 @@ type HostedService struct {
 
 func (x *HostedService) Reset() {
 	*x = HostedService{}
-	mi := &file_neptune_proto_msgTypes[6]
+	mi := &file_neptune_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +798,7 @@ func (x *HostedService) String() string {
 func (*HostedService) ProtoMessage() {}
 
 func (x *HostedService) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[6]
+	mi := &file_neptune_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +811,7 @@ func (x *HostedService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostedService.ProtoReflect.Descriptor instead.
 func (*HostedService) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{6}
+	return file_neptune_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HostedService) GetName() string {
@@ -672,7 +893,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_neptune_proto_msgTypes[7]
+	mi := &file_neptune_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +905,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[7]
+	mi := &file_neptune_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +918,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{7}
+	return file_neptune_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReplicaStatus) GetPartition() int32 {
@@ -830,7 +1051,7 @@ type MethodInfo struct {
 
 func (x *MethodInfo) Reset() {
 	*x = MethodInfo{}
-	mi := &file_neptune_proto_msgTypes[8]
+	mi := &file_neptune_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +1063,7 @@ func (x *MethodInfo) String() string {
 func (*MethodInfo) ProtoMessage() {}
 
 func (x *MethodInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[8]
+	mi := &file_neptune_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +1076,7 @@ func (x *MethodInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MethodInfo.ProtoReflect.Descriptor instead.
 func (*MethodInfo) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{8}
+	return file_neptune_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MethodInfo) GetName() string {
@@ -896,7 +1117,7 @@ type PollRequest struct {
 
 func (x *PollRequest) Reset() {
 	*x = PollRequest{}
-	mi := &file_neptune_proto_msgTypes[9]
+	mi := &file_neptune_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1129,7 @@ func (x *PollRequest) String() string {
 func (*PollRequest) ProtoMessage() {}
 
 func (x *PollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[9]
+	mi := &file_neptune_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1142,7 @@ func (x *PollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollRequest.ProtoReflect.Descriptor instead.
 func (*PollRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{9}
+	return file_neptune_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PollRequest) GetId() uint64 {
@@ -996,7 +1217,7 @@ type PollReply struct {
 
 func (x *PollReply) Reset() {
 	*x = PollReply{}
-	mi := &file_neptune_proto_msgTypes[10]
+	mi := &file_neptune_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1229,7 @@ func (x *PollReply) String() string {
 func (*PollReply) ProtoMessage() {}
 
 func (x *PollReply) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[10]
+	mi := &file_neptune_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1242,7 @@ func (x *PollReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollReply.ProtoReflect.Descriptor instead.
 func (*PollReply) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{10}
+	return file_neptune_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PollReply) GetId() uint64 {
@@ -1119,7 +1340,7 @@ type PagesState struct {
 
 func (x *PagesState) Reset() {
 	*x = PagesState{}
-	mi := &file_neptune_proto_msgTypes[11]
+	mi := &file_neptune_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1352,7 @@ func (x *PagesState) String() string {
 func (*PagesState) ProtoMessage() {}
 
 func (x *PagesState) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[11]
+	mi := &file_neptune_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1365,7 @@ func (x *PagesState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagesState.ProtoReflect.Descriptor instead.
 func (*PagesState) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{11}
+	return file_neptune_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PagesState) GetEntries() []*RelayedAnnouncement {
@@ -1166,7 +1387,7 @@ type RelayedAnnouncement struct {
 
 func (x *RelayedAnnouncement) Reset() {
 	*x = RelayedAnnouncement{}
-	mi := &file_neptune_proto_msgTypes[12]
+	mi := &file_neptune_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1399,7 @@ func (x *RelayedAnnouncement) String() string {
 func (*RelayedAnnouncement) ProtoMessage() {}
 
 func (x *RelayedAnnouncement) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[12]
+	mi := &file_neptune_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1412,7 @@ func (x *RelayedAnnouncement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayedAnnouncement.ProtoReflect.Descriptor instead.
 func (*RelayedAnnouncement) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{12}
+	return file_neptune_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RelayedAnnouncement) GetAnnouncement() *Announcement {
@@ -1244,7 +1465,7 @@ type AggregateRequest struct {
 
 func (x *AggregateRequest) Reset() {
 	*x = AggregateRequest{}
-	mi := &file_neptune_proto_msgTypes[13]
+	mi := &file_neptune_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1477,7 @@ func (x *AggregateRequest) String() string {
 func (*AggregateRequest) ProtoMessage() {}
 
 func (x *AggregateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[13]
+	mi := &file_neptune_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1490,7 @@ func (x *AggregateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateRequest.ProtoReflect.Descriptor instead.
 func (*AggregateRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{13}
+	return file_neptune_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AggregateRequest) GetCallId() string {
@@ -1388,7 +1609,7 @@ type Participant struct {
 
 func (x *Participant) Reset() {
 	*x = Participant{}
-	mi := &file_neptune_proto_msgTypes[14]
+	mi := &file_neptune_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1621,7 @@ func (x *Participant) String() string {
 func (*Participant) ProtoMessage() {}
 
 func (x *Participant) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[14]
+	mi := &file_neptune_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1634,7 @@ func (x *Participant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Participant.ProtoReflect.Descriptor instead.
 func (*Participant) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{14}
+	return file_neptune_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Participant) GetIndex() int32 {
@@ -1461,7 +1682,7 @@ type ReplicaAddr struct {
 
 func (x *ReplicaAddr) Reset() {
 	*x = ReplicaAddr{}
-	mi := &file_neptune_proto_msgTypes[15]
+	mi := &file_neptune_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1694,7 @@ func (x *ReplicaAddr) String() string {
 func (*ReplicaAddr) ProtoMessage() {}
 
 func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[15]
+	mi := &file_neptune_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1707,7 @@ func (x *ReplicaAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaAddr.ProtoReflect.Descriptor instead.
 func (*ReplicaAddr) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{15}
+	return file_neptune_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReplicaAddr) GetNode() string {
@@ -1521,7 +1742,7 @@ type AggregateResponse struct {
 
 func (x *AggregateResponse) Reset() {
 	*x = AggregateResponse{}
-	mi := &file_neptune_proto_msgTypes[16]
+	mi := &file_neptune_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1754,7 @@ func (x *AggregateResponse) String() string {
 func (*AggregateResponse) ProtoMessage() {}
 
 func (x *AggregateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[16]
+	mi := &file_neptune_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1767,7 @@ func (x *AggregateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AggregateResponse.ProtoReflect.Descriptor instead.
 func (*AggregateResponse) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{16}
+	return file_neptune_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AggregateResponse) GetPartitions() []int32 {
@@ -1620,7 +1841,7 @@ type ReplicaEntry struct {
 
 func (x *ReplicaEntry) Reset() {
 	*x = ReplicaEntry{}
-	mi := &file_neptune_proto_msgTypes[17]
+	mi := &file_neptune_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1853,7 @@ func (x *ReplicaEntry) String() string {
 func (*ReplicaEntry) ProtoMessage() {}
 
 func (x *ReplicaEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[17]
+	mi := &file_neptune_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1866,7 @@ func (x *ReplicaEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaEntry.ProtoReflect.Descriptor instead.
 func (*ReplicaEntry) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{17}
+	return file_neptune_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReplicaEntry) GetEpoch() uint64 {
@@ -1757,7 +1978,7 @@ type ReplicaMessage struct {
 
 func (x *ReplicaMessage) Reset() {
 	*x = ReplicaMessage{}
-	mi := &file_neptune_proto_msgTypes[18]
+	mi := &file_neptune_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1990,7 @@ func (x *ReplicaMessage) String() string {
 func (*ReplicaMessage) ProtoMessage() {}
 
 func (x *ReplicaMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[18]
+	mi := &file_neptune_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +2003,7 @@ func (x *ReplicaMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaMessage.ProtoReflect.Descriptor instead.
 func (*ReplicaMessage) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{18}
+	return file_neptune_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReplicaMessage) GetService() string {
@@ -1979,7 +2200,7 @@ type ReplicaPeer struct {
 
 func (x *ReplicaPeer) Reset() {
 	*x = ReplicaPeer{}
-	mi := &file_neptune_proto_msgTypes[19]
+	mi := &file_neptune_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2212,7 @@ func (x *ReplicaPeer) String() string {
 func (*ReplicaPeer) ProtoMessage() {}
 
 func (x *ReplicaPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[19]
+	mi := &file_neptune_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2225,7 @@ func (x *ReplicaPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaPeer.ProtoReflect.Descriptor instead.
 func (*ReplicaPeer) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{19}
+	return file_neptune_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReplicaPeer) GetId() string {
@@ -2038,7 +2259,7 @@ type ReplicaBatch struct {
 
 func (x *ReplicaBatch) Reset() {
 	*x = ReplicaBatch{}
-	mi := &file_neptune_proto_msgTypes[20]
+	mi := &file_neptune_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2271,7 @@ func (x *ReplicaBatch) String() string {
 func (*ReplicaBatch) ProtoMessage() {}
 
 func (x *ReplicaBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[20]
+	mi := &file_neptune_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2284,7 @@ func (x *ReplicaBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaBatch.ProtoReflect.Descriptor instead.
 func (*ReplicaBatch) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{20}
+	return file_neptune_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReplicaBatch) GetFrom() string {
@@ -2088,7 +2309,7 @@ type ReplicaBatchAck struct {
 
 func (x *ReplicaBatchAck) Reset() {
 	*x = ReplicaBatchAck{}
-	mi := &file_neptune_proto_msgTypes[21]
+	mi := &file_neptune_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2321,7 @@ func (x *ReplicaBatchAck) String() string {
 func (*ReplicaBatchAck) ProtoMessage() {}
 
 func (x *ReplicaBatchAck) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[21]
+	mi := &file_neptune_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2334,7 @@ func (x *ReplicaBatchAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaBatchAck.ProtoReflect.Descriptor instead.
 func (*ReplicaBatchAck) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{21}
+	return file_neptune_proto_rawDescGZIP(), []int{25}
 }
 
 // SnapshotChunk is one piece of a snapshot stream. Every chunk names its
@@ -2141,7 +2362,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_neptune_proto_msgTypes[22]
+	mi := &file_neptune_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2374,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[22]
+	mi := &file_neptune_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2387,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{22}
+	return file_neptune_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SnapshotChunk) GetFrom() string {
@@ -2252,7 +2473,7 @@ type SnapshotAck struct {
 
 func (x *SnapshotAck) Reset() {
 	*x = SnapshotAck{}
-	mi := &file_neptune_proto_msgTypes[23]
+	mi := &file_neptune_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2485,7 @@ func (x *SnapshotAck) String() string {
 func (*SnapshotAck) ProtoMessage() {}
 
 func (x *SnapshotAck) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[23]
+	mi := &file_neptune_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2498,7 @@ func (x *SnapshotAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotAck.ProtoReflect.Descriptor instead.
 func (*SnapshotAck) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{23}
+	return file_neptune_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SnapshotAck) GetInstalled() bool {
@@ -2308,7 +2529,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_neptune_proto_msgTypes[24]
+	mi := &file_neptune_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2320,7 +2541,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[24]
+	mi := &file_neptune_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2333,7 +2554,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{24}
+	return file_neptune_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PromoteRequest) GetService() string {
@@ -2366,7 +2587,7 @@ type PromoteReply struct {
 
 func (x *PromoteReply) Reset() {
 	*x = PromoteReply{}
-	mi := &file_neptune_proto_msgTypes[25]
+	mi := &file_neptune_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2378,7 +2599,7 @@ func (x *PromoteReply) String() string {
 func (*PromoteReply) ProtoMessage() {}
 
 func (x *PromoteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[25]
+	mi := &file_neptune_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2391,7 +2612,7 @@ func (x *PromoteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteReply.ProtoReflect.Descriptor instead.
 func (*PromoteReply) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{25}
+	return file_neptune_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PromoteReply) GetStatus() *ReplicaStatus {
@@ -2422,7 +2643,7 @@ type ChangeReplicasRequest struct {
 
 func (x *ChangeReplicasRequest) Reset() {
 	*x = ChangeReplicasRequest{}
-	mi := &file_neptune_proto_msgTypes[26]
+	mi := &file_neptune_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2655,7 @@ func (x *ChangeReplicasRequest) String() string {
 func (*ChangeReplicasRequest) ProtoMessage() {}
 
 func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[26]
+	mi := &file_neptune_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2668,7 @@ func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasRequest.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{26}
+	return file_neptune_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ChangeReplicasRequest) GetService() string {
@@ -2513,7 +2734,7 @@ type ChangeReplicasReply struct {
 
 func (x *ChangeReplicasReply) Reset() {
 	*x = ChangeReplicasReply{}
-	mi := &file_neptune_proto_msgTypes[27]
+	mi := &file_neptune_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2746,7 @@ func (x *ChangeReplicasReply) String() string {
 func (*ChangeReplicasReply) ProtoMessage() {}
 
 func (x *ChangeReplicasReply) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[27]
+	mi := &file_neptune_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2759,7 @@ func (x *ChangeReplicasReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasReply.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasReply) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{27}
+	return file_neptune_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ChangeReplicasReply) GetMembers() []*ReplicaPeer {
@@ -2585,7 +2806,7 @@ type StreamFrame struct {
 
 func (x *StreamFrame) Reset() {
 	*x = StreamFrame{}
-	mi := &file_neptune_proto_msgTypes[28]
+	mi := &file_neptune_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2818,7 @@ func (x *StreamFrame) String() string {
 func (*StreamFrame) ProtoMessage() {}
 
 func (x *StreamFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_neptune_proto_msgTypes[28]
+	mi := &file_neptune_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2831,7 @@ func (x *StreamFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamFrame.ProtoReflect.Descriptor instead.
 func (*StreamFrame) Descriptor() ([]byte, []int) {
-	return file_neptune_proto_rawDescGZIP(), []int{28}
+	return file_neptune_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StreamFrame) GetOpen() *CallRequest {
@@ -2646,7 +2867,21 @@ var File_neptune_proto protoreflect.FileDescriptor
 const file_neptune_proto_rawDesc = "" +
 	"\n" +
 	"\rneptune.proto\x12\n" +
-	"neptune.v1\"\x0e\n" +
+	"neptune.v1\"G\n" +
+	"\rBackupRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\"d\n" +
+	"\vBackupChunk\x12\x10\n" +
+	"\x03lsn\x18\x01 \x01(\x04R\x03lsn\x12\x1b\n" +
+	"\tlsn_epoch\x18\x02 \x01(\x04R\blsnEpoch\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"<\n" +
+	"\fDebugRequest\x12\x12\n" +
+	"\x04item\x18\x01 \x01(\tR\x04item\x12\x18\n" +
+	"\aseconds\x18\x02 \x01(\rR\aseconds\" \n" +
+	"\n" +
+	"DebugChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x0e\n" +
 	"\fDrainRequest\" \n" +
 	"\n" +
 	"DrainReply\x12\x12\n" +
@@ -2880,7 +3115,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\n" +
 	"CONTACT_OK\x10\x00\x12\x10\n" +
 	"\fCONTACT_LOST\x10\x01\x12\x15\n" +
-	"\x11CONTACT_NO_QUORUM\x10\x022\xe6\x04\n" +
+	"\x11CONTACT_NO_QUORUM\x10\x022\xe3\x05\n" +
 	"\x04Node\x129\n" +
 	"\x04Call\x12\x17.neptune.v1.CallRequest\x1a\x18.neptune.v1.CallResponse\x126\n" +
 	"\x06Stream\x12\x17.neptune.v1.CallRequest\x1a\x11.neptune.v1.Chunk0\x01\x12H\n" +
@@ -2891,7 +3126,9 @@ const file_neptune_proto_rawDesc = "" +
 	"\x0eChangeReplicas\x12!.neptune.v1.ChangeReplicasRequest\x1a\x1f.neptune.v1.ChangeReplicasReply\x129\n" +
 	"\x05Drain\x12\x18.neptune.v1.DrainRequest\x1a\x16.neptune.v1.DrainReply\x12B\n" +
 	"\n" +
-	"BidiStream\x12\x17.neptune.v1.StreamFrame\x1a\x17.neptune.v1.StreamFrame(\x010\x01B:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
+	"BidiStream\x12\x17.neptune.v1.StreamFrame\x1a\x17.neptune.v1.StreamFrame(\x010\x01\x12>\n" +
+	"\x06Backup\x12\x19.neptune.v1.BackupRequest\x1a\x17.neptune.v1.BackupChunk0\x01\x12;\n" +
+	"\x05Debug\x12\x18.neptune.v1.DebugRequest\x1a\x16.neptune.v1.DebugChunk0\x01B:Z8github.com/neptune-cluster/neptune/internal/transport/pbb\x06proto3"
 
 var (
 	file_neptune_proto_rawDescOnce sync.Once
@@ -2906,81 +3143,89 @@ func file_neptune_proto_rawDescGZIP() []byte {
 }
 
 var file_neptune_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_neptune_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_neptune_proto_goTypes = []any{
 	(Mode)(0),                     // 0: neptune.v1.Mode
 	(Contact)(0),                  // 1: neptune.v1.Contact
-	(*DrainRequest)(nil),          // 2: neptune.v1.DrainRequest
-	(*DrainReply)(nil),            // 3: neptune.v1.DrainReply
-	(*CallRequest)(nil),           // 4: neptune.v1.CallRequest
-	(*CallResponse)(nil),          // 5: neptune.v1.CallResponse
-	(*Chunk)(nil),                 // 6: neptune.v1.Chunk
-	(*Announcement)(nil),          // 7: neptune.v1.Announcement
-	(*HostedService)(nil),         // 8: neptune.v1.HostedService
-	(*ReplicaStatus)(nil),         // 9: neptune.v1.ReplicaStatus
-	(*MethodInfo)(nil),            // 10: neptune.v1.MethodInfo
-	(*PollRequest)(nil),           // 11: neptune.v1.PollRequest
-	(*PollReply)(nil),             // 12: neptune.v1.PollReply
-	(*PagesState)(nil),            // 13: neptune.v1.PagesState
-	(*RelayedAnnouncement)(nil),   // 14: neptune.v1.RelayedAnnouncement
-	(*AggregateRequest)(nil),      // 15: neptune.v1.AggregateRequest
-	(*Participant)(nil),           // 16: neptune.v1.Participant
-	(*ReplicaAddr)(nil),           // 17: neptune.v1.ReplicaAddr
-	(*AggregateResponse)(nil),     // 18: neptune.v1.AggregateResponse
-	(*ReplicaEntry)(nil),          // 19: neptune.v1.ReplicaEntry
-	(*ReplicaMessage)(nil),        // 20: neptune.v1.ReplicaMessage
-	(*ReplicaPeer)(nil),           // 21: neptune.v1.ReplicaPeer
-	(*ReplicaBatch)(nil),          // 22: neptune.v1.ReplicaBatch
-	(*ReplicaBatchAck)(nil),       // 23: neptune.v1.ReplicaBatchAck
-	(*SnapshotChunk)(nil),         // 24: neptune.v1.SnapshotChunk
-	(*SnapshotAck)(nil),           // 25: neptune.v1.SnapshotAck
-	(*PromoteRequest)(nil),        // 26: neptune.v1.PromoteRequest
-	(*PromoteReply)(nil),          // 27: neptune.v1.PromoteReply
-	(*ChangeReplicasRequest)(nil), // 28: neptune.v1.ChangeReplicasRequest
-	(*ChangeReplicasReply)(nil),   // 29: neptune.v1.ChangeReplicasReply
-	(*StreamFrame)(nil),           // 30: neptune.v1.StreamFrame
-	nil,                           // 31: neptune.v1.ReplicaMessage.VersionsEntry
+	(*BackupRequest)(nil),         // 2: neptune.v1.BackupRequest
+	(*BackupChunk)(nil),           // 3: neptune.v1.BackupChunk
+	(*DebugRequest)(nil),          // 4: neptune.v1.DebugRequest
+	(*DebugChunk)(nil),            // 5: neptune.v1.DebugChunk
+	(*DrainRequest)(nil),          // 6: neptune.v1.DrainRequest
+	(*DrainReply)(nil),            // 7: neptune.v1.DrainReply
+	(*CallRequest)(nil),           // 8: neptune.v1.CallRequest
+	(*CallResponse)(nil),          // 9: neptune.v1.CallResponse
+	(*Chunk)(nil),                 // 10: neptune.v1.Chunk
+	(*Announcement)(nil),          // 11: neptune.v1.Announcement
+	(*HostedService)(nil),         // 12: neptune.v1.HostedService
+	(*ReplicaStatus)(nil),         // 13: neptune.v1.ReplicaStatus
+	(*MethodInfo)(nil),            // 14: neptune.v1.MethodInfo
+	(*PollRequest)(nil),           // 15: neptune.v1.PollRequest
+	(*PollReply)(nil),             // 16: neptune.v1.PollReply
+	(*PagesState)(nil),            // 17: neptune.v1.PagesState
+	(*RelayedAnnouncement)(nil),   // 18: neptune.v1.RelayedAnnouncement
+	(*AggregateRequest)(nil),      // 19: neptune.v1.AggregateRequest
+	(*Participant)(nil),           // 20: neptune.v1.Participant
+	(*ReplicaAddr)(nil),           // 21: neptune.v1.ReplicaAddr
+	(*AggregateResponse)(nil),     // 22: neptune.v1.AggregateResponse
+	(*ReplicaEntry)(nil),          // 23: neptune.v1.ReplicaEntry
+	(*ReplicaMessage)(nil),        // 24: neptune.v1.ReplicaMessage
+	(*ReplicaPeer)(nil),           // 25: neptune.v1.ReplicaPeer
+	(*ReplicaBatch)(nil),          // 26: neptune.v1.ReplicaBatch
+	(*ReplicaBatchAck)(nil),       // 27: neptune.v1.ReplicaBatchAck
+	(*SnapshotChunk)(nil),         // 28: neptune.v1.SnapshotChunk
+	(*SnapshotAck)(nil),           // 29: neptune.v1.SnapshotAck
+	(*PromoteRequest)(nil),        // 30: neptune.v1.PromoteRequest
+	(*PromoteReply)(nil),          // 31: neptune.v1.PromoteReply
+	(*ChangeReplicasRequest)(nil), // 32: neptune.v1.ChangeReplicasRequest
+	(*ChangeReplicasReply)(nil),   // 33: neptune.v1.ChangeReplicasReply
+	(*StreamFrame)(nil),           // 34: neptune.v1.StreamFrame
+	nil,                           // 35: neptune.v1.ReplicaMessage.VersionsEntry
 }
 var file_neptune_proto_depIdxs = []int32{
 	0,  // 0: neptune.v1.CallRequest.mode:type_name -> neptune.v1.Mode
-	8,  // 1: neptune.v1.Announcement.services:type_name -> neptune.v1.HostedService
-	10, // 2: neptune.v1.HostedService.methods:type_name -> neptune.v1.MethodInfo
-	9,  // 3: neptune.v1.HostedService.replicas:type_name -> neptune.v1.ReplicaStatus
-	21, // 4: neptune.v1.ReplicaStatus.members:type_name -> neptune.v1.ReplicaPeer
+	12, // 1: neptune.v1.Announcement.services:type_name -> neptune.v1.HostedService
+	14, // 2: neptune.v1.HostedService.methods:type_name -> neptune.v1.MethodInfo
+	13, // 3: neptune.v1.HostedService.replicas:type_name -> neptune.v1.ReplicaStatus
+	25, // 4: neptune.v1.ReplicaStatus.members:type_name -> neptune.v1.ReplicaPeer
 	1,  // 5: neptune.v1.ReplicaStatus.contact:type_name -> neptune.v1.Contact
 	0,  // 6: neptune.v1.MethodInfo.mode:type_name -> neptune.v1.Mode
-	14, // 7: neptune.v1.PagesState.entries:type_name -> neptune.v1.RelayedAnnouncement
-	7,  // 8: neptune.v1.RelayedAnnouncement.announcement:type_name -> neptune.v1.Announcement
-	16, // 9: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
-	17, // 10: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
-	19, // 11: neptune.v1.ReplicaMessage.entries:type_name -> neptune.v1.ReplicaEntry
-	31, // 12: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
-	21, // 13: neptune.v1.ReplicaMessage.members:type_name -> neptune.v1.ReplicaPeer
-	20, // 14: neptune.v1.ReplicaBatch.messages:type_name -> neptune.v1.ReplicaMessage
-	21, // 15: neptune.v1.SnapshotChunk.members:type_name -> neptune.v1.ReplicaPeer
-	9,  // 16: neptune.v1.PromoteReply.status:type_name -> neptune.v1.ReplicaStatus
-	21, // 17: neptune.v1.ChangeReplicasReply.members:type_name -> neptune.v1.ReplicaPeer
-	4,  // 18: neptune.v1.StreamFrame.open:type_name -> neptune.v1.CallRequest
-	4,  // 19: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
-	4,  // 20: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
-	15, // 21: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
-	22, // 22: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
-	26, // 23: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
-	24, // 24: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
-	28, // 25: neptune.v1.Node.ChangeReplicas:input_type -> neptune.v1.ChangeReplicasRequest
-	2,  // 26: neptune.v1.Node.Drain:input_type -> neptune.v1.DrainRequest
-	30, // 27: neptune.v1.Node.BidiStream:input_type -> neptune.v1.StreamFrame
-	5,  // 28: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
-	6,  // 29: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
-	18, // 30: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
-	23, // 31: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
-	27, // 32: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
-	25, // 33: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
-	29, // 34: neptune.v1.Node.ChangeReplicas:output_type -> neptune.v1.ChangeReplicasReply
-	3,  // 35: neptune.v1.Node.Drain:output_type -> neptune.v1.DrainReply
-	30, // 36: neptune.v1.Node.BidiStream:output_type -> neptune.v1.StreamFrame
-	28, // [28:37] is the sub-list for method output_type
-	19, // [19:28] is the sub-list for method input_type
+	18, // 7: neptune.v1.PagesState.entries:type_name -> neptune.v1.RelayedAnnouncement
+	11, // 8: neptune.v1.RelayedAnnouncement.announcement:type_name -> neptune.v1.Announcement
+	20, // 9: neptune.v1.AggregateRequest.participants:type_name -> neptune.v1.Participant
+	21, // 10: neptune.v1.Participant.replicas:type_name -> neptune.v1.ReplicaAddr
+	23, // 11: neptune.v1.ReplicaMessage.entries:type_name -> neptune.v1.ReplicaEntry
+	35, // 12: neptune.v1.ReplicaMessage.versions:type_name -> neptune.v1.ReplicaMessage.VersionsEntry
+	25, // 13: neptune.v1.ReplicaMessage.members:type_name -> neptune.v1.ReplicaPeer
+	24, // 14: neptune.v1.ReplicaBatch.messages:type_name -> neptune.v1.ReplicaMessage
+	25, // 15: neptune.v1.SnapshotChunk.members:type_name -> neptune.v1.ReplicaPeer
+	13, // 16: neptune.v1.PromoteReply.status:type_name -> neptune.v1.ReplicaStatus
+	25, // 17: neptune.v1.ChangeReplicasReply.members:type_name -> neptune.v1.ReplicaPeer
+	8,  // 18: neptune.v1.StreamFrame.open:type_name -> neptune.v1.CallRequest
+	8,  // 19: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
+	8,  // 20: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
+	19, // 21: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
+	26, // 22: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
+	30, // 23: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
+	28, // 24: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
+	32, // 25: neptune.v1.Node.ChangeReplicas:input_type -> neptune.v1.ChangeReplicasRequest
+	6,  // 26: neptune.v1.Node.Drain:input_type -> neptune.v1.DrainRequest
+	34, // 27: neptune.v1.Node.BidiStream:input_type -> neptune.v1.StreamFrame
+	2,  // 28: neptune.v1.Node.Backup:input_type -> neptune.v1.BackupRequest
+	4,  // 29: neptune.v1.Node.Debug:input_type -> neptune.v1.DebugRequest
+	9,  // 30: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
+	10, // 31: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
+	22, // 32: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
+	27, // 33: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
+	31, // 34: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
+	29, // 35: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
+	33, // 36: neptune.v1.Node.ChangeReplicas:output_type -> neptune.v1.ChangeReplicasReply
+	7,  // 37: neptune.v1.Node.Drain:output_type -> neptune.v1.DrainReply
+	34, // 38: neptune.v1.Node.BidiStream:output_type -> neptune.v1.StreamFrame
+	3,  // 39: neptune.v1.Node.Backup:output_type -> neptune.v1.BackupChunk
+	5,  // 40: neptune.v1.Node.Debug:output_type -> neptune.v1.DebugChunk
+	30, // [30:41] is the sub-list for method output_type
+	19, // [19:30] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name
@@ -2997,7 +3242,7 @@ func file_neptune_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_neptune_proto_rawDesc), len(file_neptune_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,8 @@ const (
 	Node_ChangeReplicas_FullMethodName  = "/neptune.v1.Node/ChangeReplicas"
 	Node_Drain_FullMethodName           = "/neptune.v1.Node/Drain"
 	Node_BidiStream_FullMethodName      = "/neptune.v1.Node/BidiStream"
+	Node_Backup_FullMethodName          = "/neptune.v1.Node/Backup"
+	Node_Debug_FullMethodName           = "/neptune.v1.Node/Debug"
 )
 
 // NodeClient is the client API for Node service.
@@ -78,6 +80,15 @@ type NodeClient interface {
 	// logged write whose identity is (open.client_id, seq), applied exactly
 	// once, in seq order, and answered with a frame carrying its seq.
 	BidiStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamFrame, StreamFrame], error)
+	// Backup streams a consistent image of a partition's state from its
+	// primary (the operator's `neptune backup`): the snapshot a new replica
+	// would get, with the exactly-once table, as of a committed LSN. The
+	// first chunk names the LSN; the following carry the image.
+	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
+	// Debug streams one item of the node's debug bundle (the operator's
+	// `neptune debug zip`): its status, config, metrics, recent logs or a
+	// pprof profile.
+	Debug(ctx context.Context, in *DebugRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DebugChunk], error)
 }
 
 type nodeClient struct {
@@ -193,6 +204,44 @@ func (c *nodeClient) BidiStream(ctx context.Context, opts ...grpc.CallOption) (g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Node_BidiStreamClient = grpc.BidiStreamingClient[StreamFrame, StreamFrame]
 
+func (c *nodeClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[3], Node_Backup_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupRequest, BackupChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_BackupClient = grpc.ServerStreamingClient[BackupChunk]
+
+func (c *nodeClient) Debug(ctx context.Context, in *DebugRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DebugChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[4], Node_Debug_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DebugRequest, DebugChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_DebugClient = grpc.ServerStreamingClient[DebugChunk]
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -236,6 +285,15 @@ type NodeServer interface {
 	// logged write whose identity is (open.client_id, seq), applied exactly
 	// once, in seq order, and answered with a frame carrying its seq.
 	BidiStream(grpc.BidiStreamingServer[StreamFrame, StreamFrame]) error
+	// Backup streams a consistent image of a partition's state from its
+	// primary (the operator's `neptune backup`): the snapshot a new replica
+	// would get, with the exactly-once table, as of a committed LSN. The
+	// first chunk names the LSN; the following carry the image.
+	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error
+	// Debug streams one item of the node's debug bundle (the operator's
+	// `neptune debug zip`): its status, config, metrics, recent logs or a
+	// pprof profile.
+	Debug(*DebugRequest, grpc.ServerStreamingServer[DebugChunk]) error
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -272,6 +330,12 @@ func (UnimplementedNodeServer) Drain(context.Context, *DrainRequest) (*DrainRepl
 }
 func (UnimplementedNodeServer) BidiStream(grpc.BidiStreamingServer[StreamFrame, StreamFrame]) error {
 	return status.Error(codes.Unimplemented, "method BidiStream not implemented")
+}
+func (UnimplementedNodeServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error {
+	return status.Error(codes.Unimplemented, "method Backup not implemented")
+}
+func (UnimplementedNodeServer) Debug(*DebugRequest, grpc.ServerStreamingServer[DebugChunk]) error {
+	return status.Error(codes.Unimplemented, "method Debug not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -427,6 +491,28 @@ func _Node_BidiStream_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Node_BidiStreamServer = grpc.BidiStreamingServer[StreamFrame, StreamFrame]
 
+func _Node_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(NodeServer).Backup(m, &grpc.GenericServerStream[BackupRequest, BackupChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_BackupServer = grpc.ServerStreamingServer[BackupChunk]
+
+func _Node_Debug_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(DebugRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(NodeServer).Debug(m, &grpc.GenericServerStream[DebugRequest, DebugChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_DebugServer = grpc.ServerStreamingServer[DebugChunk]
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -475,6 +561,16 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Node_BidiStream_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Backup",
+			Handler:       _Node_Backup_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Debug",
+			Handler:       _Node_Debug_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "neptune.proto",
