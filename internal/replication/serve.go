@@ -241,9 +241,13 @@ func (p *part) write(ctx context.Context, in *pb.CallRequest) (*service.Response
 		}
 		return nil, err
 	}
+	ctx, span, tw := p.startWrite(ctx)
+	if span != nil {
+		defer span.End()
+	}
 	reply := make(chan Result, 1)
 	select {
-	case p.props <- proposal{method: in.Method, body: in.Body, id: WriteID(in), reply: reply}:
+	case p.props <- proposal{method: in.Method, body: in.Body, id: WriteID(in), reply: reply, trace: tw}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-p.done:
