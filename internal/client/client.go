@@ -22,8 +22,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	noopmetric "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
@@ -203,8 +201,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.TracerProvider != nil {
 		// A span per RPC, its trace context sent in the metadata: only
 		// when traced, so a client without tracing pays nothing.
-		dial = append(dial, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(cfg.TracerProvider),
-			otelgrpc.WithPropagators(obs.Propagator), otelgrpc.WithMeterProvider(noopmetric.NewMeterProvider()))))
+		dial = append(dial, grpc.WithStatsHandler(obs.ClientHandler(cfg.TracerProvider)))
 	}
 	conns, err := cfg.Security.Transport().NewConns(dial...)
 	if err != nil {

@@ -185,7 +185,8 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 	if d.TracerProvider != nil {
 		g.traced = otelhttp.NewHandler(http.HandlerFunc(g.serveHTTP), "neptune.gateway",
 			otelhttp.WithTracerProvider(d.TracerProvider), otelhttp.WithPropagators(obs.Propagator),
-			otelhttp.WithMeterProvider(noopmetric.NewMeterProvider()))
+			otelhttp.WithMeterProvider(noopmetric.NewMeterProvider()),
+			otelhttp.WithSpanNameFormatter(func(op string, _ *http.Request) string { return op }))
 	}
 	return g, nil
 }

@@ -22,8 +22,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	noopmetric "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -444,8 +442,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if tp := n.cfg.TracerProvider; tp != nil {
 		// A server span per RPC, child of the caller's by the trace
 		// context in its metadata; only when traced.
-		grpcOpts = append(grpcOpts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp),
-			otelgrpc.WithPropagators(obs.Propagator), otelgrpc.WithMeterProvider(noopmetric.NewMeterProvider()))))
+		grpcOpts = append(grpcOpts, grpc.StatsHandler(obs.ServerHandler(tp)))
 	}
 	n.grpc = grpc.NewServer(grpcOpts...)
 	pb.RegisterNodeServer(n.grpc, &nodeServer{n: n})

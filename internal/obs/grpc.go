@@ -2,9 +2,14 @@ package obs
 
 import (
 	"context"
-
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
+
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
 // The request id crosses gRPC in metadata (MetaRequestID): the client's
@@ -64,4 +69,25 @@ func ServerOptions() []grpc.ServerOption {
 // DialOptions are the request id's interceptors for a dialer.
 func DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(UnaryClientInterceptor), grpc.WithChainStreamInterceptor(StreamClientInterceptor)}
+}
+
+// tracedRPC: only calls are traced (Call, Stream, a forward, which is a
+// Call too), never the replication batches, heartbeats and status RPCs,
+// which are not a user's call and would each start a trace of their own.
+func tracedRPC(info *stats.RPCTagInfo) bool {
+	return info.FullMethodName == pb.Node_Call_FullMethodName || info.FullMethodName == pb.Node_Stream_FullMethodName
+}
+
+// ClientHandler is the gRPC client's span per traced call (tracedRPC),
+// with the W3C trace context sent in its metadata.
+func ClientHandler(tp trace.TracerProvider) stats.Handler {
+	return otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(Propagator),
+		otelgrpc.WithMeterProvider(noopmetric.NewMeterProvider()), otelgrpc.WithFilter(tracedRPC))
+}
+
+// ServerHandler is the gRPC server's span per traced call, child of the
+// caller's by the trace context in the metadata.
+func ServerHandler(tp trace.TracerProvider) stats.Handler {
+	return otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(Propagator),
+		otelgrpc.WithMeterProvider(noopmetric.NewMeterProvider()), otelgrpc.WithFilter(tracedRPC))
 }
