@@ -401,6 +401,7 @@ func (c *Client) Stream(ctx context.Context, svc string, partition int, method s
 	if o.timeout > 0 {
 		ctx, cancel = clock.WithTimeout(ctx, c.clock, o.timeout)
 	}
+	ctx, _ = obs.EnsureRequestID(ctx) // the node logs the stream's as a call's
 	r := &request{in: &pb.CallRequest{Service: svc, Partition: int32(partition), Method: method, Body: body, Class: o.class}, stream: true, sess: o.session}
 	t, err := c.pick(ctx, r)
 	if err != nil {
