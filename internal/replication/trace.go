@@ -2,10 +2,11 @@ package replication
 
 import (
 	"context"
-	"time"
-
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/neptune-cluster/neptune/internal/obs"
 	"github.com/neptune-cluster/neptune/internal/replica"
@@ -96,4 +97,13 @@ func (p *part) tracedCommit(ctx context.Context, e replica.Entry) (context.Conte
 	// The handler runs under the loop's context (its cancellation), in
 	// the commit span.
 	return trace.ContextWithSpan(ctx, trace.SpanFromContext(sctx)), span
+}
+
+// endSpan ends span, recording err if the write failed.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
