@@ -53,10 +53,10 @@ type ridStream struct {
 func (s *ridStream) Context() context.Context { return s.ctx }
 
 func incoming(ctx context.Context) context.Context {
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if vs := md.Get(MetaRequestID); len(vs) > 0 && ValidRequestID(vs[0]) {
-			return WithRequestID(ctx, vs[0])
-		}
+	// ValueFromIncomingContext, not FromIncomingContext: no copy of the
+	// whole metadata on every call.
+	if vs := metadata.ValueFromIncomingContext(ctx, MetaRequestID); len(vs) > 0 && ValidRequestID(vs[0]) {
+		return WithRequestID(ctx, vs[0])
 	}
 	return ctx
 }

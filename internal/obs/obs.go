@@ -14,13 +14,13 @@ package obs
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"log/slog"
-	"math/rand/v2"
-
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"log/slog"
+	"math/rand/v2"
 )
 
 // MetaRequestID is the gRPC metadata key of a call's request id, and
@@ -62,14 +62,12 @@ func NewRequestID(ctx context.Context) string {
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
 		return sc.TraceID().String()
 	}
-	var b [16]byte
-	for i := 0; i < len(b); i += 8 {
-		v := rand.Uint64()
-		for j := range 8 {
-			b[i+j] = byte(v >> (8 * j))
-		}
-	}
-	return hex.EncodeToString(b[:])
+	var raw [16]byte
+	binary.LittleEndian.PutUint64(raw[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(raw[8:], rand.Uint64())
+	var b [32]byte
+	hex.Encode(b[:], raw[:])
+	return string(b[:])
 }
 
 // maxRequestID bounds a request id a peer or user sends.
