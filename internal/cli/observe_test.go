@@ -5,10 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
 )
 
 // TestLogFormatAndTracingSettings: --log-format, --otlp-endpoint and
@@ -92,4 +99,69 @@ func TestTracingOffByDefault(t *testing.T) {
 		t.Fatalf("with an endpoint: %v, %v", tp, err)
 	}
 	flush() // nothing to send: returns although nobody listens
+}
+
+// collector is an OTLP/gRPC trace receiver recording what it is sent.
+type collector struct {
+	coltrace.UnimplementedTraceServiceServer
+	mu   sync.Mutex
+	got  []*tracepb.ResourceSpans
+	recv chan struct{}
+}
+
+func (c *collector) Export(_ context.Context, in *coltrace.ExportTraceServiceRequest) (*coltrace.ExportTraceServiceResponse, error) {
+	c.mu.Lock()
+	c.got = append(c.got, in.ResourceSpans...)
+	c.mu.Unlock()
+	select {
+	case c.recv <- struct{}{}:
+	default:
+	}
+	return &coltrace.ExportTraceServiceResponse{}, nil
+}
+
+// TestOTLPEndpointReceivesSpans: with --otlp-endpoint set, the spans of
+// the process reach the collector over OTLP/gRPC, flushed at exit, named
+// by service and instance.
+func TestOTLPEndpointReceivesSpans(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	col := &collector{recv: make(chan struct{}, 1)}
+	coltrace.RegisterTraceServiceServer(srv, col)
+	go srv.Serve(ln)
+	defer srv.Stop()
+
+	ratio := 1.0
+	tp, flush, err := tracing{Endpoint: "http://" + ln.Addr().String(), SampleRatio: &ratio}.provider(context.Background(), "neptune-node", "n1")
+	if err != nil || tp == nil {
+		t.Fatalf("provider: %v, %v", tp, err)
+	}
+	_, span := tp.Tracer("test").Start(context.Background(), "neptune.test")
+	span.End()
+	flush()
+	select {
+	case <-col.recv:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the collector received nothing")
+	}
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	attrs := map[string]string{}
+	var names []string
+	for _, rs := range col.got {
+		for _, a := range rs.GetResource().GetAttributes() {
+			attrs[a.Key] = a.GetValue().GetStringValue()
+		}
+		for _, ss := range rs.ScopeSpans {
+			for _, s := range ss.Spans {
+				names = append(names, s.Name)
+			}
+		}
+	}
+	if len(names) != 1 || names[0] != "neptune.test" || attrs["service.name"] != "neptune-node" || attrs["service.instance.id"] != "n1" {
+		t.Errorf("collector got spans %v with resource %v", names, attrs)
+	}
 }
