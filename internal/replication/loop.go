@@ -77,7 +77,7 @@ type proposal struct {
 	body   []byte
 	id     string // the write's identity (WriteID); empty: none
 	reply  chan Result
-	trace  *tracedWrite // nil unless traced
+	trace  *tracedWrite // the call's request id and span (trace.go); nil: neither
 }
 
 // run is the partition's event loop: one event (a proposal, a message, an
