@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/client"
@@ -40,7 +41,14 @@ type ClientConfig struct {
 	// registry. Two clients cannot share one as it is (see
 	// NodeConfig.Registerer).
 	Registerer prometheus.Registerer
-	Logger     *slog.Logger
+	// Logger receives the client's logs; a call's lines carry its request
+	// id (request_id).
+	Logger *slog.Logger
+	// TracerProvider receives the spans of the client's calls (the call,
+	// with its service, partition, method, polls, chosen replicas and
+	// attempts, and each RPC), whose W3C trace context goes to the nodes;
+	// nil turns tracing off, at no cost.
+	TracerProvider trace.TracerProvider
 	// Security is the client's certificate (Dir and Cert: a client
 	// certificate to call, an operator's to also Promote) and gossip
 	// keyring, or an explicit Insecure; the zero value is refused.
@@ -87,7 +95,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	c, err := client.New(ctx, client.Config{
 		Host: cfg.Host, Advertise: cfg.Advertise, Join: cfg.Join, AnnounceTTL: cfg.AnnounceTTL, Balance: bal,
-		Registerer: cfg.Registerer, Logger: cfg.Logger, Security: sec, MaxMessageBytes: cfg.MaxMessageBytes,
+		Registerer: cfg.Registerer, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider, Security: sec, MaxMessageBytes: cfg.MaxMessageBytes,
 		Retry: cfg.Retry,
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/nerr"
@@ -69,8 +70,14 @@ type NodeConfig struct {
 	// fails naming the metric. Wrap a shared one per node with
 	// prometheus.WrapRegistererWith(prometheus.Labels{"node": id}, reg).
 	Registerer prometheus.Registerer
-	// Logger receives the node's logs; every line carries the node id.
+	// Logger receives the node's logs; every line carries the node id,
+	// and a call's lines its request id (request_id).
 	Logger *slog.Logger
+	// TracerProvider receives the node's OpenTelemetry spans (the RPC,
+	// the wait in the service's queue, replication's append, replicate
+	// and commit, the handler), children of the caller's by the W3C trace
+	// context each call carries; nil turns tracing off, at no cost.
+	TracerProvider trace.TracerProvider
 	// DataDir holds the write logs of replicated partitions (one pebble
 	// store per partition replica under DataDir/service/partition). It
 	// records the cluster and node id it belongs to (neptune-identity.json)
@@ -177,7 +184,7 @@ func (c NodeConfig) internal() (node.Config, error) {
 		ID: c.ID, Host: c.Host, Advertise: c.Advertise, JoinTimeout: c.JoinTimeout, DrainTimeout: c.DrainTimeout, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
 		MetricsAddr: c.MetricsAddr, Zone: c.Zone, Pprof: c.Pprof, Join: c.Join,
 		AnnounceInterval: c.AnnounceInterval, AnnounceTTL: c.AnnounceTTL,
-		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, DataDir: c.DataDir, Security: sec,
+		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, TracerProvider: c.TracerProvider, DataDir: c.DataDir, Security: sec,
 		Cluster: c.Cluster, MaxMessageBytes: c.MaxMessageBytes, MaxInflightBytes: c.MaxInflightBytes,
 		MaxAggregateDeadline: c.MaxAggregateDeadline, MaxAggregateParticipants: c.MaxAggregateParticipants,
 		Placement:   c.Placement.internal(),

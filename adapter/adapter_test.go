@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/adapter"
 )
@@ -318,15 +320,19 @@ func slicesSort(s []string) {
 
 func TestExecEnvironmentAndErrors(t *testing.T) {
 	bin := t.TempDir()
-	env := writeScript(t, bin, "env.sh", `printf '%s %s %s %s ' "$NEPTUNE_PARTITION" "$NEPTUNE_LSN" "$NEPTUNE_METHOD" "$(basename "$PWD")"; cat`)
+	env := writeScript(t, bin, "env.sh", `printf '%s %s %s %s %s %s ' "$NEPTUNE_PARTITION" "$NEPTUNE_LSN" "$NEPTUNE_METHOD" "$(basename "$PWD")" "$NEPTUNE_REQUEST_ID" "$TRACEPARENT"; cat`)
 	fail := writeScript(t, bin, "fail.sh", `echo "disk on fire" >&2; exit 3`)
 	data := t.TempDir()
 	svc, err := adapter.NewExec("env", adapter.ExecConfig{Command: env, DataDir: data, Methods: []adapter.MethodConfig{{Name: "put", Mode: "write"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := callMethod(t, svc, "put", context.Background(), 5, 42, "body")
-	if err != nil || string(out) != "5 42 put 5 body" {
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithSpanContext(neptune.WithRequestID(context.Background(), "req-9"),
+		trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
+	out, err := callMethod(t, svc, "put", ctx, 5, 42, "body")
+	if err != nil || string(out) != "5 42 put 5 req-9 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 body" {
 		t.Fatalf("env = %q, %v", out, err)
 	}
 	svc, err = adapter.NewExec("fail", adapter.ExecConfig{Command: fail, DataDir: data, Methods: []adapter.MethodConfig{{Name: "m", Mode: "read"}}})

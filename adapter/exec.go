@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/propagation"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/obs"
 )
 
 // ExecConfig hosts an executable run once per request (YAML key
@@ -142,6 +144,7 @@ func (c ExecConfig) runCmd(ctx context.Context, args []string, r *neptune.Reques
 		"NEPTUNE_METHOD="+r.Method,
 		"NEPTUNE_DATA_DIR="+dir,
 	)
+	cmd.Env = append(cmd.Env, traceEnv(ctx)...)
 	cmd.Stdin = bytes.NewReader(r.Body)
 	var stdout capped
 	stdout.max = c.MaxResponse
@@ -188,4 +191,21 @@ func (w *capped) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return w.buf.Write(p)
+}
+
+// traceEnv tells a program which call it runs for, as environment
+// variables (the carrier OpenTelemetry specifies for processes):
+// TRACEPARENT and TRACESTATE, the handler's W3C trace context when the
+// node traces, and NEPTUNE_REQUEST_ID, the call's request id.
+func traceEnv(ctx context.Context) []string {
+	var env []string
+	c := propagation.MapCarrier{}
+	obs.Propagator.Inject(ctx, c)
+	for k, v := range c {
+		env = append(env, strings.ToUpper(k)+"="+v)
+	}
+	if id := obs.RequestID(ctx); id != "" {
+		env = append(env, "NEPTUNE_REQUEST_ID="+id)
+	}
+	return env
 }

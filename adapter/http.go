@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/propagation"
 	"io"
 	"net/http"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/obs"
 )
 
 // HTTPConfig hosts an HTTP service (YAML key services[i].http).
@@ -166,6 +168,7 @@ func (h *httpService) do(ctx context.Context, verb, route, method string, partit
 	req.Header.Set(HeaderPartition, strconv.Itoa(partition))
 	req.Header.Set(HeaderLSN, strconv.FormatUint(lsn, 10))
 	req.Header.Set(HeaderMethod, method)
+	traceHeaders(ctx, req.Header)
 	if len(body) > 0 {
 		req.Header.Set("Content-Type", "application/octet-stream")
 	}
@@ -223,6 +226,7 @@ func (h *httpService) passthrough(ctx context.Context, r *neptune.Request) (*nep
 	req.Header.Set(HeaderPartition, strconv.Itoa(r.Partition))
 	req.Header.Set(HeaderLSN, strconv.FormatUint(r.LSN, 10))
 	req.Header.Set(HeaderMethod, r.Method)
+	traceHeaders(ctx, req.Header)
 	resp, err := h.raw.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -240,6 +244,17 @@ func (h *httpService) passthrough(ctx context.Context, r *neptune.Request) (*nep
 	}
 	RemoveHopHeaders(resp.Header)
 	return &neptune.Response{Body: MarshalResponse(resp.StatusCode, resp.Header, out), Version: r.LSN}, nil
+}
+
+// traceHeaders tells the program which call its request belongs to: the
+// W3C trace context of the handler's span (traceparent, tracestate) when
+// the node traces, so the program's own spans join the call's trace, and
+// the call's request id (X-Request-Id), which Neptune's logs carry.
+func traceHeaders(ctx context.Context, h http.Header) {
+	obs.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
+	if id := obs.RequestID(ctx); id != "" {
+		h.Set(obs.HeaderRequestID, id)
+	}
 }
 
 // statusError maps an HTTP status to the error it stands for, nil for 2xx.

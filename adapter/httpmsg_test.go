@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/adapter"
 )
@@ -191,4 +193,39 @@ func FuzzUnmarshalRequest(f *testing.F) {
 			t.Fatalf("round trip changed the request: %s %s %q -> %s %s %q", req.Method, req.RequestURI, body, req2.Method, req2.RequestURI, body2)
 		}
 	})
+}
+
+// TestHTTPProgramJoinsTheTrace: an unmodified HTTP program is told which
+// call its request belongs to, passthrough or not: the handler's W3C
+// trace context (traceparent) and the call's request id (X-Request-Id).
+func TestHTTPProgramJoinsTheTrace(t *testing.T) {
+	seen := make(chan http.Header, 2)
+	prog := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen <- r.Header.Clone() }))
+	defer prog.Close()
+	svc, err := adapter.NewHTTP("web", adapter.HTTPConfig{BaseURL: prog.URL, Methods: []adapter.MethodConfig{
+		{Name: "http", Mode: "read", Passthrough: true}, {Name: "get", Mode: "read", Route: "/get"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithSpanContext(neptune.WithRequestID(context.Background(), "req-1"),
+		trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
+	// The caller's own traceparent is replaced by the handler's.
+	msg, err := adapter.MarshalRequest("GET", "/", "h", http.Header{"Traceparent": {"00-11111111111111111111111111111111-2222222222222222-01"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []struct{ method, body string }{{"http", string(msg)}, {"get", ""}} {
+		if _, err := callMethod(t, svc, m.method, ctx, 0, 0, m.body); err != nil {
+			t.Fatal(err)
+		}
+		h := <-seen
+		if got, want := h.Get("Traceparent"), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"; got != want {
+			t.Errorf("%s: traceparent %q, want %q", m.method, got, want)
+		}
+		if got := h.Get("X-Request-Id"); got != "req-1" {
+			t.Errorf("%s: X-Request-Id %q, want req-1", m.method, got)
+		}
+	}
 }

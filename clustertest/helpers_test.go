@@ -44,6 +44,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -1637,3 +1639,21 @@ func testBackupRestore(t *testing.T, prefix string, w backupWorkload) {
 
 // head is at most the first 10 of xs.
 func head(xs []int) []int { return xs[:min(len(xs), 10)] }
+
+func spansOf(all tracetest.SpanStubs, traceID string) tracetest.SpanStubs {
+	var out tracetest.SpanStubs
+	for _, s := range all {
+		if s.SpanContext.TraceID().String() == traceID {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func dumpSpans(spans tracetest.SpanStubs, byID map[trace.SpanID]tracetest.SpanStub) string {
+	var b strings.Builder
+	for _, s := range spans {
+		fmt.Fprintf(&b, "  %s (%v) parent %q\n", s.Name, s.SpanKind, byID[s.Parent.SpanID()].Name)
+	}
+	return b.String()
+}

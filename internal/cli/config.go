@@ -4,14 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"go.yaml.in/yaml/v3"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/adapter"
@@ -52,6 +52,10 @@ type FileConfig struct {
 	Placement PlacementConfig `yaml:"placement"`
 	// LogLevel is debug, info (default), warn or error; SIGHUP re-reads it.
 	LogLevel string `yaml:"log_level"`
+	// LogFormat is text (default) or json; read at start only.
+	LogFormat string `yaml:"log_format"`
+	// Tracing is otlp_endpoint and trace_sample_ratio (observe.go).
+	Tracing tracing `yaml:",inline"`
 	// Storage tunes how the node treats a full or corrupt data directory
 	// (neptune.Storage).
 	Storage StorageConfig `yaml:"storage"`
@@ -228,6 +232,12 @@ func builtinNames() []string {
 func (c FileConfig) Validate() error {
 	if c.ID == "" {
 		return errors.New("config: id is required")
+	}
+	if _, err := newLogger(io.Discard, c.LogFormat, slog.LevelInfo); err != nil {
+		return err
+	}
+	if err := c.Tracing.Validate(); err != nil {
+		return err
 	}
 	for key, p := range map[string]int{"gossip_port": c.GossipPort, "rpc_port": c.RPCPort, "poll_port": c.PollPort} {
 		if p < 0 || p > 65535 {

@@ -39,7 +39,7 @@ func FuzzConfigToNode(f *testing.F) {
 		// Material and the data directory are the test's, not the input's.
 		fc.Security = SecurityConfig{Insecure: true}
 		fc.DataDir = t.TempDir()
-		n, err := buildNode(fc, slog.New(slog.DiscardHandler))
+		n, err := buildNode(fc, slog.New(slog.DiscardHandler), nil)
 		if err != nil {
 			t.Fatalf("Validate accepted a config the node refuses: %v\n%s", err, b)
 		}

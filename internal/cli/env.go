@@ -162,7 +162,10 @@ func GatewayConfigFor(args []string, env map[string]string) (gateway.Config, Gat
 	if err != nil {
 		return cfg, GatewayConfig{}, err
 	}
-	if _, err := parseLevel(o.logLevel); err != nil {
+	if _, err := logger(o.logLevel, o.logFormat); err != nil {
+		return cfg, GatewayConfig{}, err
+	}
+	if err := o.tracing(fs).Validate(); err != nil {
 		return cfg, GatewayConfig{}, err
 	}
 	sec, err := o.sec.client()

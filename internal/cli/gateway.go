@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/dashboard"
@@ -31,6 +32,8 @@ import (
 // config file's key of the same name, when given.
 type gatewayOptions struct {
 	config, listen, metrics, host, advertise, logLevel string
+	logFormat, otlpEndpoint                            string
+	sampleRatio                                        float64
 	join                                               []string
 	sec                                                securityFlags
 }
@@ -73,21 +76,27 @@ certificates of the cluster's CA.`,
 			if err != nil {
 				return err
 			}
-			log, err := logger(o.logLevel)
+			log, err := logger(o.logLevel, o.logFormat)
 			if err != nil {
 				return err
 			}
+			tp, flush, err := o.tracing(cmd.Flags()).provider(cmd.Context(), "neptune-gateway", cfg.Name)
+			if err != nil {
+				return err
+			}
+			defer flush()
 			sec, err := o.sec.clientFiles()
 			if err != nil {
 				return err
 			}
-			return runGateway(cmd.Context(), cmd.OutOrStdout(), cfg, o.host, o.advertise, sec, log)
+			return runGateway(cmd.Context(), cmd.OutOrStdout(), cfg, o.host, o.advertise, sec, log, tp)
 		},
 	}
 	o.addFlags(cmd.Flags())
 	_ = cmd.MarkFlagRequired("config")
 	_ = cmd.MarkFlagFilename("config", "yaml", "yml")
 	_ = cmd.RegisterFlagCompletionFunc("log-level", fixedCompletion(logLevels...))
+	_ = cmd.RegisterFlagCompletionFunc("log-format", fixedCompletion(logFormats...))
 	cmd.AddCommand(newHashKeyCmd())
 	return cmd
 }
@@ -102,6 +111,17 @@ func (o *gatewayOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.advertise, "advertise", "", "address the nodes reach the gateway's gossip at (default: --host if it names one address, else the local address on the route to the first --join)")
 	o.sec.add(fs, "gateway/gateway", "the gateway")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", "))
+	fs.StringVar(&o.logFormat, "log-format", "text", "log `format`: "+strings.Join(logFormats, ", "))
+	addTracingFlags(fs, &o.otlpEndpoint, &o.sampleRatio)
+}
+
+// tracing is the tracing flags' settings (fs says which were given).
+func (o *gatewayOptions) tracing(fs *pflag.FlagSet) tracing {
+	t := tracing{Endpoint: o.otlpEndpoint}
+	if fs.Changed("trace-sample-ratio") {
+		t.SampleRatio = &o.sampleRatio
+	}
+	return t
 }
 
 // fileConfig reads --config and applies the flags given on the command
@@ -131,7 +151,7 @@ func (o *gatewayOptions) fileConfig(fs *pflag.FlagSet) (gateway.Config, error) {
 }
 
 // runGateway joins the cluster as a client and serves until ctx ends.
-func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host, advertise string, sec neptune.Security, log *slog.Logger) error {
+func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host, advertise string, sec neptune.Security, log *slog.Logger, tp trace.TracerProvider) error {
 	cfg = cfg.WithDefaults()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -144,12 +164,12 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host,
 			return err
 		}
 	}
-	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cfg.Join, Host: host, Advertise: advertise, Registerer: reg, Logger: log, Security: sec})
+	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cfg.Join, Host: host, Advertise: advertise, Registerer: reg, Logger: log, TracerProvider: tp, Security: sec})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	g, err := gateway.New(cfg, gateway.Deps{Caller: client, Registerer: reg, Logger: log, Gossip: gsec})
+	g, err := gateway.New(cfg, gateway.Deps{Caller: client, Registerer: reg, Logger: log, TracerProvider: tp, Gossip: gsec})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/balance"
@@ -26,6 +27,8 @@ import (
 // line, so the defaults shown in help are the node's own.
 type nodeOptions struct {
 	config, id, host, advertise, metrics, zone, policy, dataDir, logLevel string
+	logFormat, otlpEndpoint                                               string
+	sampleRatio                                                           float64
 	gossipPort, rpcPort, pollPort                                         int
 	pprof                                                                 bool
 	interval, ttl, joinTimeout, drainTimeout                              time.Duration
@@ -65,7 +68,10 @@ keyring. --insecure runs without any protection, and must be said.`,
 			}
 			var lv slog.LevelVar
 			lv.Set(level)
-			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &lv}))
+			log, err := newLogger(os.Stderr, fc.LogFormat, &lv)
+			if err != nil {
+				return err
+			}
 			reload := func() (FileConfig, error) { return o.fileConfig(cmd.Flags()) }
 			return runNode(cmd.Context(), cmd.OutOrStdout(), fc, log, &lv, reload)
 		},
@@ -77,6 +83,7 @@ keyring. --insecure runs without any protection, and must be said.`,
 	_ = cmd.MarkFlagDirname("tls-dir")
 	_ = cmd.RegisterFlagCompletionFunc("balance", fixedCompletion(balance.Names...))
 	_ = cmd.RegisterFlagCompletionFunc("log-level", fixedCompletion(logLevels...))
+	_ = cmd.RegisterFlagCompletionFunc("log-format", fixedCompletion(logFormats...))
 	return cmd
 }
 
@@ -103,6 +110,14 @@ func (o *nodeOptions) addFlags(fs *pflag.FlagSet) {
 	fs.Var(&o.maxInflight, "max-inflight-bytes", "request bytes the node holds at once, e.g. 64MiB (the default); a call beyond it is refused, retryable, before its body is read (config: max_inflight_bytes)")
 	o.sec.add(fs, "", "the node")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: "+strings.Join(logLevels, ", ")+"; SIGHUP re-reads it from the config file (config: log_level)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log `format`: "+strings.Join(logFormats, ", ")+" (config: log_format)")
+	addTracingFlags(fs, &o.otlpEndpoint, &o.sampleRatio)
+}
+
+// addTracingFlags adds --otlp-endpoint and --trace-sample-ratio.
+func addTracingFlags(fs *pflag.FlagSet, endpoint *string, ratio *float64) {
+	fs.StringVar(endpoint, "otlp-endpoint", "", "OpenTelemetry collector `URL` receiving traces over OTLP/gRPC, e.g. http://127.0.0.1:4317; empty: the OTel SDK's OTEL_EXPORTER_OTLP_ENDPOINT if set, else tracing off (config: otlp_endpoint)")
+	fs.Float64Var(ratio, "trace-sample-ratio", 1, "share of the traces started here that are recorded, 0..1; a call its caller sampled is recorded anyway (config: trace_sample_ratio)")
 }
 
 // fileConfig reads --config, applies the flags set on the command line
@@ -137,6 +152,9 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	set("announce-ttl", func() { fc.AnnounceTTL = Duration(o.ttl) })
 	set("data-dir", func() { fc.DataDir = o.dataDir })
 	set("log-level", func() { fc.LogLevel = o.logLevel })
+	set("log-format", func() { fc.LogFormat = o.logFormat })
+	set("otlp-endpoint", func() { fc.Tracing.Endpoint = o.otlpEndpoint })
+	set("trace-sample-ratio", func() { r := o.sampleRatio; fc.Tracing.SampleRatio = &r })
 	set("max-inflight-bytes", func() { fc.MaxInflightBytes = o.maxInflight })
 	o.sec.apply(fs, &fc.Security)
 	for _, s := range o.services {
@@ -162,7 +180,12 @@ func runNode(ctx context.Context, stdout io.Writer, fc FileConfig, log *slog.Log
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	log.Info("neptune node starting", "version", version.Release, "commit", version.Commit, "id", fc.ID)
-	node, err := buildNode(fc, log)
+	tp, flush, err := fc.Tracing.provider(ctx, "neptune-node", fc.ID)
+	if err != nil {
+		return err
+	}
+	defer flush()
+	node, err := buildNode(fc, log, tp)
 	if err != nil {
 		return err
 	}
@@ -217,13 +240,13 @@ func onHangup(log *slog.Logger, level *slog.LevelVar, reload func() (FileConfig,
 
 var logLevels = []string{"debug", "info", "warn", "error"}
 
-// logger returns a text logger on stderr at level.
-func logger(level string) (*slog.Logger, error) {
+// logger returns a logger on stderr in format at level.
+func logger(level, format string) (*slog.Logger, error) {
 	l, err := parseLevel(level)
 	if err != nil {
 		return nil, err
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	return newLogger(os.Stderr, format, l)
 }
 
 // parseLevel reads a log level ("" is info).
@@ -244,7 +267,7 @@ func fixedCompletion(values ...string) cobra.CompletionFunc {
 }
 
 // buildNode creates a node from a validated config with its services.
-func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
+func buildNode(fc FileConfig, log *slog.Logger, tp trace.TracerProvider) (*neptune.Node, error) {
 	bal, err := fc.Balance.toBalance()
 	if err != nil {
 		return nil, err
@@ -274,6 +297,7 @@ func buildNode(fc FileConfig, log *slog.Logger) (*neptune.Node, error) {
 		AnnounceTTL:      time.Duration(fc.AnnounceTTL),
 		Balance:          bal,
 		Logger:           log,
+		TracerProvider:   tp,
 		DataDir:          fc.DataDir,
 		MaxInflightBytes: int64(fc.MaxInflightBytes),
 		Placement:        fc.Placement.toPlacement(),

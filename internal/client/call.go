@@ -9,12 +9,16 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/obs"
 	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -33,6 +37,10 @@ type request struct {
 	// write's identity, so no retry loop ever takes it for "never ran"
 	// and sends it again as a new write.
 	maybeRan bool
+	// span is the call's span when the call is traced (nil otherwise):
+	// its attempts, polls and chosen replicas are recorded on it.
+	span     trace.Span
+	attempts int
 }
 
 func (r *request) mode() service.Mode { return service.Mode(r.in.Mode) }
@@ -54,6 +62,16 @@ func (r *request) outcome(err error) error {
 	}
 	return &nerr.UnknownOutcomeError{Identified: r.identified(), ClientID: r.in.ClientId, Seq: r.in.Seq,
 		Key: r.in.IdempotencyKey, Cause: err}
+}
+
+// failed is the error a call that failed with err returns: err naming
+// the call's request id rid, recorded on its span if traced.
+func (r *request) failed(rid string, err error) error {
+	if r.span != nil {
+		r.span.RecordError(err)
+		r.span.SetStatus(codes.Error, err.Error())
+	}
+	return &obs.Error{ID: rid, Err: err}
 }
 
 // newRequest is a Call's request. A retry of a write of unknown outcome
@@ -110,8 +128,17 @@ func (r *request) resolve(look membership.Lookup) error {
 func (c *Client) Call(ctx context.Context, svc string, partition int, method string, body []byte, opts ...Option) (*service.Response, error) {
 	o := collect(opts)
 	r := newRequest(svc, partition, method, body, o)
+	if c.tracer != nil {
+		ctx, r.span = c.tracer.Start(ctx, "neptune.client.Call", trace.WithAttributes(
+			attribute.String("neptune.service", svc), attribute.Int("neptune.partition", partition), attribute.String("neptune.method", method)))
+		defer r.span.End()
+	}
+	// The call's request id: the gateway's (or the caller's) if ctx has
+	// one, else its trace id, else new; every node that handles the call
+	// logs it, and a failed call's error names it.
+	ctx, rid := obs.EnsureRequestID(ctx)
 	if len(body) > c.maxBody {
-		return nil, r.outcome(fmt.Errorf("%w: request body of %d bytes exceeds the limit of %d (ClientConfig.MaxMessageBytes); it was not sent, so this call never ran", nerr.ErrTooLarge, len(body), c.maxBody))
+		return nil, r.failed(rid, r.outcome(fmt.Errorf("%w: request body of %d bytes exceeds the limit of %d (ClientConfig.MaxMessageBytes); it was not sent, so this call never ran", nerr.ErrTooLarge, len(body), c.maxBody)))
 	}
 	start := c.clock.Now()
 	if o.timeout > 0 {
@@ -128,8 +155,11 @@ func (c *Client) Call(ctx context.Context, svc string, partition int, method str
 	})
 	c.metrics.calls.WithLabelValues(svc, method, nerr.Label(err)).Inc()
 	c.metrics.latency.WithLabelValues(svc, method).Observe(c.clock.Since(start).Seconds())
+	if r.span != nil {
+		r.span.SetAttributes(attribute.Int("neptune.attempts", r.attempts), attribute.String(obs.LogKey, rid))
+	}
 	if err != nil {
-		return nil, err
+		return nil, r.failed(rid, err)
 	}
 	o.session.observe(svc, partition, resp.Version)
 	return resp, nil
@@ -179,6 +209,11 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 			return nil, r.outcome(err)
 		}
 		c.identify(r)
+		r.attempts++
+		if r.span != nil {
+			r.span.AddEvent("attempt", trace.WithAttributes(attribute.Int("neptune.attempt", r.attempts), attribute.String("neptune.replica", t.Node)))
+			r.span.SetAttributes(attribute.String("neptune.replica", t.Node))
+		}
 		cl, err := c.conns.ClientFor(t.Node, t.RPCAddr)
 		if err != nil {
 			return nil, r.outcome(err)
@@ -412,6 +447,7 @@ func (c *Client) Stream(ctx context.Context, svc string, partition int, method s
 	if o.timeout > 0 {
 		ctx, cancel = clock.WithTimeout(ctx, c.clock, o.timeout)
 	}
+	ctx, _ = obs.EnsureRequestID(ctx) // the node logs the stream's as a call's
 	r := &request{in: &pb.CallRequest{Service: svc, Partition: int32(partition), Method: method, Body: body, Class: o.class}, stream: true, sess: o.session}
 	t, err := c.pick(ctx, r)
 	if err != nil {

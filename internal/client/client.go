@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/balance"
@@ -30,6 +32,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/metrics"
 	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/obs"
 	"github.com/neptune-cluster/neptune/internal/security"
 	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
@@ -66,7 +69,13 @@ type Config struct {
 	Balance balance.Config
 	// Registerer receives the client's metrics (nil: a private registry).
 	Registerer prometheus.Registerer
-	Logger     *slog.Logger
+	// Logger receives the client's logs; lines logged for a call carry
+	// its request id (obs.LogKey).
+	Logger *slog.Logger
+	// TracerProvider receives the spans of the client's calls (a call, its
+	// attempts over gRPC, with W3C trace context sent to the nodes); nil
+	// turns tracing off, at no cost.
+	TracerProvider trace.TracerProvider
 	// Clock times retries, polls and hedges (default real).
 	Clock clock.Clock
 	// Security is the member's loaded material (security.Load), or an
@@ -103,6 +112,7 @@ var seq atomic.Int64
 // use.
 type Client struct {
 	maxBody int
+	tracer  trace.Tracer // nil: tracing off
 	log     *slog.Logger
 	clock   clock.Clock
 	gossip  *membership.Gossip
@@ -164,6 +174,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg.Logger = obs.Logger(cfg.Logger)
 	if cfg.Host == "" {
 		cfg.Host = defaultHost(cfg.Join)
 	}
@@ -189,11 +200,18 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Security == nil {
 		return nil, errors.New("neptune: client: no security material (security.Load, or an explicitly insecure one)")
 	}
-	conns, err := cfg.Security.Transport().NewConns(transport.CallSizeOptions(cmp.Or(cfg.MaxMessageBytes, nerr.DefaultMaxMessageBytes)))
+	dial := []grpc.DialOption{transport.CallSizeOptions(cmp.Or(cfg.MaxMessageBytes, nerr.DefaultMaxMessageBytes))}
+	if cfg.TracerProvider != nil {
+		// A span per RPC, its trace context sent in the metadata: only
+		// when traced, so a client without tracing pays nothing.
+		dial = append(dial, grpc.WithStatsHandler(obs.ClientHandler(cfg.TracerProvider)))
+	}
+	conns, err := cfg.Security.Transport().NewConns(dial...)
 	if err != nil {
 		return nil, fmt.Errorf("neptune: %w", err)
 	}
 	c := &Client{
+		tracer:    obs.Tracer(cfg.TracerProvider),
 		log:       cfg.Logger,
 		clock:     clock.OrReal(cfg.Clock),
 		conns:     conns,

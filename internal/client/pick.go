@@ -9,6 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/nerr"
@@ -89,6 +92,9 @@ func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 
 	rt := view.route(c.clock.Now(), in, ids)
 	if rt.direct != "" {
+		if r.span != nil {
+			r.span.AddEvent("direct to the primary", trace.WithAttributes(attribute.String("neptune.replica", rt.direct)))
+		}
 		return target{byID[rt.direct], b}, nil
 	}
 
@@ -132,6 +138,10 @@ func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 		c.metrics.pollTime.Observe(c.clock.Since(start).Seconds())
 		c.metrics.polls.WithLabelValues("answered").Add(float64(len(answers)))
 		c.metrics.polls.WithLabelValues("late_or_unneeded").Add(float64(len(targets) - len(answers)))
+		if r.span != nil {
+			r.span.AddEvent("poll", trace.WithAttributes(attribute.String("neptune.policy", c.balance.Policy),
+				attribute.Int("neptune.polled", len(targets)), attribute.Int("neptune.answered", len(answers))))
+		}
 		loads = make([]balance.Load, len(answers))
 		for i, a := range answers {
 			loads[i] = balance.Load{Replica: a.Replica, Queue: a.Queue, RTT: a.RTT}

@@ -14,11 +14,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/adapter"
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/gage"
+	"github.com/neptune-cluster/neptune/internal/obs"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/transport"
 )
@@ -40,7 +45,13 @@ type Deps struct {
 	// Registerer receives the metrics; nil keeps them in a private
 	// registry.
 	Registerer prometheus.Registerer
-	Logger     *slog.Logger
+	// Logger receives the gateway's logs; a request's lines carry its
+	// request id (request_id).
+	Logger *slog.Logger
+	// TracerProvider receives a server span per request, child of the
+	// W3C trace context the request carries (traceparent), parent of the
+	// call's spans; nil turns tracing off, at no cost.
+	TracerProvider trace.TracerProvider
 	// Gossip authenticates the demand gossip with the other gateways:
 	// the cluster's keys and the gateway's certificate (whose name is the
 	// gateway's name: a config's name must match it, and defaults to
@@ -77,6 +88,8 @@ type Gateway struct {
 	caller   Caller
 	clk      clock.Clock
 	log      *slog.Logger
+	// traced is serveHTTP in a server span, nil when tracing is off.
+	traced http.Handler
 
 	retryAfter string
 	// classOf is each subscriber's service class ("" for the route's).
@@ -97,6 +110,7 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	log = obs.Logger(log)
 	reg := d.Registerer
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -168,13 +182,20 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 	for _, s := range gc.Subscribers {
 		classOf[s.Name] = s.Class
 	}
-	return &Gateway{
+	g := &Gateway{
 		cfg: cfg, routes: newRouteTable(cfg.Routes, time.Duration(cfg.Timeout)), classify: cl,
 		unit: gc.UnitOrDefault(), loop: newLoop(clk, sched, m, view, time.Duration(cfg.GossipPeriod)), cluster: view,
 		gossip: gsp, metrics: m, caller: d.Caller, clk: clk, log: log, pace: pace,
 		retryAfter: strconv.Itoa(max(1, int(math.Ceil(time.Duration(cfg.RetryAfter).Seconds())))),
 		classOf:    classOf,
-	}, nil
+	}
+	if d.TracerProvider != nil {
+		g.traced = otelhttp.NewHandler(http.HandlerFunc(g.serveHTTP), "neptune.gateway",
+			otelhttp.WithTracerProvider(d.TracerProvider), otelhttp.WithPropagators(obs.Propagator),
+			otelhttp.WithMeterProvider(noopmetric.NewMeterProvider()),
+			otelhttp.WithSpanNameFormatter(func(op string, _ *http.Request) string { return op }))
+	}
+	return g, nil
 }
 
 func newScheduler(kind string, gc gage.Config, opt gage.Options) (gage.Scheduler, error) {
@@ -289,7 +310,17 @@ var failFastOnOverload = neptune.WithRetry(neptune.RetryPolicy{FailFastOnOverloa
 // the subscriber's turn (429, 504), then the call (the service's answer,
 // or 404, 502, 503, 504).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.traced != nil {
+		g.traced.ServeHTTP(w, r)
+		return
+	}
+	g.serveHTTP(w, r)
+}
+
+// serveHTTP is ServeHTTP in the request's span if traced.
+func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := g.clk.Now()
+	r = g.identify(w, r)
 	code := g.serve(w, r, start)
 	g.metrics.onResponse(code, g.clk.Since(start).Seconds())
 }
@@ -432,13 +463,17 @@ func (g *Gateway) frame(r *http.Request, sub string, body []byte, bearer bool) (
 func (g *Gateway) relay(w http.ResponseWriter, r *http.Request, rt *route, sub string, msg []byte) int {
 	status, h, body, err := adapter.UnmarshalResponse(msg, r.Method)
 	if err != nil {
-		g.log.Warn("gateway: malformed answer from a passthrough method", "route", rt.field, "service", rt.Service, "method", rt.Method, "subscriber", sub, "err", err)
+		g.log.WarnContext(r.Context(), "gateway: malformed answer from a passthrough method", "route", rt.field, "service", rt.Service, "method", rt.Method, "subscriber", sub, "err", err)
 		return g.fail(w, http.StatusBadGateway, "malformed answer from the service")
 	}
 	adapter.RemoveHopHeaders(h)
 	out := w.Header()
+	id := out.Get(obs.HeaderRequestID)
 	for k, vs := range h {
 		out[k] = vs
+	}
+	if id != "" {
+		out.Set(obs.HeaderRequestID, id) // the gateway's, which its logs carry
 	}
 	w.WriteHeader(status)
 	return g.send(r.Context(), w, sub, status, body)
@@ -460,7 +495,7 @@ func (g *Gateway) send(ctx context.Context, w http.ResponseWriter, sub string, s
 
 // refused answers a request that never had its turn.
 func (g *Gateway) refused(w http.ResponseWriter, r *http.Request, rt *route, sub string, err error) int {
-	g.log.Debug("gateway: refused", "route", rt.field, "subscriber", sub, "err", err)
+	g.log.DebugContext(r.Context(), "gateway: refused", "route", rt.field, "subscriber", sub, "err", err)
 	switch {
 	case errors.Is(err, gage.ErrQueueFull):
 		g.metrics.onDrop(sub, dropQueueFull)
@@ -514,7 +549,7 @@ func (g *Gateway) callFailed(w http.ResponseWriter, r *http.Request, rt *route, 
 		return statusClientGone
 	}
 	code := StatusOf(err)
-	g.log.Debug("gateway: call failed", "route", rt.field, "service", rt.Service, "method", rt.Method, "subscriber", sub, "status", code, "err", err)
+	g.log.DebugContext(r.Context(), "gateway: call failed", "route", rt.field, "service", rt.Service, "method", rt.Method, "subscriber", sub, "status", code, "err", err)
 	var msg string
 	var remote *transport.RemoteError
 	switch {
@@ -540,11 +575,30 @@ func (g *Gateway) callFailed(w http.ResponseWriter, r *http.Request, rt *route, 
 	return g.fail(w, code, msg)
 }
 
-// fail writes an error answer: a short plain-text reason, and the headers
-// the status calls for. Messages are the gateway's own, never a key or a
-// node's address.
+// identify gives the request its request id: the caller's X-Request-Id
+// if it is a valid one (obs.ValidRequestID), else its trace id if traced,
+// else a new one. The response names it in X-Request-Id, an error's body
+// too, and so do the logs of the gateway and of every node the call
+// reaches.
+func (g *Gateway) identify(w http.ResponseWriter, r *http.Request) *http.Request {
+	ctx := r.Context()
+	id := r.Header.Get(obs.HeaderRequestID)
+	if !obs.ValidRequestID(id) {
+		id = obs.NewRequestID(ctx)
+	}
+	w.Header().Set(obs.HeaderRequestID, id)
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String(obs.LogKey, id))
+	return r.WithContext(obs.WithRequestID(ctx, id))
+}
+
+// fail writes an error answer: a short plain-text reason naming the
+// request id, and the headers the status calls for. Messages are the
+// gateway's own, never a key or a node's address.
 func (g *Gateway) fail(w http.ResponseWriter, code int, msg string) int {
 	h := w.Header()
+	if id := h.Get(obs.HeaderRequestID); id != "" {
+		msg += " (request_id " + id + ")"
+	}
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	switch code {

@@ -187,13 +187,20 @@ func TestStatusCodes(t *testing.T) {
 		code   int
 		body   string
 	}{
-		{"/err?e=10", 400, "kv: malformed request: put wants key=value\n"},
-		{"/err?e=11", 404, "kv: key not found: \"k\"\n"},
-		{"/err?e=12", 502, "the service failed: disk on fire\n"},
+		{"/err?e=10", 400, "kv: malformed request: put wants key=value"},
+		{"/err?e=11", 404, "kv: key not found: \"k\""},
+		{"/err?e=12", 502, "the service failed: disk on fire"},
 	} {
-		if w := do(g, "GET", tc.target, nil, ""); w.Code != tc.code || w.Body.String() != tc.body {
-			t.Errorf("%s: %d %q; want %d %q", tc.target, w.Code, w.Body, tc.code, tc.body)
+		// The request id the caller sent is the one the answer names.
+		want := tc.body + " (request_id req-" + tc.target[len(tc.target)-2:] + ")\n"
+		w := do(g, "GET", tc.target, http.Header{"X-Request-Id": {"req-" + tc.target[len(tc.target)-2:]}}, "")
+		if w.Code != tc.code || w.Body.String() != want || w.Header().Get("X-Request-Id") != "req-"+tc.target[len(tc.target)-2:] {
+			t.Errorf("%s: %d %q X-Request-Id %q; want %d %q", tc.target, w.Code, w.Body, w.Header().Get("X-Request-Id"), tc.code, want)
 		}
+	}
+	// An id that could forge a header or a log line is replaced.
+	if w := do(g, "GET", "/err?e=10", http.Header{"X-Request-Id": {"a b\"c"}}, ""); w.Header().Get("X-Request-Id") == "a b\"c" || len(w.Header().Get("X-Request-Id")) != 32 {
+		t.Errorf("invalid X-Request-Id answered with %q; want a new 32-hex id", w.Header().Get("X-Request-Id"))
 	}
 	if w := do(g, "GET", "/gold", http.Header{"Authorization": {"bearer gold-key"}}, ""); w.Code != 200 {
 		t.Errorf("bearer key: %d %q", w.Code, w.Body)

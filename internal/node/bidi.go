@@ -50,7 +50,7 @@ func (n *Node) serveBidi(ctx context.Context, in *pb.CallRequest, recv func() (*
 		return n.serveWriteStream(ctx, in, fs)
 	}
 	var herr error
-	if err := h.run(ctx, in.Class, func(ctx context.Context) *service.Response {
+	if err := h.run(ctx, in.Class, in.Method, func(ctx context.Context) *service.Response {
 		defer recoverInto(&herr)
 		herr = m.Stream(ctx, toRequest(in), fs)
 		return nil

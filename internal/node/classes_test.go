@@ -66,7 +66,7 @@ func accountingCase(t *testing.T, a service.Accounting, h func(context.Context) 
 	for range parallel {
 		wg.Go(func() {
 			for range each {
-				if err := hs.run(context.Background(), "gold", h); err != nil {
+				if err := hs.run(context.Background(), "gold", "m", h); err != nil {
 					t.Error(err)
 				}
 			}

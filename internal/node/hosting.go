@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/dac"
@@ -24,6 +28,7 @@ type hosted struct {
 	// ledger is the aggregation load index (nil without Aggregate).
 	ledger *dac.Ledger
 	clock  clock.Clock
+	tracer trace.Tracer // nil: tracing off
 }
 
 // lookup finds the method a request names, with the precise error if none.
@@ -75,7 +80,7 @@ func (n *Node) serve(ctx context.Context, in *pb.CallRequest) (*service.Response
 func (h *hosted) serveLocal(ctx context.Context, handler service.Handler, in *pb.CallRequest) (*service.Response, error) {
 	var resp *service.Response
 	var herr error
-	if err := h.run(ctx, in.Class, func(ctx context.Context) *service.Response {
+	if err := h.run(ctx, in.Class, in.Method, func(ctx context.Context) *service.Response {
 		resp, herr = runHandler(ctx, handler, toRequest(in))
 		return resp
 	}); err != nil {
@@ -99,7 +104,7 @@ func (n *Node) serveStream(ctx context.Context, in *pb.CallRequest, send func([]
 		return fmt.Errorf("%w: %s.%s is not a stream method; use Client.Call", nerr.ErrWrongMode, in.Service, in.Method)
 	}
 	var herr error
-	if err := h.run(ctx, in.Class, func(ctx context.Context) *service.Response {
+	if err := h.run(ctx, in.Class, in.Method, func(ctx context.Context) *service.Response {
 		defer recoverInto(&herr)
 		herr = m.Stream(ctx, toRequest(in), sendOnly(send))
 		return nil
@@ -113,8 +118,20 @@ func (n *Node) serveStream(ctx context.Context, in *pb.CallRequest, send func([]
 // request's class its resource use as the service's Accounting says.
 //
 // A request measured for Gage (see usage.go) is also charged its thread's
-// usage into the accumulator its context carries.
-func (h *hosted) run(ctx context.Context, class string, call func(context.Context) *service.Response) error {
+// usage into the accumulator its context carries. Traced, the wait for
+// the slot (the class scheduler's queue) and the handler are spans.
+func (h *hosted) run(ctx context.Context, class, method string, call func(context.Context) *service.Response) (err error) {
+	if h.tracer != nil {
+		var queued trace.Span
+		call, queued = h.traced(ctx, class, method, call)
+		defer func() {
+			if err != nil { // never ran: the queue's answer
+				queued.RecordError(err)
+				queued.SetStatus(codes.Error, err.Error())
+			}
+			queued.End() // a no-op if the handler started
+		}()
+	}
 	call = measured(h.clock, ctx, call)
 	switch h.svc.Accounting {
 	case service.ThreadCPU:
@@ -131,6 +148,20 @@ func (h *hosted) run(ctx context.Context, class string, call func(context.Contex
 		})
 	}
 	return h.pool.Do(ctx, class, func(ctx context.Context) { call(ctx) })
+}
+
+// traced wraps call in the spans of the wait for a worker slot (ended as
+// call starts, returned so run ends it if call never does) and of the
+// handler.
+func (h *hosted) traced(ctx context.Context, class, method string, call func(context.Context) *service.Response) (func(context.Context) *service.Response, trace.Span) {
+	_, queued := h.tracer.Start(ctx, "neptune.node.queue", trace.WithAttributes(attribute.String("neptune.class", class)))
+	return func(ctx context.Context) *service.Response {
+		queued.End()
+		ctx, span := h.tracer.Start(ctx, "neptune.handler "+h.svc.Name+"."+method,
+			trace.WithAttributes(attribute.String("neptune.service", h.svc.Name), attribute.String("neptune.method", method)))
+		defer span.End()
+		return call(ctx)
+	}, queued
 }
 
 // runHandler calls f, turning a panic into an error so one bad request
@@ -160,7 +191,7 @@ func (w writes) Execute(ctx context.Context, req *service.Request) (replication.
 		handler = messageHandler(m.Stream) // one message of a write stream
 	}
 	var res replication.Result
-	err := w.h.run(ctx, "", func(ctx context.Context) *service.Response {
+	err := w.h.run(ctx, "", req.Method, func(ctx context.Context) *service.Response {
 		res.Resp, res.Err = runHandler(ctx, handler, req)
 		return res.Resp
 	})

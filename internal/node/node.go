@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -36,6 +37,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/metrics"
 	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/obs"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/rebalance"
 	"github.com/neptune-cluster/neptune/internal/replication"
@@ -82,8 +84,14 @@ type Config struct {
 	// registry. /metrics serves it if it is also a Gatherer, else a
 	// private registry that receives every metric too.
 	Registerer prometheus.Registerer
-	// Logger receives the node's logs; every line carries the node id.
+	// Logger receives the node's logs; every line carries the node id,
+	// and a call's lines its request id (obs.LogKey).
 	Logger *slog.Logger
+	// TracerProvider receives the node's spans: the gRPC server's, the
+	// wait in the service's queue, replication (append, replicate,
+	// commit) and the handler, children of the caller's span by the W3C
+	// trace context of the call; nil turns tracing off, at no cost.
+	TracerProvider trace.TracerProvider
 	// DataDir holds the write logs of replicated partitions.
 	DataDir string
 	// Clock drives every timer of the node, its client and its runtimes
@@ -142,6 +150,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Logger = obs.Logger(c.Logger)
 	c.Clock = clock.OrReal(c.Clock)
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = nerr.DefaultMaxMessageBytes
@@ -219,6 +228,7 @@ func clusterName(configured string, m *security.Material) (string, error) {
 type Node struct {
 	cfg     Config
 	log     *slog.Logger
+	tracer  trace.Tracer // nil: tracing off
 	clock   clock.Clock
 	reg     metrics.Registries
 	metrics *serverMetrics
@@ -284,6 +294,7 @@ func New(cfg Config) (*Node, error) {
 		startedAt: time.Now(),
 		log: slog.New(teeHandler{cfg.Logger.Handler(), slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})}).
 			With("node", cfg.ID),
+		tracer:   obs.Tracer(cfg.TracerProvider),
 		clock:    cfg.Clock,
 		reg:      metrics.For(cfg.Registerer),
 		services: map[string]*hosted{},
@@ -333,7 +344,7 @@ func (n *Node) Register(svc service.Service, partitions ...int) error {
 	if _, dup := n.services[svc.Name]; dup {
 		return fmt.Errorf("neptune: register %q: service already registered", svc.Name)
 	}
-	h := &hosted{svc: svc, methods: map[string]*service.Method{}, clock: n.clock}
+	h := &hosted{svc: svc, methods: map[string]*service.Method{}, clock: n.clock, tracer: n.tracer}
 	for _, p := range partitions {
 		if p < 0 || p > 1<<30 {
 			return fmt.Errorf("neptune: register %q: partition %d out of range", svc.Name, p)
@@ -378,7 +389,7 @@ func (n *Node) registerReplicated(h *hosted) error {
 	}
 	if n.repl == nil {
 		n.repl = replication.New(replication.Config{Self: n.cfg.ID, DataDir: n.cfg.DataDir, Directory: (*peers)(n), Sender: (*peers)(n),
-			Logger: n.log, Clock: n.clock, OnRoleChange: n.announceNow, DiskReserve: n.cfg.DiskReserve, RebuildCorrupt: n.cfg.RebuildCorrupt})
+			Logger: n.log, Tracer: n.tracer, Clock: n.clock, OnRoleChange: n.announceNow, DiskReserve: n.cfg.DiskReserve, RebuildCorrupt: n.cfg.RebuildCorrupt})
 	}
 	ps := make([]replication.Partition, len(h.partitions))
 	for i, p := range h.partitions {
@@ -437,6 +448,11 @@ func (n *Node) Start(ctx context.Context) error {
 		n.inflight.Count(n.repl.HeldBytes)
 	}
 	grpcOpts = append(append(grpcOpts, transport.SizeOptions(n.cfg.MaxMessageBytes)...), n.inflight.ServerOptions()...)
+	if tp := n.cfg.TracerProvider; tp != nil {
+		// A server span per RPC, child of the caller's by the trace
+		// context in its metadata; only when traced.
+		grpcOpts = append(grpcOpts, grpc.StatsHandler(obs.ServerHandler(tp)))
+	}
 	n.grpc = grpc.NewServer(grpcOpts...)
 	pb.RegisterNodeServer(n.grpc, &nodeServer{n: n})
 	n.health = health.NewServer()
@@ -459,6 +475,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.client, err = client.New(ctx, client.Config{
 		ID:               n.cfg.ID,
+		TracerProvider:   n.cfg.TracerProvider,
 		Host:             n.cfg.Host,
 		Advertise:        n.adv,
 		JoinTimeout:      n.cfg.JoinTimeout,

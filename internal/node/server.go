@@ -3,13 +3,14 @@ package node
 import (
 	"context"
 	"fmt"
-	"time"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+	"log/slog"
+	"time"
 
 	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/obs"
 	"github.com/neptune-cluster/neptune/internal/replica"
 	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
@@ -24,6 +25,7 @@ type nodeServer struct {
 
 func (s *nodeServer) Call(ctx context.Context, in *pb.CallRequest) (*pb.CallResponse, error) {
 	start := s.n.clock.Now()
+	ctx, _ = obs.EnsureRequestID(ctx) // the caller's (metadata), else new
 	var acc *reqUsage
 	if transport.SubscriberOf(ctx) != "" {
 		acc = &reqUsage{}
@@ -31,6 +33,7 @@ func (s *nodeServer) Call(ctx context.Context, in *pb.CallRequest) (*pb.CallResp
 	}
 	resp, err := s.n.serveBounded(ctx, in)
 	s.n.observe(in, start, err)
+	s.n.logCall(ctx, "call served", in, err)
 	var out *pb.CallResponse
 	if err == nil {
 		out = &pb.CallResponse{Body: resp.Body, Version: resp.Version}
@@ -60,9 +63,24 @@ func (n *Node) reportUsage(ctx context.Context, in *pb.CallRequest, out *pb.Call
 
 func (s *nodeServer) Stream(in *pb.CallRequest, stream grpc.ServerStreamingServer[pb.Chunk]) error {
 	start := s.n.clock.Now()
-	err := s.n.serveStream(stream.Context(), in, func(b []byte) error { return stream.Send(&pb.Chunk{Body: b}) })
+	ctx, _ := obs.EnsureRequestID(stream.Context())
+	err := s.n.serveStream(ctx, in, func(b []byte) error { return stream.Send(&pb.Chunk{Body: b}) })
 	s.n.observe(in, start, err)
+	s.n.logCall(ctx, "stream served", in, err)
 	return transport.ToStatus(err)
+}
+
+// logCall logs a call at debug level with its request id (from ctx),
+// building the line only if it is logged: calls are the hot path.
+func (n *Node) logCall(ctx context.Context, msg string, in *pb.CallRequest, err error) {
+	if !n.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	args := []any{"service", in.Service, "partition", in.Partition, "method", in.Method}
+	if err != nil {
+		args = append(args, "err", err)
+	}
+	n.log.DebugContext(ctx, msg, args...)
 }
 
 // Replicate receives replication messages from another node.

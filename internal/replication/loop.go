@@ -52,6 +52,7 @@ type part struct {
 	log      *wal.Log
 	core     *replica.Replica
 	pending  map[uint64]chan Result
+	traced   map[uint64]*tracedWrite // pending writes' calls (trace.go)
 	nextReq  uint64
 	results  map[uint64]Result
 	nextTick time.Time
@@ -76,6 +77,7 @@ type proposal struct {
 	body   []byte
 	id     string // the write's identity (WriteID); empty: none
 	reply  chan Result
+	trace  *tracedWrite // the call's request id and span (trace.go); nil: neither
 }
 
 // run is the partition's event loop: one event (a proposal, a message, an
@@ -161,6 +163,12 @@ func (p *part) propose(pr proposal) {
 	}
 	p.nextReq++
 	p.pending[p.nextReq] = pr.reply
+	if pr.trace != nil {
+		if pr.trace.ctx != nil {
+			pr.trace.proposed = p.rt.clock.Now()
+		}
+		p.traced[p.nextReq] = pr.trace
+	}
 	p.core.Propose(p.rt.clock.Now(), replica.Write{ReqID: p.nextReq, Method: pr.method, Body: pr.body, ID: pr.id})
 }
 
@@ -169,6 +177,7 @@ func (p *part) failPending(err error) {
 		ch <- Result{Err: err}
 		delete(p.pending, id)
 	}
+	clear(p.traced)
 }
 
 // process handles Ready batches. The messages go out as soon as the
@@ -186,6 +195,7 @@ func (p *part) process(ctx context.Context) error {
 		if err := p.persist(&rd); err != nil {
 			return err
 		}
+		p.tracedAppended(rd.Entries)
 		p.rt.mem.add(entryBytes(rd.Entries), p.rt.clock.Now())
 		for _, m := range rd.Messages {
 			p.keeper.note(m)
@@ -207,6 +217,7 @@ func (p *part) process(ctx context.Context) error {
 				continue
 			}
 			delete(p.pending, r.ReqID)
+			delete(p.traced, r.ReqID)
 			ch <- p.result(r)
 		}
 		clear(p.results)
@@ -299,7 +310,11 @@ func (p *part) apply(ctx context.Context, es []replica.Entry) error {
 			continue
 		}
 		req := &service.Request{Service: p.key.service, Partition: int(p.key.partition), Method: e.Method, Mode: service.Write, Body: e.Body, LSN: uint64(e.LSN)}
-		res, err := p.execute(ctx, req)
+		ectx, span := p.tracedCommit(ctx, e)
+		res, err := p.execute(ectx, req)
+		if span != nil {
+			span.End()
+		}
 		if errors.Is(err, ErrNoHandler) {
 			p.rt.log.Error("replicated write names no handler", "service", p.key.service, "method", e.Method)
 			continue

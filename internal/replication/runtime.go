@@ -27,6 +27,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/replica"
@@ -91,6 +93,9 @@ type Config struct {
 	Directory Directory
 	Sender    Sender
 	Logger    *slog.Logger
+	// Tracer, if set, traces the writes proposed here (trace.go); nil
+	// costs nothing.
+	Tracer trace.Tracer
 	// Clock drives ticks, failure detection and every wait (default real).
 	Clock clock.Clock
 	// OnRoleChange, if set, is called from a partition's loop when its
@@ -388,6 +393,7 @@ func (rt *Runtime) open(spec Partition, join *replica.ConfState) (*part, error) 
 	p.dedup = replica.NewDedupTable(0, recs, high)
 	p.log = l
 	p.pending = map[uint64]chan Result{}
+	p.traced = map[uint64]*tracedWrite{}
 	// Request ids must not repeat across restarts: old entries in the
 	// log carry this replica's earlier ids.
 	p.nextReq = uint64(rt.clock.Now().UnixNano())

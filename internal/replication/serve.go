@@ -232,7 +232,7 @@ func (p *part) await(ctx context.Context, ok func(*replica.Status, time.Time) bo
 	}
 }
 
-func (p *part) write(ctx context.Context, in *pb.CallRequest) (*service.Response, error) {
+func (p *part) write(ctx context.Context, in *pb.CallRequest) (_ *service.Response, err error) {
 	if err := p.refusal(); err != nil {
 		// Not logged here: a replica that knows another primary sends
 		// the write on; otherwise it is refused, never executed.
@@ -241,9 +241,13 @@ func (p *part) write(ctx context.Context, in *pb.CallRequest) (*service.Response
 		}
 		return nil, err
 	}
+	ctx, span, tw := p.startWrite(ctx)
+	if span != nil {
+		defer func() { endSpan(span, err) }()
+	}
 	reply := make(chan Result, 1)
 	select {
-	case p.props <- proposal{method: in.Method, body: in.Body, id: WriteID(in), reply: reply}:
+	case p.props <- proposal{method: in.Method, body: in.Body, id: WriteID(in), reply: reply, trace: tw}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-p.done:

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/obs"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -94,13 +95,13 @@ var (
 // plaintext server; Security.ServerOptions adds mutual TLS and
 // authorisation to them.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	return append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage),
 		grpc.InitialWindowSize(window), grpc.InitialConnWindowSize(window),
 		grpc.NumStreamWorkers(streamWorkers),
 		serverKeepalive,
 		bodyCodec(),
-	}
+	}, obs.ServerOptions()...) // the caller's request id into the handler's context
 }
 
 // SizeOptions set a server's message limits to a body of max bytes plus
@@ -133,13 +134,13 @@ func DialOptions() []grpc.DialOption {
 }
 
 func dialDefaults(creds grpc.DialOption) []grpc.DialOption {
-	return []grpc.DialOption{
+	return append([]grpc.DialOption{
 		creds,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)),
 		grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window),
 		clientKeepalive, reconnect,
 		grpc.WithChainUnaryInterceptor(declareSize),
-	}
+	}, obs.DialOptions()...) // the call's request id goes with it
 }
 
 // Client returns a Node client for addr, creating the connection once.
