@@ -77,6 +77,13 @@ type Aggregation struct {
 	ReduceBudget time.Duration
 	// Class is the service class the operators run under.
 	Class string
+	// Polls is how many of the call's nodes are polled for their load
+	// afresh; the others' loads are what earlier polls said, corrected by
+	// their age. Zero uses the caller's default (8). A large call's LAT
+	// tree is only as good as its loads are fresh (docs/experiments/dac.md,
+	// "DAC at scale"): Polls at least the number of partitions polls every
+	// node, at two messages each.
+	Polls int
 }
 
 // Experiment selects the paper's baselines, which only experiments run;
@@ -100,6 +107,8 @@ func (a Aggregation) Validate() error {
 		return errors.New("neptune: Aggregation.Reduce is empty")
 	case a.ReduceBudget < 0:
 		return fmt.Errorf("neptune: Aggregation.ReduceBudget %v is negative", a.ReduceBudget)
+	case a.Polls < 0:
+		return fmt.Errorf("neptune: Aggregation.Polls %d is negative", a.Polls)
 	}
 	if err := a.request().Validate(); err != nil {
 		return fmt.Errorf("neptune: Aggregation: %w", err)

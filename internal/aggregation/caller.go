@@ -47,8 +47,8 @@ type Config struct {
 	// PollWait bounds the wait for the nodes' poll answers (default 10 ms,
 	// the balancer's discard time).
 	PollWait time.Duration
-	// Polls is k, how many of a call's nodes it polls afresh (default
-	// dac.DefaultPolls); the others' loads are what earlier polls said,
+	// Polls is k, how many of a call's nodes it polls afresh unless the
+	// Aggregation says (default dac.DefaultPolls); the others' loads are what earlier polls said,
 	// randomly corrected by their age (DAC §4.5 (2)). A call over at most
 	// k nodes polls them all.
 	Polls int
@@ -272,8 +272,12 @@ func (c *Caller) plan(ctx context.Context, a Aggregation) ([]plan, error) {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	k := c.cfg.Polls
+	if a.Polls > 0 {
+		k = a.Polls
+	}
 	c.mu.Lock()
-	polls := pickPolls(c.st.views(a.Service, ids, c.clock.Now()), c.cfg.Polls, c.rng)
+	polls := pickPolls(c.st.views(a.Service, ids, c.clock.Now()), k, c.rng)
 	c.mu.Unlock()
 	var mu sync.Mutex
 	var wg sync.WaitGroup

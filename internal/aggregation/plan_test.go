@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,6 +104,19 @@ func TestPlanPollsAtMostK(t *testing.T) {
 	}
 	if got := p.take(); len(got) != 5 {
 		t.Fatalf("a call over 5 nodes polled %v, want all 5", got)
+	}
+	// A call may ask for more polls, up to every node.
+	all := a
+	all.Polls = n
+	if _, err := c.plan(context.Background(), all); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.take(); len(got) != n {
+		t.Fatalf("Aggregation.Polls = %d polled %d nodes", n, len(got))
+	}
+	all.Polls = -1
+	if err := all.Validate(); err == nil || !strings.Contains(err.Error(), "Polls") {
+		t.Fatalf("Validate of Polls -1 = %v, want an error naming Polls", err)
 	}
 }
 

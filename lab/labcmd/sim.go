@@ -140,7 +140,7 @@ every node).`,
 	addSections(fs, &o.Sections, dacsim.Sections)
 	addOut(fs, &o.Out, "the CSV and SVG files")
 	addSeed(fs, &o.Seed, "the arrivals, trees and service times")
-	fs.DurationVar(&o.Duration, "duration", o.Duration, "simulated measurement window per point (default 30s, 5s with --quick)")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "simulated measurement window per point (default 30s, 5s with --quick; 10s for loads)")
 	fs.BoolVar(&o.Quick, "quick", o.Quick, "fewer points")
 	fs.DurationVar(&o.Announce, "announce", o.Announce, "loads: how often every node announces its load")
 	fs.IntSliceVar(&o.Polls, "polls", o.Polls, "loads: the numbers of fresh polls per call (k) to try")

@@ -31,14 +31,18 @@ type loadContender struct {
 	loads    LoadSource
 	announce time.Duration
 	polls    int
+	// pollsOnly: no announcements, only what the caller's polls said.
+	pollsOnly bool
 }
 
 func (l loadContender) String() string { return l.name }
 
 // loadContenders are exact, poll-all, announcements every o.Announce
 // with each k of o.Polls, announcements ten times as often with the
-// default k (how fresh they would have to be), and for reference a
-// binomial tree, which needs no loads at all.
+// default k (how fresh they would have to be), the product (no
+// announcements, the default k polls remembered and corrected with the
+// product's 1 s horizon), and for reference a binomial tree, which needs
+// no loads at all.
 func loadContenders(o Options) []loadContender {
 	cs := []loadContender{{name: "exact", loads: LoadsExact}, {name: "poll-all", loads: LoadsPollAll}}
 	for _, k := range o.Polls {
@@ -46,6 +50,7 @@ func loadContenders(o Options) []loadContender {
 	}
 	fast := o.Announce / 10
 	return append(cs, loadContender{name: fmt.Sprintf("ann %v k=%d", fast, dac.DefaultPolls), loads: LoadsStale, announce: fast, polls: dac.DefaultPolls},
+		loadContender{name: fmt.Sprintf("polls k=%d", dac.DefaultPolls), loads: LoadsStale, announce: time.Second, polls: dac.DefaultPolls, pollsOnly: true},
 		loadContender{name: "binomial", scheme: dac.Binomial, loads: LoadsExact})
 }
 
@@ -103,7 +108,7 @@ func loadsExp(ctx context.Context, base SimConfig, o Options, window time.Durati
 		fmt.Fprintf(w, "  [%d/%d] %s …\n", i+1, len(cs), lc)
 		t0 := time.Now()
 		cc := c
-		cc.Scheme, cc.Loads, cc.Announce, cc.Polls = lc.scheme, lc.loads, lc.announce, lc.polls
+		cc.Scheme, cc.Loads, cc.Announce, cc.Polls, cc.PollsOnly = lc.scheme, lc.loads, lc.announce, lc.polls, lc.pollsOnly
 		r, err := Simulate(cc)
 		if err != nil {
 			return nil, err
@@ -116,7 +121,7 @@ func loadsExp(ctx context.Context, base SimConfig, o Options, window time.Durati
 	for i, lc := range cs {
 		r := res[i]
 		ann := "-"
-		if lc.loads == LoadsStale {
+		if lc.loads == LoadsStale && !lc.pollsOnly {
 			ann = lc.announce.String()
 		}
 		rows.Add(lc.name, ann, strconv.Itoa(lc.polls), strconv.Itoa(r.Calls), strconv.Itoa(r.Succeeded), fms(r.Mean), fms(r.P99), ff(r.Coverage),

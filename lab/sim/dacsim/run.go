@@ -25,7 +25,7 @@ type Options struct {
 	Out  string
 	Seed uint64
 	// Duration is the simulated measurement window per point; zero means
-	// 30 s, or 5 s if Quick.
+	// 30 s, or 5 s if Quick (10 s in the loads section).
 	Duration time.Duration
 	// Quick runs fewer points.
 	Quick bool

@@ -55,7 +55,11 @@ type SimConfig struct {
 	// afresh per call (LoadsStale; dac.PickPolls chooses them).
 	Announce time.Duration
 	Polls    int
-	Seed     uint64
+	// PollsOnly (LoadsStale): nodes announce nothing, so the caller knows
+	// only what its own polls said, as the product's caller does;
+	// Announce is then only the horizon of dac.Estimate.
+	PollsOnly bool
+	Seed      uint64
 }
 
 // LoadSource is how a simulated caller knows the nodes' loads.
@@ -178,7 +182,7 @@ func Simulate(c SimConfig) (SimResult, error) {
 		s.nodes = append(s.nodes, &simNode{procs: procs, dead: i >= c.Nodes-c.Unresponsive && i < c.Nodes})
 	}
 	s.caller = s.nodes[c.Nodes]
-	if c.Loads == LoadsStale {
+	if c.Loads == LoadsStale && !c.PollsOnly {
 		ann := eng.Rand(streamAnnounce)
 		for _, nd := range s.nodes[:c.Nodes] {
 			if !nd.dead {
