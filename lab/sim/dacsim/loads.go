@@ -49,8 +49,8 @@ func loadContenders(o Options) []loadContender {
 		cs = append(cs, loadContender{name: fmt.Sprintf("ann %v k=%d", o.Announce, k), loads: LoadsStale, announce: o.Announce, polls: k})
 	}
 	fast := o.Announce / 10
-	return append(cs, loadContender{name: fmt.Sprintf("ann %v k=%d", fast, dac.DefaultPolls), loads: LoadsStale, announce: fast, polls: dac.DefaultPolls},
-		loadContender{name: fmt.Sprintf("polls k=%d", dac.DefaultPolls), loads: LoadsStale, announce: time.Second, polls: dac.DefaultPolls, pollsOnly: true},
+	return append(cs, loadContender{name: fmt.Sprintf("ann %v k=%d", fast, dac.SimPolls), loads: LoadsStale, announce: fast, polls: dac.SimPolls},
+		loadContender{name: fmt.Sprintf("polls k=%d", dac.SimPolls), loads: LoadsStale, announce: time.Second, polls: dac.SimPolls, pollsOnly: true},
 		loadContender{name: "binomial", scheme: dac.Binomial, loads: LoadsExact})
 }
 

@@ -38,7 +38,7 @@ type Options struct {
 
 // DefaultOptions are the defaults of `neptune sim dac`.
 func DefaultOptions() Options {
-	return Options{Sections: Sections, Out: "out", Seed: 1, Announce: time.Second, Polls: []int{0, dac.DefaultPolls, 2 * dac.DefaultPolls}}
+	return Options{Sections: Sections, Out: "out", Seed: 1, Announce: time.Second, Polls: []int{0, dac.SimPolls, 2 * dac.SimPolls}}
 }
 
 // Validate names the first bad option.
