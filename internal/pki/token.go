@@ -91,7 +91,7 @@ func VerifyTokenExpiry(token string, cas []*x509.Certificate, now time.Time) (Id
 	}
 	var claims tokenClaims
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return keys, nil },
-		jwt.WithValidMethods([]string{"ES256", "ES384", "EdDSA", "RS256"}), jwt.WithExpirationRequired(),
+		jwt.WithValidMethods([]string{"ES256", "ES384", "EdDSA", "RS256"}), jwt.WithExpirationRequired(), jwt.WithStrictDecoding(),
 		jwt.WithTimeFunc(func() time.Time { return now }))
 	if err != nil {
 		return Identity{}, time.Time{}, fmt.Errorf("%w: %w", ErrBadToken, err)

@@ -180,15 +180,14 @@ type sniffListener struct {
 	conns chan net.Conn
 	done  chan struct{}
 	once  sync.Once
-	err   error
+	err   error // set once, before done is closed
 }
 
 func (s *sniffListener) accept() {
 	for {
 		c, err := s.Listener.Accept()
 		if err != nil {
-			s.err = err
-			s.once.Do(func() { close(s.done) })
+			s.fail(err)
 			return
 		}
 		go s.sniff(c)
@@ -226,8 +225,16 @@ func (s *sniffListener) Accept() (net.Conn, error) {
 
 func (s *sniffListener) Close() error {
 	err := s.Listener.Close()
-	s.once.Do(func() { close(s.done) })
+	s.fail(net.ErrClosed)
 	return err
+}
+
+// fail ends Accept with err (the first one wins).
+func (s *sniffListener) fail(err error) {
+	s.once.Do(func() {
+		s.err = err
+		close(s.done)
+	})
 }
 
 // peekedConn reads first what the sniff buffered.
