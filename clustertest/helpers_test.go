@@ -1657,3 +1657,36 @@ func dumpSpans(spans tracetest.SpanStubs, byID map[trace.SpanID]tracetest.SpanSt
 	}
 	return b.String()
 }
+
+// gauge is the value of name's series with labels in nd's /metrics (plain
+// HTTP: an insecure node), and whether there is one.
+func gauge(t *testing.T, nd *neptune.Node, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	resp, err := http.Get("http://" + nd.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+metric:
+	for _, m := range mfs[name].GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		for k, v := range labels {
+			if got[k] != v {
+				continue metric
+			}
+		}
+		if mfs[name].GetType() == dto.MetricType_COUNTER {
+			return m.GetCounter().GetValue(), true
+		}
+		return m.GetGauge().GetValue(), true
+	}
+	return 0, false
+}

@@ -184,6 +184,10 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host,
 			ln.Close()
 			return err
 		}
+		if err := reg.Register(hsec.CertCollector()); err != nil {
+			ln.Close()
+			return fmt.Errorf("gateway: %w", err)
+		}
 		mln, err := net.Listen("tcp", cfg.Metrics)
 		if err != nil {
 			ln.Close()

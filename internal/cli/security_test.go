@@ -2,11 +2,14 @@ package cli
 
 import (
 	"bytes"
+	"crypto/x509"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/pki"
@@ -210,5 +213,49 @@ func TestFlagEnvNames(t *testing.T) {
 	}
 	if got := FlagEnvNames("no-such"); got != nil {
 		t.Errorf("no-such: %v", got)
+	}
+}
+
+// TestTLSTokenCreate: a token from tls token create verifies against the
+// CA as the role and name asked for; the flags' errors name them.
+func TestTLSTokenCreate(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, stderr := run(t, []string{"tls", "ca", "create", "--dir", dir, "--cluster", "prod"}); code != 0 {
+		t.Fatal(stderr)
+	}
+	ca, err := pki.LoadCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		flag string
+		want pki.Identity
+	}{{"--scraper", pki.Identity{Role: pki.RoleScraper, Name: "prom"}}, {"--operator", pki.Identity{Role: pki.RoleOperator, Name: "alice"}}} {
+		code, stdout, stderr := run(t, []string{"tls", "token", "create", "--dir", dir, tc.flag, tc.want.Name, "--valid-for", "1h"})
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.flag, code, stderr)
+		}
+		id, err := pki.VerifyToken(strings.TrimSpace(stdout), []*x509.Certificate{ca.Cert}, time.Now())
+		if err != nil || id != tc.want {
+			t.Errorf("%s: token names %v (%v), want %v", tc.flag, id, err, tc.want)
+		}
+		if _, err := pki.VerifyToken(strings.TrimSpace(stdout), []*x509.Certificate{ca.Cert}, time.Now().Add(2*time.Hour)); !errors.Is(err, pki.ErrBadToken) {
+			t.Errorf("%s: a token past --valid-for verified: %v", tc.flag, err)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"tls", "token", "create", "--dir", dir}, "[operator scraper]"},
+		{[]string{"tls", "token", "create", "--dir", dir, "--operator", "a", "--scraper", "b"}, "[operator scraper]"},
+		{[]string{"tls", "token", "create", "--dir", dir, "--operator", "a/b"}, "--operator"},
+		{[]string{"tls", "token", "create", "--dir", dir, "--operator", "a", "--valid-for", "0s"}, "--valid-for"},
+		{[]string{"tls", "token", "create", "--dir", t.TempDir(), "--operator", "a"}, "ca-key.pem"},
+	} {
+		code, stdout, stderr := run(t, tc.args)
+		if code == 0 || stdout != "" || !strings.Contains(stderr, tc.want) {
+			t.Errorf("neptune %v: exit %d, stdout %q, stderr %q; want a failure naming %q", tc.args, code, stdout, stderr, tc.want)
+		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/gage"
 	"github.com/neptune-cluster/neptune/internal/transport"
+	"github.com/neptune-cluster/neptune/internal/version"
 )
 
 // call is one call a fakeCaller received.
@@ -443,6 +444,20 @@ routes: [{service: s, method: m}]
 	}
 	if got := value(t, reg, "neptune_gateway_dropped_total", "subscriber", "gold", "reason", dropQueueFull); got != 0 {
 		t.Errorf("gold dropped %v", got)
+	}
+	// The ratios an operator alerts on: the flood was refused in part,
+	// gold never.
+	if got := value(t, reg, "neptune_gateway_dropped_ratio", "subscriber", "flood"); got <= 0 || got > 1 {
+		t.Errorf("flood's dropped ratio %v, want in (0, 1]", got)
+	}
+	if got := value(t, reg, "neptune_gateway_dropped_ratio", "subscriber", "gold"); got != 0 {
+		t.Errorf("gold's dropped ratio %v, want 0", got)
+	}
+	if got := value(t, reg, "neptune_gateway_served_ratio", "subscriber", "gold"); got != 1 {
+		t.Errorf("gold's served ratio %v, want 1 (its one request)", got)
+	}
+	if got := value(t, reg, "neptune_build_info", "version", version.Release); got != 1 {
+		t.Errorf("neptune_build_info{version=%q} = %v, want 1", version.Release, got)
 	}
 }
 

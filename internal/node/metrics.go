@@ -87,7 +87,7 @@ func (n *Node) registerStartMetrics() error {
 		ms = append(ms, metrics.Metric{Name: "neptune_storage_*", Collector: storageCollector{repl}},
 			metrics.Metric{Name: "neptune_replica_*", Collector: replCollector{repl}})
 	}
-	ms = append(ms, metrics.Metric{Name: "neptune_tls_certificate_expiry_timestamp_seconds", Collector: certCollector{n.sec}})
+	ms = append(ms, metrics.Metric{Name: "neptune_tls_certificate_expiry_timestamp_seconds", Collector: n.sec.CertCollector()})
 	if err := metrics.Register(n.reg.Registerer, ms...); err != nil {
 		return err
 	}

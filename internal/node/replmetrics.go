@@ -7,7 +7,6 @@ import (
 
 	"github.com/neptune-cluster/neptune/internal/replica"
 	"github.com/neptune-cluster/neptune/internal/replication"
-	"github.com/neptune-cluster/neptune/internal/security"
 )
 
 // The replication metrics an operator alerts on (docs/alerts.yaml), one
@@ -104,21 +103,4 @@ func (c replCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d.lagSeconds, prometheus.GaugeValue, f.Age.Seconds(), labels...)
 		}
 	}
-}
-
-// certExpiryDesc is the expiry of the certificate a member presents.
-var certExpiryDesc = prometheus.NewDesc("neptune_tls_certificate_expiry_timestamp_seconds",
-	"When the certificate this member presents expires, in Unix seconds (it is re-read as files rotate); absent on an insecure cluster.",
-	[]string{"identity"}, nil)
-
-// certCollector reports the member's certificate expiry.
-type certCollector struct{ sec *security.Material }
-
-func (certCollector) Describe(ch chan<- *prometheus.Desc) { ch <- certExpiryDesc }
-
-func (c certCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.sec == nil || c.sec.Insecure() {
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(certExpiryDesc, prometheus.GaugeValue, float64(c.sec.TLS.Expires().Unix()), c.sec.TLS.Identity().String())
 }

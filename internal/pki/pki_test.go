@@ -308,3 +308,35 @@ func TestCARotationTrustsBothCAsInOneFile(t *testing.T) {
 		t.Fatalf("new-CA node to old-CA node: %v / %v / %s", cerr, serr, id)
 	}
 }
+
+// FuzzVerifyToken: whatever a caller sends as a bearer token is refused
+// with ErrBadToken, never a panic; only the CA's signature on alice's
+// claims verifies, as alice.
+func FuzzVerifyToken(f *testing.F) {
+	dir := f.TempDir()
+	ca, err := Bootstrap(dir, "fuzz")
+	if err != nil {
+		f.Fatal(err)
+	}
+	now := time.Now()
+	good, err := ca.IssueToken(Identity{Role: RoleOperator, Name: "alice"}, time.Hour, now)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add("")
+	f.Add("a.b.c")
+	f.Add("eyJhbGciOiJub25lIn0.eyJzdWIiOiJuZXB0dW5lOi8vb3BlcmF0b3IvYSJ9.")
+	f.Fuzz(func(t *testing.T, tok string) {
+		id, err := VerifyToken(tok, []*x509.Certificate{ca.Cert}, now)
+		if err != nil {
+			if !errors.Is(err, ErrBadToken) {
+				t.Fatalf("%q: error %v is not ErrBadToken", tok, err)
+			}
+			return
+		}
+		if id != (Identity{Role: RoleOperator, Name: "alice"}) {
+			t.Fatalf("%q verified as %v", tok, id)
+		}
+	})
+}

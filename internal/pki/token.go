@@ -79,28 +79,34 @@ func signingMethod(pub crypto.PublicKey) (jwt.SigningMethod, error) {
 // them may have signed it) at now and returns the identity it names. The
 // token must name the cluster cas record.
 func VerifyToken(token string, cas []*x509.Certificate, now time.Time) (Identity, error) {
+	id, _, err := VerifyTokenExpiry(token, cas, now)
+	return id, err
+}
+
+// VerifyTokenExpiry is VerifyToken, also returning when the token expires.
+func VerifyTokenExpiry(token string, cas []*x509.Certificate, now time.Time) (Identity, time.Time, error) {
 	var keys jwt.VerificationKeySet
 	for _, c := range cas {
 		keys.Keys = append(keys.Keys, c.PublicKey)
 	}
 	var claims tokenClaims
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return keys, nil },
-		jwt.WithValidMethods([]string{"ES256", "ES384", "EdDSA", "RS256"}), jwt.WithExpirationRequired(),
+		jwt.WithValidMethods([]string{"ES256", "ES384", "EdDSA", "RS256"}), jwt.WithExpirationRequired(), jwt.WithStrictDecoding(),
 		jwt.WithTimeFunc(func() time.Time { return now }))
 	if err != nil {
-		return Identity{}, fmt.Errorf("%w: %w", ErrBadToken, err)
+		return Identity{}, time.Time{}, fmt.Errorf("%w: %w", ErrBadToken, err)
 	}
 	issuer := false
 	for _, c := range cas {
 		issuer = issuer || ClusterOf(c) == claims.Issuer
 	}
 	if !issuer {
-		return Identity{}, fmt.Errorf("%w: issued for cluster %q, not this one", ErrBadToken, claims.Issuer)
+		return Identity{}, time.Time{}, fmt.Errorf("%w: issued for cluster %q, not this one", ErrBadToken, claims.Issuer)
 	}
 	role, name, ok := strings.Cut(strings.TrimPrefix(claims.Subject, URIScheme+"://"), "/")
 	id := Identity{Role: Role(role), Name: name}
 	if !ok || !strings.HasPrefix(claims.Subject, URIScheme+"://") || id.Validate() != nil {
-		return Identity{}, fmt.Errorf("%w: subject %q is no identity", ErrBadToken, claims.Subject)
+		return Identity{}, time.Time{}, fmt.Errorf("%w: subject %q is no identity", ErrBadToken, claims.Subject)
 	}
-	return id, nil
+	return id, claims.ExpiresAt.Time, nil
 }

@@ -20,7 +20,8 @@ import (
 // open ones (the probes) is served over TLS with the member's
 // certificate, to a caller that shows an identity the path admits: a
 // client certificate from the cluster CA or a bearer token it signed
-// (pki.VerifyToken). Plain HTTP on the same port reaches only the open
+// (pki.VerifyToken), as a header or a browser's cookie (TokenParam).
+// Plain HTTP on the same port reaches only the open
 // paths, so kubelet and compose health checks keep working unchanged.
 
 // Access says which identities may use a path.
@@ -45,6 +46,10 @@ func (m *Material) HTTPGuard(h http.Handler, access func(*http.Request) Access) 
 		}
 		if r.TLS == nil {
 			http.Error(w, "this cluster is secured: use https:// with an operator or scraper identity", http.StatusForbidden)
+			return
+		}
+		if tok := r.URL.Query().Get(TokenParam); tok != "" {
+			m.tokenLogin(w, r, tok)
 			return
 		}
 		id, err := m.httpIdentity(r)
@@ -100,6 +105,33 @@ func (m *Material) PeerHTTPClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: m.TLS.ClientConfig(""), IdleConnTimeout: 5 * time.Second, MaxIdleConnsPerHost: 1}}
 }
 
+// TokenParam and TokenCookie let a browser use a token: a link with
+// ?token=<jwt> (neptune demo prints one) stores it in a cookie, for the
+// page and its live refreshes, and redirects to the link without it.
+const (
+	TokenParam  = "token"
+	TokenCookie = "neptune_token"
+)
+
+// tokenLogin checks a token given in the URL and, if valid, keeps it in
+// a cookie (secure, HTTP only, same site, expiring with the token) and
+// redirects to the URL without it, so it does not stay in the history.
+func (m *Material) tokenLogin(w http.ResponseWriter, r *http.Request, tok string) {
+	id, exp, err := pki.VerifyTokenExpiry(tok, m.TLS.CAs(), m.TLS.Now())
+	if err != nil {
+		m.Refusals.Refuse("http_unauthenticated", remoteHost(r), err)
+		http.Error(w, "unauthenticated: "+err.Error(), http.StatusUnauthorized)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: tok, Path: "/", Expires: exp, Secure: true, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	u := *r.URL
+	q := u.Query()
+	q.Del(TokenParam)
+	u.RawQuery = q.Encode()
+	m.log.Info("http: token accepted for a browser session", "identity", id.String(), "source", remoteHost(r))
+	http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+}
+
 // errNoIdentity: neither a certificate nor a token came with the request.
 var errNoIdentity = errors.New("no client certificate and no bearer token")
 
@@ -112,7 +144,11 @@ func (m *Material) httpIdentity(r *http.Request) (pki.Identity, error) {
 	auth := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(auth, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return pki.Identity{}, errNoIdentity
+		c, err := r.Cookie(TokenCookie)
+		if err != nil || c.Value == "" {
+			return pki.Identity{}, errNoIdentity
+		}
+		token = c.Value
 	}
 	return pki.VerifyToken(strings.TrimSpace(token), m.TLS.CAs(), m.TLS.Now())
 }
@@ -144,15 +180,14 @@ type sniffListener struct {
 	conns chan net.Conn
 	done  chan struct{}
 	once  sync.Once
-	err   error
+	err   error // set once, before done is closed
 }
 
 func (s *sniffListener) accept() {
 	for {
 		c, err := s.Listener.Accept()
 		if err != nil {
-			s.err = err
-			s.once.Do(func() { close(s.done) })
+			s.fail(err)
 			return
 		}
 		go s.sniff(c)
@@ -190,8 +225,16 @@ func (s *sniffListener) Accept() (net.Conn, error) {
 
 func (s *sniffListener) Close() error {
 	err := s.Listener.Close()
-	s.once.Do(func() { close(s.done) })
+	s.fail(net.ErrClosed)
 	return err
+}
+
+// fail ends Accept with err (the first one wins).
+func (s *sniffListener) fail(err error) {
+	s.once.Do(func() {
+		s.err = err
+		close(s.done)
+	})
 }
 
 // peekedConn reads first what the sniff buffered.

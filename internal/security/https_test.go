@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +125,26 @@ func TestHTTPListenerAdmitsOnlyTheRolesEachPathNeeds(t *testing.T) {
 	}
 	if n := node.Refusals.Count("http_unauthenticated"); n < 6 {
 		t.Errorf("%v unauthenticated refusals counted, want every 401 (6)", n)
+	}
+
+	// A browser: a link with ?token= keeps the token in a cookie and
+	// redirects to the link without it; later pages need no token.
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar, Transport: anon.Transport}
+	resp, err := browser.Get("https://" + addr + "/cluster?token=" + token(ca, operator, time.Hour, now) + "&node=n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "served /cluster" || resp.Request.URL.Query().Has("token") || resp.Request.URL.Query().Get("node") != "n1" {
+		t.Errorf("token link: %d %q at %s, want the page without the token in its URL", resp.StatusCode, body, resp.Request.URL)
+	}
+	if code, _ := get(browser, "https://"+addr+"/cluster", ""); code != 200 {
+		t.Errorf("the page after the token link: %d, want 200 from the cookie", code)
+	}
+	if code, _ := get(anon, "https://"+addr+"/cluster?token="+token(otherCA, operator, time.Hour, now), ""); code != 401 {
+		t.Errorf("a link with another CA's token: %d, want 401", code)
 	}
 
 	// An insecure member keeps plain HTTP, open.

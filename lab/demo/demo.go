@@ -19,6 +19,8 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/pki"
+	"github.com/neptune-cluster/neptune/internal/security"
 	"github.com/neptune-cluster/neptune/lab/forumload"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
 	"github.com/neptune-cluster/neptune/lab/report"
@@ -137,11 +139,29 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		}
 		dashboards[id] = fmt.Sprintf("127.0.0.1:%d", port)
 	}
-	fmt.Fprintf(stdout, "Dashboard: http://%s/ (live; every node serves one:", dashboards[ids[len(ids)-1]])
+	// A secured cluster's dashboards are HTTPS for an operator: the
+	// first link carries a token (kept in a cookie by the page), and the
+	// browser warns about the demo's own CA.
+	scheme, login := "http", ""
+	if !cfg.Insecure {
+		ca, err := pki.LoadCA(cl.PKIDir())
+		if err != nil {
+			return err
+		}
+		tok, err := ca.IssueToken(pki.Identity{Role: pki.RoleOperator, Name: "demo"}, 24*time.Hour, time.Now())
+		if err != nil {
+			return err
+		}
+		scheme, login = "https", "?"+security.TokenParam+"="+tok
+	}
+	fmt.Fprintf(stdout, "Dashboard: %s://%s/%s (live; every node serves one:", scheme, dashboards[ids[len(ids)-1]], login)
 	for _, id := range ids {
-		fmt.Fprintf(stdout, " %s http://%s/", id, dashboards[id])
+		fmt.Fprintf(stdout, " %s %s://%s/", id, scheme, dashboards[id])
 	}
 	fmt.Fprintln(stdout, ")")
+	if login != "" {
+		fmt.Fprintf(stdout, "(HTTPS under the demo's throwaway CA, %s/ca.pem: accept the browser's warning; the link's operator token is kept in a cookie for the other nodes' pages too)\n", cl.PKIDir())
+	}
 	fmt.Fprintf(stdout, "Starting %d nodes (logs and data in %s): forum on SQLite, partitions 0-%d, level 2, %d replicas each\n",
 		cfg.Nodes, dir, cfg.Partitions-1, cfg.Degree)
 	var procs []*localcluster.Node
@@ -194,8 +214,8 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		cfg.Concurrency, 100*cfg.Writes, len(load.Topics()), cfg.Duration, victim.Spec.ID, strings.Join(victimParts, ","), killAt, restartAt)
 	for _, id := range ids {
 		if id != victim.Spec.ID {
-			fmt.Fprintf(stdout, "Watch the failover live: http://%s/cluster (%s greys out) and http://%s/partitions (a new primary, a higher epoch)\n\n",
-				dashboards[id], victim.Spec.ID, dashboards[id])
+			fmt.Fprintf(stdout, "Watch the failover live: %s://%s/cluster (%s greys out) and %s://%s/partitions (a new primary, a higher epoch)\n\n",
+				scheme, dashboards[id], victim.Spec.ID, scheme, dashboards[id])
 			break
 		}
 	}
