@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"maps"
 
-	"github.com/neptune-cluster/neptune/internal/replica/check"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/replica/check"
 )
 
 // service is a stand-alone service module: it executes writes and records
