@@ -243,8 +243,10 @@ func startElastic(t *testing.T, ctx context.Context, nodes, parts int) *elasticb
 	if testing.Short() {
 		t.Skip("starts node processes")
 	}
-	cfg := elasticbench.Config{Exe: neptuneBinary(t), Dir: t.TempDir(), Service: listappend.Name, Nodes: nodes, Parts: parts,
+	dir := t.TempDir()
+	cfg := elasticbench.Config{Exe: neptuneBinary(t), Dir: dir, Service: listappend.Name, Nodes: nodes, Parts: parts,
 		Grace: 2 * time.Second, Interval: 500 * time.Millisecond}
+	t.Cleanup(func() { dumpLogsOnFailure(t, dir) })
 	if testing.Verbose() {
 		cfg.Log = os.Stderr
 	}
@@ -1689,4 +1691,25 @@ metric:
 		return m.GetGauge().GetValue(), true
 	}
 	return 0, false
+}
+
+// dumpLogsOnFailure prints, when t failed, each node log's lines about
+// replica roles, learners, snapshots and errors (the last 40 of each), so a
+// failure seen once in CI can be read afterwards.
+func dumpLogsOnFailure(t *testing.T, dir string) {
+	if !t.Failed() {
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, f := range logs {
+		b, _ := os.ReadFile(f)
+		var keep []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "learner") || strings.Contains(l, "snapshot") || strings.Contains(l, "role changed") ||
+				strings.Contains(l, "replica set") || strings.Contains(l, "level=ERROR") || strings.Contains(l, "level=WARN") {
+				keep = append(keep, l)
+			}
+		}
+		t.Logf("--- %s (%d lines kept):\n%s", filepath.Base(f), len(keep), strings.Join(keep[max(0, len(keep)-40):], "\n"))
+	}
 }
