@@ -80,6 +80,16 @@ func (r *recorder) Drain(ctx context.Context, _ *pb.DrainRequest) (*pb.DrainRepl
 	return &pb.DrainReply{}, nil
 }
 
+func (r *recorder) Backup(_ *pb.BackupRequest, s grpc.ServerStreamingServer[pb.BackupChunk]) error {
+	r.seen(s.Context())
+	return s.Send(&pb.BackupChunk{Lsn: 1})
+}
+
+func (r *recorder) Debug(_ *pb.DebugRequest, s grpc.ServerStreamingServer[pb.DebugChunk]) error {
+	r.seen(s.Context())
+	return s.Send(&pb.DebugChunk{Data: []byte("ok")})
+}
+
 func (r *recorder) InstallSnapshot(s grpc.ClientStreamingServer[pb.SnapshotChunk, pb.SnapshotAck]) error {
 	for {
 		if _, err := s.Recv(); errors.Is(err, io.EOF) {
@@ -228,6 +238,16 @@ func (r *secureRig) call(cl pb.NodeClient, method string, from string) error {
 		_, err = cl.ChangeReplicas(ctx, &pb.ChangeReplicasRequest{Service: "kv", Add: "n9"})
 	case pb.Node_Drain_FullMethodName:
 		_, err = cl.Drain(ctx, &pb.DrainRequest{})
+	case pb.Node_Backup_FullMethodName:
+		var s grpc.ServerStreamingClient[pb.BackupChunk]
+		if s, err = cl.Backup(ctx, &pb.BackupRequest{Service: "kv"}); err == nil {
+			_, err = s.Recv()
+		}
+	case pb.Node_Debug_FullMethodName:
+		var s grpc.ServerStreamingClient[pb.DebugChunk]
+		if s, err = cl.Debug(ctx, &pb.DebugRequest{Item: "status"}); err == nil {
+			_, err = s.Recv()
+		}
 	case pb.Node_InstallSnapshot_FullMethodName:
 		var s grpc.ClientStreamingClient[pb.SnapshotChunk, pb.SnapshotAck]
 		if s, err = cl.InstallSnapshot(ctx); err == nil {
@@ -262,6 +282,8 @@ func TestAuthorisationTable(t *testing.T) {
 		pb.Node_InstallSnapshot_FullMethodName: {node},
 		pb.Node_ChangeReplicas_FullMethodName:  {node, operator},
 		pb.Node_Drain_FullMethodName:           {operator},
+		pb.Node_Backup_FullMethodName:          {operator},
+		pb.Node_Debug_FullMethodName:           {operator},
 	}
 	var methods []string
 	for _, m := range pb.Node_ServiceDesc.Methods {
