@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -9,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/apps/auction"
+	"github.com/neptune-cluster/neptune/apps/forum"
+	"github.com/neptune-cluster/neptune/apps/pcache"
 )
 
 // backupWorkload is what a backup test writes and how it counts, after a
@@ -81,6 +85,112 @@ func TestBackupRestoreKV(t *testing.T) {
 					return nil, err
 				case string(resp.Body) != fmt.Sprintf("v%d", i):
 					return nil, fmt.Errorf("k%d = %q, want v%d", i, resp.Body, i)
+				default:
+					counts[i] = 1
+				}
+			}
+			return counts, nil
+		},
+	})
+}
+
+// TestBackupRestoreForum is TestBackupRestoreListAppend for the forum on
+// SQLite: each write is a new thread whose subject names it.
+func TestBackupRestoreForum(t *testing.T) {
+	testBackupRestore(t, "f", backupWorkload{
+		service: "forum",
+		write: func(ctx context.Context, c *neptune.Client, i int) error {
+			p := i % backupParts
+			body, _ := json.Marshal(forum.AddMsgRequest{Topic: fmt.Sprintf("t%d", p), Author: "backup", Subject: fmt.Sprintf("s%d", i)})
+			_, err := c.Call(ctx, "forum", p, "AddMsg", body, neptune.WithIdempotencyKey(fmt.Sprintf("w%d", i)))
+			return err
+		},
+		count: func(ctx context.Context, c *neptune.Client, _ int) (map[int]int, error) {
+			counts := map[int]int{}
+			for p := range backupParts {
+				body, _ := json.Marshal(forum.ViewHeadersRequest{Topic: fmt.Sprintf("t%d", p)})
+				resp, err := c.Call(ctx, "forum", p, "ViewHeaders", body)
+				if err != nil {
+					return nil, err
+				}
+				var v forum.ViewHeadersResponse
+				if err := json.Unmarshal(resp.Body, &v); err != nil {
+					return nil, err
+				}
+				for _, h := range v.Threads {
+					i, err := strconv.Atoi(strings.TrimPrefix(h.Subject, "s"))
+					if err != nil {
+						return nil, fmt.Errorf("subject %q: %w", h.Subject, err)
+					}
+					counts[i]++
+				}
+			}
+			return counts, nil
+		},
+	})
+}
+
+// TestBackupRestoreAuction is TestBackupRestoreListAppend for the
+// auction on SQLite: each write is a new item whose title names it.
+func TestBackupRestoreAuction(t *testing.T) {
+	testBackupRestore(t, "u", backupWorkload{
+		service: "auction",
+		write: func(ctx context.Context, c *neptune.Client, i int) error {
+			p := i % backupParts
+			body, _ := json.Marshal(auction.AddItemRequest{Category: fmt.Sprintf("c%d", p), Title: fmt.Sprintf("s%d", i), Seller: "backup", StartPrice: 1})
+			_, err := c.Call(ctx, "auction", p, "AddItem", body, neptune.WithIdempotencyKey(fmt.Sprintf("w%d", i)))
+			return err
+		},
+		count: func(ctx context.Context, c *neptune.Client, _ int) (map[int]int, error) {
+			counts := map[int]int{}
+			for p := range backupParts {
+				body, _ := json.Marshal(auction.ViewCategoryRequest{Category: fmt.Sprintf("c%d", p)})
+				resp, err := c.Call(ctx, "auction", p, "ViewCategory", body)
+				if err != nil {
+					return nil, err
+				}
+				var v auction.ViewCategoryResponse
+				if err := json.Unmarshal(resp.Body, &v); err != nil {
+					return nil, err
+				}
+				for _, it := range v.Items {
+					i, err := strconv.Atoi(strings.TrimPrefix(it.Title, "s"))
+					if err != nil {
+						return nil, fmt.Errorf("title %q: %w", it.Title, err)
+					}
+					counts[i]++
+				}
+			}
+			return counts, nil
+		},
+	})
+}
+
+// TestBackupRestorePCache is TestBackupRestoreKV for pcache (bbolt).
+func TestBackupRestorePCache(t *testing.T) {
+	testBackupRestore(t, "p", backupWorkload{
+		service: "pcache",
+		write: func(ctx context.Context, c *neptune.Client, i int) error {
+			body, _ := json.Marshal(pcache.UpdateRequest{Key: fmt.Sprintf("k%d", i), Value: fmt.Sprintf("v%d", i)})
+			_, err := c.Call(ctx, "pcache", i%backupParts, "CacheUpdate", body, neptune.WithIdempotencyKey(fmt.Sprintf("w%d", i)))
+			return err
+		},
+		count: func(ctx context.Context, c *neptune.Client, n int) (map[int]int, error) {
+			counts := map[int]int{}
+			for i := 1; i <= n; i++ {
+				body, _ := json.Marshal(pcache.LookupRequest{Key: fmt.Sprintf("k%d", i)})
+				resp, err := c.Call(ctx, "pcache", i%backupParts, "CacheLookup", body)
+				if err != nil {
+					return nil, err
+				}
+				var v pcache.LookupResponse
+				if err := json.Unmarshal(resp.Body, &v); err != nil {
+					return nil, err
+				}
+				switch {
+				case !v.Found:
+				case v.Value != fmt.Sprintf("v%d", i):
+					return nil, fmt.Errorf("k%d = %q, want v%d", i, v.Value, i)
 				default:
 					counts[i] = 1
 				}

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/neptune-cluster/neptune/internal/security"
 )
 
 // TestLogRingKeepsTheNewestLines: the ring keeps whole lines, newest
@@ -42,5 +44,49 @@ func TestTeeHandler(t *testing.T) {
 	}
 	if r := string(ring.Bytes()); strings.Contains(r, "quiet") || !strings.Contains(r, "msg=loud node=a g.k=2") {
 		t.Errorf("ring got:\n%s", r)
+	}
+}
+
+// TestDebugItems: each item of an unstarted node's bundle, and the
+// errors that name what is allowed.
+func TestDebugItems(t *testing.T) {
+	var logs bytes.Buffer
+	n, err := New(Config{Security: security.Config{Insecure: true, KeyringFile: "/secret/keyring"}, ID: "n",
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	n.log.Info("hello from the node")
+	get := func(item string, seconds int) (string, error) {
+		var b bytes.Buffer
+		err := n.debugItem(context.Background(), item, seconds, &b)
+		return b.String(), err
+	}
+	for item, want := range map[string]string{
+		"status":               `"node": "n"`,
+		"config":               `"keyring": "[redacted]"`,
+		"logs":                 `msg="hello from the node" node=n`,
+		"goroutine":            "goroutine ",
+		"dashboard/partitions": `"partitions"`,
+	} {
+		got, err := get(item, 0)
+		if err != nil || !strings.Contains(got, want) {
+			t.Errorf("%s: %v, want it to hold %q:\n%s", item, err, want, got)
+		}
+	}
+	if got, _ := get("config", 0); strings.Contains(got, "/secret/keyring") {
+		t.Errorf("config shows the keyring's path:\n%s", got)
+	}
+	if !strings.Contains(logs.String(), "hello from the node") {
+		t.Error("the node's own logger did not get the line")
+	}
+	for item, want := range map[string]string{"core": "items: status, config", "dashboard/x": "views: cluster"} {
+		if _, err := get(item, 0); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error naming %q", item, err, want)
+		}
+	}
+	if _, err := get("cpu", 61); err == nil || !strings.Contains(err.Error(), "1..60") {
+		t.Errorf("cpu 61 s: %v", err)
 	}
 }

@@ -46,6 +46,9 @@ func RestoreFile(dataDir, service string) string {
 // errCatchingUp: the primary has not executed all it knows committed yet.
 var errCatchingUp = errors.New("catching up")
 
+// backupCatchUp bounds how long Backup waits for that.
+const backupCatchUp = 10 * time.Second
+
 // Backup writes a consistent snapshot of service's partition to w (the
 // dedup section, then the service's image) if this node's replica is its
 // primary, calling start first with the LSN it covers and that entry's
@@ -66,6 +69,7 @@ func (rt *Runtime) Backup(ctx context.Context, service string, partition int32, 
 		d     *dump
 		epoch replica.Epoch
 	)
+	catchUp := rt.clock.Now().Add(backupCatchUp)
 	for {
 		var why error
 		ran := make(chan struct{})
@@ -95,6 +99,10 @@ func (rt *Runtime) Backup(ctx context.Context, service string, partition int32, 
 				return why
 			}
 			break
+		}
+		if rt.clock.Now().After(catchUp) {
+			return fmt.Errorf("%w: %s partition %d: primary %s has not executed the writes it knows committed within %v",
+				nerr.ErrNoPrimary, service, partition, rt.cfg.Self, backupCatchUp)
 		}
 		select {
 		case <-rt.clock.After(10 * time.Millisecond):

@@ -56,16 +56,6 @@ func (r *recorder) Stream(_ *pb.CallRequest, s grpc.ServerStreamingServer[pb.Chu
 	return s.Send(&pb.Chunk{Body: []byte("ok")})
 }
 
-func (r *recorder) Backup(_ *pb.BackupRequest, s grpc.ServerStreamingServer[pb.BackupChunk]) error {
-	r.seen(s.Context())
-	return s.Send(&pb.BackupChunk{})
-}
-
-func (r *recorder) Debug(_ *pb.DebugRequest, s grpc.ServerStreamingServer[pb.DebugChunk]) error {
-	r.seen(s.Context())
-	return s.Send(&pb.DebugChunk{})
-}
-
 func (r *recorder) BidiStream(s grpc.BidiStreamingServer[pb.StreamFrame, pb.StreamFrame]) error {
 	r.seen(s.Context())
 	return s.Send(&pb.StreamFrame{})
@@ -94,6 +84,16 @@ func (r *recorder) ChangeReplicas(ctx context.Context, _ *pb.ChangeReplicasReque
 func (r *recorder) Drain(ctx context.Context, _ *pb.DrainRequest) (*pb.DrainReply, error) {
 	r.seen(ctx)
 	return &pb.DrainReply{}, nil
+}
+
+func (r *recorder) Backup(_ *pb.BackupRequest, s grpc.ServerStreamingServer[pb.BackupChunk]) error {
+	r.seen(s.Context())
+	return s.Send(&pb.BackupChunk{Lsn: 1})
+}
+
+func (r *recorder) Debug(_ *pb.DebugRequest, s grpc.ServerStreamingServer[pb.DebugChunk]) error {
+	r.seen(s.Context())
+	return s.Send(&pb.DebugChunk{Data: []byte("ok")})
 }
 
 func (r *recorder) InstallSnapshot(s grpc.ClientStreamingServer[pb.SnapshotChunk, pb.SnapshotAck]) error {
