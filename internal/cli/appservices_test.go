@@ -66,7 +66,7 @@ func TestAppServiceBuild(t *testing.T) {
 		{s: ServiceConfig{Name: "auction"}, want: []string{"AddItem", "BidItem", "ViewCategories", "ViewCategory", "ViewItem"}, check: true},
 		{s: ServiceConfig{Name: "pcache", Storage: dir + "/pc"}, want: []string{"CacheUpdate", "CacheLookup"}, check: true},
 		{s: ServiceConfig{Name: "pcache"}, err: "set storage"},
-		{s: ServiceConfig{Name: "echo"}, want: []string{"echo", "chunks"}},
+		{s: ServiceConfig{Name: "echo"}, want: []string{"echo", "chunks", "talk"}},
 	} {
 		svc, err := tc.s.service(tc.dataDir)
 		if tc.err != "" {

@@ -55,6 +55,11 @@ func (r *recorder) Stream(_ *pb.CallRequest, s grpc.ServerStreamingServer[pb.Chu
 	return s.Send(&pb.Chunk{Body: []byte("ok")})
 }
 
+func (r *recorder) BidiStream(s grpc.BidiStreamingServer[pb.StreamFrame, pb.StreamFrame]) error {
+	r.seen(s.Context())
+	return s.Send(&pb.StreamFrame{})
+}
+
 func (r *recorder) Aggregate(ctx context.Context, _ *pb.AggregateRequest) (*pb.AggregateResponse, error) {
 	r.seen(ctx)
 	return &pb.AggregateResponse{}, nil
@@ -218,6 +223,13 @@ func (r *secureRig) call(cl pb.NodeClient, method string, from string) error {
 		if s, err = cl.Stream(ctx, &pb.CallRequest{Service: "kv"}); err == nil {
 			_, err = s.Recv()
 		}
+	case pb.Node_BidiStream_FullMethodName:
+		var s grpc.BidiStreamingClient[pb.StreamFrame, pb.StreamFrame]
+		if s, err = cl.BidiStream(ctx); err == nil {
+			if err = s.Send(&pb.StreamFrame{Open: &pb.CallRequest{Service: "kv"}}); err == nil || errors.Is(err, io.EOF) {
+				_, err = s.Recv()
+			}
+		}
 	case pb.Node_Aggregate_FullMethodName:
 		_, err = cl.Aggregate(ctx, &pb.AggregateRequest{Service: "kv"})
 	case pb.Node_Replicate_FullMethodName:
@@ -262,6 +274,7 @@ func TestAuthorisationTable(t *testing.T) {
 		pb.Node_InstallSnapshot_FullMethodName: {node},
 		pb.Node_ChangeReplicas_FullMethodName:  {node, operator},
 		pb.Node_Drain_FullMethodName:           {operator},
+		pb.Node_BidiStream_FullMethodName:      {node, client, operator},
 	}
 	var methods []string
 	for _, m := range pb.Node_ServiceDesc.Methods {
