@@ -234,6 +234,13 @@ func (r *secureRig) call(cl pb.NodeClient, method string, from string) error {
 		if s, err = cl.Stream(ctx, &pb.CallRequest{Service: "kv"}); err == nil {
 			_, err = s.Recv()
 		}
+	case pb.Node_BidiStream_FullMethodName:
+		var s grpc.BidiStreamingClient[pb.StreamFrame, pb.StreamFrame]
+		if s, err = cl.BidiStream(ctx); err == nil {
+			if err = s.Send(&pb.StreamFrame{Open: &pb.CallRequest{Service: "kv"}}); err == nil || errors.Is(err, io.EOF) {
+				_, err = s.Recv()
+			}
+		}
 	case pb.Node_Aggregate_FullMethodName:
 		_, err = cl.Aggregate(ctx, &pb.AggregateRequest{Service: "kv"})
 	case pb.Node_Replicate_FullMethodName:
@@ -253,13 +260,6 @@ func (r *secureRig) call(cl pb.NodeClient, method string, from string) error {
 		var s grpc.ServerStreamingClient[pb.DebugChunk]
 		if s, err = cl.Debug(ctx, &pb.DebugRequest{Item: "status"}); err == nil {
 			_, err = s.Recv()
-		}
-	case pb.Node_BidiStream_FullMethodName:
-		var s grpc.BidiStreamingClient[pb.StreamFrame, pb.StreamFrame]
-		if s, err = cl.BidiStream(ctx); err == nil {
-			if err = s.Send(&pb.StreamFrame{Open: &pb.CallRequest{Service: "kv"}}); err == nil || errors.Is(err, io.EOF) {
-				_, err = s.Recv()
-			}
 		}
 	case pb.Node_InstallSnapshot_FullMethodName:
 		var s grpc.ClientStreamingClient[pb.SnapshotChunk, pb.SnapshotAck]
