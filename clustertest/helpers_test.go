@@ -1303,9 +1303,9 @@ func listappendNodes(t *testing.T, n, level int) []*neptune.Node {
 
 // listOf reads key's list of partition 0 (from the primary: a write
 // stream's answers mean applied there).
-func listOf(ctx context.Context, t *testing.T, c *neptune.Client, key string) []uint64 {
+func listOf(ctx context.Context, t *testing.T, c *neptune.Client, key string, opts ...neptune.CallOption) []uint64 {
 	t.Helper()
-	resp, err := c.Call(ctx, listappend.Name, 0, "read", []byte(key))
+	resp, err := c.Call(ctx, listappend.Name, 0, "read", []byte(key), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,10 @@ func TestWriteStreamAppliesEachMessageOnceInOrder(t *testing.T) {
 	c := nodes[2].Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := c.OpenStream(ctx, listappend.Name, 0, "append-stream")
+	// The session records the answered versions (what a level-3 read
+	// would wait for).
+	sess := neptune.NewSession()
+	s, err := c.OpenStream(ctx, listappend.Name, 0, "append-stream", neptune.WithSession(sess))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +117,7 @@ func TestWriteStreamAppliesEachMessageOnceInOrder(t *testing.T) {
 	// Resume as if the stream had broken after message 10: messages 11..20
 	// are resent under the same identity, then 21..25 are new.
 	broken := &neptune.StreamOutcomeError{StreamID: s.ID(), Applied: 10, MaybeApplied: n, Sent: n}
-	r, err := c.OpenStream(ctx, listappend.Name, 0, "append-stream", neptune.WithResume(broken))
+	r, err := c.OpenStream(ctx, listappend.Name, 0, "append-stream", neptune.WithResume(broken), neptune.WithSession(sess))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +134,15 @@ func TestWriteStreamAppliesEachMessageOnceInOrder(t *testing.T) {
 	if _, err := r.Recv(); err != io.EOF {
 		t.Fatalf("resumed stream's end: %v", err)
 	}
-	got := listOf(ctx, t, c, "k")
+	// Level 2 promises no read-your-writes (a session does at level 3):
+	// the read may reach a replica still applying the last appends, so
+	// wait, bounded, for it to show all 25 (a doubled one would too).
+	var got []uint64
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if got = listOf(ctx, t, c, "k", neptune.WithSession(sess)); len(got) >= 25 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if want := seqList(1, 25); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("list = %v, want %v (each message once, in order)", got, want)
 	}

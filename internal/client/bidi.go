@@ -57,7 +57,7 @@ func (c *Client) openStream(ctx context.Context, r *request, o options) (*BidiSt
 	if err != nil {
 		return nil, err
 	}
-	s := &BidiStream{node: t.Node, maxBody: c.maxBody, write: r.mode() == service.Write}
+	s := &BidiStream{node: t.Node, maxBody: c.maxBody, write: r.mode() == service.Write, sess: o.session, svc: r.in.Service, part: int(r.in.Partition)}
 	if s.write {
 		if o.resume != nil {
 			r.in.ClientId, s.sent = o.resume.StreamID, o.resume.Applied
@@ -99,7 +99,12 @@ type BidiStream struct {
 	sent   uint64 // the last seq sent
 	// applied is the last seq a write stream's node answered.
 	applied uint64
-	err     error // what ended the stream, once Recv saw it
+	// sess (WithSession) records each answered write's version, so the
+	// session's later reads see it (read your writes at level 2).
+	sess *Session
+	svc  string
+	part int
+	err  error // what ended the stream, once Recv saw it
 }
 
 // ID is a write stream's identity ("" for a read stream).
@@ -176,6 +181,7 @@ func (s *BidiStream) RecvFrame() (Frame, error) {
 				return Frame{}, s.end(fmt.Errorf("node %s answered message %d out of order (after %d): %w", s.node, f.Seq, s.applied, nerr.ErrBadRequest))
 			}
 		}
+		s.sess.observe(s.svc, s.part, f.Version)
 		return Frame{Body: f.Body, Seq: f.Seq, Version: f.Version}, nil
 	}
 	if err == io.EOF {
