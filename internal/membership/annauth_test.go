@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"slices"
@@ -492,4 +493,63 @@ func FuzzSignedState(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSignatureCheckedOncePerChange: an envelope this member already holds
+// (push/pull relays every entry again) is taken without a second
+// signature check; a new announcement and a tampered copy of the held one
+// are checked (and the tampered one refused).
+func TestSignatureCheckedOncePerChange(t *testing.T) {
+	clk := clock.NewManual(time.Now())
+	m := newMaterial(t, "c", clk)
+	n1 := m.auth(nodeID("n1"), "c")
+	g := &Gossip{cfg: Config{NodeID: "n2", Clock: clk, TTL: DefaultTTL}, log: slog.New(slog.DiscardHandler), pages: NewPages(DefaultTTL),
+		sealed: map[string]*sealed{}, auth: m.auth(nodeID("n2"), "c")}
+	_, env1, err := n1.seal(announcement("n1", 1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver := func(env []byte) error {
+		a, s, err := g.open(env)
+		if err == nil {
+			g.receive(clk.Now(), a, s)
+		}
+		return err
+	}
+	if err := deliver(env1); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if err := deliver(env1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := g.verified.Load(); got != 1 {
+		t.Fatalf("verified %d signatures for one announcement relayed 6 times, want 1", got)
+	}
+	tampered := bytes.Clone(env1)
+	tampered[len(tampered)-1] ^= 1
+	if err := deliver(tampered); err == nil {
+		t.Fatal("a tampered copy of a held announcement was accepted")
+	}
+	_, env2, err := n1.seal(announcement("n1", 2), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := deliver(env2); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.verified.Load(); got != 3 {
+		t.Fatalf("verified %d signatures, want 3 (first, tampered, second)", got)
+	}
+	if e := g.Snapshot(); len(e) != 1 || e[0].Ann.Seq != 2 {
+		t.Fatalf("pages hold %v, want n1 at seq 2", e)
+	}
+	clk.Advance(2 * DefaultTTL)
+	if err := deliver(env2); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.verified.Load(); got != 4 {
+		t.Fatalf("verified %d signatures, want 4: an expired entry's envelope is checked again", got)
+	}
 }

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -146,10 +147,12 @@ type Gossip struct {
 
 	// auth signs and verifies announcements (Config.Certs); sealed keeps
 	// the signed form of each entry in pages, to relay it.
-	auth      *annAuth
-	sealed    map[string]*sealed
-	accepted  atomic.Uint64
-	rejected  atomic.Uint64
+	auth     *annAuth
+	sealed   map[string]*sealed
+	accepted atomic.Uint64
+	rejected atomic.Uint64
+	// verified counts signature checks (announcements not held already).
+	verified  atomic.Uint64
 	transport *limitedTransport
 	conflicts *conflicts
 
@@ -689,6 +692,11 @@ func (d *delegate) NotifyMsg(b []byte) {
 // naming a certificate not seen yet is no refusal: its author attaches
 // the certificate every few announcements.
 func (g *Gossip) open(b []byte) (*pb.Announcement, *sealed, error) {
+	if a, s, ok := g.held(b); ok {
+		g.accepted.Add(1)
+		return a, s, nil
+	}
+	g.verified.Add(1)
 	a, s, err := g.auth.open(b)
 	if err != nil {
 		g.rejected.Add(1)
@@ -713,6 +721,32 @@ func (g *Gossip) open(b []byte) (*pb.Announcement, *sealed, error) {
 	}
 	g.accepted.Add(1)
 	return a, s, nil
+}
+
+// held returns the announcement b carries when this member already
+// holds exactly it, live (same signature by the same certificate over
+// the same bytes, verified when it first arrived): push/pull relays every
+// entry again and again, and re-verifying an unchanged one would change
+// nothing, since the pages refuse an announcement they already hold. So a
+// signature is checked once per change, not once per relay.
+func (g *Gossip) held(b []byte) (*pb.Announcement, *sealed, bool) {
+	s, _, err := decodeSealed(b)
+	if err != nil {
+		return nil, nil, false
+	}
+	var a pb.Announcement
+	if proto.Unmarshal(s.payload, &a) != nil || a.NodeId == "" {
+		return nil, nil, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	have := g.sealed[a.NodeId]
+	e, live := g.pagesHas(g.cfg.Clock.Now(), a.NodeId)
+	if have == nil || !live || have.fp != s.fp || have.at != s.at || !bytes.Equal(have.sig, s.sig) || !bytes.Equal(have.payload, s.payload) ||
+		e.Ann.Seq != a.Seq || e.Ann.Incarnation != a.Incarnation {
+		return nil, nil, false
+	}
+	return e.Ann, have, true
 }
 
 // maxForeign bounds the remembered foreign signers.
