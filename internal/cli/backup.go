@@ -55,7 +55,7 @@ replicate at level 2 or 3. Only an operator certificate may back up.`,
 	}
 	fs := cmd.Flags()
 	fs.SortFlags = false
-	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of any node; list (required)")
+	joinFlag(fs, &o.join)
 	fs.StringVar(&o.service, "service", "", "replicated service `name` (required)")
 	fs.StringVar(&o.file, "file", "", "backup `file` to write (required)")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to keep trying a partition without a reachable primary")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/neptune-cluster/neptune"
 )
@@ -58,7 +59,7 @@ once; if the stream breaks, the error says which lines were applied.
 	}
 	fs := cmd.Flags()
 	fs.SortFlags = false
-	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of any node; list (required)")
+	joinFlag(fs, &o.join)
 	fs.StringVar(&o.service, "service", "", "service `name` (required)")
 	fs.IntVar(&o.partition, "partition", 0, "partition `number`")
 	fs.StringVar(&o.method, "method", "", "method `name` (required)")
@@ -191,4 +192,10 @@ func waitForService(ctx context.Context, c *neptune.Client, service string) erro
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// joinFlag is the --join flag of every command that reaches a cluster
+// through any one of its nodes.
+func joinFlag(fs *pflag.FlagSet, dst *[]string) {
+	fs.StringSliceVar(dst, "join", nil, "gossip `host:port` of any node; list (required)")
 }

@@ -69,7 +69,7 @@ mutually authenticated RPC port).`,
 	}
 	fs := cmd.Flags()
 	fs.SortFlags = false
-	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of any node; list (required)")
+	joinFlag(fs, &o.join)
 	fs.StringVar(&o.file, "file", "", "zip `file` to write (default neptune-debug-TIME.zip)")
 	fs.DurationVar(&o.cpu, "cpu", 5*time.Second, "length of each node's CPU profile (0: none; at most 60s)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for each item of a node (beside the CPU profile)")

@@ -41,7 +41,7 @@ Only an operator certificate (--cert operator/NAME) may drain a node.`,
 	}
 	fs := cmd.Flags()
 	fs.SortFlags = false
-	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of any node; list (required)")
+	joinFlag(fs, &o.join)
 	fs.StringVar(&o.node, "node", "", "`id` of the node to drain (required)")
 	fs.DurationVar(&o.wait, "wait", time.Second, "how long to listen for announcements first")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the hand-over")

@@ -278,7 +278,7 @@ Only an operator certificate (--cert operator/NAME) may promote.`,
 	}
 	fs := cmd.Flags()
 	fs.SortFlags = false
-	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of any node; list (required)")
+	joinFlag(fs, &o.join)
 	fs.StringVar(&o.service, "service", "", "replicated service `name` (required)")
 	fs.IntVar(&o.partition, "partition", 0, "partition `number` (required)")
 	fs.StringVar(&o.node, "node", "", "`id` of the node whose replica becomes primary; default: the replica with the newest log")

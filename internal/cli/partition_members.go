@@ -90,7 +90,7 @@ prints each step's replica set as one JSON object per line.`,
 	}
 	fs := cmd.Flags()
 	fs.SortFlags = false
-	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of any node; list (required)")
+	joinFlag(fs, &o.join)
 	if verb == "add" || verb == "move" {
 		fs.IntVar(&o.priority, "priority", 1, "the new replica's `priority` (the highest-priority replica is the preferred primary)")
 	}
@@ -191,7 +191,7 @@ until this command (or add, remove, move) runs.`,
 	}
 	fs := cmd.Flags()
 	fs.SortFlags = false
-	fs.StringSliceVar(&o.join, "join", nil, "gossip `host:port` of any node; list (required)")
+	joinFlag(fs, &o.join)
 	fs.StringVar(&o.config, "config", "", "node config `file` declaring the replica sets (required)")
 	fs.StringVar(&o.service, "service", "", "only this replicated service (default: every one in the file)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the steps, make none")

@@ -121,6 +121,12 @@ func TestImportMapIsTrue(t *testing.T) {
 // check lists where the map and the imports disagree, both ways.
 func check(m depsMap, code, tests map[string][]string) []string {
 	used := map[string]map[string]bool{}
+	mark := func(k, imp string) {
+		if used[k] == nil {
+			used[k] = map[string]bool{}
+		}
+		used[k][imp] = true
+	}
 	var bad []string
 	for _, n := range slices.Sorted(maps.Keys(code)) {
 		key := m.lineFor(n)
@@ -137,13 +143,10 @@ func check(m depsMap, code, tests map[string][]string) []string {
 			if slices.Contains(allowed, "*") {
 				continue
 			}
-			if used[k] == nil {
-				used[k] = map[string]bool{}
-			}
 			for _, imp := range kind.imports {
 				// A test may use what its code may.
 				if kind.suffix != "" && slices.Contains(m[key], imp) {
-					used[key][imp] = true
+					mark(key, imp)
 					continue
 				}
 				if !slices.Contains(allowed, imp) {
@@ -153,7 +156,7 @@ func check(m depsMap, code, tests map[string][]string) []string {
 					}
 					bad = append(bad, fmt.Sprintf("%s imports %s: not allowed by the map's %q line", who, imp, k))
 				}
-				used[k][imp] = true
+				mark(k, imp)
 			}
 		}
 	}

@@ -37,10 +37,8 @@ func procCluster(ctx context.Context, dir string, rep neptune.Replication, parts
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, nil, err
 	}
-	cfg := filepath.Join(dir, "kv.yaml")
-	yaml := fmt.Sprintf("services:\n  - name: kv\n    partitions: 0-%d\n    replication:\n      level: %d\n      nodes: [%s]\n      degree: %d\n",
-		parts-1, rep.Level, strings.Join(rep.Nodes, ", "), rep.Degree)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+	cfg, err := writeKVConfig(dir, parts, rep)
+	if err != nil {
 		return nil, nil, nil, err
 	}
 	cl := localcluster.New(exe, dir)
@@ -75,4 +73,14 @@ func meter(nodes []*localcluster.Node, cpu float64) *cpuquota.Meter {
 		m.Watch(n.Spec.ID, n.PID(), cpu)
 	}
 	return m
+}
+
+// writeKVConfig writes dir/kv.yaml, the node config of every node process
+// of these benchmarks: kv partitions 0..parts-1 replicated as rep says, and
+// returns its path.
+func writeKVConfig(dir string, parts int, rep neptune.Replication) (string, error) {
+	cfg := filepath.Join(dir, "kv.yaml")
+	yaml := fmt.Sprintf("services:\n  - name: kv\n    partitions: 0-%d\n    replication:\n      level: %d\n      nodes: [%s]\n      degree: %d\n",
+		parts-1, rep.Level, strings.Join(rep.Nodes, ", "), rep.Degree)
+	return cfg, os.WriteFile(cfg, []byte(yaml), 0o644)
 }

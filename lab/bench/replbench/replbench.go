@@ -392,8 +392,8 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, rc Config, tmp str
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	cfg := filepath.Join(dir, "kv.yaml")
-	if err := os.WriteFile(cfg, []byte("services:\n  - name: kv\n    partitions: 0-1\n    replication:\n      level: 2\n      nodes: [r1, r2, r3]\n      degree: 3\n"), 0o644); err != nil {
+	cfg, err := writeKVConfig(dir, 2, neptune.Replication{Level: 2, Degree: 3, Nodes: []string{"r1", "r2", "r3"}})
+	if err != nil {
 		return err
 	}
 	// The machine before this benchmark loads it: busy already, and no
@@ -725,8 +725,8 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 	for i := range nodesN {
 		ids = append(ids, fmt.Sprintf("r%d", i+1))
 	}
-	cfg := filepath.Join(dir, "kv.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, "services:\n  - name: kv\n    partitions: 0-%d\n    replication:\n      level: 2\n      nodes: [%s]\n      degree: 3\n", parts-1, strings.Join(ids, ", ")), 0o644); err != nil {
+	cfg, err := writeKVConfig(dir, parts, neptune.Replication{Level: 2, Degree: 3, Nodes: ids})
+	if err != nil {
 		return err
 	}
 	cl := localcluster.New(exe, dir)
