@@ -51,16 +51,7 @@ func (r *Replica) tickTransfer(now time.Time) {
 // primary hands its role to an in-sync replica as soon as one is caught
 // up (it keeps it if none is: no other replica could take over without
 // losing acknowledged writes). The shell refuses client writes meanwhile.
-func (r *Replica) SetStorageFull(now time.Time, full bool) {
-	r.observe(now)
-	if r.storageFull == full {
-		return
-	}
-	r.storageFull = full
-	if full && r.role == Primary && r.transferTo == "" {
-		r.handOver(now)
-	}
-}
+func (r *Replica) SetStorageFull(now time.Time, full bool) { r.setLeaving(now, &r.storageFull, full) }
 
 // SetDraining tells the replica its node is leaving (SIGTERM, a rolling
 // restart): a primary hands its role to the in-sync live voter of highest
@@ -69,12 +60,17 @@ func (r *Replica) SetStorageFull(now time.Time, full bool) {
 // before the node is gone. It keeps taking entries meanwhile. A primary
 // with no in-sync peer keeps its role (handing it over would lose
 // acknowledged writes); the partition elects once the node is gone.
-func (r *Replica) SetDraining(now time.Time, on bool) {
+func (r *Replica) SetDraining(now time.Time, on bool) { r.setLeaving(now, &r.draining, on) }
+
+// setLeaving sets one of the conditions under which a replica gives up
+// its primary role (storageFull, draining); a primary that newly meets one
+// hands its role over.
+func (r *Replica) setLeaving(now time.Time, flag *bool, on bool) {
 	r.observe(now)
-	if r.draining == on {
+	if *flag == on {
 		return
 	}
-	r.draining = on
+	*flag = on
 	if on && r.role == Primary && r.transferTo == "" {
 		r.handOver(now)
 	}
