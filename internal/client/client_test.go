@@ -129,8 +129,11 @@ func TestRouteAppliesReplicationsRules(t *testing.T) {
 	if keep, _ := r.fresh(r.candidates, answers); !slices.Equal(keep, []string{"a", "b"}) {
 		t.Fatalf("fresh = %v, want a and b", keep)
 	}
-	if r := v.route(now.Add(2*time.Second), read, ids); r.level != 0 || len(r.candidates) != 3 {
-		t.Fatalf("expired view still routes: %+v", r)
+	for _, id := range ids {
+		(*viewWatcher)(c).Removed(id)
+	}
+	if r := c.views.of[partKey{"kv", 0}].route(now, read, ids); r.level != 0 || len(r.candidates) != 3 {
+		t.Fatalf("the view of nodes that left the yellow pages still routes: %+v", r)
 	}
 	var none *replicaView
 	if r := none.route(now, read, ids); r.direct != "" || len(r.candidates) != 3 || r.mustPoll(ids) != "" {
@@ -157,8 +160,8 @@ func TestRouteHonoursLeasesDivergenceAndLinearizability(t *testing.T) {
 	ids := []string{"a", "b", "c"}
 	read := &pb.CallRequest{Mode: pb.Mode_MODE_READ}
 	r := v.route(now, read, ids)
-	if r.direct != "" || !slices.Equal(r.candidates, []string{"a", "b"}) || r.leased {
-		t.Fatalf("level-3 read: %+v, want candidates a b (c diverged), primary a not leased", r)
+	if r.direct != "" || !slices.Equal(r.candidates, []string{"a", "b"}) {
+		t.Fatalf("level-3 read: %+v, want candidates a b (c diverged)", r)
 	}
 	answers := []transport.PollAnswer{
 		{Replica: "a", Version: transport.Version{Serving: true, Primary: true, Version: 20}},
@@ -172,7 +175,10 @@ func TestRouteHonoursLeasesDivergenceAndLinearizability(t *testing.T) {
 	if keep, _ := r.fresh(r.candidates, answers); !slices.Equal(keep, []string{"a", "b"}) {
 		t.Fatalf("fresh = %v, want a and b", keep)
 	}
-	// Without the primary's answer, its announcement decides: no lease.
+	// Without the primary's answer only the primary remains, whatever
+	// its announcement said.
+	w.Applied(announceStatus("a", &pb.ReplicaStatus{Role: int32(replica.Primary), Epoch: 1, Level: 3, LeaseMs: 300, VersionAgo: 3}))
+	r = c.views.of[partKey{"kv", 0}].route(now, read, ids)
 	if keep, _ := r.fresh(r.candidates, answers[1:]); !slices.Equal(keep, []string{"a"}) {
 		t.Fatalf("fresh without the primary's answer = %v, want only a", keep)
 	}

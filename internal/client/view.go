@@ -30,17 +30,10 @@ type replicaView struct {
 
 // announced is one replica's status as its node last announced it.
 type announced struct {
-	role       replica.Role
-	epoch      uint64
-	versionAgo uint64
-	// leaseUntil: a primary that held its majority lease when it
-	// announced holds it as long as its claim, until then by this
-	// client's clock (membership.Claim). One without, or past it, is not
-	// fresh: its version_ago means nothing.
-	leaseUntil time.Time
+	role  replica.Role
+	epoch uint64
 	// diverged: the replica serves nothing until repaired.
 	diverged bool
-	expires  time.Time // the announcement's: it no longer counts after
 }
 
 // with returns a copy of v with node's status set (or removed if st is
@@ -79,11 +72,6 @@ type route struct {
 	candidates []string
 	level      int
 	primary    string // the announced primary of the highest epoch
-	// leased: the primary announced a majority lease. versionAgo is its
-	// level-3 version x seconds ago (stale by up to an announce interval:
-	// only a fallback), meaningful only when leased.
-	leased     bool
-	versionAgo uint64
 	read       bool
 	minVersion uint64
 }
@@ -98,21 +86,16 @@ func (v *replicaView) route(now time.Time, req *pb.CallRequest, ids []string) ro
 	}
 	var epoch uint64
 	var recovering []string
-	live := false
 	for _, id := range v.nodes {
 		a := v.by[id]
-		if now.After(a.expires) {
-			continue
-		}
-		live = true
 		if a.role == replica.Recovering || a.diverged {
 			recovering = append(recovering, id)
 		}
 		if a.role == replica.Primary && a.epoch >= epoch {
-			epoch, r.primary, r.leased, r.versionAgo = a.epoch, id, now.Before(a.leaseUntil), a.versionAgo
+			epoch, r.primary = a.epoch, id
 		}
 	}
-	if !live {
+	if len(v.nodes) == 0 {
 		return route{candidates: ids, read: r.read, minVersion: r.minVersion}
 	}
 	r.level = v.level
@@ -143,7 +126,9 @@ func (r route) mustPoll(ids []string) string {
 // primary without its majority lease is not fresh and its version x
 // seconds ago means nothing: then no replica can be shown fresh, and only
 // the primary remains (it serves once it has its lease, or fails the read
-// retryably). ok is false when ids should stay as they are (not
+// retryably), as when the primary did not answer: a version x seconds
+// ago as announced is stale by up to a refresh interval (which grows
+// with the cluster), so it is never taken instead. ok is false when ids should stay as they are (not
 // replicated, a write, no answers).
 func (r route) fresh(ids []string, answers []transport.PollAnswer) (keep []string, ok bool) {
 	if r.level == 0 || !r.read || len(answers) == 0 {
@@ -152,7 +137,8 @@ func (r route) fresh(ids []string, answers []transport.PollAnswer) (keep []strin
 	var floor uint64
 	if r.level == 3 {
 		floor = r.minVersion
-		ago, leased := r.versionAgo, r.leased
+		var ago uint64
+		leased := false
 		for _, a := range answers {
 			if a.Version.Primary {
 				ago, leased = a.Version.VersionAgo, a.Version.Lease > 0
@@ -234,7 +220,7 @@ func (v *replicaView) movedFrom(now time.Time, node string) bool {
 	}
 	own, hasOwn := v.by[node]
 	for id, a := range v.by {
-		if id == node || a.role != replica.Primary || now.After(a.expires) {
+		if id == node || a.role != replica.Primary {
 			continue
 		}
 		if !hasOwn || own.role != replica.Primary || a.epoch > own.epoch {
@@ -260,8 +246,7 @@ func (w *viewWatcher) Applied(e membership.Entry) {
 		for _, r := range s.Replicas {
 			k := partKey{s.Name, r.Partition}
 			now = append(now, k)
-			st := announced{role: replica.Role(r.Role), epoch: r.Epoch, versionAgo: r.VersionAgo,
-				leaseUntil: membership.ReadClaim(e.Seen, r).LeaseUntil, diverged: r.Diverged, expires: e.Expires}
+			st := announced{role: replica.Role(r.Role), epoch: r.Epoch, diverged: r.Diverged}
 			vs.set(k, node, vs.of[k].with(node, int(r.Level), r.Linearizable, &st))
 		}
 	}

@@ -170,9 +170,9 @@ func TestGossipAcceptsOnlySignedAnnouncementsOfTheirAuthor(t *testing.T) {
 	rejected := b.Stats().Rejected
 	refusals.reset()
 	d := (*delegate)(b)
-	d.NotifyMsg(announcement("n1", 1<<40)) // the 86-byte attack
+	d.NotifyMsg(append([]byte{msgDirect}, announcement("n1", 1<<40)...)) // the 86-byte attack
 	_, env, _ := m.auth(nodeID("n3"), "c").seal(announcement("n1", 1<<40), 1)
-	d.NotifyMsg(env) // n3 speaking for n1
+	d.NotifyMsg(append([]byte{msgSpread}, env...)) // n3 speaking for n1
 	d.MergeRemoteState(encodeState([]stateEntry{{envelope: env}}), false)
 	var plain pb.PagesState
 	plain.Entries = append(plain.Entries, &pb.RelayedAnnouncement{Announcement: &pb.Announcement{NodeId: "n1", Seq: 1 << 40, Incarnation: 1 << 40}})
@@ -512,7 +512,7 @@ func TestSignatureCheckedOncePerChange(t *testing.T) {
 	deliver := func(env []byte) error {
 		a, s, err := g.open(env)
 		if err == nil {
-			g.receive(clk.Now(), a, s)
+			g.receive(clk.Now(), clk.Now(), a, s, msgDirect)
 		}
 		return err
 	}

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,6 +97,12 @@ type Config struct {
 	// refuses the start.
 	Identity Identity
 
+	// Transport, if set, carries memberlist's packets and streams in
+	// place of sockets on BindAddr:BindPort (memberlist.MockNetwork in a
+	// simulation of many members; a wrapper that loses packets). The
+	// member's address is then the transport's.
+	Transport memberlist.Transport
+
 	// testTransport, if set, wraps the transport memberlist gets (tests
 	// cut the network with it).
 	testTransport func(memberlist.Transport) memberlist.Transport
@@ -120,15 +127,32 @@ type Refuser interface {
 	Refuse(reason, source string, err error)
 }
 
-// Defaults from the paper: refresh every second, expire after five.
+// Defaults from the paper: refresh every second, expire after five. A
+// member refreshes every DefaultAnnounceInterval only in clusters of up to
+// RefreshPeers members (see RefreshInterval), and an entry of a member
+// memberlist holds live does not expire (see dissemination.go).
 const (
 	DefaultAnnounceInterval = time.Second
 	DefaultTTL              = 5 * time.Second
 )
 
-// maxBestEffort is the largest announcement sent over UDP; larger ones use
-// memberlist's reliable (TCP) channel.
+// maxBestEffort is the largest announcement sent over UDP, directly or
+// piggybacked on memberlist's gossip; larger ones use memberlist's
+// reliable (TCP) channel.
 const maxBestEffort = 1200
+
+// Failure detection (memberlist's SWIM with Lifeguard), set so that a
+// killed member leaves every yellow page within the paper's 5 s TTL at
+// 1,000 members: memberlist suspects it after a failed direct and
+// indirect probe and declares it dead after suspicionMult·log10(N)·
+// probeInterval once another member confirms the suspicion (2.7 s at
+// N = 1,000), which then reaches every member within a few gossip rounds.
+const (
+	probeInterval  = 300 * time.Millisecond
+	probeTimeout   = 200 * time.Millisecond
+	suspicionMult  = 3
+	gossipInterval = 100 * time.Millisecond
+)
 
 // Gossip is a running member: it announces itself and maintains the yellow
 // pages from what others announce.
@@ -172,6 +196,19 @@ type Gossip struct {
 	// kick asks the loop for an announcement now (AnnounceNow); one
 	// pending kick stands for any number.
 	kick chan struct{}
+
+	// changes queues the announcements spreading epidemically, this
+	// member's and those it relays, piggybacked on memberlist's gossip.
+	changes *memberlist.TransmitLimitedQueue
+	// Under mu: the keys of this member's last announcement
+	// (announcementKeys), when it last sent it to everyone, and when it
+	// signed it.
+	changeKey, volatileKey string
+	lastSent, signedAt     time.Time
+	// antiEntropyDue is when the loop next exchanges state with a random
+	// member (loop goroutine only); antiEntropy is set while one runs.
+	antiEntropyDue time.Time
+	antiEntropy    atomic.Bool
 
 	// foreign remembers announcements refused as signed by another CA
 	// (under mu), so a lookup that finds nothing can say why.
@@ -251,25 +288,12 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		}
 		g.auth = newAnnAuth(cfg.Certs, cfg.Label, cfg.MaxAnnouncementAge, cfg.Clock)
 	}
-	mc := memberlist.DefaultLocalConfig()
+	mc := memberlistConfig(cfg)
 	mc.Name = cfg.NodeID
 	mc.BindAddr = cfg.BindAddr
 	mc.BindPort = cfg.BindPort
 	mc.AdvertisePort = cfg.BindPort
 	mc.AdvertiseAddr = cfg.AdvertiseAddr
-	// The local profile retransmits a broadcast only 2·log10(n+1) times, so
-	// a joiner's alive message can miss some members until the next
-	// push/pull (15 s): those would never announce themselves to it and
-	// their entries would expire in its yellow pages. Retransmit as on a
-	// LAN, and push/pull (which also carries the yellow pages) once per TTL
-	// so no member stays unknown longer than an entry lives.
-	mc.RetransmitMult = 4
-	// A member found dead may come back at another address (a container
-	// restarted with a new IP, same id and data) once it has been dead a
-	// second; a live member's id at a second address stays a conflict
-	// (Identity.OnConflict refuses the newcomer).
-	mc.DeadNodeReclaimTime = time.Second
-	mc.PushPullInterval = cfg.TTL
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
 	g.conflicts = &conflicts{self: cfg.NodeID, starting: true, later: cfg.Identity.OnConflict}
@@ -280,7 +304,10 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		mc.Keyring = cfg.Keyring
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
-	if cfg.StreamRate > 0 {
+	if cfg.Transport != nil {
+		mc.Transport = cfg.Transport
+	}
+	if cfg.StreamRate > 0 && cfg.Transport == nil {
 		t, err := newLimitedTransport(mc, cfg.StreamRate, cfg.StreamBurst)
 		if err != nil {
 			return nil, fmt.Errorf("membership: start memberlist on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
@@ -306,7 +333,8 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		return nil, fmt.Errorf("membership: start memberlist on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
 	}
 	g.ml = ml
-	g.refresh()
+	g.changes = &memberlist.TransmitLimitedQueue{NumNodes: ml.NumMembers, RetransmitMult: mc.RetransmitMult}
+	g.announce(cfg.Clock.Now(), sendRefresh)
 	if len(cfg.Join) > 0 {
 		if err := join(ctx, ml, cfg); err != nil {
 			_ = ml.Shutdown()
@@ -482,12 +510,15 @@ func (g *Gossip) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-g.kick:
-			g.broadcast(g.refresh(), nil)
+			g.announce(g.cfg.Clock.Now(), sendNothing)
 			continue
 		case <-g.cfg.Clock.After(g.cfg.AnnounceInterval):
 		}
+		now := g.cfg.Clock.Now()
+		live := g.liveMembers()
 		g.mu.Lock()
-		gone := g.pages.Expire(g.cfg.Clock.Now())
+		g.pages.Keep(now, func(id string) bool { return live[id] })
+		gone := g.pages.Expire(now)
 		for _, id := range gone {
 			delete(g.sealed, id)
 			if g.cfg.Watch != nil {
@@ -501,27 +532,228 @@ func (g *Gossip) loop(ctx context.Context) {
 		if len(gone) > 0 && g.cfg.OnChange != nil {
 			g.cfg.OnChange()
 		}
-		g.broadcast(g.refresh(), nil)
+		g.announce(now, sendNothing)
+		g.exchangeState(now, len(live))
 		g.rejoin()
 	}
 }
 
-// Announce announces this member now and returns once its own yellow
-// pages hold the new announcement (AnnounceNow is the asynchronous form).
-// A node calls it when it starts serving replicas, so a call made right
-// after its Start finds them.
-func (g *Gossip) Announce() { g.broadcast(g.refresh(), nil) }
+// Announce announces this member to every other member now and returns
+// once its own yellow pages hold the new announcement (AnnounceNow is the
+// asynchronous form). A node calls it when it starts serving replicas, so
+// a call made right after its Start finds them.
+func (g *Gossip) Announce() { g.announce(g.cfg.Clock.Now(), sendRefresh) }
 
 // AnnounceNow announces this member at once instead of at the next
-// AnnounceInterval: a node calls it when a replica's role or epoch
-// changes, so clients route writes to a new primary within a gossip hop
-// rather than up to an interval later. It never blocks; kicks that come
-// while one is pending are merged.
+// tick: a node calls it when a replica's role or epoch changes, so
+// clients route writes to a new primary within gossip rounds rather than
+// up to an interval later. It never blocks; kicks that come while one is
+// pending are merged.
 func (g *Gossip) AnnounceNow() {
 	select {
 	case g.kick <- struct{}{}:
 	default:
 	}
+}
+
+// RefreshInterval is how often this member refreshes its announcement
+// to everyone at the cluster's current size (see RefreshInterval).
+func (g *Gossip) RefreshInterval() time.Duration {
+	return RefreshInterval(g.cfg.AnnounceInterval, g.ml.NumMembers())
+}
+
+// announce builds this member's announcement and sends what
+// planAnnouncement decides, at least at (sendRefresh: a new announcement
+// to everyone whatever changed).
+func (g *Gossip) announce(now time.Time, atLeast announceAction) {
+	if g.cfg.Announce == nil {
+		return
+	}
+	a := g.cfg.Announce()
+	refresh := g.RefreshInterval()
+	for _, s := range a.Services {
+		for _, r := range s.Replicas {
+			r.LeaseValidMs = leaseValid(r.LeaseMs, refresh)
+		}
+	}
+	changeKey, volatileKey := announcementKeys(a)
+	g.mu.Lock()
+	action := planAnnouncement(announceState{changed: changeKey != g.changeKey, volatile: volatileKey != g.volatileKey,
+		sinceSent: now.Sub(g.lastSent), signedAge: now.Sub(g.signedAt), refresh: refresh, maxAge: g.maxAnnouncementAge()})
+	action = max(action, atLeast)
+	if action == sendResend && g.pages.entries[g.cfg.NodeID] == nil {
+		action = sendRefresh // our own entry lapsed (a long pause): announce anew
+	}
+	if action == sendNothing {
+		g.mu.Unlock()
+		return
+	}
+	g.lastSent = now
+	if action == sendResend {
+		g.mu.Unlock()
+		g.sendAll(g.heldAnnouncement(false))
+		return
+	}
+	g.seq++
+	a.NodeId, a.Seq, a.Incarnation = g.cfg.NodeID, g.seq, g.inc
+	g.changeKey, g.volatileKey, g.signedAt = changeKey, volatileKey, now
+	g.apply(now, a)
+	g.mu.Unlock()
+	msg, bare := g.encode(a)
+	if msg == nil {
+		return
+	}
+	if action == sendChange {
+		g.spread(g.cfg.NodeID, bare)
+	}
+	g.sendAll(msg)
+}
+
+// maxAnnouncementAge is how old the others accept a signed announcement.
+func (g *Gossip) maxAnnouncementAge() time.Duration {
+	if g.cfg.MaxAnnouncementAge > 0 {
+		return g.cfg.MaxAnnouncementAge
+	}
+	return DefaultMaxAnnouncementAge
+}
+
+// encode returns a as sent: signed when announcements are (msg with the
+// certificate attached when its cadence says, bare never), else its
+// protobuf for both.
+func (g *Gossip) encode(a *pb.Announcement) (msg, bare []byte) {
+	b, err := proto.Marshal(a)
+	if err != nil {
+		g.log.Error("encode announcement", "err", err)
+		return nil, nil
+	}
+	if g.auth == nil {
+		return b, b
+	}
+	s, env, err := g.auth.seal(b, a.Seq)
+	if err != nil {
+		g.log.Error("sign announcement", "err", err)
+		return nil, nil
+	}
+	g.mu.Lock()
+	g.sealed[g.cfg.NodeID] = s
+	g.mu.Unlock()
+	return env, s.encode(nil)
+}
+
+// Every announcement message starts with its kind: one sent straight to
+// its receivers, or one spreading epidemically, which a receiver relays
+// when it is a change new to it.
+const (
+	msgDirect byte = 1
+	msgSpread byte = 2
+)
+
+// sendAll sends announcement msg to every other member directly (a
+// refresh).
+func (g *Gossip) sendAll(msg []byte) {
+	if msg == nil {
+		return
+	}
+	for _, n := range g.memberCopies() {
+		g.send(n, msg)
+	}
+}
+
+// send sends announcement msg directly to member n, over UDP if it fits
+// a packet.
+func (g *Gossip) send(n *memberlist.Node, msg []byte) {
+	if n.Name == g.cfg.NodeID || msg == nil {
+		return
+	}
+	msg = append([]byte{msgDirect}, msg...)
+	var err error
+	if len(msg) <= maxBestEffort {
+		err = g.ml.SendBestEffort(n, msg)
+	} else {
+		err = g.ml.SendReliable(n, msg)
+	}
+	if err != nil {
+		g.log.Debug("send announcement", "peer", n.Name, "err", err)
+	}
+}
+
+// spread queues node's announcement msg (without certificate) to spread
+// epidemically, replacing one of node's queued before. One too large to
+// piggyback goes to every member directly instead.
+func (g *Gossip) spread(node string, msg []byte) {
+	if len(msg) > maxBestEffort {
+		g.sendAll(msg)
+		return
+	}
+	g.changes.QueueBroadcast(change{node: node, msg: append([]byte{msgSpread}, msg...)})
+}
+
+// change is one announcement spreading: a newer one of the same node
+// replaces it in the queue.
+type change struct {
+	node string
+	msg  []byte
+}
+
+func (c change) Invalidates(b memberlist.Broadcast) bool {
+	o, ok := b.(change)
+	return ok && o.node == c.node
+}
+func (c change) Name() string    { return c.node }
+func (c change) Message() []byte { return c.msg }
+func (c change) Finished()       {}
+
+// receive applies an announcement heard at seen; s is its signed form
+// when announcements are signed. kind is how it came: msgDirect or
+// msgSpread in a message (from its author or relayed), 0 in a state
+// exchange. A spreading change that matters (announcementKeys), new to
+// this member, is relayed on: that is how it spreads epidemically. An
+// announcement the pages hold already renews the entry (Pages.Touch).
+func (g *Gossip) receive(now, seen time.Time, a *pb.Announcement, s *sealed, kind byte) {
+	if a.NodeId == "" || a.NodeId == g.cfg.NodeID {
+		return
+	}
+	g.mu.Lock()
+	old, had := g.pagesHas(now, a.NodeId)
+	var oldAnn *pb.Announcement
+	if had {
+		oldAnn = old.Ann
+	}
+	applied := g.apply(seen, a)
+	if applied && s != nil {
+		g.sealed[a.NodeId] = s
+	}
+	fromMember := kind != 0
+	if !applied && g.pages.Touch(now, a, seen, fromMember) && fromMember && g.cfg.Watch != nil {
+		g.cfg.Watch.Applied(*g.pages.entries[a.NodeId])
+	}
+	g.mu.Unlock()
+	if applied && kind == msgSpread && isChange(oldAnn, a) {
+		var msg []byte
+		if s != nil {
+			msg = s.encode(nil)
+		} else {
+			msg, _ = proto.Marshal(a)
+		}
+		g.spread(a.NodeId, msg)
+	}
+	if !had {
+		g.log.Info("node announced", "peer", a.NodeId, "rpc", a.RpcAddr)
+		if g.cfg.OnChange != nil {
+			g.cfg.OnChange()
+		}
+	}
+}
+
+// isChange reports whether next differs from prev (nil: none held) in a
+// field that matters.
+func isChange(prev, next *pb.Announcement) bool {
+	if prev == nil {
+		return true
+	}
+	a, _ := announcementKeys(prev)
+	b, _ := announcementKeys(next)
+	return a != b
 }
 
 // rejoin contacts lost members again (see RejoinInterval); one join at a
@@ -564,79 +796,68 @@ func (g *Gossip) rejoin() {
 	}()
 }
 
-// refresh builds a new announcement of this member and applies it locally.
-func (g *Gossip) refresh() []byte {
-	if g.cfg.Announce == nil {
-		return nil
+// liveMembers is the set of members memberlist holds live (alive or
+// suspect), this one included.
+func (g *Gossip) liveMembers() map[string]bool {
+	g.membersMu.Lock()
+	defer g.membersMu.Unlock()
+	live := make(map[string]bool, len(g.members))
+	for name := range g.members {
+		live[name] = true
 	}
-	a := g.cfg.Announce()
-	g.mu.Lock()
-	g.seq++
-	a.NodeId, a.Seq, a.Incarnation = g.cfg.NodeID, g.seq, g.inc
-	g.apply(g.cfg.Clock.Now(), a)
-	g.mu.Unlock()
-	b, err := proto.Marshal(a)
-	if err != nil {
-		g.log.Error("encode announcement", "err", err)
-		return nil
-	}
-	if g.auth == nil {
-		return b
-	}
-	s, env, err := g.auth.seal(b, a.Seq)
-	if err != nil {
-		g.log.Error("sign announcement", "err", err)
-		return nil
-	}
-	g.mu.Lock()
-	g.sealed[g.cfg.NodeID] = s
-	g.mu.Unlock()
-	return env
+	return live
 }
 
-// broadcast sends msg to every other member, or only to to if given.
-func (g *Gossip) broadcast(msg []byte, to *memberlist.Node) {
-	if msg == nil {
+// exchangeState runs anti-entropy when it is due: a full push/pull of
+// memberlist's and the yellow pages' state with one random member, in
+// the background (memberlist's own periodic push/pull is off: its
+// interval grows only as log N while its size grows as N).
+func (g *Gossip) exchangeState(now time.Time, members int) {
+	if now.Before(g.antiEntropyDue) || g.antiEntropy.Load() {
 		return
 	}
-	targets := []*memberlist.Node{to}
-	if to == nil {
-		targets = g.memberCopies()
-	}
-	for _, n := range targets {
-		if n.Name == g.cfg.NodeID {
-			continue
-		}
-		var err error
-		if len(msg) <= maxBestEffort {
-			err = g.ml.SendBestEffort(n, msg)
-		} else {
-			err = g.ml.SendReliable(n, msg)
-		}
-		if err != nil {
-			g.log.Debug("send announcement", "peer", n.Name, "err", err)
+	d := antiEntropyInterval(members)
+	g.antiEntropyDue = now.Add(d/2 + time.Duration(rand.Int64N(int64(d)))) // mean d, jittered
+	var peers []*memberlist.Node
+	for _, n := range g.memberCopies() {
+		if n.Name != g.cfg.NodeID {
+			peers = append(peers, n)
 		}
 	}
+	if len(peers) == 0 {
+		return
+	}
+	peer := peers[rand.IntN(len(peers))]
+	g.antiEntropy.Store(true)
+	go func() {
+		defer g.antiEntropy.Store(false)
+		if _, err := g.ml.Join([]string{peer.FullAddress().Addr}); err != nil {
+			g.log.Debug("anti-entropy exchange failed", "peer", peer.Name, "err", err)
+		}
+	}()
 }
 
-// receive applies an announcement heard at now; s is its signed form
-// when announcements are signed.
-func (g *Gossip) receive(now time.Time, a *pb.Announcement, s *sealed) {
-	if a.NodeId == "" || a.NodeId == g.cfg.NodeID {
-		return
+// memberlistConfig starts from memberlist's LAN profile, or its local
+// one when the member binds to loopback, and sets failure detection and
+// dissemination as the yellow pages need them.
+func memberlistConfig(cfg Config) *memberlist.Config {
+	mc := memberlist.DefaultLANConfig()
+	if ip := net.ParseIP(cmp.Or(cfg.AdvertiseAddr, cfg.BindAddr)); (ip != nil && ip.IsLoopback()) || cfg.Transport != nil {
+		mc = memberlist.DefaultLocalConfig()
 	}
-	g.mu.Lock()
-	_, had := g.pagesHas(now, a.NodeId)
-	if g.apply(now, a) && s != nil {
-		g.sealed[a.NodeId] = s
-	}
-	g.mu.Unlock()
-	if !had {
-		g.log.Info("node announced", "peer", a.NodeId, "rpc", a.RpcAddr)
-		if g.cfg.OnChange != nil {
-			g.cfg.OnChange()
-		}
-	}
+	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = probeInterval, probeTimeout, suspicionMult
+	mc.GossipInterval = gossipInterval
+	// Retransmit as on a LAN even on loopback: the local profile's
+	// 2·log10(n+1) can miss a joiner's alive message at some members.
+	mc.RetransmitMult = 4
+	// Anti-entropy is exchangeState's, at an interval that grows with N.
+	mc.PushPullInterval = 0
+	// A member found dead may come back at another address (a container
+	// restarted with a new IP, same id and data) once it has been dead a
+	// second; a live member's id at a second address stays a conflict
+	// (Identity.OnConflict refuses the newcomer).
+	mc.DeadNodeReclaimTime = time.Second
+	return mc
 }
 
 // apply records a in the pages and tells the watcher if the pages took
@@ -671,12 +892,21 @@ func (d *delegate) NodeMeta(limit int) []byte {
 
 func (d *delegate) NotifyMsg(b []byte) {
 	g := (*Gossip)(d)
+	if len(b) == 0 || (b[0] != msgDirect && b[0] != msgSpread) {
+		g.rejected.Add(1)
+		if g.cfg.Refusals != nil {
+			g.cfg.Refusals.Refuse(refusalReason(ErrAnnouncementMalformed), claimedAuthor(b), fmt.Errorf("%w: unknown message kind", ErrAnnouncementMalformed))
+		}
+		return
+	}
+	kind, b := b[0], b[1:]
+	now := g.cfg.Clock.Now()
 	if g.auth != nil {
 		a, s, err := g.open(b)
 		if err != nil {
 			return
 		}
-		g.receive(g.cfg.Clock.Now(), a, s)
+		g.receive(now, now, a, s, kind)
 		return
 	}
 	var a pb.Announcement
@@ -684,7 +914,7 @@ func (d *delegate) NotifyMsg(b []byte) {
 		g.log.Warn("drop malformed announcement", "err", err)
 		return
 	}
-	g.receive(g.cfg.Clock.Now(), &a, nil)
+	g.receive(now, now, &a, nil, kind)
 }
 
 // open verifies a signed announcement, counting the outcome. Refusals go
@@ -866,7 +1096,9 @@ func gossipRefusal(line string) string {
 	return ""
 }
 
-func (d *delegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.changes.GetBroadcasts(overhead, limit)
+}
 
 func (d *delegate) LocalState(bool) []byte {
 	g := (*Gossip)(d)
@@ -898,7 +1130,7 @@ func (d *delegate) MergeRemoteState(b []byte, _ bool) {
 		if r.Announcement == nil || r.AgeMs < 0 {
 			continue
 		}
-		g.receive(now.Add(-time.Duration(r.AgeMs)*time.Millisecond), r.Announcement, nil)
+		g.receive(now, now.Add(-time.Duration(r.AgeMs)*time.Millisecond), r.Announcement, nil, 0)
 	}
 }
 
@@ -933,7 +1165,7 @@ func (g *Gossip) mergeSigned(b []byte) {
 		if err != nil {
 			continue
 		}
-		g.receive(now.Add(-time.Duration(e.ageMs)*time.Millisecond), a, s)
+		g.receive(now, now.Add(-time.Duration(e.ageMs)*time.Millisecond), a, s, 0)
 	}
 }
 
@@ -948,7 +1180,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 		return
 	}
 	// Tell the newcomer about us now rather than at the next refresh.
-	go g.broadcast(g.currentAnnouncement(), c)
+	go g.send(c, g.heldAnnouncement(true))
 }
 
 func (e *events) NotifyLeave(n *memberlist.Node) {
@@ -1006,7 +1238,10 @@ func (g *Gossip) memberCopies() []*memberlist.Node {
 	return out
 }
 
-func (g *Gossip) currentAnnouncement() []byte {
+// heldAnnouncement is this member's current announcement as the others
+// hold it, with its certificate attached if withCert (for a member that
+// may not know it).
+func (g *Gossip) heldAnnouncement(withCert bool) []byte {
 	g.mu.Lock()
 	if g.auth != nil {
 		s := g.sealed[g.cfg.NodeID]
@@ -1014,7 +1249,11 @@ func (g *Gossip) currentAnnouncement() []byte {
 		if s == nil {
 			return nil
 		}
-		return s.encode(g.auth.certificate(s.fp))
+		var cert []byte
+		if withCert {
+			cert = g.auth.certificate(s.fp)
+		}
+		return s.encode(cert)
 	}
 	var ann *pb.Announcement
 	if e, ok := g.pages.entries[g.cfg.NodeID]; ok {

@@ -78,6 +78,42 @@ func (p *Pages) Apply(now time.Time, a *pb.Announcement) bool {
 	return true
 }
 
+// Touch records that node's author vouched again, at seen, for the
+// announcement the pages hold (same incarnation and sequence number: an
+// unchanged announcement sent again, or relayed): the entry counts as
+// seen then and lives a TTL from it. fromAuthor (the announcement came
+// straight from its node) also lifts an exclusion, as a new announcement
+// would. It reports whether the pages hold that announcement, live.
+func (p *Pages) Touch(now time.Time, a *pb.Announcement, seen time.Time, fromAuthor bool) bool {
+	e, ok := p.entries[a.NodeId]
+	if !ok || now.After(e.Expires) || e.Ann.Incarnation != a.Incarnation || e.Ann.Seq != a.Seq {
+		return false
+	}
+	if seen.After(e.Seen) {
+		e.Seen = seen
+	}
+	if exp := seen.Add(p.ttl); exp.After(e.Expires) {
+		e.Expires = exp
+	}
+	if fromAuthor {
+		e.excluded = false
+	}
+	return true
+}
+
+// Keep extends the life of the entries of nodes a failure detector
+// vouches for (memberlist's live members) to a TTL from now: liveness
+// comes from it, so an entry whose author announces rarely does not
+// expire while its node is up.
+func (p *Pages) Keep(now time.Time, live func(node string) bool) {
+	exp := now.Add(p.ttl)
+	for id, e := range p.entries {
+		if !now.After(e.Expires) && exp.After(e.Expires) && live(id) {
+			e.Expires = exp
+		}
+	}
+}
+
 // Remove forgets node at once (memberlist dropped it: why) and
 // remembers it as departed.
 func (p *Pages) Remove(now time.Time, node, why string) {

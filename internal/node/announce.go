@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"slices"
-	"time"
 
 	"github.com/neptune-cluster/neptune/internal/hostaddr"
 	"github.com/neptune-cluster/neptune/internal/replication"
@@ -24,10 +23,7 @@ func (n *Node) announcement() *pb.Announcement {
 		h := n.services[name]
 		hs := &pb.HostedService{Name: name, Partitions: n.hostedPartitions(h)}
 		if h.svc.Replication != nil && n.repl != nil {
-			hs.Replicas = n.repl.Status(name, hs.Partitions)
-			for _, r := range hs.Replicas {
-				r.LeaseValidMs = leaseValidMillis(r.LeaseMs, n.cfg.AnnounceInterval)
-			}
+			hs.Replicas = n.repl.Status(name, hs.Partitions) // membership sets lease_valid_ms
 		}
 		for _, m := range h.svc.Methods {
 			hs.Methods = append(hs.Methods, &pb.MethodInfo{Name: m.Name, Mode: pb.Mode(m.Mode), Stream: m.Stream != nil})
@@ -35,21 +31,6 @@ func (n *Node) announcement() *pb.Announcement {
 		a.Services = append(a.Services, hs)
 	}
 	return a
-}
-
-// leaseValidMillis is how long a primary's announced claim stays current
-// for readers (pb.ReplicaStatus.lease_valid_ms): the lease left when the
-// status was taken, plus one and a half announce intervals, within which
-// this node announces again while it runs (renewing the claim with the
-// lease it renewed meanwhile), one lost announcement tolerated. A primary
-// paused, killed or cut off stops announcing, so readers see its claim
-// lapse that long after its last announcement reached them, not a TTL
-// later. 0 without a lease.
-func leaseValidMillis(leaseMs uint32, interval time.Duration) uint32 {
-	if leaseMs == 0 {
-		return 0
-	}
-	return leaseMs + transport.LeaseMillis(interval*3/2)
 }
 
 // load answers load polls: the load index a new request of class would see
