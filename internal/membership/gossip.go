@@ -205,6 +205,7 @@ type Gossip struct {
 	// signed it.
 	changeKey, volatileKey string
 	lastSent, signedAt     time.Time
+	resends                int
 	// antiEntropyDue is when the loop next exchanges state with a random
 	// member (loop goroutine only); antiEntropy is set while one runs.
 	antiEntropyDue time.Time
@@ -590,8 +591,10 @@ func (g *Gossip) announce(now time.Time, atLeast announceAction) {
 	}
 	g.lastSent = now
 	if action == sendResend {
+		g.resends++
+		withCert := g.resends%certCadence == 0 // for members that missed it, or refused it as foreign
 		g.mu.Unlock()
-		g.sendAll(g.heldAnnouncement(false))
+		g.sendAll(g.heldAnnouncement(withCert))
 		return
 	}
 	g.seq++
