@@ -15,16 +15,17 @@ import (
 	"github.com/neptune-cluster/neptune/lab/bench/movebench"
 	"github.com/neptune-cluster/neptune/lab/bench/overhead"
 	"github.com/neptune-cluster/neptune/lab/bench/replbench"
+	"github.com/neptune-cluster/neptune/lab/bench/scalebench"
 	"github.com/neptune-cluster/neptune/lab/bench/walbench"
 )
 
 func benchCmd() *cobra.Command {
-	return group("bench", "Run a benchmark: overhead, lb, replication, wal, apps, dac, append, burst, faults, lossy, gage",
+	return group("bench", "Run a benchmark: overhead, lb, replication, wal, apps, dac, append, burst, faults, lossy, gage, scale",
 		`Run a benchmark on real node processes (re-executions of this binary) or
 in-process nodes. Each benchmark runs its contenders side by side in one
 run, interleaved in rounds so drift in the machine affects all alike, and
 prints ratios; --sections picks the parts of those that have several.`,
-		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), lossyCmd(), moveCmd(), restoreCmd(), gageBenchCmd(),
+		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), lossyCmd(), moveCmd(), restoreCmd(), gageBenchCmd(), scaleCmd(),
 		echoServerCmd(), faultsClientCmd(), delayerCmd(), httpProgramCmd(), lbClientCmd())
 }
 
@@ -47,6 +48,47 @@ TLS, and the first node's resident memory.`,
 	fs.IntVar(&cfg.Payload, "payload", cfg.Payload, "request body bytes")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "callers in the concurrent mode")
 	fs.DurationVar(&cfg.PollGoal, "poll-goal", cfg.PollGoal, "goal: the default policy adds at most this to a sequential call over polling off")
+	return cmd
+}
+
+func scaleCmd() *cobra.Command {
+	cfg := scalebench.DefaultConfig()
+	cmd := leaf("scale [flags]", "Membership's cost per member and its speed, 16 to 1,000 members (issue 30)",
+		`Section members runs the real membership code (memberlist with the yellow
+pages, keyed gossip, signed announcements) for each of --sizes members in
+this process over an in-memory network, and measures: the time for all to
+join, each member's idle CPU and bytes per second, how fast a new epoch
+reaches every member, how fast a cut-off member leaves every yellow page,
+(at the largest size) live members removed under --loss packet loss over
+--loss-watch, and the heap of a client's yellow pages of the cluster.
+Section processes starts --processes idle secured node processes and
+measures the CPU they use together.
+
+Goals, fixed before the run: idle cost per member at the largest size at
+most --flat-goal times the smallest's; a new epoch at 99% of members within
+--propagation-goal; a cut member gone everywhere within --detection-goal;
+no live member removed under loss; the processes within --process-cores.
+PASS, FAIL, or INCONCLUSIVE when the machine was starved.`,
+		experiment(&cfg, &cfg.Out, nil, scalebench.Run))
+	cmd.Example = "  neptune bench scale --sections members --sizes 16,64,256,1000 --out scale"
+	fs := cmd.Flags()
+	addSections(fs, &cfg.Sections, scalebench.Sections)
+	fs.Var(&numbers[int]{dst: &cfg.Sizes}, "sizes", "in-process cluster sizes, smallest first")
+	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "partitions each member leads (3 replicas each)")
+	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "wait after all joined before measuring")
+	fs.DurationVar(&cfg.Idle, "idle", cfg.Idle, "idle measuring window per size")
+	fs.DurationVar(&cfg.JoinLimit, "join-limit", cfg.JoinLimit, "longest wait for all members to join")
+	fs.DurationVar(&cfg.EventLimit, "event-limit", cfg.EventLimit, "longest wait for a change or a failure to reach every member")
+	fs.Float64Var(&cfg.Loss, "loss", cfg.Loss, "packet loss fraction for the false-death watch (largest size)")
+	fs.DurationVar(&cfg.LossWatch, "loss-watch", cfg.LossWatch, "how long to watch for live members removed under loss (0: skip)")
+	fs.Float64Var(&cfg.FlatGoal, "flat-goal", cfg.FlatGoal, "goal: largest size's idle cost per member at most this times the smallest's")
+	fs.DurationVar(&cfg.PropagationGoal, "propagation-goal", cfg.PropagationGoal, "goal: a new epoch reaches 99% of members within this")
+	fs.DurationVar(&cfg.DetectionGoal, "detection-goal", cfg.DetectionGoal, "goal: a cut-off member leaves every yellow page within this")
+	fs.IntVar(&cfg.Processes, "processes", cfg.Processes, "idle secured node processes of the processes section")
+	fs.DurationVar(&cfg.ProcessIdle, "process-idle", cfg.ProcessIdle, "their idle measuring window")
+	fs.Float64Var(&cfg.ProcessCores, "process-cores", cfg.ProcessCores, "goal: the processes use at most this many cores together")
+	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the simulated network's losses")
+	addOut(fs, &cfg.Out, "the table (CSV) and the plot (SVG)")
 	return cmd
 }
 

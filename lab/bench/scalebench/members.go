@@ -1,0 +1,416 @@
+package scalebench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/neptune-cluster/neptune/internal/membership"
+	"github.com/neptune-cluster/neptune/internal/pki"
+	"github.com/neptune-cluster/neptune/internal/transport/pb"
+	"github.com/neptune-cluster/neptune/lab/memnet"
+)
+
+// sizeResult is what one cluster size measured.
+type sizeResult struct {
+	n int
+	// join is how long until every member knew every other and held its
+	// entry.
+	join time.Duration
+	// cpuPerMember (ms of CPU per second) and bytesPerMember (sent per
+	// second) are the idle cost; busy is the process's CPU use in cores.
+	cpuPerMember, bytesPerMember, busy float64
+	// propagation: when each other member learnt a new epoch; detection:
+	// when each member dropped a cut member from its yellow pages.
+	propagation, detection []time.Duration
+	// propagationMissed and detectionMissed count members that had not
+	// by the end of the wait.
+	propagationMissed, detectionMissed int
+	// pages are the announcements of the cluster a member held (encoded);
+	// pagesBytes the heap they take as yellow pages, measured once the
+	// members are gone (a quiet heap).
+	pages      [][]byte
+	pagesBytes uint64
+	// falseDeaths counts (member, live member) pairs removed under loss,
+	// over lossWatched; -1 when not run at this size.
+	falseDeaths int
+	lossWatched time.Duration
+	// lag is the worst lateness of a 10 ms ticker during the idle window:
+	// a starved machine stretches every timer.
+	lag time.Duration
+}
+
+// member is one simulated member: membership.Gossip over memnet, with
+// signed announcements and keyed gossip, announcing the replicas a node
+// would.
+type member struct {
+	id    string
+	g     *membership.Gossip
+	tr    *memnet.Transport
+	epoch atomic.Uint64
+	// learnt and dropped record when this member saw the watched events.
+	watch *watcher
+}
+
+// watcher records, for one member, when it first applied an epoch of the
+// target and when it removed the cut member.
+type watcher struct {
+	target, cut string
+	epoch       uint64
+	start       time.Time
+	mu          sync.Mutex
+	learnt      time.Duration
+	dropped     time.Duration
+	removed     []string
+}
+
+func (w *watcher) Applied(e membership.Entry) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.target == "" || e.Ann.NodeId != w.target || w.learnt != 0 {
+		return
+	}
+	for _, s := range e.Ann.Services {
+		for _, r := range s.Replicas {
+			if r.Epoch >= w.epoch && r.Role == 2 {
+				w.learnt = time.Since(w.start)
+				return
+			}
+		}
+	}
+}
+
+func (w *watcher) Removed(node string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.removed = append(w.removed, node)
+	if node == w.cut && w.dropped == 0 {
+		w.dropped = time.Since(w.start)
+	}
+}
+
+// material is the cluster's PKI, made once for the largest size.
+type material struct {
+	dir string
+	key []byte
+}
+
+func newMaterial(dir string, n int, progress io.Writer) (*material, error) {
+	ids := make([]pki.Identity, n)
+	for i := range ids {
+		ids[i] = pki.Identity{Role: pki.RoleNode, Name: memberID(i)}
+	}
+	fmt.Fprintf(progress, "issuing %d node certificates...\n", n)
+	if _, err := pki.Bootstrap(dir, "scale", ids...); err != nil {
+		return nil, err
+	}
+	key, err := membership.GenerateKey()
+	if err != nil {
+		return nil, err
+	}
+	return &material{dir: dir, key: key}, nil
+}
+
+func memberID(i int) string { return fmt.Sprintf("m%04d", i) }
+
+// announcement is what member i of n announces: the four partitions it
+// leads and, as a secondary, those of the next two members (three
+// replicas of 4n partitions, spread as placement would).
+func announcement(i, n, parts int, epoch uint64) *pb.Announcement {
+	hs := &pb.HostedService{Name: "kv", Methods: []*pb.MethodInfo{{Name: "get", Mode: pb.Mode_MODE_READ}, {Name: "put", Mode: pb.Mode_MODE_WRITE}}}
+	for r := range 3 {
+		owner := (i - r + n) % n
+		for k := range parts {
+			p := int32(owner*parts + k)
+			hs.Partitions = append(hs.Partitions, p)
+			st := &pb.ReplicaStatus{Partition: p, Role: 1, Epoch: 1, Level: 2, Primary: memberID(owner)}
+			if r == 0 {
+				st.Role, st.LeaseMs = 2, 400
+				if k == 0 {
+					st.Epoch = epoch
+				}
+			}
+			hs.Replicas = append(hs.Replicas, st)
+		}
+	}
+	return &pb.Announcement{RpcAddr: fmt.Sprintf("10.1.%d.%d:7000", i/256, i%256), PollAddr: fmt.Sprintf("10.1.%d.%d:7001", i/256, i%256),
+		Services: []*pb.HostedService{hs}}
+}
+
+// startMembers starts n members on nw, each joining a random member
+// already up, conc at a time.
+func startMembers(ctx context.Context, nw *memnet.Network, mat *material, n, parts, conc int) ([]*member, error) {
+	members := make([]*member, n)
+	var mu sync.Mutex
+	var up []string
+	start := func(i int) error {
+		m := &member{id: memberID(i), tr: nw.NewTransport(), watch: &watcher{}}
+		m.epoch.Store(1)
+		src, err := pki.NewSource(pki.SourceConfig{Files: pki.FilesFor(mat.dir, pki.Identity{Role: pki.RoleNode, Name: m.id})})
+		if err != nil {
+			return err
+		}
+		kr, err := membership.NewKeyring([][]byte{mat.key})
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		var join []string
+		if len(up) > 0 {
+			join = []string{up[rand.IntN(len(up))]}
+		}
+		mu.Unlock()
+		g, err := membership.Start(ctx, membership.Config{NodeID: m.id, Transport: m.tr, Join: join, Keyring: kr, Label: "scale", Certs: src,
+			Announce: func() *pb.Announcement { return announcement(i, n, parts, m.epoch.Load()) },
+			Watch:    m.watch, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return fmt.Errorf("member %s: %w", m.id, err)
+		}
+		m.g = g
+		members[i] = m
+		mu.Lock()
+		up = append(up, m.tr.Addr())
+		mu.Unlock()
+		return nil
+	}
+	if err := start(0); err != nil {
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := atomic.Int64{}
+	next.Store(1)
+	for range conc {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := start(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		closeMembers(members)
+		return nil, err
+	}
+	return members, nil
+}
+
+func closeMembers(ms []*member) {
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		if m != nil && m.g != nil {
+			wg.Go(func() { m.tr.Cut(); _ = m.g.Close() })
+		}
+	}
+	wg.Wait()
+}
+
+// converged reports whether every live member knows want members and
+// holds want entries.
+func converged(ms []*member, want int) bool {
+	for _, m := range ms {
+		if m.g.Members() != want || len(m.g.Snapshot()) != want {
+			return false
+		}
+	}
+	return true
+}
+
+// cpuTime is the process's CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// maxLag runs a 10 ms ticker until ctx ends and returns its worst
+// lateness.
+func maxLag(ctx context.Context) <-chan time.Duration {
+	out := make(chan time.Duration, 1)
+	go func() {
+		var worst time.Duration
+		last := time.Now()
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				out <- worst
+				return
+			case now := <-t.C:
+				worst = max(worst, now.Sub(last)-10*time.Millisecond)
+				last = now
+			}
+		}
+	}()
+	return out
+}
+
+// measureSize runs every in-process measure at one size.
+func measureSize(ctx context.Context, cfg Config, mat *material, n int, lossRun bool, progress io.Writer) (sizeResult, error) {
+	res := sizeResult{n: n, falseDeaths: -1}
+	nw := memnet.New(cfg.Seed + uint64(n))
+	t0 := time.Now()
+	fmt.Fprintf(progress, "[%d members] starting...\n", n)
+	ms, err := startMembers(ctx, nw, mat, n, cfg.Partitions, 16)
+	if err != nil {
+		return res, err
+	}
+	defer closeMembers(ms)
+	for !converged(ms, n) {
+		if time.Since(t0) > cfg.JoinLimit || ctx.Err() != nil {
+			return res, fmt.Errorf("%d members did not converge within %v", n, cfg.JoinLimit)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	res.join = time.Since(t0)
+	fmt.Fprintf(progress, "[%d members] all joined in %v; settling %v, then idle for %v\n", n, res.join.Round(time.Millisecond), cfg.Settle, cfg.Idle)
+	time.Sleep(cfg.Settle)
+
+	// Idle cost.
+	lagCtx, stopLag := context.WithCancel(ctx)
+	lag := maxLag(lagCtx)
+	var sent0 uint64
+	for _, m := range ms {
+		s, _ := m.tr.Bytes()
+		sent0 += s
+	}
+	c0, w0 := cpuTime(), time.Now()
+	time.Sleep(cfg.Idle)
+	cpu, wall := cpuTime()-c0, time.Since(w0)
+	stopLag()
+	res.lag = <-lag
+	var sent1 uint64
+	for _, m := range ms {
+		s, _ := m.tr.Bytes()
+		sent1 += s
+	}
+	res.busy = cpu.Seconds() / wall.Seconds()
+	res.cpuPerMember = float64(cpu.Milliseconds()) / wall.Seconds() / float64(n)
+	res.bytesPerMember = float64(sent1-sent0) / wall.Seconds() / float64(n)
+	fmt.Fprintf(progress, "[%d members] idle: %.2f ms CPU/s and %.0f B/s per member (%.2f cores busy, worst timer lag %v)\n",
+		n, res.cpuPerMember, res.bytesPerMember, res.busy, res.lag.Round(time.Millisecond))
+
+	// Propagation of a change that matters: member 0's new epoch.
+	target := ms[0]
+	start := time.Now()
+	for _, m := range ms[1:] {
+		m.watch.mu.Lock()
+		m.watch.target, m.watch.epoch, m.watch.start = target.id, 2, start
+		m.watch.mu.Unlock()
+	}
+	target.epoch.Store(2)
+	target.g.AnnounceNow()
+	res.propagation, res.propagationMissed = waitFor(ms[1:], cfg.EventLimit, func(w *watcher) time.Duration { return w.learnt })
+	fmt.Fprintf(progress, "[%d members] a new epoch reached %s\n", n, describe(res.propagation, res.propagationMissed))
+
+	// Failure detection: the last member cut off as by SIGKILL.
+	cut := ms[n-1]
+	start = time.Now()
+	for _, m := range ms[:n-1] {
+		m.watch.mu.Lock()
+		m.watch.cut, m.watch.start, m.watch.removed = cut.id, start, nil
+		m.watch.mu.Unlock()
+	}
+	cut.tr.Cut()
+	res.detection, res.detectionMissed = waitFor(ms[:n-1], cfg.EventLimit, func(w *watcher) time.Duration { return w.dropped })
+	fmt.Fprintf(progress, "[%d members] the cut member left %s\n", n, describe(res.detection, res.detectionMissed))
+
+	// False deaths under loss, among the members still up.
+	if lossRun && cfg.LossWatch > 0 {
+		live := ms[:n-1]
+		for _, m := range live {
+			m.watch.mu.Lock()
+			m.watch.removed = nil
+			m.watch.mu.Unlock()
+		}
+		nw.SetLoss(cfg.Loss)
+		fmt.Fprintf(progress, "[%d members] %.0f%% packet loss for %v...\n", n, cfg.Loss*100, cfg.LossWatch)
+		time.Sleep(cfg.LossWatch)
+		nw.SetLoss(0)
+		res.lossWatched = cfg.LossWatch
+		res.falseDeaths = 0
+		for _, m := range live {
+			m.watch.mu.Lock()
+			for _, id := range m.watch.removed {
+				if id != cut.id {
+					res.falseDeaths++
+				}
+			}
+			m.watch.mu.Unlock()
+		}
+		fmt.Fprintf(progress, "[%d members] live members removed under loss: %d\n", n, res.falseDeaths)
+	}
+
+	// The yellow pages of the whole cluster, as a client holds them.
+	var anns [][]byte
+	for _, e := range ms[0].g.Snapshot() {
+		b, _ := proto.Marshal(e.Ann)
+		anns = append(anns, b)
+	}
+	res.pages = anns
+	return res, nil
+}
+
+// waitFor waits up to limit for every member's watcher to record an
+// event (get returns 0 until it did) and returns the times, sorted, and
+// how many never recorded it.
+func waitFor(ms []*member, limit time.Duration, get func(*watcher) time.Duration) ([]time.Duration, int) {
+	deadline := time.Now().Add(limit)
+	for {
+		var got []time.Duration
+		for _, m := range ms {
+			m.watch.mu.Lock()
+			if d := get(m.watch); d > 0 {
+				got = append(got, d)
+			}
+			m.watch.mu.Unlock()
+		}
+		if len(got) == len(ms) || time.Now().After(deadline) {
+			slices.Sort(got)
+			return got, len(ms) - len(got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pagesHeap is the heap that yellow pages holding the announcements
+// anns (encoded) take, decoded.
+func pagesHeap(anns [][]byte) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	p := membership.NewPages(time.Hour)
+	now := time.Now()
+	for _, b := range anns {
+		var a pb.Announcement
+		if proto.Unmarshal(b, &a) == nil {
+			p.Apply(now, &a)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(p)
+	if after.HeapAlloc < before.HeapAlloc {
+		return 0
+	}
+	return after.HeapAlloc - before.HeapAlloc
+}
