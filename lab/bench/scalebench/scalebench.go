@@ -56,9 +56,9 @@ type Config struct {
 	Loss      float64
 	LossWatch time.Duration
 	// Goals.
-	FlatGoal, ProcessCores          float64
-	PropagationGoal, DetectionGoal  time.Duration
-	StarvedLag                      time.Duration
+	FlatGoal, ProcessCores         float64
+	PropagationGoal, DetectionGoal time.Duration
+	StarvedLag                     time.Duration
 	// Processes is the number of idle node processes; ProcessIdle their
 	// measuring window.
 	Processes   int
