@@ -2,7 +2,6 @@ package membership
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -289,7 +288,7 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		}
 		g.auth = newAnnAuth(cfg.Certs, cfg.Label, cfg.MaxAnnouncementAge, cfg.Clock)
 	}
-	mc := memberlistConfig(cfg)
+	mc := memberlistConfig()
 	mc.Name = cfg.NodeID
 	mc.BindAddr = cfg.BindAddr
 	mc.BindPort = cfg.BindPort
@@ -840,19 +839,15 @@ func (g *Gossip) exchangeState(now time.Time, members int) {
 	}()
 }
 
-// memberlistConfig starts from memberlist's LAN profile, or its local
-// one when the member binds to loopback, and sets failure detection and
-// dissemination as the yellow pages need them.
-func memberlistConfig(cfg Config) *memberlist.Config {
+// memberlistConfig starts from memberlist's LAN profile, also on
+// loopback (the local profile's 1 s stream timeout fails joins of a
+// large cluster's state on a busy machine, and its 2·log10(n+1)
+// retransmits missed a joiner's alive message at some members), and sets
+// failure detection and dissemination as the yellow pages need them.
+func memberlistConfig() *memberlist.Config {
 	mc := memberlist.DefaultLANConfig()
-	if ip := net.ParseIP(cmp.Or(cfg.AdvertiseAddr, cfg.BindAddr)); (ip != nil && ip.IsLoopback()) || cfg.Transport != nil {
-		mc = memberlist.DefaultLocalConfig()
-	}
 	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = probeInterval, probeTimeout, suspicionMult
 	mc.GossipInterval = gossipInterval
-	// Retransmit as on a LAN even on loopback: the local profile's
-	// 2·log10(n+1) can miss a joiner's alive message at some members.
-	mc.RetransmitMult = 4
 	// Anti-entropy is exchangeState's, at an interval that grows with N.
 	mc.PushPullInterval = 0
 	// A member found dead may come back at another address (a container
