@@ -61,10 +61,12 @@ type Config struct {
 	// RSS reports other members' resident memory; nil shows only this
 	// process's (from Gatherer's process_resident_memory_bytes).
 	RSS RSSSource
-	// Interval and TTL are the yellow pages' announcement interval and
-	// TTL: a member silent for two intervals is suspect, and after the TTL
-	// it leaves the yellow pages and shows as dead.
-	Interval, TTL time.Duration
+	// Interval is the yellow pages' refresh interval now (it grows with
+	// the cluster: membership.RefreshInterval) and TTL their TTL: a member
+	// silent for two intervals is suspect, and once it leaves the yellow
+	// pages it shows as dead.
+	Interval func() time.Duration
+	TTL      time.Duration
 	// Refresh is how often an open page re-fetches its view (default 1 s).
 	Refresh time.Duration
 	// Forget is how long a dead member stays greyed (default 10 min),
@@ -198,8 +200,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = time.Second
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
+	if cfg.Interval == nil {
+		cfg.Interval = func() time.Duration { return time.Second }
 	}
 	if cfg.TTL <= 0 {
 		cfg.TTL = 5 * time.Second
@@ -275,7 +277,7 @@ func (s *Server) View(ctx context.Context, view string, f Filter) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return buildCluster(s.cfg.Self, now, s.cfg.TTL, s.cfg.Interval, f, ms, gone, rss), nil
+		return buildCluster(s.cfg.Self, now, s.cfg.TTL, s.cfg.Interval(), f, ms, gone, rss), nil
 	case "partitions":
 		if s.cfg.Partitions == nil {
 			return PartitionsView{Self: s.cfg.Self, At: now, Filter: f, Partitions: []PartitionRow{}, Note: "no yellow pages here"}, nil

@@ -228,7 +228,7 @@ func TestFilters(t *testing.T) {
 func TestDeadNodeGreysOut(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1e9, 0))
 	fc := newFakeCluster(4, 4)
-	s, _ := New(Config{Self: "n00", Members: fc, Partitions: fc, Clock: clk, Interval: time.Second, TTL: 5 * time.Second})
+	s, _ := New(Config{Self: "n00", Members: fc, Partitions: fc, Clock: clk, Interval: func() time.Duration { return time.Second }, TTL: 5 * time.Second})
 	state := func() map[string]string {
 		var cv ClusterView
 		mustJSON(t, get(t, s, APIPrefix+"cluster"), &cv)

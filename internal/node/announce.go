@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/neptune-cluster/neptune/internal/hostaddr"
 	"github.com/neptune-cluster/neptune/internal/replication"
@@ -152,4 +153,14 @@ func (n *Node) hostsPartition(h *hosted, partition int32) bool {
 		return n.repl.Hosts(h.svc.Name, partition)
 	}
 	return slices.Contains(h.partitions, partition)
+}
+
+// refreshInterval is how often this node refreshes its announcement to
+// every member now (it grows with the cluster), the announce interval
+// before the node has joined.
+func (n *Node) refreshInterval() time.Duration {
+	if c := n.dash.client.Load(); c != nil {
+		return c.Gossip().RefreshInterval()
+	}
+	return n.cfg.AnnounceInterval
 }

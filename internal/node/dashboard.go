@@ -81,5 +81,5 @@ func (n *Node) dashboard() (*dashboard.Server, error) {
 		rss.Scheme, rss.Client = "https", n.sec.PeerHTTPClient()
 	}
 	return dashboard.New(dashboard.Config{Self: n.cfg.ID, Role: "node", Members: &n.dash, Loads: &n.dash, Departed: &n.dash, Partitions: &n.dash,
-		Gatherer: n.reg.Gatherer, RSS: rss, Interval: n.cfg.AnnounceInterval, TTL: n.cfg.AnnounceTTL, Clock: n.clock})
+		Gatherer: n.reg.Gatherer, RSS: rss, Interval: n.refreshInterval, TTL: n.cfg.AnnounceTTL, Clock: n.clock})
 }
