@@ -62,7 +62,8 @@ reaches every member, how fast a cut-off member leaves every yellow page,
 (at the largest size) live members removed under --loss packet loss over
 --loss-watch, and the heap of a client's yellow pages of the cluster.
 Section processes starts --processes idle secured node processes and
-measures the CPU they use together.
+measures the CPU they use together, and how long a write waits after the
+SIGKILL of a replicated partition's primary among them and among 3.
 
 Goals, fixed before the run: idle cost per member at the largest size at
 most --flat-goal times the smallest's; a new epoch at 99% of members within
@@ -87,6 +88,7 @@ PASS, FAIL, or INCONCLUSIVE when the machine was starved.`,
 	fs.IntVar(&cfg.Processes, "processes", cfg.Processes, "idle secured node processes of the processes section")
 	fs.DurationVar(&cfg.ProcessIdle, "process-idle", cfg.ProcessIdle, "their idle measuring window")
 	fs.Float64Var(&cfg.ProcessCores, "process-cores", cfg.ProcessCores, "goal: the processes use at most this many cores together")
+	fs.Float64Var(&cfg.FailoverGoal, "failover-goal", cfg.FailoverGoal, "goal: a write after the primary's SIGKILL among the processes waits at most this times what it waits among 3")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the simulated network's losses")
 	addOut(fs, &cfg.Out, "the table (CSV) and the plot (SVG)")
 	return cmd

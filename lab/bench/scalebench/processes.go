@@ -2,8 +2,11 @@ package scalebench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -14,75 +17,142 @@ import (
 )
 
 // runProcesses starts cfg.Processes secured node processes, each hosting
-// one echo partition, and measures what they use together when idle.
+// one echo partition and the first three a replicated kv partition, and
+// measures what they use together when idle, and how long a write waits
+// when the kv primary is SIGKILLed, against the same in a cluster of just
+// those three.
 func runProcesses(ctx context.Context, cfg Config, w io.Writer) ([]*report.Check, error) {
-	exe, dir, cleanup, err := localcluster.Scratch("neptune-scale-procs-")
+	fmt.Fprintf(w, "\n[processes] failover in a cluster of 3 node processes...\n")
+	small, _, err := processCluster(ctx, cfg, 3, w)
 	if err != nil {
 		return nil, err
+	}
+	fmt.Fprintf(w, "[processes] 3 nodes: a write waited %v after the primary's SIGKILL\n", small.Round(time.Millisecond))
+	big, checks, err := processCluster(ctx, cfg, cfg.Processes, w)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(w, "[processes] %d nodes: a write waited %v after the primary's SIGKILL\n", cfg.Processes, big.Round(time.Millisecond))
+	ratio := big.Seconds() / small.Seconds()
+	checks = append(checks, report.AtMost(fmt.Sprintf("failover among %d node processes ≤ %.1f× among 3", cfg.Processes, cfg.FailoverGoal), ratio, cfg.FailoverGoal,
+		fmt.Sprintf("%.2f× (%v vs %v)", ratio, big.Round(time.Millisecond), small.Round(time.Millisecond))))
+	return checks, nil
+}
+
+// processCluster starts n secured node processes (p000 …), the first
+// three hosting replicated kv partition 0 (level 2), the rest an echo
+// partition each; with more than 3 it measures the idle CPU of all; then
+// it SIGKILLs kv's primary and returns how long a write waited.
+func processCluster(ctx context.Context, cfg Config, n int, w io.Writer) (time.Duration, []*report.Check, error) {
+	exe, dir, cleanup, err := localcluster.Scratch("neptune-scale-procs-")
+	if err != nil {
+		return 0, nil, err
 	}
 	defer cleanup()
 	cl, err := localcluster.NewSecure(exe, dir, "scale")
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	defer cl.Close()
-	fmt.Fprintf(w, "\n[processes] starting %d secured node processes...\n", cfg.Processes)
-	nodes := make([]*localcluster.Node, cfg.Processes)
+	kvConf := filepath.Join(dir, "kv.yaml")
+	if err := os.WriteFile(kvConf, []byte("services:\n  - name: kv\n    partitions: 0\n    replication:\n      level: 2\n      nodes: [p000, p001, p002]\n      degree: 3\n"), 0o644); err != nil {
+		return 0, nil, err
+	}
+	if n > 3 {
+		fmt.Fprintf(w, "[processes] starting %d secured node processes...\n", n)
+	}
+	nodes := make([]*localcluster.Node, n)
 	start := func(i int) error {
-		n, err := cl.Start(ctx, localcluster.Spec{ID: fmt.Sprintf("p%03d", i), Services: []string{fmt.Sprintf("echo:%d", i)}})
-		nodes[i] = n
+		spec := localcluster.Spec{ID: fmt.Sprintf("p%03d", i), Services: []string{fmt.Sprintf("echo:%d", i)}}
+		if i < 3 {
+			spec.Args = []string{"--config", kvConf}
+		}
+		nd, err := cl.Start(ctx, spec)
+		nodes[i] = nd
 		return err
 	}
 	if err := start(0); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	const batch = 4
-	for i := 1; i < cfg.Processes; i += batch {
+	for i := 1; i < n; i += batch {
 		var wg sync.WaitGroup
 		errs := make([]error, batch)
 		for j := range batch {
-			if i+j < cfg.Processes {
+			if i+j < n {
 				wg.Go(func() { errs[j] = start(i + j) })
 			}
 		}
 		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				return nil, err
-			}
+		if err := errors.Join(errs...); err != nil {
+			return 0, nil, err
 		}
-		if (i/batch)%5 == 0 {
-			fmt.Fprintf(w, "[processes] %d up\n", min(i+batch, cfg.Processes))
+		if n > 3 && (i/batch)%5 == 0 {
+			fmt.Fprintf(w, "[processes] %d up\n", min(i+batch, n))
 		}
 	}
 	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cl.Seeds(), Security: cl.ClientSecurity("client/client")})
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	defer c.Close()
-	if err := localcluster.WaitMembers(ctx, c, cfg.Processes, 2*time.Minute); err != nil {
-		return nil, err
+	if err := localcluster.WaitMembers(ctx, c, n, 2*time.Minute); err != nil {
+		return 0, nil, err
 	}
-	fmt.Fprintf(w, "[processes] all %d in the yellow pages; settling %v, then idle for %v\n", cfg.Processes, cfg.Settle, cfg.ProcessIdle)
-	bench.Sleep(ctx, cfg.Settle)
-	total := func() time.Duration {
-		var sum time.Duration
-		for _, n := range nodes {
-			if d, ok := bench.ProcCPU(n.PID()); ok {
-				sum += d
+	if err := localcluster.WaitServing(ctx, c, "kv", 1, 3, time.Minute); err != nil {
+		return 0, nil, err
+	}
+	var checks []*report.Check
+	if n > 3 {
+		fmt.Fprintf(w, "[processes] all %d in the yellow pages; settling %v, then idle for %v\n", n, cfg.Settle, cfg.ProcessIdle)
+		bench.Sleep(ctx, cfg.Settle)
+		total := func() time.Duration {
+			var sum time.Duration
+			for _, nd := range nodes {
+				if d, ok := bench.ProcCPU(nd.PID()); ok {
+					sum += d
+				}
+			}
+			return sum
+		}
+		probe := bench.StartLagProbe(10 * time.Millisecond)
+		c0, w0 := total(), time.Now()
+		bench.Sleep(ctx, cfg.ProcessIdle)
+		used, wall := total()-c0, time.Since(w0)
+		starved := probe.Stop()
+		cores := used.Seconds() / wall.Seconds()
+		perNode := float64(used.Milliseconds()) / wall.Seconds() / float64(n)
+		fmt.Fprintf(w, "[processes] %d idle node processes: %.3f cores together, %.2f ms CPU/s each\n", n, cores, perNode)
+		check := report.AtMost(fmt.Sprintf("%d idle secured node processes use ≤ %.2f cores together", n, cfg.ProcessCores), cores, cfg.ProcessCores,
+			fmt.Sprintf("%.3f cores (%.2f ms/s per node over %v)", cores, perNode, wall.Round(time.Second)))
+		checks = append(checks, starved.Doubt(check, "the idle window"))
+	}
+	wait, err := killPrimary(ctx, c, nodes)
+	return wait, checks, err
+}
+
+// killPrimary SIGKILLs kv partition 0's primary and returns how long a
+// write issued then waited for its acknowledgement.
+func killPrimary(ctx context.Context, c *neptune.Client, nodes []*localcluster.Node) (time.Duration, error) {
+	primary, err := localcluster.Primary(ctx, c, "kv", 0, time.Minute)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := c.Call(ctx, "kv", 0, "put", []byte("warm=1")); err != nil {
+		return 0, fmt.Errorf("warm-up write: %w", err)
+	}
+	for _, nd := range nodes {
+		if nd.Spec.ID == primary {
+			if err := nd.Kill(); err != nil {
+				return 0, err
 			}
 		}
-		return sum
 	}
-	probe := bench.StartLagProbe(10 * time.Millisecond)
-	c0, w0 := total(), time.Now()
-	bench.Sleep(ctx, cfg.ProcessIdle)
-	used, wall := total()-c0, time.Since(w0)
-	starved := probe.Stop()
-	cores := used.Seconds() / wall.Seconds()
-	perNode := float64(used.Milliseconds()) / wall.Seconds() / float64(cfg.Processes)
-	fmt.Fprintf(w, "[processes] %d idle node processes: %.3f cores together, %.2f ms CPU/s each\n", cfg.Processes, cores, perNode)
-	check := report.AtMost(fmt.Sprintf("%d idle secured node processes use ≤ %.2f cores together", cfg.Processes, cfg.ProcessCores), cores, cfg.ProcessCores,
-		fmt.Sprintf("%.3f cores (%.2f ms/s per node over %v)", cores, perNode, wall.Round(time.Second)))
-	return []*report.Check{starved.Doubt(check, "the idle window")}, nil
+	killed := time.Now()
+	callCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := c.Call(callCtx, "kv", 0, "put", []byte("after=1")); err != nil {
+		return 0, fmt.Errorf("write after the primary's kill: %w", err)
+	}
+	return time.Since(killed), nil
 }

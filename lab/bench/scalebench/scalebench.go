@@ -15,7 +15,8 @@
 //   - no live member is removed anywhere over LossWatch at Loss packet
 //     loss at the largest size;
 //   - processes: Processes idle secured node processes use at most
-//     ProcessCores cores together.
+//     ProcessCores cores together, and a write after a primary's SIGKILL
+//     among them waits at most FailoverGoal× what it waits among 3.
 //
 // A verdict whose cells ran on a starved machine (a 10 ms timer late by
 // more than StarvedLag) is INCONCLUSIVE.
@@ -56,9 +57,9 @@ type Config struct {
 	Loss      float64
 	LossWatch time.Duration
 	// Goals.
-	FlatGoal, ProcessCores         float64
-	PropagationGoal, DetectionGoal time.Duration
-	StarvedLag                     time.Duration
+	FlatGoal, ProcessCores, FailoverGoal float64
+	PropagationGoal, DetectionGoal       time.Duration
+	StarvedLag                           time.Duration
 	// Processes is the number of idle node processes; ProcessIdle their
 	// measuring window.
 	Processes   int
@@ -73,7 +74,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Sections: Sections, Sizes: []int{16, 64, 256, 1000}, Partitions: 4, Settle: 15 * time.Second, Idle: 20 * time.Second,
 		JoinLimit: 10 * time.Minute, EventLimit: 30 * time.Second, Loss: 0.05, LossWatch: time.Minute,
-		FlatGoal: 1.5, ProcessCores: 0.5, PropagationGoal: 2 * time.Second, DetectionGoal: 5 * time.Second, StarvedLag: 200 * time.Millisecond,
+		FlatGoal: 1.5, ProcessCores: 0.5, FailoverGoal: 1.5, PropagationGoal: 2 * time.Second, DetectionGoal: 5 * time.Second, StarvedLag: 200 * time.Millisecond,
 		Processes: 100, ProcessIdle: 30 * time.Second, Seed: 1}
 }
 
