@@ -38,6 +38,7 @@ Files (PEM; private keys are written with mode 0600):
   operator-<name>.pem …              an operator's
   gateway-<name>.pem …               a gateway's
   scraper-<name>.pem …               a scraper's (it may only read /metrics)
+  revoked-tokens                     bearer tokens revoked early (tls token revoke)
 Every member also needs ca.pem. Nodes re-read their files when they
 change, so a certificate is renewed by writing new files in place.`,
 		Example: `  neptune tls ca create --dir pki --cluster prod
