@@ -24,6 +24,9 @@ type backupWorkload struct {
 	write func(ctx context.Context, c *neptune.Client, i int) error
 	// count returns how many times each write in 1..n is in the state.
 	count func(ctx context.Context, c *neptune.Client, n int) (map[int]int, error)
+	// postgres keeps the service's data in PostgreSQL (a schema per
+	// node on NEPTUNE_TEST_PG_DSN), not in SQLite files.
+	postgres bool
 }
 
 const backupParts = 3
@@ -96,8 +99,21 @@ func TestBackupRestoreKV(t *testing.T) {
 
 // TestBackupRestoreForum is TestBackupRestoreListAppend for the forum on
 // SQLite: each write is a new thread whose subject names it.
-func TestBackupRestoreForum(t *testing.T) {
-	testBackupRestore(t, "f", backupWorkload{
+func TestBackupRestoreForum(t *testing.T) { testBackupRestore(t, "f", forumWorkload()) }
+
+// TestBackupRestoreForumPostgres is TestBackupRestoreForum with every
+// node's forum in a PostgreSQL database of its own; the restored nodes
+// get the lost nodes' databases back, holding the writes made after the
+// backup, which the restore replaces.
+func TestBackupRestoreForumPostgres(t *testing.T) {
+	w := forumWorkload()
+	w.postgres = true
+	testBackupRestore(t, "fq", w)
+}
+
+// forumWorkload: each write is a new thread whose subject names it.
+func forumWorkload() backupWorkload {
+	return backupWorkload{
 		service: "forum",
 		write: func(ctx context.Context, c *neptune.Client, i int) error {
 			p := i % backupParts
@@ -127,13 +143,24 @@ func TestBackupRestoreForum(t *testing.T) {
 			}
 			return counts, nil
 		},
-	})
+	}
 }
 
 // TestBackupRestoreAuction is TestBackupRestoreListAppend for the
 // auction on SQLite: each write is a new item whose title names it.
-func TestBackupRestoreAuction(t *testing.T) {
-	testBackupRestore(t, "u", backupWorkload{
+func TestBackupRestoreAuction(t *testing.T) { testBackupRestore(t, "u", auctionWorkload()) }
+
+// TestBackupRestoreAuctionPostgres is TestBackupRestoreForumPostgres for
+// the auction.
+func TestBackupRestoreAuctionPostgres(t *testing.T) {
+	w := auctionWorkload()
+	w.postgres = true
+	testBackupRestore(t, "uq", w)
+}
+
+// auctionWorkload: each write is a new item whose title names it.
+func auctionWorkload() backupWorkload {
+	return backupWorkload{
 		service: "auction",
 		write: func(ctx context.Context, c *neptune.Client, i int) error {
 			p := i % backupParts
@@ -163,7 +190,7 @@ func TestBackupRestoreAuction(t *testing.T) {
 			}
 			return counts, nil
 		},
-	})
+	}
 }
 
 // TestBackupRestorePCache is TestBackupRestoreKV for pcache (bbolt).

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/record"
+	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/echo"
 	"github.com/neptune-cluster/neptune/apps/kv"
@@ -308,7 +310,7 @@ func respBody(r *neptune.Response) string {
 // lines, and waits until every partition has a primary (level 1: is known).
 func appProcs(t *testing.T, ctx context.Context, prefix, service string, parts, level int, extra string) (*localcluster.Cluster, []*localcluster.Node, *neptune.Client) {
 	t.Helper()
-	return seededProcs(t, ctx, prefix, service, parts, level, extra, nil)
+	return seededProcs(t, ctx, prefix, service, parts, level, extra, nil, nil)
 }
 
 func startGateway(t *testing.T, ctx context.Context, dir, name, config string, args ...string) *gatewayProc {
@@ -1418,15 +1420,27 @@ func withKey(labels map[string]string, k, v string) map[string]string {
 }
 
 // seededProcs is appProcs with seed, if set, called with each node's
-// data directory before the node starts (a restore test seeds it).
-func seededProcs(t *testing.T, ctx context.Context, prefix, service string, parts, level int, extra string, seed func(dataDir string)) (*localcluster.Cluster, []*localcluster.Node, *neptune.Client) {
+// data directory before the node starts (a restore test seeds it), and
+// storage, if set, naming node i's (0-2) storage for the service (a
+// database of its own: services[0].storage).
+func seededProcs(t *testing.T, ctx context.Context, prefix, service string, parts, level int, extra string, seed func(dataDir string), storage func(i int) string) (*localcluster.Cluster, []*localcluster.Node, *neptune.Client) {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, service+".yaml")
-	yaml := fmt.Sprintf("services:\n  - name: %s\n    partitions: 0-%d\n    replication:\n      level: %d\n      nodes: [%[4]s1, %[4]s2, %[4]s3]\n      degree: 3\n%[5]s",
-		service, parts-1, level, prefix, extra)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
+	config := func(storageLine string) string {
+		return fmt.Sprintf("services:\n  - name: %[1]s\n    partitions: 0-%[2]d\n%[6]s    replication:\n      level: %[3]d\n      nodes: [%[4]s1, %[4]s2, %[4]s3]\n      degree: 3\n%[5]s",
+			service, parts-1, level, prefix, extra, storageLine)
+	}
+	cfgs := make([]string, 3)
+	for i := range cfgs {
+		cfgs[i] = filepath.Join(dir, service+".yaml")
+		line := ""
+		if storage != nil {
+			cfgs[i] = filepath.Join(dir, fmt.Sprintf("%s-%s%d.yaml", service, prefix, i+1))
+			line = fmt.Sprintf("    storage: %q\n", storage(i))
+		}
+		if err := os.WriteFile(cfgs[i], []byte(config(line)), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cl, err := localcluster.NewSecure(neptuneBinary(t), dir, "test")
 	if err != nil {
@@ -1439,7 +1453,7 @@ func seededProcs(t *testing.T, ctx context.Context, prefix, service string, part
 		if seed != nil {
 			seed(filepath.Join(dir, id))
 		}
-		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfg, "-data-dir", filepath.Join(dir, id),
+		n, err := cl.Start(ctx, localcluster.Spec{ID: id, Args: []string{"-config", cfgs[i], "-data-dir", filepath.Join(dir, id),
 			"-announce-interval", "200ms", "-announce-ttl", "1s"}})
 		if err != nil {
 			t.Fatal(err)
@@ -1471,8 +1485,17 @@ func testBackupRestore(t *testing.T, prefix string, w backupWorkload) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
+	// On PostgreSQL every node has a database (schema) of its own; the
+	// restored cluster's nodes get the lost ones' databases back as they
+	// were left, writes after the backup included: restoring replaces a
+	// partition's rows.
+	var storage func(i int) string
+	if w.postgres {
+		dsns := []string{pgSchema(t), pgSchema(t), pgSchema(t)}
+		storage = func(i int) string { return dsns[i] }
+	}
 	exe := neptuneBinary(t)
-	cl, nodes, c := appProcs(t, ctx, prefix, w.service, backupParts, 2, "")
+	cl, nodes, c := seededProcs(t, ctx, prefix, w.service, backupParts, 2, "", nil, storage)
 	neptuneCmd := func(args ...string) (string, error) {
 		out, err := exec.CommandContext(ctx, exe, args...).CombinedOutput()
 		return string(out), err
@@ -1586,7 +1609,7 @@ func testBackupRestore(t *testing.T, prefix string, w backupWorkload) {
 			t.Fatalf("neptune restore: %v\n%s", err, out)
 		}
 		t.Logf("neptune restore --data-dir %s:\n%s", filepath.Base(dataDir), out)
-	})
+	}, storage)
 	counts, err := w.count(ctx, c2, int(next.Load()))
 	if err != nil {
 		t.Fatal(err)
@@ -1713,3 +1736,43 @@ func dumpLogsOnFailure(t *testing.T, dir string) {
 		t.Logf("--- %s (%d lines kept):\n%s", filepath.Base(f), len(keep), strings.Join(keep[max(0, len(keep)-40):], "\n"))
 	}
 }
+
+// pgSchema is a DSN naming a fresh schema on the PostgreSQL server of
+// NEPTUNE_TEST_PG_DSN, dropped at t's end; without the variable the test
+// is skipped, or fails when CI is set: CI must run the PostgreSQL tests
+// (as apps/internal/appkit/appkittest does for the apps' own tests).
+func pgSchema(t *testing.T) string {
+	t.Helper()
+	dsn := os.Getenv("NEPTUNE_TEST_PG_DSN")
+	if dsn == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("NEPTUNE_TEST_PG_DSN is not set but CI is: the PostgreSQL tests must run in CI (.ci/run starts a server)")
+		}
+		t.Skip("PostgreSQL tests skipped: set NEPTUNE_TEST_PG_DSN (e.g. postgres://neptune:neptune@127.0.0.1:5432/neptune) to run them")
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatalf("NEPTUNE_TEST_PG_DSN: %v", err)
+	}
+	defer db.Close()
+	schema := fmt.Sprintf("ct_%d_%d", os.Getpid(), pgSeq.Add(1))
+	if _, err := db.Exec("CREATE SCHEMA " + schema); err != nil {
+		t.Fatalf("create schema on NEPTUNE_TEST_PG_DSN: %v", err)
+	}
+	t.Cleanup(func() {
+		if db, err := sql.Open("pgx", dsn); err == nil {
+			_, _ = db.Exec("DROP SCHEMA " + schema + " CASCADE")
+			db.Close()
+		}
+	})
+	if !strings.Contains(dsn, "://") {
+		return dsn + " search_path=" + schema
+	}
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return dsn + sep + "search_path=" + schema
+}
+
+var pgSeq atomic.Int64

@@ -2,11 +2,15 @@ package clustertest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -439,5 +443,78 @@ func TestKeyRotationOnALiveClusterLosesNoCall(t *testing.T) {
 	}
 	if calls.Load() < 100 {
 		t.Fatalf("only %d calls ran", calls.Load())
+	}
+}
+
+// TestRevokedTokenIsRefusedWithoutRestart: running node processes admit
+// an operator's token to the dashboard until `neptune tls token revoke`
+// lists it in their TLS directory's revocation file; then, without a
+// restart, every node answers it 401 saying it was revoked, and a token
+// not revoked still opens the dashboard.
+func TestRevokedTokenIsRefusedWithoutRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts node processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl, _, c := appProcs(t, ctx, "v", "kv", 1, 2, "metrics: 127.0.0.1:0\n")
+	ca, err := pki.LoadCA(cl.PKIDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func() string {
+		tok, err := ca.IssueToken(pki.Identity{Role: pki.RoleOperator, Name: "alice"}, time.Hour, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	revoked, kept := issue(), issue()
+	// A token's holder with no certificate of its own (a browser, curl).
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	get := func(addr, tok string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/api/dashboard/self", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var addrs []string
+	for _, m := range c.Members(ctx, 0) {
+		if m.MetricsAddr != "" {
+			addrs = append(addrs, m.MetricsAddr)
+		}
+	}
+	if len(addrs) != 3 {
+		t.Fatalf("metrics listeners %v, want the three nodes'", addrs)
+	}
+	for _, a := range addrs {
+		if code, body := get(a, revoked); code != http.StatusOK {
+			t.Fatalf("%s before revoking: %d %.200q", a, code, body)
+		}
+	}
+
+	out, err := exec.CommandContext(ctx, neptuneBinary(t), "tls", "token", "revoke", "--dir", cl.PKIDir(), revoked).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "revoked token ") {
+		t.Fatalf("neptune tls token revoke: %v\n%s", err, out)
+	}
+	for _, a := range addrs {
+		var code int
+		var body string
+		waitFor(t, 30*time.Second, func() bool { // the nodes look at their files every 10 s
+			code, body = get(a, revoked)
+			return code != http.StatusOK
+		})
+		if code != http.StatusUnauthorized || !strings.Contains(body, "was revoked") {
+			t.Errorf("%s: the revoked token got %d %.200q; want 401 saying it was revoked", a, code, body)
+		}
+		if code, body := get(a, kept); code != http.StatusOK {
+			t.Errorf("%s: a token not revoked got %d %.200q", a, code, body)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/apps/echo"
 	"github.com/neptune-cluster/neptune/apps/kv"
 	"github.com/neptune-cluster/neptune/internal/gateway"
 )
@@ -202,4 +204,236 @@ func TestOneCallsSpanTreeAndRequestID(t *testing.T) {
 	if err == nil || neptune.RequestIDOf(err) != "my-request-7" || !strings.Contains(err.Error(), "request_id my-request-7") {
 		t.Errorf("Call's error %v; want it to name request id my-request-7", err)
 	}
+}
+
+// TestAggregationAndStreamSpanTrees follows one Data Aggregation Call over
+// four partitions on two nodes and one bidirectional and one server
+// stream: each is one trace whose spans form the tree of the RPCs that
+// carried it (the W3C context crossing every Aggregate RPC and each
+// stream), with every partition's local operator, the reductions that
+// merged them and each stream's message counts on both sides.
+func TestAggregationAndStreamSpanTrees(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var join []string
+	for i := range 2 {
+		nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: fmt.Sprintf("t%d", i), Join: join,
+			AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second, TracerProvider: tp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Register(sumService(), 2*i, 2*i+1); err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Register(echo.Service(), i); err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		join = []string{nd.GossipAddr()}
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: join, Security: neptune.Security{Insecure: true}, TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	parts := []int{0, 1, 2, 3}
+	agg := neptune.Aggregation{Service: "sum", Partitions: parts, Local: "work", Reduce: "sum", Deadline: 5 * time.Second}
+	waitFor(t, 15*time.Second, func() bool {
+		res, err := c.Aggregate(ctx, agg)
+		return err == nil && res.Status == neptune.AggregateFull
+	})
+
+	// One aggregation.
+	exp.Reset()
+	if res, err := c.Aggregate(ctx, agg); err != nil || res.Status != neptune.AggregateFull {
+		t.Fatalf("aggregate: %+v, %v", res, err)
+	}
+	root := rootSpan(t, exp, "neptune.client.Aggregate")
+	tr := traceOf(t, exp, root, func(spans tracetest.SpanStubs) bool {
+		return countSpans(spans, "neptune.aggregate.local") == len(parts) && countSpans(spans, "neptune.aggregate.reduce") == len(parts)-1
+	})
+	tr.attrs(root, map[string]string{"neptune.service": "sum", "neptune.partitions": "4", "neptune.participants": "4", "neptune.status": "full",
+		"neptune.contributing": "4"})
+	if p := tr.attr(root, "neptune.polls"); p == "" || p == "0" {
+		t.Errorf("the aggregation's span says it polled %q nodes; want some", p)
+	}
+	// Every node's part hangs from the server span of the Aggregate RPC
+	// that sent it its subtree, that from the client span of the sender
+	// (the caller or a parent node's part); every operator from a part.
+	covered := map[string]bool{}
+	for _, s := range tr.spans {
+		switch s.Name {
+		case "neptune.aggregate.node":
+			srv := tr.parentOf(s, "neptune.v1.Node/Aggregate", trace.SpanKindServer)
+			cl := tr.parentOf(srv, "neptune.v1.Node/Aggregate", trace.SpanKindClient)
+			if p := tr.byID[cl.Parent.SpanID()]; p.Name != "neptune.client.Aggregate" && p.Name != "neptune.aggregate.node" {
+				t.Errorf("an Aggregate RPC sent by %q; want the caller or a node's part\n%s", p.Name, tr.dump())
+			}
+		case "neptune.aggregate.local":
+			tr.parentOf(s, "neptune.aggregate.node", trace.SpanKindInternal)
+			covered[tr.attr(s, "neptune.partition")] = true
+		case "neptune.aggregate.reduce":
+			tr.parentOf(s, "neptune.aggregate.node", trace.SpanKindInternal)
+		}
+	}
+	if len(covered) != len(parts) {
+		t.Errorf("local operators ran for partitions %v; want each of %v once\n%s", covered, parts, tr.dump())
+	}
+
+	// One bidirectional stream: three rounds.
+	exp.Reset()
+	s, err := c.OpenStream(ctx, "echo", 0, "talk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := s.Send(fmt.Appendf(nil, "m%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); err != io.EOF {
+		t.Fatalf("after CloseSend: %v, want io.EOF", err)
+	}
+	root = rootSpan(t, exp, "neptune.client.OpenStream")
+	tr = traceOf(t, exp, root, func(spans tracetest.SpanStubs) bool { return countSpans(spans, "neptune.handler echo.talk") == 1 })
+	tr.attrs(root, map[string]string{"neptune.service": "echo", "neptune.method": "talk", "neptune.stream.sent": "3", "neptune.stream.received": "3"})
+	if tr.attr(root, "neptune.replica") == "" {
+		t.Errorf("the stream's span names no replica\n%s", tr.dump())
+	}
+	cl := tr.childOf(root, "neptune.v1.Node/BidiStream", trace.SpanKindClient)
+	srv := tr.childOf(cl, "neptune.v1.Node/BidiStream", trace.SpanKindServer)
+	tr.attrs(srv, map[string]string{"neptune.stream.received": "3", "neptune.stream.sent": "3"})
+	tr.childOf(srv, "neptune.handler echo.talk", trace.SpanKindInternal)
+
+	// One server stream of four chunks.
+	exp.Reset()
+	ss, err := c.Stream(ctx, "echo", 0, "chunks", []byte{4, 'x'})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := ss.Recv(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	root = rootSpan(t, exp, "neptune.client.Stream")
+	tr = traceOf(t, exp, root, func(spans tracetest.SpanStubs) bool { return countSpans(spans, "neptune.handler echo.chunks") == 1 })
+	tr.attrs(root, map[string]string{"neptune.method": "chunks", "neptune.stream.received": "4"})
+	cl = tr.childOf(root, "neptune.v1.Node/Stream", trace.SpanKindClient)
+	srv = tr.childOf(cl, "neptune.v1.Node/Stream", trace.SpanKindServer)
+	tr.attrs(srv, map[string]string{"neptune.stream.sent": "4"})
+	tr.childOf(srv, "neptune.handler echo.chunks", trace.SpanKindInternal)
+}
+
+// rootSpan waits for the ended span named name that has no parent.
+func rootSpan(t *testing.T, exp *tracetest.InMemoryExporter, name string) tracetest.SpanStub {
+	t.Helper()
+	var root tracetest.SpanStub
+	waitFor(t, 5*time.Second, func() bool {
+		for _, s := range exp.GetSpans() {
+			if s.Name == name && !s.Parent.IsValid() {
+				root = s
+				return true
+			}
+		}
+		return false
+	})
+	return root
+}
+
+// spanTree is one trace's ended spans, by id.
+type spanTree struct {
+	t     *testing.T
+	spans tracetest.SpanStubs
+	byID  map[trace.SpanID]tracetest.SpanStub
+}
+
+// traceOf waits until root's trace is complete (done) and returns it.
+func traceOf(t *testing.T, exp *tracetest.InMemoryExporter, root tracetest.SpanStub, done func(tracetest.SpanStubs) bool) *spanTree {
+	t.Helper()
+	var spans tracetest.SpanStubs
+	deadline := time.Now().Add(5 * time.Second)
+	for spans = spansOf(exp.GetSpans(), root.SpanContext.TraceID().String()); !done(spans); spans = spansOf(exp.GetSpans(), root.SpanContext.TraceID().String()) {
+		if time.Now().After(deadline) {
+			tr := &spanTree{t: t, spans: spans, byID: map[trace.SpanID]tracetest.SpanStub{}}
+			for _, s := range spans {
+				tr.byID[s.SpanContext.SpanID()] = s
+			}
+			t.Fatalf("the trace of %s is not complete:\n%s", root.Name, tr.dump())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tr := &spanTree{t: t, spans: spans, byID: map[trace.SpanID]tracetest.SpanStub{}}
+	for _, s := range spans {
+		tr.byID[s.SpanContext.SpanID()] = s
+	}
+	return tr
+}
+
+func (tr *spanTree) dump() string { return dumpSpans(tr.spans, tr.byID) }
+
+// parentOf is s's parent, which must be named name and of kind kind.
+func (tr *spanTree) parentOf(s tracetest.SpanStub, name string, kind trace.SpanKind) tracetest.SpanStub {
+	tr.t.Helper()
+	p, ok := tr.byID[s.Parent.SpanID()]
+	if !ok || p.Name != name || p.SpanKind != kind {
+		tr.t.Fatalf("%s's parent is %q (%v); want %q (%v)\n%s", s.Name, p.Name, p.SpanKind, name, kind, tr.dump())
+	}
+	return p
+}
+
+// childOf is parent's one child named name of kind kind.
+func (tr *spanTree) childOf(parent tracetest.SpanStub, name string, kind trace.SpanKind) tracetest.SpanStub {
+	tr.t.Helper()
+	for _, s := range tr.spans {
+		if s.Name == name && s.SpanKind == kind && s.Parent.SpanID() == parent.SpanContext.SpanID() {
+			return s
+		}
+	}
+	tr.t.Fatalf("no span %q (%v) under %q\n%s", name, kind, parent.Name, tr.dump())
+	return tracetest.SpanStub{}
+}
+
+// attr is s's attribute key as text, "" if it has none.
+func (tr *spanTree) attr(s tracetest.SpanStub, key string) string {
+	for _, a := range s.Attributes {
+		if string(a.Key) == key {
+			return a.Value.Emit()
+		}
+	}
+	return ""
+}
+
+// attrs checks that s has each of want's attributes.
+func (tr *spanTree) attrs(s tracetest.SpanStub, want map[string]string) {
+	tr.t.Helper()
+	for k, v := range want {
+		if got := tr.attr(s, k); got != v {
+			tr.t.Errorf("span %s: %s = %q, want %q", s.Name, k, got, v)
+		}
+	}
+}
+
+func countSpans(spans tracetest.SpanStubs, name string) int {
+	n := 0
+	for _, s := range spans {
+		if s.Name == name {
+			n++
+		}
+	}
+	return n
 }

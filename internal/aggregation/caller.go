@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/dac"
 	"github.com/neptune-cluster/neptune/internal/membership"
@@ -61,6 +63,9 @@ type Config struct {
 	Clock clock.Clock
 	// Metrics, if set, records every call's outcome (NewMetrics).
 	Metrics *Metrics
+	// Tracer, if set, traces every call (trace.go); nil: tracing off,
+	// and no span is started.
+	Tracer trace.Tracer
 }
 
 // Caller runs aggregations: the client's side, and a node's forwarding of
@@ -101,13 +106,18 @@ func NewCaller(cfg Config) *Caller {
 // than ⌈ρ·n⌉ partitions contribute, Aggregate returns ErrBelowQuality
 // together with a result that reports what did arrive. x selects an
 // experiment's baseline; the zero value is the product's behaviour.
-func (c *Caller) Aggregate(ctx context.Context, a Aggregation, x Experiment) (*Result, error) {
-	res, err := c.aggregate(ctx, a, x)
+func (c *Caller) Aggregate(ctx context.Context, a Aggregation, x Experiment) (res *Result, err error) {
+	var sp *callSpan
+	if c.cfg.Tracer != nil {
+		ctx, sp = c.startCall(ctx, a)
+		defer func() { sp.end(res, err) }()
+	}
+	res, err = c.aggregate(ctx, a, x, sp)
 	c.cfg.Metrics.observe(a, res, err)
 	return res, err
 }
 
-func (c *Caller) aggregate(ctx context.Context, a Aggregation, x Experiment) (*Result, error) {
+func (c *Caller) aggregate(ctx context.Context, a Aggregation, x Experiment, sp *callSpan) (*Result, error) {
 	start := c.clock.Now()
 	if err := a.Validate(); err != nil {
 		return nil, err
@@ -120,7 +130,7 @@ func (c *Caller) aggregate(ctx context.Context, a Aggregation, x Experiment) (*R
 	}
 	hop := hopFor(a.Deadline)
 
-	plans, err := c.plan(ctx, a)
+	plans, polled, err := c.plan(ctx, a)
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +166,7 @@ func (c *Caller) aggregate(ctx context.Context, a Aggregation, x Experiment) (*R
 	if a.Scheme == dac.Base {
 		top = &pb.Participant{Index: -1, Parent: -1, DeadlineNs: int64(a.Deadline), Replicas: coordinators(plans)}
 	}
+	sp.planned(base.CallId, len(parts), polled)
 	resp, err := c.child(ctx, start, base, top, parts, hop)
 	var p dac.Partial
 	hedges := 0
@@ -242,9 +253,8 @@ func coordinators(plans []plan) []*pb.ReplicaAddr {
 // (pickPolls) and estimates the others' loads from what earlier polls said
 // (estimate); replicas are ranked by load (silent nodes last, ties at
 // random). A partition with no live replica is left out: it cannot
-// contribute.
-func (c *Caller) plan(ctx context.Context, a Aggregation) ([]plan, error) {
-	var plans []plan
+// contribute. polled is how many nodes it polled.
+func (c *Caller) plan(ctx context.Context, a Aggregation) (plans []plan, polled int, err error) {
 	nodes := map[string]membership.Replica{}
 	nodePart := map[string]int32{}
 	for _, part := range a.Partitions {
@@ -254,9 +264,9 @@ func (c *Caller) plan(ctx context.Context, a Aggregation) ([]plan, error) {
 		case look.PartitionKnown:
 			continue // no live replica: the partition cannot contribute
 		case look.ServiceKnown:
-			return nil, fmt.Errorf("%w %d of service %q", nerr.ErrUnknownPartition, part, a.Service)
+			return nil, 0, fmt.Errorf("%w %d of service %q", nerr.ErrUnknownPartition, part, a.Service)
 		default:
-			return nil, fmt.Errorf("%w %q", nerr.ErrUnknownService, a.Service)
+			return nil, 0, fmt.Errorf("%w %q", nerr.ErrUnknownService, a.Service)
 		}
 		plans = append(plans, plan{partition: part, replicas: look.Replicas})
 		for _, r := range look.Replicas {
@@ -265,7 +275,7 @@ func (c *Caller) plan(ctx context.Context, a Aggregation) ([]plan, error) {
 		}
 	}
 	if len(plans) == 0 {
-		return nil, fmt.Errorf("%w for any partition of %s", nerr.ErrNoReplica, a.Service)
+		return nil, 0, fmt.Errorf("%w for any partition of %s", nerr.ErrNoReplica, a.Service)
 	}
 	ids := make([]string, 0, len(nodes))
 	for id := range nodes {
@@ -310,7 +320,7 @@ func (c *Caller) plan(ctx context.Context, a Aggregation) ([]plan, error) {
 		slices.SortStableFunc(rs, func(x, y membership.Replica) int { return cmp.Compare(servers[x.Node].Load, servers[y.Node].Load) })
 		plans[i].replicas, plans[i].server = rs, servers[rs[0].Node]
 	}
-	return plans, nil
+	return plans, len(polls), nil
 }
 
 // state is what a caller learns across aggregations: mean operator costs

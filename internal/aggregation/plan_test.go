@@ -71,7 +71,7 @@ func TestPlanPollsAtMostK(t *testing.T) {
 	c := NewCaller(Config{Directory: dir, Poller: p, Clock: clk, Polls: k, Rand: rand.New(rand.NewPCG(1, 2))})
 	seen := map[string]int{}
 	for call := range n / k {
-		if _, err := c.plan(context.Background(), a); err != nil {
+		if _, _, err := c.plan(context.Background(), a); err != nil {
 			t.Fatal(err)
 		}
 		got := p.take()
@@ -86,7 +86,7 @@ func TestPlanPollsAtMostK(t *testing.T) {
 		clk.Advance(10 * time.Millisecond)
 	}
 	// The next call polls the n mod k nodes never polled, and others.
-	if _, err := c.plan(context.Background(), a); err != nil {
+	if _, _, err := c.plan(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	got := p.take()
@@ -99,7 +99,7 @@ func TestPlanPollsAtMostK(t *testing.T) {
 	// A small call polls every node, as before.
 	small := a
 	small.Partitions = a.Partitions[:5]
-	if _, err := c.plan(context.Background(), small); err != nil {
+	if _, _, err := c.plan(context.Background(), small); err != nil {
 		t.Fatal(err)
 	}
 	if got := p.take(); len(got) != 5 {
@@ -108,7 +108,7 @@ func TestPlanPollsAtMostK(t *testing.T) {
 	// A call may ask for more polls, up to every node.
 	all := a
 	all.Polls = n
-	if _, err := c.plan(context.Background(), all); err != nil {
+	if _, _, err := c.plan(context.Background(), all); err != nil {
 		t.Fatal(err)
 	}
 	if got := p.take(); len(got) != n {
@@ -142,14 +142,14 @@ func TestPlanUsesKnownLoadsOfNodesItDoesNotPoll(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1000, 0))
 	// LoadHorizon is long, so the estimates are near the answers.
 	c := NewCaller(Config{Directory: dir, Poller: p, Clock: clk, Polls: 43, LoadHorizon: time.Hour, Rand: rand.New(rand.NewPCG(3, 4))})
-	if _, err := c.plan(context.Background(), a); err != nil { // polls all 43
+	if _, _, err := c.plan(context.Background(), a); err != nil { // polls all 43
 		t.Fatal(err)
 	}
 	p.take()
 	c.cfg.Polls = 2
 	for call := range 20 {
 		clk.Advance(time.Second)
-		plans, err := c.plan(context.Background(), a)
+		plans, _, err := c.plan(context.Background(), a)
 		if err != nil {
 			t.Fatal(err)
 		}

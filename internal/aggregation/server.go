@@ -7,6 +7,9 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/dac"
 	"github.com/neptune-cluster/neptune/internal/nerr"
@@ -57,6 +60,9 @@ type ServerConfig struct {
 	// DefaultMaxParticipants). See limits.go.
 	MaxDeadline     time.Duration
 	MaxParticipants int
+	// Tracer, if set, traces this node's part of every call and the
+	// operators it runs (trace.go); nil: tracing off.
+	Tracer trace.Tracer
 }
 
 // Server runs a node's part of aggregations.
@@ -66,6 +72,7 @@ type Server struct {
 	caller   *Caller
 	clock    clock.Clock
 	limits   limits
+	tracer   trace.Tracer // nil: tracing off
 }
 
 // NewServer returns the node side of aggregations.
@@ -77,7 +84,7 @@ func NewServer(cfg ServerConfig) *Server {
 	if l.maxParticipants <= 0 {
 		l.maxParticipants = DefaultMaxParticipants
 	}
-	return &Server{self: cfg.Self, services: cfg.Services, caller: cfg.Caller, clock: clock.OrReal(cfg.Clock), limits: l}
+	return &Server{self: cfg.Self, services: cfg.Services, caller: cfg.Caller, clock: clock.OrReal(cfg.Clock), limits: l, tracer: cfg.Tracer}
 }
 
 // call is this node's part of one aggregation, as Serve sets it up and
@@ -157,6 +164,13 @@ func (s *Server) Serve(ctx context.Context, in *pb.AggregateRequest) (answer *pb
 	c.m = dac.NewMachine(c.cfg)
 	c.owed = h.Ledger.Commit(c.cfg.Local, len(c.children))
 	defer c.owed.Release()
+	ctx, span := s.startNode(ctx, c)
+	defer func() {
+		if span != nil && answer != nil {
+			span.SetAttributes(attribute.Int("neptune.contributing", len(answer.Partitions)))
+		}
+		endSpan(span, failure)
+	}()
 	if !in.Blocking {
 		c.exec = h.Workers.Do
 		return s.run(ctx, c)
@@ -224,9 +238,11 @@ func (s *Server) run(ctx context.Context, c *call) (*pb.AggregateResponse, error
 					var lerr error
 					var cost time.Duration
 					err := c.exec(lctx, in.Class, func(ctx context.Context) {
+						ctx, span := s.startOp(ctx, "neptune.aggregate.local", c.cfg.Partition)
 						t0 := s.clock.Now()
 						data, lerr = runLocal(ctx, c.local, c.cfg.Partition, in.LocalParams)
 						cost = s.clock.Since(t0)
+						endSpan(span, lerr)
 					})
 					events <- event{ev: dac.Event{Kind: dac.LocalDone, Data: data, Err: errors.Join(err, lerr)}, local: cost}
 				}()
@@ -239,9 +255,11 @@ func (s *Server) run(ctx context.Context, c *call) (*pb.AggregateResponse, error
 					var rerr error
 					var cost time.Duration
 					err := c.exec(rctx, ReduceClass, func(ctx context.Context) {
+						ctx, span := s.startOp(ctx, "neptune.aggregate.reduce", -1)
 						t0 := s.clock.Now()
 						data, rerr = runReduce(ctx, c.reduce, a, b, in.ReduceParams)
 						cost = s.clock.Since(t0)
+						endSpan(span, rerr)
 					})
 					events <- event{ev: dac.Event{Kind: dac.ReduceDone, Seq: act.Seq, Data: data, Err: errors.Join(err, rerr)}, ran: err == nil, cost: cost}
 				}()

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,7 @@ Files (PEM; private keys are written with mode 0600):
   operator-<name>.pem …              an operator's
   gateway-<name>.pem …               a gateway's
   scraper-<name>.pem …               a scraper's (it may only read /metrics)
+  revoked-tokens                     bearer tokens revoked early (tls token revoke)
 Every member also needs ca.pem. Nodes re-read their files when they
 change, so a certificate is renewed by writing new files in place.`,
 		Example: `  neptune tls ca create --dir pki --cluster prod
@@ -47,8 +49,8 @@ change, so a certificate is renewed by writing new files in place.`,
 	ca.AddCommand(newCACreateCmd())
 	cert := &cobra.Command{Use: "cert", Short: "Manage member certificates"}
 	cert.AddCommand(newCertCreateCmd())
-	token := &cobra.Command{Use: "token", Short: "Issue bearer tokens for the HTTP listeners (dashboard, /metrics)"}
-	token.AddCommand(newTokenCreateCmd())
+	token := &cobra.Command{Use: "token", Short: "Issue and revoke bearer tokens for the HTTP listeners (dashboard, /metrics)"}
+	token.AddCommand(newTokenCreateCmd(), newTokenRevokeCmd())
 	cmd.AddCommand(ca, cert, token, newTLSInitCmd())
 	return cmd
 }
@@ -373,8 +375,9 @@ JSON, /metrics) are HTTPS and want an identity: a client certificate, or
 this token in an "Authorization: Bearer" header (a Prometheus server's
 authorization: credentials_file, curl -H). An operator's token opens the
 dashboard and /metrics, a scraper's only /metrics. Members verify it with
-the CA certificate they already hold; it cannot be revoked before it
-expires (short of replacing the CA), so keep --valid-for short.`,
+the CA certificate they already hold. The token's id goes to standard
+error: "neptune tls token revoke" revokes the token by it (or by the
+token itself) before it expires; still, keep --valid-for short.`,
 		Example: `  neptune tls token create --dir pki --operator alice --valid-for 8h
   curl --cacert pki/ca.pem -H "Authorization: Bearer $(neptune tls token create --dir pki --scraper prom)" https://n1.example.net:9100/metrics`,
 		Args: noArgs,
@@ -397,7 +400,13 @@ expires (short of replacing the CA), so keep --valid-for short.`,
 			if err != nil {
 				return err
 			}
+			t, err := pki.InspectToken(tok, []*x509.Certificate{ca.Cert})
+			if err != nil {
+				return err
+			}
 			fmt.Fprintln(cmd.OutOrStdout(), tok)
+			fmt.Fprintf(cmd.ErrOrStderr(), "token %s for %s, expires %s (revoke: neptune tls token revoke --dir %s %s)\n",
+				t.ID, t.Identity, t.Expires.UTC().Format(time.RFC3339), dir, t.ID)
 			return nil
 		},
 	}
@@ -410,5 +419,73 @@ expires (short of replacing the CA), so keep --valid-for short.`,
 	_ = cmd.MarkFlagRequired("dir")
 	cmd.MarkFlagsOneRequired("operator", "scraper")
 	cmd.MarkFlagsMutuallyExclusive("operator", "scraper")
+	return cmd
+}
+
+func newTokenRevokeCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "revoke --dir D (ID | TOKEN)...",
+		Short: "Revoke bearer tokens before they expire",
+		Long: `Add tokens to the revocation file of a TLS directory, --dir/revoked-tokens,
+by their id (what "tls token create" prints on standard error) or by the
+token itself (verified against --dir/ca.pem, expired or not). Copy the
+file to every member's TLS directory, as you copy certificates: members
+re-read it when it changes (within 10 s, no restart) and answer a revoked
+token with 401 saying it was revoked. Lines of tokens that have expired
+are dropped as the file is rewritten; a token revoked by its id alone
+stays listed.`,
+		Example: `  neptune tls token revoke --dir pki 3f9a0c…
+  neptune tls token revoke --dir pki "$(cat prom.token)"
+  for n in n1 n2 n3; do scp pki/revoked-tokens $n:/etc/neptune/tls/; done`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			now := time.Now()
+			path := filepath.Join(dir, pki.RevokedTokensFile)
+			var cas []*x509.Certificate
+			for _, arg := range args {
+				r := pki.Revocation{ID: arg, Revoked: now}
+				if strings.Count(arg, ".") == 2 { // a JWT: header.claims.signature
+					if cas == nil {
+						b, err := os.ReadFile(filepath.Join(dir, pki.CACertFile))
+						if err != nil {
+							return fmt.Errorf("--dir %s: %w (a token is checked against the CA certificate before it is revoked)", dir, err)
+						}
+						if cas, err = pki.ParseCerts(b); err != nil {
+							return fmt.Errorf("--dir %s: %s: %w", dir, pki.CACertFile, err)
+						}
+					}
+					t, err := pki.InspectToken(arg, cas)
+					if err != nil {
+						return Usagef("a token this CA did not sign, or not a token: %v", err)
+					}
+					if t.ID == "" {
+						return fmt.Errorf("the token of %s was issued before tokens carried an id and cannot be revoked; it expires %s (or replace the CA)",
+							t.Identity, t.Expires.UTC().Format(time.RFC3339))
+					}
+					r = pki.Revocation{ID: t.ID, Subject: t.Identity.URI().String(), Expires: t.Expires, Revoked: now}
+				} else if err := pki.ValidateTokenID(arg); err != nil {
+					return Usagef("%v", err)
+				}
+				added, err := pki.Revoke(path, r, now)
+				if err != nil {
+					return err
+				}
+				what := "token " + r.ID
+				if r.Subject != "" {
+					what += " of " + r.Subject
+				}
+				if added {
+					fmt.Fprintf(cmd.OutOrStdout(), "revoked %s\n", what)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s was revoked already\n", what)
+				}
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "copy %s to every member's TLS directory; members re-read it when it changes\n", path)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the TLS `directory` (ca.pem; its revoked-tokens file is written) (required)")
+	_ = cmd.MarkFlagRequired("dir")
 	return cmd
 }

@@ -259,3 +259,65 @@ func TestTLSTokenCreate(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSTokenRevoke: a token revoked by itself or by the id create
+// printed is listed in the directory's revocation file and refused by a
+// member reading it; bad arguments are usage errors.
+func TestTLSTokenRevoke(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, stderr := run(t, []string{"tls", "init", "--dir", dir, "--cluster", "prod", "--nodes", "n1"}); code != 0 {
+		t.Fatal(stderr)
+	}
+	create := func() (tok, id string) {
+		t.Helper()
+		code, stdout, stderr := run(t, []string{"tls", "token", "create", "--dir", dir, "--operator", "alice", "--valid-for", "1h"})
+		if code != 0 {
+			t.Fatal(stderr)
+		}
+		f := strings.Fields(stderr)
+		if len(f) < 2 || f[0] != "token" || !strings.Contains(stderr, "neptune tls token revoke --dir "+dir+" "+f[1]) {
+			t.Fatalf("create's stderr %q names no token id and how to revoke it", stderr)
+		}
+		return strings.TrimSpace(stdout), f[1]
+	}
+	byToken, byTokenID := create()
+	_, byID := create()
+	kept, _ := create()
+	for _, arg := range []string{byToken, byID} {
+		code, stdout, stderr := run(t, []string{"tls", "token", "revoke", "--dir", dir, arg})
+		if code != 0 || !strings.HasPrefix(stdout, "revoked token ") || !strings.Contains(stderr, pki.RevokedTokensFile) {
+			t.Fatalf("revoke: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+	}
+	if code, stdout, _ := run(t, []string{"tls", "token", "revoke", "--dir", dir, byID}); code != 0 || !strings.Contains(stdout, "revoked already") {
+		t.Errorf("revoking again: exit %d, %q", code, stdout)
+	}
+	src, err := pki.NewSource(pki.SourceConfig{Files: pki.FilesFor(dir, pki.Identity{Role: pki.RoleNode, Name: "n1"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.VerifyToken(byToken); !errors.Is(err, pki.ErrTokenRevoked) || !strings.Contains(err.Error(), byTokenID) {
+		t.Errorf("the token revoked by itself: %v", err)
+	}
+	if _, err := src.VerifyToken(kept); err != nil {
+		t.Errorf("a token not revoked: %v", err)
+	}
+	rs, err := pki.ReadRevocations(filepath.Join(dir, pki.RevokedTokensFile))
+	if err != nil || len(rs) != 2 || rs[0].Subject != "neptune://operator/alice" || rs[1].ID != byID {
+		t.Errorf("revocation file: %+v, %v", rs, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"tls", "token", "revoke", "--dir", dir}, "arg"},
+		{[]string{"tls", "token", "revoke", "--dir", dir, "a b"}, "token id"},
+		{[]string{"tls", "token", "revoke", "--dir", dir, "x.y.z"}, "not a token"},
+		{[]string{"tls", "token", "revoke", "--dir", t.TempDir(), byToken}, "ca.pem"},
+	} {
+		code, _, stderr := run(t, tc.args)
+		if code == 0 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("neptune %v: exit %d, stderr %q; want a failure naming %q", tc.args, code, stderr, tc.want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/obs"
 	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -42,13 +43,17 @@ func (c *Client) OpenStream(ctx context.Context, svc string, partition int, meth
 		parent := cancel
 		cancel = func() { cancelT(); parent() }
 	}
+	ctx, sp := c.startStream(ctx, "neptune.client.OpenStream", svc, partition, method)
+	ctx, _ = obs.EnsureRequestID(ctx) // the node logs the stream's as a call's
 	r := &request{in: &pb.CallRequest{Service: svc, Partition: int32(partition), Method: method, Class: o.class}, stream: true, sess: o.session}
 	s, err := c.openStream(ctx, r, o)
 	if err != nil {
 		cancel()
+		sp.end(err)
 		return nil, err
 	}
-	s.cancel = cancel
+	sp.opened(s.node)
+	s.span, s.cancel = sp, cancel
 	return s, nil
 }
 
@@ -93,6 +98,7 @@ type BidiStream struct {
 	id      string // a write stream's identity
 	first   uint64 // the first seq this stream sends
 	cancel  context.CancelFunc
+	span    *streamSpan // traced: ends with the stream
 
 	sendMu sync.Mutex
 	mu     sync.Mutex
@@ -131,7 +137,11 @@ func (s *BidiStream) Send(body []byte) error {
 	}
 	s.sent = seq // counted before it leaves: it may be applied from now on
 	s.mu.Unlock()
-	return s.gs.Send(&pb.StreamFrame{Body: body, Seq: seq})
+	err := s.gs.Send(&pb.StreamFrame{Body: body, Seq: seq})
+	if err == nil {
+		s.span.sentOne()
+	}
+	return err
 }
 
 // CloseSend tells the replica no more messages come; answers still
@@ -144,7 +154,10 @@ func (s *BidiStream) CloseSend() error {
 
 // Close abandons the stream (its context ends); a write stream's messages
 // not yet answered may or may not be applied.
-func (s *BidiStream) Close() { s.cancel() }
+func (s *BidiStream) Close() {
+	s.cancel()
+	s.span.end(nil)
+}
 
 // Recv returns the next answer, or io.EOF once the replica ended the
 // stream after the caller's CloseSend. A write stream's answers come one
@@ -182,10 +195,12 @@ func (s *BidiStream) RecvFrame() (Frame, error) {
 			}
 		}
 		s.sess.observe(s.svc, s.part, f.Version)
+		s.span.received()
 		return Frame{Body: f.Body, Seq: f.Seq, Version: f.Version}, nil
 	}
 	if err == io.EOF {
 		s.cancel()
+		s.span.end(nil)
 		return Frame{}, io.EOF
 	}
 	s.cancel()
@@ -202,9 +217,10 @@ func (s *BidiStream) Applied() uint64 {
 
 // end is the error the stream ends with: a write stream's says which of
 // its messages were applied.
-func (s *BidiStream) end(err error) error {
+func (s *BidiStream) end(err error) (out error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() { s.span.end(out) }()
 	if s.err != nil {
 		return s.err
 	}

@@ -447,24 +447,29 @@ func (c *Client) Stream(ctx context.Context, svc string, partition int, method s
 	if o.timeout > 0 {
 		ctx, cancel = clock.WithTimeout(ctx, c.clock, o.timeout)
 	}
+	ctx, sp := c.startStream(ctx, "neptune.client.Stream", svc, partition, method)
 	ctx, _ = obs.EnsureRequestID(ctx) // the node logs the stream's as a call's
+	fail := func(err error) (*Stream, error) {
+		cancel()
+		sp.end(err)
+		return nil, err
+	}
 	r := &request{in: &pb.CallRequest{Service: svc, Partition: int32(partition), Method: method, Body: body, Class: o.class}, stream: true, sess: o.session}
 	t, err := c.pick(ctx, r)
 	if err != nil {
-		cancel()
-		return nil, err
+		return fail(err)
 	}
+	sp.opened(t.Node)
 	cl, err := c.conns.ClientFor(t.Node, t.RPCAddr)
 	if err != nil {
-		cancel()
-		return nil, err
+		return fail(err)
 	}
 	s, err := cl.Stream(transport.DeclareSize(ctx, r.in), r.in)
 	if err != nil {
-		cancel()
-		return nil, transport.FromStatus(t.Node, err)
+		return fail(transport.FromStatus(t.Node, err))
 	}
-	return &Stream{recv: s.Recv, node: t.Node, done: cancel}, nil
+	sp.sentOne()
+	return &Stream{recv: s.Recv, node: t.Node, done: cancel, span: sp}, nil
 }
 
 // Stream is the answer of a stream method.
@@ -472,6 +477,7 @@ type Stream struct {
 	recv func() (*pb.Chunk, error)
 	node string
 	done context.CancelFunc // releases WithTimeout's timer
+	span *streamSpan        // traced: ends with the last Recv
 }
 
 // Recv returns the next chunk, or io.EOF after the last one.
@@ -479,11 +485,15 @@ func (s *Stream) Recv() ([]byte, error) {
 	ch, err := s.recv()
 	if err == io.EOF {
 		s.done()
+		s.span.end(nil)
 		return nil, io.EOF
 	}
 	if err != nil {
 		s.done()
-		return nil, transport.FromStatus(s.node, err)
+		err = transport.FromStatus(s.node, err)
+		s.span.end(err)
+		return nil, err
 	}
+	s.span.received()
 	return ch.Body, nil
 }

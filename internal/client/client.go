@@ -277,7 +277,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c.agg = aggregation.NewCaller(aggregation.Config{
 		Directory: c.gossip, Poller: c.poller, Dialer: c.conns, PollWait: cfg.Balance.Discard,
-		Rand: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64())), Clock: c.clock, Metrics: c.aggM,
+		Rand: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64())), Clock: c.clock, Metrics: c.aggM, Tracer: c.tracer,
 	})
 	return c, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 
@@ -26,7 +27,23 @@ func (s *nodeServer) BidiStream(stream grpc.BidiStreamingServer[pb.StreamFrame, 
 	if err == io.EOF || first.Open == nil {
 		return transport.ToStatus(fmt.Errorf("%w: a stream's first frame must name the call (open)", nerr.ErrBadRequest))
 	}
-	err = s.n.serveBidi(stream.Context(), first.Open, stream.Recv, stream.Send)
+	var received, sent atomic.Int64 // the handler may send and receive from two goroutines
+	recv := func() (*pb.StreamFrame, error) {
+		f, err := stream.Recv()
+		if err == nil {
+			received.Add(1)
+		}
+		return f, err
+	}
+	send := func(f *pb.StreamFrame) error {
+		err := stream.Send(f)
+		if err == nil {
+			sent.Add(1)
+		}
+		return err
+	}
+	err = s.n.serveBidi(stream.Context(), first.Open, recv, send)
+	s.n.streamCounts(stream.Context(), received.Load(), sent.Load())
 	s.n.observe(first.Open, start, err)
 	return transport.ToStatus(err)
 }

@@ -498,7 +498,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.dash.client.Store(n.client)
 	n.agg = aggregation.NewServer(aggregation.ServerConfig{Self: n.cfg.ID, Services: n, Caller: n.client.Aggregation(), Clock: n.clock,
-		MaxDeadline: n.cfg.MaxAggregateDeadline, MaxParticipants: n.cfg.MaxAggregateParticipants})
+		MaxDeadline: n.cfg.MaxAggregateDeadline, MaxParticipants: n.cfg.MaxAggregateParticipants, Tracer: n.tracer})
 	if n.repl != nil {
 		if err := n.repl.Start(); err != nil {
 			n.Close()

@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -64,10 +66,26 @@ func (n *Node) reportUsage(ctx context.Context, in *pb.CallRequest, out *pb.Call
 func (s *nodeServer) Stream(in *pb.CallRequest, stream grpc.ServerStreamingServer[pb.Chunk]) error {
 	start := s.n.clock.Now()
 	ctx, _ := obs.EnsureRequestID(stream.Context())
-	err := s.n.serveStream(ctx, in, func(b []byte) error { return stream.Send(&pb.Chunk{Body: b}) })
+	var sent int64
+	err := s.n.serveStream(ctx, in, func(b []byte) error {
+		err := stream.Send(&pb.Chunk{Body: b})
+		if err == nil {
+			sent++
+		}
+		return err
+	})
+	s.n.streamCounts(ctx, 1, sent)
 	s.n.observe(in, start, err)
 	s.n.logCall(ctx, "stream served", in, err)
 	return transport.ToStatus(err)
+}
+
+// streamCounts records on a traced stream's server span how many
+// messages it received and sent.
+func (n *Node) streamCounts(ctx context.Context, received, sent int64) {
+	if n.tracer != nil {
+		trace.SpanFromContext(ctx).SetAttributes(attribute.Int64("neptune.stream.received", received), attribute.Int64("neptune.stream.sent", sent))
+	}
 }
 
 // logCall logs a call at debug level with its request id (from ctx),

@@ -71,11 +71,16 @@ func DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(UnaryClientInterceptor), grpc.WithChainStreamInterceptor(StreamClientInterceptor)}
 }
 
-// tracedRPC: only calls are traced (Call, Stream, a forward, which is a
-// Call too), never the replication batches, heartbeats and status RPCs,
-// which are not a user's call and would each start a trace of their own.
+// tracedRPC: only calls are traced (Call, the streams, a forward, which
+// is a Call too, and an aggregation's Aggregate RPCs, one per subtree),
+// never the replication batches, heartbeats and status RPCs, which are
+// not a user's call and would each start a trace of their own.
 func tracedRPC(info *stats.RPCTagInfo) bool {
-	return info.FullMethodName == pb.Node_Call_FullMethodName || info.FullMethodName == pb.Node_Stream_FullMethodName
+	switch info.FullMethodName {
+	case pb.Node_Call_FullMethodName, pb.Node_Stream_FullMethodName, pb.Node_BidiStream_FullMethodName, pb.Node_Aggregate_FullMethodName:
+		return true
+	}
+	return false
 }
 
 // ClientHandler is the gRPC client's span per traced call (tracedRPC),

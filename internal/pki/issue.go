@@ -37,18 +37,20 @@ const (
 // whose clock is a little behind accepts a fresh certificate.
 const backdate = 5 * time.Minute
 
-// Files are what one member reads: its certificate and private key, and
-// the CA certificates it trusts (ca.pem may hold several CAs while the
-// cluster moves from one CA to another).
+// Files are what one member reads: its certificate and private key, the
+// CA certificates it trusts (ca.pem may hold several CAs while the
+// cluster moves from one CA to another) and, optionally, the revoked
+// tokens (revoke.go; "" or a missing file: none).
 type Files struct {
 	CA, Cert, Key string
+	Revoked       string
 }
 
 // FilesFor names id's files in dir: <role>-<name>.pem and
-// <role>-<name>-key.pem beside the CA's ca.pem.
+// <role>-<name>-key.pem beside the CA's ca.pem and the revocation file.
 func FilesFor(dir string, id Identity) Files {
 	base := filepath.Join(dir, string(id.Role)+"-"+id.Name)
-	return Files{CA: filepath.Join(dir, CACertFile), Cert: base + ".pem", Key: base + "-key.pem"}
+	return Files{CA: filepath.Join(dir, CACertFile), Cert: base + ".pem", Key: base + "-key.pem", Revoked: filepath.Join(dir, RevokedTokensFile)}
 }
 
 // CA is a cluster certificate authority: it signs node, client and

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -51,7 +52,9 @@ type Source struct {
 	// under way uses the current material rather than wait.
 	checking sync.Mutex
 	next     atomic.Int64 // unix nanoseconds of the next due check
-	stamps   [3]os.FileInfo
+	// stamps are the files' (CA, certificate, key, revocations) as last
+	// loaded; the revocation file's is nil while it does not exist.
+	stamps [4]os.FileInfo
 }
 
 // material is one consistent load of the files.
@@ -65,6 +68,8 @@ type material struct {
 	// given (browsers and probes come without one).
 	https *tls.Config
 	cas   []*x509.Certificate
+	// revoked are the revoked tokens, by id.
+	revoked map[string]Revocation
 }
 
 // NewSource loads the files once; it fails if they are missing, do not
@@ -92,13 +97,9 @@ func (s *Source) Reload() error {
 }
 
 func (s *Source) reloadLocked() error {
-	var stamps [3]os.FileInfo
-	for i, p := range []string{s.cfg.Files.CA, s.cfg.Files.Cert, s.cfg.Files.Key} {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return fmt.Errorf("pki: %w", err)
-		}
-		stamps[i] = fi
+	stamps, err := s.stat()
+	if err != nil {
+		return err
 	}
 	m, err := s.load()
 	if err != nil {
@@ -110,7 +111,39 @@ func (s *Source) reloadLocked() error {
 	if old != nil && !bytes.Equal(old.cert.Leaf.Raw, m.cert.Leaf.Raw) {
 		s.log.Info("certificate reloaded", "identity", m.id.String(), "serial", m.cert.Leaf.SerialNumber.Text(16), "expires", m.cert.Leaf.NotAfter)
 	}
+	if old != nil && !maps.Equal(old.revoked, m.revoked) {
+		s.log.Info("revoked tokens reloaded", "file", s.cfg.Files.Revoked, "revoked", len(m.revoked))
+	}
 	return nil
+}
+
+// stat is the files' stamps; the revocation file may be missing.
+func (s *Source) stat() ([4]os.FileInfo, error) {
+	var stamps [4]os.FileInfo
+	for i, p := range []string{s.cfg.Files.CA, s.cfg.Files.Cert, s.cfg.Files.Key} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return stamps, fmt.Errorf("pki: %w", err)
+		}
+		stamps[i] = fi
+	}
+	if p := s.cfg.Files.Revoked; p != "" {
+		fi, err := os.Stat(p)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return stamps, fmt.Errorf("pki: %w", err)
+		}
+		stamps[3] = fi
+	}
+	return stamps, nil
+}
+
+// same reports whether two stamps are of one unchanged file (or both of
+// none).
+func same(a, b os.FileInfo) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size()
 }
 
 func (s *Source) scheduleLocked() {
@@ -171,7 +204,16 @@ func (s *Source) load() (*material, error) {
 			break
 		}
 	}
-	m := &material{cert: &pair, id: id, roots: roots, cluster: cluster, cas: cas}
+	m := &material{cert: &pair, id: id, roots: roots, cluster: cluster, cas: cas, revoked: map[string]Revocation{}}
+	if f.Revoked != "" {
+		rs, err := ReadRevocations(f.Revoked)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rs {
+			m.revoked[r.ID] = r
+		}
+	}
 	m.server = &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{pair},
@@ -205,27 +247,38 @@ func (s *Source) checkLocked() {
 	if s.clock.Now().UnixNano() < s.next.Load() {
 		return // another caller just checked
 	}
+	stamps, err := s.stat()
+	if err != nil {
+		s.log.Warn("certificate file unreadable; keeping the loaded certificate and revoked tokens", "err", err)
+		s.scheduleLocked()
+		return
+	}
 	changed := false
-	for i, p := range []string{s.cfg.Files.CA, s.cfg.Files.Cert, s.cfg.Files.Key} {
-		fi, err := os.Stat(p)
-		if err != nil {
-			s.log.Warn("certificate file unreadable; keeping the loaded certificate", "file", p, "err", err)
-			s.scheduleLocked()
-			return
-		}
-		old := s.stamps[i]
-		if !os.SameFile(old, fi) || !old.ModTime().Equal(fi.ModTime()) || old.Size() != fi.Size() {
-			changed = true
-		}
+	for i := range stamps {
+		changed = changed || !same(s.stamps[i], stamps[i])
 	}
 	if !changed {
 		s.scheduleLocked()
 		return
 	}
 	if err := s.reloadLocked(); err != nil {
-		s.log.Warn("certificate files changed but do not load; keeping the loaded certificate", "err", err)
+		s.log.Warn("certificate or revocation files changed but do not load; keeping the loaded certificate and revoked tokens", "err", err)
 		s.scheduleLocked()
 	}
+}
+
+// VerifyToken checks a bearer token against the trusted CAs and the
+// revoked tokens, as they are now (re-reading changed files first).
+func (s *Source) VerifyToken(token string) (Token, error) {
+	m := s.current()
+	t, err := verifyToken(token, m.cas, s.clock.Now(), true)
+	if err != nil {
+		return Token{}, err
+	}
+	if _, ok := m.revoked[t.ID]; ok && t.ID != "" {
+		return Token{}, fmt.Errorf("%w (token %s of %s)", ErrTokenRevoked, t.ID, t.Identity)
+	}
+	return t, nil
 }
 
 // Identity is who this member's certificate names.

@@ -4,8 +4,10 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,8 +22,9 @@ import (
 // ca-key.pem is, like `neptune tls cert create`) and verified against the
 // CA certificates every member already has: no new secret to distribute.
 // Its subject is the identity URI, neptune://<role>/<name>, its issuer the
-// cluster. A token cannot be revoked before it expires (rotating the CA
-// aside), so issue short-lived ones.
+// cluster, its id (jti) random. A token is revoked before it expires by
+// listing its id in the revocation file (revoke.go), which members
+// re-read as they re-read their certificates.
 
 // DefaultTokenValidity is how long a token is valid unless asked.
 const DefaultTokenValidity = 24 * time.Hour
@@ -51,8 +54,12 @@ func (ca *CA) IssueToken(id Identity, validFor time.Duration, now time.Time) (st
 	if err != nil {
 		return "", err
 	}
+	var raw [16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", fmt.Errorf("pki: token id: %w", err)
+	}
 	t := jwt.NewWithClaims(method, tokenClaims{jwt.RegisteredClaims{
-		Issuer: ca.Cluster(), Subject: id.URI().String(),
+		ID: hex.EncodeToString(raw[:]), Issuer: ca.Cluster(), Subject: id.URI().String(),
 		IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now.Add(-time.Minute)), ExpiresAt: jwt.NewNumericDate(exp),
 	}})
 	return t.SignedString(ca.Key)
@@ -75,38 +82,60 @@ func signingMethod(pub crypto.PublicKey) (jwt.SigningMethod, error) {
 	return nil, fmt.Errorf("pki: a CA key of type %T cannot sign tokens", pub)
 }
 
-// VerifyToken checks a token against the CA certificates cas (any of
-// them may have signed it) at now and returns the identity it names. The
-// token must name the cluster cas record.
-func VerifyToken(token string, cas []*x509.Certificate, now time.Time) (Identity, error) {
-	id, _, err := VerifyTokenExpiry(token, cas, now)
-	return id, err
+// Token is what a verified token says.
+type Token struct {
+	// ID is its jti, what revokes it; "" for a token issued before
+	// tokens had one, which cannot be revoked.
+	ID       string
+	Identity Identity
+	Expires  time.Time
 }
 
-// VerifyTokenExpiry is VerifyToken, also returning when the token expires.
-func VerifyTokenExpiry(token string, cas []*x509.Certificate, now time.Time) (Identity, time.Time, error) {
+// VerifyToken checks a token against the CA certificates cas (any of
+// them may have signed it) at now and returns the identity it names. The
+// token must name the cluster cas record. It does not know of
+// revocations: a member checks tokens with Source.VerifyToken.
+func VerifyToken(token string, cas []*x509.Certificate, now time.Time) (Identity, error) {
+	t, err := verifyToken(token, cas, now, true)
+	return t.Identity, err
+}
+
+// InspectToken is VerifyToken without the time checks: what a token
+// signed by one of cas says, expired or not (for revoking it).
+func InspectToken(token string, cas []*x509.Certificate) (Token, error) {
+	return verifyToken(token, cas, time.Time{}, false)
+}
+
+func verifyToken(token string, cas []*x509.Certificate, now time.Time, timed bool) (Token, error) {
 	var keys jwt.VerificationKeySet
 	for _, c := range cas {
 		keys.Keys = append(keys.Keys, c.PublicKey)
 	}
+	opts := []jwt.ParserOption{jwt.WithValidMethods([]string{"ES256", "ES384", "EdDSA", "RS256"}), jwt.WithStrictDecoding()}
+	if timed {
+		opts = append(opts, jwt.WithExpirationRequired(), jwt.WithTimeFunc(func() time.Time { return now }))
+	} else {
+		opts = append(opts, jwt.WithoutClaimsValidation())
+	}
 	var claims tokenClaims
-	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return keys, nil },
-		jwt.WithValidMethods([]string{"ES256", "ES384", "EdDSA", "RS256"}), jwt.WithExpirationRequired(), jwt.WithStrictDecoding(),
-		jwt.WithTimeFunc(func() time.Time { return now }))
-	if err != nil {
-		return Identity{}, time.Time{}, fmt.Errorf("%w: %w", ErrBadToken, err)
+	if _, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return keys, nil }, opts...); err != nil {
+		return Token{}, fmt.Errorf("%w: %w", ErrBadToken, err)
 	}
 	issuer := false
 	for _, c := range cas {
 		issuer = issuer || ClusterOf(c) == claims.Issuer
 	}
 	if !issuer {
-		return Identity{}, time.Time{}, fmt.Errorf("%w: issued for cluster %q, not this one", ErrBadToken, claims.Issuer)
+		return Token{}, fmt.Errorf("%w: issued for cluster %q, not this one", ErrBadToken, claims.Issuer)
 	}
 	role, name, ok := strings.Cut(strings.TrimPrefix(claims.Subject, URIScheme+"://"), "/")
 	id := Identity{Role: Role(role), Name: name}
 	if !ok || !strings.HasPrefix(claims.Subject, URIScheme+"://") || id.Validate() != nil {
-		return Identity{}, time.Time{}, fmt.Errorf("%w: subject %q is no identity", ErrBadToken, claims.Subject)
+		return Token{}, fmt.Errorf("%w: subject %q is no identity", ErrBadToken, claims.Subject)
 	}
-	return id, claims.ExpiresAt.Time, nil
+	t := Token{ID: claims.ID, Identity: id}
+	if claims.ExpiresAt != nil {
+		t.Expires = claims.ExpiresAt.Time
+	}
+	return t, nil
 }

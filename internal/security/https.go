@@ -19,8 +19,9 @@ import (
 // secured like its RPC port: on a secured cluster every path but the
 // open ones (the probes) is served over TLS with the member's
 // certificate, to a caller that shows an identity the path admits: a
-// client certificate from the cluster CA or a bearer token it signed
-// (pki.VerifyToken), as a header or a browser's cookie (TokenParam).
+// client certificate from the cluster CA or a bearer token it signed and
+// did not revoke (pki.Source.VerifyToken), as a header or a browser's
+// cookie (TokenParam).
 // Plain HTTP on the same port reaches only the open
 // paths, so kubelet and compose health checks keep working unchanged.
 
@@ -56,6 +57,10 @@ func (m *Material) HTTPGuard(h http.Handler, access func(*http.Request) Access) 
 		if err != nil {
 			m.Refusals.Refuse("http_unauthenticated", remoteHost(r), err)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="neptune"`)
+			if errors.Is(err, pki.ErrTokenRevoked) {
+				http.Error(w, "unauthenticated: "+err.Error()+"; ask for a new token", http.StatusUnauthorized)
+				return
+			}
 			http.Error(w, "unauthenticated: present a client certificate or a bearer token from the cluster CA (neptune tls token create): "+err.Error(), http.StatusUnauthorized)
 			return
 		}
@@ -117,18 +122,18 @@ const (
 // a cookie (secure, HTTP only, same site, expiring with the token) and
 // redirects to the URL without it, so it does not stay in the history.
 func (m *Material) tokenLogin(w http.ResponseWriter, r *http.Request, tok string) {
-	id, exp, err := pki.VerifyTokenExpiry(tok, m.TLS.CAs(), m.TLS.Now())
+	t, err := m.TLS.VerifyToken(tok)
 	if err != nil {
 		m.Refusals.Refuse("http_unauthenticated", remoteHost(r), err)
 		http.Error(w, "unauthenticated: "+err.Error(), http.StatusUnauthorized)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: tok, Path: "/", Expires: exp, Secure: true, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: tok, Path: "/", Expires: t.Expires, Secure: true, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	u := *r.URL
 	q := u.Query()
 	q.Del(TokenParam)
 	u.RawQuery = q.Encode()
-	m.log.Info("http: token accepted for a browser session", "identity", id.String(), "source", remoteHost(r))
+	m.log.Info("http: token accepted for a browser session", "identity", t.Identity.String(), "token", t.ID, "source", remoteHost(r))
 	http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
 }
 
@@ -150,7 +155,8 @@ func (m *Material) httpIdentity(r *http.Request) (pki.Identity, error) {
 		}
 		token = c.Value
 	}
-	return pki.VerifyToken(strings.TrimSpace(token), m.TLS.CAs(), m.TLS.Now())
+	t, err := m.TLS.VerifyToken(strings.TrimSpace(token))
+	return t.Identity, err
 }
 
 // HTTPListener returns ln as the member's HTTP listener: on a secured

@@ -2,10 +2,12 @@ package security
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -145,6 +147,36 @@ func TestHTTPListenerAdmitsOnlyTheRolesEachPathNeeds(t *testing.T) {
 	}
 	if code, _ := get(anon, "https://"+addr+"/cluster?token="+token(otherCA, operator, time.Hour, now), ""); code != 401 {
 		t.Errorf("a link with another CA's token: %d, want 401", code)
+	}
+
+	// Revoked (its id in the revocation file, re-read): the browser's
+	// cookie and the same token in a header are refused saying so; a
+	// token not revoked still opens the page.
+	cookies := jar.Cookies(resp.Request.URL)
+	if len(cookies) != 1 {
+		t.Fatalf("browser cookies %v, want the token's", cookies)
+	}
+	revoked, err := pki.InspectToken(cookies[0].Value, []*x509.Certificate{ca.Cert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pki.Revoke(filepath.Join(dir, pki.RevokedTokensFile), pki.Revocation{ID: revoked.ID, Revoked: now}, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.TLS.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	for what, hc := range map[string]*http.Client{"cookie": browser, "header": anon} {
+		tok := ""
+		if hc == anon {
+			tok = cookies[0].Value
+		}
+		if code, body := get(hc, "https://"+addr+"/cluster", tok); code != 401 || !strings.Contains(body, "was revoked") || !strings.Contains(body, revoked.ID) {
+			t.Errorf("a revoked token in a %s: %d %q, want 401 saying it was revoked", what, code, strings.TrimSpace(body))
+		}
+	}
+	if code, _ := get(anon, "https://"+addr+"/cluster", token(ca, operator, time.Hour, now)); code != 200 {
+		t.Errorf("a token not revoked: %d, want 200", code)
 	}
 
 	// An insecure member keeps plain HTTP, open.

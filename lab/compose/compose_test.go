@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -193,6 +195,86 @@ func TestComposeClusterSurvivesKillNewAddressAndRollingRestart(t *testing.T) {
 	}
 	t.Logf("FIGURE history: %d acknowledged appends (%d attempted) checked on %d replicas: each present exactly once, no duplicate, replicas identical",
 		w.acked(), w.attempted.Load(), len(nodes))
+
+	d.checkHTTPIdentities(ctx)
+}
+
+// checkHTTPIdentities reaches the members' HTTPS listeners as
+// deploy/prometheus.yml and an operator do: the scraper certificate
+// "prometheus" reads every member's /metrics, verifying each member's
+// certificate against ca.pem by its service name, and not the dashboard;
+// an operator's token made in n1's container opens every member's
+// dashboard until it is revoked with the init service (which mounts the
+// pki volume writable), after which every member refuses it, without a
+// restart, saying it was revoked.
+func (d *deployment) checkHTTPIdentities(ctx context.Context) {
+	d.t.Helper()
+	dir := filepath.Join(d.pkiDir, "pki")
+	caPEM, err := os.ReadFile(filepath.Join(dir, pki.CACertFile))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		d.t.Fatal("ca.pem holds no certificate")
+	}
+	scraper, err := tls.LoadX509KeyPair(filepath.Join(dir, "scraper-prometheus.pem"), filepath.Join(dir, "scraper-prometheus-key.pem"))
+	if err != nil {
+		d.t.Fatalf("the scraper certificate compose's init issues: %v", err)
+	}
+	get := func(member string, cert *tls.Certificate, token, path string) (int, string) {
+		d.t.Helper()
+		cfg := &tls.Config{RootCAs: roots, ServerName: member}
+		if cert != nil {
+			cfg.Certificates = []tls.Certificate{*cert}
+		}
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+		defer hc.CloseIdleConnections()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+d.port(ctx, member, "9100")+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			d.t.Fatalf("GET %s %s: %v", member, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	members := append(slices.Clone(nodes), "gateway")
+	for _, m := range members {
+		if code, body := get(m, &scraper, "", "/metrics"); code != http.StatusOK || !strings.Contains(body, "neptune_build_info") {
+			d.t.Errorf("%s /metrics as the scraper: %d %.200q", m, code, body)
+		}
+	}
+	if code, _ := get("n1", &scraper, "", "/cluster"); code != http.StatusForbidden {
+		d.t.Errorf("n1's dashboard as the scraper: %d, want 403", code)
+	}
+
+	token := strings.TrimSpace(d.run(ctx, "create a token", "docker", "exec", d.containerID(ctx, "n1"),
+		"/neptune", "tls", "token", "create", "--dir", "/pki", "--operator", "operator"))
+	for _, m := range members {
+		if code, body := get(m, nil, token, "/api/dashboard/self"); code != http.StatusOK {
+			d.t.Errorf("%s's dashboard with an operator token: %d %.200q", m, code, body)
+		}
+	}
+	d.compose(ctx, "run", "--rm", "-T", "init", "tls", "token", "revoke", "--dir", "/pki", token)
+	start := time.Now()
+	for _, m := range members {
+		var code int
+		var body string
+		for time.Since(start) < 30*time.Second { // members look at their files every 10 s
+			if code, body = get(m, nil, token, "/api/dashboard/self"); code != http.StatusOK {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if code != http.StatusUnauthorized || !strings.Contains(body, "was revoked") {
+			d.t.Errorf("%s with the revoked token: %d %.200q; want 401 saying it was revoked", m, code, body)
+		}
+	}
+	d.t.Logf("FIGURE a revoked token refused by every member %v after neptune tls token revoke", time.Since(start).Round(100*time.Millisecond))
 }
 
 // requireDocker returns the compose command (docker compose, else

@@ -4,6 +4,8 @@
 // appends through the gateway while it kills a node container, brings it
 // back on a new address and restarts every node in turn; then it reads
 // every replica and checks that each acknowledged append is there exactly
-// once. See compose_test.go and docs/operations.md, "Containers and
-// Compose".
+// once. Last it reaches every member's HTTPS listener with the scraper
+// certificate (as deploy/prometheus.yml does) and with an operator token
+// it then revokes. See compose_test.go and docs/operations.md,
+// "Containers and Compose".
 package compose
