@@ -170,7 +170,7 @@ func startMembers(ctx context.Context, nw *memnet.Network, mat *material, n, par
 			join = []string{up[rand.IntN(len(up))]}
 		}
 		mu.Unlock()
-		g, err := membership.Start(ctx, membership.Config{NodeID: m.id, Transport: m.tr, Join: join, Keyring: kr, Label: "scale", Certs: src,
+		g, err := membership.Start(ctx, membership.Config{NodeID: m.id, Transport: m.tr, Join: join, JoinTimeout: 2 * time.Minute, Keyring: kr, Label: "scale", Certs: src,
 			Announce: func() *pb.Announcement { return announcement(i, n, parts, m.epoch.Load()) },
 			Watch:    m.watch, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -270,7 +270,7 @@ func measureSize(ctx context.Context, cfg Config, mat *material, n int, lossRun 
 	nw := memnet.New(cfg.Seed + uint64(n))
 	t0 := time.Now()
 	fmt.Fprintf(progress, "[%d members] starting...\n", n)
-	ms, err := startMembers(ctx, nw, mat, n, cfg.Partitions, 16)
+	ms, err := startMembers(ctx, nw, mat, n, cfg.Partitions, 4)
 	if err != nil {
 		return res, err
 	}
