@@ -591,9 +591,16 @@ func (g *Gossip) announce(now time.Time, atLeast announceAction) {
 	g.lastSent = now
 	if action == sendResend {
 		g.resends++
-		withCert := g.resends%certCadence == 0 // for members that missed it, or refused it as foreign
+		cadence := g.resends%certCadence == 0
 		g.mu.Unlock()
-		g.sendAll(g.heldAnnouncement(withCert))
+		// The certificate rides along when it still fits a packet, else
+		// every certCadence-th time: a member that missed it (or refused
+		// it as foreign) learns it.
+		msg := g.heldAnnouncement(true)
+		if len(msg) > maxBestEffort && !cadence {
+			msg = g.heldAnnouncement(false)
+		}
+		g.sendAll(msg)
 		return
 	}
 	g.seq++
