@@ -185,6 +185,7 @@ type Gossip struct {
 	// so reading them later from another goroutine races with it.
 	membersMu sync.Mutex
 	members   map[string]memberlist.Node
+	live      atomic.Int64 // len(members)
 
 	// lost holds the last address of each member memberlist declared dead
 	// or gone (under membersMu); rejoin contacts them again (see rejoin).
@@ -333,7 +334,7 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		return nil, fmt.Errorf("membership: start memberlist on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
 	}
 	g.ml = ml
-	g.changes = &memberlist.TransmitLimitedQueue{NumNodes: ml.NumMembers, RetransmitMult: mc.RetransmitMult}
+	g.changes = &memberlist.TransmitLimitedQueue{NumNodes: g.liveCount, RetransmitMult: mc.RetransmitMult}
 	g.announce(cfg.Clock.Now(), sendRefresh)
 	if len(cfg.Join) > 0 {
 		if err := join(ctx, ml, cfg); err != nil {
@@ -445,6 +446,13 @@ func (g *Gossip) Addr() string {
 
 // Members is the number of live memberlist members, this one included.
 func (g *Gossip) Members() int { return g.ml.NumMembers() }
+
+// liveCount is the number of live members as memberlist's events told
+// this one, itself included: what the broadcast queue and the refresh
+// interval scale with. Unlike memberlist's NumMembers it takes no lock
+// of memberlist's and costs nothing per call (memberlist asks the queue
+// for broadcasts while it sends every packet).
+func (g *Gossip) liveCount() int { return max(int(g.live.Load()), 1) }
 
 // Close leaves the cluster gracefully and stops announcing.
 func (g *Gossip) Close() error {
@@ -559,7 +567,7 @@ func (g *Gossip) AnnounceNow() {
 // RefreshInterval is how often this member refreshes its announcement
 // to everyone at the cluster's current size (see RefreshInterval).
 func (g *Gossip) RefreshInterval() time.Duration {
-	return RefreshInterval(g.cfg.AnnounceInterval, g.ml.NumMembers())
+	return RefreshInterval(g.cfg.AnnounceInterval, g.liveCount())
 }
 
 // announce builds this member's announcement and sends what
@@ -784,7 +792,7 @@ func (g *Gossip) rejoin() {
 		addrs = append(addrs, l.addr)
 	}
 	g.membersMu.Unlock()
-	if g.ml.NumMembers() == 1 {
+	if g.liveCount() == 1 {
 		// Alone, though given seeds: they may have reached only this
 		// member (a seed name that resolved to itself alone, nodes that
 		// started at the same moment). Ask them again, resolved afresh,
@@ -855,6 +863,10 @@ func memberlistConfig() *memberlist.Config {
 	mc := memberlist.DefaultLANConfig()
 	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = probeInterval, probeTimeout, suspicionMult
 	mc.GossipInterval = gossipInterval
+	// Compression (LZW on every packet and stream) cost more CPU than
+	// anything else memberlist did with a thousand members; protobuf
+	// announcements are compact already.
+	mc.EnableCompression = false
 	// Anti-entropy is exchangeState's, at an interval that grows with N.
 	mc.PushPullInterval = 0
 	// A member found dead may come back at another address (a container
@@ -1192,6 +1204,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	g := (*Gossip)(e)
 	g.membersMu.Lock()
 	delete(g.members, n.Name)
+	g.live.Store(int64(len(g.members)))
 	if n.Name != g.cfg.NodeID {
 		if g.lost == nil {
 			g.lost = map[string]lostMember{}
@@ -1227,6 +1240,7 @@ func (g *Gossip) noteMember(n *memberlist.Node) *memberlist.Node {
 		g.members = map[string]memberlist.Node{}
 	}
 	g.members[c.Name] = c
+	g.live.Store(int64(len(g.members)))
 	delete(g.lost, c.Name)
 	g.membersMu.Unlock()
 	return &c
