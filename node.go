@@ -225,7 +225,7 @@ type Balancing struct {
 	ReuseWindow time.Duration
 	// LoadBound is how far above the mean the affinity policy lets a
 	// key's replica load up (this client's calls in flight to it) before
-	// the key spills to its next replica (default 1.25; at least 1).
+	// the key spills to its next replica (default 2; at least 1).
 	LoadBound float64
 }
 

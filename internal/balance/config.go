@@ -90,7 +90,7 @@ type Config struct {
 	// requests in flight from this client, the call included, stay within
 	// LoadBound × their mean over the candidates (rounded up). 1 balances
 	// strictly; higher keeps more keys on their first replica. 0 takes
-	// DefaultLoadBound.
+	// DefaultLoadBound (2).
 	LoadBound float64
 }
 
