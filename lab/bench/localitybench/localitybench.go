@@ -67,7 +67,7 @@ type Config struct {
 // DefaultConfig is a cache whose nodes' memory together holds a fifth of
 // the keys, under the skew measured for web caches (Zipf 0.8, Breslau et
 // al. 1999). An LRU model of it (every lookup to a random node vs each key
-// always to one) predicts hit ratios of 0.35 and 0.58, 1.67×; the goal
+// always to one) predicts hit ratios of 0.34 and 0.58, 1.68×; the goal
 // leaves room for the spills the load bound makes.
 func DefaultConfig() Config {
 	return Config{Nodes: 4, Keys: 20000, Zipf: 0.8, Memory: 1000, Clients: 2, Concurrency: 8,
