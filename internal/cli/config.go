@@ -101,6 +101,9 @@ type ServiceConfig struct {
 	DefaultClass string        `yaml:"default_class"`
 	Policy       string        `yaml:"policy"`
 	Accounting   string        `yaml:"accounting"`
+	// IdentityClasses serves the calls of a certificate identity
+	// ("client/partner") in a class, whatever class they name.
+	IdentityClasses map[string]string `yaml:"identity_classes"`
 	// Replication replicates the service's partitions (partition.go).
 	Replication *ReplicationConfig `yaml:"replication"`
 	// Storage, HTTP and Exec configure app services and external programs
