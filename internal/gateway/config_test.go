@@ -302,6 +302,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("capacity_grps: 10\nroutes: [{service: s, method: m, partition: {hash: true, header: X, count: 3}}]"))
 	f.Add([]byte("capacity: {cpu: 1s, net: 1MiB}\nroutes: [{service: s, method: m, host: '*.a.b', path_prefix: /x/}]"))
 	f.Add([]byte("routes: [{partition: 7}]"))
+	f.Add([]byte("capacity_grps: 10\nroutes: [{service: pcache, method: CacheLookup, affinity: {query: key}}]"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseConfig(b)
 		if err != nil {
@@ -366,6 +367,15 @@ func FuzzPartitionKey(f *testing.F) {
 			}
 			if again, _ := s.partition(r); again != p {
 				t.Fatalf("%+v: %d then %d", s, p, again)
+			}
+		}
+		for _, a := range []AffinitySpec{{Segment: max(1, segment%8)}, {Header: "X-Key"}, {Query: "p"}} {
+			k, err := a.key(r)
+			if err != nil && !errors.Is(err, errBadKey) {
+				t.Fatalf("%+v: error %v is not a bad key", a, err)
+			}
+			if again, err2 := a.key(r); again != k || (err == nil) != (err2 == nil) {
+				t.Fatalf("%+v: %q, %v then %q, %v", a, k, err, again, err2)
 			}
 		}
 	})
