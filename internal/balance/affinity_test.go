@@ -193,3 +193,25 @@ func TestValidateLoadBound(t *testing.T) {
 		}
 	}
 }
+
+// Any key (a caller's, so anything) ranks every candidate once and is
+// sent to one of them.
+func FuzzAffinityKey(f *testing.F) {
+	f.Add("k", "a,b,c", 3)
+	f.Add("", "a", 0)
+	f.Add("\x00\xff", "a,a,b", 7)
+	f.Fuzz(func(t *testing.T, key, list string, inFlight int) {
+		cands := slices.Compact(slices.Sorted(slices.Values(strings.Split(list, ","))))
+		r := Rank(key, cands)
+		if !slices.Equal(slices.Sorted(slices.Values(r)), cands) {
+			t.Fatalf("Rank(%q, %q) = %q, not a permutation", key, cands, r)
+		}
+		p := affinity(t, 0)
+		for i := range inFlight % 16 {
+			p.Sent(t0, cands[i%len(cands)])
+		}
+		if c := p.ChooseKey(t0, key, cands, nil); !slices.Contains(cands, c) {
+			t.Fatalf("chose %q, not one of %q", c, cands)
+		}
+	})
+}
