@@ -128,6 +128,9 @@ func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 		if !slices.Contains(plan.Poll, p) {
 			plan.Poll = append(plan.Poll, p)
 		}
+		if keyed && plan.Wait == 0 { // a keyed plan polls nobody, so names no wait
+			plan.Wait = cmp.Or(c.balance.Discard, balance.WaitAllCap)
+		}
 	}
 	if len(plan.Probe) > 0 {
 		c.probe(plan.Probe, byID, in.Service, in.Partition, in.Class)
