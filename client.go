@@ -120,7 +120,7 @@ type Session = client.Session
 func NewSession() *Session { return client.NewSession() }
 
 // CallOption adjusts one call: WithSession, WithClass, WithTimeout,
-// WithIdempotencyKey, WithRetryOf, WithRetry.
+// WithIdempotencyKey, WithRetryOf, WithRetry, WithAffinity.
 type CallOption = client.Option
 
 // WithSession makes the call part of sess: a read of a level-3 partition
@@ -131,6 +131,14 @@ func WithSession(sess *Session) CallOption { return client.WithSession(sess) }
 // WithClass sets the service class of the call ("" is the service's
 // default class).
 func WithClass(class string) CallOption { return client.WithClass(class) }
+
+// WithAffinity gives the call an affinity key (a cache key, a user):
+// under the "affinity" balancing policy calls with the same key go to the
+// same replica of the partition, the same for every client, while that
+// replica's load stays within Balancing.LoadBound of the others', so what
+// the replica caches for the key is reused (docs/architecture/balance.md).
+// Other policies ignore it, as does a call that must go to the primary.
+func WithAffinity(key string) CallOption { return client.WithAffinity(key) }
 
 // WithTimeout bounds the call, retries included, to d, on top of ctx's
 // deadline.

@@ -205,7 +205,9 @@ type Balancing struct {
 	// the call path: no call waits for a poll; for clients that call far
 	// more often than a request takes), "push" (no poll at all: the
 	// replicas push their load to the client on every change, while it
-	// keeps calling), "broadcast" and "oracle" (baselines that expect
+	// keeps calling), "affinity" (calls with an affinity key, WithAffinity,
+	// stay on the key's replica while its load allows; calls without one
+	// as prequal), "broadcast" and "oracle" (baselines that expect
 	// loads pushed at intervals, which nodes do not send).
 	Policy string
 	// PollSize is how many replicas the polling policy asks (default 3).
@@ -221,6 +223,10 @@ type Balancing struct {
 	Discard time.Duration
 	// ReuseWindow is how long prequal keeps using an answer (default 5 ms).
 	ReuseWindow time.Duration
+	// LoadBound is how far above the mean the affinity policy lets a
+	// key's replica load up (this client's calls in flight to it) before
+	// the key spills to its next replica (default 2; at least 1).
+	LoadBound float64
 }
 
 // BalancingPolicies lists the names Balancing.Policy accepts.
@@ -260,6 +266,7 @@ func (b Balancing) internal(field string) (balance.Config, error) {
 	if b.ReuseWindow > 0 {
 		cfg.ReuseWindow = b.ReuseWindow
 	}
+	cfg.LoadBound = b.LoadBound
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("neptune: %s: %w", field, err)
 	}

@@ -10,6 +10,7 @@
 package pcache
 
 import (
+	"container/list"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -59,11 +60,22 @@ type LookupResponse struct {
 // partition p's data lives in bucket "p<p>".
 var lsnBucket = []byte("lsn")
 
-// Cache is one node's cache file. Safe for concurrent use.
-type Cache struct{ db *bolt.DB }
+// Cache is one node's cache file, with an optional in-memory tier
+// (WithMemory). Safe for concurrent use.
+type Cache struct {
+	db  *bolt.DB
+	mem memory
+}
 
 // Open opens (creating if needed) the cache file pcache.db in dir.
-func Open(dir string) (*Cache, error) {
+func Open(dir string, opts ...Option) (*Cache, error) {
+	c := &Cache{mem: memory{index: map[string]*list.Element{}}}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.mem.max < 0 {
+		return nil, fmt.Errorf("pcache: WithMemory(%d): the number of entries must be >= 0", c.mem.max)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("pcache: %w", err)
 	}
@@ -71,7 +83,8 @@ func Open(dir string) (*Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pcache: open %s: %w", dir, err)
 	}
-	return &Cache{db: db}, nil
+	c.db = db
+	return c, nil
 }
 
 // Close closes the file.
@@ -138,6 +151,9 @@ func (c *Cache) update(_ context.Context, r *neptune.Request) (*neptune.Response
 		}
 		return nil, fmt.Errorf("pcache: CacheUpdate: %w", err)
 	}
+	if applied {
+		c.mem.updated(r.Partition, in.Key, in.Value)
+	}
 	return &neptune.Response{Body: appkit.Encode(UpdateResponse{Replayed: !applied}), Version: r.LSN}, nil
 }
 
@@ -150,6 +166,11 @@ func (c *Cache) lookup(_ context.Context, r *neptune.Request) (*neptune.Response
 		return nil, fmt.Errorf("%w: CacheLookup: key is empty", ErrBadRequest)
 	}
 	out := LookupResponse{Key: in.Key}
+	v, ok, gen := c.mem.get(r.Partition, in.Key)
+	if ok {
+		out.Value, out.Found = v, true
+		return &neptune.Response{Body: appkit.Encode(out)}, nil
+	}
 	err := c.db.View(func(tx *bolt.Tx) error {
 		if b := tx.Bucket(dataBucket(r.Partition)); b != nil {
 			if v := b.Get([]byte(in.Key)); v != nil {
@@ -160,6 +181,9 @@ func (c *Cache) lookup(_ context.Context, r *neptune.Request) (*neptune.Response
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pcache: CacheLookup: %w", err)
+	}
+	if out.Found {
+		c.mem.fill(r.Partition, in.Key, out.Value, gen)
 	}
 	return &neptune.Response{Body: appkit.Encode(out)}, nil
 }

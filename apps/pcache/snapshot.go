@@ -145,6 +145,7 @@ func (c *Cache) Restore(ctx context.Context, partition int, r io.Reader) (uint64
 		}
 		return lsns.Put(partKey(partition), binary.BigEndian.AppendUint64(nil, lsn))
 	})
+	c.mem.drop(partition) // the partition's values are the image's now
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = fmt.Errorf("%w: %w", err, io.ErrUnexpectedEOF)

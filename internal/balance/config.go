@@ -20,10 +20,11 @@ const (
 	NamePrequal    = "prequal"
 	NameAsync      = "async"
 	NamePush       = "push"
+	NameAffinity   = "affinity"
 )
 
 // Names lists every policy New accepts, in a stable order.
-var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle, NamePrequal, NameAsync, NamePush}
+var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle, NamePrequal, NameAsync, NamePush, NameAffinity}
 
 // WaitAllCap bounds the wait for poll answers when Config.Discard is 0
 // ("wait for every answer"): a dead replica must not stall a call forever.
@@ -84,6 +85,13 @@ type Config struct {
 	// same token and spends it at once, a herd (simulated at a 2 ms push
 	// delay: 1.18× Oracle with tokens, 1.10× without).
 	IdleTokens bool
+	// LoadBound is the affinity policy's bounded-load factor: a keyed
+	// call goes to the first replica in its key's rendezvous ranking whose
+	// requests in flight from this client, the call included, stay within
+	// LoadBound × their mean over the candidates (rounded up). 1 balances
+	// strictly; higher keeps more keys on their first replica. 0 takes
+	// DefaultLoadBound (2).
+	LoadBound float64
 }
 
 // DefaultConfig selects prequal, which beat the paper's polling in the
@@ -134,6 +142,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("balance: ProbeReuse must be >= 0, got %d", c.ProbeReuse)
 	case !(c.HotQuantile >= 0 && c.HotQuantile <= 1):
 		return fmt.Errorf("balance: HotQuantile must be in [0, 1], got %v", c.HotQuantile)
+	case c.LoadBound != 0 && !(c.LoadBound >= 1 && !math.IsInf(c.LoadBound, 0)):
+		return fmt.Errorf("balance: LoadBound must be 0 (the default, %v) or a number >= 1, got %v", DefaultLoadBound, c.LoadBound)
 	}
 	return nil
 }
@@ -175,6 +185,8 @@ func New(cfg Config, rng *rand.Rand) (Policy, error) {
 		return newAsync(cfg, rng), nil
 	case NamePush:
 		return newPush(rng, cfg.IdleTokens), nil
+	case NameAffinity:
+		return newAffinity(cfg, rng), nil
 	}
 	return nil, fmt.Errorf("%w: %q not implemented yet", ErrUnknownPolicy, cfg.Policy)
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/neptune-cluster/neptune"
@@ -76,8 +77,8 @@ func (s ServiceConfig) toClasses(where string, svc *neptune.Service) error {
 		svc.Accounting = a
 	}
 	if len(s.Classes) == 0 {
-		if s.Policy != "" || s.DefaultClass != "" {
-			return fmt.Errorf("%s: policy and default_class need classes", where)
+		if s.Policy != "" || s.DefaultClass != "" || len(s.IdentityClasses) > 0 {
+			return fmt.Errorf("%s: policy, default_class and identity_classes need classes", where)
 		}
 		return nil
 	}
@@ -117,6 +118,14 @@ func (s ServiceConfig) toClasses(where string, svc *neptune.Service) error {
 	case s.DefaultClass != "" && !seen[s.DefaultClass]:
 		return fmt.Errorf("%s.default_class: %q is none of the classes", where, s.DefaultClass)
 	}
-	svc.DefaultClass = s.DefaultClass
+	for id, class := range s.IdentityClasses {
+		if role, name, ok := strings.Cut(id, "/"); !ok || role == "" || name == "" {
+			return fmt.Errorf("%s.identity_classes: %q is not a certificate identity (role/name, e.g. client/partner)", where, id)
+		}
+		if !seen[class] {
+			return fmt.Errorf("%s.identity_classes[%s]: %q is none of the classes", where, id, class)
+		}
+	}
+	svc.DefaultClass, svc.IdentityClasses = s.DefaultClass, s.IdentityClasses
 	return nil
 }

@@ -14,6 +14,7 @@ func TestParseConfigClasses(t *testing.T) {
 	y := classBase + `    policy: greedy
     accounting: cpu
     default_class: bronze
+    identity_classes: {client/partner: gold}
     classes:
       - {name: gold, yield: throughput, value: 4, deadline: 2s, guarantee: 0.2}
       - {name: silver, yield: response_time, value: 2, deadline: 2s}
@@ -40,8 +41,8 @@ func TestParseConfigClasses(t *testing.T) {
 			t.Errorf("classes[%d] = %+v, want %+v", i, svc.Classes[i], k)
 		}
 	}
-	if svc.Policy != neptune.Greedy || svc.Accounting != neptune.ThreadCPU || svc.DefaultClass != "bronze" {
-		t.Errorf("policy %v, accounting %v, default %q", svc.Policy, svc.Accounting, svc.DefaultClass)
+	if svc.Policy != neptune.Greedy || svc.Accounting != neptune.ThreadCPU || svc.DefaultClass != "bronze" || svc.IdentityClasses["client/partner"] != "gold" {
+		t.Errorf("policy %v, accounting %v, default %q, identity classes %v", svc.Policy, svc.Accounting, svc.DefaultClass, svc.IdentityClasses)
 	}
 }
 
@@ -64,6 +65,8 @@ func TestParseConfigClassErrorsNameTheField(t *testing.T) {
 		{"unknown policy", cls("{name: g, yield: throughput, value: 1, deadline: 1s}") + "    policy: lottery\n", "services[0].policy"},
 		{"unknown default", cls("{name: g, yield: throughput, value: 1, deadline: 1s}") + "    default_class: x\n", "services[0].default_class"},
 		{"policy without classes", classBase + "    policy: edf\n", "need classes"},
+		{"identity class unknown", cls("{name: g, yield: throughput, value: 1, deadline: 1s}") + "    identity_classes: {client/a: x}\n", "services[0].identity_classes[client/a]"},
+		{"identity not role/name", cls("{name: g, yield: throughput, value: 1, deadline: 1s}") + "    identity_classes: {a: g}\n", `identity_classes: "a"`},
 		{"unknown accounting", classBase + "    accounting: tokens\n", "services[0].accounting"},
 	}
 	for _, tt := range tests {

@@ -7,6 +7,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -87,6 +88,8 @@ type BalanceConfig struct {
 	Policy   string   `yaml:"policy"`
 	PollSize int      `yaml:"poll_size"`
 	Discard  Duration `yaml:"discard"`
+	// LoadBound is the affinity policy's bound (Balancing.LoadBound).
+	LoadBound float64 `yaml:"load_bound"`
 }
 
 // ServiceConfig hosts one built-in service on the node.
@@ -101,6 +104,9 @@ type ServiceConfig struct {
 	DefaultClass string        `yaml:"default_class"`
 	Policy       string        `yaml:"policy"`
 	Accounting   string        `yaml:"accounting"`
+	// IdentityClasses serves the calls of a certificate identity
+	// ("client/partner") in a class, whatever class they name.
+	IdentityClasses map[string]string `yaml:"identity_classes"`
 	// Replication replicates the service's partitions (partition.go).
 	Replication *ReplicationConfig `yaml:"replication"`
 	// Storage, HTTP and Exec configure app services and external programs
@@ -317,5 +323,8 @@ func (b BalanceConfig) toBalance() (neptune.Balancing, error) {
 	if b.Discard < 0 {
 		return neptune.Balancing{}, fmt.Errorf("config: balance.discard must be >= 0, got %v", time.Duration(b.Discard))
 	}
-	return neptune.Balancing{Policy: b.Policy, PollSize: b.PollSize, Discard: time.Duration(b.Discard)}, nil
+	if b.LoadBound != 0 && !(b.LoadBound >= 1 && !math.IsInf(b.LoadBound, 0)) {
+		return neptune.Balancing{}, fmt.Errorf("config: balance.load_bound must be 0 (the default) or a number >= 1, got %v", b.LoadBound)
+	}
+	return neptune.Balancing{Policy: b.Policy, PollSize: b.PollSize, Discard: time.Duration(b.Discard), LoadBound: b.LoadBound}, nil
 }

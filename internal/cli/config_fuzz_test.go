@@ -20,6 +20,7 @@ func FuzzConfigToNode(f *testing.F) {
 		"id: a\nservices:\n  - name: ext\n    partitions: 0\n    http: {url: \"http://127.0.0.1:1\"}\n",
 		"id: a\nbalance: {policy: polling, poll_size: 2, discard: 5ms}\nannounce_interval: 1s\nannounce_ttl: 5s\nservices: [{name: echo, partitions: \"0\"}]\n",
 		"id: a\nservices: [{name: echo, partitions: \"0-70000\"}]\n",
+		"id: a\nbalance: {policy: affinity, load_bound: 1.5}\nservices:\n  - name: work\n    partitions: 0\n    classes: [{name: gold, yield: throughput, value: 1, deadline: 1s}]\n    identity_classes: {client/p: gold}\n",
 	} {
 		f.Add([]byte(s))
 	}

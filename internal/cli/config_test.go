@@ -40,6 +40,7 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"ttl below interval", base + "announce_interval: 2s\nannounce_ttl: 1s\n", "announce_ttl"},
 		{"unknown policy", base + "balance:\n  policy: magic\n", "balance.policy"},
 		{"bad poll size", base + "balance:\n  poll_size: -1\n", "balance.poll_size"},
+		{"bad load bound", base + "balance:\n  policy: affinity\n  load_bound: 0.5\n", "balance.load_bound"},
 		{"negative grace", base + "placement:\n  grace: -1m\n", "placement.grace"},
 		{"bad size", base + "max_inflight_bytes: lots\n", "not a size"},
 		{"budget below a message", base + "max_inflight_bytes: 1MiB\n", "max_inflight_bytes"},

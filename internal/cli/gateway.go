@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/dashboard"
 	"github.com/neptune-cluster/neptune/internal/gage"
 	"github.com/neptune-cluster/neptune/internal/gateway"
@@ -56,7 +57,7 @@ capacity is answered 429 with Retry-After.
 
 Status codes: 404 no route, service, method or partition, or the service
 found nothing (its error is a neptune.ErrNotFound); 405 method not routed;
-400 bad partition key, or the service refused the request as malformed
+400 bad partition or affinity key, or the service refused the request as malformed
 (neptune.ErrBadRequest); 401 unknown or missing API key; 403 key not
 allowed on the route; 413 body too large; 429 over share; 502 the service
 failed; 503 no replica, no primary or overloaded; 504 deadline. An error
@@ -164,7 +165,13 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host,
 			return err
 		}
 	}
-	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cfg.Join, Host: host, Advertise: advertise, Registerer: reg, Logger: log, TracerProvider: tp, Security: sec})
+	// A route with an affinity key needs the policy that reads it; for
+	// calls without one it balances as the default does.
+	var bal neptune.Balancing
+	if cfg.UsesAffinity() {
+		bal.Policy = balance.NameAffinity
+	}
+	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cfg.Join, Host: host, Advertise: advertise, Registerer: reg, Logger: log, TracerProvider: tp, Security: sec, Balance: bal})
 	if err != nil {
 		return err
 	}

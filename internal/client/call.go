@@ -41,6 +41,8 @@ type request struct {
 	// its attempts, polls and chosen replicas are recorded on it.
 	span     trace.Span
 	attempts int
+	// affine is the call's affinity key (WithAffinity), for the policy.
+	affine string
 }
 
 func (r *request) mode() service.Mode { return service.Mode(r.in.Mode) }
@@ -78,7 +80,7 @@ func (r *request) failed(rid string, err error) error {
 // (WithRetryOf) reuses its identity and knows the write may have run.
 func newRequest(svc string, partition int, method string, body []byte, o options) *request {
 	r := &request{in: &pb.CallRequest{Service: svc, Partition: int32(partition), Method: method, Body: body, Class: o.class,
-		IdempotencyKey: o.key}, sess: o.session, usage: o.usage}
+		IdempotencyKey: o.key}, sess: o.session, usage: o.usage, affine: o.affine}
 	if o.retryOf != nil {
 		if o.key == "" {
 			r.in.ClientId, r.in.Seq, r.in.IdempotencyKey = o.retryOf.ClientID, o.retryOf.Seq, o.retryOf.Key
@@ -454,7 +456,7 @@ func (c *Client) Stream(ctx context.Context, svc string, partition int, method s
 		sp.end(err)
 		return nil, err
 	}
-	r := &request{in: &pb.CallRequest{Service: svc, Partition: int32(partition), Method: method, Body: body, Class: o.class}, stream: true, sess: o.session}
+	r := &request{in: &pb.CallRequest{Service: svc, Partition: int32(partition), Method: method, Body: body, Class: o.class}, stream: true, sess: o.session, affine: o.affine}
 	t, err := c.pick(ctx, r)
 	if err != nil {
 		return fail(err)

@@ -20,6 +20,7 @@ type options struct {
 	retryOf *nerr.UnknownOutcomeError
 	retry   *RetryPolicy
 	resume  *nerr.StreamOutcomeError
+	affine  string
 }
 
 func collect(opts []Option) options {
@@ -37,6 +38,13 @@ func WithSession(sess *Session) Option { return func(o *options) { o.session = s
 
 // WithClass sets the service class of the call.
 func WithClass(class string) Option { return func(o *options) { o.class = class } }
+
+// WithAffinity gives the call an affinity key: under a policy that routes
+// by one (balance.Affine, the "affinity" policy) calls with the same key
+// go to the same replica while its load allows, so what it caches for
+// the key is reused. Other policies ignore it, as does a call that must
+// go to the primary.
+func WithAffinity(key string) Option { return func(o *options) { o.affine = key } }
 
 // WithTimeout bounds the call, retries included, to d (on top of ctx's
 // own deadline).

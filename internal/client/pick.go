@@ -51,7 +51,9 @@ const pushLease = transport.SubscribeLease
 //  4. the policy: replicas that keep missing polls are skipped, the
 //     policy plans its polls, the poller asks them, replication keeps the
 //     fresh enough answers, the policy chooses. Probes (an async policy's)
-//     are sent without waiting; their answers serve later calls.
+//     are sent without waiting; their answers serve later calls. A call
+//     with an affinity key (WithAffinity) asks an Affine policy's
+//     PlanKey and ChooseKey instead.
 func (c *Client) pick(ctx context.Context, r *request) (target, error) {
 	t, err := c.choose(ctx, r)
 	if err == nil {
@@ -106,7 +108,14 @@ func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 		b.mu.Unlock()
 		return target{byID[ids[0]], b}, nil
 	}
-	plan := b.policy.Plan(now, ids)
+	affine, keyed := b.policy.(balance.Affine)
+	keyed = keyed && r.affine != ""
+	var plan balance.Plan
+	if keyed {
+		plan = affine.PlanKey(now, r.affine, ids)
+	} else {
+		plan = b.policy.Plan(now, ids)
+	}
 	b.mu.Unlock()
 
 	if p := rt.mustPoll(ids); p != "" {
@@ -118,6 +127,9 @@ func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 		}
 		if !slices.Contains(plan.Poll, p) {
 			plan.Poll = append(plan.Poll, p)
+		}
+		if keyed && plan.Wait == 0 { // a keyed plan polls nobody, so names no wait
+			plan.Wait = cmp.Or(c.balance.Discard, balance.WaitAllCap)
 		}
 	}
 	if len(plan.Probe) > 0 {
@@ -160,7 +172,12 @@ func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 			return slices.ContainsFunc(answers, func(a transport.PollAnswer) bool { return a.Replica == id })
 		})
 	}
-	choice := b.policy.Choose(now, ids, loads)
+	var choice string
+	if keyed {
+		choice = affine.ChooseKey(now, r.affine, ids, loads)
+	} else {
+		choice = b.policy.Choose(now, ids, loads)
+	}
 	b.policy.Sent(now, choice)
 	return target{byID[choice], b}, nil
 }

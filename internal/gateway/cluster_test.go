@@ -186,3 +186,70 @@ routes:
 		}
 	}
 }
+
+// TestAffinityRouteKeepsAKeyOnOneReplica: a route's affinity key reaches
+// the client's affinity policy, so every request with one key is served
+// by the same one of two replicas, and different keys use both.
+func TestAffinityRouteKeepsAKeyOnOneReplica(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var join []string
+	for _, id := range []string{"r0", "r1"} {
+		who := neptune.Service{Name: "whoami", Methods: []neptune.Method{{Name: "id", Mode: neptune.Read,
+			Handler: func(context.Context, *neptune.Request) (*neptune.Response, error) {
+				return &neptune.Response{Body: []byte(id)}, nil
+			}}}}
+		nd, err := neptune.NewNode(neptune.NodeConfig{Security: neptune.Security{Insecure: true}, ID: id, Join: join, AnnounceInterval: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Register(who, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := nd.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nd.Close() })
+		join = []string{nd.GossipAddr()}
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: join,
+		Balance: neptune.Balancing{Policy: "affinity"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for len(c.Members(ctx, 50*time.Millisecond)) < 2 {
+		if ctx.Err() != nil {
+			t.Fatal("the client never saw both replicas")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	g, _ := start(t, `
+capacity_grps: 10000
+routes:
+  - {path_prefix: /who, service: whoami, method: id, affinity: {query: key}}
+`, c, nil)
+	seen := map[string]bool{}
+	for k := range 12 {
+		first := ""
+		for range 4 {
+			w := do(g, "GET", fmt.Sprintf("/who?key=k%d", k), nil, "")
+			if w.Code != http.StatusOK {
+				t.Fatalf("key k%d: %d %s", k, w.Code, w.Body)
+			}
+			if first == "" {
+				first = w.Body.String()
+			}
+			if got := w.Body.String(); got != first {
+				t.Fatalf("key k%d served by %s and by %s", k, first, got)
+			}
+		}
+		seen[first] = true
+	}
+	if len(seen) != 2 {
+		t.Fatalf("12 keys all served by %v; the key is not what chooses", seen)
+	}
+	if w := do(g, "GET", "/who?key=a&key=b", nil, ""); w.Code != http.StatusBadRequest {
+		t.Fatalf("a key given twice: %d, want 400", w.Code)
+	}
+}

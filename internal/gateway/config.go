@@ -179,6 +179,11 @@ type Route struct {
 	Method  string `yaml:"method"`
 	// Partition says which partition a request goes to (default 0).
 	Partition PartitionSpec `yaml:"partition"`
+	// Affinity says where a request's affinity key is: calls with the
+	// same key go to the same replica of the partition while its load
+	// allows (the "affinity" balancing policy, which a gateway with such
+	// a route uses; calls without a key are balanced as by the default).
+	Affinity AffinitySpec `yaml:"affinity"`
 	// Passthrough sends the whole HTTP request (method, path, query,
 	// headers, body) to a passthrough method of an HTTP-adapter service
 	// and answers with the program's whole response; otherwise the request
@@ -192,6 +197,21 @@ type Route struct {
 	Class string `yaml:"class"`
 	// Timeout overrides the gateway's Timeout for this route.
 	Timeout Duration `yaml:"timeout"`
+}
+
+// AffinitySpec names a request's affinity key: a path segment (1-based,
+// as PartitionSpec's), a header or a query parameter. A request without
+// it is balanced as any.
+type AffinitySpec struct {
+	Segment int    `yaml:"segment"`
+	Header  string `yaml:"header"`
+	Query   string `yaml:"query"`
+}
+
+// UsesAffinity reports whether a route reads an affinity key, so the
+// gateway's client balances with the affinity policy.
+func (c *Config) UsesAffinity() bool {
+	return slices.ContainsFunc(c.Routes, func(r Route) bool { return r.Affinity != (AffinitySpec{}) })
 }
 
 // PartitionSpec picks a request's partition: a number read from a path
@@ -515,6 +535,7 @@ func (r Route) validate(f string, subs map[string]bool, seen map[string]string) 
 		bad(f+".timeout", "must be >= 0, got %v", time.Duration(r.Timeout))
 	}
 	errs = append(errs, r.Partition.validate(f+".partition")...)
+	errs = append(errs, r.Affinity.validate(f+".affinity")...)
 	prefix := r.PathPrefix
 	if prefix == "" {
 		prefix = "/"
@@ -526,6 +547,29 @@ func (r Route) validate(f string, subs map[string]bool, seen map[string]string) 
 			continue
 		}
 		seen[k] = f
+	}
+	return errs
+}
+
+func (a AffinitySpec) validate(f string) []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &gage.FieldError{Field: field, Err: fmt.Errorf(format, args...)})
+	}
+	n := 0
+	for _, set := range []bool{a.Segment != 0, a.Header != "", a.Query != ""} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		bad(f, "set one of segment, header or query, not several")
+	}
+	if a.Segment < 0 {
+		bad(f+".segment", "must be >= 1 (the first path segment is 1), got %d", a.Segment)
+	}
+	if a.Header != "" && !httpguts.ValidHeaderFieldName(a.Header) {
+		bad(f+".header", "%q is not a header name", a.Header)
 	}
 	return errs
 }

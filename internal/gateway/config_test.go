@@ -95,6 +95,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"capacity_grps: 10\nroutes: [{service: s, method: m, partition: {segment: -1}}]", "routes[0].partition.segment"},
 		{"capacity_grps: 10\nroutes: [{service: s, method: m, partition: {header: 'a b'}}]", "routes[0].partition.header"},
 		{"capacity_grps: 10\nroutes: [{service: s, method: m, partition: {fixed: 4, count: 4}}]", "routes[0].partition.fixed"},
+		{"capacity_grps: 10\nroutes: [{service: s, method: m, affinity: {header: X-K, query: k}}]", "routes[0].affinity"},
+		{"capacity_grps: 10\nroutes: [{service: s, method: m, affinity: {header: 'a b'}}]", "routes[0].affinity.header"},
+		{"capacity_grps: 10\nroutes: [{service: s, method: m, affinity: {segment: -2}}]", "routes[0].affinity.segment"},
 		{"capacity_grps: 10\nroutes: [{service: s, method: m, methods: [get]}]", "routes[0].methods[0]"},
 		{"capacity_grps: 10\nroutes: [{service: s, method: m, host: 'a/b'}]", "routes[0].host"},
 		{"capacity_grps: 10\nroutes: [{service: s, method: m, path_prefix: x}]", "routes[0].path_prefix"},
@@ -194,6 +197,42 @@ func req(t *testing.T, target string, h http.Header) *http.Request {
 	return &http.Request{Method: "GET", URL: u, Header: h, Host: "h"}
 }
 
+// An affinity key comes from any source; a request without one is
+// balanced as any (""), one given twice is the client's mistake.
+func TestAffinityKeyFromEverySource(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec AffinitySpec
+		r    *http.Request
+		want string
+		bad  bool
+	}{
+		{"none", AffinitySpec{}, req(t, "/cache/k1", nil), "", false},
+		{"segment", AffinitySpec{Segment: 2}, req(t, "/cache/k%2F1", nil), "k/1", false},
+		{"segment missing", AffinitySpec{Segment: 3}, req(t, "/cache/k1", nil), "", false},
+		{"header", AffinitySpec{Header: "X-Cache-Key"}, req(t, "/", http.Header{"X-Cache-Key": {"k1"}}), "k1", false},
+		{"header missing", AffinitySpec{Header: "X-Cache-Key"}, req(t, "/", nil), "", false},
+		{"header twice", AffinitySpec{Header: "X-Cache-Key"}, req(t, "/", http.Header{"X-Cache-Key": {"a", "b"}}), "", true},
+		{"query", AffinitySpec{Query: "key"}, req(t, "/?key=k1", nil), "k1", false},
+		{"query bad escape", AffinitySpec{Query: "key"}, req(t, "/?key=%zz", nil), "", true},
+	} {
+		got, err := tc.spec.key(tc.r)
+		switch {
+		case tc.bad && !errors.Is(err, errBadKey):
+			t.Errorf("%s: %q, %v; want errBadKey", tc.name, got, err)
+		case !tc.bad && (err != nil || got != tc.want):
+			t.Errorf("%s: %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+	cfg := Config{Routes: []Route{{Service: "s"}, {Service: "pcache", Affinity: AffinitySpec{Query: "key"}}}}
+	if !cfg.UsesAffinity() {
+		t.Error("a route reads an affinity key, yet UsesAffinity is false")
+	}
+	if cfg.Routes = cfg.Routes[:1]; cfg.UsesAffinity() {
+		t.Error("no route reads an affinity key, yet UsesAffinity is true")
+	}
+}
+
 func TestPartitionFromEverySource(t *testing.T) {
 	fixed := 3
 	hashOf := func(src PartitionSpec, r *http.Request) int {
@@ -263,6 +302,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("capacity_grps: 10\nroutes: [{service: s, method: m, partition: {hash: true, header: X, count: 3}}]"))
 	f.Add([]byte("capacity: {cpu: 1s, net: 1MiB}\nroutes: [{service: s, method: m, host: '*.a.b', path_prefix: /x/}]"))
 	f.Add([]byte("routes: [{partition: 7}]"))
+	f.Add([]byte("capacity_grps: 10\nroutes: [{service: pcache, method: CacheLookup, affinity: {query: key}}]"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseConfig(b)
 		if err != nil {
@@ -327,6 +367,15 @@ func FuzzPartitionKey(f *testing.F) {
 			}
 			if again, _ := s.partition(r); again != p {
 				t.Fatalf("%+v: %d then %d", s, p, again)
+			}
+		}
+		for _, a := range []AffinitySpec{{Segment: max(1, segment%8)}, {Header: "X-Key"}, {Query: "p"}} {
+			k, err := a.key(r)
+			if err != nil && !errors.Is(err, errBadKey) {
+				t.Fatalf("%+v: error %v is not a bad key", a, err)
+			}
+			if again, err2 := a.key(r); again != k || (err == nil) != (err2 == nil) {
+				t.Fatalf("%+v: %q, %v then %q, %v", a, k, err, again, err2)
 			}
 		}
 	})

@@ -354,6 +354,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, start time.Time)
 	if err != nil {
 		return g.fail(w, http.StatusBadRequest, err.Error())
 	}
+	affinity, err := rt.Affinity.key(r)
+	if err != nil {
+		return g.fail(w, http.StatusBadRequest, err.Error())
+	}
 	// A client that trickles its body is held to the request's timeout
 	// (on the socket, so in real time), and the deadline is lifted once
 	// the body is in: left set, it would end the server's background read
@@ -389,7 +393,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, start time.Time)
 		class = c
 	}
 	resp, err := g.caller.Call(transport.WithSubscriber(ctx, sub), rt.Service, part, rt.Method, payload,
-		neptune.WithClass(class), neptune.WithUsage(&cu), failFastOnOverload)
+		neptune.WithClass(class), neptune.WithUsage(&cu), neptune.WithAffinity(affinity), failFastOnOverload)
 	var used gage.Vector
 	if cu.Node != "" && *g.cfg.Measured {
 		// What the node measured (see Gateway's doc), and its cycle.

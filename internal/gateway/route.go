@@ -131,9 +131,9 @@ func pathHasPrefix(path, prefix string) bool {
 	return len(path) == len(prefix) || strings.HasSuffix(prefix, "/") || path[len(prefix)] == '/'
 }
 
-// errBadKey is a request whose partition key is missing or malformed: the
-// client's mistake, answered 400.
-var errBadKey = errors.New("bad partition key")
+// errBadKey is a request whose partition key is missing or malformed, or
+// whose affinity key is malformed: the client's mistake, answered 400.
+var errBadKey = errors.New("bad key")
 
 // maxPartition is the largest partition number a call carries (int32 on
 // the wire).
@@ -145,45 +145,13 @@ func (p PartitionSpec) partition(r *http.Request) (int, error) {
 	if p.Fixed != nil {
 		return *p.Fixed, nil
 	}
-	var v, what string
+	v, what, err := readKey(r, p.Segment, p.Header, p.Query)
 	switch {
-	case p.Segment > 0:
-		what = fmt.Sprintf("path segment %d", p.Segment)
-		segs := strings.Split(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
-		if p.Segment > len(segs) {
-			return 0, fmt.Errorf("%w: the path has no %s", errBadKey, what)
-		}
-		s, err := url.PathUnescape(segs[p.Segment-1])
-		if err != nil {
-			return 0, fmt.Errorf("%w: %s is not validly escaped", errBadKey, what)
-		}
-		v = s
-	case p.Header != "":
-		what = "header " + p.Header
-		vs := r.Header.Values(p.Header)
-		if len(vs) > 1 {
-			return 0, fmt.Errorf("%w: %s is given %d times", errBadKey, what, len(vs))
-		}
-		if len(vs) == 1 {
-			v = vs[0]
-		}
-	case p.Query != "":
-		what = "query parameter " + p.Query
-		q, err := url.ParseQuery(r.URL.RawQuery)
-		if err != nil {
-			return 0, fmt.Errorf("%w: the query is not validly escaped", errBadKey)
-		}
-		vs := q[p.Query]
-		if len(vs) > 1 {
-			return 0, fmt.Errorf("%w: %s is given %d times", errBadKey, what, len(vs))
-		}
-		if len(vs) == 1 {
-			v = vs[0]
-		}
-	default:
+	case err != nil:
+		return 0, err
+	case what == "":
 		return 0, nil
-	}
-	if v == "" {
+	case v == "":
 		return 0, fmt.Errorf("%w: %s is missing or empty", errBadKey, what)
 	}
 	if p.Hash {
@@ -199,6 +167,58 @@ func (p PartitionSpec) partition(r *http.Request) (int, error) {
 		return 0, fmt.Errorf("%w: %s: partition %d is not below %d", errBadKey, what, n, p.Count)
 	}
 	return int(n), nil
+}
+
+// key reads r's affinity key as a says: "" if the route names none or
+// the request lacks it (balanced as any); a key given twice or badly
+// escaped is the client's mistake.
+func (a AffinitySpec) key(r *http.Request) (string, error) {
+	v, _, err := readKey(r, a.Segment, a.Header, a.Query)
+	return v, err
+}
+
+// readKey reads the value of the path segment (1-based), header or query
+// parameter set (the first of them), and what it read for errors ("" if
+// none is set). A missing value (a path too short included) is "".
+func readKey(r *http.Request, segment int, header, query string) (v, what string, err error) {
+	switch {
+	case segment > 0:
+		what = fmt.Sprintf("path segment %d", segment)
+		segs := strings.Split(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
+		if segment > len(segs) {
+			return "", what, nil
+		}
+		s, err := url.PathUnescape(segs[segment-1])
+		if err != nil {
+			return "", what, fmt.Errorf("%w: %s is not validly escaped", errBadKey, what)
+		}
+		return s, what, nil
+	case header != "":
+		what = "header " + header
+		vs := r.Header.Values(header)
+		if len(vs) > 1 {
+			return "", what, fmt.Errorf("%w: %s is given %d times", errBadKey, what, len(vs))
+		}
+		if len(vs) == 1 {
+			v = vs[0]
+		}
+		return v, what, nil
+	case query != "":
+		what = "query parameter " + query
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			return "", what, fmt.Errorf("%w: the query is not validly escaped", errBadKey)
+		}
+		vs := q[query]
+		if len(vs) > 1 {
+			return "", what, fmt.Errorf("%w: %s is given %d times", errBadKey, what, len(vs))
+		}
+		if len(vs) == 1 {
+			v = vs[0]
+		}
+		return v, what, nil
+	}
+	return "", "", nil
 }
 
 // short keeps error messages from echoing long client input.

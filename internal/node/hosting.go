@@ -16,6 +16,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/replication"
 	"github.com/neptune-cluster/neptune/internal/service"
+	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
@@ -61,6 +62,7 @@ func (n *Node) serve(ctx context.Context, in *pb.CallRequest) (*service.Response
 	if err != nil {
 		return nil, err
 	}
+	in.Class = h.classOf(ctx, in.Class)
 	handler := m.Handler
 	if handler == nil {
 		if m.Mode != service.Write {
@@ -74,6 +76,22 @@ func (n *Node) serve(ctx context.Context, in *pb.CallRequest) (*service.Response
 		return n.repl.Serve(ctx, in, func(ctx context.Context) (*service.Response, error) { return h.serveLocal(ctx, handler, in) })
 	}
 	return h.serveLocal(ctx, handler, in)
+}
+
+// classOf is the class a call from ctx's caller is served in: the one
+// the service maps the caller's verified certificate identity to
+// (Service.IdentityClasses), else named, the call's own. A call a replica
+// forwards to the primary carries the class its first node chose.
+func (h *hosted) classOf(ctx context.Context, named string) string {
+	if len(h.svc.IdentityClasses) == 0 {
+		return named
+	}
+	if id, ok := transport.Caller(ctx); ok {
+		if c, ok := h.svc.IdentityClasses[id.String()]; ok {
+			return c
+		}
+	}
+	return named
 }
 
 // serveLocal runs handler for in through the service's pool.
@@ -103,6 +121,7 @@ func (n *Node) serveStream(ctx context.Context, in *pb.CallRequest, send func([]
 	if m.Stream == nil {
 		return fmt.Errorf("%w: %s.%s is not a stream method; use Client.Call", nerr.ErrWrongMode, in.Service, in.Method)
 	}
+	in.Class = h.classOf(ctx, in.Class)
 	var herr error
 	if err := h.run(ctx, in.Class, in.Method, func(ctx context.Context) *service.Response {
 		defer recoverInto(&herr)

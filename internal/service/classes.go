@@ -148,13 +148,24 @@ func (s *Service) validateClasses() error {
 	}
 	cfg, ok := s.schedConfig()
 	if !ok {
-		if s.Policy != Adaptive || s.DefaultClass != "" {
-			return fmt.Errorf("%s: Policy and DefaultClass need Classes", where)
+		if s.Policy != Adaptive || s.DefaultClass != "" || len(s.IdentityClasses) > 0 {
+			return fmt.Errorf("%s: Policy, DefaultClass and IdentityClasses need Classes", where)
 		}
 		return nil
 	}
-	if s.DefaultClass != "" && !slices.ContainsFunc(s.Classes, func(c Class) bool { return c.Name == s.DefaultClass }) {
+	known := func(name string) bool {
+		return slices.ContainsFunc(s.Classes, func(c Class) bool { return c.Name == name })
+	}
+	if s.DefaultClass != "" && !known(s.DefaultClass) {
 		return fmt.Errorf("%s: DefaultClass %q names none of Classes", where, s.DefaultClass)
+	}
+	for id, class := range s.IdentityClasses {
+		if role, name, ok := strings.Cut(id, "/"); !ok || role == "" || name == "" {
+			return fmt.Errorf("%s: IdentityClasses: %q is not an identity (role/name, e.g. client/partner)", where, id)
+		}
+		if !known(class) {
+			return fmt.Errorf("%s: IdentityClasses[%q]: %q names none of Classes", where, id, class)
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%s: %w", where, err)

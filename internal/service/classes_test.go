@@ -30,7 +30,11 @@ func TestServiceValidateNamesTheClassField(t *testing.T) {
 	}{
 		{"valid", nil, ""},
 		{"no classes is FIFO", func(s *Service) { s.Classes = nil }, ""},
-		{"policy without classes", func(s *Service) { s.Classes, s.Policy = nil, EDF }, "Policy and DefaultClass need Classes"},
+		{"policy without classes", func(s *Service) { s.Classes, s.Policy = nil, EDF }, "Policy, DefaultClass and IdentityClasses need Classes"},
+		{"identity classes without classes", func(s *Service) { s.Classes, s.IdentityClasses = nil, map[string]string{"client/a": "gold"} }, "need Classes"},
+		{"identity class", func(s *Service) { s.IdentityClasses = map[string]string{"client/a": "gold"} }, ""},
+		{"identity class unknown", func(s *Service) { s.IdentityClasses = map[string]string{"client/a": "silver"} }, `IdentityClasses["client/a"]: "silver"`},
+		{"not an identity", func(s *Service) { s.IdentityClasses = map[string]string{"partner": "gold"} }, `"partner" is not an identity`},
 		{"empty class name", func(s *Service) { s.Classes[1].Name = "" }, "Classes[1].Name is empty"},
 		{"duplicate class", func(s *Service) { s.Classes[1].Name = "gold" }, "Classes[1].Name"},
 		{"guarantee above 1", func(s *Service) { s.Classes[0].Guarantee = 1.5 }, "Classes[0].Guarantee"},

@@ -168,6 +168,13 @@ type Service struct {
 	// DefaultClass receives requests with an empty or unknown class; empty
 	// means the first of Classes.
 	DefaultClass string
+	// IdentityClasses serves the calls of a caller's certificate identity
+	// ("client/partner", "gateway/edge": its role and name) in the class
+	// it maps to, whatever class the call names: a class per client
+	// (dissertation §4.2.2), which a caller cannot raise by asking. It
+	// takes effect on a node running mutual TLS; a caller it does not
+	// list keeps the class it names. Each class must be one of Classes.
+	IdentityClasses map[string]string
 	// Policy orders the classes once guarantees are met (default Adaptive).
 	Policy SchedPolicy
 	// Accounting is how requests are charged against the guarantees

@@ -12,6 +12,7 @@ import (
 	"github.com/neptune-cluster/neptune/lab/bench/elasticbench"
 	"github.com/neptune-cluster/neptune/lab/bench/gagebench"
 	"github.com/neptune-cluster/neptune/lab/bench/lbbench"
+	"github.com/neptune-cluster/neptune/lab/bench/localitybench"
 	"github.com/neptune-cluster/neptune/lab/bench/movebench"
 	"github.com/neptune-cluster/neptune/lab/bench/overhead"
 	"github.com/neptune-cluster/neptune/lab/bench/replbench"
@@ -20,12 +21,12 @@ import (
 )
 
 func benchCmd() *cobra.Command {
-	return group("bench", "Run a benchmark: overhead, lb, replication, wal, apps, dac, append, burst, faults, lossy, gage, scale",
+	return group("bench", "Run a benchmark: overhead, lb, locality, replication, wal, apps, dac, append, burst, faults, lossy, gage, scale",
 		`Run a benchmark on real node processes (re-executions of this binary) or
 in-process nodes. Each benchmark runs its contenders side by side in one
 run, interleaved in rounds so drift in the machine affects all alike, and
 prints ratios; --sections picks the parts of those that have several.`,
-		overheadCmd(), lbCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), lossyCmd(), moveCmd(), restoreCmd(), gageBenchCmd(), scaleCmd(),
+		overheadCmd(), lbCmd(), localityCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), lossyCmd(), moveCmd(), restoreCmd(), gageBenchCmd(), scaleCmd(),
 		echoServerCmd(), faultsClientCmd(), delayerCmd(), httpProgramCmd(), lbClientCmd())
 }
 
@@ -135,6 +136,40 @@ or its baseline was unhealthy), with the reason printed.`,
 	fs.IntVar(&cfg.Hog, "hog", cfg.Hog, "run this many CPU-spinning goroutines beside the goals section (the contended async and push goals)")
 	addSeed(fs, &cfg.Seed, "the traces (shared by every contender of a row group)")
 	fs.StringVar(&cfg.HAProxy, "haproxy", cfg.HAProxy, "HAProxy executable; its rows are skipped if it is not found")
+	return cmd
+}
+
+func localityCmd() *cobra.Command {
+	cfg := localitybench.DefaultConfig()
+	cmd := leaf("locality [flags]", "Routing for cache affinity on pcache (issue 32; USITS §2.1, Gage §3.4)",
+		`Start --nodes in-process nodes, each hosting the same pcache partition
+over a file seeded with --keys keys and an in-memory tier of --memory
+entries; look keys up (Zipf --zipf, the key as the affinity key) from
+closed-loop callers through clients under random, polling (the paper's),
+prequal (the default) and affinity (bounded-load rendezvous hashing), in
+interleaved rounds, every cell starting from empty memory. Print each
+policy's hit ratio, throughput and mean latency, and two verdicts with
+goals fixed by flags before the run: affinity's hit ratio at least
+--goal-hits x, and its throughput at least --goal-throughput x, the best
+other policy's; INCONCLUSIVE when rounds disagree, a contender failed
+lookups, or the machine was busy.`,
+		experiment(&cfg, nil, nil, localitybench.Run))
+	cmd.Example = "  flock /work/cpu.lock neptune bench locality --rounds 3"
+	fs := cmd.Flags()
+	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "in-process nodes hosting pcache partition 0")
+	fs.IntVar(&cfg.Keys, "keys", cfg.Keys, "keys in the partition, all looked up")
+	fs.Float64Var(&cfg.Zipf, "zipf", cfg.Zipf, "Zipf exponent of the keys' popularity (0: uniform)")
+	fs.IntVar(&cfg.Memory, "memory", cfg.Memory, "entries in each node's in-memory tier")
+	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "clients per policy")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "closed-loop callers per policy, spread over its clients")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured start of each cell")
+	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measured time per policy per round")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds, pooled")
+	fs.Float64Var(&cfg.LoadBound, "load-bound", cfg.LoadBound, "the affinity policy's load bound (0: its default, 2)")
+	addSeed(fs, &cfg.Seed, "the callers' keys")
+	fs.Float64Var(&cfg.GoalHits, "goal-hits", cfg.GoalHits, "goal: affinity's hit ratio at least this x the best other policy's")
+	fs.Float64Var(&cfg.GoalThroughput, "goal-throughput", cfg.GoalThroughput, "goal: affinity's throughput at least this x the best other policy's")
+	fs.StringVar(&cfg.DataDir, "dir", cfg.DataDir, "`directory` for the nodes' files (default: a temporary one)")
 	return cmd
 }
 

@@ -1,0 +1,78 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/security"
+)
+
+// TestAffinityKeyPicksTheKeysReplica: under the affinity policy a call
+// with a key goes to the key's first replica in rendezvous order, every
+// time and without polling (every poll here is held forever); under
+// another policy the key changes nothing (the control: one key's calls
+// spread over the replicas).
+func TestAffinityKeyPicksTheKeysReplica(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	seed, _ := fakeNode(t, ctx, "a", 0, nil)
+	fakeNode(t, ctx, "b", 0, []string{seed})
+	fakeNode(t, ctx, "c", 0, []string{seed})
+	insecure, err := security.Load(security.Config{Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(policy string) *Client {
+		cfg := balance.DefaultConfig()
+		cfg.Policy = policy
+		c, err := New(ctx, Config{Join: []string{seed}, Balance: cfg, Security: insecure})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		for len(c.gossip.Lookup("work", 0, "get").Replicas) < 3 {
+			select {
+			case <-ctx.Done():
+				t.Fatal("the client never saw the three nodes")
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		return c
+	}
+	call := func(c *Client, key string) string {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		resp, err := c.Call(cctx, "work", 0, "get", nil, WithAffinity(key))
+		if err != nil {
+			t.Fatalf("call with key %s: %v", key, err)
+		}
+		return string(resp.Body)
+	}
+	aff := dial(balance.NameAffinity)
+	seen := map[string]bool{}
+	for k := range 20 {
+		key := fmt.Sprint("key-", k)
+		want := balance.Rank(key, []string{"a", "b", "c"})[0]
+		seen[want] = true
+		for range 3 {
+			if got := call(aff, key); got != want {
+				t.Fatalf("%s went to %s, want its first replica %s", key, got, want)
+			}
+		}
+	}
+	if len(seen) < 2 {
+		t.Fatalf("20 keys all ranked %v first: the test shows nothing", seen)
+	}
+
+	random := dial(balance.NameRandom)
+	got := map[string]bool{}
+	for range 30 {
+		got[call(random, "key-0")] = true
+	}
+	if len(got) < 2 {
+		t.Fatalf("control: under random, 30 calls with one key all went to %v", got)
+	}
+}
