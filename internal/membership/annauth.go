@@ -371,6 +371,18 @@ func (a *annAuth) resolve(fp [sha256.Size]byte, der []byte, now time.Time) (*x50
 	return c, id.Name, nil
 }
 
+// signer is the node whose certificate has fingerprint fp: this member's
+// own, or one verified before.
+func (a *annAuth) signer(fp [sha256.Size]byte) (string, bool) {
+	if sha256.Sum256(a.src.Certificate().Leaf.Raw) == fp {
+		return a.src.Identity().Name, true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	node, ok := a.node[fp]
+	return node, ok
+}
+
 // remember caches a verified node certificate. Callers hold a.mu.
 func (a *annAuth) remember(fp [sha256.Size]byte, c *x509.Certificate, node string) {
 	if _, ok := a.known[fp]; !ok && len(a.known) >= maxKnownCerts {

@@ -352,6 +352,9 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		_ = ml.Shutdown()
 		return nil, err
 	}
+	// The join exchanged the whole state already: the first anti-entropy
+	// comes an interval later.
+	g.antiEntropyDue = cfg.Clock.Now().Add(antiEntropyInterval(g.liveCount()))
 	ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	go g.loop(ctx)
 	return g, nil
@@ -981,16 +984,17 @@ func (g *Gossip) held(b []byte) (*pb.Announcement, *sealed, bool) {
 	if err != nil {
 		return nil, nil, false
 	}
-	var a pb.Announcement
-	if proto.Unmarshal(s.payload, &a) != nil || a.NodeId == "" {
+	// The certificate names the author (its own, or one verified
+	// before), so the payload need not be decoded to find what is held.
+	node, ok := g.auth.signer(s.fp)
+	if !ok {
 		return nil, nil, false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	have := g.sealed[a.NodeId]
-	e, live := g.pagesHas(g.cfg.Clock.Now(), a.NodeId)
-	if have == nil || !live || have.fp != s.fp || have.at != s.at || !bytes.Equal(have.sig, s.sig) || !bytes.Equal(have.payload, s.payload) ||
-		e.Ann.Seq != a.Seq || e.Ann.Incarnation != a.Incarnation {
+	have := g.sealed[node]
+	e, live := g.pagesHas(g.cfg.Clock.Now(), node)
+	if have == nil || !live || have.fp != s.fp || have.at != s.at || !bytes.Equal(have.sig, s.sig) || !bytes.Equal(have.payload, s.payload) {
 		return nil, nil, false
 	}
 	return e.Ann, have, true
