@@ -65,6 +65,21 @@ type outcome struct {
 	HandlerFailed bool `json:"handler_failed,omitempty"`
 }
 
+// String says it in words, as StreamOutcomeError does in seqs.
+func (o *outcome) String() string {
+	s := fmt.Sprintf("write stream %s: messages through %d applied", o.StreamID, o.AppliedThrough)
+	switch {
+	case o.HandlerFailed:
+		s += fmt.Sprintf(", message %d ran and failed", o.MaybeAppliedThrough)
+	case o.MaybeAppliedThrough > o.AppliedThrough:
+		s += fmt.Sprintf(", after that through %d outcome unknown", o.MaybeAppliedThrough)
+	}
+	if o.SentThrough > o.MaybeAppliedThrough {
+		s += fmt.Sprintf(", after that through %d never applied", o.SentThrough)
+	}
+	return s + " (messages refused in frames of their own never were)"
+}
+
 // answerFrame is an answer to the client, as text when it is UTF-8.
 func answerFrame(body []byte) outFrame {
 	if utf8.Valid(body) {

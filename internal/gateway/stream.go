@@ -225,6 +225,7 @@ func (g *Gateway) streamError(ctx context.Context, err error, out *frameOut) *fr
 	var se *neptune.StreamOutcomeError
 	if errors.As(err, &se) {
 		fe.Outcome = out.outcome(se)
+		fe.Text += "; " + fe.Outcome.String()
 	}
 	return fe
 }
