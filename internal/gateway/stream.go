@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/neptune-cluster/neptune"
+	"github.com/neptune-cluster/neptune/adapter"
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/gage"
 	"github.com/neptune-cluster/neptune/internal/obs"
@@ -32,14 +33,11 @@ var (
 	errClientEnd = errors.New("gateway: the client went away")
 )
 
-// ContentTypeNDJSON is the media type of a stream's frames over HTTP.
-const ContentTypeNDJSON = "application/x-ndjson"
-
 // frameConn is the client's side of a stream: HTTP (NDJSON lines) or
 // WebSocket.
 type frameConn interface {
-	// read returns the next message's body; errFrameTooLarge and
-	// errBadFrame concern that frame only; io.EOF: the client closed its
+	// read returns the next message's body; adapter.ErrFrameTooLarge and
+	// adapter.ErrBadFrame concern that frame only; io.EOF: the client closed its
 	// side; any other error: the connection is gone.
 	read(ctx context.Context) ([]byte, error)
 	// write sends one frame, within the idle bound.
@@ -63,7 +61,7 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 	}
 	ws := isWebSocket(r)
 	if !ws && r.Method == http.MethodGet {
-		return g.fail(w, http.StatusBadRequest, "a stream is a WebSocket, or a request whose body is its messages (POST, "+ContentTypeNDJSON+")")
+		return g.fail(w, http.StatusBadRequest, "a stream is a WebSocket, or a request whose body is its messages (POST, "+adapter.ContentTypeNDJSON+")")
 	}
 	bound := time.Duration(g.cfg.Streams.MaxDuration)
 	if rt.Timeout > 0 {
@@ -105,12 +103,12 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 		rc := http.NewResponseController(w)
 		_ = rc.EnableFullDuplex() // HTTP/1.1; HTTP/2 always is
 		h := w.Header()
-		h.Set("Content-Type", ContentTypeNDJSON)
+		h.Set("Content-Type", adapter.ContentTypeNDJSON)
 		h.Set("Cache-Control", "no-store")
 		h.Set("X-Content-Type-Options", "nosniff")
 		w.WriteHeader(http.StatusOK)
 		_ = rc.Flush()
-		conn = &httpConn{w: w, rc: rc, in: newFrameReader(r.Body, int(g.cfg.Streams.MaxMessage)), idle: idleFor}
+		conn = &httpConn{w: w, rc: rc, in: adapter.NewFrameReader(r.Body, int(g.cfg.Streams.MaxMessage)), idle: idleFor}
 	}
 	idle := g.clk.AfterFunc(idleFor, func() { cancel(errIdle) })
 	defer idle.Stop()
@@ -134,11 +132,11 @@ func (g *Gateway) streamUp(ctx context.Context, cancel context.CancelCauseFunc, 
 	for {
 		body, err := conn.read(ctx)
 		switch {
-		case errors.Is(err, errFrameTooLarge):
+		case errors.Is(err, adapter.ErrFrameTooLarge):
 			n++
 			out.refuse(n, http.StatusRequestEntityTooLarge, fmt.Sprintf("message %d: %v; it was not sent", n, err))
 			continue
-		case errors.Is(err, errBadFrame):
+		case errors.Is(err, adapter.ErrBadFrame):
 			n++
 			out.refuse(n, http.StatusBadRequest, fmt.Sprintf("message %d: %v; it was not sent", n, err))
 			continue
@@ -393,11 +391,11 @@ func headerHasToken(h http.Header, name, token string) bool {
 type httpConn struct {
 	w    http.ResponseWriter
 	rc   *http.ResponseController
-	in   *frameReader
+	in   *adapter.FrameReader
 	idle time.Duration
 }
 
-func (c *httpConn) read(context.Context) ([]byte, error) { return c.in.next() }
+func (c *httpConn) read(context.Context) ([]byte, error) { return c.in.Next() }
 
 func (c *httpConn) write(f outFrame) error {
 	b, err := json.Marshal(f)
@@ -432,7 +430,7 @@ func (c *wsConn) read(ctx context.Context) ([]byte, error) {
 	case typ == websocket.MessageBinary:
 		return b, nil
 	}
-	return decodeFrame(b)
+	return adapter.DecodeFrame(b)
 }
 
 func (c *wsConn) write(f outFrame) error {

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,74 +14,9 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/neptune-cluster/neptune/adapter"
 	"github.com/neptune-cluster/neptune/apps/echo"
 )
-
-func TestFrameReader(t *testing.T) {
-	in := "{\"data\":\"a\"}\n\n  \r\n{\"base64\":\"/w==\"}\r\n" + `{"data":"` + strings.Repeat("x", 40) + "\"}\n" +
-		"not json\n" + `{"data":"a","base64":"AA=="}` + "\n" + `{"data":""}` + "\n" + `{"end":true}` + "\n" + `{"data":"last"}`
-	fr := newFrameReader(strings.NewReader(in), 32)
-	type res struct {
-		body string
-		err  error
-	}
-	want := []res{{"a", nil}, {"\xff", nil}, {"", errFrameTooLarge}, {"", errBadFrame}, {"", errBadFrame}, {"", nil}, {"", io.EOF}, {"last", nil}, {"", io.EOF}}
-	for i, w := range want {
-		b, err := fr.next()
-		if string(b) != w.body || !errors.Is(err, w.err) || (w.err == nil && err != nil) {
-			t.Errorf("frame %d: %q %v, want %q %v", i, b, err, w.body, w.err)
-		}
-	}
-}
-
-// FuzzFrameReader: whatever a client sends, the reader never panics,
-// never returns a frame over its limit, goes on after a bad frame, and
-// reads back exactly the messages a well-behaved client encoded.
-func FuzzFrameReader(f *testing.F) {
-	f.Add([]byte("{\"data\":\"a\"}\n{\"base64\":\"/w==\"}\n"), []byte("hi\xff"), 8)
-	f.Add([]byte("\n\r\n{\"end\":true}"), []byte(""), 1)
-	f.Add([]byte(strings.Repeat("x", 100)+"\n{\"data\":1}"), []byte("\n\"\\"), 40)
-	f.Fuzz(func(t *testing.T, raw, msg []byte, max int) {
-		max = 1 + abs(max)%4096
-		fr := newFrameReader(bytes.NewReader(raw), max)
-		for range len(raw) + 2 {
-			_, err := fr.next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil && !errors.Is(err, errFrameTooLarge) && !errors.Is(err, errBadFrame) {
-				t.Fatalf("reading %q: %v", raw, err)
-			}
-		}
-		line := encodeFrame(msg)
-		stream := append(append(append([]byte{}, line...), raw...), append([]byte("\n"), line...)...)
-		fr = newFrameReader(bytes.NewReader(stream), len(line))
-		got, err := fr.next()
-		if err != nil || !bytes.Equal(got, msg) {
-			t.Fatalf("first of %q: %q %v, want %q", stream, got, err, msg)
-		}
-		var last []byte
-		for {
-			b, err := fr.next()
-			if err == io.EOF {
-				break
-			}
-			if err == nil {
-				last = b
-			}
-		}
-		if !bytes.Equal(last, msg) && !bytes.Contains(raw, []byte(`"end"`)) {
-			t.Fatalf("last of %q: %q, want %q", stream, last, msg)
-		}
-	})
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
 
 // streamGateway serves a gateway in front of an in-process node with
 // echo on an h2c and HTTP/1.1 listener.
@@ -115,7 +49,7 @@ func TestStreamOverHTTP2(t *testing.T) {
 	hc := &http.Client{Transport: tr}
 	pr, pw := io.Pipe()
 	req, _ := http.NewRequest("POST", srv.URL+"/talk/0", pr)
-	req.Header.Set("Content-Type", ContentTypeNDJSON)
+	req.Header.Set("Content-Type", adapter.ContentTypeNDJSON)
 	req.Header.Set("X-Request-Id", "stream-test-1")
 	type result struct {
 		resp *http.Response
@@ -129,7 +63,7 @@ func TestStreamOverHTTP2(t *testing.T) {
 		t.Fatal(res.err)
 	}
 	defer res.resp.Body.Close()
-	if res.resp.ProtoMajor != 2 || res.resp.StatusCode != 200 || res.resp.Header.Get("Content-Type") != ContentTypeNDJSON {
+	if res.resp.ProtoMajor != 2 || res.resp.StatusCode != 200 || res.resp.Header.Get("Content-Type") != adapter.ContentTypeNDJSON {
 		t.Fatalf("open: %s %d %v", res.resp.Proto, res.resp.StatusCode, res.resp.Header)
 	}
 	sc := bufio.NewScanner(res.resp.Body)
@@ -145,13 +79,13 @@ func TestStreamOverHTTP2(t *testing.T) {
 		return f
 	}
 	for _, m := range []string{"one", "two", "\xff\x00"} {
-		pw.Write(encodeFrame([]byte(m)))
+		pw.Write(adapter.AppendFrame(nil, []byte(m)))
 		f := read()
 		if got := answerBody(f); got != m || f.Error != nil {
 			t.Fatalf("answer to %q: %+v", m, f)
 		}
 	}
-	pw.Write(encodeFrame(bytes.Repeat([]byte("x"), 100)))
+	pw.Write(adapter.AppendFrame(nil, bytes.Repeat([]byte("x"), 100)))
 	if f := read(); f.Message != 4 || f.Error == nil || f.Error.Status != 413 || f.Error.RequestID != "stream-test-1" {
 		t.Fatalf("message over the limit: %+v %+v", f, f.Error)
 	}
@@ -159,7 +93,7 @@ func TestStreamOverHTTP2(t *testing.T) {
 	if f := read(); f.Message != 5 || f.Error == nil || f.Error.Status != 400 {
 		t.Fatalf("malformed message: %+v", f)
 	}
-	pw.Write(encodeFrame([]byte("six")))
+	pw.Write(adapter.AppendFrame(nil, []byte("six")))
 	if f := read(); answerBody(f) != "six" {
 		t.Fatalf("after refusals: %+v", f)
 	}
@@ -205,7 +139,7 @@ func TestStreamOverWebSocket(t *testing.T) {
 		}
 		return f
 	}
-	c.Write(ctx, websocket.MessageText, encodeFrame([]byte("hello")))
+	c.Write(ctx, websocket.MessageText, adapter.AppendFrame(nil, []byte("hello")))
 	if f := read(); answerBody(f) != "hello" {
 		t.Fatalf("answer: %+v", f)
 	}
