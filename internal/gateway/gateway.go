@@ -543,7 +543,8 @@ func refusal(err error) (status int, text, why string) {
 //	503  ErrNoReplica, ErrNoPrimary, ErrOverloaded, ErrClosed (with Retry-After)
 //	504  ErrDeadline, the request's deadline
 //	502  anything else: the service failed, or the route names a method
-//	     the gateway cannot call (a stream method, ErrWrongMode)
+//	     of the other kind (a stream method on a route without stream:
+//	     true, or the reverse: ErrWrongMode)
 func StatusOf(err error) int {
 	is := func(targets ...error) bool {
 		for _, t := range targets {

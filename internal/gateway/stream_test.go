@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/adapter"
 	"github.com/neptune-cluster/neptune/apps/echo"
 )
@@ -38,14 +40,24 @@ routes:
 	return srv
 }
 
-// A read stream over HTTP/2 is full duplex: each answer arrives before
-// the next message is sent; a message over the limit and a malformed one
-// are refused by number and the stream goes on; the end frame follows
-// the client's end.
-func TestStreamOverHTTP2(t *testing.T) {
+// A read stream over HTTP/2, and over HTTP/1.1, is full duplex: each
+// answer arrives before the next message is sent; a message over the
+// limit and a malformed one are refused by number and the stream goes on;
+// the end frame follows the client's end.
+func TestStreamOverHTTP(t *testing.T) {
 	srv := streamGateway(t, "")
+	for _, major := range []int{2, 1} {
+		t.Run(fmt.Sprint("HTTP/", major), func(t *testing.T) { testStreamOverHTTP(t, srv, major) })
+	}
+}
+
+func testStreamOverHTTP(t *testing.T, srv *httptest.Server, major int) {
 	tr := &http.Transport{Protocols: new(http.Protocols)}
-	tr.Protocols.SetUnencryptedHTTP2(true)
+	if major == 2 {
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	} else {
+		tr.Protocols.SetHTTP1(true)
+	}
 	hc := &http.Client{Transport: tr}
 	pr, pw := io.Pipe()
 	req, _ := http.NewRequest("POST", srv.URL+"/talk/0", pr)
@@ -63,7 +75,7 @@ func TestStreamOverHTTP2(t *testing.T) {
 		t.Fatal(res.err)
 	}
 	defer res.resp.Body.Close()
-	if res.resp.ProtoMajor != 2 || res.resp.StatusCode != 200 || res.resp.Header.Get("Content-Type") != adapter.ContentTypeNDJSON {
+	if res.resp.ProtoMajor != major || res.resp.StatusCode != 200 || res.resp.Header.Get("Content-Type") != adapter.ContentTypeNDJSON {
 		t.Fatalf("open: %s %d %v", res.resp.Proto, res.resp.StatusCode, res.resp.Header)
 	}
 	sc := bufio.NewScanner(res.resp.Body)
@@ -160,5 +172,67 @@ func TestStreamOverWebSocket(t *testing.T) {
 	_, resp, err = websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/notstream", nil)
 	if err == nil || resp == nil || resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("stream route on a unary method: %v %v", resp, err)
+	}
+}
+
+// A stream on which nothing moves ends at the idle bound with a 504
+// frame; a client that goes away ends the stream on the node (its
+// handler's context ends).
+func TestStreamIdleAndClientGone(t *testing.T) {
+	ended := make(chan struct{}, 4)
+	hold := neptune.Service{Name: "hold", Methods: []neptune.Method{{Name: "wait", Mode: neptune.Read,
+		Stream: func(ctx context.Context, _ *neptune.Request, s neptune.ServerStream) error {
+			s.Send([]byte("open"))
+			<-ctx.Done()
+			ended <- struct{}{}
+			return ctx.Err()
+		}}}}
+	nd := startNode(t, hold)
+	g, _ := start(t, `
+capacity_grps: 10000
+streams: {idle: 300ms}
+routes:
+  - {path_prefix: /hold, service: hold, method: wait, stream: true}
+`, nd.Client(), nil)
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+
+	open := func(ctx context.Context) *bufio.Scanner {
+		pr, _ := io.Pipe()
+		req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/hold", pr)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		sc := bufio.NewScanner(resp.Body)
+		if !sc.Scan() || !strings.Contains(sc.Text(), `"open"`) {
+			t.Fatalf("first frame: %q %v", sc.Text(), sc.Err())
+		}
+		return sc
+	}
+	bounded, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	sc := open(bounded)
+	if !sc.Scan() {
+		t.Fatalf("no last frame: %v", sc.Err())
+	}
+	var f outFrame
+	if err := json.Unmarshal(sc.Bytes(), &f); err != nil || !f.End || f.Error == nil || f.Error.Status != http.StatusGatewayTimeout || !strings.Contains(f.Error.Text, "idle") {
+		t.Fatalf("idle stream's last frame: %q %v", sc.Bytes(), err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the idle stream's handler never ended")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	open(ctx)
+	cancel()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler of a stream whose client went away never ended")
 	}
 }
