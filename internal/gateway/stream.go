@@ -42,7 +42,8 @@ type frameConn interface {
 	read(ctx context.Context) ([]byte, error)
 	// write sends one frame, within the idle bound.
 	write(f outFrame) error
-	// finish ends the connection after the last frame.
+	// finish ends the connection after the last frame, and any read
+	// still blocked.
 	finish()
 }
 
@@ -114,9 +115,17 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 	defer idle.Stop()
 	out := &frameOut{conn: conn, id: w.Header().Get(obs.HeaderRequestID), write: s.ID() != ""}
 
-	go g.streamUp(ctx, cancel, conn, s, out, acct, sub, func() { idle.Reset(idleFor) })
+	up := make(chan struct{})
+	go func() {
+		defer close(up)
+		g.streamUp(ctx, cancel, conn, s, out, acct, sub, func() { idle.Reset(idleFor) })
+	}()
 	code := g.streamDown(ctx, s, out, acct, func() { idle.Reset(idleFor) })
+	// The request's body may not be read once the handler returns: end
+	// the stream, unblock the reader and wait for it.
+	s.Close()
 	conn.finish()
+	<-up
 	if r.Context().Err() != nil && code != http.StatusOK {
 		return statusClientGone
 	}
@@ -149,6 +158,7 @@ func (g *Gateway) streamUp(ctx context.Context, cancel context.CancelCauseFunc, 
 		}
 		n++
 		active()
+		g.metrics.onDemand(sub) // each message is a request to the scheduler
 		if err := g.loop.wait(ctx, sub, maxWait); err != nil {
 			if ctx.Err() != nil {
 				return // the stream is ending; streamDown says why
@@ -410,7 +420,7 @@ func (c *httpConn) write(f outFrame) error {
 	return c.rc.Flush()
 }
 
-func (c *httpConn) finish() {}
+func (c *httpConn) finish() { _ = c.rc.SetReadDeadline(time.Now()) }
 
 // wsConn is a stream over WebSocket: one JSON frame per text message both
 // ways; a binary message from the client is a message's body as it is.
