@@ -236,3 +236,26 @@ routes:
 		t.Fatal("the handler of a stream whose client went away never ended")
 	}
 }
+
+// A write stream's outcome in the client's numbers: refused messages
+// (never sent) leave gaps the node's seqs do not have.
+func TestWriteStreamOutcomeNumbers(t *testing.T) {
+	o := &frameOut{write: true}
+	o.sending(1)
+	o.sending(3) // 2 was refused
+	o.sending(4)
+	o.unsent() // 4 was too large for the node: never sent
+	o.sending(5)
+	o.sending(6)
+	if n := o.answered(); n != 1 {
+		t.Fatalf("first answer numbered %d, want 1", n)
+	}
+	got := o.outcome(&neptune.StreamOutcomeError{StreamID: "s", Applied: 1, MaybeApplied: 3, Sent: 4})
+	want := outcome{StreamID: "s", AppliedThrough: 1, MaybeAppliedThrough: 5, SentThrough: 6}
+	if *got != want {
+		t.Fatalf("outcome %+v, want %+v", *got, want)
+	}
+	if n := o.answered(); n != 3 {
+		t.Fatalf("second answer numbered %d, want 3", n)
+	}
+}
