@@ -18,6 +18,7 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/adapter"
 	"github.com/neptune-cluster/neptune/apps/echo"
+	"github.com/neptune-cluster/neptune/internal/obs"
 )
 
 // streamGateway serves a gateway in front of an in-process node with
@@ -180,8 +181,10 @@ func TestStreamOverWebSocket(t *testing.T) {
 // handler's context ends).
 func TestStreamIdleAndClientGone(t *testing.T) {
 	ended := make(chan struct{}, 4)
+	ids := make(chan string, 4)
 	hold := neptune.Service{Name: "hold", Methods: []neptune.Method{{Name: "wait", Mode: neptune.Read,
 		Stream: func(ctx context.Context, _ *neptune.Request, s neptune.ServerStream) error {
+			ids <- obs.RequestID(ctx)
 			s.Send([]byte("open"))
 			<-ctx.Done()
 			ended <- struct{}{}
@@ -200,6 +203,7 @@ routes:
 	open := func(ctx context.Context) *bufio.Scanner {
 		pr, _ := io.Pipe()
 		req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/hold", pr)
+		req.Header.Set("X-Request-Id", "held-stream")
 		resp, err := srv.Client().Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -208,6 +212,9 @@ routes:
 		sc := bufio.NewScanner(resp.Body)
 		if !sc.Scan() || !strings.Contains(sc.Text(), `"open"`) {
 			t.Fatalf("first frame: %q %v", sc.Text(), sc.Err())
+		}
+		if id := <-ids; id != "held-stream" {
+			t.Errorf("the node's handler sees request id %q, want the client's", id)
 		}
 		return sc
 	}
