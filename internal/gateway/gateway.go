@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,6 +95,11 @@ type Gateway struct {
 	log      *slog.Logger
 	// traced is serveHTTP in a server span, nil when tracing is off.
 	traced http.Handler
+
+	// draining ends when Serve starts to drain; it ends every stream.
+	draining  context.Context
+	drain     context.CancelFunc
+	streaming sync.WaitGroup // the streams being served
 
 	retryAfter string
 	// classOf is each subscriber's service class ("" for the route's).
@@ -197,6 +203,7 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 		retryAfter: strconv.Itoa(max(1, int(math.Ceil(time.Duration(cfg.RetryAfter).Seconds())))),
 		classOf:    classOf,
 	}
+	g.draining, g.drain = context.WithCancel(context.Background())
 	if d.TracerProvider != nil {
 		g.traced = otelhttp.NewHandler(http.HandlerFunc(g.serveHTTP), "neptune.gateway",
 			otelhttp.WithTracerProvider(d.TracerProvider), otelhttp.WithPropagators(obs.Propagator),
@@ -292,8 +299,21 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	g.log.Info("gateway draining", "bound", time.Duration(g.cfg.Drain))
 	dctx, cancel := clock.WithTimeout(context.Background(), g.clk, time.Duration(g.cfg.Drain))
 	defer cancel()
+	// Streams last as long as their clients like: they end now, each
+	// with its last frame (WebSockets, hijacked, are not Shutdown's to
+	// wait for, so the gateway waits for its streams itself).
+	g.drain()
 	err := srv.Shutdown(dctx)
 	<-errc // http.ErrServerClosed, at once
+	if err == nil {
+		done := make(chan struct{})
+		go func() { g.streaming.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-dctx.Done():
+			err = dctx.Err()
+		}
+	}
 	if err != nil {
 		abort()
 		srv.Close()

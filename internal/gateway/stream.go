@@ -31,6 +31,7 @@ type Streamer interface {
 var (
 	errIdle      = errors.New("gateway: no message either way within the idle bound")
 	errClientEnd = errors.New("gateway: the client went away")
+	errDraining  = errors.New("gateway: shutting down")
 )
 
 // frameConn is the client's side of a stream: HTTP (NDJSON lines) or
@@ -68,8 +69,12 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 	if rt.Timeout > 0 {
 		bound = time.Duration(rt.Timeout)
 	}
+	g.streaming.Add(1)
+	defer g.streaming.Done()
 	base, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
+	stopDrain := context.AfterFunc(g.draining, func() { cancel(errDraining) })
+	defer stopDrain()
 	ctx, cancelD := clock.WithDeadline(base, g.clk, start.Add(bound))
 	defer cancelD()
 	acct := &streamCharge{g: g, sub: sub}
@@ -220,6 +225,8 @@ func (g *Gateway) streamError(ctx context.Context, err error, out *frameOut) *fr
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errIdle):
 		fe.Status, fe.Text = http.StatusGatewayTimeout, "no message either way within the idle bound"
+	case errors.Is(cause, errDraining):
+		fe.Status, fe.Text = http.StatusServiceUnavailable, "the gateway is shutting down: open the stream again"
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		fe.Status, fe.Text = http.StatusGatewayTimeout, "the stream's deadline passed"
 	case errors.As(err, &remote):
@@ -259,8 +266,12 @@ type frameOut struct {
 	id    string // the request id
 	write bool   // a write stream: answers are numbered
 
+	// wmu serialises writes (which may wait for a slow client) apart
+	// from mu, so numbering a message never waits for one.
+	wmu  sync.Mutex
+	done bool
+
 	mu      sync.Mutex
-	done    bool
 	pending []uint64 // numbers of the messages sent and not answered, in order
 	applied uint64   // the number of the last answered message
 }
@@ -306,8 +317,8 @@ func (o *frameOut) outcome(se *neptune.StreamOutcomeError) *outcome {
 }
 
 func (o *frameOut) send(f outFrame) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
+	o.wmu.Lock()
+	defer o.wmu.Unlock()
 	if o.done {
 		return io.ErrClosedPipe
 	}
@@ -321,8 +332,8 @@ func (o *frameOut) refuse(n uint64, status int, text string) {
 
 // final writes the last frame.
 func (o *frameOut) final(f outFrame) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
+	o.wmu.Lock()
+	defer o.wmu.Unlock()
 	if o.done {
 		return io.ErrClosedPipe
 	}

@@ -266,3 +266,55 @@ func TestWriteStreamOutcomeNumbers(t *testing.T) {
 		t.Fatalf("second answer numbered %d, want 3", n)
 	}
 }
+
+// Draining ends the streams at once, each with its last frame, over
+// HTTP and WebSocket alike, and Serve returns well within its bound;
+// a stream left running would hold it to the bound and its error.
+func TestDrainEndsStreams(t *testing.T) {
+	nd := startNode(t, echo.Service())
+	g := build(t, `
+capacity_grps: 10000
+drain: 20s
+routes: [{path_prefix: /talk, service: echo, method: talk, stream: true}]
+`, nd.Client())
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, result := serve(t, g, ctx)
+
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest("POST", "http://"+addr+"/talk", pr)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	pw.Write(adapter.AppendFrame(nil, []byte("hi")))
+	sc := bufio.NewScanner(resp.Body)
+	if !sc.Scan() || !strings.Contains(sc.Text(), `"hi"`) {
+		t.Fatalf("answer: %q %v", sc.Text(), sc.Err())
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer wcancel()
+	ws, _, err := websocket.Dial(wctx, "ws://"+addr+"/talk", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+
+	cancel()
+	for _, last := range []func() []byte{
+		func() []byte { sc.Scan(); return sc.Bytes() },
+		func() []byte { _, b, _ := ws.Read(wctx); return b },
+	} {
+		var f outFrame
+		b := last()
+		if err := json.Unmarshal(b, &f); err != nil || !f.End || f.Error == nil || f.Error.Status != http.StatusServiceUnavailable {
+			t.Errorf("last frame at drain: %q %v", b, err)
+		}
+	}
+	if err := <-result; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}
