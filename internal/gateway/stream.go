@@ -40,7 +40,7 @@ type frameConn interface {
 	// read returns the next message's body; adapter.ErrFrameTooLarge and
 	// adapter.ErrBadFrame concern that frame only; io.EOF: the client closed its
 	// side; any other error: the connection is gone.
-	read(ctx context.Context) ([]byte, error)
+	read() ([]byte, error)
 	// write sends one frame, within the idle bound.
 	write(f outFrame) error
 	// finish ends the connection after the last frame, and any read
@@ -144,7 +144,7 @@ func (g *Gateway) streamUp(ctx context.Context, cancel context.CancelCauseFunc, 
 	maxWait := time.Duration(g.cfg.MaxWait)
 	var n uint64 // the client's message number
 	for {
-		body, err := conn.read(ctx)
+		body, err := conn.read()
 		switch {
 		case errors.Is(err, adapter.ErrFrameTooLarge):
 			n++
@@ -416,7 +416,7 @@ type httpConn struct {
 	idle time.Duration
 }
 
-func (c *httpConn) read(context.Context) ([]byte, error) { return c.in.Next() }
+func (c *httpConn) read() ([]byte, error) { return c.in.Next() }
 
 func (c *httpConn) write(f outFrame) error {
 	b, err := json.Marshal(f)
@@ -440,8 +440,11 @@ type wsConn struct {
 	idle time.Duration
 }
 
-func (c *wsConn) read(ctx context.Context) ([]byte, error) {
-	typ, b, err := c.c.Read(ctx)
+// read is not bound by the stream's context: a Read whose context ends
+// closes the connection, and the last frame must still go out. finish
+// ends a read still blocked.
+func (c *wsConn) read() ([]byte, error) {
+	typ, b, err := c.c.Read(context.Background())
 	var ce websocket.CloseError
 	switch {
 	case errors.As(err, &ce) && ce.Code == websocket.StatusNormalClosure:

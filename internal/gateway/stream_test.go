@@ -314,6 +314,9 @@ routes: [{path_prefix: /talk, service: echo, method: talk, stream: true}]
 			t.Errorf("last frame at drain: %q %v", b, err)
 		}
 	}
+	if _, _, err := ws.Read(wctx); websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+		t.Errorf("after the WebSocket's last frame: %v", err)
+	}
 	if err := <-result; err != nil {
 		t.Errorf("Serve: %v", err)
 	}
