@@ -47,6 +47,17 @@ type MethodConfig struct {
 	// its status. This is how a gateway exposes a cluster of unmodified
 	// web programs as one web server.
 	Passthrough bool `yaml:"passthrough"`
+	// Stream (HTTP only) makes the method a stream method
+	// (Client.OpenStream, a gateway's stream route). A read stream is one
+	// request to Route for the whole stream, full duplex: its chunked body
+	// is the caller's messages and the answer's body the program's, both
+	// newline-delimited JSON frames (AppendFrame: {"data": "text"} or
+	// {"base64": "..."}); the program answers as it reads, and ends the
+	// stream by ending its answer. A write stream's messages are writes,
+	// each sent as one request to Route like a write method's (its
+	// Neptune-LSN identifies it), the answer's body being the message's
+	// answer.
+	Stream bool `yaml:"stream"`
 }
 
 // validateMethods checks the common fields; where prefixes messages with

@@ -59,6 +59,9 @@ func TestHTTPConfigValidate(t *testing.T) {
 		{"route", func(c *adapter.HTTPConfig) { c.Methods[0].Route = "get" }, "http.methods[0].route"},
 		{"verb", func(c *adapter.HTTPConfig) { c.Methods[0].Verb = "FETCH" }, "http.methods[0].verb"},
 		{"args", func(c *adapter.HTTPConfig) { c.Methods[0].Args = []string{"x"} }, "http.methods[0].args"},
+		{"stream passthrough", func(c *adapter.HTTPConfig) {
+			c.Methods[0] = adapter.MethodConfig{Name: "s", Mode: "read", Stream: true, Passthrough: true}
+		}, "set passthrough or stream, not both"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok

@@ -65,8 +65,8 @@ func (c ExecConfig) Validate() error {
 		return err
 	}
 	for i, m := range c.Methods {
-		if m.Route != "" || m.Verb != "" || m.Passthrough {
-			return fmt.Errorf("exec.methods[%d]: route, verb and passthrough are for http services only", i)
+		if m.Route != "" || m.Verb != "" || m.Passthrough || m.Stream {
+			return fmt.Errorf("exec.methods[%d]: route, verb, passthrough and stream are for http services only", i)
 		}
 	}
 	return nil

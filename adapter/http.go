@@ -60,6 +60,9 @@ func (c HTTPConfig) Validate() error {
 	}
 	for i, m := range c.Methods {
 		at := fmt.Sprintf("http.methods[%d]", i)
+		if m.Passthrough && m.Stream {
+			return fmt.Errorf("%s: set passthrough or stream, not both", at)
+		}
 		if m.Passthrough {
 			switch {
 			case m.Route != "":
@@ -137,6 +140,10 @@ func NewHTTP(name string, c HTTPConfig) (neptune.Service, error) {
 			verb = http.MethodPost
 		}
 		route := m.Route
+		if m.Stream {
+			svc.Methods = append(svc.Methods, neptune.Method{Name: m.Name, Mode: mode, Stream: h.stream(mode, verb, route)})
+			continue
+		}
 		svc.Methods = append(svc.Methods, neptune.Method{Name: m.Name, Mode: mode, Handler: func(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
 			body, err := h.do(ctx, verb, route, r.Method, r.Partition, r.LSN, r.Body)
 			if err != nil {

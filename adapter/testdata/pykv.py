@@ -3,10 +3,12 @@
 
 Standard library only. POST /put with body "key=value", POST /get with body
 "key" (404 if missing), GET /check answers whether the write with the
-Neptune-LSN header was applied to the Neptune-Partition partition. Prints
+Neptune-LSN header was applied to the Neptune-Partition partition; POST /talk
+is a stream (chunked NDJSON both ways). Prints
 "listening <port>" once it accepts connections.
 """
 import http.server
+import json
 import sys
 import threading
 
@@ -33,6 +35,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.rfile.read(n).decode()
 
     def do_POST(self):
+        if self.path == "/talk":
+            return self.talk()
         part = self.headers["Neptune-Partition"]
         lsn = int(self.headers.get("Neptune-LSN") or 0)
         text = self.body()
@@ -51,6 +55,45 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.reply(404, "no key %r in partition %s" % (text, part))
             return self.reply(200, value)
         self.reply(404, "no route " + self.path)
+
+    def talk(self):
+        """A read stream: each message (an NDJSON line of the chunked body)
+        answered at once with its text in capitals after the partition,
+        until the caller ends its side; "bye" ends the stream from here."""
+        part = self.headers["Neptune-Partition"]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for line in self.chunked_lines():
+            if not line.strip():
+                continue
+            text = json.loads(line)["data"]
+            if text == "bye":
+                break
+            out = (json.dumps({"data": "%s:%s" % (part, text.upper())}) + "\n").encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(out), out))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+        self.close_connection = True
+
+    def chunked_lines(self):
+        """The lines of a chunked request body, as they arrive."""
+        buf = b""
+        while True:
+            size = self.rfile.readline()
+            if not size:
+                break
+            n = int(size.split(b";")[0], 16)
+            if n == 0:
+                break
+            buf += self.rfile.read(n)
+            self.rfile.readline()  # the chunk's CRLF
+            *lines, buf = buf.split(b"\n")
+            yield from lines
+        if buf:
+            yield buf
 
     def do_GET(self):
         if self.path == "/check":

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,6 +76,8 @@ type Config struct {
 	Subscribers []gage.Subscriber `yaml:"subscribers"`
 	// Routes map requests to service methods.
 	Routes []Route `yaml:"routes"`
+	// Streams bounds the bidirectional streams of stream routes.
+	Streams StreamsConfig `yaml:"streams"`
 
 	// DiskBandwidth converts the disk bytes nodes report per request into
 	// disk time, the GRU's disk dimension (default 100MB, per second).
@@ -195,8 +198,33 @@ type Route struct {
 	// Class is the Neptune service class of the calls ("" is the
 	// service's default class).
 	Class string `yaml:"class"`
-	// Timeout overrides the gateway's Timeout for this route.
+	// Timeout overrides the gateway's Timeout for this route; on a
+	// stream route it bounds the whole stream instead of
+	// streams.max_duration.
 	Timeout Duration `yaml:"timeout"`
+	// Stream routes to a stream method (read or write): the request is a
+	// bidirectional stream of messages, a POST whose body and answer are
+	// newline-delimited JSON frames, or a WebSocket (docs/architecture/
+	// gateway.md, "Streams"). The open and every message take a turn.
+	Stream bool `yaml:"stream"`
+}
+
+// StreamsConfig bounds the streams of stream routes.
+type StreamsConfig struct {
+	// MaxMessage bounds one frame as the client sends it (a line, or a
+	// WebSocket message), default 1 MiB: a bigger one is refused (over
+	// WebSocket it closes the connection, status 1009).
+	MaxMessage ByteSize `yaml:"max_message"`
+	// Idle ends a stream on which no message went either way for this
+	// long (default 1m).
+	Idle Duration `yaml:"idle"`
+	// MaxDuration bounds a stream from its arrival (default 1h); a
+	// route's timeout replaces it.
+	MaxDuration Duration `yaml:"max_duration"`
+	// Origins are the host patterns (path.Match, as "*.example.com") of
+	// the web pages allowed to open a WebSocket besides the gateway's
+	// own host; a browser's cross-origin handshake is refused otherwise.
+	Origins []string `yaml:"origins"`
 }
 
 // AffinitySpec names a request's affinity key: a path segment (1-based,
@@ -267,6 +295,10 @@ const (
 	DefaultRetryAfter = time.Second
 	DefaultDrain      = 10 * time.Second
 	DefaultKeyHeader  = "X-API-Key"
+	// Streams' defaults.
+	DefaultMaxMessage        = 1 << 20
+	DefaultStreamIdle        = time.Minute
+	DefaultStreamMaxDuration = time.Hour
 	// maxBodyLimit keeps a framed request within what one Neptune call
 	// carries (64 MiB gRPC messages), with room for the headers.
 	maxBodyLimit = 32 << 20
@@ -362,6 +394,11 @@ func (c Config) WithDefaults() Config {
 		c.MeasuredCapacity = c.Measured
 	}
 	def(&c.GossipPeriod, DefaultGossipPeriod)
+	if c.Streams.MaxMessage == 0 {
+		c.Streams.MaxMessage = DefaultMaxMessage
+	}
+	def(&c.Streams.Idle, DefaultStreamIdle)
+	def(&c.Streams.MaxDuration, DefaultStreamMaxDuration)
 	def(&c.PeerTTL, DefaultPeerTTL)
 
 	return c
@@ -431,9 +468,18 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		field string
 		v     Duration
-	}{{"timeout", c.Timeout}, {"max_wait", c.MaxWait}, {"retry_after", c.RetryAfter}, {"drain", c.Drain}, {"cycle", c.Cycle}} {
+	}{{"timeout", c.Timeout}, {"max_wait", c.MaxWait}, {"retry_after", c.RetryAfter}, {"drain", c.Drain}, {"cycle", c.Cycle},
+		{"streams.idle", c.Streams.Idle}, {"streams.max_duration", c.Streams.MaxDuration}} {
 		if d.v < 0 {
 			bad(d.field, "must be >= 0, got %v", time.Duration(d.v))
+		}
+	}
+	if c.Streams.MaxMessage < 0 || c.Streams.MaxMessage > maxBodyLimit {
+		bad("streams.max_message", "must be between 0 (default 1MiB) and 32MiB, got %d", c.Streams.MaxMessage)
+	}
+	for i, o := range c.Streams.Origins {
+		if _, err := path.Match(o, ""); err != nil || o == "" {
+			bad(fmt.Sprintf("streams.origins[%d]", i), "%q is not a host pattern like *.example.com", o)
 		}
 	}
 	if c.APIKey.Header != "" && !httpguts.ValidHeaderFieldName(c.APIKey.Header) {
@@ -530,6 +576,9 @@ func (r Route) validate(f string, subs map[string]bool, seen map[string]string) 
 		if !subs[s] {
 			bad(fmt.Sprintf("%s.subscribers[%d]", f, j), "%q is no subscriber's name", s)
 		}
+	}
+	if r.Stream && r.Passthrough {
+		bad(f+".stream", "a stream route carries messages, not whole HTTP requests: drop passthrough")
 	}
 	if r.Timeout < 0 {
 		bad(f+".timeout", "must be >= 0, got %v", time.Duration(r.Timeout))

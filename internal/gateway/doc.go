@@ -20,6 +20,14 @@
 //     replica Neptune's own balancer picks; the usage the gateway measured
 //     goes back to the scheduler, which corrects what it charged.
 //
+// Routes marked stream carry a bidirectional stream with one replica
+// (stream.go): a POST whose body and answer are newline-delimited JSON
+// frames (adapter.FrameReader), full duplex, or a WebSocket. The open and
+// every message take a turn as a request does; a message refused its
+// turn is answered with an error frame naming it and the stream goes on;
+// the last frame says how the stream ended, for a write stream which
+// messages were applied.
+//
 // Routes marked passthrough carry whole HTTP messages to a passthrough
 // method of an HTTP-adapter service (see adapter.MarshalRequest): the
 // program behind it sees the client's method, path, query, headers and

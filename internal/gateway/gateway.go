@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,9 @@ type Caller interface {
 // time source, where metrics go and where logs go.
 type Deps struct {
 	Caller Caller
+	// Streams opens the streams of stream routes; nil: the Caller's
+	// OpenStream if it has one (a *neptune.Client does).
+	Streams Streamer
 	// Clock is the scheduler's and the deadlines' time source (default
 	// the wall clock); tests pass a manual one.
 	Clock clock.Clock
@@ -86,10 +90,16 @@ type Gateway struct {
 	pace     *pacer    // nil unless pace_responses
 	metrics  *metrics
 	caller   Caller
+	streams  Streamer // nil: stream routes answer 502
 	clk      clock.Clock
 	log      *slog.Logger
 	// traced is serveHTTP in a server span, nil when tracing is off.
 	traced http.Handler
+
+	// draining ends when Serve starts to drain; it ends every stream.
+	draining  context.Context
+	drain     context.CancelFunc
+	streaming sync.WaitGroup // the streams being served
 
 	retryAfter string
 	// classOf is each subscriber's service class ("" for the route's).
@@ -182,13 +192,18 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 	for _, s := range gc.Subscribers {
 		classOf[s.Name] = s.Class
 	}
+	streams := d.Streams
+	if s, ok := d.Caller.(Streamer); ok && streams == nil {
+		streams = s
+	}
 	g := &Gateway{
 		cfg: cfg, routes: newRouteTable(cfg.Routes, time.Duration(cfg.Timeout)), classify: cl,
 		unit: gc.UnitOrDefault(), loop: newLoop(clk, sched, m, view, time.Duration(cfg.GossipPeriod)), cluster: view,
-		gossip: gsp, metrics: m, caller: d.Caller, clk: clk, log: log, pace: pace,
+		gossip: gsp, metrics: m, caller: d.Caller, streams: streams, clk: clk, log: log, pace: pace,
 		retryAfter: strconv.Itoa(max(1, int(math.Ceil(time.Duration(cfg.RetryAfter).Seconds())))),
 		classOf:    classOf,
 	}
+	g.draining, g.drain = context.WithCancel(context.Background())
 	if d.TracerProvider != nil {
 		g.traced = otelhttp.NewHandler(http.HandlerFunc(g.serveHTTP), "neptune.gateway",
 			otelhttp.WithTracerProvider(d.TracerProvider), otelhttp.WithPropagators(obs.Propagator),
@@ -284,8 +299,21 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	g.log.Info("gateway draining", "bound", time.Duration(g.cfg.Drain))
 	dctx, cancel := clock.WithTimeout(context.Background(), g.clk, time.Duration(g.cfg.Drain))
 	defer cancel()
+	// Streams last as long as their clients like: they end now, each
+	// with its last frame (WebSockets, hijacked, are not Shutdown's to
+	// wait for, so the gateway waits for its streams itself).
+	g.drain()
 	err := srv.Shutdown(dctx)
 	<-errc // http.ErrServerClosed, at once
+	if err == nil {
+		done := make(chan struct{})
+		go func() { g.streaming.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-dctx.Done():
+			err = dctx.Err()
+		}
+	}
 	if err != nil {
 		abort()
 		srv.Close()
@@ -346,6 +374,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, start time.Time)
 		return g.fail(w, http.StatusForbidden, "this API key may not use this route")
 	}
 	g.metrics.onDemand(sub)
+	if rt.Stream {
+		part, err := rt.Partition.partition(r)
+		if err != nil {
+			return g.fail(w, http.StatusBadRequest, err.Error())
+		}
+		return g.serveStream(w, r, rt, sub, part, start)
+	}
 	limit := int64(g.cfg.MaxBody)
 	if r.ContentLength > limit {
 		return g.fail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", limit))
@@ -500,20 +535,28 @@ func (g *Gateway) send(ctx context.Context, w http.ResponseWriter, sub string, s
 // refused answers a request that never had its turn.
 func (g *Gateway) refused(w http.ResponseWriter, r *http.Request, rt *route, sub string, err error) int {
 	g.log.DebugContext(r.Context(), "gateway: refused", "route", rt.field, "subscriber", sub, "err", err)
-	switch {
-	case errors.Is(err, gage.ErrQueueFull):
-		g.metrics.onDrop(sub, dropQueueFull)
-		return g.fail(w, http.StatusTooManyRequests, "over the subscriber's share, and no spare capacity: queue full")
-	case errors.Is(err, errOverShare):
-		g.metrics.onDrop(sub, dropOverShare)
-		return g.fail(w, http.StatusTooManyRequests, "over the subscriber's share, and no spare capacity: no turn in time")
-	case errors.Is(err, context.DeadlineExceeded):
-		g.metrics.onDrop(sub, dropDeadline)
-		return g.fail(w, http.StatusGatewayTimeout, "deadline passed while waiting for a turn")
-	case r.Context().Err() != nil:
+	status, text, why := refusal(err)
+	if why == "" && r.Context().Err() != nil {
 		return statusClientGone
 	}
-	return g.fail(w, http.StatusServiceUnavailable, "gateway shutting down")
+	if why != "" {
+		g.metrics.onDrop(sub, why)
+	}
+	return g.fail(w, status, text)
+}
+
+// refusal is the status and reason of a request (or a stream's message)
+// refused its turn with err, and the drop it counts as ("" for none).
+func refusal(err error) (status int, text, why string) {
+	switch {
+	case errors.Is(err, gage.ErrQueueFull):
+		return http.StatusTooManyRequests, "over the subscriber's share, and no spare capacity: queue full", dropQueueFull
+	case errors.Is(err, errOverShare):
+		return http.StatusTooManyRequests, "over the subscriber's share, and no spare capacity: no turn in time", dropOverShare
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, "deadline passed while waiting for a turn", dropDeadline
+	}
+	return http.StatusServiceUnavailable, "gateway shutting down", ""
 }
 
 // StatusOf is the HTTP status a failed call is answered with:
@@ -524,7 +567,8 @@ func (g *Gateway) refused(w http.ResponseWriter, r *http.Request, rt *route, sub
 //	503  ErrNoReplica, ErrNoPrimary, ErrOverloaded, ErrClosed (with Retry-After)
 //	504  ErrDeadline, the request's deadline
 //	502  anything else: the service failed, or the route names a method
-//	     the gateway cannot call (a stream method, ErrWrongMode)
+//	     of the other kind (a stream method on a route without stream:
+//	     true, or the reverse: ErrWrongMode)
 func StatusOf(err error) int {
 	is := func(targets ...error) bool {
 		for _, t := range targets {

@@ -37,14 +37,14 @@ var (
 // who may call it. A method missing from it is refused to everyone, so a
 // method added to the service is closed until a rule opens it.
 //
-//   - Call: any member and gateways. Clients call; nodes forward writes
-//     to the primary; operators use the same client; gateways call for
-//     their subscribers (and need nothing else: a gateway routes no
-//     stream method and runs no aggregation).
-//
-//   - Stream, BidiStream, Aggregate: any member but gateways (a write
+//   - Call, BidiStream: any member and gateways. Clients call; nodes
+//     forward writes to the primary; operators use the same client;
+//     gateways call and open streams for their subscribers (a write
 //     stream's messages are writes like a Call's, with the same identity
-//     rules, so a client may send them). A blocking aggregation
+//     rules, so whoever may call may send them).
+//
+//   - Stream, Aggregate: any member but gateways (a gateway carries
+//     bidirectional streams only, and runs no aggregation). A blocking aggregation
 //     (AggregateRequest.blocking, the NoED experiment's baseline, which
 //     holds a worker on every node of the tree for the whole call) only
 //     from operators, and from nodes forwarding a subtree of one.
@@ -84,7 +84,7 @@ var Rules = map[string]Rule{
 	pb.Node_InstallSnapshot_FullMethodName: {Roles: nodesOnly, Check: snapshotFromCaller},
 	pb.Node_ChangeReplicas_FullMethodName:  {Roles: operatorsAndNodes},
 	pb.Node_Drain_FullMethodName:           {Roles: operatorOnly},
-	pb.Node_BidiStream_FullMethodName:      {Roles: anyMember},
+	pb.Node_BidiStream_FullMethodName:      {Roles: callers},
 	pb.Node_Backup_FullMethodName:          {Roles: operatorOnly},
 	pb.Node_Debug_FullMethodName:           {Roles: operatorOnly},
 	// grpc.health.v1: whoever may call may ask whether to.

@@ -295,7 +295,7 @@ func TestAuthorisationTable(t *testing.T) {
 		pb.Node_InstallSnapshot_FullMethodName: {node},
 		pb.Node_ChangeReplicas_FullMethodName:  {node, operator},
 		pb.Node_Drain_FullMethodName:           {operator},
-		pb.Node_BidiStream_FullMethodName:      {node, client, operator},
+		pb.Node_BidiStream_FullMethodName:      {node, client, operator, gateway},
 		pb.Node_Backup_FullMethodName:          {operator},
 		pb.Node_Debug_FullMethodName:           {operator},
 	}
