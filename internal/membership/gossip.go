@@ -237,6 +237,8 @@ type lostMember struct {
 const (
 	RejoinInterval = time.Second
 	LostRetention  = 10 * time.Minute
+	// rejoinBatch is how many lost members one rejoin tries.
+	rejoinBatch = 3
 )
 
 // Stats counts signed announcements (direct and relayed) accepted and
@@ -805,6 +807,11 @@ func (g *Gossip) rejoin() {
 	if len(addrs) == 0 {
 		return
 	}
+	// A few at a time: one answered join merges the whole state, and
+	// after a wide cut every member would otherwise push/pull with every
+	// lost one each second, a storm that grows as N².
+	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	addrs = addrs[:min(len(addrs), rejoinBatch)]
 	g.rejoining.Store(true)
 	go func() {
 		defer g.rejoining.Store(false)
