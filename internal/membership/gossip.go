@@ -211,6 +211,10 @@ type Gossip struct {
 	antiEntropyDue time.Time
 	antiEntropy    atomic.Bool
 
+	// wantCert names members whose announcements came signed with a
+	// certificate this one has not seen (under mu; see wantCertOf).
+	wantCert map[string]bool
+
 	// foreign remembers announcements refused as signed by another CA
 	// (under mu), so a lookup that finds nothing can say why.
 	foreign map[string]foreignSigner
@@ -840,7 +844,10 @@ func (g *Gossip) liveMembers() map[string]bool {
 // the background (memberlist's own periodic push/pull is off: its
 // interval grows only as log N while its size grows as N).
 func (g *Gossip) exchangeState(now time.Time, members int) {
-	if now.Before(g.antiEntropyDue) || g.antiEntropy.Load() {
+	if g.antiEntropy.Load() || g.exchangeForCert() {
+		return
+	}
+	if now.Before(g.antiEntropyDue) {
 		return
 	}
 	d := antiEntropyInterval(members)
@@ -958,6 +965,7 @@ func (g *Gossip) open(b []byte) (*pb.Announcement, *sealed, error) {
 	if err != nil {
 		g.rejected.Add(1)
 		if errors.Is(err, errUnknownCert) {
+			g.wantCertOf(b)
 			return nil, nil, err
 		}
 		var foreign *ForeignSignerError
@@ -1005,6 +1013,61 @@ func (g *Gossip) held(b []byte) (*pb.Announcement, *sealed, bool) {
 		return nil, nil, false
 	}
 	return e.Ann, have, true
+}
+
+// wantCertOf notes that an announcement arrived from a member whose
+// certificate this one has not seen (it missed the messages that carry
+// it, and refreshes carry it only every certCadence-th time when it does
+// not fit a packet): the loop then exchanges state with that member
+// directly, which brings its entry with the certificate.
+func (g *Gossip) wantCertOf(b []byte) {
+	s, _, err := decodeSealed(b)
+	if err != nil {
+		return
+	}
+	var a pb.Announcement
+	if proto.Unmarshal(s.payload, &a) != nil || a.NodeId == "" {
+		return
+	}
+	g.mu.Lock()
+	if g.wantCert == nil {
+		g.wantCert = map[string]bool{}
+	}
+	if len(g.wantCert) < maxForeign {
+		g.wantCert[a.NodeId] = true
+	}
+	g.mu.Unlock()
+}
+
+// exchangeForCert runs, in the background, a state exchange with one
+// member whose certificate this one lacks (wantCertOf); false if there
+// was none to ask.
+func (g *Gossip) exchangeForCert() bool {
+	g.mu.Lock()
+	var node string
+	for id := range g.wantCert {
+		node = id
+		delete(g.wantCert, id)
+		break
+	}
+	g.mu.Unlock()
+	if node == "" {
+		return false
+	}
+	g.membersMu.Lock()
+	n, ok := g.members[node]
+	g.membersMu.Unlock()
+	if !ok {
+		return false
+	}
+	g.antiEntropy.Store(true)
+	go func() {
+		defer g.antiEntropy.Store(false)
+		if _, err := g.ml.Join([]string{n.FullAddress().Addr}); err != nil {
+			g.log.Debug("state exchange for a certificate failed", "peer", node, "err", err)
+		}
+	}()
+	return true
 }
 
 // maxForeign bounds the remembered foreign signers.
