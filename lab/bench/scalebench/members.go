@@ -275,9 +275,20 @@ func measureSize(ctx context.Context, cfg Config, mat *material, n int, lossRun 
 		return res, err
 	}
 	defer closeMembers(ms)
+	lastReport := time.Now()
 	for !converged(ms, n) {
 		if time.Since(t0) > cfg.JoinLimit || ctx.Err() != nil {
 			return res, fmt.Errorf("%d members did not converge within %v", n, cfg.JoinLimit)
+		}
+		if time.Since(lastReport) > 15*time.Second {
+			lastReport = time.Now()
+			full := 0
+			for _, m := range ms {
+				if len(m.g.Snapshot()) == n {
+					full++
+				}
+			}
+			fmt.Fprintf(progress, "[%d members] after %v, %d hold every entry\n", n, time.Since(t0).Round(time.Second), full)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
