@@ -67,8 +67,8 @@ const (
 
 // DefaultMaxAnnouncementAge is how old a signed announcement may be when
 // it arrives, directly or relayed, and how far its time may be ahead. It
-// exceeds twice MaxRefreshInterval: an author re-signs its announcement
-// when half as old, and others relay it until its next refresh. A
+// exceeds twice MaxRefreshInterval: an announcement refreshed that
+// rarely is relayed until the next refresh. A
 // replayed old announcement of a member since gone lives at most a TTL:
 // only memberlist's live members' entries are kept past it.
 const DefaultMaxAnnouncementAge = 5 * time.Minute

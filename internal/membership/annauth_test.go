@@ -170,7 +170,7 @@ func TestGossipAcceptsOnlySignedAnnouncementsOfTheirAuthor(t *testing.T) {
 	rejected := b.Stats().Rejected
 	refusals.reset()
 	d := (*delegate)(b)
-	d.NotifyMsg(append([]byte{msgDirect}, announcement("n1", 1<<40)...)) // the 86-byte attack
+	d.NotifyMsg(announcement("n1", 1<<40)) // the 86-byte attack
 	_, env, _ := m.auth(nodeID("n3"), "c").seal(announcement("n1", 1<<40), 1)
 	d.NotifyMsg(append([]byte{msgSpread}, env...)) // n3 speaking for n1
 	d.MergeRemoteState(encodeState([]stateEntry{{envelope: env}}), false)

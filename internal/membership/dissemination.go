@@ -43,6 +43,13 @@ const (
 	// minAntiEntropy.
 	antiEntropyPerMember = 2 * time.Second
 	minAntiEntropy       = 30 * time.Second
+	// resignAfter: an unchanged announcement is signed anew once this
+	// old (or half the receivers' MaxAnnouncementAge if less), so that
+	// members of the releases before, which accept a minute, keep it
+	// during a rolling upgrade. It costs each member at most N/30 s
+	// signature checks a second, below RefreshPeers per interval until N
+	// reaches 240, where RefreshInterval passes it.
+	resignAfter = 30 * time.Second
 )
 
 // RefreshInterval is how often a member of a cluster of members refreshes
@@ -88,20 +95,21 @@ type announceState struct {
 	changed, volatile bool
 	// sinceSent is the time since the member last sent its announcement
 	// to everyone, signedAge the age of its signature, refresh the
-	// RefreshInterval and maxAge the receivers' MaxAnnouncementAge.
-	sinceSent, signedAge, refresh, maxAge time.Duration
+	// RefreshInterval and resignAfter the age at which a refresh is signed
+	// anew although nothing changed.
+	sinceSent, signedAge, refresh, resignAfter time.Duration
 }
 
 // planAnnouncement decides a tick: a change goes out at once; otherwise a
 // refresh every refresh interval, re-signed when something volatile
-// changed or its signature is half as old as receivers accept.
+// changed or its signature is resignAfter old.
 func planAnnouncement(s announceState) announceAction {
 	switch {
 	case s.changed:
 		return sendChange
 	case s.sinceSent < s.refresh:
 		return sendNothing
-	case s.volatile || s.signedAge >= s.maxAge/2:
+	case s.volatile || s.signedAge >= s.resignAfter:
 		return sendRefresh
 	default:
 		return sendResend

@@ -37,7 +37,7 @@ func TestRefreshCostIsFlatInClusterSize(t *testing.T) {
 }
 
 func TestPlanAnnouncement(t *testing.T) {
-	const refresh, maxAge = 2 * time.Second, time.Minute
+	const refresh, resign = 2 * time.Second, 30 * time.Second
 	for _, c := range []struct {
 		name string
 		s    announceState
@@ -47,9 +47,9 @@ func TestPlanAnnouncement(t *testing.T) {
 		{"nothing before the refresh is due", announceState{volatile: true, sinceSent: time.Second}, sendNothing},
 		{"volatile fields at the refresh", announceState{volatile: true, sinceSent: refresh}, sendRefresh},
 		{"nothing new: re-send what the others hold", announceState{sinceSent: refresh, signedAge: 10 * time.Second}, sendResend},
-		{"re-signed at half the age receivers accept", announceState{sinceSent: refresh, signedAge: maxAge / 2}, sendRefresh},
+		{"re-signed when old", announceState{sinceSent: refresh, signedAge: resign}, sendRefresh},
 	} {
-		c.s.refresh, c.s.maxAge = refresh, maxAge
+		c.s.refresh, c.s.resignAfter = refresh, resign
 		if got := planAnnouncement(c.s); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}

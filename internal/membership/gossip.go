@@ -596,7 +596,7 @@ func (g *Gossip) announce(now time.Time, atLeast announceAction) {
 	changeKey, volatileKey := announcementKeys(a)
 	g.mu.Lock()
 	action := planAnnouncement(announceState{changed: changeKey != g.changeKey, volatile: volatileKey != g.volatileKey,
-		sinceSent: now.Sub(g.lastSent), signedAge: now.Sub(g.signedAt), refresh: refresh, maxAge: g.maxAnnouncementAge()})
+		sinceSent: now.Sub(g.lastSent), signedAge: now.Sub(g.signedAt), refresh: refresh, resignAfter: min(g.maxAnnouncementAge()/2, resignAfter)})
 	action = max(action, atLeast)
 	if action == sendResend && g.pages.entries[g.cfg.NodeID] == nil {
 		action = sendRefresh // our own entry lapsed (a long pause): announce anew
@@ -666,11 +666,15 @@ func (g *Gossip) encode(a *pb.Announcement) (msg, bare []byte) {
 	return env, s.encode(nil)
 }
 
-// Every announcement message starts with its kind: one sent straight to
-// its receivers, or one spreading epidemically, which a receiver relays
-// when it is a change new to it.
+// How an announcement message came: straight from its author, or
+// spreading epidemically, which a receiver relays when it is a change new
+// to it. A spreading one starts with msgSpread, a byte that begins no
+// announcement of the releases before (an envelope begins "NSA1", a bare
+// protobuf with a field tag); a direct one is sent as those releases send
+// it, so they keep reading it during a rolling upgrade (they refuse the
+// spreading ones, and learn the change at the author's next refresh).
 const (
-	msgDirect byte = 1
+	msgDirect byte = 1 // never on the wire: receive's kind
 	msgSpread byte = 2
 )
 
@@ -691,7 +695,6 @@ func (g *Gossip) send(n *memberlist.Node, msg []byte) {
 	if n.Name == g.cfg.NodeID || msg == nil {
 		return
 	}
-	msg = append([]byte{msgDirect}, msg...)
 	var err error
 	if len(msg) <= maxBestEffort {
 		err = g.ml.SendBestEffort(n, msg)
@@ -926,14 +929,10 @@ func (d *delegate) NodeMeta(limit int) []byte {
 
 func (d *delegate) NotifyMsg(b []byte) {
 	g := (*Gossip)(d)
-	if len(b) == 0 || (b[0] != msgDirect && b[0] != msgSpread) {
-		g.rejected.Add(1)
-		if g.cfg.Refusals != nil {
-			g.cfg.Refusals.Refuse(refusalReason(ErrAnnouncementMalformed), claimedAuthor(b), fmt.Errorf("%w: unknown message kind", ErrAnnouncementMalformed))
-		}
-		return
+	kind := msgDirect
+	if len(b) > 0 && b[0] == msgSpread {
+		kind, b = msgSpread, b[1:]
 	}
-	kind, b := b[0], b[1:]
 	now := g.cfg.Clock.Now()
 	if g.auth != nil {
 		a, s, err := g.open(b)
