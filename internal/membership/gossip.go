@@ -739,7 +739,11 @@ func (c change) Finished()       {}
 // this member, is relayed on: that is how it spreads epidemically. An
 // announcement the pages hold already renews the entry (Pages.Touch).
 func (g *Gossip) receive(now, seen time.Time, a *pb.Announcement, s *sealed, kind byte) {
-	if a.NodeId == "" || a.NodeId == g.cfg.NodeID {
+	if a.NodeId == "" {
+		return
+	}
+	if a.NodeId == g.cfg.NodeID {
+		g.refute(a)
 		return
 	}
 	g.mu.Lock()
@@ -772,6 +776,26 @@ func (g *Gossip) receive(now, seen time.Time, a *pb.Announcement, s *sealed, kin
 			g.cfg.OnChange()
 		}
 	}
+}
+
+// refute answers an announcement of this member's id from another
+// incarnation above its own (a second process started with the same id,
+// refused since, whose announcement reached others first): as SWIM
+// refutes a suspicion, this member takes a higher incarnation and spreads
+// its announcement at once. Without it, the impostor's entry would stand
+// for as long as memberlist holds this member live, every announcement
+// of the true one refused as older.
+func (g *Gossip) refute(a *pb.Announcement) {
+	g.mu.Lock()
+	if a.Incarnation < g.inc || g.cfg.Announce == nil {
+		g.mu.Unlock()
+		return
+	}
+	g.inc = a.Incarnation + 1
+	g.changeKey = "" // the next announcement is a change
+	g.mu.Unlock()
+	g.log.Warn("another process announced this node's id; refuting it", "incarnation", a.Incarnation)
+	g.AnnounceNow()
 }
 
 // isChange reports whether next differs from prev (nil: none held) in a
