@@ -19,9 +19,11 @@ import (
 //     failure-detector traffic and relayed by every member that learns it
 //     (changeSpread), so it reaches everyone in O(log N) gossip rounds at
 //     O(log N) messages per member.
-//   - Liveness comes from memberlist's SWIM/Lifeguard failure detector: a
-//     live member's entry does not expire (Pages.Keep), a dead one's goes
-//     when memberlist declares it dead.
+//   - Liveness comes from memberlist's SWIM/Lifeguard failure detector
+//     once fewer than two refreshes fit in a TTL: a live member's entry
+//     does not expire (Pages.Keep), a dead one's goes when memberlist
+//     declares it dead. In smaller clusters the paper's soft state holds
+//     as it was: an entry not refreshed for a TTL expires.
 //   - What changes all the time (versions, commit points, the lease time
 //     left) is refreshed to every member, but each member refreshes only
 //     every RefreshInterval(N), which grows with N so that each member sends
