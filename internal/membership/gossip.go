@@ -534,14 +534,14 @@ func (g *Gossip) loop(ctx context.Context) {
 		now := g.cfg.Clock.Now()
 		live := g.liveMembers()
 		g.mu.Lock()
-		if 2*g.RefreshInterval() >= g.cfg.TTL {
-			// Fewer than two refreshes fit in a TTL: liveness comes from
-			// memberlist. In a smaller cluster the refreshes keep entries
-			// alive, and one that stops expires a TTL later, as the
-			// paper's soft state does (sooner if memberlist declares it
-			// dead).
-			g.pages.Keep(now, func(id string) bool { return live[id] })
-		}
+		// Fewer than two refreshes fit in a TTL: liveness comes from
+		// memberlist. In a smaller cluster the refreshes keep entries
+		// alive, and one that stops expires a TTL later, as the paper's
+		// soft state does (sooner if memberlist declares it dead). This
+		// member's own entry lives while it runs (a re-send does not
+		// apply it anew).
+		fromSWIM := 2*g.RefreshInterval() >= g.cfg.TTL
+		g.pages.Keep(now, func(id string) bool { return id == g.cfg.NodeID || (fromSWIM && live[id]) })
 		gone := g.pages.Expire(now)
 		for _, id := range gone {
 			delete(g.sealed, id)
