@@ -18,6 +18,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
+	"github.com/neptune-cluster/neptune/lab/bench"
 	"github.com/neptune-cluster/neptune/lab/memnet"
 )
 
@@ -45,9 +46,9 @@ type sizeResult struct {
 	// over lossWatched; -1 when not run at this size.
 	falseDeaths int
 	lossWatched time.Duration
-	// lag is the worst lateness of a 10 ms ticker during the idle window:
-	// a starved machine stretches every timer.
-	lag time.Duration
+	// starved is how starved the machine was during the idle window
+	// (bench.LagProbe): a starved machine stretches every timer.
+	starved bench.Starvation
 }
 
 // member is one simulated member: membership.Gossip over memnet, with
@@ -241,29 +242,6 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// maxLag runs a 10 ms ticker until ctx ends and returns its worst
-// lateness.
-func maxLag(ctx context.Context) <-chan time.Duration {
-	out := make(chan time.Duration, 1)
-	go func() {
-		var worst time.Duration
-		last := time.Now()
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				out <- worst
-				return
-			case now := <-t.C:
-				worst = max(worst, now.Sub(last)-10*time.Millisecond)
-				last = now
-			}
-		}
-	}()
-	return out
-}
-
 // measureSize runs every in-process measure at one size.
 func measureSize(ctx context.Context, cfg Config, mat *material, n int, lossRun bool, progress io.Writer) (sizeResult, error) {
 	res := sizeResult{n: n, falseDeaths: -1}
@@ -297,8 +275,7 @@ func measureSize(ctx context.Context, cfg Config, mat *material, n int, lossRun 
 	time.Sleep(cfg.Settle)
 
 	// Idle cost.
-	lagCtx, stopLag := context.WithCancel(ctx)
-	lag := maxLag(lagCtx)
+	probe := bench.StartLagProbe(10 * time.Millisecond)
 	var sent0 uint64
 	for _, m := range ms {
 		s, _ := m.tr.Bytes()
@@ -307,8 +284,7 @@ func measureSize(ctx context.Context, cfg Config, mat *material, n int, lossRun 
 	c0, w0 := cpuTime(), time.Now()
 	time.Sleep(cfg.Idle)
 	cpu, wall := cpuTime()-c0, time.Since(w0)
-	stopLag()
-	res.lag = <-lag
+	res.starved = probe.Stop()
 	var sent1 uint64
 	for _, m := range ms {
 		s, _ := m.tr.Bytes()
@@ -317,8 +293,8 @@ func measureSize(ctx context.Context, cfg Config, mat *material, n int, lossRun 
 	res.busy = cpu.Seconds() / wall.Seconds()
 	res.cpuPerMember = float64(cpu.Milliseconds()) / wall.Seconds() / float64(n)
 	res.bytesPerMember = float64(sent1-sent0) / wall.Seconds() / float64(n)
-	fmt.Fprintf(progress, "[%d members] idle: %.2f ms CPU/s and %.0f B/s per member (%.2f cores busy, worst timer lag %v)\n",
-		n, res.cpuPerMember, res.bytesPerMember, res.busy, res.lag.Round(time.Millisecond))
+	fmt.Fprintf(progress, "[%d members] idle: %.2f ms CPU/s and %.0f B/s per member (%.2f cores busy; machine: %v)\n",
+		n, res.cpuPerMember, res.bytesPerMember, res.busy, res.starved)
 
 	// Propagation of a change that matters: member 0's new epoch.
 	target := ms[0]
