@@ -155,3 +155,57 @@ func leaseValid(leaseMs uint32, refresh time.Duration) uint32 {
 	}
 	return leaseMs + uint32(min((refresh*3/2).Milliseconds(), 1<<31))
 }
+
+// Asking for a missing entry. A member memberlist holds live whose entry
+// this member lacks (it joined while this one did, it was declared dead
+// and came back, its certificate is unknown here) is asked directly for
+// its announcement (msgWant) instead of waiting for its next refresh, a
+// RefreshInterval(N) away, or for anti-entropy: the first ask after
+// askGrace (its announcement usually arrives by itself before), then with
+// backoff up to maxAskBackoff, since members that announce nothing (a
+// client) never answer. At most askBatch asks per tick.
+const (
+	askGrace      = time.Second
+	maxAskBackoff = time.Minute
+	askBatch      = 4
+	// wantAnswerGap: a member answers one asker at most once per gap;
+	// unknownAskerGap: it exchanges state with an asker it did not know
+	// of at most once per gap.
+	wantAnswerGap   = 500 * time.Millisecond
+	unknownAskerGap = 10 * time.Second
+)
+
+// asking is the asking state of one missing member.
+type asking struct {
+	next  time.Time
+	tries int
+}
+
+// planAsks decides which of the missing members to ask at now and
+// advances their backoff; state holds the asking state of every member
+// missing before and is pruned to those still missing. missing comes in
+// the order asks are preferred (the shell shuffles it).
+func planAsks(now time.Time, missing []string, state map[string]*asking) []string {
+	still := make(map[string]bool, len(missing))
+	var ask []string
+	for _, id := range missing {
+		still[id] = true
+		a := state[id]
+		if a == nil {
+			state[id] = &asking{next: now.Add(askGrace)}
+			continue
+		}
+		if now.Before(a.next) || len(ask) == askBatch {
+			continue
+		}
+		a.tries++
+		a.next = now.Add(min(askGrace<<min(a.tries, 16), maxAskBackoff))
+		ask = append(ask, id)
+	}
+	for id := range state {
+		if !still[id] {
+			delete(state, id)
+		}
+	}
+	return ask
+}

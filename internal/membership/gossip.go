@@ -214,6 +214,16 @@ type Gossip struct {
 	// wantCert names members whose announcements came signed with a
 	// certificate this one has not seen (under mu; see wantCertOf).
 	wantCert map[string]bool
+	// asking is, per live member whose entry this one lacks, when to ask
+	// it for its announcement next (loop goroutine only; see askMissing).
+	asking map[string]*asking
+	// answered is when each member last got this one's announcement on
+	// its asking (under mu), so a flood of asks costs one answer each
+	// per wantAnswerGap.
+	answered map[string]time.Time
+	// unknownAsker is when an asker memberlist did not hold live last
+	// made this member exchange state with it (under mu).
+	unknownAsker time.Time
 
 	// foreign remembers announcements refused as signed by another CA
 	// (under mu), so a lookup that finds nothing can say why.
@@ -295,7 +305,7 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		}
 		g.auth = newAnnAuth(cfg.Certs, cfg.Label, cfg.MaxAnnouncementAge, cfg.Clock)
 	}
-	mc := memberlistConfig()
+	mc := memberlistConfig(clock.Dilation(cfg.Clock))
 	mc.Name = cfg.NodeID
 	mc.BindAddr = cfg.BindAddr
 	mc.BindPort = cfg.BindPort
@@ -520,6 +530,10 @@ func (g *Gossip) Departed() []Departed {
 	return g.pages.Departed(g.cfg.Clock.Now())
 }
 
+// maxTick bounds the loop's tick when announcements are rarer, so that
+// expiry and asking for missing entries keep their pace.
+const maxTick = time.Second
+
 func (g *Gossip) loop(ctx context.Context) {
 	defer close(g.done)
 	for {
@@ -529,7 +543,7 @@ func (g *Gossip) loop(ctx context.Context) {
 		case <-g.kick:
 			g.announce(g.cfg.Clock.Now(), sendNothing)
 			continue
-		case <-g.cfg.Clock.After(g.cfg.AnnounceInterval):
+		case <-g.cfg.Clock.After(min(g.cfg.AnnounceInterval, maxTick)):
 		}
 		now := g.cfg.Clock.Now()
 		live := g.liveMembers()
@@ -557,6 +571,7 @@ func (g *Gossip) loop(ctx context.Context) {
 			g.cfg.OnChange()
 		}
 		g.announce(now, sendNothing)
+		g.askMissing(now, live)
 		g.exchangeState(now, len(live))
 		g.rejoin()
 	}
@@ -683,6 +698,12 @@ func (g *Gossip) encode(a *pb.Announcement) (msg, bare []byte) {
 const (
 	msgDirect byte = 1 // never on the wire: receive's kind
 	msgSpread byte = 2
+	// msgWant asks its receiver for its announcement, certificate
+	// attached; the asker's name, a zero byte and its address follow
+	// (see askMissing). No
+	// announcement begins with it either: a protobuf field tag 3 would
+	// be field 0, which protobuf forbids.
+	msgWant byte = 3
 )
 
 // sendAll sends announcement msg to every other member directly (a
@@ -875,10 +896,10 @@ func (g *Gossip) liveMembers() map[string]bool {
 
 // exchangeState runs anti-entropy when it is due: a full push/pull of
 // memberlist's and the yellow pages' state with one random member, in
-// the background (memberlist's own periodic push/pull is off: its
-// interval grows only as log N while its size grows as N).
+// the background (memberlist's own periodic push/pull carries no yellow
+// pages: its interval grows only as log N while their size grows as N).
 func (g *Gossip) exchangeState(now time.Time, members int) {
-	if g.antiEntropy.Load() || g.exchangeForCert() {
+	if g.antiEntropy.Load() {
 		return
 	}
 	if now.Before(g.antiEntropyDue) {
@@ -909,17 +930,28 @@ func (g *Gossip) exchangeState(now time.Time, members int) {
 // loopback (the local profile's 1 s stream timeout fails joins of a
 // large cluster's state on a busy machine, and its 2·log10(n+1)
 // retransmits missed a joiner's alive message at some members), and sets
-// failure detection and dissemination as the yellow pages need them.
-func memberlistConfig() *memberlist.Config {
+// failure detection and dissemination as the yellow pages need them. Its
+// timers run dilation times slower than real time (1 but in a simulation
+// on a dilated clock, clock.Dilated).
+func memberlistConfig(dilation float64) *memberlist.Config {
 	mc := memberlist.DefaultLANConfig()
+	defer func() {
+		for _, d := range []*time.Duration{&mc.ProbeInterval, &mc.ProbeTimeout, &mc.GossipInterval, &mc.GossipToTheDeadTime,
+			&mc.TCPTimeout, &mc.DeadNodeReclaimTime} {
+			*d = time.Duration(float64(*d) * dilation)
+		}
+	}()
 	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = probeInterval, probeTimeout, suspicionMult
 	mc.GossipInterval = gossipInterval
 	// Compression (LZW on every packet and stream) cost more CPU than
 	// anything else memberlist did with a thousand members; protobuf
 	// announcements are compact already.
 	mc.EnableCompression = false
-	// Anti-entropy is exchangeState's, at an interval that grows with N.
-	mc.PushPullInterval = 0
+	// memberlist's periodic push/pull (every 30 s, longer as log N)
+	// carries only its own member states, a few dozen bytes each, which
+	// heals members it missed an alive message of; the yellow pages'
+	// anti-entropy is exchangeState's, at an interval that grows with N
+	// (LocalState).
 	// A member found dead may come back at another address (a container
 	// restarted with a new IP, same id and data) once it has been dead a
 	// second; a live member's id at a second address stays a conflict
@@ -965,6 +997,12 @@ func (d *delegate) NotifyMsg(b []byte) {
 		kind, b = msgSpread, b[1:]
 	}
 	now := g.cfg.Clock.Now()
+	if len(b) > 0 && b[0] == msgWant {
+		if name, addr, ok := strings.Cut(string(b[1:]), "\x00"); ok {
+			g.answerWant(now, name, addr)
+		}
+		return
+	}
 	if g.auth != nil {
 		a, s, err := g.open(b)
 		if err != nil {
@@ -1048,8 +1086,8 @@ func (g *Gossip) held(b []byte) (*pb.Announcement, *sealed, bool) {
 // wantCertOf notes that an announcement arrived from a member whose
 // certificate this one has not seen (it missed the messages that carry
 // it, and refreshes carry it only every certCadence-th time when it does
-// not fit a packet): the loop then exchanges state with that member
-// directly, which brings its entry with the certificate.
+// not fit a packet): askMissing then asks that member for its
+// announcement, which comes with the certificate.
 func (g *Gossip) wantCertOf(b []byte) {
 	s, _, err := decodeSealed(b)
 	if err != nil {
@@ -1067,37 +1105,6 @@ func (g *Gossip) wantCertOf(b []byte) {
 		g.wantCert[a.NodeId] = true
 	}
 	g.mu.Unlock()
-}
-
-// exchangeForCert runs, in the background, a state exchange with one
-// member whose certificate this one lacks (wantCertOf); false if there
-// was none to ask.
-func (g *Gossip) exchangeForCert() bool {
-	g.mu.Lock()
-	var node string
-	for id := range g.wantCert {
-		node = id
-		delete(g.wantCert, id)
-		break
-	}
-	g.mu.Unlock()
-	if node == "" {
-		return false
-	}
-	g.membersMu.Lock()
-	n, ok := g.members[node]
-	g.membersMu.Unlock()
-	if !ok {
-		return false
-	}
-	g.antiEntropy.Store(true)
-	go func() {
-		defer g.antiEntropy.Store(false)
-		if _, err := g.ml.Join([]string{n.FullAddress().Addr}); err != nil {
-			g.log.Debug("state exchange for a certificate failed", "peer", node, "err", err)
-		}
-	}()
-	return true
 }
 
 // maxForeign bounds the remembered foreign signers.
@@ -1221,8 +1228,18 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.changes.GetBroadcasts(overhead, limit)
 }
 
-func (d *delegate) LocalState(bool) []byte {
+// LocalState is the yellow pages, for a push/pull this member or the
+// other started by joining (a join, exchangeState's anti-entropy);
+// memberlist's periodic push/pull carries an empty state (which members
+// of older releases read as such).
+func (d *delegate) LocalState(join bool) []byte {
 	g := (*Gossip)(d)
+	if !join {
+		if g.auth != nil {
+			return encodeState(nil)
+		}
+		return nil
+	}
 	now := g.cfg.Clock.Now()
 	if g.auth != nil {
 		return g.signedState(now)
@@ -1388,4 +1405,87 @@ func (g *Gossip) heldAnnouncement(withCert bool) []byte {
 	}
 	b, _ := proto.Marshal(ann)
 	return b
+}
+
+// askMissing asks live members whose entries this one lacks, or whose
+// certificate it has not seen, for their announcements (planAsks).
+func (g *Gossip) askMissing(now time.Time, live map[string]bool) {
+	g.mu.Lock()
+	var missing []string
+	for id := range live {
+		if _, ok := g.pagesHas(now, id); (!ok || g.wantCert[id]) && id != g.cfg.NodeID {
+			missing = append(missing, id)
+		}
+	}
+	clear(g.wantCert)
+	g.mu.Unlock()
+	rand.Shuffle(len(missing), func(i, j int) { missing[i], missing[j] = missing[j], missing[i] })
+	if g.asking == nil {
+		g.asking = map[string]*asking{}
+	}
+	ask := planAsks(now, missing, g.asking)
+	if len(ask) == 0 {
+		return
+	}
+	self := g.ml.LocalNode()
+	msg := fmt.Appendf([]byte{msgWant}, "%s\x00%s", g.cfg.NodeID, self.FullAddress().Addr)
+	g.membersMu.Lock()
+	var to []memberlist.Node
+	for _, id := range ask {
+		if n, ok := g.members[id]; ok {
+			to = append(to, n)
+		}
+	}
+	g.membersMu.Unlock()
+	for _, n := range to {
+		if err := g.ml.SendBestEffort(&n, msg); err != nil {
+			g.log.Debug("ask for an announcement", "peer", n.Name, "err", err)
+		}
+	}
+}
+
+// answerWant sends this member's announcement, certificate attached, to
+// the member asker at addr that asked for it (msgWant), once per
+// wantAnswerGap. An asker memberlist does not hold live here (this member
+// missed its alive message, while the asker has this one's) is answered
+// at its address all the same, and this member exchanges state with it,
+// at most once per unknownAskerGap, to learn the members it missed.
+func (g *Gossip) answerWant(now time.Time, asker, addr string) {
+	if g.cfg.Announce == nil || asker == g.cfg.NodeID {
+		return
+	}
+	host, portStr, err := net.SplitHostPort(addr)
+	port, perr := strconv.ParseUint(portStr, 10, 16)
+	ip := net.ParseIP(host)
+	if err != nil || perr != nil || ip == nil {
+		return
+	}
+	g.membersMu.Lock()
+	_, known := g.members[asker]
+	g.membersMu.Unlock()
+	g.mu.Lock()
+	if g.answered == nil || len(g.answered) > 4*maxForeign {
+		g.answered = map[string]time.Time{}
+	}
+	if last, ok := g.answered[asker]; ok && now.Sub(last) < wantAnswerGap {
+		g.mu.Unlock()
+		return
+	}
+	g.answered[asker] = now
+	exchange := !known && now.Sub(g.unknownAsker) >= unknownAskerGap
+	if exchange {
+		g.unknownAsker = now
+	}
+	g.mu.Unlock()
+	to := &memberlist.Node{Name: asker, Addr: ip, Port: uint16(port)}
+	// Not on memberlist's packet handler: a reliable send dials a stream.
+	go g.send(to, g.heldAnnouncement(true))
+	if exchange && !g.antiEntropy.Swap(true) {
+		go func() {
+			defer g.antiEntropy.Store(false)
+			if _, err := g.ml.Join([]string{addr}); err != nil {
+				g.log.Debug("state exchange with an unknown asker failed", "peer", asker, "err", err)
+			}
+		}()
+	}
 }

@@ -62,6 +62,10 @@ join, each member's idle CPU and bytes per second, how fast a new epoch
 reaches every member, how fast a cut-off member leaves every yellow page,
 (at the largest size) live members removed under --loss packet loss over
 --loss-watch, and the heap of a client's yellow pages of the cluster.
+Members of a size run in dilated time (--dilation): their clocks and
+memberlist's timers run that many times slower than real time, so a
+thousand members get the CPU a thousand machines would; every time and
+rate printed is in their own time.
 Section processes starts --processes idle secured node processes and
 measures the CPU they use together, and how long a write waits after the
 SIGKILL of a replicated partition's primary among them and among 3.
@@ -76,6 +80,7 @@ PASS, FAIL, or INCONCLUSIVE when the machine was starved.`,
 	fs := cmd.Flags()
 	addSections(fs, &cfg.Sections, scalebench.Sections)
 	fs.Var(&numbers[int]{dst: &cfg.Sizes}, "sizes", "in-process cluster sizes, smallest first")
+	fs.Var(&numbers[float64]{dst: &cfg.Dilations}, "dilation", "time dilation of each size (its members' time runs that many times slower, so they fit this machine; results are in their time); the last repeats")
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "partitions each member leads (3 replicas each)")
 	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "wait after all joined before measuring")
 	fs.DurationVar(&cfg.Idle, "idle", cfg.Idle, "idle measuring window per size")

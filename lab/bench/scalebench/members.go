@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,6 +17,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -25,6 +28,9 @@ import (
 // sizeResult is what one cluster size measured.
 type sizeResult struct {
 	n int
+	// dilation is how many times slower than real time the members' time
+	// ran (clock.Dilated); every time and rate below is in their time.
+	dilation float64
 	// join is how long until every member knew every other and held its
 	// entry.
 	join time.Duration
@@ -66,6 +72,7 @@ type member struct {
 // watcher records, for one member, when it first applied an epoch of the
 // target and when it removed the cut member.
 type watcher struct {
+	clock       clock.Clock // the members' (dilated) clock
 	target, cut string
 	epoch       uint64
 	start       time.Time
@@ -84,7 +91,7 @@ func (w *watcher) Applied(e membership.Entry) {
 	for _, s := range e.Ann.Services {
 		for _, r := range s.Replicas {
 			if r.Epoch >= w.epoch && r.Role == 2 {
-				w.learnt = time.Since(w.start)
+				w.learnt = w.clock.Since(w.start)
 				return
 			}
 		}
@@ -96,7 +103,7 @@ func (w *watcher) Removed(node string) {
 	defer w.mu.Unlock()
 	w.removed = append(w.removed, node)
 	if node == w.cut && w.dropped == 0 {
-		w.dropped = time.Since(w.start)
+		w.dropped = w.clock.Since(w.start)
 	}
 }
 
@@ -148,14 +155,14 @@ func announcement(i, n, parts int, epoch uint64) *pb.Announcement {
 		Services: []*pb.HostedService{hs}}
 }
 
-// startMembers starts n members on nw, each joining a random member
-// already up, conc at a time.
-func startMembers(ctx context.Context, nw *memnet.Network, mat *material, n, parts, conc int) ([]*member, error) {
+// startMembers starts n members on nw with clk as their clock, each
+// joining a random member already up, conc at a time.
+func startMembers(ctx context.Context, nw *memnet.Network, clk clock.Clock, mat *material, n, parts, conc int, progress io.Writer) ([]*member, error) {
 	members := make([]*member, n)
 	var mu sync.Mutex
 	var up []string
 	start := func(i int) error {
-		m := &member{id: memberID(i), tr: nw.NewTransport(), watch: &watcher{}}
+		m := &member{id: memberID(i), tr: nw.NewTransport(), watch: &watcher{clock: clk}}
 		m.epoch.Store(1)
 		src, err := pki.NewSource(pki.SourceConfig{Files: pki.FilesFor(mat.dir, pki.Identity{Role: pki.RoleNode, Name: m.id})})
 		if err != nil {
@@ -171,7 +178,7 @@ func startMembers(ctx context.Context, nw *memnet.Network, mat *material, n, par
 			join = []string{up[rand.IntN(len(up))]}
 		}
 		mu.Unlock()
-		g, err := membership.Start(ctx, membership.Config{NodeID: m.id, Transport: m.tr, Join: join, JoinTimeout: 2 * time.Minute, Keyring: kr, Label: "scale", Certs: src,
+		g, err := membership.Start(ctx, membership.Config{NodeID: m.id, Transport: m.tr, Join: join, JoinTimeout: 2 * time.Minute, Keyring: kr, Clock: clk, Label: "scale", Certs: src,
 			Announce: func() *pb.Announcement { return announcement(i, n, parts, m.epoch.Load()) },
 			Watch:    m.watch, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -181,6 +188,9 @@ func startMembers(ctx context.Context, nw *memnet.Network, mat *material, n, par
 		members[i] = m
 		mu.Lock()
 		up = append(up, m.tr.Addr())
+		if len(up)%100 == 0 {
+			fmt.Fprintf(progress, "[%d members] %d started\n", n, len(up))
+		}
 		mu.Unlock()
 		return nil
 	}
@@ -235,6 +245,37 @@ func converged(ms []*member, want int) bool {
 	return true
 }
 
+// joinProgress says how far a join is: how many members hold every
+// entry and know every member, and the entries missing most often.
+func joinProgress(ms []*member, n int) string {
+	full, known := 0, 0
+	missing := map[string]int{}
+	for _, m := range ms {
+		if m.g.Members() == n {
+			known++
+		}
+		held := map[string]bool{}
+		for _, e := range m.g.Snapshot() {
+			held[e.Ann.NodeId] = true
+		}
+		if len(held) == n {
+			full++
+		}
+		for _, o := range ms {
+			if !held[o.id] {
+				missing[o.id]++
+			}
+		}
+	}
+	ids := slices.Collect(maps.Keys(missing))
+	slices.SortFunc(ids, func(a, b string) int { return missing[b] - missing[a] })
+	var worst []string
+	for _, id := range ids[:min(len(ids), 3)] {
+		worst = append(worst, fmt.Sprintf("%s missing at %d", id, missing[id]))
+	}
+	return fmt.Sprintf("%d hold every entry, %d know every member; %d entries missing somewhere (%s)", full, known, len(ids), strings.Join(worst, ", "))
+}
+
 // cpuTime is the process's CPU time so far.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
@@ -242,37 +283,36 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// measureSize runs every in-process measure at one size.
-func measureSize(ctx context.Context, cfg Config, mat *material, n int, lossRun bool, progress io.Writer) (sizeResult, error) {
-	res := sizeResult{n: n, falseDeaths: -1}
+// measureSize runs every in-process measure at one size, its members'
+// time dilated dilation times (every duration of cfg is in their time).
+func measureSize(ctx context.Context, cfg Config, mat *material, n int, dilation float64, lossRun bool, progress io.Writer) (sizeResult, error) {
+	res := sizeResult{n: n, dilation: dilation, falseDeaths: -1}
 	nw := memnet.New(cfg.Seed + uint64(n))
-	t0 := time.Now()
-	fmt.Fprintf(progress, "[%d members] starting...\n", n)
-	ms, err := startMembers(ctx, nw, mat, n, cfg.Partitions, 4)
+	clk := clock.Dilated(clock.Real(), time.Now(), dilation)
+	t0 := clk.Now()
+	fmt.Fprintf(progress, "[%d members] starting, time dilated %g×...\n", n, dilation)
+	ms, err := startMembers(ctx, nw, clk, mat, n, cfg.Partitions, 4, progress)
 	if err != nil {
 		return res, err
 	}
 	defer closeMembers(ms)
 	lastReport := time.Now()
 	for !converged(ms, n) {
-		if time.Since(t0) > cfg.JoinLimit || ctx.Err() != nil {
+		if clk.Since(t0) > cfg.JoinLimit || ctx.Err() != nil {
 			return res, fmt.Errorf("%d members did not converge within %v", n, cfg.JoinLimit)
 		}
 		if time.Since(lastReport) > 15*time.Second {
 			lastReport = time.Now()
-			full := 0
-			for _, m := range ms {
-				if len(m.g.Snapshot()) == n {
-					full++
-				}
-			}
-			fmt.Fprintf(progress, "[%d members] after %v, %d hold every entry\n", n, time.Since(t0).Round(time.Second), full)
+			fmt.Fprintf(progress, "[%d members] after %v, %s\n", n, clk.Since(t0).Round(time.Second), joinProgress(ms, n))
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	res.join = time.Since(t0)
-	fmt.Fprintf(progress, "[%d members] all joined in %v; settling %v, then idle for %v\n", n, res.join.Round(time.Millisecond), cfg.Settle, cfg.Idle)
-	time.Sleep(cfg.Settle)
+	res.join = clk.Since(t0)
+	// At least one refresh interval, so that every member refreshes in
+	// the window whatever its phase.
+	idle := max(cfg.Idle, membership.RefreshInterval(membership.DefaultAnnounceInterval, n))
+	fmt.Fprintf(progress, "[%d members] all joined in %v; settling %v, then idle for %v\n", n, res.join.Round(time.Millisecond), cfg.Settle, idle)
+	clk.Sleep(cfg.Settle)
 
 	// Idle cost.
 	probe := bench.StartLagProbe(10 * time.Millisecond)
@@ -281,9 +321,9 @@ func measureSize(ctx context.Context, cfg Config, mat *material, n int, lossRun 
 		s, _ := m.tr.Bytes()
 		sent0 += s
 	}
-	c0, w0 := cpuTime(), time.Now()
-	time.Sleep(cfg.Idle)
-	cpu, wall := cpuTime()-c0, time.Since(w0)
+	c0, w0, d0 := cpuTime(), time.Now(), clk.Now()
+	clk.Sleep(idle)
+	cpu, wall, own := cpuTime()-c0, time.Since(w0), clk.Since(d0)
 	res.starved = probe.Stop()
 	var sent1 uint64
 	for _, m := range ms {
@@ -291,14 +331,14 @@ func measureSize(ctx context.Context, cfg Config, mat *material, n int, lossRun 
 		sent1 += s
 	}
 	res.busy = cpu.Seconds() / wall.Seconds()
-	res.cpuPerMember = float64(cpu.Milliseconds()) / wall.Seconds() / float64(n)
-	res.bytesPerMember = float64(sent1-sent0) / wall.Seconds() / float64(n)
+	res.cpuPerMember = float64(cpu.Milliseconds()) / own.Seconds() / float64(n)
+	res.bytesPerMember = float64(sent1-sent0) / own.Seconds() / float64(n)
 	fmt.Fprintf(progress, "[%d members] idle: %.2f ms CPU/s and %.0f B/s per member (%.2f cores busy; machine: %v)\n",
 		n, res.cpuPerMember, res.bytesPerMember, res.busy, res.starved)
 
 	// Propagation of a change that matters: member 0's new epoch.
 	target := ms[0]
-	start := time.Now()
+	start := clk.Now()
 	for _, m := range ms[1:] {
 		m.watch.mu.Lock()
 		m.watch.target, m.watch.epoch, m.watch.start = target.id, 2, start
@@ -306,19 +346,19 @@ func measureSize(ctx context.Context, cfg Config, mat *material, n int, lossRun 
 	}
 	target.epoch.Store(2)
 	target.g.AnnounceNow()
-	res.propagation, res.propagationMissed = waitFor(ms[1:], cfg.EventLimit, func(w *watcher) time.Duration { return w.learnt })
+	res.propagation, res.propagationMissed = waitFor(clk, ms[1:], cfg.EventLimit, func(w *watcher) time.Duration { return w.learnt })
 	fmt.Fprintf(progress, "[%d members] a new epoch reached %s\n", n, describe(res.propagation, res.propagationMissed))
 
 	// Failure detection: the last member cut off as by SIGKILL.
 	cut := ms[n-1]
-	start = time.Now()
+	start = clk.Now()
 	for _, m := range ms[:n-1] {
 		m.watch.mu.Lock()
 		m.watch.cut, m.watch.start, m.watch.removed = cut.id, start, nil
 		m.watch.mu.Unlock()
 	}
 	cut.tr.Cut()
-	res.detection, res.detectionMissed = waitFor(ms[:n-1], cfg.EventLimit, func(w *watcher) time.Duration { return w.dropped })
+	res.detection, res.detectionMissed = waitFor(clk, ms[:n-1], cfg.EventLimit, func(w *watcher) time.Duration { return w.dropped })
 	fmt.Fprintf(progress, "[%d members] the cut member left %s\n", n, describe(res.detection, res.detectionMissed))
 
 	// False deaths under loss, among the members still up.
@@ -331,7 +371,7 @@ func measureSize(ctx context.Context, cfg Config, mat *material, n int, lossRun 
 		}
 		nw.SetLoss(cfg.Loss)
 		fmt.Fprintf(progress, "[%d members] %.0f%% packet loss for %v...\n", n, cfg.Loss*100, cfg.LossWatch)
-		time.Sleep(cfg.LossWatch)
+		clk.Sleep(cfg.LossWatch)
 		nw.SetLoss(0)
 		res.lossWatched = cfg.LossWatch
 		res.falseDeaths = 0
@@ -357,11 +397,11 @@ func measureSize(ctx context.Context, cfg Config, mat *material, n int, lossRun 
 	return res, nil
 }
 
-// waitFor waits up to limit for every member's watcher to record an
-// event (get returns 0 until it did) and returns the times, sorted, and
-// how many never recorded it.
-func waitFor(ms []*member, limit time.Duration, get func(*watcher) time.Duration) ([]time.Duration, int) {
-	deadline := time.Now().Add(limit)
+// waitFor waits up to limit on clk for every member's watcher to record
+// an event (get returns 0 until it did) and returns the times, sorted,
+// and how many never recorded it.
+func waitFor(clk clock.Clock, ms []*member, limit time.Duration, get func(*watcher) time.Duration) ([]time.Duration, int) {
+	deadline := clk.Now().Add(limit)
 	for {
 		var got []time.Duration
 		for _, m := range ms {
@@ -371,7 +411,7 @@ func waitFor(ms []*member, limit time.Duration, get func(*watcher) time.Duration
 			}
 			m.watch.mu.Unlock()
 		}
-		if len(got) == len(ms) || time.Now().After(deadline) {
+		if len(got) == len(ms) || clk.Now().After(deadline) {
 			slices.Sort(got)
 			return got, len(ms) - len(got)
 		}
