@@ -170,8 +170,15 @@ func TestGossipAcceptsOnlySignedAnnouncementsOfTheirAuthor(t *testing.T) {
 	rejected := b.Stats().Rejected
 	refusals.reset()
 	d := (*delegate)(b)
-	d.NotifyMsg(announcement("n1", 1<<40)) // the 86-byte attack
-	_, env, _ := m.auth(nodeID("n3"), "c").seal(announcement("n1", 1<<40), 1)
+	// Forgeries claim a newer incarnation than n1's: one that claims an
+	// older one is skipped unverified (notNewer) and changes nothing.
+	forged := func() []byte {
+		b, _ := proto.Marshal(&pb.Announcement{NodeId: "n1", RpcAddr: "10.0.0.1:7000", Seq: 1 << 40, Incarnation: 1 << 62,
+			Services: []*pb.HostedService{{Name: "kv", Partitions: []int32{0}}}})
+		return b
+	}
+	d.NotifyMsg(forged()) // the 86-byte attack
+	_, env, _ := m.auth(nodeID("n3"), "c").seal(forged(), 1)
 	d.NotifyMsg(append([]byte{msgSpread}, env...)) // n3 speaking for n1
 	d.MergeRemoteState(encodeState([]stateEntry{{envelope: env}}), false)
 	var plain pb.PagesState
@@ -551,5 +558,37 @@ func TestSignatureCheckedOncePerChange(t *testing.T) {
 	}
 	if got := g.verified.Load(); got != 4 {
 		t.Fatalf("verified %d signatures, want 4: an expired entry's envelope is checked again", got)
+	}
+}
+
+// TestOlderAnnouncementsAreSkippedUnverified: state and relays repeat
+// entries the member holds newer versions of; their signatures are not
+// checked, while a newer one's is.
+func TestOlderAnnouncementsAreSkippedUnverified(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := newMaterial(t, "c", nil)
+	key, _ := GenerateKey()
+	a := m.start(ctx, "n1", key, "c", nil)
+	b := m.start(ctx, "n2", key, "c", []string{a.Addr()})
+	if !eventually(ctx, 10*time.Second, func() bool { return len(b.Replicas("kv", 0).Replicas) == 2 }) {
+		t.Fatal("b never saw a")
+	}
+	n1 := m.auth(nodeID("n1"), "c")
+	seal := func(inc int64) []byte {
+		p, _ := proto.Marshal(&pb.Announcement{NodeId: "n1", RpcAddr: "10.0.0.1:7000", Seq: 1, Incarnation: inc,
+			Services: []*pb.HostedService{{Name: "kv", Partitions: []int32{0}}}})
+		_, env, _ := n1.seal(p, 1)
+		return env
+	}
+	d := (*delegate)(b)
+	before := b.verified.Load()
+	d.MergeRemoteState(encodeState([]stateEntry{{envelope: seal(1)}}), true)
+	if got := b.verified.Load() - before; got != 0 {
+		t.Fatalf("an older announcement of n1 was verified (%d checks)", got)
+	}
+	d.MergeRemoteState(encodeState([]stateEntry{{envelope: seal(1 << 62)}}), true)
+	if got := b.verified.Load() - before; got != 1 {
+		t.Fatalf("a newer announcement of n1 got %d checks, want 1", got)
 	}
 }
