@@ -214,12 +214,18 @@ func judgeMembers(cfg Config, rs []sizeResult) []*report.Check {
 	}
 	cpuRatio := big.cpuPerMember / small.cpuPerMember
 	byteRatio := big.bytesPerMember / small.bytesPerMember
-	checks := []*report.Check{
+	var checks []*report.Check
+	for _, r := range rs {
+		if r.unjoined != "" {
+			c := report.AtMost(fmt.Sprintf("all %d members join within %v", r.n, cfg.JoinLimit), 1, 0, r.unjoined)
+			checks = append(checks, c)
+		}
+	}
+	checks = append(checks,
 		starved(report.AtMost(fmt.Sprintf("idle CPU per member at %d ≤ %.1f× at %d", big.n, cfg.FlatGoal, small.n), cpuRatio, cfg.FlatGoal,
 			fmt.Sprintf("%.2f× (%.2f vs %.2f ms/s)", cpuRatio, big.cpuPerMember, small.cpuPerMember)), small, big),
 		report.AtMost(fmt.Sprintf("idle bytes per member at %d ≤ %.1f× at %d", big.n, cfg.FlatGoal, small.n), byteRatio, cfg.FlatGoal,
-			fmt.Sprintf("%.2f× (%.0f vs %.0f B/s)", byteRatio, big.bytesPerMember, small.bytesPerMember)),
-	}
+			fmt.Sprintf("%.2f× (%.0f vs %.0f B/s)", byteRatio, big.bytesPerMember, small.bytesPerMember)))
 	p99, ok := pct(big.propagation, big.propagationMissed, 0.99)
 	c := report.AtMost(fmt.Sprintf("a new epoch reaches 99%% of %d members within %v", big.n, cfg.PropagationGoal), p99.Seconds(), cfg.PropagationGoal.Seconds(),
 		describe(big.propagation, big.propagationMissed))
