@@ -85,6 +85,7 @@ PASS, FAIL, or INCONCLUSIVE when the machine was starved.`,
 	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "wait after all joined before measuring")
 	fs.DurationVar(&cfg.Idle, "idle", cfg.Idle, "idle measuring window per size")
 	fs.DurationVar(&cfg.JoinLimit, "join-limit", cfg.JoinLimit, "longest wait for all members to join")
+	fs.Float64Var(&cfg.JoinRate, "join-rate", cfg.JoinRate, "members joining per second (of their time)")
 	fs.DurationVar(&cfg.EventLimit, "event-limit", cfg.EventLimit, "longest wait for a change or a failure to reach every member")
 	fs.Float64Var(&cfg.Loss, "loss", cfg.Loss, "packet loss fraction for the false-death watch (largest size)")
 	fs.DurationVar(&cfg.LossWatch, "loss-watch", cfg.LossWatch, "how long to watch for live members removed under loss (0: skip)")

@@ -158,8 +158,11 @@ func announcement(i, n, parts int, epoch uint64) *pb.Announcement {
 }
 
 // startMembers starts n members on nw with clk as their clock, each
-// joining a random member already up, conc at a time.
-func startMembers(ctx context.Context, nw *memnet.Network, clk clock.Clock, mat *material, n, parts, conc int, progress io.Writer) ([]*member, error) {
+// joining a random member already up, conc at a time, at most rate joins
+// per second of clk (a cluster booting: in one process, unpaced joins
+// would take all the CPU the members' failure detection needs).
+func startMembers(ctx context.Context, nw *memnet.Network, clk clock.Clock, mat *material, n, parts, conc int, rate float64, progress io.Writer) ([]*member, error) {
+	t0 := clk.Now()
 	members := make([]*member, n)
 	var mu sync.Mutex
 	var up []string
@@ -209,6 +212,10 @@ func startMembers(ctx context.Context, nw *memnet.Network, clk clock.Clock, mat 
 				i := int(next.Add(1) - 1)
 				if i >= n || ctx.Err() != nil {
 					return
+				}
+				// The i-th join at t0 + i/rate of the members' time.
+				if d := clk.Until(t0.Add(time.Duration(float64(i) / rate * float64(time.Second)))); d > 0 {
+					clk.Sleep(d)
 				}
 				if err := start(i); err != nil {
 					errs <- err
@@ -293,7 +300,7 @@ func measureSize(ctx context.Context, cfg Config, mat *material, n int, dilation
 	clk := clock.Dilated(clock.Real(), time.Now(), dilation)
 	t0 := clk.Now()
 	fmt.Fprintf(progress, "[%d members] starting, time dilated %g×...\n", n, dilation)
-	ms, err := startMembers(ctx, nw, clk, mat, n, cfg.Partitions, 4, progress)
+	ms, err := startMembers(ctx, nw, clk, mat, n, cfg.Partitions, 4, cfg.JoinRate, progress)
 	if err != nil {
 		return res, err
 	}

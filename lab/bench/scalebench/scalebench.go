@@ -58,6 +58,8 @@ type Config struct {
 	// JoinLimit bounds the join of all members; EventLimit the wait for a
 	// change or a failure to reach everyone.
 	JoinLimit, EventLimit time.Duration
+	// JoinRate is how many members join per second of their time.
+	JoinRate float64
 	// Loss is the packet loss under which LossWatch (at the largest size)
 	// counts live members removed; 0 skips it.
 	Loss      float64
@@ -77,7 +79,7 @@ type Config struct {
 // DefaultConfig is the run: 16 to 1,000 members, 4 partitions
 // each (4,000 at 1,000), 1 minute at 5% loss, 100 processes.
 func DefaultConfig() Config {
-	return Config{Sections: Sections, Sizes: []int{16, 64, 256, 1000}, Dilations: []float64{1, 1, 2, 8}, Partitions: 4, Settle: 15 * time.Second, Idle: 20 * time.Second,
+	return Config{Sections: Sections, Sizes: []int{16, 64, 256, 1000}, Dilations: []float64{1, 1, 2, 4}, JoinRate: 10, Partitions: 4, Settle: 15 * time.Second, Idle: 20 * time.Second,
 		JoinLimit: 10 * time.Minute, EventLimit: 30 * time.Second, Loss: 0.05, LossWatch: time.Minute,
 		FlatGoal: 1.5, ProcessCores: 0.5, FailoverGoal: 1.5, PropagationGoal: 2 * time.Second, DetectionGoal: 5 * time.Second,
 		Processes: 100, ProcessIdle: 30 * time.Second, Seed: 1}
@@ -100,6 +102,8 @@ func (c Config) Validate() error {
 		return errors.New("scale: --partitions must be >= 1")
 	case c.Idle <= 0 || c.JoinLimit <= 0 || c.EventLimit <= 0:
 		return errors.New("scale: --idle, --join-limit and --event-limit must be > 0")
+	case c.JoinRate <= 0:
+		return errors.New("scale: --join-rate must be > 0")
 	case c.Loss < 0 || c.Loss >= 1:
 		return errors.New("scale: --loss must be in [0, 1)")
 	case c.FlatGoal <= 0 || c.ProcessCores <= 0 || c.PropagationGoal <= 0 || c.DetectionGoal <= 0:
