@@ -17,7 +17,6 @@ import (
 	"github.com/neptune-cluster/neptune/internal/node"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/placement"
-	"github.com/neptune-cluster/neptune/internal/rebalance"
 )
 
 // NodeConfig configures a node. Zero fields take the documented defaults.
@@ -141,28 +140,15 @@ const DefaultMaxInflightBytes = nerr.DefaultMaxInflightBytes
 
 // Placement tunes automatic replica placement of replicated services
 // (issue 17). One node at a time (the live node with the lowest id)
-// replaces the replicas of a node down for longer than Grace elsewhere,
-// spreading a partition's replicas across zones (NodeConfig.Zone), and,
-// when nodes join, moves replicas and primaries until every node holds
-// within one of every other, at most MaxInFlight moves at once and one
-// rebalancing step per Interval. Every change is an ordinary replica-set
+// replaces the replicas of a node down for longer than Grace (default 5
+// minutes) elsewhere, spreading a partition's replicas across zones
+// (NodeConfig.Zone), and, when nodes join, moves replicas and primaries
+// until every node holds within one of every other, at most MaxInFlight
+// moves at once (default 1) and one rebalancing step per Interval
+// (default 30 s). Off on a node keeps it from acting (set it on every
+// node to turn placement off). Every change is an ordinary replica-set
 // change (`neptune partition add|remove`). Set it alike on every node.
-type Placement struct {
-	// Off: this node never acts for automatic placement (it announces
-	// so; another node hosting the service acts instead). Set it on
-	// every node to turn automatic placement off.
-	Off bool
-	// Grace is how long a node may be down before its replicas are
-	// re-created elsewhere (default 5 minutes): a restart or a short
-	// network partition should not ship a partition's whole state.
-	Grace time.Duration
-	// Interval is the least time between two rebalancing steps (default
-	// 30 s), so a growing cluster evens out at a bounded rate.
-	Interval time.Duration
-	// MaxInFlight bounds the partitions with a move under way at once
-	// (default 1): each move ships a partition's state.
-	MaxInFlight int
-}
+type Placement = placement.Config
 
 // Validate reports the first invalid field by name.
 func (c NodeConfig) Validate() error {
@@ -187,7 +173,7 @@ func (c NodeConfig) internal() (node.Config, error) {
 		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, TracerProvider: c.TracerProvider, DataDir: c.DataDir, Security: sec,
 		Cluster: c.Cluster, MaxMessageBytes: c.MaxMessageBytes, MaxInflightBytes: c.MaxInflightBytes,
 		MaxAggregateDeadline: c.MaxAggregateDeadline, MaxAggregateParticipants: c.MaxAggregateParticipants,
-		Placement:   c.Placement.internal(),
+		Placement:   c.Placement,
 		DiskReserve: c.Storage.Reserve, RebuildCorrupt: c.Storage.RebuildCorrupt,
 	}
 	return cfg, cfg.Validate()
@@ -345,11 +331,7 @@ func (n *Node) Drain(ctx context.Context) []string { return n.n.Drain(ctx) }
 // SetPlacement changes the node's placement settings while it runs (what
 // SIGHUP does to `neptune node` with a changed placement block): Off,
 // Grace, Interval, MaxInFlight. Changes under way go on.
-func (n *Node) SetPlacement(p Placement) error { return n.n.SetPlacement(p.internal()) }
-
-func (p Placement) internal() rebalance.Config {
-	return rebalance.Config{Off: p.Off, Placement: placement.Config{Grace: p.Grace, Interval: p.Interval, MaxInFlight: p.MaxInFlight}}
-}
+func (n *Node) SetPlacement(p Placement) error { return n.n.SetPlacement(p) }
 
 // Done is closed once the node has stopped: Close, Drain, or a drain an
 // operator asked for (`neptune node drain`, Client.Drain).

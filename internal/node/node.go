@@ -39,6 +39,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/obs"
 	"github.com/neptune-cluster/neptune/internal/pki"
+	"github.com/neptune-cluster/neptune/internal/placement"
 	"github.com/neptune-cluster/neptune/internal/rebalance"
 	"github.com/neptune-cluster/neptune/internal/replication"
 	"github.com/neptune-cluster/neptune/internal/security"
@@ -125,7 +126,7 @@ type Config struct {
 	DrainTimeout time.Duration
 	// Placement configures automatic replica placement (rebalance.go):
 	// replacing dead nodes' replicas, evening out replicas and primaries.
-	Placement rebalance.Config
+	Placement placement.Config
 	// DiskReserve and RebuildCorrupt: replication.Config's.
 	DiskReserve    uint64
 	RebuildCorrupt bool
@@ -184,7 +185,7 @@ func (c Config) Validate() error {
 	if c.MaxAggregateDeadline < 0 || c.MaxAggregateParticipants < 0 {
 		return fmt.Errorf("neptune: NodeConfig.MaxAggregateDeadline (%v) and MaxAggregateParticipants (%d) must be >= 0 (0: the default)", c.MaxAggregateDeadline, c.MaxAggregateParticipants)
 	}
-	if err := checkPlacement(c.Placement); err != nil {
+	if err := c.Placement.Validate(); err != nil {
 		return fmt.Errorf("neptune: NodeConfig.Placement: %w", err)
 	}
 	if c.AnnounceInterval < 0 {
