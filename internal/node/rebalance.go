@@ -70,12 +70,9 @@ type yellowPages Node
 
 func (y *yellowPages) View() rebalance.View {
 	g := y.client.Gossip()
-	var v rebalance.View
+	v := rebalance.View{Departed: g.Departed()}
 	for _, e := range g.Snapshot() {
 		v.Live = append(v.Live, e.Ann)
-	}
-	for _, d := range g.Departed() {
-		v.Departed = append(v.Departed, rebalance.Departed{Ann: d.Ann, LastSeen: d.LastSeen})
 	}
 	return v
 }

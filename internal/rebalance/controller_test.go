@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/placement"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -96,7 +97,7 @@ func (f *fake) View() View {
 		case ok && !f.hidden[n]:
 			v.Live = append(v.Live, f.ann(n))
 		case !ok:
-			v.Departed = append(v.Departed, Departed{Ann: f.ann(n), LastSeen: f.diedAt[n]})
+			v.Departed = append(v.Departed, membership.Departed{Node: n, Ann: f.ann(n), LastSeen: f.diedAt[n]})
 		}
 	}
 	return v
