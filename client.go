@@ -74,9 +74,8 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if len(cfg.Join) == 0 {
 		return nil, errors.New("neptune: ClientConfig.Join is empty: name at least one node's gossip address")
 	}
-	bal, err := cfg.Balance.internal("ClientConfig.Balance")
-	if err != nil {
-		return nil, err
+	if err := cfg.Balance.Validate(); err != nil {
+		return nil, fmt.Errorf("neptune: ClientConfig.Balance: %w", err)
 	}
 	if err := cfg.Retry.Validate("ClientConfig.Retry"); err != nil {
 		return nil, fmt.Errorf("neptune: %w", err)
@@ -94,7 +93,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		cfg.Logger.Warn("client running INSECURE: plaintext gRPC and gossip, unauthenticated polls")
 	}
 	c, err := client.New(ctx, client.Config{
-		Host: cfg.Host, Advertise: cfg.Advertise, Join: cfg.Join, AnnounceTTL: cfg.AnnounceTTL, Balance: bal,
+		Host: cfg.Host, Advertise: cfg.Advertise, Join: cfg.Join, AnnounceTTL: cfg.AnnounceTTL, Balance: cfg.Balance,
 		Registerer: cfg.Registerer, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider, Security: sec, MaxMessageBytes: cfg.MaxMessageBytes,
 		Retry: cfg.Retry,
 	})

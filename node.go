@@ -2,10 +2,8 @@ package neptune
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -158,10 +156,6 @@ func (c NodeConfig) Validate() error {
 
 // internal is the node runtime's config for c.
 func (c NodeConfig) internal() (node.Config, error) {
-	bal, err := c.Balance.internal("NodeConfig.Balance")
-	if err != nil {
-		return node.Config{}, err
-	}
 	sec, err := c.Security.config("NodeConfig.Security", pki.Identity{Role: pki.RoleNode, Name: c.ID})
 	if err != nil {
 		return node.Config{}, err
@@ -170,7 +164,7 @@ func (c NodeConfig) internal() (node.Config, error) {
 		ID: c.ID, Host: c.Host, Advertise: c.Advertise, JoinTimeout: c.JoinTimeout, DrainTimeout: c.DrainTimeout, GossipPort: c.GossipPort, RPCPort: c.RPCPort, PollPort: c.PollPort,
 		MetricsAddr: c.MetricsAddr, Zone: c.Zone, Pprof: c.Pprof, Join: c.Join,
 		AnnounceInterval: c.AnnounceInterval, AnnounceTTL: c.AnnounceTTL,
-		Balance: bal, Registerer: c.Registerer, Logger: c.Logger, TracerProvider: c.TracerProvider, DataDir: c.DataDir, Security: sec,
+		Balance: c.Balance, Registerer: c.Registerer, Logger: c.Logger, TracerProvider: c.TracerProvider, DataDir: c.DataDir, Security: sec,
 		Cluster: c.Cluster, MaxMessageBytes: c.MaxMessageBytes, MaxInflightBytes: c.MaxInflightBytes,
 		MaxAggregateDeadline: c.MaxAggregateDeadline, MaxAggregateParticipants: c.MaxAggregateParticipants,
 		Placement:   c.Placement,
@@ -181,83 +175,18 @@ func (c NodeConfig) internal() (node.Config, error) {
 
 // Balancing selects and tunes the load-balancing policy a client uses to
 // pick a replica. The zero value is the default: prequal, probing 6
-// replicas, reusing answers for 5 ms and discarding those slower than
-// 10 ms. Zero fields take their defaults.
-type Balancing struct {
-	// Policy is one of BalancingPolicies(): "prequal" (the default),
-	// "polling" (the paper's: poll PollSize replicas, pick the shortest
-	// queue), "random", "roundrobin", "localp2c" (power of two choices on
-	// this client's own outstanding calls), "async" (Prequal's probes off
-	// the call path: no call waits for a poll; for clients that call far
-	// more often than a request takes), "push" (no poll at all: the
-	// replicas push their load to the client on every change, while it
-	// keeps calling), "affinity" (calls with an affinity key, WithAffinity,
-	// stay on the key's replica while its load allows; calls without one
-	// as prequal), "broadcast" and "oracle" (baselines that expect
-	// loads pushed at intervals, which nodes do not send).
-	Policy string
-	// PollSize is how many replicas the polling policy asks (default 3).
-	PollSize int
-	// ProbeSize is how many replicas prequal probes (default 6).
-	ProbeSize int
-	// ProbeEnough is how many probe answers prequal waits for before it
-	// chooses (default 0: all of them).
-	ProbeEnough int
-	// Discard is how long a call waits for poll answers before choosing
-	// among those that arrived (default 10 ms); negative waits for every
-	// answer, up to a second.
-	Discard time.Duration
-	// ReuseWindow is how long prequal keeps using an answer (default 5 ms).
-	ReuseWindow time.Duration
-	// LoadBound is how far above the mean the affinity policy lets a
-	// key's replica load up (this client's calls in flight to it) before
-	// the key spills to its next replica (default 2; at least 1).
-	LoadBound float64
-}
+// replicas (ProbeSize), reusing answers for 5 ms (ReuseWindow) and
+// discarding those slower than 10 ms (Discard; negative waits for every
+// answer, up to a second); zero fields take their defaults. Policy is one
+// of BalancingPolicies(); PollSize is how many replicas "polling" asks
+// (default 3); LoadBound how far above the mean "affinity" lets a key's
+// replica load up before the key spills (default 2). The other fields
+// tune the async, push and broadcast policies (see the policies' notes in
+// docs/architecture/balance.md).
+type Balancing = balance.Config
 
 // BalancingPolicies lists the names Balancing.Policy accepts.
 func BalancingPolicies() []string { return slices.Clone(balance.Names) }
-
-// internal maps b onto the balancer's config, naming field (the config
-// field b came from) on error.
-func (b Balancing) internal(field string) (balance.Config, error) {
-	cfg := balance.DefaultConfig()
-	if b.Policy != "" {
-		cfg.Policy = b.Policy
-	}
-	if !slices.Contains(balance.Names, cfg.Policy) {
-		return cfg, fmt.Errorf("neptune: %s.Policy %q is not one of %s", field, b.Policy, strings.Join(balance.Names, ", "))
-	}
-	for _, f := range []struct {
-		name string
-		v    int
-		dst  *int
-	}{{"PollSize", b.PollSize, &cfg.PollSize}, {"ProbeSize", b.ProbeSize, &cfg.ProbeSize}, {"ProbeEnough", b.ProbeEnough, &cfg.ProbeEnough}} {
-		if f.v < 0 {
-			return cfg, fmt.Errorf("neptune: %s.%s must be >= 0, got %d", field, f.name, f.v)
-		}
-		if f.v > 0 {
-			*f.dst = f.v
-		}
-	}
-	switch {
-	case b.Discard < 0:
-		cfg.Discard = 0 // wait for every answer (balance.WaitAllCap)
-	case b.Discard > 0:
-		cfg.Discard = b.Discard
-	}
-	if b.ReuseWindow < 0 {
-		return cfg, fmt.Errorf("neptune: %s.ReuseWindow must be >= 0, got %v", field, b.ReuseWindow)
-	}
-	if b.ReuseWindow > 0 {
-		cfg.ReuseWindow = b.ReuseWindow
-	}
-	cfg.LoadBound = b.LoadBound
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("neptune: %s: %w", field, err)
-	}
-	return cfg, nil
-}
 
 // Node hosts service partitions and serves calls to them. It is also a
 // full client of the cluster (Client), as every node is functionally the

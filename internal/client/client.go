@@ -64,8 +64,8 @@ type Config struct {
 	// Announce describes what the member hosts (a node's client); nil for
 	// a client that only listens.
 	Announce func() *pb.Announcement
-	// Balance selects the load-balancing policy (default
-	// balance.DefaultConfig()).
+	// Balance selects the load-balancing policy (zero fields: the
+	// defaults).
 	Balance balance.Config
 	// Registerer receives the client's metrics (nil: a private registry).
 	Registerer prometheus.Registerer
@@ -163,11 +163,10 @@ func (c *Client) SetWriteIdentities(on bool) { c.anonymous.Store(!on) }
 
 // New joins the cluster (as a listener, or announcing cfg.Announce).
 func New(ctx context.Context, cfg Config) (*Client, error) {
-	if cfg.Balance == (balance.Config{}) {
-		cfg.Balance = balance.DefaultConfig()
-	} else if err := cfg.Balance.Validate(); err != nil {
+	if err := cfg.Balance.Validate(); err != nil {
 		return nil, fmt.Errorf("neptune: balance: %w", err)
 	}
+	cfg.Balance = cfg.Balance.WithDefaults()
 	if err := cfg.Retry.Validate("Retry"); err != nil {
 		return nil, fmt.Errorf("neptune: %w", err)
 	}
@@ -276,7 +275,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.agg = aggregation.NewCaller(aggregation.Config{
-		Directory: c.gossip, Poller: c.poller, Dialer: c.conns, PollWait: cfg.Balance.Discard,
+		Directory: c.gossip, Poller: c.poller, Dialer: c.conns, PollWait: max(cfg.Balance.Discard, 0), // negative (wait for all): aggregation's default
 		Rand: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64())), Clock: c.clock, Metrics: c.aggM, Tracer: c.tracer,
 	})
 	return c, nil

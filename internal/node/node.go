@@ -79,7 +79,7 @@ type Config struct {
 	AnnounceInterval time.Duration
 	AnnounceTTL      time.Duration
 	// Balance selects the load-balancing policy of the node's own client
-	// (default balance.DefaultConfig()).
+	// (zero fields: the defaults).
 	Balance balance.Config
 	// Registerer receives the node's metrics; nil creates a private
 	// registry. /metrics serves it if it is also a Gatherer, else a
@@ -145,9 +145,7 @@ func (c Config) withDefaults() Config {
 	if c.AnnounceTTL == 0 {
 		c.AnnounceTTL = membership.DefaultTTL
 	}
-	if c.Balance == (balance.Config{}) {
-		c.Balance = balance.DefaultConfig()
-	}
+	c.Balance = c.Balance.WithDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -194,10 +192,8 @@ func (c Config) Validate() error {
 	if c.AnnounceTTL != 0 && c.AnnounceTTL <= c.AnnounceInterval {
 		return fmt.Errorf("neptune: NodeConfig.AnnounceTTL (%v) must exceed AnnounceInterval (%v)", c.AnnounceTTL, c.AnnounceInterval)
 	}
-	if c.Balance != (balance.Config{}) {
-		if err := c.Balance.Validate(); err != nil {
-			return fmt.Errorf("neptune: NodeConfig.Balance: %w", err)
-		}
+	if err := c.Balance.Validate(); err != nil {
+		return fmt.Errorf("neptune: NodeConfig.Balance: %w", err)
 	}
 	if c.Cluster != "" && c.Security.Label != "" && c.Cluster != c.Security.Label {
 		return fmt.Errorf("neptune: NodeConfig.Cluster %q and NodeConfig.Security.Cluster %q disagree: a node has one cluster name; set one of them", c.Cluster, c.Security.Label)
