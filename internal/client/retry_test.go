@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/transport"
 )
@@ -63,7 +64,7 @@ func TestRetryOfKeepsTheIdentityWhateverTheError(t *testing.T) {
 // TestRetryPauses: pauses double from Backoff to MaxBackoff, each in the
 // upper half of its step, never past the budget; off when Budget < 0.
 func TestRetryPauses(t *testing.T) {
-	p := DefaultRetryPolicy
+	p := config.DefaultRetryPolicy
 	for _, tc := range []struct {
 		n       int
 		elapsed time.Duration
@@ -79,15 +80,15 @@ func TestRetryPauses(t *testing.T) {
 		{10, 9900 * time.Millisecond, 0, 100 * time.Millisecond, true},
 		{0, 10 * time.Second, 0, 0, false},
 	} {
-		d, ok := p.pause(tc.n, tc.elapsed, tc.u)
+		d, ok := pause(p, tc.n, tc.elapsed, tc.u)
 		if ok != tc.ok || tc.ok && (d-tc.want).Abs() > time.Microsecond {
 			t.Errorf("pause(%d, %v, %v) = %v %v, want %v %v", tc.n, tc.elapsed, tc.u, d, ok, tc.want, tc.ok)
 		}
 	}
-	if _, ok := NoRetry.pause(0, 0, 0); ok {
+	if _, ok := pause(config.NoRetry, 0, 0, 0); ok {
 		t.Error("NoRetry retries")
 	}
-	if err := (RetryPolicy{Backoff: 2 * time.Second, MaxBackoff: time.Second}).Validate("ClientConfig.Retry"); err == nil {
+	if err := (config.RetryPolicy{Backoff: 2 * time.Second, MaxBackoff: time.Second}).Validate("ClientConfig.Retry"); err == nil {
 		t.Error("Backoff above MaxBackoff accepted")
 	}
 }
@@ -105,7 +106,7 @@ func TestRetryingBoundsCallsWhileNoReplicaIsKnown(t *testing.T) {
 	noReplica := &nerr.UnknownOutcomeError{Identified: true, ClientID: "c", Seq: 1, Cause: nerr.ErrNoReplica}
 	done := make(chan error, 1)
 	go func() {
-		_, err := retrying(context.Background(), clk, DefaultRetryPolicy, func() float64 { return 0 }, func() { retries++ },
+		_, err := retrying(context.Background(), clk, config.DefaultRetryPolicy, func() float64 { return 0 }, func() { retries++ },
 			func() (struct{}, error) {
 				tries++
 				last = clk.Now()
@@ -140,19 +141,19 @@ wait:
 	if tries < 10 || tries > 25 || retries != tries-1 {
 		t.Fatalf("%d tries (%d retries) in the 10 s budget, want 10-25", tries, retries)
 	}
-	if last.Sub(start) > DefaultRetryPolicy.Budget {
+	if last.Sub(start) > config.DefaultRetryPolicy.Budget {
 		t.Fatalf("a try started %v after the first, past the budget", last.Sub(start))
 	}
 	// A call that fails for good is not retried.
 	n := 0
-	_, err = retrying(context.Background(), clk, DefaultRetryPolicy, func() float64 { return 0 }, func() {},
+	_, err = retrying(context.Background(), clk, config.DefaultRetryPolicy, func() float64 { return 0 }, func() {},
 		func() (struct{}, error) { n++; return struct{}{}, nerr.ErrUnknownService })
 	if n != 1 || !errors.Is(err, nerr.ErrUnknownService) {
 		t.Fatalf("a non-retryable error was tried %d times", n)
 	}
 	// A proxy's policy answers an overload at once but still retries a
 	// failover.
-	proxy := RetryPolicy{FailFastOnOverload: true}.WithDefaults()
+	proxy := config.RetryPolicy{FailFastOnOverload: true}.WithDefaults()
 	for _, tc := range []struct {
 		err   error
 		tries int
