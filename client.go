@@ -5,68 +5,30 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/client"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/security"
 )
 
-// ClientConfig configures Dial.
-type ClientConfig struct {
-	// Join lists gossip addresses ("host:port") of cluster nodes. Required.
-	Join []string
-	// Host is the local address the client's gossip listener and poll
-	// socket bind to. Default 127.0.0.1 when every Join address is on
-	// loopback, else every interface, so the nodes can reach the client
-	// and tell it of a failover at once.
-	Host string
-	// Advertise is the address the nodes reach the client's gossip at
-	// (default: Host if it names one address, else the local address on
-	// the route to the first Join address). A client advertised on
-	// loopback to a cluster that is not logs a warning.
-	Advertise string
-	// Balance selects the load-balancing policy; the default is prequal
-	// (see Balancing).
-	Balance Balancing
-	// AnnounceTTL is how long yellow-page entries live without refresh.
-	AnnounceTTL time.Duration
-	// Registerer receives the client's metrics; nil creates a private
-	// registry. Two clients cannot share one as it is (see
-	// NodeConfig.Registerer).
-	Registerer prometheus.Registerer
-	// Logger receives the client's logs; a call's lines carry its request
-	// id (request_id).
-	Logger *slog.Logger
-	// TracerProvider receives the spans of the client's calls (the call,
-	// with its service, partition, method, polls, chosen replicas and
-	// attempts, and each RPC), whose W3C trace context goes to the nodes;
-	// nil turns tracing off, at no cost.
-	TracerProvider trace.TracerProvider
-	// Security is the client's certificate (Dir and Cert: a client
-	// certificate to call, an operator's to also Promote) and gossip
-	// keyring, or an explicit Insecure; the zero value is refused.
-	Security Security
-	// MaxMessageBytes bounds a request body, refused before it is sent
-	// with ErrTooLarge (so the write never ran), and a response (default
-	// 16 MiB).
-	MaxMessageBytes int
-	// Retry is how Call tries again after a retryable error, keeping a
-	// write's identity so it runs at most once: by default for up to 10 s,
-	// pauses from 50 ms doubling to 1 s with jitter, within the call's
-	// deadline. RetryPolicy{Budget: -1} makes one try per Call.
-	Retry RetryPolicy
-}
+// ClientConfig configures Dial: Join (gossip addresses of cluster nodes;
+// required), Host and Advertise (where the client's gossip and poll
+// socket bind and are reached), Balance (see Balancing), AnnounceTTL,
+// Registerer, Logger, TracerProvider, Security (required: material or
+// Insecure), MaxMessageBytes (default 16 MiB) and Retry (see
+// RetryPolicy). Zero fields take their defaults.
+type ClientConfig = config.Client
 
 // RetryPolicy is how a client retries calls that fail with a retryable
-// error (see ClientConfig.Retry and WithRetry).
-type RetryPolicy = client.RetryPolicy
+// error (see ClientConfig.Retry and WithRetry): by default for up to
+// 10 s (Budget; negative: one try per Call), pauses from 50 ms (Backoff)
+// doubling to 1 s (MaxBackoff) with jitter, within the call's deadline;
+// FailFastOnOverload returns an overloaded refusal at once.
+type RetryPolicy = config.RetryPolicy
 
 // Dial joins a cluster as a client: it learns the yellow pages by gossip but
 // hosts nothing.
@@ -74,14 +36,13 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if len(cfg.Join) == 0 {
 		return nil, errors.New("neptune: ClientConfig.Join is empty: name at least one node's gossip address")
 	}
-	bal, err := cfg.Balance.internal("ClientConfig.Balance")
-	if err != nil {
-		return nil, err
+	if err := cfg.Balance.Validate(); err != nil {
+		return nil, fmt.Errorf("neptune: ClientConfig.Balance: %w", err)
 	}
 	if err := cfg.Retry.Validate("ClientConfig.Retry"); err != nil {
 		return nil, fmt.Errorf("neptune: %w", err)
 	}
-	sc, err := cfg.Security.config("ClientConfig.Security", pki.Identity{})
+	sc, err := security.FromConfig(cfg.Security, "ClientConfig.Security", pki.Identity{})
 	if err != nil {
 		return nil, err
 	}
@@ -93,11 +54,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if sec.Insecure() && cfg.Logger != nil {
 		cfg.Logger.Warn("client running INSECURE: plaintext gRPC and gossip, unauthenticated polls")
 	}
-	c, err := client.New(ctx, client.Config{
-		Host: cfg.Host, Advertise: cfg.Advertise, Join: cfg.Join, AnnounceTTL: cfg.AnnounceTTL, Balance: bal,
-		Registerer: cfg.Registerer, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider, Security: sec, MaxMessageBytes: cfg.MaxMessageBytes,
-		Retry: cfg.Retry,
-	})
+	c, err := client.New(ctx, client.Config{Client: cfg, Material: sec})
 	if err != nil {
 		return nil, err
 	}

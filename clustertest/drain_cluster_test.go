@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune"
-	"github.com/neptune-cluster/neptune/internal/client"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/replica/check"
 	"github.com/neptune-cluster/neptune/lab/bench/appendbench"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
@@ -35,7 +35,7 @@ func TestRollingRestartFailsNoCall(t *testing.T) {
 	defer cancel()
 	var drains []string
 	cfg := appendbench.Config{Exe: neptuneBinary(t), Dir: t.TempDir(), Level: 2, Parts: 2, Appenders: 24, Keys: 8,
-		Duration: 4 * time.Second, Retry: client.NoRetry, Fault: func(ctx context.Context, cl *appendbench.Cluster) error {
+		Duration: 4 * time.Second, Retry: config.NoRetry, Fault: func(ctx context.Context, cl *appendbench.Cluster) error {
 			for _, n := range cl.Nodes {
 				led := []string{}
 				for p := range 2 {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/client"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/pki"
 	"github.com/neptune-cluster/neptune/internal/security"
@@ -304,7 +305,7 @@ func TestSecuredClusterRefusesOutsiders(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ic, err := client.New(ctx, client.Config{Join: cl.Seeds(), Security: m})
+		ic, err := client.New(ctx, client.Config{Client: config.Client{Join: cl.Seeds()}, Material: m})
 		if err != nil {
 			t.Fatal(err)
 		}

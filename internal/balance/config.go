@@ -26,17 +26,31 @@ const (
 // Names lists every policy New accepts, in a stable order.
 var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, NameLocalP2C, NameOracle, NamePrequal, NameAsync, NamePush, NameAffinity}
 
-// WaitAllCap bounds the wait for poll answers when Config.Discard is 0
-// ("wait for every answer"): a dead replica must not stall a call forever.
+// WaitAllCap bounds the wait for poll answers when Config.Discard is
+// negative ("wait for every answer"): a dead replica must not stall a
+// call forever.
 const WaitAllCap = time.Second
 
 // ErrUnknownPolicy is returned by New and Validate for a Policy name not in Names.
 var ErrUnknownPolicy = errors.New("balance: unknown policy")
 
-// Config selects and tunes a policy. The zero value is not valid; start from
-// DefaultConfig.
+// Config selects and tunes the load-balancing policy a client uses to
+// pick a replica. It is the one definition: the public API aliases it
+// (neptune.Balancing). The zero value is the default: prequal, probing 6
+// replicas, reusing answers for 5 ms and discarding those slower than
+// 10 ms; zero fields take their defaults (DefaultConfig, WithDefaults).
 type Config struct {
-	// Policy is one of Names.
+	// Policy is one of Names (neptune.BalancingPolicies()): "prequal" (the
+	// default), "polling" (the paper's: poll PollSize replicas, pick the
+	// shortest queue), "random", "roundrobin", "localp2c" (power of two
+	// choices on this client's own outstanding calls), "async" (Prequal's
+	// probes off the call path: no call waits for a poll; for clients that
+	// call far more often than a request takes), "push" (no poll at all:
+	// the replicas push their load to the client on every change, while
+	// it keeps calling), "affinity" (calls with an affinity key stay on the
+	// key's replica while its load allows; calls without one as prequal),
+	// "broadcast" and "oracle" (baselines that expect loads pushed at
+	// intervals, which nodes do not send).
 	Policy string
 	// PollSize is how many distinct replicas the polling policy asks per
 	// call (all of them if fewer are candidates). The paper settles on 3.
@@ -54,8 +68,9 @@ type Config struct {
 	// for clients that call more often than ReuseWindow.
 	ProbeEnough int
 	// Discard is how long a call waits for poll answers before choosing
-	// among those that arrived (the paper's 10 ms "discard slow polls").
-	// Zero means wait for all answers, but at most WaitAllCap.
+	// among those that arrived (the paper's 10 ms "discard slow polls",
+	// the default); negative waits for every answer, but at most
+	// WaitAllCap (a second).
 	Discard time.Duration
 	// BroadcastInterval is the mean interval at which replicas push their
 	// load under the broadcast policy, jittered uniformly in 0.5–1.5× to
@@ -63,7 +78,8 @@ type Config struct {
 	// simulator's) job; the policy only consumes Report.
 	BroadcastInterval time.Duration
 	// ReuseWindow is how long prequal keeps using a poll answer, corrected
-	// by this client's own sends and completions since the answer.
+	// by this client's own sends and completions since the answer
+	// (default 5 ms).
 	ReuseWindow time.Duration
 	// ProbeRate, PoolSize, ProbeAge, ProbeReuse and HotQuantile tune the
 	// async policy (after Prequal, NSDI'24); zero takes the default. Each
@@ -108,28 +124,51 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first invalid field.
+// WithDefaults fills c's zero fields from DefaultConfig (a negative
+// Discard stays: wait for every answer).
+func (c Config) WithDefaults() Config {
+	d := DefaultConfig()
+	if c.Policy == "" {
+		c.Policy = d.Policy
+	}
+	if c.PollSize == 0 {
+		c.PollSize = d.PollSize
+	}
+	if c.ProbeSize == 0 {
+		c.ProbeSize = d.ProbeSize
+	}
+	if c.Discard == 0 {
+		c.Discard = d.Discard
+	}
+	if c.BroadcastInterval == 0 {
+		c.BroadcastInterval = d.BroadcastInterval
+	}
+	if c.ReuseWindow == 0 {
+		c.ReuseWindow = d.ReuseWindow
+	}
+	return c
+}
+
+// Validate reports the first invalid field by name (zero fields take
+// their defaults, so only a value set wrong fails).
 func (c Config) Validate() error {
+	c = c.WithDefaults()
 	if !slices.Contains(Names, c.Policy) {
 		return fmt.Errorf("%w: Policy %q (want one of %v)", ErrUnknownPolicy, c.Policy, Names)
 	}
-	if c.PollSize < 1 {
-		return fmt.Errorf("balance: PollSize must be >= 1, got %d", c.PollSize)
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"PollSize", c.PollSize}, {"ProbeSize", c.ProbeSize}, {"ProbeEnough", c.ProbeEnough}} {
+		if f.v < 0 {
+			return fmt.Errorf("balance: %s must be >= 0 (0: the default), got %d", f.name, f.v)
+		}
 	}
-	if c.ProbeEnough < 0 {
-		return fmt.Errorf("balance: ProbeEnough must be >= 0, got %d", c.ProbeEnough)
-	}
-	if c.ProbeSize < 1 {
-		return fmt.Errorf("balance: ProbeSize must be >= 1, got %d", c.ProbeSize)
-	}
-	if c.Discard < 0 {
-		return fmt.Errorf("balance: Discard must be >= 0, got %v", c.Discard)
-	}
-	if c.BroadcastInterval <= 0 {
-		return fmt.Errorf("balance: BroadcastInterval must be > 0, got %v", c.BroadcastInterval)
+	if c.BroadcastInterval < 0 {
+		return fmt.Errorf("balance: BroadcastInterval must be >= 0 (0: the default), got %v", c.BroadcastInterval)
 	}
 	if c.ReuseWindow < 0 {
-		return fmt.Errorf("balance: ReuseWindow must be >= 0, got %v", c.ReuseWindow)
+		return fmt.Errorf("balance: ReuseWindow must be >= 0 (0: the default), got %v", c.ReuseWindow)
 	}
 	switch {
 	case c.ProbeRate < 0 || math.IsNaN(c.ProbeRate) || math.IsInf(c.ProbeRate, 0):
@@ -148,10 +187,14 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// pollWait is the Plan.Wait that Discard stands for.
-func (c Config) pollWait() time.Duration {
-	if c.Discard == 0 {
+// PollWait is the Plan.Wait that Discard stands for: WaitAllCap when
+// negative (wait for every answer), the default when zero.
+func (c Config) PollWait() time.Duration {
+	switch {
+	case c.Discard < 0:
 		return WaitAllCap
+	case c.Discard == 0:
+		return DefaultConfig().Discard
 	}
 	return c.Discard
 }
@@ -163,6 +206,7 @@ func New(cfg Config, rng *rand.Rand) (Policy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.WithDefaults()
 	if rng == nil {
 		return nil, errors.New("balance: nil rng")
 	}
@@ -174,7 +218,7 @@ func New(cfg Config, rng *rand.Rand) (Policy, error) {
 	case NameBroadcast:
 		return &Broadcast{newReported(rng)}, nil
 	case NamePolling:
-		return &Polling{rng: rng, d: cfg.PollSize, wait: cfg.pollWait()}, nil
+		return &Polling{rng: rng, d: cfg.PollSize, wait: cfg.PollWait()}, nil
 	case NameLocalP2C:
 		return &LocalP2C{rng: rng, outstanding: map[string]int{}}, nil
 	case NameOracle:

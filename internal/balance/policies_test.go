@@ -43,11 +43,12 @@ func TestValidate(t *testing.T) {
 		field string
 	}{
 		{"default", func(*Config) {}, ""},
+		{"zero value: the defaults", func(c *Config) { *c = Config{} }, ""},
+		{"wait for every answer", func(c *Config) { c.Discard = -1 }, ""},
 		{"unknown policy", func(c *Config) { c.Policy = "jsq" }, "Policy"},
-		{"poll size", func(c *Config) { c.PollSize = 0 }, "PollSize must be >= 1, got 0"},
-		{"discard", func(c *Config) { c.Discard = -1 }, "Discard"},
-		{"probe size", func(c *Config) { c.ProbeSize = 0 }, "ProbeSize"},
-		{"broadcast interval", func(c *Config) { c.BroadcastInterval = 0 }, "BroadcastInterval"},
+		{"poll size", func(c *Config) { c.PollSize = -1 }, "PollSize must be >= 0 (0: the default), got -1"},
+		{"probe size", func(c *Config) { c.ProbeSize = -1 }, "ProbeSize"},
+		{"broadcast interval", func(c *Config) { c.BroadcastInterval = -1 }, "BroadcastInterval"},
 		{"probe rate", func(c *Config) { c.ProbeRate = -1 }, "ProbeRate"},
 		{"pool size", func(c *Config) { c.PoolSize = -1 }, "PoolSize"},
 		{"probe age", func(c *Config) { c.ProbeAge = -1 }, "ProbeAge"},
@@ -128,7 +129,8 @@ func TestPollingPlan(t *testing.T) {
 	}{
 		{n: 16, d: 3, discard: 10 * time.Millisecond, wantN: 3, wantWait: 10 * time.Millisecond},
 		{n: 2, d: 3, discard: 10 * time.Millisecond, wantN: 2, wantWait: 10 * time.Millisecond},
-		{n: 16, d: 8, discard: 0, wantN: 8, wantWait: WaitAllCap},
+		{n: 16, d: 8, discard: -1, wantN: 8, wantWait: WaitAllCap},
+		{n: 16, d: 3, discard: 0, wantN: 3, wantWait: 10 * time.Millisecond}, // the default
 	} {
 		cfg.PollSize, cfg.Discard = tc.d, tc.discard
 		p := mustNew(t, cfg, 3)

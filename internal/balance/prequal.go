@@ -48,7 +48,7 @@ type choice struct {
 
 func newPrequal(cfg Config, rng *rand.Rand) *Prequal {
 	return &Prequal{
-		rng: rng, d: cfg.ProbeSize, enough: cfg.ProbeEnough, wait: cfg.pollWait(), window: cfg.ReuseWindow,
+		rng: rng, d: cfg.ProbeSize, enough: cfg.ProbeEnough, wait: cfg.PollWait(), window: cfg.ReuseWindow,
 		pool: map[string]*probe{}, slow: speeds{},
 	}
 }

@@ -174,19 +174,15 @@ const gatewayPollWait = 20 * time.Millisecond
 func mountGatewayDashboard(mux *http.ServeMux, g *gateway.Gateway, c *neptune.Client, reg prometheus.Gatherer, rss dashboard.PeerRSS) error {
 	// g.Name() is "" for a gateway without demand gossip.
 	d, err := dashboard.New(dashboard.Config{Self: g.Name(), Role: "gateway", Gatherer: reg, RSS: rss,
-		Members: dashboard.MembersFunc(func(ctx context.Context) ([]dashboard.Member, error) {
-			return dashboard.FromClientMembers(c.Members(ctx, 0)), nil
+		Members: dashboard.MembersFunc(func(ctx context.Context) ([]neptune.Member, error) {
+			return c.Members(ctx, 0), nil
 		}),
-		Loads: dashboard.LoadFunc(func(ctx context.Context, m dashboard.Member) map[string]map[int]int {
-			cm := dashboard.ToClientMember(m)
-			c.PollLoad(ctx, cm, gatewayPollWait)
-			return dashboard.LoadsOf(cm)
+		Loads: dashboard.LoadFunc(func(ctx context.Context, m neptune.Member) { c.PollLoad(ctx, m, gatewayPollWait) }),
+		Departed: dashboard.DepartedFunc(func(context.Context) ([]neptune.DepartedMember, error) {
+			return c.Departed(), nil
 		}),
-		Departed: dashboard.DepartedFunc(func(context.Context) ([]dashboard.Departed, error) {
-			return dashboard.FromClientDeparted(c.Departed()), nil
-		}),
-		Partitions: dashboard.PartitionsFunc(func(context.Context) ([]dashboard.Partition, error) {
-			return dashboard.WithClientDeparted(dashboard.FromClientPartitions(c.Partitions()), c.Departed()), nil
+		Partitions: dashboard.PartitionsFunc(func(context.Context) ([]neptune.PartitionInfo, error) {
+			return c.Partitions(), nil
 		}),
 		Subscribers: dashboard.SubscribersFunc(func(context.Context) (dashboard.Subscribers, error) {
 			st := g.Status()

@@ -7,22 +7,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/dashboard"
 )
 
 // top draws the dashboard's views from its JSON twins, bounded in rows
 // and screens.
 func TestTopShowsTheDashboard(t *testing.T) {
-	members := dashboard.MembersFunc(func(context.Context) ([]dashboard.Member, error) {
-		var ms []dashboard.Member
+	members := dashboard.MembersFunc(func(context.Context) ([]neptune.Member, error) {
+		var ms []neptune.Member
 		for _, n := range []string{"a", "b", "c"} {
-			ms = append(ms, dashboard.Member{Node: n, Age: 100 * time.Millisecond,
-				Services: []dashboard.Hosted{{Name: "kv", Partitions: []int{0, 1}, Load: map[int]int{0: 1, 1: 2}}}})
+			ms = append(ms, neptune.Member{Node: n, Age: 100 * time.Millisecond,
+				Services: []neptune.HostedService{{Name: "kv", Partitions: []int{0, 1}, Load: map[int]int{0: 1, 1: 2}}}})
 		}
 		return ms, nil
 	})
-	parts := dashboard.PartitionsFunc(func(context.Context) ([]dashboard.Partition, error) {
-		return []dashboard.Partition{{Service: "kv", Partition: 0, Level: 2, Replicas: []dashboard.Replica{
+	parts := dashboard.PartitionsFunc(func(context.Context) ([]neptune.PartitionInfo, error) {
+		return []neptune.PartitionInfo{{Service: "kv", Partition: 0, Level: 2, Replicas: []neptune.ReplicaInfo{
 			{Node: "a", Role: "primary", Epoch: 4, Version: 10}, {Node: "b", Role: "secondary", Epoch: 4, Version: 7}}}}, nil
 	})
 	d, err := dashboard.New(dashboard.Config{Self: "a", Members: members, Partitions: parts})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/security"
 )
 
@@ -28,7 +29,7 @@ func TestAffinityKeyPicksTheKeysReplica(t *testing.T) {
 	dial := func(policy string) *Client {
 		cfg := balance.DefaultConfig()
 		cfg.Policy = policy
-		c, err := New(ctx, Config{Join: []string{seed}, Balance: cfg, Security: insecure})
+		c, err := New(ctx, Config{Client: config.Client{Join: []string{seed}, Balance: cfg}, Material: insecure})
 		if err != nil {
 			t.Fatal(err)
 		}

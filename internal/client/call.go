@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"sync"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -178,33 +177,19 @@ func (c *Client) Call(ctx context.Context, svc string, partition int, method str
 // so and carries its identity (request.outcome).
 func (c *Client) call(ctx context.Context, r *request) (*service.Response, error) {
 	var last error
-	failed, waited := 0, time.Duration(0)
-	// pause waits before the next attempt; false when the wait budget
-	// (maxPrimaryWait, or maxIdentifiedWait for an identified write) is
-	// spent or ctx ended.
-	pause := func() bool {
-		budget := maxPrimaryWait
-		if r.mode() == service.Write && r.identified() {
-			budget = maxIdentifiedWait
-		}
-		d, ok := failoverPause(failed, waited, budget)
-		if !ok {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-c.clock.After(d):
-		}
-		waited += d
-		return true
-	}
+	var spent attempts
 	for {
 		t, err := c.pick(ctx, r)
 		if err != nil {
 			if last != nil && errors.Is(err, nerr.ErrNoReplica) {
-				if r.maybeRan && r.identified() && ctx.Err() == nil && pause() {
-					continue // the excluded nodes come back as they announce
+				// An identified write that may have run waits for the
+				// excluded nodes to announce themselves again (maybeRan:
+				// a write, so the identified write's budget).
+				if r.maybeRan && r.identified() && ctx.Err() == nil {
+					if d, next, ok := spent.wait(waitBudget(true, true)); ok && c.sleep(ctx, d) {
+						spent = next
+						continue
+					}
 				}
 				err = fmt.Errorf("%w (after: %w)", err, last)
 			}
@@ -241,93 +226,16 @@ func (c *Client) call(ctx context.Context, r *request) (*service.Response, error
 			return nil, r.outcome(err)
 		}
 		last = err
-		d := failover(err, write, r.identified())
-		if d.exclude {
+		st, next := afterFailure(err, write, r.identified(), spent)
+		if st.exclude {
 			c.gossip.Exclude(t.Node)
 		}
-		if d.giveUp {
+		if st.giveUp || st.pause > 0 && !c.sleep(ctx, st.pause) {
 			return nil, r.outcome(err)
 		}
-		if d.count {
-			failed++
-		}
-		switch {
-		case d.wait == waitAlways && !pause():
-			return nil, r.outcome(err)
-		case d.wait != waitAlways && failed >= maxAttempts && (d.wait == waitNever || !pause()):
-			return nil, r.outcome(err)
-		}
+		spent = next
 		c.metrics.retries.Inc()
 	}
-}
-
-// A failover decision says what the call does after a failed attempt.
-// Pure, so each error kind's handling is a row of a table test.
-type decision struct {
-	giveUp  bool // the error is the call's answer
-	exclude bool // the node is unreachable or stopping: leave it out of the view until it announces itself again
-	count   bool // the attempt counts toward maxAttempts
-	wait    waitRule
-}
-
-// waitRule says when the call pauses (failoverPause) before the next try.
-type waitRule int
-
-const (
-	waitNever    waitRule = iota // try at once; give up after maxAttempts counted attempts
-	waitAfterMax                 // try at once, then pause once maxAttempts are spent
-	waitAlways                   // pause before every try, within the wait budget
-)
-
-// failover decides what follows an attempt that failed with err, for a
-// write or a read, with or without an identity. A write without one is
-// never sent again once it may have run.
-func failover(err error, write, identified bool) decision {
-	switch {
-	case errors.Is(err, errPrimaryMoved):
-		// Sent again to the new primary: safe, the attempt given up was a
-		// read or an identified write.
-		return decision{count: true, wait: waitAfterMax}
-	case transport.IsTransport(err):
-		// The node is unreachable: another replica takes the call.
-		if write && !identified {
-			return decision{giveUp: true, exclude: true} // it may have run: no blind resend
-		}
-		if write {
-			return decision{exclude: true, count: true, wait: waitAfterMax}
-		}
-		return decision{exclude: true, count: true}
-	case write && identified && errors.Is(err, nerr.ErrUnknownOutcome):
-		// A forward to a dying primary failed: the partition is electing
-		// another. The retry carries the same identity.
-		return decision{wait: waitAlways}
-	case errors.Is(err, nerr.ErrClosed) && !errors.Is(err, nerr.ErrUnknownOutcome):
-		// The node is stopping and refused the call (it never ran):
-		// another replica takes it.
-		return decision{exclude: true, count: true}
-	case betweenPrimaries(err, modeOf(write)):
-		// The partition is electing a primary (a write that gets this
-		// answer never ran): wait a little, then ask again.
-		return decision{wait: waitAlways}
-	}
-	return decision{giveUp: true}
-}
-
-func modeOf(write bool) service.Mode {
-	if write {
-		return service.Write
-	}
-	return service.Read
-}
-
-// failoverPause is the pause before the next try after failed counted
-// attempts and waited in pauses so far, doubling from primaryRetryPause up
-// to 8 times it, cut to the budget; false once the budget is spent.
-func failoverPause(failed int, waited, budget time.Duration) (time.Duration, bool) {
-	if waited >= budget {
-		return 0, false
-	}
-	return min(primaryRetryPause<<min(failed+int(waited/primaryRetryPause), 3), budget-waited), true
 }
 
 // errPrimaryMoved ends an attempt sent to a primary that the yellow pages
@@ -403,18 +311,6 @@ func (w *moveWatch) disarm() {
 		w.stop()
 	}
 }
-
-// A call that meets a partition between primaries retries for at most
-// maxPrimaryWait (failover takes well under a second), pausing
-// primaryRetryPause, doubling, between tries; an identified write, whose
-// retries are safe, keeps trying for maxIdentifiedWait (a primary killed
-// under load may take a few seconds to be replaced), within the call's
-// deadline.
-const (
-	maxPrimaryWait    = 2 * time.Second
-	maxIdentifiedWait = 8 * time.Second
-	primaryRetryPause = 25 * time.Millisecond
-)
 
 // betweenPrimaries reports whether err says the partition has no primary
 // right now, in a way that makes retrying safe: any read, and a write only

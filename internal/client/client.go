@@ -28,6 +28,7 @@ import (
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/hostaddr"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/metrics"
@@ -41,58 +42,35 @@ import (
 
 // Config configures a client. Zero fields take the documented defaults.
 type Config struct {
+	// Client is what a program sets (neptune.ClientConfig); its Security
+	// is loaded by the caller into Material.
+	config.Client
 	// ID is the client's gossip member name, unique in the cluster;
 	// default "client-<random>-<n>".
 	ID string
-	// Host and Port are where the gossip listener and the poll socket
-	// bind: an address or a name (default 127.0.0.1 if every seed is on
-	// loopback, else every interface), and a port (default: a free one).
-	Host string
+	// Port is where the gossip listener and the poll socket bind
+	// (default: a free one).
 	Port int
-	// Advertise is the address the cluster reaches this member's gossip
-	// at (default: Host if it names one address, else the local address
-	// on the route to the first seed).
-	Advertise string
-	// Join lists gossip addresses ("host:port") of cluster members.
-	Join []string
-	// JoinTimeout bounds how long New tries them (0: membership's
+	// JoinTimeout bounds how long New tries Join (0: membership's
 	// default; negative: until ctx ends).
 	JoinTimeout time.Duration
-	// AnnounceInterval and AnnounceTTL are the yellow pages' refresh and
-	// expiry (membership's defaults: 1 s and 5 s).
-	AnnounceInterval, AnnounceTTL time.Duration
+	// AnnounceInterval is the yellow pages' refresh (membership's
+	// default: 1 s).
+	AnnounceInterval time.Duration
 	// Announce describes what the member hosts (a node's client); nil for
 	// a client that only listens.
 	Announce func() *pb.Announcement
-	// Balance selects the load-balancing policy (default
-	// balance.DefaultConfig()).
-	Balance balance.Config
-	// Registerer receives the client's metrics (nil: a private registry).
-	Registerer prometheus.Registerer
-	// Logger receives the client's logs; lines logged for a call carry
-	// its request id (obs.LogKey).
-	Logger *slog.Logger
-	// TracerProvider receives the spans of the client's calls (a call, its
-	// attempts over gRPC, with W3C trace context sent to the nodes); nil
-	// turns tracing off, at no cost.
-	TracerProvider trace.TracerProvider
 	// Clock times retries, polls and hedges (default real).
 	Clock clock.Clock
-	// Security is the member's loaded material (security.Load), or an
-	// insecure one; required. Its connections use mutual TLS and dial each
-	// node by the id its certificate must name, its gossip is keyed,
-	// labelled and verifies signed announcements, its polls carry an HMAC,
-	// and the client applies changes of the keyring file while it runs.
-	Security *security.Material
-	// MaxMessageBytes bounds a request body (refused before sending with
-	// nerr.ErrTooLarge) and a response (default
-	// nerr.DefaultMaxMessageBytes).
-	MaxMessageBytes int
+	// Material is the member's loaded security (security.Load of
+	// Client.Security), or an insecure one; required. Its connections use
+	// mutual TLS and dial each node by the id its certificate must name,
+	// its gossip is keyed, labelled and verifies signed announcements, its
+	// polls carry an HMAC, and the client applies changes of the keyring
+	// file while it runs.
+	Material *security.Material
 	// Identity is what the member tells and checks at join (a node's).
 	Identity membership.Identity
-	// Retry is how Call retries a call that fails with a retryable error
-	// (zero fields take DefaultRetryPolicy's; NoRetry turns it off).
-	Retry RetryPolicy
 }
 
 // maxAttempts is how many replicas a call tries when connections fail
@@ -120,7 +98,7 @@ type Client struct {
 	conns   *transport.Conns
 	metrics *clientMetrics
 	balance balance.Config
-	retry   RetryPolicy
+	retry   config.RetryPolicy
 	agg     *aggregation.Caller
 	aggM    *aggregation.Metrics
 	// reg and members are for Close, which unregisters the metrics.
@@ -163,11 +141,10 @@ func (c *Client) SetWriteIdentities(on bool) { c.anonymous.Store(!on) }
 
 // New joins the cluster (as a listener, or announcing cfg.Announce).
 func New(ctx context.Context, cfg Config) (*Client, error) {
-	if cfg.Balance == (balance.Config{}) {
-		cfg.Balance = balance.DefaultConfig()
-	} else if err := cfg.Balance.Validate(); err != nil {
+	if err := cfg.Balance.Validate(); err != nil {
 		return nil, fmt.Errorf("neptune: balance: %w", err)
 	}
+	cfg.Balance = cfg.Balance.WithDefaults()
 	if err := cfg.Retry.Validate("Retry"); err != nil {
 		return nil, fmt.Errorf("neptune: %w", err)
 	}
@@ -197,7 +174,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
-	if cfg.Security == nil {
+	if cfg.Material == nil {
 		return nil, errors.New("neptune: client: no security material (security.Load, or an explicitly insecure one)")
 	}
 	dial := []grpc.DialOption{transport.CallSizeOptions(cmp.Or(cfg.MaxMessageBytes, nerr.DefaultMaxMessageBytes))}
@@ -206,7 +183,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		// when traced, so a client without tracing pays nothing.
 		dial = append(dial, grpc.WithStatsHandler(obs.ClientHandler(cfg.TracerProvider)))
 	}
-	conns, err := cfg.Security.Transport().NewConns(dial...)
+	conns, err := cfg.Material.Transport().NewConns(dial...)
 	if err != nil {
 		return nil, fmt.Errorf("neptune: %w", err)
 	}
@@ -227,7 +204,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if c.metrics, err = newClientMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
-	if c.poller, err = transport.NewPoller(cfg.Logger, append([]transport.PollerOption{transport.WithClock(c.clock), transport.WithPollerBind(net.ParseIP(bind))}, cfg.Security.PollerOptions()...)...); err != nil {
+	if c.poller, err = transport.NewPoller(cfg.Logger, append([]transport.PollerOption{transport.WithClock(c.clock), transport.WithPollerBind(net.ParseIP(bind))}, cfg.Material.PollerOptions()...)...); err != nil {
 		c.metrics.unregister(cfg.Registerer)
 		return nil, fmt.Errorf("neptune: %w", err)
 	}
@@ -247,7 +224,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		Logger:           cfg.Logger,
 		Clock:            c.clock,
 	}
-	cfg.Security.Gossip(&mcfg)
+	cfg.Material.Gossip(&mcfg)
 	c.gossip, err = membership.Start(ctx, mcfg)
 	if err != nil {
 		_ = c.poller.Close()
@@ -263,20 +240,20 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.members = members
-	if err := cfg.Security.Refusals.Register(cfg.Registerer); err != nil {
+	if err := cfg.Material.Refusals.Register(cfg.Registerer); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
-	c.refusals = cfg.Security.Refusals
+	c.refusals = cfg.Material.Refusals
 	var wctx context.Context
 	wctx, c.stopWatch = context.WithCancel(context.Background())
-	go cfg.Security.WatchKeyring(wctx)
+	go cfg.Material.WatchKeyring(wctx)
 	if c.aggM, err = aggregation.NewMetrics(cfg.Registerer); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
 	c.agg = aggregation.NewCaller(aggregation.Config{
-		Directory: c.gossip, Poller: c.poller, Dialer: c.conns, PollWait: cfg.Balance.Discard,
+		Directory: c.gossip, Poller: c.poller, Dialer: c.conns, PollWait: max(cfg.Balance.Discard, 0), // negative (wait for all): aggregation's default
 		Rand: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64())), Clock: c.clock, Metrics: c.aggM, Tracer: c.tracer,
 	})
 	return c, nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/service"
 )
@@ -18,7 +19,7 @@ type options struct {
 	usage   *service.CallUsage
 	key     string
 	retryOf *nerr.UnknownOutcomeError
-	retry   *RetryPolicy
+	retry   *config.RetryPolicy
 	resume  *nerr.StreamOutcomeError
 	affine  string
 }
@@ -79,7 +80,7 @@ func WithRetryOf(err error) Option {
 
 // WithRetry makes this call follow p instead of the client's retry
 // policy (zero fields take the defaults; a negative Budget makes one try).
-func WithRetry(p RetryPolicy) Option { return func(o *options) { o.retry = &p } }
+func WithRetry(p config.RetryPolicy) Option { return func(o *options) { o.retry = &p } }
 
 // WithResume makes OpenStream of a write stream resume the one that
 // failed with err (a *nerr.StreamOutcomeError): the new stream keeps its

@@ -123,13 +123,13 @@ func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 		// answers, so its probes become polls it waits for.
 		if len(plan.Probe) > 0 {
 			plan.Poll, plan.Probe = append(plan.Poll, plan.Probe...), nil
-			plan.Wait = cmp.Or(plan.Wait, c.balance.Discard, balance.WaitAllCap)
+			plan.Wait = cmp.Or(plan.Wait, c.balance.PollWait())
 		}
 		if !slices.Contains(plan.Poll, p) {
 			plan.Poll = append(plan.Poll, p)
 		}
 		if keyed && plan.Wait == 0 { // a keyed plan polls nobody, so names no wait
-			plan.Wait = cmp.Or(c.balance.Discard, balance.WaitAllCap)
+			plan.Wait = c.balance.PollWait()
 		}
 	}
 	if len(plan.Probe) > 0 {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/neptune-cluster/neptune/internal/balance"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/security"
 	"github.com/neptune-cluster/neptune/internal/transport"
@@ -74,7 +75,7 @@ func TestAsyncCallsNeverWaitForProbes(t *testing.T) {
 		t.Fatal(err)
 	}
 	dial := func(cfg balance.Config) *Client {
-		c, err := New(ctx, Config{Join: []string{seed}, Balance: cfg, Security: insecure})
+		c, err := New(ctx, Config{Client: config.Client{Join: []string{seed}, Balance: cfg}, Material: insecure})
 		if err != nil {
 			t.Fatal(err)
 		}

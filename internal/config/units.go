@@ -1,7 +1,9 @@
-// Package config holds the value types every configuration file and flag
-// of Neptune shares, defined once: a duration and a size as an operator
-// writes them ("250ms", "64MiB"). The node's, the gateway's and the
-// commands' configs alias them.
+// Package config defines each of Neptune's configs once: the value types
+// every configuration file and flag shares (a duration and a size as an
+// operator writes them, "250ms", "64MiB", which the gateway's and the
+// commands' configs alias), and the public API's configs (Node, Client,
+// Security, RetryPolicy, Storage), which the root package aliases and the
+// node and client runtimes embed.
 package config
 
 import (

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/neptune-cluster/neptune/internal/client"
 	"github.com/neptune-cluster/neptune/internal/clock"
-	"github.com/neptune-cluster/neptune/internal/membership"
-	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
 // hangingLoads is a LoadSource where the members in hang never answer
@@ -28,7 +27,7 @@ type hangingLoads struct {
 	noLimit  bool
 }
 
-func (h *hangingLoads) Load(ctx context.Context, m Member) map[string]map[int]int {
+func (h *hangingLoads) PollLoad(ctx context.Context, m client.Member) {
 	h.mu.Lock()
 	h.inFlight++
 	h.max = max(h.max, h.inFlight)
@@ -44,17 +43,17 @@ func (h *hangingLoads) Load(ctx context.Context, m Member) map[string]map[int]in
 	switch {
 	case h.hang[m.Node]:
 		<-ctx.Done()
-		return nil
+		return
 	case m.Node == "n01":
 		h.once.Do(func() { close(h.n01) })
 	case m.Node == "n00":
 		select {
 		case <-h.n01:
 		case <-ctx.Done():
-			return nil
+			return
 		}
 	}
-	return h.fc.Load(ctx, m)
+	h.fc.PollLoad(ctx, m)
 }
 
 // The Cluster view polls members concurrently, each under its own
@@ -105,11 +104,11 @@ func TestClusterPollsMembersConcurrentlyWithATimeoutEach(t *testing.T) {
 func TestDepartedMemberShowsOnAFreshDashboard(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1e9, 0))
 	fc := newFakeCluster(4, 4)
-	gone := Member{Node: "n09", RPCAddr: "10.0.0.9:7000", Services: []Hosted{{Name: "kv", Partitions: []int{1, 2}}}}
+	gone := client.Member{Node: "n09", RPCAddr: "10.0.0.9:7000", Services: []client.HostedService{{Name: "kv", Partitions: []int{1, 2}}}}
 	back := fc.members[1]
 	s, _ := New(Config{Self: "n00", Members: fc, Partitions: fc, Clock: clk,
-		Departed: DepartedFunc(func(context.Context) ([]Departed, error) {
-			return []Departed{{Member: gone, LastSeen: clk.Now().Add(-42 * time.Second), Why: "gone"}, {Member: back, LastSeen: clk.Now().Add(-time.Minute), Why: "expired"}}, nil
+		Departed: DepartedFunc(func(context.Context) ([]client.Departed, error) {
+			return []client.Departed{{Member: gone, LastSeen: clk.Now().Add(-42 * time.Second), Why: "gone"}, {Member: back, LastSeen: clk.Now().Add(-time.Minute), Why: "expired"}}, nil
 		})})
 	var cv ClusterView
 	mustJSON(t, get(t, s, APIPrefix+"cluster"), &cv)
@@ -137,31 +136,6 @@ func TestDepartedMemberShowsOnAFreshDashboard(t *testing.T) {
 	}
 }
 
-// The replicas of departed members join their partitions as gone, with
-// their last announced status; a partition none of whose replicas is left
-// still shows, without a primary.
-func TestDepartedReplicasShowAsGone(t *testing.T) {
-	ann := &pb.Announcement{NodeId: "n09", RpcAddr: "10.0.0.9:7000", Services: []*pb.HostedService{{Name: "kv", Partitions: []int32{0, 5},
-		Replicas: []*pb.ReplicaStatus{{Partition: 0, Role: 2, Epoch: 3, Version: 70, Level: 3}, {Partition: 5, Role: 2, Epoch: 1, Version: 9, Level: 3}}}}}
-	ds := []membership.Departed{{Node: "n09", Ann: ann, Why: membership.WhyGone}}
-	fc := newFakeCluster(3, 1)
-	v := buildPartitions("n00", time.Now(), Filter{Partition: -1}, WithDeparted(fc.parts, ds))
-	if v.Total != 2 || v.NoPrimary != 1 {
-		t.Fatalf("%d partitions, %d without primary; want 2 and 1", v.Total, v.NoPrimary)
-	}
-	p0, p5 := v.Partitions[0], v.Partitions[1]
-	if len(p0.Replicas) != 4 || p0.Primary != "n00" || p0.Replicas[3].Node != "n09" || p0.Replicas[3].Role != RoleGone || p0.Replicas[3].Version != 70 {
-		t.Errorf("partition 0: %+v; want n09 added as gone with version 70, n00 still primary", p0)
-	}
-	if p5.Partition != 5 || p5.Primary != "" || len(p5.Replicas) != 1 || p5.Replicas[0].Role != RoleGone {
-		t.Errorf("partition 5: %+v; want only n09, gone, no primary", p5)
-	}
-	fd := FromDeparted(ds)
-	if len(fd) != 1 || fd[0].RPCAddr != "10.0.0.9:7000" || fd[0].Why != "gone" || len(fd[0].Services[0].Partitions) != 2 {
-		t.Errorf("FromDeparted: %+v", fd)
-	}
-}
-
 // `neptune top` shows a dead member's reason and, once aggregations were
 // made, their section; none without.
 func TestTextShowsDepartedAndAggregation(t *testing.T) {
@@ -184,28 +158,27 @@ func TestTextShowsDepartedAndAggregation(t *testing.T) {
 }
 
 // TestPartitionsTellLapsedSupersededAndCutOffReplicas builds the view from
-// yellow pages entries as a node's dashboard does: during a failover the
+// a client's partition listing: during a failover the
 // old primary's last announcement is marked superseded, a primary that
 // stopped announcing is marked lapsed once its claim ran out, and a
 // replica that announced it lost contact says so, with for how long.
 func TestPartitionsTellLapsedSupersededAndCutOffReplicas(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
-	entry := func(node string, seen time.Time, rs ...*pb.ReplicaStatus) membership.Entry {
-		return membership.Entry{Seen: seen, Expires: seen.Add(5 * time.Second),
-			Ann: &pb.Announcement{NodeId: node, Services: []*pb.HostedService{{Name: "kv", Partitions: []int32{0, 1}, Replicas: rs}}}}
+	lease := 390 * time.Millisecond
+	parts := []client.PartitionInfo{
+		// Partition 0: s1 (epoch 2) paused 2 s ago (its lease valid for
+		// 690 ms from then); s2 took over at epoch 3; s3 cut off one-way
+		// for 1.5 s.
+		{Service: "kv", Partition: 0, Level: 2, Replicas: []client.ReplicaInfo{
+			{Node: "s1", Role: "primary", Epoch: 2, Lease: lease, LeaseUntil: now.Add(-2*time.Second + 690*time.Millisecond)},
+			{Node: "s2", Role: "primary", Epoch: 3, Lease: lease, LeaseUntil: now.Add(-100*time.Millisecond + 690*time.Millisecond)},
+			{Node: "s3", Role: "secondary", Epoch: 2, Contact: "lost-contact", LostSince: now.Add(-1500 * time.Millisecond)},
+		}},
+		{Service: "kv", Partition: 1, Level: 2, Replicas: []client.ReplicaInfo{
+			{Node: "s1", Role: "primary", Epoch: 4, Lease: lease, LeaseUntil: now.Add(-2*time.Second + 690*time.Millisecond)},
+		}},
 	}
-	entries := []membership.Entry{
-		// Partition 0: s1 (epoch 2) paused 2 s ago; s2 took over at epoch 3;
-		// s3 cut off one-way for 1.5 s.
-		entry("s1", now.Add(-2*time.Second),
-			&pb.ReplicaStatus{Partition: 0, Role: 2, Epoch: 2, Level: 2, LeaseMs: 390, LeaseValidMs: 690},
-			&pb.ReplicaStatus{Partition: 1, Role: 2, Epoch: 4, Level: 2, LeaseMs: 390, LeaseValidMs: 690}),
-		entry("s2", now.Add(-100*time.Millisecond),
-			&pb.ReplicaStatus{Partition: 0, Role: 2, Epoch: 3, Level: 2, LeaseMs: 390, LeaseValidMs: 690}),
-		entry("s3", now.Add(-200*time.Millisecond),
-			&pb.ReplicaStatus{Partition: 0, Role: 1, Epoch: 2, Level: 2, Contact: pb.Contact_CONTACT_LOST, ContactLostMs: 1300}),
-	}
-	v := buildPartitions("s2", now, Filter{Partition: -1}, FromPages(now, entries, nil))
+	v := buildPartitions("s2", now, Filter{Partition: -1}, parts, nil)
 	if len(v.Partitions) != 2 {
 		t.Fatalf("%d partitions", len(v.Partitions))
 	}

@@ -30,6 +30,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/neptune-cluster/neptune/internal/clock"
+
+	"github.com/neptune-cluster/neptune/internal/client"
 )
 
 //go:embed assets templates
@@ -53,8 +55,12 @@ type Config struct {
 	Loads LoadSource
 	// Departed lists the members that left the yellow pages recently;
 	// nil: the dashboard remembers those it saw itself, for Forget.
-	Departed    DepartedSource
-	Partitions  PartitionSource
+	Departed   DepartedSource
+	Partitions PartitionSource
+	// Staleness is a level-3 service's staleness bound, shown with its
+	// partitions and judging their replicas; nil or 0: unknown here (a
+	// gateway, a service the node does not host).
+	Staleness   func(service string) time.Duration
 	Subscribers SubscriberSource
 	// Gatherer is the process's metrics registry (the one /metrics serves).
 	Gatherer prometheus.Gatherer
@@ -93,7 +99,7 @@ type Server struct {
 	seen map[string]seenMember
 	// members caches the last member listing (it polls every member) for
 	// half a refresh period, so many open pages cost one listing.
-	members   []Member
+	members   []client.Member
 	rss       map[string]int64
 	membersAt time.Time
 	// replicas remembers every replica seen, to show the gone ones.
@@ -109,14 +115,14 @@ type replicaKey struct {
 
 // seenReplica is a replica's last announced status and when it was seen.
 type seenReplica struct {
-	r    Replica
+	r    client.ReplicaInfo
 	last time.Time
 }
 
 // withGone adds to ps, as role "gone", the replicas seen in earlier
 // views that are no longer announced (a killed node's), for Forget, so a
 // failover shows which replica left rather than a shorter list.
-func (s *Server) withGone(now time.Time, ps []Partition) []Partition {
+func (s *Server) withGone(now time.Time, ps []client.PartitionInfo) []client.PartitionInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.replicas == nil {
@@ -126,7 +132,7 @@ func (s *Server) withGone(now time.Time, ps []Partition) []Partition {
 		service   string
 		partition int
 	}
-	byPart := map[partKey][]Replica{}
+	byPart := map[partKey][]client.ReplicaInfo{}
 	for i := range ps {
 		for _, r := range ps[i].Replicas {
 			s.replicas[replicaKey{ps[i].Service, ps[i].Partition, r.Node}] = seenReplica{r: r, last: now}
@@ -141,14 +147,14 @@ func (s *Server) withGone(now time.Time, ps []Partition) []Partition {
 			continue
 		}
 		g := sr.r
-		g.Role, g.HasLease = RoleGone, false
+		g.Role, g.Lease, g.LeaseUntil = RoleGone, 0, time.Time{}
 		pk := partKey{k.service, k.partition}
 		byPart[pk] = append(byPart[pk], g)
 	}
 	if len(byPart) == 0 {
 		return ps
 	}
-	out := make([]Partition, len(ps))
+	out := make([]client.PartitionInfo, len(ps))
 	for i, p := range ps {
 		if gone := byPart[partKey{p.Service, p.Partition}]; len(gone) > 0 {
 			p.Replicas = append(slices.Clone(p.Replicas), gone...)
@@ -160,14 +166,14 @@ func (s *Server) withGone(now time.Time, ps []Partition) []Partition {
 
 // seenMember is the last time a member was in the yellow pages.
 type seenMember struct {
-	m    Member
+	m    client.Member
 	last time.Time
 }
 
 // departed returns the members no longer in the yellow pages: from the
 // DepartedSource if there is one, else from the members this dashboard
 // saw itself (live, the current listing), for Forget.
-func (s *Server) departed(ctx context.Context, now time.Time, live []Member) ([]goneMember, error) {
+func (s *Server) departed(ctx context.Context, now time.Time, live []client.Member) ([]goneMember, error) {
 	if s.cfg.Departed != nil {
 		ds, err := s.cfg.Departed.Departed(ctx)
 		if err != nil {
@@ -286,7 +292,14 @@ func (s *Server) View(ctx context.Context, view string, f Filter) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		v := buildPartitions(s.cfg.Self, now, f, s.withGone(now, ps))
+		if s.cfg.Departed != nil {
+			ds, err := s.cfg.Departed.Departed(ctx)
+			if err != nil {
+				return nil, err
+			}
+			ps = withDeparted(ps, ds)
+		}
+		v := buildPartitions(s.cfg.Self, now, f, s.withGone(now, ps), s.cfg.Staleness)
 		if len(ps) == 0 {
 			v.Note = "no replicated partition is announced"
 		}
@@ -333,7 +346,7 @@ func (s *Server) gather(now time.Time) (families, *sample, error) {
 
 // listMembers returns the members and their resident memory, from cache
 // if fresh.
-func (s *Server) listMembers(ctx context.Context, now time.Time) ([]Member, map[string]int64, error) {
+func (s *Server) listMembers(ctx context.Context, now time.Time) ([]client.Member, map[string]int64, error) {
 	s.mu.Lock()
 	if s.members != nil && now.Sub(s.membersAt) < s.cfg.Refresh/2 && !now.Before(s.membersAt) {
 		ms, rss := s.members, s.rss
@@ -360,7 +373,7 @@ func (s *Server) listMembers(ctx context.Context, now time.Time) ([]Member, map[
 // (RSS), memberFanout members at a time, each within MemberTimeout: a
 // member that never answers costs the view MemberTimeout, not more, and
 // shows its loads late.
-func (s *Server) pollMembers(ctx context.Context, ms []Member, rss map[string]int64) {
+func (s *Server) pollMembers(ctx context.Context, ms []client.Member, rss map[string]int64) {
 	if s.cfg.Loads == nil && s.cfg.RSS == nil {
 		return
 	}
@@ -376,13 +389,18 @@ func (s *Server) pollMembers(ctx context.Context, ms []Member, rss map[string]in
 			mctx, cancel := context.WithTimeout(ctx, s.cfg.MemberTimeout)
 			defer cancel()
 			if s.cfg.Loads != nil {
-				loads := s.cfg.Loads.Load(mctx, *m)
-				hosted := make([]Hosted, len(m.Services))
+				// The poll writes into Load maps of the dashboard's own,
+				// not the source's listing.
+				hosted := make([]client.HostedService, len(m.Services))
 				for j, h := range m.Services {
-					h.Load = loads[h.Name]
+					h.Load = make(map[int]int, len(h.Partitions))
+					for _, p := range h.Partitions {
+						h.Load[p] = -1
+					}
 					hosted[j] = h
 				}
 				m.Services = hosted
+				s.cfg.Loads.PollLoad(mctx, *m)
 			}
 			if s.cfg.RSS != nil && m.Node != s.cfg.Self {
 				if v := s.cfg.RSS.RSS(mctx, *m); v > 0 {

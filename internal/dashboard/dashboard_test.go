@@ -15,53 +15,57 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/neptune-cluster/neptune/internal/client"
 	"github.com/neptune-cluster/neptune/internal/clock"
-	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
 // fakeCluster is a synthetic yellow pages: nodes hosting partitions of
 // one replicated service, degree 3, the first replica primary.
 type fakeCluster struct {
 	mu      sync.Mutex
-	members []Member
-	parts   []Partition
+	members []client.Member
+	parts   []client.PartitionInfo
 }
 
-func (f *fakeCluster) Members(context.Context) ([]Member, error) {
+func (f *fakeCluster) Members(context.Context) ([]client.Member, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]Member(nil), f.members...), nil
+	return append([]client.Member(nil), f.members...), nil
 }
 
-func (f *fakeCluster) Partitions(context.Context) ([]Partition, error) {
+func (f *fakeCluster) Partitions(context.Context) ([]client.PartitionInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]Partition(nil), f.parts...), nil
+	return append([]client.PartitionInfo(nil), f.parts...), nil
 }
 
-// Load answers a member's loads as the synthetic yellow pages hold them.
-func (f *fakeCluster) Load(_ context.Context, m Member) map[string]map[int]int {
+// PollLoad answers a member's loads as the synthetic yellow pages hold
+// them.
+func (f *fakeCluster) PollLoad(_ context.Context, m client.Member) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, x := range f.members {
 		if x.Node == m.Node {
-			return map[string]map[int]int{"kv": x.Services[0].Load}
+			for p, l := range x.Services[0].Load {
+				m.Services[0].Load[p] = l
+			}
 		}
 	}
-	return nil
 }
+
+// staleness is the synthetic service's bound.
+func staleness(string) time.Duration { return time.Second }
 
 func newFakeCluster(nodes, partitions int) *fakeCluster {
 	f := &fakeCluster{}
 	hosted := make([][]int, nodes)
 	for p := range partitions {
-		part := Partition{Service: "kv", Partition: p, Level: 3, Staleness: time.Second}
+		part := client.PartitionInfo{Service: "kv", Partition: p, Level: 3}
 		for r := range 3 {
 			n := (p + r) % nodes
 			hosted[n] = append(hosted[n], p)
-			rep := Replica{Node: fmt.Sprintf("n%02d", n), Role: "secondary", Epoch: 1, Primary: fmt.Sprintf("n%02d", p%nodes), Version: 100, Commit: 100}
+			rep := client.ReplicaInfo{Node: fmt.Sprintf("n%02d", n), Role: "secondary", Epoch: 1, Primary: fmt.Sprintf("n%02d", p%nodes), Version: 100, Commit: 100}
 			if r == 0 {
 				rep.Role, rep.VersionAgo = "primary", 90
 			}
@@ -74,8 +78,8 @@ func newFakeCluster(nodes, partitions int) *fakeCluster {
 		for _, p := range hosted[n] {
 			load[p] = p % 5
 		}
-		f.members = append(f.members, Member{Node: fmt.Sprintf("n%02d", n), RPCAddr: fmt.Sprintf("10.0.0.%d:7000", n),
-			Age: 300 * time.Millisecond, Services: []Hosted{{Name: "kv", Partitions: hosted[n], Load: load}}})
+		f.members = append(f.members, client.Member{Node: fmt.Sprintf("n%02d", n), RPCAddr: fmt.Sprintf("10.0.0.%d:7000", n),
+			Age: 300 * time.Millisecond, Services: []client.HostedService{{Name: "kv", Partitions: hosted[n], Load: load}}})
 	}
 	return f
 }
@@ -132,7 +136,7 @@ func get(t *testing.T, h http.Handler, path string) string {
 func TestLargeClusterRendersEveryView(t *testing.T) {
 	fc := newFakeCluster(64, 512)
 	reg, _, _ := registry(t)
-	s, err := New(Config{Self: "n00", Members: fc, Loads: fc, Partitions: fc, Gatherer: reg,
+	s, err := New(Config{Self: "n00", Members: fc, Loads: fc, Partitions: fc, Staleness: staleness, Gatherer: reg,
 		Subscribers: SubscribersFunc(func(context.Context) (Subscribers, error) {
 			return Subscribers{Gateway: "gw1", Subscribers: []Subscriber{{Name: "alice", Reserved: 100, Share: 1, DemandGRPS: 50, Served: 7}}}, nil
 		})})
@@ -268,12 +272,12 @@ func TestDeadNodeGreysOut(t *testing.T) {
 // The partition's primary is the one announcing itself so in the highest
 // epoch; lag and staleness against it.
 func TestPrimaryEpochLagAndStaleness(t *testing.T) {
-	parts := []Partition{{Service: "kv", Partition: 0, Level: 3, Replicas: []Replica{
+	parts := []client.PartitionInfo{{Service: "kv", Partition: 0, Level: 3, Replicas: []client.ReplicaInfo{
 		{Node: "a", Role: "primary", Epoch: 1, Version: 50},                 // old primary, still announced
 		{Node: "b", Role: "primary", Epoch: 2, Version: 60, VersionAgo: 55}, // new primary
 		{Node: "c", Role: "secondary", Epoch: 2, Version: 52},
-	}}, {Service: "kv", Partition: 1, Level: 2, Replicas: []Replica{{Node: "a", Role: "recovering", Epoch: 1}}}}
-	v := buildPartitions("x", time.Now(), Filter{Partition: -1}, parts)
+	}}, {Service: "kv", Partition: 1, Level: 2, Replicas: []client.ReplicaInfo{{Node: "a", Role: "recovering", Epoch: 1}}}}
+	v := buildPartitions("x", time.Now(), Filter{Partition: -1}, parts, nil)
 	p := v.Partitions[0]
 	if p.Primary != "b" || p.Epoch != 2 {
 		t.Fatalf("primary %q epoch %d, want b 2", p.Primary, p.Epoch)
@@ -286,36 +290,6 @@ func TestPrimaryEpochLagAndStaleness(t *testing.T) {
 	}
 	if v.NoPrimary != 1 || v.Stale != 3 || p.LeaseMs != -1 || p.Lease() != "—" {
 		t.Errorf("no primary %d, stale %d, lease %d", v.NoPrimary, v.Stale, p.LeaseMs)
-	}
-}
-
-func TestLeaseOfReadsTheFieldIfTheSchemaHasIt(t *testing.T) {
-	r := &pb.ReplicaStatus{Role: 2, Epoch: 3}
-	d, ok := LeaseOf(r)
-	fd := r.ProtoReflect().Descriptor().Fields().ByName("lease_ms")
-	if fd == nil {
-		if ok {
-			t.Fatalf("lease %v without a lease field", d)
-		}
-		t.Log("pb.ReplicaStatus has no lease_ms yet: the Partitions view shows —")
-		return
-	}
-	if ok {
-		t.Fatalf("unset lease read as %v", d)
-	}
-	m := r.ProtoReflect()
-	switch fd.Kind() {
-	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		m.Set(fd, protoreflect.ValueOfInt64(1500))
-	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-		m.Set(fd, protoreflect.ValueOfInt32(1500))
-	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
-		m.Set(fd, protoreflect.ValueOfUint32(1500))
-	default:
-		m.Set(fd, protoreflect.ValueOfUint64(1500))
-	}
-	if d, ok := LeaseOf(r); !ok || d != 1500*time.Millisecond {
-		t.Errorf("lease %v %v, want 1.5s", d, ok)
 	}
 }
 
@@ -398,7 +372,7 @@ func TestNoWorkWithoutViewers(t *testing.T) {
 	base := runtime.NumGoroutine()
 	fc := newFakeCluster(8, 16)
 	reg, _, _ := registry(t)
-	s, _ := New(Config{Self: "n00", Members: fc, Loads: fc, Partitions: fc, Gatherer: reg, RSS: PeerRSS{}})
+	s, _ := New(Config{Self: "n00", Members: fc, Loads: fc, Partitions: fc, Staleness: staleness, Gatherer: reg, RSS: PeerRSS{}})
 	srv := httptest.NewServer(s)
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	for range 3 {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/client"
 )
 
 // Filter narrows every view: by service, partition and node, from the
@@ -187,18 +189,18 @@ func (r ReplicaRow) ContactText() string {
 // goneMember is a member no longer in the yellow pages: when it was last
 // seen and why it left, if known.
 type goneMember struct {
-	m    Member
+	m    client.Member
 	last time.Time
 	why  string
 }
 
 // buildCluster assembles the Cluster view: the live members and, greyed,
 // those gone from the yellow pages.
-func buildCluster(self string, now time.Time, ttl, interval time.Duration, f Filter, live []Member, gone []goneMember, rss map[string]int64) ClusterView {
+func buildCluster(self string, now time.Time, ttl, interval time.Duration, f Filter, live []client.Member, gone []goneMember, rss map[string]int64) ClusterView {
 	v := ClusterView{Self: self, At: now, TTLMs: ttl.Milliseconds(), Filter: f, Members: []MemberRow{}}
 	here := map[string]bool{}
 	rows := make([]MemberRow, 0, len(live)+len(gone))
-	add := func(m Member, state string, age time.Duration, why string) {
+	add := func(m client.Member, state string, age time.Duration, why string) {
 		row := MemberRow{Node: m.Node, State: state, Self: m.Node == self, RPCAddr: m.RPCAddr, MetricsAddr: m.MetricsAddr,
 			AgeMs: age.Milliseconds(), RSSBytes: rss[m.Node], Services: []ServiceLoad{}, Why: why}
 		if state == StateDead {
@@ -262,21 +264,25 @@ func hostsMatch(ss []ServiceLoad, f Filter) bool {
 }
 
 // buildPartitions assembles the Partitions view.
-func buildPartitions(self string, now time.Time, f Filter, parts []Partition) PartitionsView {
+// staleness gives a service's level-3 bound if known (nil: unknown).
+func buildPartitions(self string, now time.Time, f Filter, parts []client.PartitionInfo, staleness func(string) time.Duration) PartitionsView {
 	v := PartitionsView{Self: self, At: now, Filter: f, Partitions: []PartitionRow{}}
 	for _, p := range parts {
 		if !f.service(p.Service) || !f.partition(p.Partition) {
 			continue
 		}
-		if f.Node != "" && !slices.ContainsFunc(p.Replicas, func(r Replica) bool { return r.Node == f.Node }) {
+		if f.Node != "" && !slices.ContainsFunc(p.Replicas, func(r client.ReplicaInfo) bool { return r.Node == f.Node }) {
 			continue
 		}
-		row := PartitionRow{Service: p.Service, Partition: p.Partition, Level: p.Level, LeaseMs: -1, StalenessMs: p.Staleness.Milliseconds(),
+		row := PartitionRow{Service: p.Service, Partition: p.Partition, Level: p.Level, LeaseMs: -1,
 			Replicas: make([]ReplicaRow, 0, len(p.Replicas))}
 		// The primary is the replica announcing itself primary in the
 		// highest epoch: during a failover an old primary may still be in
 		// the yellow pages for up to a TTL.
-		var prim *Replica
+		if staleness != nil {
+			row.StalenessMs = staleness(p.Service).Milliseconds()
+		}
+		var prim *client.ReplicaInfo
 		for i := range p.Replicas {
 			r := &p.Replicas[i]
 			if r.Role == RoleGone {
@@ -289,7 +295,7 @@ func buildPartitions(self string, now time.Time, f Filter, parts []Partition) Pa
 		}
 		if prim != nil {
 			row.Primary = prim.Node
-			if prim.HasLease {
+			if prim.Lease != 0 {
 				row.LeaseMs = prim.Lease.Milliseconds()
 			}
 			if lapsed(now, *prim) {
@@ -334,7 +340,7 @@ func buildPartitions(self string, now time.Time, f Filter, parts []Partition) Pa
 
 // lapsed reports whether r's announced lease had lapsed at now with no
 // newer announcement (membership.Claim.Lapsed).
-func lapsed(now time.Time, r Replica) bool {
+func lapsed(now time.Time, r client.ReplicaInfo) bool {
 	return !r.LeaseUntil.IsZero() && !now.Before(r.LeaseUntil)
 }
 

@@ -227,3 +227,21 @@ func TestImportMapCatchesDrift(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyTheClusterTestsReachTheLab: a product package's own tests
+// import no lab package; the integration tests (clustertest), which run
+// the lab's local clusters and workloads, are the one exception, so a
+// product package's unit tests build without the lab.
+func TestOnlyTheClusterTestsReachTheLab(t *testing.T) {
+	code, tests := actualImports(t)
+	for name, imps := range tests {
+		if name == "clustertest" || name == "lab" || strings.HasPrefix(name, "lab/") || name == "depcheck" {
+			continue
+		}
+		for _, p := range append(slices.Clone(code[name]), imps...) {
+			if p == "lab" || strings.HasPrefix(p, "lab/") {
+				t.Errorf("%s (with its tests) imports %s: move the test to clustertest", name, p)
+			}
+		}
+	}
+}

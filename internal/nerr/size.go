@@ -11,6 +11,12 @@ var ErrTooLarge = errors.New("neptune: message too large")
 // body.
 const DefaultMaxMessageBytes = 16 << 20
 
+// MaxMessageBytes is the largest gRPC message a node sends or accepts, the
+// ceiling of NodeConfig.MaxMessageBytes. gRPC's default of 4 MiB would
+// refuse a large request body or a replication batch of large writes; the
+// limit stays as a guard against runaway messages.
+const MaxMessageBytes = 64 << 20
+
 // WireOverhead is what a call's envelope may add to its body; gRPC's
 // message limits are the body limit plus this, so a body just over the
 // limit gets ErrTooLarge rather than a transport error.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/neptune-cluster/neptune/internal/security"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"testing"
 	"time"
 
@@ -20,7 +20,7 @@ func startNodes(t *testing.T, n int, prefix string, register func(nd *Node, i in
 	var nodes []*Node
 	var join []string
 	for i := range n {
-		nd, err := New(Config{Security: security.Config{Insecure: true}, ID: fmt.Sprint(prefix, i), Join: join, AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second})
+		nd, err := New(Config{Node: config.Node{Security: config.Security{Insecure: true}, ID: fmt.Sprint(prefix, i), Join: join, AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,7 @@ package node
 
 import (
 	"context"
-	"github.com/neptune-cluster/neptune/internal/security"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +28,7 @@ func classService(mod func(*service.Service)) service.Service {
 }
 
 func TestRegisterPicksTheSchedulerByClasses(t *testing.T) {
-	n, err := New(Config{Security: security.Config{Insecure: true}, ID: "n"})
+	n, err := New(Config{Node: config.Node{Security: config.Security{Insecure: true}, ID: "n"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/security"
 )
 
@@ -16,11 +17,11 @@ func TestOneClusterName(t *testing.T) {
 	if err := security.Scratch(dir, "alpha", "n1"); err != nil {
 		t.Fatal(err)
 	}
-	secured := func(label string) security.Config { return security.Config{Dir: dir, Label: label} }
+	secured := func(label string) config.Security { return config.Security{Dir: dir, Cluster: label} }
 	for _, tc := range []struct {
 		name    string
 		cluster string
-		sec     security.Config
+		sec     config.Security
 		want    string   // the node's cluster name and gossip label
 		errHas  []string // when refused
 	}{
@@ -34,12 +35,12 @@ func TestOneClusterName(t *testing.T) {
 			errHas: []string{"NodeConfig.Security.Cluster", `"beta"`, `"alpha"`}},
 		{name: "Cluster and label disagree", cluster: "alpha", sec: secured("beta"),
 			errHas: []string{"NodeConfig.Cluster", "NodeConfig.Security.Cluster", `"alpha"`, `"beta"`}},
-		{name: "insecure default", sec: security.Config{Insecure: true}, want: DefaultCluster},
-		{name: "insecure named", cluster: "gamma", sec: security.Config{Insecure: true}, want: "gamma"},
-		{name: "insecure label alone", sec: security.Config{Insecure: true, Label: "gamma"}, want: "gamma"},
+		{name: "insecure default", sec: config.Security{Insecure: true}, want: DefaultCluster},
+		{name: "insecure named", cluster: "gamma", sec: config.Security{Insecure: true}, want: "gamma"},
+		{name: "insecure label alone", sec: config.Security{Insecure: true, Cluster: "gamma"}, want: "gamma"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n, err := New(Config{ID: "n1", Cluster: tc.cluster, Security: tc.sec})
+			n, err := New(Config{Node: config.Node{ID: "n1", Cluster: tc.cluster, Security: tc.sec}})
 			if tc.errHas != nil {
 				if err == nil {
 					t.Fatalf("New accepted the node (cluster %q)", n.cfg.Cluster)

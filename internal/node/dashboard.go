@@ -23,40 +23,35 @@ type dashSource struct {
 }
 
 // Members lists the yellow pages without polling: the dashboard polls
-// each member's load concurrently (Load).
-func (d *dashSource) Members(ctx context.Context) ([]dashboard.Member, error) {
+// each member's load concurrently (PollLoad).
+func (d *dashSource) Members(ctx context.Context) ([]client.Member, error) {
 	c := d.client.Load()
 	if c == nil {
 		return nil, nil
 	}
-	return dashboard.FromClientMembers(c.Members(ctx, 0)), nil
+	return c.Members(ctx, 0), nil
 }
 
-func (d *dashSource) Load(ctx context.Context, m dashboard.Member) map[string]map[int]int {
-	c := d.client.Load()
-	if c == nil {
-		return nil
+func (d *dashSource) PollLoad(ctx context.Context, m client.Member) {
+	if c := d.client.Load(); c != nil {
+		c.PollLoad(ctx, m, dashPollWait)
 	}
-	cm := dashboard.ToClientMember(m)
-	c.PollLoad(ctx, cm, dashPollWait)
-	return dashboard.LoadsOf(cm)
 }
 
-func (d *dashSource) Departed(context.Context) ([]dashboard.Departed, error) {
+func (d *dashSource) Departed(context.Context) ([]client.Departed, error) {
 	c := d.client.Load()
 	if c == nil {
 		return nil, nil
 	}
-	return dashboard.FromDeparted(c.Gossip().Departed()), nil
+	return c.Departed(), nil
 }
 
-func (d *dashSource) Partitions(context.Context) ([]dashboard.Partition, error) {
+func (d *dashSource) Partitions(context.Context) ([]client.PartitionInfo, error) {
 	c := d.client.Load()
 	if c == nil {
 		return nil, nil
 	}
-	g := c.Gossip()
-	return dashboard.WithDeparted(dashboard.FromPages(d.n.clock.Now(), g.Snapshot(), d.staleness), g.Departed()), nil
+	return c.Partitions(), nil
 }
 
 // staleness is a hosted service's level-3 bound (services are fixed once
@@ -80,6 +75,6 @@ func (n *Node) dashboard() (*dashboard.Server, error) {
 		// Peers' dashboards are HTTPS and admit nodes on /api/dashboard/self.
 		rss.Scheme, rss.Client = "https", n.sec.PeerHTTPClient()
 	}
-	return dashboard.New(dashboard.Config{Self: n.cfg.ID, Role: "node", Members: &n.dash, Loads: &n.dash, Departed: &n.dash, Partitions: &n.dash,
+	return dashboard.New(dashboard.Config{Self: n.cfg.ID, Role: "node", Members: &n.dash, Loads: &n.dash, Departed: &n.dash, Partitions: &n.dash, Staleness: n.dash.staleness,
 		Gatherer: n.reg.Gatherer, RSS: rss, Interval: n.refreshInterval, TTL: n.cfg.AnnounceTTL, Clock: n.clock})
 }

@@ -178,10 +178,10 @@ func (n *Node) debugConfig() any {
 		"max_message_bytes": c.MaxMessageBytes, "max_inflight_bytes": c.MaxInflightBytes,
 		"max_aggregate_deadline": c.MaxAggregateDeadline.String(), "max_aggregate_participants": c.MaxAggregateParticipants,
 		"drain_timeout": c.DrainTimeout.String(), "placement": c.Placement,
-		"disk_reserve": c.DiskReserve, "rebuild_corrupt": c.RebuildCorrupt,
+		"disk_reserve": c.Storage.Reserve, "rebuild_corrupt": c.Storage.RebuildCorrupt,
 		"security": map[string]any{
-			"insecure": sec.Insecure, "dir": sec.Dir, "keyring": redacted(sec.KeyringFile != "" || sec.Files != nil),
-			"certificate": redacted(sec.Files != nil), "label": sec.Label,
+			"insecure": sec.Insecure, "dir": sec.Dir, "keyring": redacted(sec.KeyringFile != ""),
+			"certificate": redacted(sec.Cert != ""), "label": sec.Cluster,
 		},
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/security"
 )
 
@@ -51,8 +53,12 @@ func TestTeeHandler(t *testing.T) {
 // errors that name what is allowed.
 func TestDebugItems(t *testing.T) {
 	var logs bytes.Buffer
-	n, err := New(Config{Security: security.Config{Insecure: true, KeyringFile: "/secret/keyring"}, ID: "n",
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	dir := t.TempDir()
+	if err := security.Scratch(dir, "alpha", "n"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := New(Config{Node: config.Node{Security: config.Security{Dir: dir, KeyringFile: filepath.Join(dir, "keyring.json")}, ID: "n",
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +81,7 @@ func TestDebugItems(t *testing.T) {
 			t.Errorf("%s: %v, want it to hold %q:\n%s", item, err, want, got)
 		}
 	}
-	if got, _ := get("config", 0); strings.Contains(got, "/secret/keyring") {
+	if got, _ := get("config", 0); strings.Contains(got, "keyring.json") {
 		t.Errorf("config shows the keyring's path:\n%s", got)
 	}
 	if !strings.Contains(logs.String(), "hello from the node") {

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/neptune-cluster/neptune/internal/security"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -43,8 +43,8 @@ func fuzzNode(tb testing.TB) *nodeServer {
 			fuzzErr = err
 			return
 		}
-		n, err := New(Config{Security: security.Config{Insecure: true}, ID: "f", DataDir: dir,
-			AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second, MaxMessageBytes: 1 << 16})
+		n, err := New(Config{Node: config.Node{Security: config.Security{Insecure: true}, ID: "f", DataDir: dir,
+			AnnounceInterval: 100 * time.Millisecond, AnnounceTTL: time.Second, MaxMessageBytes: 1 << 16}})
 		if err != nil {
 			fuzzErr = err
 			return

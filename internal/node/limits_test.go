@@ -4,14 +4,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/nerr"
-	"github.com/neptune-cluster/neptune/internal/security"
 )
 
 // The in-flight budget must hold one message: a smaller one is refused
 // naming the field; zero is the default.
 func TestMaxInflightBytesMustHoldAMessage(t *testing.T) {
-	base := Config{Security: security.Config{Insecure: true}, ID: "n"}
+	base := Config{Node: config.Node{Security: config.Security{Insecure: true}, ID: "n"}}
 	for _, tc := range []struct {
 		inflight int64
 		message  int

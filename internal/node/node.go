@@ -8,7 +8,6 @@
 package node
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,9 +27,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/neptune-cluster/neptune/internal/aggregation"
-	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/client"
 	"github.com/neptune-cluster/neptune/internal/clock"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/dac"
 	"github.com/neptune-cluster/neptune/internal/dispatch"
 	"github.com/neptune-cluster/neptune/internal/hostaddr"
@@ -47,88 +46,14 @@ import (
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
-// Config configures a node. Zero fields take the documented defaults;
-// the field names are NodeConfig's, which errors name.
+// Config configures a node: what a program sets (config.Node,
+// neptune.NodeConfig, validated by its Validate, whose errors name
+// NodeConfig's fields) and the clock, which only tests set.
 type Config struct {
-	// ID names the node; unique in the cluster. Required.
-	ID string
-	// Host is the address every listener binds to: an IP, 0.0.0.0 or ::
-	// (every interface), or a name. Default 127.0.0.1.
-	Host string
-	// Advertise is the host others dial for every listener (gossip, RPC,
-	// polls, metrics): default Host if it names one address, else the
-	// local address on the route to the first seed (hostaddr.Advertise).
-	Advertise string
-	// GossipPort, RPCPort and PollPort are the memberlist, gRPC and UDP
-	// load-poll ports; 0 picks a free port.
-	GossipPort, RPCPort, PollPort int
-	// MetricsAddr ("host:port") serves Prometheus /metrics; empty disables.
-	MetricsAddr string
-	// Zone is the node's failure domain, announced in the yellow pages.
-	Zone string
-	// Pprof also serves net/http/pprof under /debug/pprof/ on MetricsAddr.
-	Pprof bool
-	// Join lists gossip addresses ("host:port") of existing nodes.
-	Join []string
-	// JoinTimeout bounds how long Start tries them (0: 10 s; negative:
-	// until Start's context ends).
-	JoinTimeout time.Duration
-	// AnnounceInterval and AnnounceTTL control the yellow pages' soft
-	// state: refresh every 1 s, expire after 5 s (the paper's values).
-	AnnounceInterval time.Duration
-	AnnounceTTL      time.Duration
-	// Balance selects the load-balancing policy of the node's own client
-	// (default balance.DefaultConfig()).
-	Balance balance.Config
-	// Registerer receives the node's metrics; nil creates a private
-	// registry. /metrics serves it if it is also a Gatherer, else a
-	// private registry that receives every metric too.
-	Registerer prometheus.Registerer
-	// Logger receives the node's logs; every line carries the node id,
-	// and a call's lines its request id (obs.LogKey).
-	Logger *slog.Logger
-	// TracerProvider receives the node's spans: the gRPC server's, the
-	// wait in the service's queue, replication (append, replicate,
-	// commit) and the handler, children of the caller's span by the W3C
-	// trace context of the call; nil turns tracing off, at no cost.
-	TracerProvider trace.TracerProvider
-	// DataDir holds the write logs of replicated partitions.
-	DataDir string
+	config.Node
 	// Clock drives every timer of the node, its client and its runtimes
 	// (default real).
 	Clock clock.Clock
-	// Security is the node's material (certificate, keyring) or an
-	// explicit Insecure. Identity is set to this node's id; the zero value
-	// is refused.
-	Security security.Config
-	// Cluster names the cluster: the data directory records it, a member
-	// of another cluster is refused at join, and it is the gossip label.
-	// A node has one cluster name: Security.Label, if set, must equal it
-	// (either one alone sets both), and a secured node's CA must record
-	// the same name (its organisation). Default: the CA's name, or
-	// DefaultCluster for an insecure node.
-	Cluster string
-	// MaxMessageBytes bounds a request or response body and a replicated
-	// write (default nerr.DefaultMaxMessageBytes).
-	MaxMessageBytes int
-	// MaxInflightBytes bounds the request bytes of the calls the node
-	// holds at once (default nerr.DefaultMaxInflightBytes, at least
-	// MaxMessageBytes); transport.Inflight says how.
-	MaxInflightBytes int64
-	// MaxAggregateDeadline and MaxAggregateParticipants bound what one
-	// aggregation request may ask of the node (aggregation.ServerConfig;
-	// defaults aggregation.DefaultMaxDeadline, DefaultMaxParticipants).
-	MaxAggregateDeadline     time.Duration
-	MaxAggregateParticipants int
-	// DrainTimeout bounds Drain (default DefaultDrainTimeout): handing the
-	// primary roles over, then the calls in flight.
-	DrainTimeout time.Duration
-	// Placement configures automatic replica placement (rebalance.go):
-	// replacing dead nodes' replicas, evening out replicas and primaries.
-	Placement rebalance.Config
-	// DiskReserve and RebuildCorrupt: replication.Config's.
-	DiskReserve    uint64
-	RebuildCorrupt bool
 }
 
 func (c Config) withDefaults() Config {
@@ -144,9 +69,7 @@ func (c Config) withDefaults() Config {
 	if c.AnnounceTTL == 0 {
 		c.AnnounceTTL = membership.DefaultTTL
 	}
-	if c.Balance == (balance.Config{}) {
-		c.Balance = balance.DefaultConfig()
-	}
+	c.Balance = c.Balance.WithDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -159,52 +82,6 @@ func (c Config) withDefaults() Config {
 		c.MaxInflightBytes = nerr.DefaultMaxInflightBytes
 	}
 	return c
-}
-
-// Validate reports the first invalid field by its NodeConfig name.
-func (c Config) Validate() error {
-	if c.ID == "" {
-		return errors.New("neptune: NodeConfig.ID is required")
-	}
-	for _, p := range []struct {
-		name string
-		port int
-	}{{"GossipPort", c.GossipPort}, {"RPCPort", c.RPCPort}, {"PollPort", c.PollPort}} {
-		if p.port < 0 || p.port > 65535 {
-			return fmt.Errorf("neptune: NodeConfig.%s must be in 0..65535, got %d", p.name, p.port)
-		}
-	}
-	if c.MaxMessageBytes < 0 || c.MaxMessageBytes > transport.MaxMessage {
-		return fmt.Errorf("neptune: NodeConfig.MaxMessageBytes must be in 0..%d, got %d", transport.MaxMessage, c.MaxMessageBytes)
-	}
-	if msg := cmp.Or(c.MaxMessageBytes, nerr.DefaultMaxMessageBytes); c.MaxInflightBytes != 0 && c.MaxInflightBytes < int64(msg) {
-		return fmt.Errorf("neptune: NodeConfig.MaxInflightBytes must be 0 (the default, %d) or at least NodeConfig.MaxMessageBytes (%d), got %d",
-			nerr.DefaultMaxInflightBytes, msg, c.MaxInflightBytes)
-	}
-	if c.MaxAggregateDeadline < 0 || c.MaxAggregateParticipants < 0 {
-		return fmt.Errorf("neptune: NodeConfig.MaxAggregateDeadline (%v) and MaxAggregateParticipants (%d) must be >= 0 (0: the default)", c.MaxAggregateDeadline, c.MaxAggregateParticipants)
-	}
-	if err := checkPlacement(c.Placement); err != nil {
-		return fmt.Errorf("neptune: NodeConfig.Placement: %w", err)
-	}
-	if c.AnnounceInterval < 0 {
-		return fmt.Errorf("neptune: NodeConfig.AnnounceInterval must be > 0, got %v", c.AnnounceInterval)
-	}
-	if c.AnnounceTTL != 0 && c.AnnounceTTL <= c.AnnounceInterval {
-		return fmt.Errorf("neptune: NodeConfig.AnnounceTTL (%v) must exceed AnnounceInterval (%v)", c.AnnounceTTL, c.AnnounceInterval)
-	}
-	if c.Balance != (balance.Config{}) {
-		if err := c.Balance.Validate(); err != nil {
-			return fmt.Errorf("neptune: NodeConfig.Balance: %w", err)
-		}
-	}
-	if c.Cluster != "" && c.Security.Label != "" && c.Cluster != c.Security.Label {
-		return fmt.Errorf("neptune: NodeConfig.Cluster %q and NodeConfig.Security.Cluster %q disagree: a node has one cluster name; set one of them", c.Cluster, c.Security.Label)
-	}
-	if !c.Security.Insecure && c.Security.Dir == "" && c.Security.Files == nil {
-		return errors.New("neptune: NodeConfig.Security.Dir is required (the directory with ca.pem and this node's certificate), or set NodeConfig.Security.Insecure to run without protection")
-	}
-	return nil
 }
 
 // clusterName is the node's one cluster name: the configured one (""
@@ -303,19 +180,15 @@ func New(cfg Config) (*Node, error) {
 		done:     make(chan struct{}),
 		inflight: transport.NewInflight(cfg.ID, cfg.MaxInflightBytes, cfg.MaxMessageBytes+nerr.WireOverhead),
 	}
-	sc := cfg.Security
-	sc.Identity = pki.Identity{Role: pki.RoleNode, Name: cfg.ID}
-	if sc.Logger == nil {
-		sc.Logger = n.log
+	sc, err := security.FromConfig(cfg.Security, "NodeConfig.Security", pki.Identity{Role: pki.RoleNode, Name: cfg.ID})
+	if err != nil {
+		return nil, err
 	}
-	if sc.Clock == nil {
-		sc.Clock = cfg.Clock
-	}
+	sc.Logger, sc.Clock = n.log, cfg.Clock
 	if cfg.Cluster == "" {
 		cfg.Cluster = sc.Label
 	}
 	sc.Label = cfg.Cluster
-	var err error
 	if n.sec, err = security.Load(sc); err != nil {
 		return nil, fmt.Errorf("neptune: NodeConfig.Security: %w", err)
 	}
@@ -389,7 +262,7 @@ func (n *Node) registerReplicated(h *hosted) error {
 	}
 	if n.repl == nil {
 		n.repl = replication.New(replication.Config{Self: n.cfg.ID, DataDir: n.cfg.DataDir, Directory: (*peers)(n), Sender: (*peers)(n),
-			Logger: n.log, Tracer: n.tracer, Clock: n.clock, OnRoleChange: n.announceNow, DiskReserve: n.cfg.DiskReserve, RebuildCorrupt: n.cfg.RebuildCorrupt})
+			Logger: n.log, Tracer: n.tracer, Clock: n.clock, OnRoleChange: n.announceNow, DiskReserve: n.cfg.Storage.Reserve, RebuildCorrupt: n.cfg.Storage.RebuildCorrupt})
 	}
 	ps := make([]replication.Partition, len(h.partitions))
 	for i, p := range h.partitions {
@@ -474,22 +347,24 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 	}
 	n.client, err = client.New(ctx, client.Config{
+		Client: config.Client{
+			Host:            n.cfg.Host,
+			Advertise:       n.adv,
+			Join:            n.cfg.Join,
+			AnnounceTTL:     n.cfg.AnnounceTTL,
+			Balance:         n.cfg.Balance,
+			Registerer:      n.reg.Registerer,
+			Logger:          n.log,
+			TracerProvider:  n.cfg.TracerProvider,
+			MaxMessageBytes: n.cfg.MaxMessageBytes,
+		},
 		ID:               n.cfg.ID,
-		TracerProvider:   n.cfg.TracerProvider,
-		Host:             n.cfg.Host,
-		Advertise:        n.adv,
 		JoinTimeout:      n.cfg.JoinTimeout,
 		Port:             n.cfg.GossipPort,
-		Join:             n.cfg.Join,
 		AnnounceInterval: n.cfg.AnnounceInterval,
-		AnnounceTTL:      n.cfg.AnnounceTTL,
-		Balance:          n.cfg.Balance,
 		Announce:         n.announcement,
-		Registerer:       n.reg.Registerer,
-		Logger:           n.log,
 		Clock:            n.clock,
-		Security:         n.sec,
-		MaxMessageBytes:  n.cfg.MaxMessageBytes,
+		Material:         n.sec,
 		Identity:         n.identity(),
 	})
 	if err != nil {

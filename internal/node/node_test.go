@@ -2,7 +2,7 @@ package node
 
 import (
 	"context"
-	"github.com/neptune-cluster/neptune/internal/security"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"strings"
 	"testing"
 
@@ -15,7 +15,7 @@ import (
 // replica set does not name this node is on standby: registered, but
 // neither announced nor served until a replica-set change names the node.
 func TestReplicatedRegisterIsAllOrNothing(t *testing.T) {
-	n, err := New(Config{Security: security.Config{Insecure: true}, ID: "a", DataDir: t.TempDir()})
+	n, err := New(Config{Node: config.Node{Security: config.Security{Insecure: true}, ID: "a", DataDir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/neptune-cluster/neptune/internal/nerr"
+	"github.com/neptune-cluster/neptune/internal/placement"
 	"github.com/neptune-cluster/neptune/internal/rebalance"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -20,7 +21,7 @@ func (n *Node) startPlacement() {
 	n.startPlacementLocked(n.cfg.Placement)
 }
 
-func (n *Node) startPlacementLocked(cfg rebalance.Config) {
+func (n *Node) startPlacementLocked(cfg placement.Config) {
 	n.placementOff.Store(cfg.Off)
 	if cfg.Off {
 		return
@@ -43,8 +44,8 @@ func (n *Node) startPlacementLocked(cfg rebalance.Config) {
 // SetPlacement applies new placement settings while the node runs (an
 // operator's SIGHUP): turning it off or on, grace, interval, moves in
 // flight. The node announces the change at once.
-func (n *Node) SetPlacement(cfg rebalance.Config) error {
-	if err := checkPlacement(cfg); err != nil {
+func (n *Node) SetPlacement(cfg placement.Config) error {
+	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("neptune: placement: %w", err)
 	}
 	n.placeMu.Lock()
@@ -69,12 +70,9 @@ type yellowPages Node
 
 func (y *yellowPages) View() rebalance.View {
 	g := y.client.Gossip()
-	var v rebalance.View
+	v := rebalance.View{Departed: g.Departed()}
 	for _, e := range g.Snapshot() {
 		v.Live = append(v.Live, e.Ann)
-	}
-	for _, d := range g.Departed() {
-		v.Departed = append(v.Departed, rebalance.Departed{Ann: d.Ann, LastSeen: d.LastSeen})
 	}
 	return v
 }
@@ -86,14 +84,6 @@ func (y *yellowPages) ChangeReplicas(ctx context.Context, node string, req *pb.C
 	}
 	if !rs.Done {
 		return fmt.Errorf("%w: %s/%d: not committed before the timeout", nerr.ErrDeadline, req.Service, req.Partition)
-	}
-	return nil
-}
-
-// checkPlacement refuses negative placement settings (0 takes the default).
-func checkPlacement(cfg rebalance.Config) error {
-	if pc := cfg.Placement; pc.Grace < 0 || pc.Interval < 0 || pc.MaxInFlight < 0 {
-		return fmt.Errorf("Grace (%v), Interval (%v) and MaxInFlight (%d) must be >= 0 (0: the default)", pc.Grace, pc.Interval, pc.MaxInFlight)
 	}
 	return nil
 }

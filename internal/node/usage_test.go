@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/neptune-cluster/neptune/internal/security"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -31,7 +31,7 @@ func spin(d time.Duration) {
 func usageNode(t *testing.T) (pb.NodeClient, string) {
 	t.Helper()
 	dir := t.TempDir()
-	n, err := New(Config{Security: security.Config{Insecure: true}, ID: "meter"})
+	n, err := New(Config{Node: config.Node{Security: config.Security{Insecure: true}, ID: "meter"}})
 	if err != nil {
 		t.Fatal(err)
 	}

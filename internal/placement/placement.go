@@ -103,21 +103,38 @@ func (c Change) String() string {
 	return fmt.Sprintf("%s/%d %s %s (%s)", c.Service, c.Partition, c.Kind, c.Node, c.Why)
 }
 
-// Config tunes the planner. The zero value takes the defaults.
+// Config tunes automatic replica placement (issue 17): the planner's
+// bounds and whether this node acts at all. It is the one definition:
+// the public API aliases it (neptune.Placement) and the controller
+// (internal/rebalance) and the node take it as it is. The zero value
+// takes the defaults. Set it alike on every node.
 type Config struct {
+	// Off: this node never acts for automatic placement (it announces
+	// so; another node hosting the service acts instead). Set it on
+	// every node to turn automatic placement off. The planner itself
+	// ignores it: the controller does not run it.
+	Off bool
 	// Grace is how long a node may be down before its replicas are
 	// re-created elsewhere (default 5 minutes): a restart or a short
 	// network partition should not ship a whole partition's state.
 	Grace time.Duration
-	// MaxInFlight bounds the partitions with a move under way (a replica
-	// joining, or one replica more than the degree) at once, across the
-	// cluster (default 1): each move ships a partition's state.
-	MaxInFlight int
 	// Interval is the least time between starting two rebalancing steps
 	// (a move or a primary hand-off; default 30 s), so a growing cluster
 	// evens out at a bounded rate. Replacing replicas of a dead node is
 	// bound by MaxInFlight only.
 	Interval time.Duration
+	// MaxInFlight bounds the partitions with a move under way (a replica
+	// joining, or one replica more than the degree) at once, across the
+	// cluster (default 1): each move ships a partition's state.
+	MaxInFlight int
+}
+
+// Validate refuses negative settings (0 takes the default).
+func (c Config) Validate() error {
+	if c.Grace < 0 || c.Interval < 0 || c.MaxInFlight < 0 {
+		return fmt.Errorf("Grace (%v), Interval (%v) and MaxInFlight (%d) must be >= 0 (0: the default)", c.Grace, c.Interval, c.MaxInFlight)
+	}
+	return nil
 }
 
 // Defaults.

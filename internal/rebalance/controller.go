@@ -15,26 +15,10 @@ import (
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
-// Config configures the controller. The zero value runs it with the
-// planner's defaults.
-type Config struct {
-	// Off: this node never acts (it announces so, and the actor is
-	// chosen among the others). Set it on every node to turn automatic
-	// placement off.
-	Off bool
-	// Placement is the planner's configuration (grace, MaxInFlight,
-	// Interval).
-	Placement placement.Config
-	// Poll is how often the controller looks at the yellow pages
-	// (default 1 s): reading them costs nothing, and the planner itself
-	// bounds how fast anything changes.
-	Poll time.Duration
-	// ChangeTimeout bounds one change (default 10 min): adding a replica
-	// waits until it caught up, which ships the partition's state.
-	ChangeTimeout time.Duration
-}
-
-// Defaults.
+// How often the controller looks at the yellow pages (reading them costs
+// nothing, and the planner itself bounds how fast anything changes), and
+// how long one change may take (adding a replica waits until it caught
+// up, which ships the partition's state).
 const (
 	DefaultPoll          = time.Second
 	DefaultChangeTimeout = 10 * time.Minute
@@ -55,7 +39,9 @@ type Changer interface {
 // Controller runs the planner when this node is the actor and carries
 // out its changes, each in its own goroutine, one per partition at most.
 type Controller struct {
-	cfg      Config
+	cfg      placement.Config
+	poll     time.Duration // DefaultPoll; tests shorten it
+	changeTO time.Duration // DefaultChangeTimeout
 	self     string
 	services []Service
 	src      Source
@@ -89,18 +75,12 @@ type pending struct {
 }
 
 // New creates a controller for node self placing services.
-func New(cfg Config, self string, services []Service, src Source, changer Changer, clk clock.Clock, log *slog.Logger) *Controller {
-	if cfg.Poll <= 0 {
-		cfg.Poll = DefaultPoll
-	}
-	if cfg.ChangeTimeout <= 0 {
-		cfg.ChangeTimeout = DefaultChangeTimeout
-	}
+func New(cfg placement.Config, self string, services []Service, src Source, changer Changer, clk clock.Clock, log *slog.Logger) *Controller {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Controller{cfg: cfg, self: self, services: services, src: src, changer: changer, clock: clock.OrReal(clk),
+	return &Controller{cfg: cfg, poll: DefaultPoll, changeTO: DefaultChangeTimeout, self: self, services: services, src: src, changer: changer, clock: clock.OrReal(clk),
 		log: log.With("component", "placement"), pending: map[Key]pending{}, mem: Memory{}, moving: map[Key]bool{},
 		stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
@@ -113,7 +93,7 @@ func (c *Controller) Start() {
 			select {
 			case <-c.stop:
 				return
-			case <-c.clock.After(c.cfg.Poll):
+			case <-c.clock.After(c.poll):
 			}
 			c.Round(c.clock.Now())
 		}
@@ -123,10 +103,10 @@ func (c *Controller) Start() {
 // SetConfig changes what may change while the controller runs (an
 // operator's SIGHUP): Off and the planner's settings. Changes under way
 // go on.
-func (c *Controller) SetConfig(cfg Config) {
+func (c *Controller) SetConfig(cfg placement.Config) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.cfg.Off, c.cfg.Placement = cfg.Off, cfg.Placement
+	c.cfg = cfg
 }
 
 // Stop ends the controller and the changes under way (a change asked
@@ -190,7 +170,7 @@ func (c *Controller) Round(now time.Time) []placement.Change {
 		st.LastStart = c.calmSince
 	}
 	var started []placement.Change
-	for _, ch := range placement.Plan(now, st, c.cfg.Placement) {
+	for _, ch := range placement.Plan(now, st, c.cfg) {
 		k := Key{ch.Service, ch.Partition}
 		if _, busy := c.pending[k]; busy {
 			continue
@@ -216,7 +196,7 @@ func (c *Controller) Round(now time.Time) []placement.Change {
 		if ch.Rebalance {
 			c.lastStart = now
 		}
-		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ChangeTimeout)
+		ctx, cancel := context.WithTimeout(c.ctx, c.changeTO)
 		c.pending[k] = pending{ch, cancel}
 		started = append(started, ch)
 		c.log.Info("placement change", "change", ch.String(), "primary", primary)
@@ -254,8 +234,8 @@ func (c *Controller) Pending() int {
 }
 
 func (c *Controller) interval() time.Duration {
-	if c.cfg.Placement.Interval > 0 {
-		return c.cfg.Placement.Interval
+	if c.cfg.Interval > 0 {
+		return c.cfg.Interval
 	}
 	return placement.DefaultInterval
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/placement"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -96,7 +97,7 @@ func (f *fake) View() View {
 		case ok && !f.hidden[n]:
 			v.Live = append(v.Live, f.ann(n))
 		case !ok:
-			v.Departed = append(v.Departed, Departed{Ann: f.ann(n), LastSeen: f.diedAt[n]})
+			v.Departed = append(v.Departed, membership.Departed{Node: n, Ann: f.ann(n), LastSeen: f.diedAt[n]})
 		}
 	}
 	return v
@@ -177,7 +178,7 @@ func rounds(c *Controller, now *time.Time, d time.Duration, done func() bool) (m
 func TestDeadNodeReplacedAfterGrace(t *testing.T) {
 	nodes := []string{"a", "b", "c", "d", "e"}
 	f := newFake(nodes, 5, 3)
-	cfg := Config{Placement: placement.Config{Grace: time.Minute}}
+	cfg := placement.Config{Grace: time.Minute}
 	ctrl := New(cfg, "a", kvService(5), f, f, nil, nil)
 	other := New(cfg, "b", kvService(5), f, f, nil, nil)
 	now := t0
@@ -220,7 +221,7 @@ func TestDeadNodeReplacedAfterGrace(t *testing.T) {
 // within one of every other, a step per Interval.
 func TestGrowthSpreadsReplicasAndPrimaries(t *testing.T) {
 	f := newFake([]string{"a", "b", "c", "d"}, 8, 3)
-	ctrl := New(Config{Placement: placement.Config{Interval: 10 * time.Second}}, "a", kvService(8), f, f, nil, nil)
+	ctrl := New(placement.Config{Interval: 10 * time.Second}, "a", kvService(8), f, f, nil, nil)
 	now := t0
 	f.mu.Lock()
 	f.alive["e"], f.alive["f"] = true, true
@@ -264,7 +265,7 @@ func spread(count map[string]int, nodes map[string]bool) int {
 // replicas above its degree.
 func TestStaleActorIsRefused(t *testing.T) {
 	f := newFake([]string{"a", "b", "c", "d", "e"}, 5, 3)
-	cfg := Config{Placement: placement.Config{Grace: time.Second}}
+	cfg := placement.Config{Grace: time.Second}
 	a := New(cfg, "a", kvService(5), f, f, nil, nil)
 	now := t0
 	f.kill("e", now)
@@ -281,7 +282,7 @@ func TestStaleActorIsRefused(t *testing.T) {
 	}
 	// a plans and acts; b planned from the same sets before a's change.
 	stB, partsB := Observe(now, vb, kvService(5), Memory{})
-	planB := placement.Plan(now, stB, cfg.Placement)
+	planB := placement.Plan(now, stB, cfg)
 	if len(a.Round(now)) != 1 || len(planB) != 1 {
 		t.Fatalf("want one replacement from each, got %v from b", planB)
 	}
@@ -300,7 +301,7 @@ func TestStaleActorIsRefused(t *testing.T) {
 // not, and the next node acts instead of one announcing it is off.
 func TestOffNeverActs(t *testing.T) {
 	f := newFake([]string{"a", "b", "c", "d"}, 4, 3)
-	c := New(Config{Off: true, Placement: placement.Config{Grace: time.Second}}, "a", kvService(4), f, f, nil, nil)
+	c := New(placement.Config{Off: true, Grace: time.Second}, "a", kvService(4), f, f, nil, nil)
 	now := t0
 	f.kill("d", now)
 	rounds(c, &now, time.Minute, f.full)
@@ -309,7 +310,7 @@ func TestOffNeverActs(t *testing.T) {
 	}
 	// a announces it is off: b, the next lowest, acts instead.
 	f.off = map[string]bool{"a": true}
-	b := New(Config{Placement: placement.Config{Grace: time.Second}}, "b", kvService(4), f, f, nil, nil)
+	b := New(placement.Config{Grace: time.Second}, "b", kvService(4), f, f, nil, nil)
 	rounds(b, &now, time.Minute, f.full)
 	if !f.full() {
 		t.Fatalf("b never acted while a, the lowest, announced placement off: %v", f.parts)
@@ -322,7 +323,7 @@ func TestOffNeverActs(t *testing.T) {
 func TestForgottenNodeStillReplaced(t *testing.T) {
 	f := newFake([]string{"a", "b", "c", "d"}, 4, 3)
 	src := &forgetful{fake: f}
-	c := New(Config{Placement: placement.Config{Grace: time.Minute}}, "a", kvService(4), src, f, nil, nil)
+	c := New(placement.Config{Grace: time.Minute}, "a", kvService(4), src, f, nil, nil)
 	now := t0
 	f.kill("d", now)
 	rounds(c, &now, 10*time.Second, f.full)
@@ -355,7 +356,7 @@ func (s *forgetful) View() View {
 func TestOnlyNodesHostingTheServiceGetReplicas(t *testing.T) {
 	f := newFake([]string{"a", "b", "c", "d"}, 4, 3)
 	src := &withOther{fake: f}
-	c := New(Config{Placement: placement.Config{Grace: time.Second}}, "a", kvService(4), src, f, nil, nil)
+	c := New(placement.Config{Grace: time.Second}, "a", kvService(4), src, f, nil, nil)
 	now := t0
 	f.kill("d", now)
 	rounds(c, &now, time.Minute, f.full)
@@ -383,7 +384,7 @@ func (s *withOther) View() View {
 func TestAddToANodeThatDiesIsAbandoned(t *testing.T) {
 	f := newFake([]string{"a", "b", "c", "d", "e"}, 1, 3) // partition 0 on a, b, c
 	h := &hanging{fake: f, node: "d", started: make(chan struct{}, 1)}
-	c := New(Config{Placement: placement.Config{Grace: 10 * time.Second}}, "a", kvService(1), f, h, nil, nil)
+	c := New(placement.Config{Grace: 10 * time.Second}, "a", kvService(1), f, h, nil, nil)
 	now := t0
 	f.kill("c", now)
 	now = now.Add(11 * time.Second)
@@ -426,7 +427,7 @@ func (h *hanging) ChangeReplicas(ctx context.Context, node string, req *pb.Chang
 // keep moving (a failover and its hand-back) it does not rebalance.
 func TestRebalancingWaitsForCalm(t *testing.T) {
 	f := newFake([]string{"a", "b", "c", "d"}, 8, 3)
-	c := New(Config{Placement: placement.Config{Interval: 10 * time.Second}}, "a", kvService(8), f, f, nil, nil)
+	c := New(placement.Config{Interval: 10 * time.Second}, "a", kvService(8), f, f, nil, nil)
 	f.mu.Lock()
 	f.alive["e"] = true
 	f.mu.Unlock()
@@ -466,7 +467,7 @@ func TestRebalancingWaitsForCalm(t *testing.T) {
 // partition a replica short).
 func TestOperatorMoveIsLeftAlone(t *testing.T) {
 	f := newFake([]string{"a", "b", "c", "d"}, 4, 3)
-	c := New(Config{Placement: placement.Config{Interval: 10 * time.Second}}, "a", kvService(4), f, f, nil, nil)
+	c := New(placement.Config{Interval: 10 * time.Second}, "a", kvService(4), f, f, nil, nil)
 	now := t0
 	rounds(c, &now, 30*time.Second, func() bool { return false })
 	calls := f.calls
@@ -514,7 +515,7 @@ func TestEachServiceHasItsOwnActor(t *testing.T) {
 	web.service = "web"
 	two := twoServices{kv, web}
 	webSvc := Service{Name: "web", Partitions: []int32{0, 1, 2, 3}, Degree: func(int32) int { return 3 }}
-	x := New(Config{Placement: placement.Config{Grace: time.Second}}, "x", append(kvService(4), webSvc), two, two, nil, nil)
+	x := New(placement.Config{Grace: time.Second}, "x", append(kvService(4), webSvc), two, two, nil, nil)
 	now := t0
 	kv.kill("c", now)
 	web.kill("zz", now)
@@ -525,7 +526,7 @@ func TestEachServiceHasItsOwnActor(t *testing.T) {
 	if kv.calls != 0 {
 		t.Fatalf("x acted for kv (%d changes), whose actor is a", kv.calls)
 	}
-	a := New(Config{Placement: placement.Config{Grace: time.Second}}, "a", kvService(4), two, two, nil, nil)
+	a := New(placement.Config{Grace: time.Second}, "a", kvService(4), two, two, nil, nil)
 	rounds(a, &now, time.Minute, kv.full)
 	if !kv.full() {
 		t.Fatalf("kv's dead replicas were never replaced by its actor a: %v", kv.parts)
@@ -561,19 +562,19 @@ func (s twoServices) ChangeReplicas(ctx context.Context, node string, req *pb.Ch
 // when turned off.
 func TestSetConfigTurnsPlacementOnLive(t *testing.T) {
 	f := newFake([]string{"a", "b", "c", "d"}, 4, 3)
-	c := New(Config{Off: true, Placement: placement.Config{Grace: time.Second}}, "a", kvService(4), f, f, nil, nil)
+	c := New(placement.Config{Off: true, Grace: time.Second}, "a", kvService(4), f, f, nil, nil)
 	now := t0
 	f.kill("d", now)
 	rounds(c, &now, 10*time.Second, f.full)
 	if f.calls != 0 {
 		t.Fatalf("%d changes while off", f.calls)
 	}
-	c.SetConfig(Config{Placement: placement.Config{Grace: time.Second}})
+	c.SetConfig(placement.Config{Grace: time.Second})
 	rounds(c, &now, time.Minute, f.full)
 	if !f.full() {
 		t.Fatalf("turned on, the controller never replaced d's replicas: %v", f.parts)
 	}
-	c.SetConfig(Config{Off: true})
+	c.SetConfig(placement.Config{Off: true})
 	if got := c.Round(now); len(got) != 0 {
 		t.Fatalf("turned off, it still plans %v", got)
 	}

@@ -25,6 +25,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/neptune-cluster/neptune/internal/membership"
 	"github.com/neptune-cluster/neptune/internal/placement"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
@@ -37,17 +38,12 @@ type Service struct {
 	Degree     func(partition int32) int
 }
 
-// Departed is a member that left the yellow pages: its last
-// announcement and when it was last seen.
-type Departed struct {
-	Ann      *pb.Announcement
-	LastSeen time.Time
-}
-
 // View is the cluster as one node's yellow pages show it.
 type View struct {
-	Live     []*pb.Announcement
-	Departed []Departed
+	Live []*pb.Announcement
+	// Departed are the members the yellow pages remember as gone: the
+	// planner reads their last announcement (Ann) and LastSeen.
+	Departed []membership.Departed
 }
 
 // Memory is what the actor remembers between rounds: when each node not

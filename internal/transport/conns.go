@@ -38,11 +38,6 @@ type connKey struct {
 	lane       int
 }
 
-// MaxMessage is the largest gRPC message a node sends or accepts. gRPC's
-// default of 4 MiB would refuse a large request body or a replication batch
-// of large writes; the limit stays as a guard against runaway messages.
-const MaxMessage = 64 << 20
-
 // window is the HTTP/2 flow-control window of every stream and connection.
 // A fixed window turns off gRPC's bandwidth-delay probing, whose pings and
 // window updates cost extra writes on every small call; 4 MiB lets a
@@ -96,7 +91,7 @@ var (
 // authorisation to them.
 func ServerOptions() []grpc.ServerOption {
 	return append([]grpc.ServerOption{
-		grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage),
+		grpc.MaxRecvMsgSize(nerr.MaxMessageBytes), grpc.MaxSendMsgSize(nerr.MaxMessageBytes),
 		grpc.InitialWindowSize(window), grpc.InitialConnWindowSize(window),
 		grpc.NumStreamWorkers(streamWorkers),
 		serverKeepalive,
@@ -106,7 +101,7 @@ func ServerOptions() []grpc.ServerOption {
 
 // SizeOptions set a server's message limits to a body of max bytes plus
 // the call's envelope (nerr.WireOverhead); they override ServerOptions'
-// MaxMessage when appended after them.
+// nerr.MaxMessageBytes when appended after them.
 func SizeOptions(max int) []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(max + nerr.WireOverhead), grpc.MaxSendMsgSize(max + nerr.WireOverhead)}
 }
@@ -118,7 +113,7 @@ func CallSizeOptions(max int) grpc.DialOption {
 
 // NewConns returns an empty connection cache of plaintext connections.
 // Extra dial options are appended to the defaults (plaintext,
-// MaxMessage). Secured nodes and clients use Security.NewConns.
+// nerr.MaxMessageBytes). Secured nodes and clients use Security.NewConns.
 func NewConns(opts ...grpc.DialOption) *Conns {
 	return &Conns{
 		conns: map[connKey]*grpc.ClientConn{},
@@ -136,7 +131,7 @@ func DialOptions() []grpc.DialOption {
 func dialDefaults(creds grpc.DialOption) []grpc.DialOption {
 	return append([]grpc.DialOption{
 		creds,
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(nerr.MaxMessageBytes), grpc.MaxCallSendMsgSize(nerr.MaxMessageBytes)),
 		grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window),
 		clientKeepalive, reconnect,
 		grpc.WithChainUnaryInterceptor(declareSize),

@@ -82,7 +82,7 @@ type budgetRig struct {
 }
 
 func newBudgetRig(t *testing.T, max int64) *budgetRig {
-	return newBudgetRigLimited(t, max, MaxMessage-nerr.WireOverhead)
+	return newBudgetRigLimited(t, max, nerr.MaxMessageBytes-nerr.WireOverhead)
 }
 
 // newBudgetRigLimited is newBudgetRig with a server whose message limit
@@ -105,7 +105,7 @@ func newBudgetRigLimited(t *testing.T, max int64, message int) *budgetRig {
 		t.Fatal(err)
 	}
 	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxMessage)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(nerr.MaxMessageBytes)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/neptune-cluster/neptune/apps/kv"
 	"github.com/neptune-cluster/neptune/apps/listappend"
 	"github.com/neptune-cluster/neptune/internal/client"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/security"
 	"github.com/neptune-cluster/neptune/internal/transport"
@@ -101,8 +102,8 @@ func Client(ctx context.Context, in io.Reader, out io.Writer) error {
 	// operations, while those in flight finish and are recorded.
 	callCtx, cancelCalls := context.WithCancel(context.Background())
 	defer cancelCalls()
-	c, err := client.New(callCtx, client.Config{ID: spec.Name, Host: spec.IP, Join: spec.Join, AnnounceInterval: 200 * time.Millisecond,
-		AnnounceTTL: time.Second, Security: insecure})
+	c, err := client.New(callCtx, client.Config{Client: config.Client{Host: spec.IP, Join: spec.Join, AnnounceTTL: time.Second},
+		ID: spec.Name, AnnounceInterval: 200 * time.Millisecond, Material: insecure})
 	if err != nil {
 		return err
 	}

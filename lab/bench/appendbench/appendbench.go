@@ -24,6 +24,7 @@ import (
 
 	"github.com/neptune-cluster/neptune/apps/listappend"
 	"github.com/neptune-cluster/neptune/internal/client"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/replica/check"
 	"github.com/neptune-cluster/neptune/internal/security"
@@ -53,8 +54,8 @@ type Config struct {
 	// beside the kills; the fault phase still lasts Duration.
 	Fault func(ctx context.Context, cl *Cluster) error
 	// Retry is the client's retry policy (zero: the default;
-	// client.NoRetry shows what the cluster itself hides from callers).
-	Retry client.RetryPolicy
+	// config.NoRetry shows what the cluster itself hides from callers).
+	Retry config.RetryPolicy
 }
 
 // Cluster is three listappend nodes and a client.
@@ -103,7 +104,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		cl.Close()
 		return nil, err
 	}
-	c, err := client.New(ctx, client.Config{Join: cl.lc.Seeds(), AnnounceTTL: time.Second, Security: insecure, Retry: cfg.Retry})
+	c, err := client.New(ctx, client.Config{Client: config.Client{Join: cl.lc.Seeds(), AnnounceTTL: time.Second, Retry: cfg.Retry}, Material: insecure})
 	if err != nil {
 		cl.Close()
 		return nil, err

@@ -21,6 +21,7 @@ import (
 	"github.com/neptune-cluster/neptune/apps/micro"
 	"github.com/neptune-cluster/neptune/internal/aggregation"
 	"github.com/neptune-cluster/neptune/internal/client"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/security"
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
@@ -223,7 +224,7 @@ func (b *dacBench) startCluster(ctx context.Context, name string, workers func(i
 	if err != nil {
 		return fail(err)
 	}
-	d.c, err = client.New(ctx, client.Config{Join: seeds, Security: insecure})
+	d.c, err = client.New(ctx, client.Config{Client: config.Client{Join: seeds}, Material: insecure})
 	if err != nil {
 		return fail(err)
 	}

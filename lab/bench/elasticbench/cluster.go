@@ -21,6 +21,7 @@ import (
 
 	"github.com/neptune-cluster/neptune/apps/listappend"
 	"github.com/neptune-cluster/neptune/internal/client"
+	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/replica/check"
 	"github.com/neptune-cluster/neptune/internal/replica/wal"
@@ -94,7 +95,7 @@ placement:
 		cl.Close()
 		return nil, err
 	}
-	if cl.C, err = client.New(ctx, client.Config{Join: cl.lc.Seeds(), AnnounceTTL: time.Second, Security: insecure}); err != nil {
+	if cl.C, err = client.New(ctx, client.Config{Client: config.Client{Join: cl.lc.Seeds(), AnnounceTTL: time.Second}, Material: insecure}); err != nil {
 		cl.Close()
 		return nil, err
 	}

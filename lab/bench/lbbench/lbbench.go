@@ -356,10 +356,7 @@ func mergeCell(base, c lbCell, workload string, load float64, d time.Duration) l
 	if c.ProbeSize != 0 {
 		out.ProbeSize = c.ProbeSize
 	}
-	switch {
-	case c.Discard < 0:
-		out.Discard = 0 // wait for every answer (capped at balance.WaitAllCap)
-	case c.Discard > 0:
+	if c.Discard != 0 { // negative: wait for every answer (capped at balance.WaitAllCap)
 		out.Discard = c.Discard
 	}
 	if c.Capacity != 0 {

@@ -1,4 +1,4 @@
-package dashboard_test
+package clustertest
 
 import (
 	"bufio"
@@ -42,16 +42,6 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-func buildNeptune(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "neptune")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/neptune-cluster/neptune/cmd/neptune").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // TestBrowser drives the dashboard in headless Chromium against three
 // real node processes and a gateway: every view loads without console
 // errors and shows its data, filters narrow the tables, a SIGKILLed node
@@ -67,7 +57,7 @@ func TestBrowser(t *testing.T) {
 	defer cancel()
 	started := time.Now()
 
-	bin := buildNeptune(t)
+	bin := neptuneBinary(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "cluster.yaml")
 	yaml := `services:
@@ -121,7 +111,7 @@ func TestBrowser(t *testing.T) {
 		}
 		return best, epoch
 	}
-	waitUntil(t, 20*time.Second, "every kv partition has a primary", func() bool {
+	browserWaitUntil(t, 20*time.Second, "every kv partition has a primary", func() bool {
 		for p := range 4 {
 			if n, _ := primary(p); n == "" {
 				return false
@@ -137,7 +127,7 @@ func TestBrowser(t *testing.T) {
 			break
 		}
 	}
-	gwDash := startGateway(t, ctx, bin, dir, cl)
+	gwDash := startBrowserGateway(t, ctx, bin, dir, cl)
 
 	// Traffic: writes and reads on kv, classed calls on echo, requests
 	// through the gateway, until the test ends.
@@ -216,7 +206,7 @@ func TestBrowser(t *testing.T) {
 		if err != nil {
 			t.Fatalf("screenshot %s: %v", name, err)
 		}
-		out := filepath.Join("..", "..", "docs", "figures", "dashboard", name+".png")
+		out := filepath.Join("..", "docs", "figures", "dashboard", name+".png")
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +237,7 @@ func TestBrowser(t *testing.T) {
 	// second) until cond holds.
 	waitPage := func(what string, d time.Duration, cond func() bool) {
 		t.Helper()
-		waitUntil(t, d, what, cond)
+		browserWaitUntil(t, d, what, cond)
 	}
 	open := func(url string) {
 		t.Helper()
@@ -431,12 +421,12 @@ func TestBrowser(t *testing.T) {
 	t.Logf("browser test took %v", time.Since(started).Round(100*time.Millisecond))
 }
 
-type gatewayAddrs struct{ http, metrics string }
+type browserGatewayAddrs struct{ http, metrics string }
 
-var gatewayUp = regexp.MustCompile(`gateway up: http (\S+), metrics (\S+),`)
+var browserGatewayUp = regexp.MustCompile(`gateway up: http (\S+), metrics (\S+),`)
 
-// startGateway runs `neptune gateway` with two subscribers in front of kv.
-func startGateway(t *testing.T, ctx context.Context, bin, dir string, cl *localcluster.Cluster) gatewayAddrs {
+// startBrowserGateway runs `neptune gateway` with two subscribers in front of kv.
+func startBrowserGateway(t *testing.T, ctx context.Context, bin, dir string, cl *localcluster.Cluster) browserGatewayAddrs {
 	t.Helper()
 	path := filepath.Join(dir, "gw.yaml")
 	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
@@ -463,12 +453,12 @@ routes:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() })
-	up := make(chan gatewayAddrs, 1)
+	up := make(chan browserGatewayAddrs, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if m := gatewayUp.FindStringSubmatch(sc.Text()); m != nil {
-				up <- gatewayAddrs{http: m[1], metrics: m[2]}
+			if m := browserGatewayUp.FindStringSubmatch(sc.Text()); m != nil {
+				up <- browserGatewayAddrs{http: m[1], metrics: m[2]}
 			}
 		}
 	}()
@@ -479,10 +469,10 @@ routes:
 		b, _ := os.ReadFile(filepath.Join(dir, "gw.log"))
 		t.Fatalf("gateway not up after 15s:\n%s", b)
 	}
-	return gatewayAddrs{}
+	return browserGatewayAddrs{}
 }
 
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+func browserWaitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
