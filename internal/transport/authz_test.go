@@ -66,6 +66,11 @@ func (r *recorder) Aggregate(ctx context.Context, _ *pb.AggregateRequest) (*pb.A
 	return &pb.AggregateResponse{}, nil
 }
 
+func (r *recorder) AggregateStream(_ *pb.AggregateRequest, s grpc.ServerStreamingServer[pb.AggregateResponse]) error {
+	r.seen(s.Context())
+	return s.Send(&pb.AggregateResponse{Final: true})
+}
+
 func (r *recorder) Replicate(ctx context.Context, _ *pb.ReplicaBatch) (*pb.ReplicaBatchAck, error) {
 	r.seen(ctx)
 	return &pb.ReplicaBatchAck{}, nil
