@@ -137,8 +137,9 @@ func (s *Server) ServeStream(ctx context.Context, in *pb.AggregateRequest, send 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		mu      sync.Mutex
-		latest  *pb.AggregateResponse
+		mu     sync.Mutex
+		latest *pb.AggregateResponse
+		// sendErr is the sender's; read once it has stopped.
 		sendErr error
 	)
 	wake, stop, stopped := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
@@ -157,10 +158,7 @@ func (s *Server) ServeStream(ctx context.Context, in *pb.AggregateRequest, send 
 			if f == nil {
 				continue
 			}
-			if err := send(f); err != nil {
-				mu.Lock()
-				sendErr = err
-				mu.Unlock()
+			if sendErr = send(f); sendErr != nil {
 				cancel()
 				return
 			}
