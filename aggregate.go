@@ -11,6 +11,14 @@ type Aggregation = aggregation.Aggregation
 // AggregateResult is what an aggregation returns.
 type AggregateResult = aggregation.Result
 
+// AggregateStream is a streaming aggregation in flight
+// (Client.AggregateStream).
+type AggregateStream = aggregation.Stream
+
+// AggregateProgress is one partial result of a streaming aggregation and
+// its quality so far.
+type AggregateProgress = aggregation.Progress
+
 // Scheme selects how an aggregation's reduction tree is formed.
 type Scheme = aggregation.Scheme
 

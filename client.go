@@ -236,6 +236,22 @@ func (c *Client) Aggregate(ctx context.Context, a Aggregation) (*AggregateResult
 	return c.c.Aggregate(ctx, a, aggregation.Experiment{})
 }
 
+// AggregateStream runs an aggregation like Aggregate whose partial
+// results stream back as the tree reduces them: Next returns each one,
+// covering more partitions than the last and saying its quality so far
+// (Contributing, Missing, Coverage, QualityMet), the last with Final
+// set, then io.EOF. The deadline and quality are Aggregate's: the final
+// result comes by about T, and Result judges it against ρ as Aggregate
+// would. Close stops early (say, once QualityMet): the rest of the
+// tree's work is cancelled and Result reports the last partial result.
+// Errors found before anything is sent (a bad Aggregation, an unknown
+// service) return at once. Partial results come from the top of the
+// tree, as its reductions finish: about log n of them on a LAT or
+// binomial tree, one per partition with SchemeBase.
+func (c *Client) AggregateStream(ctx context.Context, a Aggregation) (*AggregateStream, error) {
+	return c.c.AggregateStream(ctx, a, aggregation.Experiment{})
+}
+
 // Members returns the yellow pages, polling each member's load for every
 // partition it hosts (answers later than wait count as -1); wait <= 0
 // lists them at once without polling (every load -1), for a caller that

@@ -44,3 +44,38 @@ func Example() {
 	fmt.Println(string(resp.Body))
 	// Output: hello, world (partition 1)
 }
+
+// A streaming aggregation shows its partial results as the tree reduces
+// them; a caller content with half the partitions stops there, which
+// cancels the rest of the tree's work.
+func ExampleClient_AggregateStream() {
+	ctx := context.Background()
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Join: []string{"10.0.0.1:7946"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.AggregateStream(ctx, neptune.Aggregation{
+		Service: "search", Partitions: []int{0, 1, 2, 3, 4, 5, 6, 7}, Local: "topk", Reduce: "merge",
+		LocalParams: []byte("neptune"), Quality: 0.5, Deadline: time.Second,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for {
+		p, err := s.Next()
+		if err != nil { // io.EOF after the final partial
+			break
+		}
+		fmt.Printf("%.0f%% in, %v missing\n", 100*p.Coverage, p.Missing)
+		if p.QualityMet {
+			s.Close()
+			break
+		}
+	}
+	res, err := s.Result() // as Aggregate's, for the partial stopped at
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Status, res.Contributing)
+}

@@ -61,10 +61,11 @@ type MethodConfig struct {
 }
 
 // validateMethods checks the common fields; where prefixes messages with
-// the YAML path, e.g. "http".
-func validateMethods(where string, ms []MethodConfig) error {
-	if len(ms) == 0 {
-		return fmt.Errorf("%s.methods is empty: map at least one method", where)
+// the YAML path, e.g. "http". A service with aggregation operators
+// (operators) may have no methods.
+func validateMethods(where string, ms []MethodConfig, operators bool) error {
+	if len(ms) == 0 && !operators {
+		return fmt.Errorf("%s.methods is empty: map at least one method, or declare aggregate operators", where)
 	}
 	seen := map[string]bool{}
 	for i, m := range ms {

@@ -40,6 +40,10 @@ type ExecConfig struct {
 	MaxRequest  int64          `yaml:"max_request"`
 	MaxResponse int64          `yaml:"max_response"`
 	Methods     []MethodConfig `yaml:"methods"`
+	// Aggregate declares aggregation operators, each a run of the
+	// command with its own args (aggregate.go): a local operator in the
+	// partition's directory, a reduction in data_dir.
+	Aggregate *AggregateConfig `yaml:"aggregate"`
 }
 
 // Validate checks the config; messages name the YAML field under "exec".
@@ -61,7 +65,10 @@ func (c ExecConfig) Validate() error {
 			return fmt.Errorf("exec.ok_exit_codes[%d]: %d is not an exit code (0..255)", i, code)
 		}
 	}
-	if err := validateMethods("exec", c.Methods); err != nil {
+	if err := validateMethods("exec", c.Methods, c.Aggregate != nil); err != nil {
+		return err
+	}
+	if err := c.Aggregate.validate("exec.aggregate", false); err != nil {
 		return err
 	}
 	for i, m := range c.Methods {
@@ -102,7 +109,27 @@ func NewExec(name string, c ExecConfig) (neptune.Service, error) {
 			return &neptune.Response{Body: out, Version: r.LSN, Used: used}, nil
 		}})
 	}
+	svc.Aggregate = c.Aggregate.aggregator(c.operator)
 	return svc, nil
+}
+
+// operator runs an aggregation operator: the command with op's args (the
+// command's own if op has none), told the operator in NEPTUNE_OPERATOR
+// and NEPTUNE_METHOD, body on stdin, stdout its result. A reduction
+// (partition -1) runs in data_dir and has no NEPTUNE_PARTITION.
+func (c ExecConfig) operator(ctx context.Context, kind string, op OperatorConfig, partition int, body []byte) ([]byte, error) {
+	args := c.Args
+	if op.Args != nil {
+		args = op.Args
+	}
+	dir := c.DataDir
+	env := []string{"NEPTUNE_OPERATOR=" + kind, "NEPTUNE_METHOD=" + op.Name}
+	if partition >= 0 {
+		dir = filepath.Join(c.DataDir, strconv.Itoa(partition))
+		env = append(env, "NEPTUNE_PARTITION="+strconv.Itoa(partition))
+	}
+	out, err := c.runCmd(ctx, args, dir, append(env, "NEPTUNE_DATA_DIR="+dir), body)
+	return out.stdout, err
 }
 
 // run runs the program once. Besides its output it returns what the
@@ -111,7 +138,13 @@ func NewExec(name string, c ExecConfig) (neptune.Service, error) {
 // handler's thread only waits for the program and would otherwise be
 // charged next to nothing.
 func (c ExecConfig) run(ctx context.Context, args []string, r *neptune.Request) ([]byte, neptune.Usage, error) {
-	out, err := c.runCmd(ctx, args, r)
+	dir := filepath.Join(c.DataDir, strconv.Itoa(r.Partition))
+	out, err := c.runCmd(ctx, args, dir, []string{
+		"NEPTUNE_PARTITION=" + strconv.Itoa(r.Partition),
+		"NEPTUNE_LSN=" + strconv.FormatUint(r.LSN, 10),
+		"NEPTUNE_METHOD=" + r.Method,
+		"NEPTUNE_DATA_DIR=" + dir,
+	}, r.Body)
 	var used neptune.Usage
 	if out.cmd != nil && out.cmd.ProcessState != nil {
 		used = childUsage(out.cmd.ProcessState)
@@ -124,12 +157,13 @@ type execResult struct {
 	stdout []byte
 }
 
-func (c ExecConfig) runCmd(ctx context.Context, args []string, r *neptune.Request) (execResult, error) {
+// runCmd runs the command once in dir, with env added to the node's
+// environment and stdin as its input.
+func (c ExecConfig) runCmd(ctx context.Context, args []string, dir string, env []string, stdin []byte) (execResult, error) {
 	var res execResult
-	if int64(len(r.Body)) > c.MaxRequest {
-		return res, fmt.Errorf("%w: %s: request body of %d bytes exceeds exec.max_request (%d); not run", neptune.ErrTooLarge, c.Command, len(r.Body), c.MaxRequest)
+	if int64(len(stdin)) > c.MaxRequest {
+		return res, fmt.Errorf("%w: %s: request body of %d bytes exceeds exec.max_request (%d); not run", neptune.ErrTooLarge, c.Command, len(stdin), c.MaxRequest)
 	}
-	dir := filepath.Join(c.DataDir, strconv.Itoa(r.Partition))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return res, fmt.Errorf("%w: %s: data dir: %v", ErrUnreachable, c.Command, err)
 	}
@@ -138,14 +172,8 @@ func (c ExecConfig) runCmd(ctx context.Context, args []string, r *neptune.Reques
 	cmd := exec.CommandContext(ctx, c.Command, args...)
 	res.cmd = cmd
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
-		"NEPTUNE_PARTITION="+strconv.Itoa(r.Partition),
-		"NEPTUNE_LSN="+strconv.FormatUint(r.LSN, 10),
-		"NEPTUNE_METHOD="+r.Method,
-		"NEPTUNE_DATA_DIR="+dir,
-	)
-	cmd.Env = append(cmd.Env, traceEnv(ctx)...)
-	cmd.Stdin = bytes.NewReader(r.Body)
+	cmd.Env = append(append(os.Environ(), env...), traceEnv(ctx)...)
+	cmd.Stdin = bytes.NewReader(stdin)
 	var stdout capped
 	stdout.max = c.MaxResponse
 	var stderr capped

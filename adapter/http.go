@@ -36,6 +36,9 @@ type HTTPConfig struct {
 	MaxResponse int64 `yaml:"max_response"`
 	// Methods map Neptune methods to routes.
 	Methods []MethodConfig `yaml:"methods"`
+	// Aggregate declares aggregation operators the program serves, each
+	// at a route the node POSTs to (aggregate.go).
+	Aggregate *AggregateConfig `yaml:"aggregate"`
 }
 
 // Validate checks the config; messages name the YAML field under "http".
@@ -55,7 +58,10 @@ func (c HTTPConfig) Validate() error {
 	case c.MaxRequest < 0:
 		return fmt.Errorf("http.max_request must be >= 0, got %d", c.MaxRequest)
 	}
-	if err := validateMethods("http", c.Methods); err != nil {
+	if err := validateMethods("http", c.Methods, c.Aggregate != nil); err != nil {
+		return err
+	}
+	if err := c.Aggregate.validate("http.aggregate", true); err != nil {
 		return err
 	}
 	for i, m := range c.Methods {
@@ -155,10 +161,18 @@ func NewHTTP(name string, c HTTPConfig) (neptune.Service, error) {
 	if c.CheckRoute != "" {
 		svc.Check = h.check
 	}
+	svc.Aggregate = c.Aggregate.aggregator(h.operator)
 	return svc, nil
 }
 
 func (h *httpService) do(ctx context.Context, verb, route, method string, partition int, lsn uint64, body []byte) ([]byte, error) {
+	return h.send(ctx, verb, route, method, partition, lsn, body, "")
+}
+
+// send is do for a method (operator "") or an aggregation operator
+// (operator "local" or "reduce", partition -1 for a reduction: no
+// partition header).
+func (h *httpService) send(ctx context.Context, verb, route, method string, partition int, lsn uint64, body []byte, operator string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
 	defer cancel()
 	if int64(len(body)) > h.cfg.MaxRequest {
@@ -172,8 +186,14 @@ func (h *httpService) do(ctx context.Context, verb, route, method string, partit
 	if err != nil {
 		return nil, fmt.Errorf("adapter: %s %s: %w", verb, route, err)
 	}
-	req.Header.Set(HeaderPartition, strconv.Itoa(partition))
-	req.Header.Set(HeaderLSN, strconv.FormatUint(lsn, 10))
+	if partition >= 0 {
+		req.Header.Set(HeaderPartition, strconv.Itoa(partition))
+	}
+	if operator != "" {
+		req.Header.Set(HeaderOperator, operator)
+	} else {
+		req.Header.Set(HeaderLSN, strconv.FormatUint(lsn, 10))
+	}
 	req.Header.Set(HeaderMethod, method)
 	traceHeaders(ctx, req.Header)
 	if len(body) > 0 {

@@ -145,6 +145,14 @@ func ints(xs []int32) []int {
 	return out
 }
 
+func int32s(xs []int) []int32 {
+	out := make([]int32, len(xs))
+	for i, x := range xs {
+		out[i] = int32(x)
+	}
+	return out
+}
+
 func bytesOf(d any) []byte {
 	b, _ := d.([]byte)
 	return b

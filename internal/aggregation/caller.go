@@ -118,11 +118,33 @@ func (c *Caller) Aggregate(ctx context.Context, a Aggregation, x Experiment) (re
 }
 
 func (c *Caller) aggregate(ctx context.Context, a Aggregation, x Experiment, sp *callSpan) (*Result, error) {
+	l, err := c.prepare(ctx, a, x, sp)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.child(ctx, l.start, l.base, l.top, l.parts, l.hop)
+	return c.conclude(ctx, a, l, resp, err)
+}
+
+// launch is a planned aggregation, ready to send to the top of its tree.
+type launch struct {
+	req   dac.Request
+	start time.Time
+	base  *pb.AggregateRequest
+	// top is the root participant, or Base's coordinator; parts are the
+	// whole tree.
+	top   *pb.Participant
+	parts []*pb.Participant
+	hop   time.Duration
+}
+
+// prepare validates a, plans its participants (polls, loads), builds the
+// tree and sets the staged deadlines: everything before the first send.
+func (c *Caller) prepare(ctx context.Context, a Aggregation, x Experiment, sp *callSpan) (*launch, error) {
 	start := c.clock.Now()
 	if err := a.Validate(); err != nil {
 		return nil, err
 	}
-	req := a.request()
 	_, meanReduce := c.st.costs(a.Service, a.Deadline)
 	budget := a.ReduceBudget
 	if budget == 0 {
@@ -167,18 +189,24 @@ func (c *Caller) aggregate(ctx context.Context, a Aggregation, x Experiment, sp 
 		top = &pb.Participant{Index: -1, Parent: -1, DeadlineNs: int64(a.Deadline), Replicas: coordinators(plans)}
 	}
 	sp.planned(base.CallId, len(parts), polled)
-	resp, err := c.child(ctx, start, base, top, parts, hop)
+	return &launch{req: a.request(), start: start, base: base, top: top, parts: parts, hop: hop}, nil
+}
+
+// conclude turns the top's answer (resp, and the failure err of a top
+// that gave none or only a partial one) into the call's result: ErrBelowQuality with what did arrive when too few
+// partitions contributed.
+func (c *Caller) conclude(ctx context.Context, a Aggregation, l *launch, resp *pb.AggregateResponse, err error) (*Result, error) {
 	var p dac.Partial
 	hedges := 0
 	switch {
-	case err == nil:
+	case resp != nil:
 		c.st.observe(a.Service, resp)
 		p = dac.Partial{Partitions: ints(resp.Partitions), Data: resp.Data}
 		hedges = int(resp.Hedges)
 	case errors.Is(err, nerr.ErrUnknownMethod), errors.Is(err, nerr.ErrUnknownService), ctx.Err() != nil:
 		return nil, fmt.Errorf("neptune: aggregate %s: %w", a.Service, err)
 	}
-	res, ferr := dac.Finish(req, p)
+	res, ferr := dac.Finish(l.req, p)
 	out := &Result{Status: res.Status, Contributing: res.Contributing, Coverage: res.Coverage, Hedges: hedges}
 	if d, ok := res.Data.([]byte); ok {
 		out.Data = d

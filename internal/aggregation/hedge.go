@@ -151,13 +151,7 @@ func (c *Caller) send(ctx context.Context, start time.Time, base *pb.AggregateRe
 	if err != nil {
 		return nil, err
 	}
-	req := &pb.AggregateRequest{
-		CallId: base.CallId, Service: base.Service, Local: base.Local, LocalParams: base.LocalParams,
-		Reduce: base.Reduce, ReduceParams: base.ReduceParams, Self: target.Index,
-		ElapsedNs: int64(c.clock.Since(start)), DeadlineNs: target.DeadlineNs, GraceNs: base.GraceNs,
-		Hedge: base.Hedge, Class: base.Class, Blocking: base.Blocking, Participants: sub,
-	}
-	out, err := cl.Aggregate(ctx, req)
+	out, err := cl.Aggregate(ctx, c.request(start, base, target, sub))
 	if err != nil {
 		err = transport.FromStatus(r.Node, err)
 		if transport.IsTransport(err) && ctx.Err() == nil {
@@ -166,6 +160,17 @@ func (c *Caller) send(ctx context.Context, start time.Time, base *pb.AggregateRe
 		return nil, err
 	}
 	return out, nil
+}
+
+// request is what target is sent: its subtree sub of the call base, with
+// the time elapsed since start.
+func (c *Caller) request(start time.Time, base *pb.AggregateRequest, target *pb.Participant, sub []*pb.Participant) *pb.AggregateRequest {
+	return &pb.AggregateRequest{
+		CallId: base.CallId, Service: base.Service, Local: base.Local, LocalParams: base.LocalParams,
+		Reduce: base.Reduce, ReduceParams: base.ReduceParams, Self: target.Index,
+		ElapsedNs: int64(c.clock.Since(start)), DeadlineNs: target.DeadlineNs, GraceNs: base.GraceNs,
+		Hedge: base.Hedge, Class: base.Class, Blocking: base.Blocking, Participants: sub,
+	}
 }
 
 // latencyRing holds the last leafWindow leaf latencies of a service.

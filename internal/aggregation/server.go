@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -103,6 +104,9 @@ type call struct {
 	owed     *dac.Commitment
 	byParent map[int32][]*pb.Participant
 	children []*pb.Participant
+	// progress, at the top of a streaming aggregation, is shown each
+	// larger partial in hand (nil otherwise).
+	progress func(dac.Partial)
 }
 
 // event is a Machine event with the costs measured on the way.
@@ -119,6 +123,70 @@ type event struct {
 // ahead of local work. It waits for children in this RPC's goroutine,
 // which holds no worker slot.
 func (s *Server) Serve(ctx context.Context, in *pb.AggregateRequest) (answer *pb.AggregateResponse, failure error) {
+	return s.serve(ctx, in, nil)
+}
+
+// ServeStream is Serve at the top of a streaming aggregation
+// (AggregateStream): send gets a progress frame (partitions and data)
+// whenever this node's reduced result covers more partitions than before,
+// then the final frame, Serve's answer with Final set. Progress frames
+// are sent from a goroutine of their own, newest first: a caller slow to
+// read skips intermediate ones rather than holding the tree's reductions
+// back. An error from send cancels the call (the caller went away).
+func (s *Server) ServeStream(ctx context.Context, in *pb.AggregateRequest, send func(*pb.AggregateResponse) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu     sync.Mutex
+		latest *pb.AggregateResponse
+		// sendErr is the sender's; read once it has stopped.
+		sendErr error
+	)
+	wake, stop, stopped := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-wake:
+			case <-stop:
+				return
+			}
+			mu.Lock()
+			f := latest
+			latest = nil
+			mu.Unlock()
+			if f == nil {
+				continue
+			}
+			if sendErr = send(f); sendErr != nil {
+				cancel()
+				return
+			}
+		}
+	}()
+	progress := func(p dac.Partial) {
+		mu.Lock()
+		latest = &pb.AggregateResponse{Partitions: int32s(p.Partitions), Data: bytesOf(p.Data)}
+		mu.Unlock()
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	out, err := s.serve(ctx, in, progress)
+	close(stop)
+	<-stopped
+	if sendErr != nil {
+		return sendErr
+	}
+	if err != nil {
+		return err
+	}
+	out.Final = true
+	return send(out)
+}
+
+func (s *Server) serve(ctx context.Context, in *pb.AggregateRequest, progress func(dac.Partial)) (answer *pb.AggregateResponse, failure error) {
 	defer func() { s.caller.metrics().observeRoot(in, answer, failure) }()
 	if err := s.limits.check(in); err != nil {
 		return nil, err
@@ -157,7 +225,8 @@ func (s *Server) Serve(ctx context.Context, in *pb.AggregateRequest) (answer *pb
 	for i, ch := range c.children {
 		kids[i] = int(ch.Index)
 	}
-	c.cfg = dac.MachineConfig{Local: in.Self >= 0, Children: kids, Deadline: start.Add(time.Duration(in.DeadlineNs)), Grace: time.Duration(in.GraceNs)}
+	c.cfg = dac.MachineConfig{Local: in.Self >= 0, Children: kids, Deadline: start.Add(time.Duration(in.DeadlineNs)), Grace: time.Duration(in.GraceNs), Progress: progress != nil}
+	c.progress = progress
 	if self != nil {
 		c.cfg.Partition = int(self.Partition)
 	}
@@ -267,11 +336,10 @@ func (s *Server) run(ctx context.Context, c *call) (*pb.AggregateResponse, error
 				timers = append(timers, s.clock.AfterFunc(s.clock.Until(act.At), func() {
 					events <- event{ev: dac.Event{Kind: dac.Timeout}}
 				}))
+			case dac.Progress:
+				c.progress(act.Partial)
 			case dac.Send:
-				out.Partitions = make([]int32, len(act.Partial.Partitions))
-				for i, p := range act.Partial.Partitions {
-					out.Partitions[i] = int32(p)
-				}
+				out.Partitions = int32s(act.Partial.Partitions)
 				out.Data = bytesOf(act.Partial.Data)
 				return out, nil
 			}

@@ -295,6 +295,12 @@ func (c *Client) Conns() *transport.Conns { return c.conns }
 // forward subtrees (so both learn from the same leaf latencies).
 func (c *Client) Aggregation() *aggregation.Caller { return c.agg }
 
+// AggregateStream starts a streaming aggregation
+// (aggregation.Caller.Stream); x as for Aggregate.
+func (c *Client) AggregateStream(ctx context.Context, a aggregation.Aggregation, x aggregation.Experiment) (*aggregation.Stream, error) {
+	return c.agg.Stream(ctx, a, x)
+}
+
 // Aggregate runs a Data Aggregation Call (aggregation.Caller.Aggregate); x
 // selects an experiment's baseline, zero for the product's behaviour.
 func (c *Client) Aggregate(ctx context.Context, a aggregation.Aggregation, x aggregation.Experiment) (*aggregation.Result, error) {

@@ -60,6 +60,11 @@ const (
 	SetTimer
 	// Send: deliver Partial to the parent (or return it to the caller).
 	Send
+	// Progress (only with MachineConfig.Progress): Partial is the largest
+	// reduced result in hand, larger than any reported before; the shell
+	// may show it to the caller of a streaming aggregation. It is not the
+	// answer: Send still follows.
+	Progress
 )
 
 // Action is one output of a Machine.
@@ -85,6 +90,10 @@ type MachineConfig struct {
 	// reductions already handed out before it sends what it has without
 	// them. Zero sends at Deadline.
 	Grace time.Duration
+	// Progress asks for a Progress action whenever the largest reduced
+	// result in hand covers more partitions than any reported before
+	// (the top of a streaming aggregation).
+	Progress bool
 }
 
 // Machine is the event-driven aggregation state of one node for one call
@@ -108,6 +117,7 @@ type Machine struct {
 	seq          int
 	closed, sent bool
 	expired      bool // the grace period ended too
+	reported     int  // partitions in the last Progress
 	out          []Action
 }
 
@@ -210,11 +220,23 @@ func (m *Machine) advance() {
 		m.out = append(m.out, Action{Kind: RunReduce, Seq: m.seq, A: a.Data, B: b.Data})
 	}
 	if !m.expired && (len(m.inflight) > 0 || !(m.closed || m.complete())) {
+		if p := m.largest(); m.cfg.Progress && len(p.Partitions) > m.reported {
+			m.reported = len(p.Partitions)
+			m.out = append(m.out, Action{Kind: Progress, Partial: p})
+		}
 		return
 	}
-	// Expired with reductions still running: their inputs are the
-	// partials in hand too, and one of them may hold most of the subtree.
-	cands := m.ready // at most one, unless expired
+	p := m.largest()
+	m.ready = nil
+	m.closed, m.sent = true, true
+	m.out = append(m.out, Action{Kind: Send, Partial: p})
+}
+
+// largest is the partial in hand with the most partitions: a ready one
+// or an input of a running reduction (at expiry one of those may hold
+// most of the subtree); the first of equals in seq order.
+func (m *Machine) largest() Partial {
+	cands := slices.Clone(m.ready) // at most one, unless expired
 	for _, seq := range slices.Sorted(maps.Keys(m.inflight)) {
 		in := m.inflight[seq]
 		cands = append(cands, in[0], in[1])
@@ -225,9 +247,7 @@ func (m *Machine) advance() {
 			p = r
 		}
 	}
-	m.ready = nil
-	m.closed, m.sent = true, true
-	m.out = append(m.out, Action{Kind: Send, Partial: p})
+	return p
 }
 
 // complete reports whether every input has arrived.

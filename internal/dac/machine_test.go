@@ -291,3 +291,91 @@ func TestRequestAndFinish(t *testing.T) {
 		t.Errorf("ParseScheme(star) = %v", err)
 	}
 }
+
+// TestMachineReportsProgress: with Progress, the top of a streaming
+// aggregation reports each larger reduced result once, never a smaller or
+// equal one, and never in place of Send; without it, it reports nothing.
+func TestMachineReportsProgress(t *testing.T) {
+	m := NewMachine(MachineConfig{Partition: 0, Local: true, Children: []int{1, 2}, Progress: true})
+	m.Ready()
+	progress := func(out []Action) []int {
+		t.Helper()
+		var got []int
+		for _, a := range out {
+			if a.Kind == Progress {
+				if got != nil {
+					t.Fatalf("two Progress actions in one step: %+v", out)
+				}
+				got = slices.Sorted(slices.Values(a.Partial.Partitions))
+			}
+		}
+		return got
+	}
+	if got := progress(mustStep(t, m, Event{Kind: LocalDone, Data: 0})); !slices.Equal(got, []int{0}) {
+		t.Fatalf("after local: progress %v, want [0]", got)
+	}
+	out := mustStep(t, m, Event{Kind: ChildDone, From: 2, Partial: Partial{Partitions: []int{2, 5}, Data: 7}})
+	if got := progress(out); !slices.Equal(got, []int{2, 5}) {
+		t.Fatalf("after child 2: progress %v, want [2 5] (a reduction input)", got)
+	}
+	red := out[0]
+	if red.Kind != RunReduce {
+		t.Fatalf("after child 2: %+v, want a reduction first", out)
+	}
+	// The reduction fails: its inputs drop out, and nothing smaller is
+	// reported.
+	if got := progress(mustStep(t, m, Event{Kind: ReduceDone, Seq: red.Seq, Err: errors.New("boom")})); got != nil {
+		t.Fatalf("after failed reduction: progress %v, want none", got)
+	}
+	out = mustStep(t, m, Event{Kind: ChildDone, From: 1, Partial: Partial{Partitions: []int{1, 3, 4}, Data: 8}})
+	if got := progress(out); got != nil || len(out) != 1 || out[0].Kind != Send {
+		t.Fatalf("last input: %+v, want Send alone (progress %v)", out, got)
+	}
+
+	plain := NewMachine(MachineConfig{Partition: 0, Local: true, Children: []int{1}})
+	plain.Ready()
+	if got := progress(mustStep(t, plain, Event{Kind: LocalDone, Data: 0})); got != nil {
+		t.Fatalf("without Progress: reported %v", got)
+	}
+}
+
+// TestMachineProgressGrowsToSend: over random arrival orders the reported
+// sizes strictly grow and end below or at what is sent.
+func TestMachineProgressGrowsToSend(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 200 {
+		n := 1 + r.IntN(8)
+		kids := make([]int, n)
+		for i := range kids {
+			kids[i] = i + 1
+		}
+		m := NewMachine(MachineConfig{Partition: 0, Local: true, Children: kids, Progress: true})
+		m.Ready()
+		pending := []Event{{Kind: LocalDone, Data: 1}}
+		for _, k := range kids {
+			pending = append(pending, Event{Kind: ChildDone, From: k, Partial: Partial{Partitions: []int{k}, Data: 1}})
+		}
+		last, sent := 0, -1
+		for len(pending) > 0 && sent < 0 {
+			i := r.IntN(len(pending))
+			ev := pending[i]
+			pending = slices.Delete(pending, i, i+1)
+			for _, a := range mustStep(t, m, ev) {
+				switch a.Kind {
+				case Progress:
+					if len(a.Partial.Partitions) <= last {
+						t.Fatalf("progress %d after %d", len(a.Partial.Partitions), last)
+					}
+					last = len(a.Partial.Partitions)
+				case RunReduce:
+					pending = append(pending, Event{Kind: ReduceDone, Seq: a.Seq, Data: a.A.(int) + a.B.(int)})
+				case Send:
+					sent = len(a.Partial.Partitions)
+				}
+			}
+		}
+		if sent != n+1 || last > sent {
+			t.Fatalf("sent %d partitions (want %d), last progress %d", sent, n+1, last)
+		}
+	}
+}

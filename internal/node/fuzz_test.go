@@ -248,7 +248,38 @@ func FuzzAggregateRequest(f *testing.F) {
 		} else {
 			checkAnswer(t, "Aggregate", resp, err)
 		}
+
+		// The same request at the top of a streaming aggregation: frames,
+		// the last one final, or a status.
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel2()
+		st := &fakeAggStream{ctx: ctx2}
+		done = make(chan struct{})
+		go func() { defer close(done); err = s.AggregateStream(&in, st) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("AggregateStream ignored its context for 5 s: %v", &in)
+		}
+		if err != nil {
+			checkAnswer(t, "AggregateStream", nil, err)
+		} else if len(st.sent) == 0 || !st.sent[len(st.sent)-1].Final {
+			t.Fatalf("AggregateStream succeeded without a final frame: %v", st.sent)
+		}
 	})
+}
+
+// fakeAggStream is the server side of an AggregateStream call.
+type fakeAggStream struct {
+	grpc.ServerStream
+	ctx  context.Context
+	sent []*pb.AggregateResponse
+}
+
+func (s *fakeAggStream) Context() context.Context { return s.ctx }
+func (s *fakeAggStream) Send(f *pb.AggregateResponse) error {
+	s.sent = append(s.sent, f)
+	return nil
 }
 
 // fakeBidi is the server side of a BidiStream call: it delivers frames,

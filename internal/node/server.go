@@ -180,6 +180,15 @@ func (s *nodeServer) Aggregate(ctx context.Context, in *pb.AggregateRequest) (*p
 	return resp, nil
 }
 
+// AggregateStream runs this node's part of an aggregation at the top of
+// a streaming one: progress frames, then the final one.
+func (s *nodeServer) AggregateStream(in *pb.AggregateRequest, stream pb.Node_AggregateStreamServer) error {
+	if err := s.n.agg.ServeStream(stream.Context(), in, stream.Send); err != nil {
+		return transport.ToStatus(err)
+	}
+	return nil
+}
+
 func (n *Node) observe(in *pb.CallRequest, start time.Time, err error) {
 	n.metrics.calls.WithLabelValues(in.Service, in.Method, nerr.Label(err)).Inc()
 	n.metrics.latency.WithLabelValues(in.Service, in.Method).Observe(n.clock.Since(start).Seconds())

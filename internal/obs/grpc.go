@@ -77,7 +77,8 @@ func DialOptions() []grpc.DialOption {
 // not a user's call and would each start a trace of their own.
 func tracedRPC(info *stats.RPCTagInfo) bool {
 	switch info.FullMethodName {
-	case pb.Node_Call_FullMethodName, pb.Node_Stream_FullMethodName, pb.Node_BidiStream_FullMethodName, pb.Node_Aggregate_FullMethodName:
+	case pb.Node_Call_FullMethodName, pb.Node_Stream_FullMethodName, pb.Node_BidiStream_FullMethodName, pb.Node_Aggregate_FullMethodName,
+		pb.Node_AggregateStream_FullMethodName:
 		return true
 	}
 	return false

@@ -43,7 +43,7 @@ var (
 //     stream's messages are writes like a Call's, with the same identity
 //     rules, so whoever may call may send them).
 //
-//   - Stream, Aggregate: any member but gateways (a gateway carries
+//   - Stream, Aggregate, AggregateStream: any member but gateways (a gateway carries
 //     bidirectional streams only, and runs no aggregation). A blocking aggregation
 //     (AggregateRequest.blocking, the NoED experiment's baseline, which
 //     holds a worker on every node of the tree for the whole call) only
@@ -79,6 +79,7 @@ var Rules = map[string]Rule{
 	pb.Node_Call_FullMethodName:            {Roles: callers},
 	pb.Node_Stream_FullMethodName:          {Roles: anyMember},
 	pb.Node_Aggregate_FullMethodName:       {Roles: anyMember, Check: blockingFromOperator},
+	pb.Node_AggregateStream_FullMethodName: {Roles: anyMember, Check: blockingFromOperator},
 	pb.Node_Replicate_FullMethodName:       {Roles: nodesOnly, Check: replicateFromCaller},
 	pb.Node_Promote_FullMethodName:         {Roles: operatorOnly},
 	pb.Node_InstallSnapshot_FullMethodName: {Roles: nodesOnly, Check: snapshotFromCaller},

@@ -66,6 +66,11 @@ func (r *recorder) Aggregate(ctx context.Context, _ *pb.AggregateRequest) (*pb.A
 	return &pb.AggregateResponse{}, nil
 }
 
+func (r *recorder) AggregateStream(_ *pb.AggregateRequest, s grpc.ServerStreamingServer[pb.AggregateResponse]) error {
+	r.seen(s.Context())
+	return s.Send(&pb.AggregateResponse{Final: true})
+}
+
 func (r *recorder) Replicate(ctx context.Context, _ *pb.ReplicaBatch) (*pb.ReplicaBatchAck, error) {
 	r.seen(ctx)
 	return &pb.ReplicaBatchAck{}, nil
@@ -243,6 +248,11 @@ func (r *secureRig) call(cl pb.NodeClient, method string, from string) error {
 		}
 	case pb.Node_Aggregate_FullMethodName:
 		_, err = cl.Aggregate(ctx, &pb.AggregateRequest{Service: "kv"})
+	case pb.Node_AggregateStream_FullMethodName:
+		var s grpc.ServerStreamingClient[pb.AggregateResponse]
+		if s, err = cl.AggregateStream(ctx, &pb.AggregateRequest{Service: "kv"}); err == nil {
+			_, err = s.Recv()
+		}
 	case pb.Node_Replicate_FullMethodName:
 		_, err = cl.Replicate(ctx, &pb.ReplicaBatch{From: from, Messages: []*pb.ReplicaMessage{{Service: "kv", From: from, To: "n1"}}})
 	case pb.Node_Promote_FullMethodName:
@@ -290,6 +300,7 @@ func TestAuthorisationTable(t *testing.T) {
 		pb.Node_Call_FullMethodName:            {node, client, operator, gateway},
 		pb.Node_Stream_FullMethodName:          {node, client, operator},
 		pb.Node_Aggregate_FullMethodName:       {node, client, operator},
+		pb.Node_AggregateStream_FullMethodName: {node, client, operator},
 		pb.Node_Replicate_FullMethodName:       {node},
 		pb.Node_Promote_FullMethodName:         {operator},
 		pb.Node_InstallSnapshot_FullMethodName: {node},

@@ -42,7 +42,7 @@ import (
 //
 // One call is always admitted when nothing else is held, so a budget
 // smaller than one message cannot stop a node for good. The budget covers
-// the calls users make (Call, Stream, Aggregate, and BidiStream one
+// the calls users make (Call, Stream, Aggregate, AggregateStream, and BidiStream one
 // message at a time: perMessage), including a write a
 // replica forwards to its primary (a Call between nodes, charged at both:
 // the forwarder still holds the original). Replication's own traffic
@@ -61,6 +61,8 @@ var budgeted = map[string]bool{
 	pb.Node_Call_FullMethodName:      true,
 	pb.Node_Stream_FullMethodName:    true,
 	pb.Node_Aggregate_FullMethodName: true,
+	// AggregateStream: its one request, as Aggregate's.
+	pb.Node_AggregateStream_FullMethodName: true,
 }
 
 // DeclareSize returns ctx with the MetaRequestBytes header of req added

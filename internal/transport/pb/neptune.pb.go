@@ -1735,7 +1735,10 @@ type AggregateResponse struct {
 	ReduceNs   int64 `protobuf:"varint,5,opt,name=reduce_ns,json=reduceNs,proto3" json:"reduce_ns,omitempty"`
 	Reductions int32 `protobuf:"varint,6,opt,name=reductions,proto3" json:"reductions,omitempty"`
 	// hedges is how many leaf calls the subtree re-issued.
-	Hedges        int32 `protobuf:"varint,7,opt,name=hedges,proto3" json:"hedges,omitempty"`
+	Hedges int32 `protobuf:"varint,7,opt,name=hedges,proto3" json:"hedges,omitempty"`
+	// final marks AggregateStream's last frame; a progress frame carries
+	// only partitions and data.
+	Final         bool `protobuf:"varint,8,opt,name=final,proto3" json:"final,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1817,6 +1820,13 @@ func (x *AggregateResponse) GetHedges() int32 {
 		return x.Hedges
 	}
 	return 0
+}
+
+func (x *AggregateResponse) GetFinal() bool {
+	if x != nil {
+		return x.Final
+	}
+	return false
 }
 
 // ReplicaEntry is one write of a partition's REDO log (replica.Entry).
@@ -3002,7 +3012,7 @@ const file_neptune_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x03(\v2\x17.neptune.v1.ReplicaAddrR\breplicas\"<\n" +
 	"\vReplicaAddr\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x19\n" +
-	"\brpc_addr\x18\x02 \x01(\tR\arpcAddr\"\xcf\x01\n" +
+	"\brpc_addr\x18\x02 \x01(\tR\arpcAddr\"\xe5\x01\n" +
 	"\x11AggregateResponse\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x03(\x05R\n" +
@@ -3014,7 +3024,8 @@ const file_neptune_proto_rawDesc = "" +
 	"\n" +
 	"reductions\x18\x06 \x01(\x05R\n" +
 	"reductions\x12\x16\n" +
-	"\x06hedges\x18\a \x01(\x05R\x06hedges\"\xd2\x01\n" +
+	"\x06hedges\x18\a \x01(\x05R\x06hedges\x12\x14\n" +
+	"\x05final\x18\b \x01(\bR\x05final\"\xd2\x01\n" +
 	"\fReplicaEntry\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03lsn\x18\x02 \x01(\x04R\x03lsn\x12\x16\n" +
@@ -3115,11 +3126,12 @@ const file_neptune_proto_rawDesc = "" +
 	"\n" +
 	"CONTACT_OK\x10\x00\x12\x10\n" +
 	"\fCONTACT_LOST\x10\x01\x12\x15\n" +
-	"\x11CONTACT_NO_QUORUM\x10\x022\xe3\x05\n" +
+	"\x11CONTACT_NO_QUORUM\x10\x022\xb5\x06\n" +
 	"\x04Node\x129\n" +
 	"\x04Call\x12\x17.neptune.v1.CallRequest\x1a\x18.neptune.v1.CallResponse\x126\n" +
 	"\x06Stream\x12\x17.neptune.v1.CallRequest\x1a\x11.neptune.v1.Chunk0\x01\x12H\n" +
-	"\tAggregate\x12\x1c.neptune.v1.AggregateRequest\x1a\x1d.neptune.v1.AggregateResponse\x12B\n" +
+	"\tAggregate\x12\x1c.neptune.v1.AggregateRequest\x1a\x1d.neptune.v1.AggregateResponse\x12P\n" +
+	"\x0fAggregateStream\x12\x1c.neptune.v1.AggregateRequest\x1a\x1d.neptune.v1.AggregateResponse0\x01\x12B\n" +
 	"\tReplicate\x12\x18.neptune.v1.ReplicaBatch\x1a\x1b.neptune.v1.ReplicaBatchAck\x12?\n" +
 	"\aPromote\x12\x1a.neptune.v1.PromoteRequest\x1a\x18.neptune.v1.PromoteReply\x12G\n" +
 	"\x0fInstallSnapshot\x12\x19.neptune.v1.SnapshotChunk\x1a\x17.neptune.v1.SnapshotAck(\x01\x12T\n" +
@@ -3205,27 +3217,29 @@ var file_neptune_proto_depIdxs = []int32{
 	8,  // 19: neptune.v1.Node.Call:input_type -> neptune.v1.CallRequest
 	8,  // 20: neptune.v1.Node.Stream:input_type -> neptune.v1.CallRequest
 	19, // 21: neptune.v1.Node.Aggregate:input_type -> neptune.v1.AggregateRequest
-	26, // 22: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
-	30, // 23: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
-	28, // 24: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
-	32, // 25: neptune.v1.Node.ChangeReplicas:input_type -> neptune.v1.ChangeReplicasRequest
-	6,  // 26: neptune.v1.Node.Drain:input_type -> neptune.v1.DrainRequest
-	34, // 27: neptune.v1.Node.BidiStream:input_type -> neptune.v1.StreamFrame
-	2,  // 28: neptune.v1.Node.Backup:input_type -> neptune.v1.BackupRequest
-	4,  // 29: neptune.v1.Node.Debug:input_type -> neptune.v1.DebugRequest
-	9,  // 30: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
-	10, // 31: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
-	22, // 32: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
-	27, // 33: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
-	31, // 34: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
-	29, // 35: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
-	33, // 36: neptune.v1.Node.ChangeReplicas:output_type -> neptune.v1.ChangeReplicasReply
-	7,  // 37: neptune.v1.Node.Drain:output_type -> neptune.v1.DrainReply
-	34, // 38: neptune.v1.Node.BidiStream:output_type -> neptune.v1.StreamFrame
-	3,  // 39: neptune.v1.Node.Backup:output_type -> neptune.v1.BackupChunk
-	5,  // 40: neptune.v1.Node.Debug:output_type -> neptune.v1.DebugChunk
-	30, // [30:41] is the sub-list for method output_type
-	19, // [19:30] is the sub-list for method input_type
+	19, // 22: neptune.v1.Node.AggregateStream:input_type -> neptune.v1.AggregateRequest
+	26, // 23: neptune.v1.Node.Replicate:input_type -> neptune.v1.ReplicaBatch
+	30, // 24: neptune.v1.Node.Promote:input_type -> neptune.v1.PromoteRequest
+	28, // 25: neptune.v1.Node.InstallSnapshot:input_type -> neptune.v1.SnapshotChunk
+	32, // 26: neptune.v1.Node.ChangeReplicas:input_type -> neptune.v1.ChangeReplicasRequest
+	6,  // 27: neptune.v1.Node.Drain:input_type -> neptune.v1.DrainRequest
+	34, // 28: neptune.v1.Node.BidiStream:input_type -> neptune.v1.StreamFrame
+	2,  // 29: neptune.v1.Node.Backup:input_type -> neptune.v1.BackupRequest
+	4,  // 30: neptune.v1.Node.Debug:input_type -> neptune.v1.DebugRequest
+	9,  // 31: neptune.v1.Node.Call:output_type -> neptune.v1.CallResponse
+	10, // 32: neptune.v1.Node.Stream:output_type -> neptune.v1.Chunk
+	22, // 33: neptune.v1.Node.Aggregate:output_type -> neptune.v1.AggregateResponse
+	22, // 34: neptune.v1.Node.AggregateStream:output_type -> neptune.v1.AggregateResponse
+	27, // 35: neptune.v1.Node.Replicate:output_type -> neptune.v1.ReplicaBatchAck
+	31, // 36: neptune.v1.Node.Promote:output_type -> neptune.v1.PromoteReply
+	29, // 37: neptune.v1.Node.InstallSnapshot:output_type -> neptune.v1.SnapshotAck
+	33, // 38: neptune.v1.Node.ChangeReplicas:output_type -> neptune.v1.ChangeReplicasReply
+	7,  // 39: neptune.v1.Node.Drain:output_type -> neptune.v1.DrainReply
+	34, // 40: neptune.v1.Node.BidiStream:output_type -> neptune.v1.StreamFrame
+	3,  // 41: neptune.v1.Node.Backup:output_type -> neptune.v1.BackupChunk
+	5,  // 42: neptune.v1.Node.Debug:output_type -> neptune.v1.DebugChunk
+	31, // [31:43] is the sub-list for method output_type
+	19, // [19:31] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name

@@ -27,6 +27,7 @@ const (
 	Node_Call_FullMethodName            = "/neptune.v1.Node/Call"
 	Node_Stream_FullMethodName          = "/neptune.v1.Node/Stream"
 	Node_Aggregate_FullMethodName       = "/neptune.v1.Node/Aggregate"
+	Node_AggregateStream_FullMethodName = "/neptune.v1.Node/AggregateStream"
 	Node_Replicate_FullMethodName       = "/neptune.v1.Node/Replicate"
 	Node_Promote_FullMethodName         = "/neptune.v1.Node/Promote"
 	Node_InstallSnapshot_FullMethodName = "/neptune.v1.Node/InstallSnapshot"
@@ -52,6 +53,12 @@ type NodeClient interface {
 	// Aggregate calls) and the reductions, and answers with the partial
 	// result by its deadline.
 	Aggregate(ctx context.Context, in *AggregateRequest, opts ...grpc.CallOption) (*AggregateResponse, error)
+	// AggregateStream is Aggregate at the top of a streaming aggregation's
+	// tree (the root, or Base's coordinator): every time the node's reduced
+	// result covers more partitions it sends it (a progress frame), and its
+	// last frame (final set) is what Aggregate would have answered. The
+	// caller ending the stream cancels the tree's remaining work.
+	AggregateStream(ctx context.Context, in *AggregateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AggregateResponse], error)
 	// Replicate delivers replication messages between the replicas of
 	// partitions (replica.Message), batched per destination node.
 	Replicate(ctx context.Context, in *ReplicaBatch, opts ...grpc.CallOption) (*ReplicaBatchAck, error)
@@ -138,6 +145,25 @@ func (c *nodeClient) Aggregate(ctx context.Context, in *AggregateRequest, opts .
 	return out, nil
 }
 
+func (c *nodeClient) AggregateStream(ctx context.Context, in *AggregateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AggregateResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[1], Node_AggregateStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AggregateRequest, AggregateResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_AggregateStreamClient = grpc.ServerStreamingClient[AggregateResponse]
+
 func (c *nodeClient) Replicate(ctx context.Context, in *ReplicaBatch, opts ...grpc.CallOption) (*ReplicaBatchAck, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReplicaBatchAck)
@@ -160,7 +186,7 @@ func (c *nodeClient) Promote(ctx context.Context, in *PromoteRequest, opts ...gr
 
 func (c *nodeClient) InstallSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotAck], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[1], Node_InstallSnapshot_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[2], Node_InstallSnapshot_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +219,7 @@ func (c *nodeClient) Drain(ctx context.Context, in *DrainRequest, opts ...grpc.C
 
 func (c *nodeClient) BidiStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamFrame, StreamFrame], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[2], Node_BidiStream_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[3], Node_BidiStream_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +232,7 @@ type Node_BidiStreamClient = grpc.BidiStreamingClient[StreamFrame, StreamFrame]
 
 func (c *nodeClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[3], Node_Backup_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[4], Node_Backup_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +251,7 @@ type Node_BackupClient = grpc.ServerStreamingClient[BackupChunk]
 
 func (c *nodeClient) Debug(ctx context.Context, in *DebugRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DebugChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[4], Node_Debug_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[5], Node_Debug_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -257,6 +283,12 @@ type NodeServer interface {
 	// Aggregate calls) and the reductions, and answers with the partial
 	// result by its deadline.
 	Aggregate(context.Context, *AggregateRequest) (*AggregateResponse, error)
+	// AggregateStream is Aggregate at the top of a streaming aggregation's
+	// tree (the root, or Base's coordinator): every time the node's reduced
+	// result covers more partitions it sends it (a progress frame), and its
+	// last frame (final set) is what Aggregate would have answered. The
+	// caller ending the stream cancels the tree's remaining work.
+	AggregateStream(*AggregateRequest, grpc.ServerStreamingServer[AggregateResponse]) error
 	// Replicate delivers replication messages between the replicas of
 	// partitions (replica.Message), batched per destination node.
 	Replicate(context.Context, *ReplicaBatch) (*ReplicaBatchAck, error)
@@ -312,6 +344,9 @@ func (UnimplementedNodeServer) Stream(*CallRequest, grpc.ServerStreamingServer[C
 }
 func (UnimplementedNodeServer) Aggregate(context.Context, *AggregateRequest) (*AggregateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Aggregate not implemented")
+}
+func (UnimplementedNodeServer) AggregateStream(*AggregateRequest, grpc.ServerStreamingServer[AggregateResponse]) error {
+	return status.Error(codes.Unimplemented, "method AggregateStream not implemented")
 }
 func (UnimplementedNodeServer) Replicate(context.Context, *ReplicaBatch) (*ReplicaBatchAck, error) {
 	return nil, status.Error(codes.Unimplemented, "method Replicate not implemented")
@@ -404,6 +439,17 @@ func _Node_Aggregate_Handler(srv interface{}, ctx context.Context, dec func(inte
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Node_AggregateStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(AggregateRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(NodeServer).AggregateStream(m, &grpc.GenericServerStream[AggregateRequest, AggregateResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_AggregateStreamServer = grpc.ServerStreamingServer[AggregateResponse]
 
 func _Node_Replicate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReplicaBatch)
@@ -549,6 +595,11 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Stream",
 			Handler:       _Node_Stream_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "AggregateStream",
+			Handler:       _Node_AggregateStream_Handler,
 			ServerStreams: true,
 		},
 		{
