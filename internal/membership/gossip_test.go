@@ -57,8 +57,9 @@ func TestListenerLearnsEveryMemberAndKeepsThem(t *testing.T) {
 	}
 	defer listener.Close()
 
-	// Every member learns of the listener through memberlist within two
-	// (real) push/pull intervals, which memberlist sets to the TTL.
+	// Every member learns of the listener through memberlist's gossip
+	// (real time; generous, since under the race detector on a busy
+	// machine a member took over 2 s to learn of the last joiners).
 	allKnow := func() bool {
 		for _, m := range members {
 			if m.Members() != n+1 {
@@ -67,7 +68,7 @@ func TestListenerLearnsEveryMemberAndKeepsThem(t *testing.T) {
 		}
 		return true
 	}
-	if !eventually(ctx, 2*ttl+200*time.Millisecond, allKnow) {
+	if !eventually(ctx, 10*time.Second, allKnow) {
 		for _, m := range members {
 			if got := m.Members(); got != n+1 {
 				t.Errorf("%s knows %d members, want %d", m.cfg.NodeID, got, n+1)
