@@ -171,7 +171,7 @@ lookups, or the machine was busy.`,
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured start of each cell")
 	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measured time per policy per round")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds, pooled")
-	fs.Float64Var(&cfg.LoadBound, "load-bound", cfg.LoadBound, "the affinity policy's load bound (0: its default, 2)")
+	fs.Float64Var(&cfg.LoadBound, "load-bound", cfg.LoadBound, "the affinity policy's load bound (0: its default, 1.25)")
 	addSeed(fs, &cfg.Seed, "the callers' keys")
 	fs.Float64Var(&cfg.GoalHits, "goal-hits", cfg.GoalHits, "goal: affinity's hit ratio at least this x the best other policy's")
 	fs.Float64Var(&cfg.GoalThroughput, "goal-throughput", cfg.GoalThroughput, "goal: affinity's throughput at least this x the best other policy's")
