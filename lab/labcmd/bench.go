@@ -173,6 +173,7 @@ lookups, or the machine was busy.`,
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds, pooled")
 	fs.Float64Var(&cfg.LoadBound, "load-bound", cfg.LoadBound, "the affinity policy's load bound (0: its default, 1.25)")
 	addSeed(fs, &cfg.Seed, "the callers' keys")
+	fs.StringVar(&cfg.Nginx, "nginx", cfg.Nginx, "nginx executable for the \"nginx hash\" row (skipped if not found)")
 	fs.Float64Var(&cfg.GoalHits, "goal-hits", cfg.GoalHits, "goal: affinity's hit ratio at least this x the best other policy's")
 	fs.Float64Var(&cfg.GoalThroughput, "goal-throughput", cfg.GoalThroughput, "goal: affinity's throughput at least this x the best other policy's")
 	fs.StringVar(&cfg.DataDir, "dir", cfg.DataDir, "`directory` for the nodes' files (default: a temporary one)")
