@@ -8,7 +8,9 @@
 // contender starting from empty memory. Printed per policy: the memory
 // tier's hit ratio over every node, throughput and mean latency, and the
 // affinity policy's ratios to the best of the others, judged against
-// goals fixed by flags before the run.
+// goals fixed by flags before the run. Two rows that hash keys are
+// printed, not judged: the policy with no bound, and nginx `hash
+// $http_x_affinity consistent` in front of the nodes (nginx.go).
 package localitybench
 
 import (
