@@ -58,7 +58,7 @@ type Placement = placement.Config
 // answer, up to a second); zero fields take their defaults. Policy is one
 // of BalancingPolicies(); PollSize is how many replicas "polling" asks
 // (default 3); LoadBound how far above the mean "affinity" lets a key's
-// replica load up before the key spills (default 2). The other fields
+// replica load up before the key spills (default 1.25, Envoy's rule). The other fields
 // tune the async, push and broadcast policies (see the policies' notes in
 // docs/architecture/balance.md).
 type Balancing = balance.Config

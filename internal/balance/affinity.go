@@ -10,15 +10,15 @@ import (
 )
 
 // DefaultLoadBound is the affinity policy's bound when Config.LoadBound is
-// 0: a replica takes a keyed call while this client's requests in flight
-// to it, the call included, stay within twice their mean over the
-// candidates, rounded up (Mirrokni et al.'s c; Envoy's
-// hash_balance_factor 200). Their 1.25 is for balancers with many calls
-// in flight: with four, the rounding makes a replica with two "overloaded"
-// and keys spill often — in `neptune bench locality` at 4 calls in flight
-// per client over 3 replicas, 1.25 kept a hit ratio of 0.36 where 2 kept
-// 0.48 and pure hashing 0.48 (docs/experiments/locality.md).
-const DefaultLoadBound = 2.0
+// 0: Mirrokni et al.'s c and Envoy's hash_balance_factor 125. A replica
+// is overloaded, and a keyed call skips it, when its load exceeds
+// ⌈1.25 × the mean load, this call included⌉ (Capacity), so it may take
+// one call past that ceiling: Envoy's rule, which at a few calls in flight
+// leaves a replica one call of slack above the mean instead of spilling
+// whenever two calls meet on it (the old absolute-looking bound of 2 with
+// "load < limit" spilled at 4 in flight per client and cost a tenth of
+// the hits, docs/experiments/locality.md).
+const DefaultLoadBound = 1.25
 
 // Affine is a Policy that can route by an affinity key (a cache key, a
 // user): a call that carries one goes through PlanKey and ChooseKey
@@ -39,13 +39,20 @@ type Affine interface {
 // A keyed call ranks the candidates by their highest-random-weight hash
 // with the key (Thaler and Ravishankar) — every client ranks them the
 // same, and a replica that joins or leaves moves only the keys it wins or
-// held — and takes the first whose load, with this call, stays within
-// LoadBound × the mean load plus this call, rounded up. Load is this
-// client's own requests in flight (Sent minus Done), as Envoy's bounded
-// loads measure it: no poll on the keyed path, so a cache hit costs no
-// round trip. A hot key spills to its second-ranked replica, also the
-// same for every client, so the spilled share stays cached too. Because
-// the bound is at least the mean, some candidate always satisfies it.
+// held — and takes the first that is not overloaded: whose load is at
+// most Capacity, ⌈LoadBound × the mean load with this call⌉. Some
+// candidate always qualifies (their loads cannot all exceed the mean).
+//
+// Load blends two signals. This client's own requests in flight (Sent
+// minus Done), as Envoy's bounded loads count them, are exact but blind
+// to other clients; a replica's polled queue (a probe's answer, in
+// Report or ChooseKey's answers, younger than ProbeAge) sees every
+// client's calls. A replica's load is the larger of the two. Polls stay
+// off the call path: PlanKey asks for an asynchronous probe (Plan.Probe)
+// of the key's first replica when its answer is stale, so a cache hit
+// costs no round trip and the probes follow the keys that are used.
+// A hot key spills to its second-ranked replica, also the same for every
+// client, so the spilled share stays cached too.
 //
 // A call without a key falls back to prequal (the default poller), so a
 // service whose callers key only some calls keeps polling for the rest.
@@ -53,11 +60,17 @@ type Affine interface {
 type Affinity struct {
 	keyless     Policy
 	bound       float64
+	age         time.Duration
 	outstanding map[string]int
+	polled      map[string]Load      // the latest answer per replica
+	polledAt    map[string]time.Time // when it arrived
+	probing     map[string]time.Time // probes asked for and not answered
 }
 
 func newAffinity(cfg Config, rng *rand.Rand) *Affinity {
-	return &Affinity{keyless: newPrequal(cfg, rng), bound: cmp.Or(cfg.LoadBound, DefaultLoadBound), outstanding: map[string]int{}}
+	return &Affinity{keyless: newPrequal(cfg, rng), bound: cmp.Or(cfg.LoadBound, DefaultLoadBound),
+		age: cmp.Or(cfg.ProbeAge, defaultProbeAge), outstanding: map[string]int{},
+		polled: map[string]Load{}, polledAt: map[string]time.Time{}, probing: map[string]time.Time{}}
 }
 
 // Plan is prequal's, for a call without a key.
@@ -70,20 +83,52 @@ func (p *Affinity) Choose(now time.Time, candidates []string, answers []Load) st
 	return p.keyless.Choose(now, candidates, answers)
 }
 
-// PlanKey polls nobody: a keyed call chooses on its own loads.
-func (p *Affinity) PlanKey(time.Time, string, []string) Plan { return Plan{} }
+// PlanKey waits for no poll. It asks for an asynchronous probe of the
+// key's first replica when no answer from it is younger than ProbeAge
+// and none is pending (a lost one is asked again after ProbeAge).
+func (p *Affinity) PlanKey(now time.Time, key string, candidates []string) Plan {
+	first := Rank(key, candidates)[0]
+	if p.fresh(now, first) {
+		return Plan{}
+	}
+	if at, ok := p.probing[first]; ok && now.Sub(at) <= p.age {
+		return Plan{}
+	}
+	p.probing[first] = now
+	return Plan{Probe: []string{first}}
+}
 
-// ChooseKey returns the highest-ranked candidate for key whose load stays
-// within the bound.
-func (p *Affinity) ChooseKey(_ time.Time, key string, candidates []string, _ []Load) string {
+// ChooseKey returns the highest-ranked candidate for key that is not
+// overloaded.
+func (p *Affinity) ChooseKey(now time.Time, key string, candidates []string, answers []Load) string {
+	for _, l := range answers {
+		p.Report(now, l)
+	}
+	loads := make(map[string]int, len(candidates))
 	total := 0
 	for _, c := range candidates {
-		total += p.outstanding[c]
+		loads[c] = p.load(now, c)
+		total += loads[c]
 	}
 	limit := Capacity(p.bound, total, len(candidates))
 	ranked := Rank(key, candidates)
-	i := slices.IndexFunc(ranked, func(c string) bool { return p.outstanding[c] < limit })
-	return ranked[max(i, 0)] // i ≥ 0: the bound is at least the mean
+	i := slices.IndexFunc(ranked, func(c string) bool { return loads[c] <= limit })
+	return ranked[max(i, 0)] // i ≥ 0: the loads cannot all exceed the mean
+}
+
+// load is replica's load: this client's calls in flight to it, or its
+// fresh polled queue if that is larger.
+func (p *Affinity) load(now time.Time, replica string) int {
+	l := p.outstanding[replica]
+	if p.fresh(now, replica) {
+		l = max(l, p.polled[replica].Queue)
+	}
+	return l
+}
+
+func (p *Affinity) fresh(now time.Time, replica string) bool {
+	at, ok := p.polledAt[replica]
+	return ok && now.Sub(at) < p.age
 }
 
 // Sent counts a request in flight to replica.
@@ -102,13 +147,19 @@ func (p *Affinity) Done(now time.Time, replica string, latency time.Duration) {
 	p.keyless.Done(now, replica, latency)
 }
 
-// Report passes a late or pushed load to the keyless poller.
-func (p *Affinity) Report(now time.Time, l Load) { p.keyless.Report(now, l) }
+// Report keeps a polled or pushed load for the keyed path and passes it
+// to the keyless poller.
+func (p *Affinity) Report(now time.Time, l Load) {
+	p.polled[l.Replica], p.polledAt[l.Replica] = l, now
+	delete(p.probing, l.Replica)
+	p.keyless.Report(now, l)
+}
 
-// Capacity is the bounded-load limit: a replica may take one more request
-// while its load is below ⌈bound × (total+1) / n⌉, where total is the
-// load of all n candidates before it. With bound ≥ 1 the n candidates
-// cannot all be at the limit, so one always takes the request.
+// Capacity is the bounded-load limit ⌈bound × (total+1) / n⌉, where total
+// is the load of all n candidates before the request: a replica whose
+// load exceeds it is overloaded (Envoy's rule, so a replica at the limit
+// still takes one more). With bound ≥ 1 the n candidates cannot all
+// exceed it, so one always takes the request.
 func Capacity(bound float64, total, n int) int {
 	return int(math.Ceil(bound * float64(total+1) / float64(n)))
 }

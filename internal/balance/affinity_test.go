@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func withBound(b float64) Config {
@@ -98,19 +99,19 @@ func TestCapacity(t *testing.T) {
 }
 
 // One hot key with nothing finishing: its calls go to its first replica
-// until that one reaches the bound, then down its ranking, the same
-// ranking every client uses.
+// until that one exceeds the bound, then down its ranking, the same
+// ranking every client uses. Keyed calls never wait for a poll.
 func TestHotKeySpillsDownItsRanking(t *testing.T) {
 	p := affinity(t, 1.25)
 	cands := replicas(4)
 	r := Rank("hot", cands)
-	// Capacity for totals 0..7 at 1.25 over 4: 1 1 1 2 2 2 3 3; the
-	// fourth replica takes the key only once the other three are full.
-	want := []string{r[0], r[1], r[2], r[0], r[1], r[2], r[0], r[1]}
+	// Capacity for totals 0..7 at 1.25 over 4: 1 1 1 2 2 2 3 3; a
+	// replica whose load exceeds it is skipped.
+	want := []string{r[0], r[0], r[1], r[0], r[1], r[1], r[0], r[1]}
 	var got []string
 	for range want {
-		if pl := p.PlanKey(t0, "hot", cands); len(pl.Poll)+len(pl.Probe)+len(pl.Subscribe) != 0 {
-			t.Fatalf("a keyed call plans %+v; it should never poll", pl)
+		if pl := p.PlanKey(t0, "hot", cands); len(pl.Poll) != 0 || pl.Wait != 0 {
+			t.Fatalf("a keyed call plans %+v; it should never wait for a poll", pl)
 		}
 		c := p.ChooseKey(t0, "hot", cands, nil)
 		p.Sent(t0, c)
@@ -128,9 +129,94 @@ func TestHotKeySpillsDownItsRanking(t *testing.T) {
 	}
 }
 
+// The bench's case: four calls in flight from one client over four
+// replicas. The default bound keeps a key on its first replica while
+// the other three calls are not all there, where a bound that spills as
+// soon as two calls meet lost a tenth of the cache hits.
+func TestDefaultBoundKeepsKeysAtFewCallsInFlight(t *testing.T) {
+	cands := replicas(4)
+	r := Rank("k", cands)
+	for _, tc := range []struct {
+		onFirst int // of the three other calls in flight
+		want    string
+	}{{0, r[0]}, {1, r[0]}, {2, r[0]}, {3, r[1]}} {
+		p := affinity(t, 0)
+		for i := range 3 {
+			if i < tc.onFirst {
+				p.Sent(t0, r[0])
+			} else {
+				p.Sent(t0, r[1+i%3])
+			}
+		}
+		if got := p.ChooseKey(t0, "k", cands, nil); got != tc.want {
+			t.Errorf("%d of 3 calls in flight on the key's first replica: chose %s, want %s", tc.onFirst, got, tc.want)
+		}
+	}
+}
+
+// A polled queue counts where this client's own calls do not see the
+// load (other clients'): a fresh answer that overloads the key's first
+// replica spills the key; once older than ProbeAge it is ignored.
+func TestPolledLoadBlendsIn(t *testing.T) {
+	p := affinity(t, 0)
+	cands := replicas(4)
+	r := Rank("k", cands)
+	p.Report(t0, Load{Replica: r[0], Queue: 6})
+	// total 6: limit ⌈1.25 × 7 / 4⌉ = 3 < 6.
+	if got := p.ChooseKey(t0, "k", cands, nil); got != r[1] {
+		t.Fatalf("first replica polled at 6 in flight: chose %s, want the second, %s", got, r[1])
+	}
+	// An answer passed to ChooseKey counts the same way.
+	q := affinity(t, 0)
+	if got := q.ChooseKey(t0, "k", cands, []Load{{Replica: r[0], Queue: 6}}); got != r[1] {
+		t.Fatalf("answer at 6: chose %s, want %s", got, r[1])
+	}
+	later := t0.Add(defaultProbeAge + time.Millisecond)
+	if got := p.ChooseKey(later, "k", cands, nil); got != r[0] {
+		t.Fatalf("after the answer aged out: chose %s, want the first, %s", got, r[0])
+	}
+	// Its own calls still count when the polled queue is smaller.
+	p.Report(later, Load{Replica: r[0], Queue: 0})
+	for range 3 {
+		p.Sent(later, r[0])
+	}
+	p.Sent(later, r[2])
+	// own: r0 3, r2 1; total 4, limit ⌈1.25 × 5 / 4⌉ = 2 < 3.
+	if got := p.ChooseKey(later, "k", cands, nil); got != r[1] {
+		t.Fatalf("polled 0 but 3 own calls in flight: chose %s, want %s", got, r[1])
+	}
+}
+
+// PlanKey probes the key's first replica off the call path, once until
+// it answers (or the probe is older than ProbeAge), and not while its
+// answer is fresh.
+func TestPlanKeyProbesFirstReplica(t *testing.T) {
+	p := affinity(t, 0)
+	cands := replicas(4)
+	first := Rank("k", cands)[0]
+	age := defaultProbeAge
+	if pl := p.PlanKey(t0, "k", cands); !slices.Equal(pl.Probe, []string{first}) || len(pl.Poll) != 0 {
+		t.Fatalf("first keyed call planned %+v, want one probe of %s", pl, first)
+	}
+	if pl := p.PlanKey(t0.Add(time.Millisecond), "k", cands); len(pl.Probe) != 0 {
+		t.Fatalf("probe pending, planned %+v", pl)
+	}
+	if pl := p.PlanKey(t0.Add(age+time.Millisecond), "k", cands); !slices.Equal(pl.Probe, []string{first}) {
+		t.Fatalf("lost probe not asked again: %+v", pl)
+	}
+	at := t0.Add(2 * age)
+	p.Report(at, Load{Replica: first, Queue: 1})
+	if pl := p.PlanKey(at.Add(age/2), "k", cands); len(pl.Probe) != 0 {
+		t.Fatalf("fresh answer, planned %+v", pl)
+	}
+	if pl := p.PlanKey(at.Add(age), "k", cands); !slices.Equal(pl.Probe, []string{first}) {
+		t.Fatalf("stale answer not probed again: %+v", pl)
+	}
+}
+
 // The bound holds whatever the keys: with calls started and finished at
-// random over a skewed key set, no choice ever lifts a replica past
-// Capacity, and an idle client always sends a key to its first replica.
+// random over a skewed key set, no choice goes to a replica whose load
+// exceeds Capacity, and an idle client always sends a key to its first replica.
 func TestAffinityNeverExceedsTheBound(t *testing.T) {
 	for _, bound := range []float64{1, 1.25, 2} {
 		p := affinity(t, bound)
@@ -155,7 +241,7 @@ func TestAffinityNeverExceedsTheBound(t *testing.T) {
 			}
 			key := fmt.Sprint("k", int(math.Floor(math.Pow(rng.Float64(), 3)*50))) // a few hot keys
 			c := p.ChooseKey(t0, key, cands, nil)
-			if limit := Capacity(bound, total, len(cands)); out[c]+1 > limit {
+			if limit := Capacity(bound, total, len(cands)); out[c] > limit {
 				t.Fatalf("bound %v step %d: %s sent to %s at %d in flight, limit %d (%v)", bound, step, key, c, out[c], limit, out)
 			}
 			if total == 0 && c != Rank(key, cands)[0] {

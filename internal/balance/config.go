@@ -103,10 +103,11 @@ type Config struct {
 	IdleTokens bool
 	// LoadBound is the affinity policy's bounded-load factor: a keyed
 	// call goes to the first replica in its key's rendezvous ranking whose
-	// requests in flight from this client, the call included, stay within
-	// LoadBound × their mean over the candidates (rounded up). 1 balances
-	// strictly; higher keeps more keys on their first replica. 0 takes
-	// DefaultLoadBound (2).
+	// load (this client's requests in flight to it, or its fresh polled
+	// queue if larger) does not exceed LoadBound × the mean over the
+	// candidates with this call, rounded up. 1 balances strictly; higher
+	// keeps more keys on their first replica. 0 takes DefaultLoadBound
+	// (1.25). ProbeAge is how long a polled queue counts.
 	LoadBound float64
 }
 

@@ -8,18 +8,22 @@
 // contender starting from empty memory. Printed per policy: the memory
 // tier's hit ratio over every node, throughput and mean latency, and the
 // affinity policy's ratios to the best of the others, judged against
-// goals fixed by flags before the run.
+// goals fixed by flags before the run. Two rows that hash keys are
+// printed, not judged: the policy with no bound, and nginx `hash
+// $http_x_affinity consistent` in front of the nodes (nginx.go).
 package localitybench
 
 import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -62,6 +66,9 @@ type Config struct {
 	// DataDir holds the nodes' cache files (default: a temporary
 	// directory, removed after).
 	DataDir string
+	// Nginx is the nginx executable for the "nginx hash" row; the row is
+	// skipped, with a message, if it is not found.
+	Nginx string
 }
 
 // DefaultConfig is a cache whose nodes' memory together holds a fifth of
@@ -71,7 +78,7 @@ type Config struct {
 // leaves room for the spills the load bound makes.
 func DefaultConfig() Config {
 	return Config{Nodes: 4, Keys: 20000, Zipf: 0.8, Memory: 1000, Clients: 2, Concurrency: 8,
-		Warmup: 2 * time.Second, Cell: 4 * time.Second, Rounds: 2, Seed: 1, GoalHits: 1.5, GoalThroughput: 0.9}
+		Warmup: 2 * time.Second, Cell: 4 * time.Second, Rounds: 2, Seed: 1, GoalHits: 1.5, GoalThroughput: 0.9, Nginx: "nginx"}
 }
 
 // Validate names the first bad knob.
@@ -162,21 +169,43 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 		dir = tmp
 	}
 	before := bench.Before(ctx)
-	caches, join, stop, err := startNodes(ctx, cfg, dir)
+	caches, join, rpcAddrs, stop, err := startNodes(ctx, cfg, dir)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	clients := map[string][]*neptune.Client{}
+	lookups := map[string]lookupFunc{}
 	for _, name := range contenders {
+		var clients []*neptune.Client
 		for range cfg.Clients {
 			c, err := dial(ctx, cfg, name, join)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			clients[name] = append(clients[name], c)
+			clients = append(clients, c)
 		}
+		lookups[name] = func(ctx context.Context, caller int, key string) (bool, error) {
+			got, err := pcache.Lookup(ctx, clients[caller%len(clients)], 0, key)
+			return got.Found, err
+		}
+	}
+	rows := slices.Clone(contenders)
+	switch proxy, err := startNginx(ctx, cfg.Nginx, dir, rpcAddrs); {
+	case errors.Is(err, exec.ErrNotFound):
+		fmt.Fprintf(w, "nginx row skipped: %q not found (install it with: sudo apt-get install -y nginx)\n", cfg.Nginx)
+	case err != nil:
+		return err
+	default:
+		defer proxy.stop()
+		lookup, closeConns, err := nginxLookup(proxy.addr)
+		if err != nil {
+			return err
+		}
+		defer closeConns()
+		lookups[nginxRow] = lookup
+		rows = append(rows, nginxRow)
+		fmt.Fprintf(w, "%s in front of the %d nodes' gRPC ports (grpc_pass): hash $http_x_affinity consistent, the cache key in that header\n", proxy.version, len(rpcAddrs))
 	}
 	fmt.Fprintf(w, "locality: %d nodes hosting pcache partition 0, %d keys (Zipf %.2f), memory %d entries per node; %d clients and %d callers per policy; %v warm-up + %v measured per cell, %d rounds\n",
 		cfg.Nodes, cfg.Keys, cfg.Zipf, cfg.Memory, cfg.Clients, cfg.Concurrency, cfg.Warmup, cfg.Cell, cfg.Rounds)
@@ -186,8 +215,8 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	probe := bench.StartLagProbe(10 * time.Millisecond)
 	for r := range cfg.Rounds {
 		round := map[string]cell{}
-		for _, name := range contenders {
-			res, err := runCell(ctx, cfg, clients[name], caches, keys, cfg.Seed+uint64(r))
+		for _, name := range rows {
+			res, err := runCell(ctx, cfg, lookups[name], caches, keys, cfg.Seed+uint64(r))
 			if err != nil {
 				return fmt.Errorf("locality: %s (round %d): %w", name, r+1, err)
 			}
@@ -205,14 +234,14 @@ func Run(ctx context.Context, cfg Config, w io.Writer) error {
 	fmt.Fprintf(w, "\n%-18s %9s %12s %10s %9s %9s\n", "policy", "hit ratio", "lookups/s", "mean", "hits ×", "rate ×")
 	best := bestOther(func(c cell) float64 { return c.hitRatio() }, derefAll(pooled))
 	bestRate := bestOther(cell.rate, derefAll(pooled))
-	for _, name := range contenders {
+	for _, name := range rows {
 		c := *pooled[name]
 		flat[name] = c
 		fmt.Fprintf(w, "%-18s %9.3f %12.0f %10v %8.2f× %8.2f×\n", name, c.hitRatio(), c.rate(), c.mean().Round(time.Microsecond),
 			c.hitRatio()/best.hitRatio(), c.rate()/bestRate.rate())
 	}
-	fmt.Fprintf(w, "(× columns: to the best policy other than affinity; %q is printed, not judged)\nmachine: %s, wake-up lateness before the run %.2f ms\n",
-		unbounded, machine, float64(machine.Lag)/float64(time.Millisecond))
+	fmt.Fprintf(w, "(× columns: to the best policy other than affinity; %q and %q hash keys and are printed, not judged)\nmachine: %s, wake-up lateness before the run %.2f ms\n",
+		unbounded, nginxRow, machine, float64(machine.Lag)/float64(time.Millisecond))
 	checks := verdicts(cfg, flat, rounds, machine)
 	for _, c := range checks {
 		fmt.Fprintln(w, c)
@@ -285,11 +314,12 @@ func verdicts(cfg Config, pooled map[string]cell, rounds []map[string]cell, mach
 // startNodes starts cfg.Nodes in-process nodes, each hosting pcache
 // partition 0 over its own file seeded with every key, and returns their
 // caches and a gossip address to join.
-func startNodes(ctx context.Context, cfg Config, dir string) ([]*pcache.Cache, []string, func(), error) {
+func startNodes(ctx context.Context, cfg Config, dir string) ([]*pcache.Cache, []string, []string, func(), error) {
 	var (
 		caches []*pcache.Cache
 		nodes  []*neptune.Node
 		join   []string
+		rpc    []string
 	)
 	stop := func() {
 		for _, n := range nodes {
@@ -305,31 +335,32 @@ func startNodes(ctx context.Context, cfg Config, dir string) ([]*pcache.Cache, [
 		c, err := pcache.Open(filepath.Join(dir, id, "pcache"), pcache.WithMemory(cfg.Memory))
 		if err != nil {
 			stop()
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		caches = append(caches, c)
 		if _, err := c.Restore(ctx, 0, bytes.NewReader(img)); err != nil {
 			stop()
-			return nil, nil, nil, fmt.Errorf("locality: seeding %s: %w", id, err)
+			return nil, nil, nil, nil, fmt.Errorf("locality: seeding %s: %w", id, err)
 		}
 		n, err := neptune.NewNode(neptune.NodeConfig{ID: id, Join: join, DataDir: filepath.Join(dir, id), AnnounceInterval: 100 * time.Millisecond,
 			Security: neptune.Security{Insecure: true}, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			stop()
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		if err := n.Register(c.Service(), 0); err != nil {
 			stop()
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		if err := n.Start(ctx); err != nil {
 			stop()
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		nodes = append(nodes, n)
 		join = []string{n.GossipAddr()}
+		rpc = append(rpc, n.RPCAddr())
 	}
-	return caches, join, stop, nil
+	return caches, join, rpc, stop, nil
 }
 
 // dial is a client for row that sees every node.
@@ -352,12 +383,12 @@ func dial(ctx context.Context, cfg Config, row string, join []string) (*neptune.
 // runCell empties every node's memory, warms the contender's clients up
 // for cfg.Warmup and measures cfg.Cell: lookups, errors, latency, and the
 // memory tier's hits and misses over every node in the measured window.
-func runCell(ctx context.Context, cfg Config, clients []*neptune.Client, caches []*pcache.Cache, keys *zipf, seed uint64) (cell, error) {
+func runCell(ctx context.Context, cfg Config, lookup lookupFunc, caches []*pcache.Cache, keys *zipf, seed uint64) (cell, error) {
 	for _, c := range caches {
 		c.ResetMemory()
 	}
 	if cfg.Warmup > 0 {
-		if _, err := loop(ctx, cfg, clients, keys, seed, cfg.Warmup); err != nil {
+		if _, err := loop(ctx, cfg, lookup, keys, seed, cfg.Warmup); err != nil {
 			return cell{}, err
 		}
 	}
@@ -366,7 +397,7 @@ func runCell(ctx context.Context, cfg Config, clients []*neptune.Client, caches 
 		s := c.MemoryStats()
 		h0.Hits, h0.Misses = h0.Hits+s.Hits, h0.Misses+s.Misses
 	}
-	res, err := loop(ctx, cfg, clients, keys, seed+1<<32, cfg.Cell)
+	res, err := loop(ctx, cfg, lookup, keys, seed+1<<32, cfg.Cell)
 	if err != nil {
 		return cell{}, err
 	}
@@ -379,8 +410,12 @@ func runCell(ctx context.Context, cfg Config, clients []*neptune.Client, caches 
 	return res, nil
 }
 
-// loop runs cfg.Concurrency closed-loop callers over clients for d.
-func loop(ctx context.Context, cfg Config, clients []*neptune.Client, keys *zipf, seed uint64, d time.Duration) (cell, error) {
+// lookupFunc looks key up for caller (0 ≤ caller < Concurrency) and
+// reports whether it was found.
+type lookupFunc func(ctx context.Context, caller int, key string) (bool, error)
+
+// loop runs cfg.Concurrency closed-loop callers of lookup for d.
+func loop(ctx context.Context, cfg Config, lookup lookupFunc, keys *zipf, seed uint64, d time.Duration) (cell, error) {
 	var (
 		mu  sync.Mutex
 		out cell
@@ -392,17 +427,16 @@ func loop(ctx context.Context, cfg Config, clients []*neptune.Client, keys *zipf
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := clients[i%len(clients)]
 			rng := rand.New(rand.NewPCG(seed, uint64(i)))
 			var mine cell
 			for time.Now().Before(end) && ctx.Err() == nil {
 				key := keys.key(rng)
 				t0 := time.Now()
 				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				got, err := pcache.Lookup(cctx, c, 0, key)
+				found, err := lookup(cctx, i, key)
 				cancel()
 				switch {
-				case err == nil && !got.Found:
+				case err == nil && !found:
 					err = fmt.Errorf("key %s not found: the node's file was not seeded", key)
 					fallthrough
 				case err != nil:

@@ -63,6 +63,17 @@ func TestVerdicts(t *testing.T) {
 	}
 }
 
+// The nginx row hashes keys too: printed, never the baseline affinity is
+// judged against.
+func TestNginxRowIsNotJudged(t *testing.T) {
+	pooled := cells([2]float64{0.6, 9000}, [2]float64{0.35, 9500})
+	pooled[nginxRow] = cell{calls: 40000, elapsed: 4 * time.Second, hits: 90000, misses: 10000}
+	got := report.Outcomes(verdicts(DefaultConfig(), pooled, []map[string]cell{pooled, pooled}, quiet))
+	if got[0] != report.Pass || got[1] != report.Pass {
+		t.Fatalf("with a better nginx row: hit %v, throughput %v; want both PASS", got[0], got[1])
+	}
+}
+
 // Failed lookups leave a goal undecided, whatever the figures.
 func TestVerdictDoubtsFailedLookups(t *testing.T) {
 	pooled := cells([2]float64{0.6, 9000}, [2]float64{0.35, 9500})
@@ -128,6 +139,9 @@ func TestRunSmall(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q", want)
 		}
+	}
+	if !strings.Contains(s, "nginx row skipped") && !strings.Contains(s, nginxRow) {
+		t.Errorf("output neither skips nor shows the nginx row")
 	}
 	if strings.Contains(s, "failed") {
 		t.Errorf("lookups failed:\n%s", s)
