@@ -554,7 +554,11 @@ func (g *Gossip) loop(ctx context.Context) {
 		// soft state does (sooner if memberlist declares it dead). This
 		// member's own entry lives while it runs (a re-send does not
 		// apply it anew).
-		fromSWIM := 2*g.RefreshInterval() >= g.cfg.TTL
+		// The authors' refresh interval: a member that announces nothing
+		// (a client) has no interval of its own that says how often the
+		// nodes refresh, so it takes the paper's TTL/5 when shorter.
+		authors := RefreshInterval(min(g.cfg.AnnounceInterval, g.cfg.TTL/5), g.liveCount())
+		fromSWIM := 2*authors >= g.cfg.TTL
 		g.pages.Keep(now, func(id string) bool { return id == g.cfg.NodeID || (fromSWIM && live[id]) })
 		gone := g.pages.Expire(now)
 		for _, id := range gone {
