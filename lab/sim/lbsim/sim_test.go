@@ -180,7 +180,7 @@ func TestValidateNamesField(t *testing.T) {
 		{func(c *Config) { c.Servers = 0 }, "Servers"},
 		{func(c *Config) { c.Clients = 0 }, "Clients"},
 		{func(c *Config) { c.SlowServers = 17 }, "SlowServers"},
-		{func(c *Config) { c.Policy.PollSize = 0 }, "PollSize"},
+		{func(c *Config) { c.Policy.PollSize = -1 }, "PollSize"}, // 0 takes the default
 	} {
 		cfg := DefaultConfig()
 		tc.edit(&cfg)
