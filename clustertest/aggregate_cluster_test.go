@@ -3,14 +3,12 @@ package clustertest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/micro"
-	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
 // TestAggregatePausedNodeOnRealProcesses runs four node processes hosting
@@ -23,26 +21,7 @@ func TestAggregatePausedNodeOnRealProcesses(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl := localcluster.New(neptuneBinary(t), t.TempDir())
-	defer cl.Close()
-	var nodes []*localcluster.Node
-	for i := range 4 {
-		n, err := cl.Start(ctx, localcluster.Spec{
-			ID:       fmt.Sprintf("n%d", i+1),
-			Services: []string{fmt.Sprintf("micro:%d-%d", 2*i, 2*i+1)},
-			Args:     []string{"-announce-interval", "200ms", "-announce-ttl", "10s"},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, n)
-	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds(), AnnounceTTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	waitFor(t, 10*time.Second, func() bool { return len(memberIDs(ctx, c)) == 4 })
+	nodes, c := microProcs(t, ctx)
 
 	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	const deadline = time.Second

@@ -3,7 +3,6 @@ package clustertest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"slices"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/micro"
-	"github.com/neptune-cluster/neptune/lab/localcluster"
 )
 
 // TestAggregateStreamOnRealProcesses runs four node processes hosting two
@@ -28,26 +26,7 @@ func TestAggregateStreamOnRealProcesses(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := localcluster.New(neptuneBinary(t), t.TempDir())
-	defer cl.Close()
-	var nodes []*localcluster.Node
-	for i := range 4 {
-		n, err := cl.Start(ctx, localcluster.Spec{
-			ID:       fmt.Sprintf("n%d", i+1),
-			Services: []string{fmt.Sprintf("micro:%d-%d", 2*i, 2*i+1)},
-			Args:     []string{"-announce-interval", "200ms", "-announce-ttl", "10s"},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, n)
-	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds(), AnnounceTTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	waitFor(t, 10*time.Second, func() bool { return len(memberIDs(ctx, c)) == 4 })
+	nodes, c := microProcs(t, ctx)
 
 	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	const deadline = 3 * time.Second
@@ -120,6 +99,7 @@ func TestAggregateStreamOnRealProcesses(t *testing.T) {
 	// rather than at the deadline.
 	s, start := open(neptune.SchemeBase, 0.5, 200*time.Millisecond)
 	var p *neptune.AggregateProgress
+	var err error
 	for p == nil || !p.QualityMet {
 		if p, err = next(s, p); err != nil {
 			t.Fatalf("before quality was met: %v", err)

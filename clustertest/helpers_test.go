@@ -1776,3 +1776,31 @@ func pgSchema(t *testing.T) string {
 }
 
 var pgSeq atomic.Int64
+
+// microProcs starts four node processes n1..n4 hosting micro partitions
+// 0-7, two each, and a client that sees them all; the cluster and the
+// client close with the test.
+func microProcs(t *testing.T, ctx context.Context) ([]*localcluster.Node, *neptune.Client) {
+	t.Helper()
+	cl := localcluster.New(neptuneBinary(t), t.TempDir())
+	t.Cleanup(cl.Close)
+	var nodes []*localcluster.Node
+	for i := range 4 {
+		n, err := cl.Start(ctx, localcluster.Spec{
+			ID:       fmt.Sprintf("n%d", i+1),
+			Services: []string{fmt.Sprintf("micro:%d-%d", 2*i, 2*i+1)},
+			Args:     []string{"-announce-interval", "200ms", "-announce-ttl", "10s"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds(), AnnounceTTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	waitFor(t, 10*time.Second, func() bool { return len(memberIDs(ctx, c)) == 4 })
+	return nodes, c
+}
