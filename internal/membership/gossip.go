@@ -1028,12 +1028,14 @@ func (d *delegate) NotifyMsg(b []byte) {
 // naming a certificate not seen yet is no refusal: its author attaches
 // the certificate every few announcements.
 func (g *Gossip) open(b []byte) (*pb.Announcement, *sealed, error) {
-	if a, s, ok := g.held(b); ok {
-		g.accepted.Add(1)
-		return a, s, nil
-	}
-	if g.notNewer(b) {
-		return nil, nil, errNotNewer
+	if env, _, err := decodeSealed(b); err == nil {
+		if a, s, ok := g.held(env); ok {
+			g.accepted.Add(1)
+			return a, s, nil
+		}
+		if g.notNewer(env) {
+			return nil, nil, errNotNewer
+		}
 	}
 	g.verified.Add(1)
 	a, s, err := g.auth.open(b)
@@ -1063,17 +1065,13 @@ func (g *Gossip) open(b []byte) (*pb.Announcement, *sealed, error) {
 	return a, s, nil
 }
 
-// held returns the announcement b carries when this member already
+// held returns the announcement the envelope s carries when this member already
 // holds exactly it, live (same signature by the same certificate over
 // the same bytes, verified when it first arrived): push/pull relays every
 // entry again and again, and re-verifying an unchanged one would change
 // nothing, since the pages refuse an announcement they already hold. So a
 // signature is checked once per change, not once per relay.
-func (g *Gossip) held(b []byte) (*pb.Announcement, *sealed, bool) {
-	s, _, err := decodeSealed(b)
-	if err != nil {
-		return nil, nil, false
-	}
+func (g *Gossip) held(s sealed) (*pb.Announcement, *sealed, bool) {
 	// The certificate names the author (its own, or one verified
 	// before), so the payload need not be decoded to find what is held.
 	node, ok := g.auth.signer(s.fp)
@@ -1094,18 +1092,14 @@ func (g *Gossip) held(b []byte) (*pb.Announcement, *sealed, bool) {
 // unverified (the pages would refuse it anyway).
 var errNotNewer = errors.New("membership: announcement no newer than the one held")
 
-// notNewer reports whether b claims an announcement no newer (incarnation,
+// notNewer reports whether the envelope s claims an announcement no newer (incarnation,
 // sequence number) than the live entry held for its node: push/pull state
 // and relays repeat entries this member holds newer versions of, and
 // checking their signatures only to refuse them cost a thousand members'
 // anti-entropy more than anything else. The claim is unverified, which is
 // safe: trusting it can only make this member skip an announcement, never
 // accept one.
-func (g *Gossip) notNewer(b []byte) bool {
-	s, _, err := decodeSealed(b)
-	if err != nil {
-		return false
-	}
+func (g *Gossip) notNewer(s sealed) bool {
 	var a pb.Announcement
 	if proto.Unmarshal(s.payload, &a) != nil || a.NodeId == "" || a.NodeId == g.cfg.NodeID {
 		return false // our own id goes to receive, which refutes an impostor
