@@ -204,13 +204,7 @@ func echoClient(b *testing.B, policy string, secure bool) *neptune.Client {
 // binary into a directory TestMain removes.
 func neptuneBinary(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
-		binPath = filepath.Join(binDir, "neptune")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/neptune-cluster/neptune/cmd/neptune").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
+	buildBinary()
 	if binErr != nil {
 		t.Fatal(binErr)
 	}
