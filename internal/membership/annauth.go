@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/sha256"
 	"crypto/x509"
@@ -10,8 +11,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/pki"
@@ -147,6 +146,9 @@ type sealed struct {
 	at      int64
 	sig     []byte
 	payload []byte
+	// shared, on a verified one, holds payload and its decoding
+	// (decodeShared) for as long as this is kept.
+	shared *decodedAnn
 }
 
 // encode writes the envelope, attaching cert if it is not nil.
@@ -306,14 +308,16 @@ func (a *annAuth) open(b []byte) (*pb.Announcement, *sealed, error) {
 	if err := pki.CheckSignature(cert, a.signed(&s), s.sig); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w: node %s: %v", ErrAnnouncementSigner, errBadSignature, node, err)
 	}
-	var ann pb.Announcement
-	if err := proto.Unmarshal(s.payload, &ann); err != nil {
+	d, err := decodeShared(s.payload)
+	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrAnnouncementMalformed, err)
 	}
-	if ann.NodeId != node {
-		return nil, nil, fmt.Errorf("%w: %w: announces %q, signed by node %q", ErrAnnouncementSigner, errWrongAuthor, ann.NodeId, node)
+	if d.ann.NodeId != node {
+		return nil, nil, fmt.Errorf("%w: %w: announces %q, signed by node %q", ErrAnnouncementSigner, errWrongAuthor, d.ann.NodeId, node)
 	}
-	return &ann, &s, nil
+	// Kept, s must not alias b (a packet, or a whole push/pull state).
+	s.payload, s.sig, s.shared = d.payload, bytes.Clone(s.sig), d
+	return d.ann, &s, nil
 }
 
 // resolve finds the node certificate with fingerprint fp: verified before,
@@ -341,7 +345,7 @@ func (a *annAuth) resolve(fp [sha256.Size]byte, der []byte, now time.Time) (*x50
 	if der == nil {
 		return nil, "", errUnknownCert
 	}
-	c, err := x509.ParseCertificate(der)
+	c, err := parseCertShared(fp, der)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %v", ErrAnnouncementMalformed, err)
 	}

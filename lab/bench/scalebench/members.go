@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -328,6 +330,11 @@ func measureSize(ctx context.Context, cfg Config, mat *material, n int, dilation
 	idle := max(cfg.Idle, membership.RefreshInterval(membership.DefaultAnnounceInterval, n))
 	fmt.Fprintf(progress, "[%d members] all joined in %v; settling %v, then idle for %v\n", n, res.join.Round(time.Millisecond), cfg.Settle, idle)
 	clk.Sleep(cfg.Settle)
+	if cfg.HeapProfile != "" {
+		if err := writeHeapProfile(fmt.Sprintf("%s-%d.pprof", cfg.HeapProfile, n)); err != nil {
+			return res, err
+		}
+	}
 
 	// Idle cost.
 	probe := bench.StartLagProbe(10 * time.Millisecond)
@@ -467,4 +474,18 @@ func pagesHeapOnce(anns [][]byte) uint64 {
 		return 0
 	}
 	return after.HeapAlloc - before.HeapAlloc
+}
+
+// writeHeapProfile writes the live heap, after a collection, to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("scale: heap profile: %w", err)
+	}
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("scale: heap profile: %w", err)
+	}
+	return f.Close()
 }

@@ -74,6 +74,9 @@ type Config struct {
 	Seed        uint64
 	// Out, if set, is where the table (CSV) and the plot (SVG) go.
 	Out string
+	// HeapProfile, if set, is the prefix of a heap profile written once
+	// each size's members settled (PREFIX-N.pprof): what a member holds.
+	HeapProfile string
 }
 
 // DefaultConfig is the run: 16 to 1,000 members, 4 partitions
