@@ -126,10 +126,10 @@ func (p *part) setResult(req uint64, res Result) {
 
 // outcome turns a write's failure after it was handed to the replica into
 // what the caller may conclude: closing or stopping with the write pending
-// leaves its outcome open.
-func outcome(in *pb.CallRequest, err error) error {
+// leaves its outcome open (a retry is safe if the write has an identity).
+func outcome(identified bool, err error) error {
 	if err == nil || !errors.Is(err, nerr.ErrClosed) && !errors.Is(err, errStopped) {
 		return err
 	}
-	return nerr.UnknownOutcome(WriteID(in) != "", err)
+	return nerr.UnknownOutcome(identified, err)
 }

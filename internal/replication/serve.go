@@ -245,9 +245,10 @@ func (p *part) write(ctx context.Context, in *pb.CallRequest) (_ *service.Respon
 	if span != nil {
 		defer func() { endSpan(span, err) }()
 	}
+	id := WriteID(in)
 	reply := make(chan Result, 1)
 	select {
-	case p.props <- proposal{method: in.Method, body: in.Body, id: WriteID(in), reply: reply, trace: tw}:
+	case p.props <- proposal{method: in.Method, body: in.Body, id: id, reply: reply, trace: tw}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-p.done:
@@ -258,13 +259,13 @@ func (p *part) write(ctx context.Context, in *pb.CallRequest) (_ *service.Respon
 	}
 	select {
 	case r := <-reply:
-		return r.Resp, outcome(in, r.Err)
+		return r.Resp, outcome(id != "", r.Err)
 	case <-p.done:
 		// The loop answers every write it took before it ends: one still
 		// unanswered was never taken (never executed).
 		select {
 		case r := <-reply:
-			return r.Resp, outcome(in, r.Err)
+			return r.Resp, outcome(id != "", r.Err)
 		default:
 		}
 		if err := p.refusal(); err != nil {
@@ -273,7 +274,7 @@ func (p *part) write(ctx context.Context, in *pb.CallRequest) (_ *service.Respon
 		return nil, fmt.Errorf("%w: replication of %s partition %d stopped", nerr.ErrClosed, p.key.service, p.key.partition)
 	case <-ctx.Done():
 		// The write is in the replica's hands: it may still run.
-		return nil, nerr.UnknownOutcome(WriteID(in) != "", fmt.Errorf("%w: %w", nerr.ErrDeadline, ctx.Err()))
+		return nil, nerr.UnknownOutcome(id != "", fmt.Errorf("%w: %w", nerr.ErrDeadline, ctx.Err()))
 	}
 }
 
