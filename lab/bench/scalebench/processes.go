@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,12 +28,12 @@ func runProcesses(ctx context.Context, cfg Config, w io.Writer) ([]*report.Check
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(w, "[processes] 3 nodes: a write waited %v after the primary's SIGKILL\n", small.Round(time.Millisecond))
+	fmt.Fprintf(w, "[processes] 3 nodes: a write waited %v (median) after the primary's SIGKILL\n", small.Round(time.Millisecond))
 	big, checks, err := processCluster(ctx, cfg, cfg.Processes, w)
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(w, "[processes] %d nodes: a write waited %v after the primary's SIGKILL\n", cfg.Processes, big.Round(time.Millisecond))
+	fmt.Fprintf(w, "[processes] %d nodes: a write waited %v (median) after the primary's SIGKILL\n", cfg.Processes, big.Round(time.Millisecond))
 	ratio := big.Seconds() / small.Seconds()
 	checks = append(checks, report.AtMost(fmt.Sprintf("failover among %d node processes ≤ %.1f× among 3", cfg.Processes, cfg.FailoverGoal), ratio, cfg.FailoverGoal,
 		fmt.Sprintf("%.2f× (%v vs %v)", ratio, big.Round(time.Millisecond), small.Round(time.Millisecond))))
@@ -42,7 +43,8 @@ func runProcesses(ctx context.Context, cfg Config, w io.Writer) ([]*report.Check
 // processCluster starts n secured node processes (p000 …), the first
 // three hosting replicated kv partition 0 (level 2), the rest an echo
 // partition each; with more than 3 it measures the idle CPU of all; then
-// it SIGKILLs kv's primary and returns how long a write waited.
+// it SIGKILLs kv's primary failoverKills times (restarting it after each)
+// and returns the median of how long a write waited.
 func processCluster(ctx context.Context, cfg Config, n int, w io.Writer) (time.Duration, []*report.Check, error) {
 	exe, dir, cleanup, err := localcluster.Scratch("neptune-scale-procs-")
 	if err != nil {
@@ -127,32 +129,51 @@ func processCluster(ctx context.Context, cfg Config, n int, w io.Writer) (time.D
 			fmt.Sprintf("%.3f cores (%.2f ms/s per node over %v)", cores, perNode, wall.Round(time.Second)))
 		checks = append(checks, starved.Doubt(check, "the idle window"))
 	}
-	wait, err := killPrimary(ctx, c, nodes)
-	return wait, checks, err
+	// The median of three kills: one failover is too noisy to compare.
+	var waits []time.Duration
+	for k := range failoverKills {
+		wait, killed, err := killPrimary(ctx, c, nodes)
+		if err != nil {
+			return 0, nil, err
+		}
+		fmt.Fprintf(w, "[processes] %d nodes, kill %d: a write waited %v\n", n, k+1, wait.Round(time.Millisecond))
+		waits = append(waits, wait)
+		if err := cl.Restart(ctx, killed); err != nil {
+			return 0, nil, err
+		}
+		if err := localcluster.WaitServing(ctx, c, "kv", 1, 3, time.Minute); err != nil {
+			return 0, nil, err
+		}
+	}
+	slices.Sort(waits)
+	return waits[len(waits)/2], checks, nil
 }
 
+// failoverKills is how many times each cluster's kv primary is killed.
+const failoverKills = 3
+
 // killPrimary SIGKILLs kv partition 0's primary and returns how long a
-// write issued then waited for its acknowledgement.
-func killPrimary(ctx context.Context, c *neptune.Client, nodes []*localcluster.Node) (time.Duration, error) {
+// write issued then waited for its acknowledgement, and the killed node.
+func killPrimary(ctx context.Context, c *neptune.Client, nodes []*localcluster.Node) (time.Duration, *localcluster.Node, error) {
 	primary, err := localcluster.Primary(ctx, c, "kv", 0, time.Minute)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if _, err := c.Call(ctx, "kv", 0, "put", []byte("warm=1")); err != nil {
-		return 0, fmt.Errorf("warm-up write: %w", err)
+		return 0, nil, fmt.Errorf("warm-up write: %w", err)
 	}
-	for _, nd := range nodes {
-		if nd.Spec.ID == primary {
-			if err := nd.Kill(); err != nil {
-				return 0, err
-			}
-		}
+	i := slices.IndexFunc(nodes, func(nd *localcluster.Node) bool { return nd.Spec.ID == primary })
+	if i < 0 {
+		return 0, nil, fmt.Errorf("kv's primary %q is none of the node processes", primary)
+	}
+	if err := nodes[i].Kill(); err != nil {
+		return 0, nil, err
 	}
 	killed := time.Now()
 	callCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if _, err := c.Call(callCtx, "kv", 0, "put", []byte("after=1")); err != nil {
-		return 0, fmt.Errorf("write after the primary's kill: %w", err)
+		return 0, nil, fmt.Errorf("write after the primary's kill: %w", err)
 	}
-	return time.Since(killed), nil
+	return time.Since(killed), nodes[i], nil
 }
