@@ -1718,8 +1718,15 @@ func dumpLogsOnFailure(t *testing.T, dir string) {
 		return
 	}
 	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	keepDir := os.Getenv("NEPTUNE_TEST_KEEP_LOGS") // whole logs, for a failure too rare to rerun
 	for _, f := range logs {
 		b, _ := os.ReadFile(f)
+		if keepDir != "" {
+			name := strings.NewReplacer("/", "_").Replace(t.Name()) + "-" + filepath.Base(f)
+			if err := os.WriteFile(filepath.Join(keepDir, name), b, 0o644); err == nil {
+				t.Logf("kept %s", filepath.Join(keepDir, name))
+			}
+		}
 		var keep []string
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.Contains(l, "learner") || strings.Contains(l, "snapshot") || strings.Contains(l, "role changed") ||
