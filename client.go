@@ -17,7 +17,9 @@ import (
 
 // ClientConfig configures Dial: Join (gossip addresses of cluster nodes;
 // required), Host and Advertise (where the client's gossip and poll
-// socket bind and are reached), Balance (see Balancing), AnnounceTTL,
+// socket bind and are reached), Balance (see Balancing) and
+// ServiceBalance (a service's own Balancing, overriding Balance for calls
+// to it, as Envoy's per-cluster lb_policy), AnnounceTTL,
 // Registerer, Logger, TracerProvider, Security (required: material or
 // Insecure), MaxMessageBytes (default 16 MiB) and Retry (see
 // RetryPolicy). Zero fields take their defaults.
@@ -36,8 +38,8 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if len(cfg.Join) == 0 {
 		return nil, errors.New("neptune: ClientConfig.Join is empty: name at least one node's gossip address")
 	}
-	if err := cfg.Balance.Validate(); err != nil {
-		return nil, fmt.Errorf("neptune: ClientConfig.Balance: %w", err)
+	if err := config.ValidateBalance("ClientConfig", cfg.Balance, cfg.ServiceBalance); err != nil {
+		return nil, err
 	}
 	if err := cfg.Retry.Validate("ClientConfig.Retry"); err != nil {
 		return nil, fmt.Errorf("neptune: %w", err)

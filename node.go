@@ -17,7 +17,8 @@ import (
 // fields: ID (required), Host, Advertise, GossipPort, RPCPort, PollPort,
 // MetricsAddr, Zone, Pprof, Join, JoinTimeout, DrainTimeout,
 // AnnounceInterval and AnnounceTTL (1 s and 5 s), Balance (see
-// Balancing), Registerer, Logger, TracerProvider, DataDir, Security
+// Balancing) and ServiceBalance (per-service overrides, as
+// ClientConfig's), Registerer, Logger, TracerProvider, DataDir, Security
 // (required: material or Insecure), Cluster, MaxMessageBytes (16 MiB),
 // MaxInflightBytes (64 MiB), MaxAggregateDeadline (1 min),
 // MaxAggregateParticipants (4096), Placement (see Placement) and Storage

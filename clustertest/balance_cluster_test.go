@@ -134,3 +134,85 @@ func TestPausedReplicaGetsNoRequestsUntilResumed(t *testing.T) {
 	}
 	t.Logf("the resumed node served calls again %v after SIGCONT", time.Since(resumed).Round(time.Millisecond))
 }
+
+// TestServiceBalanceOnNodeProcesses: one client, three node processes
+// hosting work and whoami (a program that prints its node's pid).
+// ServiceBalance gives whoami the affinity policy over the client's
+// random: every keyed call to whoami is served by one node, the same
+// for each key, while the same keys' calls to work spread.
+func TestServiceBalanceOnNodeProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts node processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "svc.yaml")
+	yaml := fmt.Sprintf(`services:
+  - name: work
+    partitions: [0]
+  - name: whoami
+    partitions: [0]
+    exec: {command: sh, args: [-c, 'echo $PPID'], data_dir: %s, methods: [{name: id, mode: read}]}
+`, filepath.Join(dir, "whoami"))
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl := localcluster.New(neptuneBinary(t), dir)
+	defer cl.Close()
+	for i := range 3 {
+		if _, err := cl.Start(ctx, localcluster.Spec{ID: fmt.Sprintf("s%d", i+1), Args: []string{"-config", cfg}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds(),
+		Balance: neptune.Balancing{Policy: "random"}, ServiceBalance: map[string]neptune.Balancing{"whoami": {Policy: "affinity"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, 20*time.Second, func() bool { return len(memberIDs(ctx, c)) == 3 })
+
+	call := func(svc, method string, body []byte, key string) int {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		resp, err := c.Call(cctx, svc, 0, method, body, neptune.WithAffinity(key))
+		if err != nil {
+			t.Fatalf("%s with key %s: %v", svc, key, err)
+		}
+		if svc == "work" {
+			pid, err := work.PID(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pid
+		}
+		var pid int
+		if _, err := fmt.Sscan(string(resp.Body), &pid); err != nil {
+			t.Fatalf("whoami answered %q: %v", resp.Body, err)
+		}
+		return pid
+	}
+	whoami, spread := map[int]bool{}, 0
+	for k := range 6 {
+		key := fmt.Sprint("key-", k)
+		first := call("whoami", "id", nil, key)
+		whoami[first] = true
+		served := map[int]bool{}
+		for range 8 {
+			if got := call("whoami", "id", nil, key); got != first {
+				t.Fatalf("whoami (affinity): %s served by pids %d and %d", key, first, got)
+			}
+			served[call("work", "work", work.Encode(0), key)] = true
+		}
+		if len(served) > 1 {
+			spread++
+		}
+	}
+	if len(whoami) < 2 {
+		t.Fatalf("6 keys all served by pid %v: the key is not what chooses", whoami)
+	}
+	if spread == 0 {
+		t.Fatal("work (random): every key's 8 calls went to one node each, as if it balanced by affinity too")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -31,8 +32,19 @@ var Names = []string{NameRandom, NameRoundRobin, NameBroadcast, NamePolling, Nam
 // call forever.
 const WaitAllCap = time.Second
 
-// ErrUnknownPolicy is returned by New and Validate for a Policy name not in Names.
-var ErrUnknownPolicy = errors.New("balance: unknown policy")
+// ErrUnknownPolicy is returned by New, Validate and CheckName for a
+// Policy name not in Names.
+var ErrUnknownPolicy = errors.New("unknown balancing policy")
+
+// CheckName reports whether name is one of Names ("" is the default,
+// prequal). It is the one check of a policy's name, for Validate and for
+// every config file that names a policy; callers prefix the field.
+func CheckName(name string) error {
+	if name != "" && !slices.Contains(Names, name) {
+		return fmt.Errorf("%w %q (one of %s)", ErrUnknownPolicy, name, strings.Join(Names, ", "))
+	}
+	return nil
+}
 
 // Config selects and tunes the load-balancing policy a client uses to
 // pick a replica. It is the one definition: the public API aliases it
@@ -153,10 +165,10 @@ func (c Config) WithDefaults() Config {
 // Validate reports the first invalid field by name (zero fields take
 // their defaults, so only a value set wrong fails).
 func (c Config) Validate() error {
-	c = c.WithDefaults()
-	if !slices.Contains(Names, c.Policy) {
-		return fmt.Errorf("%w: Policy %q (want one of %v)", ErrUnknownPolicy, c.Policy, Names)
+	if err := CheckName(c.Policy); err != nil {
+		return fmt.Errorf("balance: Policy: %w", err)
 	}
+	c = c.WithDefaults()
 	for _, f := range []struct {
 		name string
 		v    int
@@ -233,5 +245,5 @@ func New(cfg Config, rng *rand.Rand) (Policy, error) {
 	case NameAffinity:
 		return newAffinity(cfg, rng), nil
 	}
-	return nil, fmt.Errorf("%w: %q not implemented yet", ErrUnknownPolicy, cfg.Policy)
+	return nil, fmt.Errorf("balance: %w %q: not implemented yet", ErrUnknownPolicy, cfg.Policy)
 }

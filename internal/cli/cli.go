@@ -125,6 +125,7 @@ var goFields = strings.NewReplacer(
 	"NodeConfig.DataDir", "data_dir (--data-dir)",
 	"NodeConfig.ID", "id (--id)",
 	"NodeConfig.Placement", "placement",
+	"NodeConfig.ServiceBalance", "balance.services (--balance-service)",
 	"NodeConfig.Balance", "balance",
 	"NodeConfig.AnnounceInterval", "announce_interval (--announce-interval)",
 	"NodeConfig.AnnounceTTL", "announce_ttl (--announce-ttl)",

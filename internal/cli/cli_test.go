@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -172,7 +173,7 @@ pprof: true
 join: [a:1]
 announce_interval: 2s
 announce_ttl: 10s
-balance: {policy: polling}
+balance: {policy: polling, services: {pcache: affinity, kv: random}}
 services:
   - {name: echo, partitions: [0]}
 `), 0o644)
@@ -191,7 +192,7 @@ services:
 
 	fc, err = parseNode(t, "--config", path, "--id", "n2", "--gossip-port", "0", "--pprof=false",
 		"--join", "b:1,c:1", "--join", "d:1", "--announce-ttl", "20s", "--balance", "random", "--service", "kv:0-2,5",
-		"--max-inflight-bytes", "32MiB")
+		"--max-inflight-bytes", "32MiB", "--balance-service", "kv=polling", "--balance-service", "feed=affinity")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +204,9 @@ services:
 	}
 	if fc.AnnounceInterval != Duration(2*time.Second) || fc.AnnounceTTL != Duration(20*time.Second) || fc.Balance.Policy != "random" {
 		t.Errorf("durations and policy: %+v", fc)
+	}
+	if want := map[string]string{"pcache": "affinity", "kv": "polling", "feed": "affinity"}; !maps.Equal(fc.Balance.Services, want) {
+		t.Errorf("--balance-service adds to the file's balance.services, replacing a service's: %v, want %v", fc.Balance.Services, want)
 	}
 	if len(fc.Services) != 2 || fc.Services[1].Name != "kv" || !slices.Equal([]int(fc.Services[1].Partitions), []int{0, 1, 2, 5}) {
 		t.Errorf("--service adds to the file's services: %+v", fc.Services)

@@ -7,6 +7,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/neptune-cluster/neptune/apps/micro"
 	"github.com/neptune-cluster/neptune/apps/search"
 	"github.com/neptune-cluster/neptune/apps/work"
+	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/config"
 )
 
@@ -83,13 +85,18 @@ type PlacementConfig struct {
 	MaxInFlight int      `yaml:"max_in_flight"`
 }
 
-// BalanceConfig selects the load-balancing policy.
+// BalanceConfig selects the load-balancing policy of the node's client.
 type BalanceConfig struct {
 	Policy   string   `yaml:"policy"`
 	PollSize int      `yaml:"poll_size"`
 	Discard  Duration `yaml:"discard"`
 	// LoadBound is the affinity policy's bound (Balancing.LoadBound).
 	LoadBound float64 `yaml:"load_bound"`
+	// Services gives the calls to a service a policy of their own
+	// (NodeConfig.ServiceBalance), service name to policy name, as
+	// {pcache: affinity}; that policy takes its defaults, not the
+	// settings above.
+	Services map[string]string `yaml:"services"`
 }
 
 // ServiceConfig hosts one built-in service on the node.
@@ -272,7 +279,7 @@ func (c FileConfig) Validate() error {
 	if c.AnnounceTTL != 0 && c.AnnounceInterval != 0 && c.AnnounceTTL <= c.AnnounceInterval {
 		return fmt.Errorf("config: announce_ttl (%v) must exceed announce_interval (%v)", time.Duration(c.AnnounceTTL), time.Duration(c.AnnounceInterval))
 	}
-	if _, err := c.Balance.toBalance(); err != nil {
+	if _, _, err := c.Balance.toBalance(); err != nil {
 		return err
 	}
 	if len(c.Services) == 0 {
@@ -311,20 +318,33 @@ func (c FileConfig) Validate() error {
 	return c.validateReplication()
 }
 
-// toBalance converts to the node's balancing settings, naming the YAML key
-// on error.
-func (b BalanceConfig) toBalance() (neptune.Balancing, error) {
-	if b.Policy != "" && !slices.Contains(neptune.BalancingPolicies(), b.Policy) {
-		return neptune.Balancing{}, fmt.Errorf("config: balance.policy: unknown policy %q (one of %s)", b.Policy, strings.Join(neptune.BalancingPolicies(), ", "))
+// toBalance converts to the node's balancing settings, its client's and
+// each service's own (nil if none), naming the YAML key on error.
+func (b BalanceConfig) toBalance() (neptune.Balancing, map[string]neptune.Balancing, error) {
+	if err := balance.CheckName(b.Policy); err != nil {
+		return neptune.Balancing{}, nil, fmt.Errorf("config: balance.policy: %w", err)
 	}
 	if b.PollSize < 0 {
-		return neptune.Balancing{}, fmt.Errorf("config: balance.poll_size must be >= 1, got %d", b.PollSize)
+		return neptune.Balancing{}, nil, fmt.Errorf("config: balance.poll_size must be >= 1, got %d", b.PollSize)
 	}
 	if b.Discard < 0 {
-		return neptune.Balancing{}, fmt.Errorf("config: balance.discard must be >= 0, got %v", time.Duration(b.Discard))
+		return neptune.Balancing{}, nil, fmt.Errorf("config: balance.discard must be >= 0, got %v", time.Duration(b.Discard))
 	}
 	if b.LoadBound != 0 && !(b.LoadBound >= 1 && !math.IsInf(b.LoadBound, 0)) {
-		return neptune.Balancing{}, fmt.Errorf("config: balance.load_bound must be 0 (the default) or a number >= 1, got %v", b.LoadBound)
+		return neptune.Balancing{}, nil, fmt.Errorf("config: balance.load_bound must be 0 (the default) or a number >= 1, got %v", b.LoadBound)
 	}
-	return neptune.Balancing{Policy: b.Policy, PollSize: b.PollSize, Discard: time.Duration(b.Discard), LoadBound: b.LoadBound}, nil
+	var services map[string]neptune.Balancing
+	for _, name := range slices.Sorted(maps.Keys(b.Services)) {
+		if name == "" {
+			return neptune.Balancing{}, nil, errors.New("config: balance.services: an entry names no service")
+		}
+		if err := balance.CheckName(b.Services[name]); err != nil {
+			return neptune.Balancing{}, nil, fmt.Errorf("config: balance.services.%s: %w", name, err)
+		}
+		if services == nil {
+			services = map[string]neptune.Balancing{}
+		}
+		services[name] = neptune.Balancing{Policy: b.Services[name]}
+	}
+	return neptune.Balancing{Policy: b.Policy, PollSize: b.PollSize, Discard: time.Duration(b.Discard), LoadBound: b.LoadBound}, services, nil
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/neptune-cluster/neptune"
 )
 
 func TestParseConfigAcceptsTheExample(t *testing.T) {
@@ -41,6 +43,8 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"unknown policy", base + "balance:\n  policy: magic\n", "balance.policy"},
 		{"bad poll size", base + "balance:\n  poll_size: -1\n", "balance.poll_size"},
 		{"bad load bound", base + "balance:\n  policy: affinity\n  load_bound: 0.5\n", "balance.load_bound"},
+		{"unknown service policy", base + "balance:\n  services: {pcache: sticky}\n", `balance.services.pcache: unknown balancing policy "sticky"`},
+		{"service policy without a service", base + "balance:\n  services: {'': affinity}\n", "balance.services: an entry names no service"},
 		{"negative grace", base + "placement:\n  grace: -1m\n", "placement.grace"},
 		{"bad size", base + "max_inflight_bytes: lots\n", "not a size"},
 		{"budget below a message", base + "max_inflight_bytes: 1MiB\n", "max_inflight_bytes"},
@@ -61,6 +65,22 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 				t.Fatalf("error %q does not mention %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// balance.services gives each service named its own policy, defaults
+// for the rest; the client-wide settings stay the client's.
+func TestBalanceServices(t *testing.T) {
+	c, err := ParseConfig([]byte("id: n1\nbalance: {policy: polling, poll_size: 2, services: {pcache: affinity}}\nservices: [{name: echo, partitions: [0]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, services, err := c.Balance.toBalance()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def != (neptune.Balancing{Policy: "polling", PollSize: 2}) || len(services) != 1 || services["pcache"] != (neptune.Balancing{Policy: "affinity"}) {
+		t.Fatalf("toBalance() = %+v, %+v", def, services)
 	}
 }
 

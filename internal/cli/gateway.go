@@ -21,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/neptune-cluster/neptune"
-	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/dashboard"
 	"github.com/neptune-cluster/neptune/internal/gage"
 	"github.com/neptune-cluster/neptune/internal/gateway"
@@ -165,13 +164,10 @@ func runGateway(ctx context.Context, stdout io.Writer, cfg gateway.Config, host,
 			return err
 		}
 	}
-	// A route with an affinity key needs the policy that reads it; for
-	// calls without one it balances as the default does.
-	var bal neptune.Balancing
-	if cfg.UsesAffinity() {
-		bal.Policy = balance.NameAffinity
-	}
-	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cfg.Join, Host: host, Advertise: advertise, Registerer: reg, Logger: log, TracerProvider: tp, Security: sec, Balance: bal})
+	// Each service its routes' policy (balance:, or affinity for a
+	// route that reads an affinity key); the others the default.
+	client, err := neptune.Dial(ctx, neptune.ClientConfig{Join: cfg.Join, Host: host, Advertise: advertise, Registerer: reg, Logger: log, TracerProvider: tp, Security: sec,
+		ServiceBalance: cfg.Balancing()})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -33,6 +34,7 @@ type nodeOptions struct {
 	pprof                                                                 bool
 	interval, ttl, joinTimeout, drainTimeout                              time.Duration
 	join, services                                                        []string
+	serviceBalance                                                        map[string]string
 	sec                                                                   securityFlags
 	maxInflight                                                           Bytes
 }
@@ -104,6 +106,7 @@ func (o *nodeOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.zone, "zone", "", "this node's failure domain, announced; placement spreads replicas across zones (config: zone)")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve /debug/pprof/ on the metrics address (config: pprof)")
 	fs.StringVar(&o.policy, "balance", balance.DefaultConfig().Policy, "load-balancing `policy`: "+strings.Join(balance.Names, ", ")+" (config: balance.policy)")
+	fs.StringToStringVar(&o.serviceBalance, "balance-service", nil, "a service's own load-balancing policy as `service=policy`, e.g. pcache=affinity; repeatable, adds to the file's (config: balance.services)")
 	fs.DurationVar(&o.interval, "announce-interval", membership.DefaultAnnounceInterval, "yellow-page refresh interval (config: announce_interval)")
 	fs.DurationVar(&o.ttl, "announce-ttl", membership.DefaultTTL, "yellow-page entry lifetime (config: announce_ttl)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "`directory` for replicated services' write logs and state (config: data_dir)")
@@ -148,6 +151,12 @@ func (o *nodeOptions) fileConfig(fs *pflag.FlagSet) (FileConfig, error) {
 	set("zone", func() { fc.Zone = o.zone })
 	set("pprof", func() { fc.Pprof = o.pprof })
 	set("balance", func() { fc.Balance.Policy = o.policy })
+	set("balance-service", func() {
+		if fc.Balance.Services == nil {
+			fc.Balance.Services = map[string]string{}
+		}
+		maps.Copy(fc.Balance.Services, o.serviceBalance)
+	})
 	set("announce-interval", func() { fc.AnnounceInterval = Duration(o.interval) })
 	set("announce-ttl", func() { fc.AnnounceTTL = Duration(o.ttl) })
 	set("data-dir", func() { fc.DataDir = o.dataDir })
@@ -268,7 +277,7 @@ func fixedCompletion(values ...string) cobra.CompletionFunc {
 
 // buildNode creates a node from a validated config with its services.
 func buildNode(fc FileConfig, log *slog.Logger, tp trace.TracerProvider) (*neptune.Node, error) {
-	bal, err := fc.Balance.toBalance()
+	bal, services, err := fc.Balance.toBalance()
 	if err != nil {
 		return nil, err
 	}
@@ -296,6 +305,7 @@ func buildNode(fc FileConfig, log *slog.Logger, tp trace.TracerProvider) (*neptu
 		AnnounceInterval: time.Duration(fc.AnnounceInterval),
 		AnnounceTTL:      time.Duration(fc.AnnounceTTL),
 		Balance:          bal,
+		ServiceBalance:   services,
 		Logger:           log,
 		TracerProvider:   tp,
 		DataDir:          fc.DataDir,

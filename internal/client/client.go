@@ -97,10 +97,13 @@ type Client struct {
 	poller  *transport.Poller
 	conns   *transport.Conns
 	metrics *clientMetrics
-	balance balance.Config
-	retry   config.RetryPolicy
-	agg     *aggregation.Caller
-	aggM    *aggregation.Metrics
+	// balance configures the policy of every service that services
+	// (Config.ServiceBalance) does not name; defaults filled in both.
+	balance  balance.Config
+	services map[string]balance.Config
+	retry    config.RetryPolicy
+	agg      *aggregation.Caller
+	aggM     *aggregation.Metrics
 	// reg and members are for Close, which unregisters the metrics.
 	reg      prometheus.Registerer
 	members  prometheus.Collector
@@ -141,10 +144,14 @@ func (c *Client) SetWriteIdentities(on bool) { c.anonymous.Store(!on) }
 
 // New joins the cluster (as a listener, or announcing cfg.Announce).
 func New(ctx context.Context, cfg Config) (*Client, error) {
-	if err := cfg.Balance.Validate(); err != nil {
-		return nil, fmt.Errorf("neptune: balance: %w", err)
+	if err := config.ValidateBalance("ClientConfig", cfg.Balance, cfg.ServiceBalance); err != nil {
+		return nil, err
 	}
 	cfg.Balance = cfg.Balance.WithDefaults()
+	services := make(map[string]balance.Config, len(cfg.ServiceBalance))
+	for name, b := range cfg.ServiceBalance {
+		services[name] = b.WithDefaults()
+	}
 	if err := cfg.Retry.Validate("Retry"); err != nil {
 		return nil, fmt.Errorf("neptune: %w", err)
 	}
@@ -194,6 +201,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		conns:     conns,
 		maxBody:   cmp.Or(cfg.MaxMessageBytes, nerr.DefaultMaxMessageBytes),
 		balance:   cfg.Balance,
+		services:  services,
 		retry:     cfg.Retry.WithDefaults(),
 		reg:       cfg.Registerer,
 		balancers: map[string]*balancer{},

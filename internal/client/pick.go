@@ -18,12 +18,14 @@ import (
 	"github.com/neptune-cluster/neptune/internal/transport"
 )
 
-// balancer is one service's balancing state: its policy, which replicas
-// answer polls and when its push subscriptions need renewing. Policies
-// are not safe for concurrent use; mu is held around each use but never
-// across a poll.
+// balancer is one service's balancing state: its policy (the client's,
+// or the service's own from Config.ServiceBalance) with the config that
+// built it, which replicas answer polls and when its push subscriptions
+// need renewing. Policies are not safe for concurrent use; mu is held
+// around each use but never across a poll.
 type balancer struct {
 	mu     sync.Mutex
+	cfg    balance.Config // read-only
 	policy balance.Policy
 	health *membership.PollHealth
 	// renew is when each subscription (Plan.Subscribe) is next sent.
@@ -123,13 +125,13 @@ func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 		// answers, so its probes become polls it waits for.
 		if len(plan.Probe) > 0 {
 			plan.Poll, plan.Probe = append(plan.Poll, plan.Probe...), nil
-			plan.Wait = cmp.Or(plan.Wait, c.balance.PollWait())
+			plan.Wait = cmp.Or(plan.Wait, b.cfg.PollWait())
 		}
 		if !slices.Contains(plan.Poll, p) {
 			plan.Poll = append(plan.Poll, p)
 		}
 		if keyed && plan.Wait == 0 { // a keyed plan polls nobody, so names no wait
-			plan.Wait = c.balance.PollWait()
+			plan.Wait = b.cfg.PollWait()
 		}
 	}
 	if len(plan.Probe) > 0 {
@@ -151,7 +153,7 @@ func (c *Client) choose(ctx context.Context, r *request) (target, error) {
 		c.metrics.polls.WithLabelValues("answered").Add(float64(len(answers)))
 		c.metrics.polls.WithLabelValues("late_or_unneeded").Add(float64(len(targets) - len(answers)))
 		if r.span != nil {
-			r.span.AddEvent("poll", trace.WithAttributes(attribute.String("neptune.policy", c.balance.Policy),
+			r.span.AddEvent("poll", trace.WithAttributes(attribute.String("neptune.policy", b.cfg.Policy),
 				attribute.Int("neptune.polled", len(targets)), attribute.Int("neptune.answered", len(answers))))
 		}
 		loads = make([]balance.Load, len(answers))
@@ -232,17 +234,22 @@ func (t target) done(now time.Time, latency time.Duration) {
 	t.b.mu.Unlock()
 }
 
-// balancerLocked returns service's balancer, creating it on first use;
-// callers hold c.mu.
+// balancerLocked returns service's balancer, creating it on first use
+// with the service's own config if Config.ServiceBalance names it, else
+// the client's; callers hold c.mu.
 func (c *Client) balancerLocked(service string) (*balancer, error) {
 	if b, ok := c.balancers[service]; ok {
 		return b, nil
 	}
-	p, err := balance.New(c.balance, rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64())))
+	cfg, ok := c.services[service]
+	if !ok {
+		cfg = c.balance
+	}
+	p, err := balance.New(cfg, rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64())))
 	if err != nil {
 		return nil, fmt.Errorf("neptune: balance policy for %q: %w", service, err)
 	}
-	b := &balancer{policy: p, health: membership.NewPollHealth(maxPollMisses, suspectFor)}
+	b := &balancer{cfg: cfg, policy: p, health: membership.NewPollHealth(maxPollMisses, suspectFor)}
 	c.balancers[service] = b
 	return b, nil
 }

@@ -30,7 +30,7 @@ func (n *nameNode) Call(context.Context, *pb.CallRequest) (*pb.CallResponse, err
 
 // fakeNode starts id's gRPC server, a poll server that answers queue once
 // open is called (until then it holds every poll), and its gossip member
-// announcing a readable "work" partition 0.
+// announcing a readable partition 0 of "work" and of "pcache".
 func fakeNode(t *testing.T, ctx context.Context, id string, queue int, join []string) (gossip string, open func()) {
 	t.Helper()
 	srv := grpc.NewServer()
@@ -51,8 +51,9 @@ func fakeNode(t *testing.T, ctx context.Context, id string, queue int, join []st
 	t.Cleanup(func() { open(); ps.Close() })
 	g, err := membership.Start(ctx, membership.Config{NodeID: id, BindAddr: "127.0.0.1", Join: join, AnnounceInterval: 50 * time.Millisecond, TTL: 5 * time.Second,
 		Announce: func() *pb.Announcement {
-			return &pb.Announcement{RpcAddr: ln.Addr().String(), PollAddr: ps.Addr(), Services: []*pb.HostedService{{Name: "work", Partitions: []int32{0},
-				Methods: []*pb.MethodInfo{{Name: "get", Mode: pb.Mode_MODE_READ}}}}}
+			get := []*pb.MethodInfo{{Name: "get", Mode: pb.Mode_MODE_READ}}
+			return &pb.Announcement{RpcAddr: ln.Addr().String(), PollAddr: ps.Addr(), Services: []*pb.HostedService{
+				{Name: "work", Partitions: []int32{0}, Methods: get}, {Name: "pcache", Partitions: []int32{0}, Methods: get}}}
 		}})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,8 +63,10 @@ type Node struct {
 	// state: refresh every 1 s, expire after 5 s (the paper's values).
 	AnnounceInterval time.Duration
 	AnnounceTTL      time.Duration
-	// Balance selects the load-balancing policy of the node's own client.
-	Balance balance.Config
+	// Balance selects the load-balancing policy of the node's own client,
+	// and ServiceBalance overrides it per service (see Client).
+	Balance        balance.Config
+	ServiceBalance map[string]balance.Config
 	// Registerer receives the node's metrics (and its client's); nil
 	// creates a private registry. /metrics serves it if it is also a
 	// prometheus.Gatherer (a *prometheus.Registry is), else a private
@@ -155,6 +159,13 @@ type Client struct {
 	// Balance selects the load-balancing policy; the default is prequal
 	// (see balance.Config, neptune.Balancing).
 	Balance balance.Config
+	// ServiceBalance overrides Balance for the services it names, as
+	// Envoy sets lb_policy per cluster: calls to such a service use a
+	// policy instance of its own, with its own state, and other services
+	// use Balance. An entry's zero fields take the defaults, not
+	// Balance's. {"pcache": {Policy: "affinity"}} keeps each cache key on
+	// one replica while the other services go on polling.
+	ServiceBalance map[string]balance.Config
 	// AnnounceTTL is how long yellow-page entries live without refresh.
 	AnnounceTTL time.Duration
 	// Registerer receives the client's metrics; nil creates a private
@@ -286,8 +297,8 @@ func (p RetryPolicy) Validate(field string) error {
 
 // Validate reports the first invalid field by its NodeConfig name.
 func (c Node) Validate() error {
-	if err := c.Balance.Validate(); err != nil {
-		return fmt.Errorf("neptune: NodeConfig.Balance: %w", err)
+	if err := ValidateBalance("NodeConfig", c.Balance, c.ServiceBalance); err != nil {
+		return err
 	}
 	if err := c.Security.Check("NodeConfig.Security"); err != nil {
 		return err
@@ -327,6 +338,24 @@ func (c Node) Validate() error {
 	}
 	if c.Cluster != "" && c.Security.Cluster != "" && c.Cluster != c.Security.Cluster {
 		return fmt.Errorf("neptune: NodeConfig.Cluster %q and NodeConfig.Security.Cluster %q disagree: a node has one cluster name; set one of them", c.Cluster, c.Security.Cluster)
+	}
+	return nil
+}
+
+// ValidateBalance reports the first invalid balancing of a client, its
+// own (owner.Balance) or a service's (owner.ServiceBalance["name"]),
+// naming it; owner is the config's public name, as "ClientConfig".
+func ValidateBalance(owner string, def balance.Config, services map[string]balance.Config) error {
+	if err := def.Validate(); err != nil {
+		return fmt.Errorf("neptune: %s.Balance: %w", owner, err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(services)) {
+		if name == "" {
+			return fmt.Errorf("neptune: %s.ServiceBalance: an entry names no service", owner)
+		}
+		if err := services[name].Validate(); err != nil {
+			return fmt.Errorf("neptune: %s.ServiceBalance[%q]: %w", owner, name, err)
+		}
 	}
 	return nil
 }

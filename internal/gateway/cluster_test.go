@@ -188,8 +188,10 @@ routes:
 }
 
 // TestAffinityRouteKeepsAKeyOnOneReplica: a route's affinity key reaches
-// the client's affinity policy, so every request with one key is served
-// by the same one of two replicas, and different keys use both.
+// the affinity policy its service gets (Config.Balancing, the client's
+// ServiceBalance, over a client-wide random), so every request with one
+// key is served by the same one of two replicas, and different keys use
+// both.
 func TestAffinityRouteKeepsAKeyOnOneReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -212,8 +214,17 @@ func TestAffinityRouteKeepsAKeyOnOneReplica(t *testing.T) {
 		t.Cleanup(func() { nd.Close() })
 		join = []string{nd.GossipAddr()}
 	}
+	const routes = `
+capacity_grps: 10000
+routes:
+  - {path_prefix: /who, service: whoami, method: id, affinity: {query: key}}
+`
+	cfg, err := ParseConfig([]byte(routes))
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: join,
-		Balance: neptune.Balancing{Policy: "affinity"}})
+		Balance: neptune.Balancing{Policy: "random"}, ServiceBalance: cfg.Balancing()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,11 +235,7 @@ func TestAffinityRouteKeepsAKeyOnOneReplica(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	g, _ := start(t, `
-capacity_grps: 10000
-routes:
-  - {path_prefix: /who, service: whoami, method: id, affinity: {query: key}}
-`, c, nil)
+	g, _ := start(t, routes, c, nil)
 	seen := map[string]bool{}
 	for k := range 12 {
 		first := ""

@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/gage"
 )
@@ -184,9 +185,16 @@ type Route struct {
 	Partition PartitionSpec `yaml:"partition"`
 	// Affinity says where a request's affinity key is: calls with the
 	// same key go to the same replica of the partition while its load
-	// allows (the "affinity" balancing policy, which a gateway with such
-	// a route uses; calls without a key are balanced as by the default).
+	// allows (the "affinity" balancing policy, which the route's service
+	// then uses; calls without a key are balanced as by the default).
 	Affinity AffinitySpec `yaml:"affinity"`
+	// Balance names the load-balancing policy of the calls to the
+	// route's service (one of neptune.BalancingPolicies(), as the node's
+	// balance.policy), like Envoy's per-cluster lb_policy: the policy is
+	// the service's, so every route naming the service must agree (or
+	// leave it empty). Default: affinity when a route of the service
+	// reads an affinity key, else the gateway's default (prequal).
+	Balance string `yaml:"balance"`
 	// Passthrough sends the whole HTTP request (method, path, query,
 	// headers, body) to a passthrough method of an HTTP-adapter service
 	// and answers with the program's whole response; otherwise the request
@@ -236,10 +244,23 @@ type AffinitySpec struct {
 	Query   string `yaml:"query"`
 }
 
-// UsesAffinity reports whether a route reads an affinity key, so the
-// gateway's client balances with the affinity policy.
-func (c *Config) UsesAffinity() bool {
-	return slices.ContainsFunc(c.Routes, func(r Route) bool { return r.Affinity != (AffinitySpec{}) })
+// Balancing is the balancing policy of each service a route names one
+// for (Route.Balance), or affinity for a service some route reads an
+// affinity key of: the gateway's client's ServiceBalance. Other services
+// take the client's default. Validate refuses routes that disagree.
+func (c *Config) Balancing() map[string]balance.Config {
+	out := map[string]balance.Config{}
+	for _, r := range c.Routes {
+		switch {
+		case r.Balance != "":
+			out[r.Service] = balance.Config{Policy: r.Balance}
+		case r.Affinity != (AffinitySpec{}):
+			if _, set := out[r.Service]; !set {
+				out[r.Service] = balance.Config{Policy: balance.NameAffinity}
+			}
+		}
+	}
+	return out
 }
 
 // PartitionSpec picks a request's partition: a number read from a path
@@ -542,7 +563,40 @@ func (c Config) Validate() error {
 	for i, r := range c.Routes {
 		errs = append(errs, r.validate(fmt.Sprintf("routes[%d]", i), subs, seen)...)
 	}
+	errs = append(errs, c.validateBalance()...)
 	return errors.Join(errs...)
+}
+
+// validateBalance checks each route's balance and that the routes of a
+// service agree on it: the policy is the service's, not the route's.
+func (c *Config) validateBalance() []error {
+	var errs []error
+	type named struct{ policy, route string }
+	first := map[string]named{} // service: the first route naming a policy
+	for i, r := range c.Routes {
+		f := fmt.Sprintf("routes[%d].balance", i)
+		if err := balance.CheckName(r.Balance); err != nil {
+			errs = append(errs, &gage.FieldError{Field: f, Err: err})
+			continue
+		}
+		if r.Balance == "" {
+			continue
+		}
+		if prev, ok := first[r.Service]; ok && prev.policy != r.Balance {
+			errs = append(errs, &gage.FieldError{Field: f, Err: fmt.Errorf("%q, but %s names %q for service %q: a service has one policy", r.Balance, prev.route, prev.policy, r.Service)})
+			continue
+		}
+		first[r.Service] = named{r.Balance, f}
+	}
+	// A key is read for the affinity policy alone; under another it is
+	// silently ignored, which is surely not what the file means.
+	for i, r := range c.Routes {
+		if p, ok := first[r.Service]; ok && p.policy != balance.NameAffinity && r.Affinity != (AffinitySpec{}) {
+			errs = append(errs, &gage.FieldError{Field: fmt.Sprintf("routes[%d].affinity", i),
+				Err: fmt.Errorf("service %q balances with %q (%s), which ignores affinity keys: use balance: affinity, or drop the key", r.Service, p.policy, p.route)})
+		}
+	}
+	return errs
 }
 
 func (r Route) validate(f string, subs map[string]bool, seen map[string]string) []error {

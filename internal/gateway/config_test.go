@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/neptune-cluster/neptune/internal/balance"
 	"github.com/neptune-cluster/neptune/internal/gage"
 )
 
@@ -224,12 +225,43 @@ func TestAffinityKeyFromEverySource(t *testing.T) {
 			t.Errorf("%s: %q, %v; want %q", tc.name, got, err, tc.want)
 		}
 	}
-	cfg := Config{Routes: []Route{{Service: "s"}, {Service: "pcache", Affinity: AffinitySpec{Query: "key"}}}}
-	if !cfg.UsesAffinity() {
-		t.Error("a route reads an affinity key, yet UsesAffinity is false")
+}
+
+// TestRouteBalancePerService: a route's balance is its service's policy
+// (the gateway client's ServiceBalance); a service one route reads an
+// affinity key of balances by affinity; others keep the default.
+func TestRouteBalancePerService(t *testing.T) {
+	c, err := ParseConfig([]byte(`capacity_grps: 10
+routes:
+  - {path_prefix: /kv/, service: kv, method: get, balance: polling}
+  - {path_prefix: /kv/, methods: [PUT], service: kv, method: put}
+  - {path_prefix: /cache/, service: pcache, method: CacheLookup, affinity: {segment: 2}}
+  - {path_prefix: /cache/, methods: [PUT], service: pcache, method: CacheStore, balance: affinity}
+  - {path_prefix: /feed/, service: feed, method: get, affinity: {query: user}}
+  - {path_prefix: /, service: web, method: http}
+`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if cfg.Routes = cfg.Routes[:1]; cfg.UsesAffinity() {
-		t.Error("no route reads an affinity key, yet UsesAffinity is true")
+	got := c.Balancing()
+	want := map[string]string{"kv": "polling", "pcache": "affinity", "feed": "affinity"}
+	if len(got) != len(want) {
+		t.Errorf("Balancing() = %v, want %v (web: the default)", got, want)
+	}
+	for svc, p := range want {
+		if got[svc] != (balance.Config{Policy: p}) {
+			t.Errorf("Balancing()[%s] = %+v, want policy %s", svc, got[svc], p)
+		}
+	}
+	for _, tc := range []struct{ routes, field, says string }{
+		{"[{service: s, method: m, balance: sticky}]", "routes[0].balance", `unknown balancing policy "sticky"`},
+		{"[{service: s, method: m, balance: polling}, {service: s, method: n, path_prefix: /n, balance: random}]", "routes[1].balance", `routes[0].balance names "polling"`},
+		{"[{service: s, method: m, balance: polling}, {service: s, method: n, path_prefix: /n, affinity: {query: k}}]", "routes[1].affinity", "ignores affinity keys"},
+	} {
+		_, err := ParseConfig([]byte("capacity_grps: 10\nroutes: " + tc.routes))
+		if err == nil || !strings.Contains(err.Error(), tc.field+": ") || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v, want an error naming %s that says %s", tc.routes, err, tc.field, tc.says)
+		}
 	}
 }
 

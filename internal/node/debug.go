@@ -174,7 +174,7 @@ func (n *Node) debugConfig() any {
 		"gossip_port": c.GossipPort, "rpc_port": c.RPCPort, "poll_port": c.PollPort,
 		"metrics_addr": c.MetricsAddr, "zone": c.Zone, "pprof": c.Pprof, "join": c.Join,
 		"join_timeout": c.JoinTimeout.String(), "announce_interval": c.AnnounceInterval.String(), "announce_ttl": c.AnnounceTTL.String(),
-		"balance": c.Balance, "data_dir": c.DataDir,
+		"balance": c.Balance, "service_balance": c.ServiceBalance, "data_dir": c.DataDir,
 		"max_message_bytes": c.MaxMessageBytes, "max_inflight_bytes": c.MaxInflightBytes,
 		"max_aggregate_deadline": c.MaxAggregateDeadline.String(), "max_aggregate_participants": c.MaxAggregateParticipants,
 		"drain_timeout": c.DrainTimeout.String(), "placement": c.Placement,

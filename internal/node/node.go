@@ -353,6 +353,7 @@ func (n *Node) Start(ctx context.Context) error {
 			Join:            n.cfg.Join,
 			AnnounceTTL:     n.cfg.AnnounceTTL,
 			Balance:         n.cfg.Balance,
+			ServiceBalance:  n.cfg.ServiceBalance,
 			Registerer:      n.reg.Registerer,
 			Logger:          n.log,
 			TracerProvider:  n.cfg.TracerProvider,
