@@ -74,8 +74,8 @@ func (c Config) Validate() error {
 	if err := c.load().Validate(); err != nil {
 		return err
 	}
-	if !slices.Contains(neptune.BalancingPolicies(), c.Balance) {
-		return fmt.Errorf("demo: balance: unknown policy %q (one of %s)", c.Balance, strings.Join(neptune.BalancingPolicies(), ", "))
+	if err := (neptune.Balancing{Policy: c.Balance}).Validate(); err != nil {
+		return fmt.Errorf("demo: %w", err)
 	}
 	return nil
 }
