@@ -311,6 +311,21 @@ func (c *memCluster) advance(d time.Duration) {
 	}
 }
 
+// advanceUntil advances the clock a tick at a time until cond holds, at
+// most limit, and reports whether it did. advance settles the partition
+// loops, not the goroutines beside them (a failed store's reopening, the
+// disk watchdog), which on a loaded machine may run only ticks later.
+func (c *memCluster) advanceUntil(limit time.Duration, cond func() bool) bool {
+	for d := time.Duration(0); !cond(); d += tickEvery {
+		if d >= limit {
+			return false
+		}
+		c.advance(tickEvery)
+		time.Sleep(time.Millisecond) // (real time: let them run)
+	}
+	return true
+}
+
 func (c *memCluster) settleAll() {
 	for _, id := range c.ids {
 		if c.net.rt(id) == nil {

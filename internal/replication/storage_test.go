@@ -141,6 +141,7 @@ func TestFullDiskPrimaryHandsOverAndResumes(t *testing.T) {
 		t.Fatalf("write at the full node: %v, want a redirect or a refusal", err)
 	}
 	pa := c.part("a")
+	c.advanceUntil(5*time.Second, func() bool { return mayRead(replica.Level2, pa.status.Load(), c.clk.Now(), 0) })
 	st := *pa.status.Load()
 	if err := pa.refusal(); !errors.Is(err, ErrStorageFull) || !errors.Is(err, nerr.ErrNoPrimary) || !nerr.Retryable(err) {
 		t.Fatalf("refusal %v: want ErrStorageFull, ErrNoPrimary, retryable", err)
@@ -247,6 +248,7 @@ func TestServiceStorageFailureRunsTheWriteAgain(t *testing.T) {
 	c.advance(time.Second)
 	c.write(5, 10, 100)
 	c.advance(3 * time.Second)
+	c.advanceUntil(10*time.Second, func() bool { return logs.has("write log reopened") })
 	if !failing.failed || !logs.has("replica storage failed") || !logs.has("write log reopened") {
 		t.Fatalf("failed %v: the replica did not stop and reopen", failing.failed)
 	}
