@@ -97,7 +97,7 @@ PASS, FAIL, or INCONCLUSIVE when the machine was starved.`,
 	fs.Float64Var(&cfg.ProcessCores, "process-cores", cfg.ProcessCores, "goal: the processes use at most this many cores together")
 	fs.Float64Var(&cfg.FailoverGoal, "failover-goal", cfg.FailoverGoal, "goal: a write after the primary's SIGKILL among the processes waits at most this times what it waits among 3")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the simulated network's losses")
-	fs.StringVar(&cfg.HeapProfile, "heap-profile", "", "write each size's heap, once its members settled, to PREFIX-N.pprof")
+	fs.StringVar(&cfg.HeapProfile, "heap-profile", "", "write each size's heap, once its members settled and after the loss watch, to PREFIX-N.pprof and PREFIX-N-loss.pprof")
 	addOut(fs, &cfg.Out, "the table (CSV) and the plot (SVG)")
 	return cmd
 }

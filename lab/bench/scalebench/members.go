@@ -407,6 +407,11 @@ func measureSize(ctx context.Context, cfg Config, mat *material, n int, dilation
 			m.watch.mu.Unlock()
 		}
 		fmt.Fprintf(progress, "[%d members] live members removed under loss: %d\n", n, res.falseDeaths)
+		if cfg.HeapProfile != "" {
+			if err := writeHeapProfile(fmt.Sprintf("%s-%d-loss.pprof", cfg.HeapProfile, n)); err != nil {
+				return res, err
+			}
+		}
 	}
 
 	// The yellow pages of the whole cluster, as a client holds them.

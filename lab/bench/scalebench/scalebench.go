@@ -74,8 +74,9 @@ type Config struct {
 	Seed        uint64
 	// Out, if set, is where the table (CSV) and the plot (SVG) go.
 	Out string
-	// HeapProfile, if set, is the prefix of a heap profile written once
-	// each size's members settled (PREFIX-N.pprof): what a member holds.
+	// HeapProfile, if set, is the prefix of heap profiles written once
+	// each size's members settled (PREFIX-N.pprof), and after the loss
+	// watch (PREFIX-N-loss.pprof): what a member holds.
 	HeapProfile string
 }
 
