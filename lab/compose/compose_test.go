@@ -264,8 +264,10 @@ func (d *deployment) checkHTTPIdentities(ctx context.Context) {
 	for _, m := range members {
 		var code int
 		var body string
-		for time.Since(start) < 30*time.Second { // members look at their files every 10 s
-			if code, body = get(m, nil, token, "/api/dashboard/self"); code != http.StatusOK {
+		// Members look at their files every 10 s; a request that failed
+		// outright (code 0: a loaded machine's timeout) is asked again.
+		for time.Since(start) < 45*time.Second {
+			if code, body = get(m, nil, token, "/api/dashboard/self"); code != http.StatusOK && code != 0 {
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
