@@ -67,7 +67,7 @@ func processCluster(ctx context.Context, cfg Config, n int, w io.Writer) (time.D
 	start := func(i int) error {
 		spec := localcluster.Spec{ID: fmt.Sprintf("p%03d", i), Services: []string{fmt.Sprintf("echo:%d", i)}}
 		if i < 3 {
-			spec.Args = []string{"--config", kvConf}
+			spec.Args = []string{"--config", kvConf, "--data-dir", filepath.Join(dir, spec.ID)}
 		}
 		nd, err := cl.Start(ctx, spec)
 		nodes[i] = nd
