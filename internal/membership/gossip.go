@@ -162,6 +162,9 @@ type Gossip struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
+	// ready is closed once ml is set: messages memberlist delivers
+	// before (NotifyMsg, MergeRemoteState) wait for it.
+	ready chan struct{}
 
 	mu    sync.Mutex
 	pages *Pages
@@ -296,6 +299,7 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		pages:  NewPages(cfg.TTL),
 		inc:    cfg.Clock.Now().UnixNano(),
 		done:   make(chan struct{}),
+		ready:  make(chan struct{}),
 		sealed: map[string]*sealed{},
 		kick:   make(chan struct{}, 1),
 	}
@@ -342,6 +346,11 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		}
 		mc.Transport = cfg.testTransport(mc.Transport)
 	}
+	// memberlist gossips (GetBroadcasts) and delivers messages from the
+	// moment Create binds its sockets: the queue exists before, and
+	// messages wait for g.ml (ready). A restarted node that peers still
+	// gossiped to crashed on a nil queue.
+	g.changes = &memberlist.TransmitLimitedQueue{NumNodes: g.liveCount, RetransmitMult: mc.RetransmitMult}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		if g.transport != nil {
@@ -350,7 +359,7 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		return nil, fmt.Errorf("membership: start memberlist on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
 	}
 	g.ml = ml
-	g.changes = &memberlist.TransmitLimitedQueue{NumNodes: g.liveCount, RetransmitMult: mc.RetransmitMult}
+	close(g.ready)
 	g.announce(cfg.Clock.Now(), sendRefresh)
 	if len(cfg.Join) > 0 {
 		if err := join(ctx, ml, cfg); err != nil {
@@ -996,6 +1005,7 @@ func (d *delegate) NodeMeta(limit int) []byte {
 
 func (d *delegate) NotifyMsg(b []byte) {
 	g := (*Gossip)(d)
+	<-g.ready
 	kind := msgDirect
 	if len(b) > 0 && b[0] == msgSpread {
 		kind, b = msgSpread, b[1:]
@@ -1281,6 +1291,7 @@ func (d *delegate) LocalState(join bool) []byte {
 
 func (d *delegate) MergeRemoteState(b []byte, _ bool) {
 	g := (*Gossip)(d)
+	<-g.ready
 	if g.auth != nil {
 		g.mergeSigned(b)
 		return
