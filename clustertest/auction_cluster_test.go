@@ -140,7 +140,7 @@ func TestAuctionLevel3PricesNeverGoDown(t *testing.T) {
 		}()
 	}
 	time.Sleep(time.Second)
-	victim := primaryOf(c, 0)
+	victim := waitPrimary(t, c, 0)
 	node := nodes[slices.IndexFunc(nodes, func(n *localcluster.Node) bool { return n.Spec.ID == victim })]
 	if err := node.Kill(); err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ func TestWriteToAStoppedPrimaryMovesToItsSuccessor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	_, nodes, c := replProcs(t, ctx, 2)
-	old := primaryOf(c, 0)
+	old := waitPrimary(t, c, 0)
 	var victim *localcluster.Node
 	for _, n := range nodes {
 		if n.Spec.ID == old {

@@ -72,7 +72,7 @@ func TestForumClusterPrimaryKill(t *testing.T) {
 		return n
 	}
 	time.Sleep(time.Second)
-	victim := primaryOf(c, 0)
+	victim := waitPrimary(t, c, 0)
 	node := nodes[slices.IndexFunc(nodes, func(n *localcluster.Node) bool { return n.Spec.ID == victim })]
 	before := countP0()
 	if err := node.Kill(); err != nil {

@@ -281,7 +281,7 @@ routes:
 	})
 
 	t.Run("primary killed mid-stream", func(t *testing.T) {
-		primary := primaryOf(c, 0)
+		primary := waitPrimary(t, c, 0)
 		var victim *localcluster.Node
 		for _, n := range nodes {
 			if n.Spec.ID == primary {

@@ -689,6 +689,15 @@ func replProcs(t *testing.T, ctx context.Context, level int) (*localcluster.Clus
 }
 
 // primaryOf is partition p's announced primary of the highest epoch.
+// waitPrimary waits up to 10 s for c to know partition p's primary (it
+// may be electing after a kill or a restart) and returns it.
+func waitPrimary(t *testing.T, c *neptune.Client, p int) string {
+	t.Helper()
+	var primary string
+	waitFor(t, 10*time.Second, func() bool { primary = primaryOf(c, p); return primary != "" })
+	return primary
+}
+
 func primaryOf(c *neptune.Client, p int) string {
 	best, epoch := "", uint64(0)
 	for _, pi := range c.Partitions() {
