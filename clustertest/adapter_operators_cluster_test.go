@@ -82,12 +82,7 @@ func TestProgramOperatorsCrashAndHangOnNodeProcesses(t *testing.T) {
 		}
 		nodes = append(nodes, n)
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds(), AnnounceTTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	waitFor(t, 15*time.Second, func() bool { return len(memberIDs(ctx, c)) == 2 })
+	c := dialMembers(t, ctx, cl, 2, 15*time.Second)
 
 	all := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	const deadline = 4 * time.Second

@@ -698,6 +698,20 @@ func waitPrimary(t *testing.T, c *neptune.Client, p int) string {
 	return primary
 }
 
+// dialMembers dials an insecure client to cl's insecure nodes (entries
+// living 10 s, as the nodes announce them), closed at t's end, and waits
+// up to limit for it to see members of them.
+func dialMembers(t *testing.T, ctx context.Context, cl *localcluster.Cluster, members int, limit time.Duration) *neptune.Client {
+	t.Helper()
+	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds(), AnnounceTTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	waitFor(t, limit, func() bool { return len(memberIDs(ctx, c)) == members })
+	return c
+}
+
 func primaryOf(c *neptune.Client, p int) string {
 	best, epoch := "", uint64(0)
 	for _, pi := range c.Partitions() {
@@ -1806,11 +1820,5 @@ func microProcs(t *testing.T, ctx context.Context) ([]*localcluster.Node, *neptu
 		}
 		nodes = append(nodes, n)
 	}
-	c, err := neptune.Dial(ctx, neptune.ClientConfig{Security: neptune.Security{Insecure: true}, Join: cl.Seeds(), AnnounceTTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	waitFor(t, 10*time.Second, func() bool { return len(memberIDs(ctx, c)) == 4 })
-	return nodes, c
+	return nodes, dialMembers(t, ctx, cl, 4, 10*time.Second)
 }

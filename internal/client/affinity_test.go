@@ -21,13 +21,7 @@ import (
 func TestAffinityKeyPicksTheKeysReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	seed, _ := fakeNode(t, ctx, "a", 0, nil)
-	fakeNode(t, ctx, "b", 0, []string{seed})
-	fakeNode(t, ctx, "c", 0, []string{seed})
-	insecure, err := security.Load(security.Config{Insecure: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	seed, insecure := threeFakeReplicas(t, ctx)
 	dial := func(policy string) *Client {
 		cfg := balance.DefaultConfig()
 		cfg.Policy = policy
@@ -87,13 +81,7 @@ func TestAffinityKeyPicksTheKeysReplica(t *testing.T) {
 func TestServiceBalanceIsPerService(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	seed, _ := fakeNode(t, ctx, "a", 0, nil)
-	fakeNode(t, ctx, "b", 0, []string{seed})
-	fakeNode(t, ctx, "c", 0, []string{seed})
-	insecure, err := security.Load(security.Config{Insecure: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	seed, insecure := threeFakeReplicas(t, ctx)
 	c, err := New(ctx, Config{Client: config.Client{Join: []string{seed}, Balance: balance.Config{Policy: balance.NameRandom},
 		ServiceBalance: map[string]balance.Config{"pcache": {Policy: balance.NameAffinity}}}, Material: insecure})
 	if err != nil {
@@ -143,4 +131,18 @@ func TestServiceBalanceValidated(t *testing.T) {
 	if !errors.Is(err, balance.ErrUnknownPolicy) || !strings.Contains(err.Error(), `ServiceBalance["pcache"]`) {
 		t.Fatalf("New with an unknown per-service policy: %v, want ErrUnknownPolicy naming ServiceBalance[\"pcache\"]", err)
 	}
+}
+
+// threeFakeReplicas starts fake nodes a, b and c, each hosting partition
+// 0, and returns the seed to join and insecure material to dial with.
+func threeFakeReplicas(t *testing.T, ctx context.Context) (string, *security.Material) {
+	t.Helper()
+	seed, _ := fakeNode(t, ctx, "a", 0, nil)
+	fakeNode(t, ctx, "b", 0, []string{seed})
+	fakeNode(t, ctx, "c", 0, []string{seed})
+	insecure, err := security.Load(security.Config{Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seed, insecure
 }
