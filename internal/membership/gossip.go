@@ -819,16 +819,18 @@ func (g *Gossip) receive(now, seen time.Time, a *pb.Announcement, s *sealed, kin
 	}
 }
 
-// refute answers an announcement of this member's id from another
-// incarnation above its own (a second process started with the same id,
-// refused since, whose announcement reached others first): as SWIM
-// refutes a suspicion, this member takes a higher incarnation and spreads
-// its announcement at once. Without it, the impostor's entry would stand
-// for as long as memberlist holds this member live, every announcement
-// of the true one refused as older.
+// refute answers an announcement of this member's id newer than any it
+// made (a second process started with the same id, refused since, whose
+// announcement reached others first): as SWIM refutes a suspicion, this
+// member takes a higher incarnation and spreads its announcement at once.
+// Without it, the impostor's entry would stand for as long as memberlist
+// holds this member live, every announcement of the true one refused as
+// older. Its own announcements coming back (relayed, or in a peer's
+// state) are not refuted: that bumped both members' incarnations at
+// every state exchange, a change to spread each time.
 func (g *Gossip) refute(a *pb.Announcement) {
 	g.mu.Lock()
-	if a.Incarnation < g.inc || g.cfg.Announce == nil {
+	if a.Incarnation < g.inc || (a.Incarnation == g.inc && a.Seq <= g.seq) || g.cfg.Announce == nil {
 		g.mu.Unlock()
 		return
 	}

@@ -60,7 +60,14 @@ func (p *Pages) Apply(now time.Time, a *pb.Announcement) bool {
 	if e.Ann != nil {
 		prevInc = e.Ann.Incarnation
 	}
-	e.Ann, e.Seen, e.Expires = a, now, now.Add(p.ttl)
+	// A newer announcement never shortens a live entry's life: one that
+	// arrives aged (in a state exchange, seen long before now) carries
+	// newer content, and the node was vouched for until e.Expires.
+	exp := now.Add(p.ttl)
+	if ok && e.Expires.After(exp) {
+		exp = e.Expires
+	}
+	e.Ann, e.Seen, e.Expires = a, now, exp
 	p.gone.returned(a.NodeId)
 	for _, s := range a.Services {
 		parts := p.ever[s.Name]
@@ -108,7 +115,9 @@ func (p *Pages) Touch(now time.Time, a *pb.Announcement, seen time.Time, fromAut
 func (p *Pages) Keep(now time.Time, live func(node string) bool) {
 	exp := now.Add(p.ttl)
 	for id, e := range p.entries {
-		if !now.After(e.Expires) && exp.After(e.Expires) && live(id) {
+		// Also an entry past its time (one learnt aged from a state
+		// exchange, between two ticks): the detector vouches for it.
+		if exp.After(e.Expires) && live(id) {
 			e.Expires = exp
 		}
 	}

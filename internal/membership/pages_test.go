@@ -128,3 +128,43 @@ func TestLookupAnswersReplicasAndMethodAtOnce(t *testing.T) {
 		t.Fatalf("expired entries answered: %+v", l)
 	}
 }
+
+// TestPagesANewerAnnouncementKeepsALiveEntrysLife: an announcement that
+// arrives aged (from a peer's state, seen long before) with newer content
+// takes the entry's place but not its life: the node was vouched for
+// until the entry's expiry. It used to expire the entry within a tick,
+// a live member removed from the pages under packet loss.
+func TestPagesANewerAnnouncementKeepsALiveEntrysLife(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	p := NewPages(5 * time.Second)
+	p.Apply(t0, ann("a", 1, 1, 0))
+	p.Keep(t0.Add(4*time.Second), func(string) bool { return true }) // lives to t0+9s
+	if !p.Apply(t0.Add(time.Second), ann("a", 2, 1, 0, 1)) {
+		t.Fatal("a newer incarnation was not applied")
+	}
+	at := t0.Add(8 * time.Second)
+	if got := nodes(p.Replicas(at, "kv", 1)); len(got) != 1 {
+		t.Fatalf("at t0+8s a's new announcement should live (its entry was kept to t0+9s): %v", got)
+	}
+	if gone := p.Expire(at); len(gone) != 0 {
+		t.Fatalf("Expire(t0+8s) = %v, want none", gone)
+	}
+}
+
+// TestPagesKeepVouchesForAnEntryPastItsTime: an entry learnt aged, already
+// past its expiry when the next tick comes, stays while the failure
+// detector holds its node live; one it does not is expired.
+func TestPagesKeepVouchesForAnEntryPastItsTime(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	p := NewPages(5 * time.Second)
+	p.Apply(t0, ann("a", 1, 1, 0))
+	p.Apply(t0, ann("b", 1, 1, 0))
+	now := t0.Add(6 * time.Second)
+	p.Keep(now, func(id string) bool { return id == "a" })
+	if gone := p.Expire(now); len(gone) != 1 || gone[0] != "b" {
+		t.Fatalf("Expire = %v, want [b] (a is live)", gone)
+	}
+	if got := nodes(p.Replicas(now, "kv", 0)); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("replicas = %v, want [a]", got)
+	}
+}

@@ -1,6 +1,8 @@
 package labcmd
 
 import (
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -54,6 +56,7 @@ TLS, and the first node's resident memory.`,
 
 func scaleCmd() *cobra.Command {
 	cfg := scalebench.DefaultConfig()
+	var memberLog string
 	cmd := leaf("scale [flags]", "Membership's cost per member and its speed, 16 to 1,000 members (issue 30)",
 		`Section members runs the real membership code (memberlist with the yellow
 pages, keyed gossip, signed announcements) for each of --sizes members in
@@ -75,9 +78,20 @@ most --flat-goal times the smallest's; a new epoch at 99% of members within
 --propagation-goal; a cut member gone everywhere within --detection-goal;
 no live member removed under loss; the processes within --process-cores.
 PASS, FAIL, or INCONCLUSIVE when the machine was starved.`,
-		experiment(&cfg, &cfg.Out, nil, scalebench.Run))
+		experiment(&cfg, &cfg.Out, func() error {
+			if memberLog == "" {
+				return nil
+			}
+			f, err := os.Create(memberLog)
+			if err != nil {
+				return fmt.Errorf("--member-log: %w", err)
+			}
+			cfg.MemberLog = f // written until the process exits
+			return nil
+		}, scalebench.Run))
 	cmd.Example = "  neptune bench scale --sections members --sizes 16,64,256,1000 --out scale"
 	fs := cmd.Flags()
+	fs.StringVar(&memberLog, "member-log", "", "write every member's log, memberlist's lines included, to this file")
 	addSections(fs, &cfg.Sections, scalebench.Sections)
 	fs.Var(&numbers[int]{dst: &cfg.Sizes}, "sizes", "in-process cluster sizes, smallest first")
 	fs.Var(&numbers[float64]{dst: &cfg.Dilations}, "dilation", "time dilation of each size (its members' time runs that many times slower, so they fit this machine; results are in their time); the last repeats")

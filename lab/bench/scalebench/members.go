@@ -163,7 +163,7 @@ func announcement(i, n, parts int, epoch uint64) *pb.Announcement {
 // joining a random member already up, conc at a time, at most rate joins
 // per second of clk (a cluster booting: in one process, unpaced joins
 // would take all the CPU the members' failure detection needs).
-func startMembers(ctx context.Context, nw *memnet.Network, clk clock.Clock, mat *material, n, parts, conc int, rate float64, progress io.Writer) ([]*member, error) {
+func startMembers(ctx context.Context, nw *memnet.Network, clk clock.Clock, mat *material, n, parts, conc int, rate float64, log *slog.Logger, progress io.Writer) ([]*member, error) {
 	t0 := clk.Now()
 	members := make([]*member, n)
 	var mu sync.Mutex
@@ -187,7 +187,7 @@ func startMembers(ctx context.Context, nw *memnet.Network, clk clock.Clock, mat 
 		mu.Unlock()
 		g, err := membership.Start(ctx, membership.Config{NodeID: m.id, Transport: m.tr, Join: join, JoinTimeout: 2 * time.Minute, Keyring: kr, Clock: clk, Label: "scale", Certs: src,
 			Announce: func() *pb.Announcement { return announcement(i, n, parts, m.epoch.Load()) },
-			Watch:    m.watch, Logger: slog.New(slog.DiscardHandler)})
+			Watch:    m.watch, Logger: log.With("member", m.id)})
 		if err != nil {
 			return fmt.Errorf("member %s: %w", m.id, err)
 		}
@@ -302,7 +302,7 @@ func measureSize(ctx context.Context, cfg Config, mat *material, n int, dilation
 	clk := clock.Dilated(clock.Real(), time.Now(), dilation)
 	t0 := clk.Now()
 	fmt.Fprintf(progress, "[%d members] starting, time dilated %g×...\n", n, dilation)
-	ms, err := startMembers(ctx, nw, clk, mat, n, cfg.Partitions, 4, cfg.JoinRate, progress)
+	ms, err := startMembers(ctx, nw, clk, mat, n, cfg.Partitions, 4, cfg.JoinRate, memberLogger(cfg.MemberLog), progress)
 	if err != nil {
 		return res, err
 	}
@@ -493,4 +493,12 @@ func writeHeapProfile(path string) error {
 		return fmt.Errorf("scale: heap profile: %w", err)
 	}
 	return f.Close()
+}
+
+// memberLogger logs to w at debug level, or nowhere if w is nil.
+func memberLogger(w io.Writer) *slog.Logger {
+	if w == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

@@ -78,6 +78,10 @@ type Config struct {
 	// each size's members settled (PREFIX-N.pprof), and after the loss
 	// watch (PREFIX-N-loss.pprof): what a member holds.
 	HeapProfile string
+	// MemberLog, if set, receives every member's log, memberlist's lines
+	// included (debug level): which member suspected, refuted or dropped
+	// which.
+	MemberLog io.Writer
 }
 
 // DefaultConfig is the run: 16 to 1,000 members, 4 partitions
