@@ -91,6 +91,7 @@ PASS, FAIL, or INCONCLUSIVE when the machine was starved.`,
 		}, scalebench.Run))
 	cmd.Example = "  neptune bench scale --sections members --sizes 16,64,256,1000 --out scale"
 	fs := cmd.Flags()
+	fs.StringVar(&cfg.CPUProfile, "cpu-profile", "", "write a CPU profile of one idle node process over the idle window (processes section) to this file")
 	fs.StringVar(&memberLog, "member-log", "", "write every member's log, memberlist's lines included, to this file")
 	addSections(fs, &cfg.Sections, scalebench.Sections)
 	fs.Var(&numbers[int]{dst: &cfg.Sizes}, "sizes", "in-process cluster sizes, smallest first")

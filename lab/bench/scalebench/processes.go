@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,10 +65,22 @@ func processCluster(ctx context.Context, cfg Config, n int, w io.Writer) (time.D
 		fmt.Fprintf(w, "[processes] starting %d secured node processes...\n", n)
 	}
 	nodes := make([]*localcluster.Node, n)
+	// One idle echo node serves pprof, for --cpu-profile.
+	profiled, profileAddr := -1, ""
+	if cfg.CPUProfile != "" && n > 3 {
+		port, err := localcluster.FreePort()
+		if err != nil {
+			return 0, nil, err
+		}
+		profiled, profileAddr = n/2, fmt.Sprintf("127.0.0.1:%d", port)
+	}
 	start := func(i int) error {
 		spec := localcluster.Spec{ID: fmt.Sprintf("p%03d", i), Services: []string{fmt.Sprintf("echo:%d", i)}}
 		if i < 3 {
 			spec.Args = []string{"--config", kvConf, "--data-dir", filepath.Join(dir, spec.ID)}
+		}
+		if i == profiled {
+			spec.Args = append(spec.Args, "--pprof", "--metrics", profileAddr)
 		}
 		nd, err := cl.Start(ctx, spec)
 		nodes[i] = nd
@@ -119,6 +132,10 @@ func processCluster(ctx context.Context, cfg Config, n int, w io.Writer) (time.D
 		}
 		probe := bench.StartLagProbe(10 * time.Millisecond)
 		c0, w0 := total(), time.Now()
+		profiling := make(chan error, 1)
+		if profiled >= 0 {
+			go func() { profiling <- writeNodeProfile(ctx, cl, profileAddr, cfg.ProcessIdle, cfg.CPUProfile) }()
+		}
 		bench.Sleep(ctx, cfg.ProcessIdle)
 		used, wall := total()-c0, time.Since(w0)
 		starved := probe.Stop()
@@ -128,6 +145,12 @@ func processCluster(ctx context.Context, cfg Config, n int, w io.Writer) (time.D
 		check := report.AtMost(fmt.Sprintf("%d idle secured node processes use ≤ %.2f cores together", n, cfg.ProcessCores), cores, cfg.ProcessCores,
 			fmt.Sprintf("%.3f cores (%.2f ms/s per node over %v)", cores, perNode, wall.Round(time.Second)))
 		checks = append(checks, starved.Doubt(check, "the idle window"))
+		if profiled >= 0 {
+			if err := <-profiling; err != nil {
+				return 0, nil, err
+			}
+			fmt.Fprintf(w, "[processes] CPU profile of idle node %s over the window: %s\n", nodes[profiled].Spec.ID, cfg.CPUProfile)
+		}
 	}
 	// The median of three kills: one failover is too noisy to compare.
 	var waits []time.Duration
@@ -176,4 +199,35 @@ func killPrimary(ctx context.Context, c *neptune.Client, nodes []*localcluster.N
 		return 0, nil, fmt.Errorf("write after the primary's kill: %w", err)
 	}
 	return time.Since(killed), nodes[i], nil
+}
+
+// writeNodeProfile writes the CPU profile of the node whose metrics
+// listener is addr, taken over d, to path.
+func writeNodeProfile(ctx context.Context, cl *localcluster.Cluster, addr string, d time.Duration, path string) error {
+	hc, scheme, err := cl.HTTP("operator/operator")
+	if err != nil {
+		return err
+	}
+	hc.Timeout = d + 30*time.Second
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s://%s/debug/pprof/profile?seconds=%d", scheme, addr, int(d.Seconds())), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("cpu profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	return f.Close()
 }

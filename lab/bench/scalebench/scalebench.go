@@ -82,6 +82,9 @@ type Config struct {
 	// included (debug level): which member suspected, refuted or dropped
 	// which.
 	MemberLog io.Writer
+	// CPUProfile, if set, is where the processes section writes a CPU
+	// profile of one idle node over the idle window.
+	CPUProfile string
 }
 
 // DefaultConfig is the run: 16 to 1,000 members, 4 partitions
