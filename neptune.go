@@ -214,8 +214,14 @@ var (
 
 // UnknownOutcomeError is a write that may or may not have executed; it
 // says whether the write carried an identity (Identified), which makes a
-// retry with WithRetryOf safe.
+// retry with WithRetryOf safe, and which identity it carried (WriteID).
 type UnknownOutcomeError = nerr.UnknownOutcomeError
+
+// WriteID is a write's identity, the key of exactly-once execution: the
+// client's id and the write's sequence number, or the caller's own key
+// (WithIdempotencyKey). A retry that carries it (WithRetryOf) executes at
+// most once in all.
+type WriteID = nerr.WriteID
 
 // Retryable reports whether the same call may succeed if tried again, and
 // trying again is safe: overload, a missing replica or primary, a node

@@ -68,7 +68,7 @@ func (c *Client) openStream(ctx context.Context, r *request, o options) (*BidiSt
 			r.in.ClientId, s.sent = o.resume.StreamID, o.resume.Applied
 			s.applied, s.first = o.resume.Applied, o.resume.Applied+1
 		} else {
-			r.in.ClientId, s.first = c.writeID+"~s"+strconv.FormatUint(c.streamSeq.Add(1), 10), 1
+			r.in.ClientId, s.first = c.clientID+"~s"+strconv.FormatUint(c.streamSeq.Add(1), 10), 1
 		}
 		s.id = r.in.ClientId
 	}

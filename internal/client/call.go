@@ -47,7 +47,7 @@ type request struct {
 func (r *request) mode() service.Mode { return service.Mode(r.in.Mode) }
 
 // identified reports whether the request carries a write identity.
-func (r *request) identified() bool { return r.in.IdempotencyKey != "" || r.in.ClientId != "" }
+func (r *request) identified() bool { return !transport.WriteIDOf(r.in).IsZero() }
 
 // outcome is the error a call ends with: for a write that may have run
 // (r.maybeRan, or err itself says so), an UnknownOutcomeError carrying
@@ -61,8 +61,8 @@ func (r *request) outcome(err error) error {
 	if errors.As(err, &remote) {
 		return err
 	}
-	return &nerr.UnknownOutcomeError{Identified: r.identified(), ClientID: r.in.ClientId, Seq: r.in.Seq,
-		Key: r.in.IdempotencyKey, Cause: err}
+	w := transport.WriteIDOf(r.in)
+	return &nerr.UnknownOutcomeError{Identified: !w.IsZero(), WriteID: w, Cause: err}
 }
 
 // failed is the error a call that failed with err returns: err naming
@@ -82,7 +82,7 @@ func newRequest(svc string, partition int, method string, body []byte, o options
 		IdempotencyKey: o.key}, sess: o.session, usage: o.usage, affine: o.affine}
 	if o.retryOf != nil {
 		if o.key == "" {
-			r.in.ClientId, r.in.Seq, r.in.IdempotencyKey = o.retryOf.ClientID, o.retryOf.Seq, o.retryOf.Key
+			transport.SetWriteID(r.in, o.retryOf.WriteID)
 		}
 		r.maybeRan = true
 	}

@@ -117,12 +117,13 @@ type Client struct {
 	balancers map[string]*balancer
 	rng       *rand.Rand
 
-	// writeID identifies this client's writes (random per Client), and
-	// writeSeq numbers them; anonymous turns identities off (lab only).
-	writeID  string
+	// clientID and writeSeq make the WriteIDs of this client's writes:
+	// its id (random per Client) and their sequence numbers; anonymous
+	// turns them off (lab only).
+	clientID string
 	writeSeq atomic.Uint64
 	// streamSeq numbers this client's write streams, whose identities
-	// are writeID~s<n> (the messages: with their seq).
+	// are clientID~s<n> (the messages: with their seq).
 	streamSeq atomic.Uint64
 	anonymous atomic.Bool
 }
@@ -133,7 +134,7 @@ func (c *Client) identify(r *request) {
 	if r.mode() != service.Write || r.identified() || c.anonymous.Load() {
 		return
 	}
-	r.in.ClientId, r.in.Seq = c.writeID, c.writeSeq.Add(1)
+	transport.SetWriteID(r.in, nerr.WriteID{ClientID: c.clientID, Seq: c.writeSeq.Add(1)})
 }
 
 // SetWriteIdentities turns the identities of this client's writes on (the
@@ -206,7 +207,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		reg:       cfg.Registerer,
 		balancers: map[string]*balancer{},
 		rng:       rand.New(rand.NewPCG(rand.Uint64(), uint64(seq.Add(1)))),
-		writeID:   fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
+		clientID:  fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
 	}
 	c.views.init()
 	if c.metrics, err = newClientMetrics(cfg.Registerer); err != nil {

@@ -5,9 +5,11 @@ import (
 )
 
 // Departed is a member that left the yellow pages recently, as the
-// client's gossip remembers it (membership.Gossip.Departed), so that a
+// client's gossip remembers it (membership.Gossip.Departures), so that a
 // status page opened after a node died still shows that node and what
-// it hosted.
+// it hosted. It is the one departed-member type (the API's
+// neptune.DepartedMember; the dashboard's too); membership.Departure is
+// the record it is made from.
 type Departed struct {
 	// Member is its last announcement: addresses and services (loads -1:
 	// nobody polls a departed member); Age is since that announcement
@@ -32,7 +34,7 @@ type Departed struct {
 func (c *Client) Departed() []Departed {
 	now := c.clock.Now()
 	var out []Departed
-	for _, d := range c.gossip.Departed() {
+	for _, d := range c.gossip.Departures() {
 		a := d.Ann
 		if len(a.GetServices()) == 0 {
 			continue

@@ -21,7 +21,7 @@ import (
 // any other refusal before sending) must not say "never ran", or a loop
 // re-passing its last error drops the identity and writes twice.
 func TestRetryOfKeepsTheIdentityWhateverTheError(t *testing.T) {
-	first := &nerr.UnknownOutcomeError{Identified: true, ClientID: "c1", Seq: 7, Cause: errors.New("connection reset")}
+	first := &nerr.UnknownOutcomeError{Identified: true, WriteID: nerr.WriteID{ClientID: "c1", Seq: 7}, Cause: errors.New("connection reset")}
 	for _, cause := range []error{
 		fmt.Errorf("%w for list partition 0", nerr.ErrNoReplica),
 		fmt.Errorf("%w %q", nerr.ErrUnknownService, "list"), // the yellow pages forgot a crashed cluster
@@ -33,7 +33,7 @@ func TestRetryOfKeepsTheIdentityWhateverTheError(t *testing.T) {
 		r := newRequest("list", 0, "append", []byte("x"), collect([]Option{WithRetryOf(first)}))
 		err := r.outcome(cause)
 		var u *nerr.UnknownOutcomeError
-		if !errors.As(err, &u) || !u.Identified || u.ClientID != "c1" || u.Seq != 7 || !nerr.Retryable(err) {
+		if !errors.As(err, &u) || !u.Identified || u.WriteID != (nerr.WriteID{ClientID: "c1", Seq: 7}) || !nerr.Retryable(err) {
 			t.Fatalf("retry failing with %v returned %v, want an identified unknown outcome carrying c1/7", cause, err)
 		}
 		if !errors.Is(err, cause) {
@@ -106,7 +106,7 @@ func TestRetryingBoundsCallsWhileNoReplicaIsKnown(t *testing.T) {
 	start := clk.Now()
 	tries, retries := 0, 0
 	var last time.Time
-	noReplica := &nerr.UnknownOutcomeError{Identified: true, ClientID: "c", Seq: 1, Cause: nerr.ErrNoReplica}
+	noReplica := &nerr.UnknownOutcomeError{Identified: true, WriteID: nerr.WriteID{ClientID: "c", Seq: 1}, Cause: nerr.ErrNoReplica}
 	done := make(chan error, 1)
 	go func() {
 		_, err := retrying(context.Background(), clk, config.DefaultRetryPolicy, func() float64 { return 0 }, func() { retries++ },

@@ -21,10 +21,13 @@ const (
 	WhyExpired = "expired"
 )
 
-// Departed is a member that left the yellow pages, remembered for
-// DepartedRetention so that someone looking after the fact (a dashboard
-// opened after a node died) still sees it, and why it went.
-type Departed struct {
+// Departure is the yellow pages' record of a member that left them, kept
+// for DepartedRetention so that someone looking after the fact (a dashboard
+// opened after a node died) still sees it, and why it went. It is the
+// record in wire form, for the client (which turns it into the API's
+// client.Departed, the one departed-member type) and the placement
+// controller (which plans from its last announcement).
+type Departure struct {
 	Node string
 	// Ann is its last announcement: its last addresses and what it
 	// hosted.
@@ -46,7 +49,7 @@ const (
 // departures is the bounded memory of departed members. Pure: time comes
 // in as arguments; the zero value is ready.
 type departures struct {
-	m map[string]Departed
+	m map[string]Departure
 }
 
 // add records that e's node left the pages at left, for why. A member
@@ -59,9 +62,9 @@ func (d *departures) add(left time.Time, e *Entry, why string) {
 		return
 	}
 	if d.m == nil {
-		d.m = map[string]Departed{}
+		d.m = map[string]Departure{}
 	}
-	d.m[id] = Departed{Node: id, Ann: e.Ann, LastSeen: e.Seen, Left: left, Why: why}
+	d.m[id] = Departure{Node: id, Ann: e.Ann, LastSeen: e.Seen, Left: left, Why: why}
 	if len(d.m) > DepartedMax {
 		oldest := ""
 		for n, x := range d.m {
@@ -89,8 +92,8 @@ func (d *departures) returned(node string) { delete(d.m, node) }
 
 // list drops departures older than DepartedRetention at now and returns
 // the others, sorted by node id.
-func (d *departures) list(now time.Time) []Departed {
-	out := make([]Departed, 0, len(d.m))
+func (d *departures) list(now time.Time) []Departure {
+	out := make([]Departure, 0, len(d.m))
 	for n, x := range d.m {
 		if now.Sub(x.Left) > DepartedRetention {
 			delete(d.m, n)
@@ -98,6 +101,6 @@ func (d *departures) list(now time.Time) []Departed {
 		}
 		out = append(out, x)
 	}
-	slices.SortFunc(out, func(a, b Departed) int { return cmp.Compare(a.Node, b.Node) })
+	slices.SortFunc(out, func(a, b Departure) int { return cmp.Compare(a.Node, b.Node) })
 	return out
 }

@@ -9,9 +9,9 @@ import (
 	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
-func departed(p *Pages, now time.Time) map[string]Departed {
-	out := map[string]Departed{}
-	for _, d := range p.Departed(now) {
+func departed(p *Pages, now time.Time) map[string]Departure {
+	out := map[string]Departure{}
+	for _, d := range p.Departures(now) {
 		out[d.Node] = d
 	}
 	return out
@@ -30,7 +30,7 @@ func TestDepartedMembersAreRememberedForAWhile(t *testing.T) {
 	p.Apply(t0, ann("c", 1, 1, 0))
 	p.Apply(t0.Add(2*time.Second), ann("a", 1, 2, 0))
 	p.Apply(t0.Add(2*time.Second), ann("c", 1, 2, 0))
-	if d := p.Departed(t0.Add(2 * time.Second)); len(d) != 0 {
+	if d := p.Departures(t0.Add(2 * time.Second)); len(d) != 0 {
 		t.Fatalf("departed before anyone left: %v", d)
 	}
 
@@ -125,8 +125,8 @@ func TestGossipRemembersAMemberThatLeft(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var d []Departed
-	if !eventually(ctx, 10*time.Second, func() bool { d = a.Departed(); return len(d) == 1 }) {
+	var d []Departure
+	if !eventually(ctx, 10*time.Second, func() bool { d = a.Departures(); return len(d) == 1 }) {
 		t.Fatalf("departed at a: %v, want b", d)
 	}
 	if d[0].Node != "b" || d[0].Why != WhyGone || d[0].Ann.GetRpcAddr() != "b:1" || len(a.Snapshot()) != 1 {

@@ -531,12 +531,12 @@ func (g *Gossip) Snapshot() []Entry {
 	return g.pages.Snapshot(g.cfg.Clock.Now())
 }
 
-// Departed returns the members that left the yellow pages recently
+// Departures returns the members that left the yellow pages recently
 // (within DepartedRetention), with why and when they were last seen.
-func (g *Gossip) Departed() []Departed {
+func (g *Gossip) Departures() []Departure {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.pages.Departed(g.cfg.Clock.Now())
+	return g.pages.Departures(g.cfg.Clock.Now())
 }
 
 // maxTick bounds the loop's tick when announcements are rarer, so that

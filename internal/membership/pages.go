@@ -256,20 +256,20 @@ func (p *Pages) Snapshot(now time.Time) []Entry {
 	return out
 }
 
-// Departed returns the members that left the pages within
+// Departures returns the members that left the pages within
 // DepartedRetention of now, sorted by node id: those removed or expired,
 // and those whose TTL ran out but that Expire has not dropped yet, so a
 // member is never in neither list.
-func (p *Pages) Departed(now time.Time) []Departed {
+func (p *Pages) Departures(now time.Time) []Departure {
 	out := p.gone.list(now)
 	n := len(out)
 	for _, e := range p.entries {
 		if now.After(e.Expires) {
-			out = append(out, Departed{Node: e.Ann.NodeId, Ann: e.Ann, LastSeen: e.Seen, Left: e.Expires, Why: WhyExpired})
+			out = append(out, Departure{Node: e.Ann.NodeId, Ann: e.Ann, LastSeen: e.Seen, Left: e.Expires, Why: WhyExpired})
 		}
 	}
 	if len(out) > n {
-		slices.SortFunc(out, func(a, b Departed) int { return cmp.Compare(a.Node, b.Node) })
+		slices.SortFunc(out, func(a, b Departure) int { return cmp.Compare(a.Node, b.Node) })
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 var (
@@ -41,18 +42,50 @@ var (
 	ErrNotFound   = errors.New("neptune: not found")
 )
 
+// WriteID is a write's identity, the key of exactly-once execution: a
+// replicated partition executes the writes of one WriteID at most once
+// (while its dedup table remembers it, replica.DedupTable) and answers
+// every copy with the first one's result. It is defined here alone; the
+// client gives one to every write (its id and the next sequence number,
+// or the caller's Key), a retry reuses it, and the log and dedup table
+// carry its String form (replica.Entry.WriteID). On the wire a call
+// carries it as CallRequest.client_id, seq and idempotency_key, a log
+// entry as LogEntry.write_id. The zero WriteID is none.
+type WriteID struct {
+	// Key is the caller's own identity (WithIdempotencyKey); when set,
+	// ClientID and Seq are not.
+	Key string
+	// ClientID is the writing client's id (random per client; a write
+	// stream's own id) and Seq numbers its writes (a stream's messages).
+	ClientID string
+	Seq      uint64
+}
+
+// IsZero reports whether w is no identity.
+func (w WriteID) IsZero() bool { return w.Key == "" && w.ClientID == "" }
+
+// String is w as the log and the dedup table carry it ("" for none); the
+// prefixes keep a Key apart from a client's id and sequence number.
+func (w WriteID) String() string {
+	switch {
+	case w.Key != "":
+		return "k" + w.Key
+	case w.ClientID != "":
+		return "c" + w.ClientID + "/" + strconv.FormatUint(w.Seq, 10)
+	}
+	return ""
+}
+
 // UnknownOutcomeError is a write whose outcome is unknown. errors.Is(err,
 // ErrUnknownOutcome) holds for it; Unwrap gives the failure behind it.
 type UnknownOutcomeError struct {
-	// Identified: the write carried an identity (a client id and sequence
-	// number, or an idempotency key). A retry with the same identity is
-	// then executed at most once in all, and answered with the original
-	// result if the first attempt ran.
+	// Identified: the write carried an identity (WriteID). A retry with
+	// the same identity is then executed at most once in all, and
+	// answered with the original result if the first attempt ran.
 	Identified bool
-	// ClientID and Seq, or Key, are that identity, for a retry to reuse.
-	ClientID string
-	Seq      uint64
-	Key      string
+	// WriteID is that identity, for a retry to reuse (zero where the
+	// failure was seen without it: on a node).
+	WriteID WriteID
 	// Cause is the failure that left the outcome open.
 	Cause error
 }

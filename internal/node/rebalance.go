@@ -70,7 +70,7 @@ type yellowPages Node
 
 func (y *yellowPages) View() rebalance.View {
 	g := y.client.Gossip()
-	v := rebalance.View{Departed: g.Departed()}
+	v := rebalance.View{Departed: g.Departures()}
 	for _, e := range g.Snapshot() {
 		v.Live = append(v.Live, e.Ann)
 	}

@@ -97,7 +97,7 @@ func (f *fake) View() View {
 		case ok && !f.hidden[n]:
 			v.Live = append(v.Live, f.ann(n))
 		case !ok:
-			v.Departed = append(v.Departed, membership.Departed{Node: n, Ann: f.ann(n), LastSeen: f.diedAt[n]})
+			v.Departed = append(v.Departed, membership.Departure{Node: n, Ann: f.ann(n), LastSeen: f.diedAt[n]})
 		}
 	}
 	return v

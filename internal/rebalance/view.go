@@ -41,9 +41,12 @@ type Service struct {
 // View is the cluster as one node's yellow pages show it.
 type View struct {
 	Live []*pb.Announcement
-	// Departed are the members the yellow pages remember as gone: the
-	// planner reads their last announcement (Ann) and LastSeen.
-	Departed []membership.Departed
+	// Departed are the yellow pages' records of the members they
+	// remember as gone: the planner reads their last announcement (Ann)
+	// and LastSeen. Wire form, like Live, not the API's client.Departed:
+	// the planner needs each partition's replica set (members,
+	// priorities, learners), which the API does not show.
+	Departed []membership.Departure
 }
 
 // Memory is what the actor remembers between rounds: when each node not

@@ -30,8 +30,9 @@ const DefaultDedupTTL = 10 * time.Minute
 
 // DedupRecord is what an identified write returned when it was executed.
 type DedupRecord struct {
-	ID  string
-	LSN LSN
+	// WriteID is the write's identity (Entry.WriteID).
+	WriteID string
+	LSN     LSN
 	// Time is the entry's time (Entry.Time).
 	Time int64
 	// Body is the handler's response; Err its error text, if HasErr.
@@ -48,9 +49,9 @@ type DedupRecord struct {
 // marker, and hands the stored records back to NewDedupTable on restart.
 type DedupTable struct {
 	ttl   int64
-	byID  map[string]*DedupRecord
-	order []*DedupRecord // insertion (execution) order; expiry pops the front
-	high  int64          // highest entry time observed
+	byID  map[string]*DedupRecord // by WriteID
+	order []*DedupRecord          // insertion (execution) order; expiry pops the front
+	high  int64                   // highest entry time observed
 
 	put   map[string]*DedupRecord
 	del   map[string]bool
@@ -70,7 +71,7 @@ func NewDedupTable(ttl time.Duration, records []DedupRecord, high int64) *DedupT
 	slices.SortFunc(rs, func(a, b DedupRecord) int { return cmp.Compare(a.LSN, b.LSN) })
 	for i := range rs {
 		r := &rs[i]
-		t.byID[r.ID] = r
+		t.byID[r.WriteID] = r
 		t.order = append(t.order, r)
 	}
 	return t
@@ -85,7 +86,7 @@ func (t *DedupTable) Len() int { return len(t.byID) }
 func (t *DedupTable) Records() []DedupRecord {
 	out := make([]DedupRecord, 0, len(t.byID))
 	for _, r := range t.order {
-		if t.byID[r.ID] == r {
+		if t.byID[r.WriteID] == r {
 			out = append(out, *r)
 		}
 	}
@@ -95,10 +96,10 @@ func (t *DedupTable) Records() []DedupRecord {
 // High is the highest entry time observed.
 func (t *DedupTable) High() int64 { return t.high }
 
-// Lookup returns the record of identity id, if it was executed and has not
+// Lookup returns the record of writeID, if it was executed and has not
 // expired.
-func (t *DedupTable) Lookup(id string) (DedupRecord, bool) {
-	r, ok := t.byID[id]
+func (t *DedupTable) Lookup(writeID string) (DedupRecord, bool) {
+	r, ok := t.byID[writeID]
 	if !ok {
 		return DedupRecord{}, false
 	}
@@ -120,10 +121,10 @@ func (t *DedupTable) Observe(entryTime int64) {
 			break
 		}
 		n++
-		if t.byID[r.ID] == r {
-			delete(t.byID, r.ID)
-			delete(t.put, r.ID)
-			t.del[r.ID] = true
+		if t.byID[r.WriteID] == r {
+			delete(t.byID, r.WriteID)
+			delete(t.put, r.WriteID)
+			t.del[r.WriteID] = true
 		}
 	}
 	if n > 0 {
@@ -135,17 +136,17 @@ func (t *DedupTable) Observe(entryTime int64) {
 // Record remembers an executed identity. A repeat of an identity already
 // present is ignored (the first execution's result stands).
 func (t *DedupTable) Record(rec DedupRecord) {
-	if rec.ID == "" {
+	if rec.WriteID == "" {
 		return
 	}
-	if _, ok := t.byID[rec.ID]; ok {
+	if _, ok := t.byID[rec.WriteID]; ok {
 		return
 	}
 	r := &rec
-	t.byID[r.ID] = r
+	t.byID[r.WriteID] = r
 	t.order = append(t.order, r)
-	t.put[r.ID] = r
-	delete(t.del, r.ID)
+	t.put[r.WriteID] = r
+	delete(t.del, r.WriteID)
 	t.dirty = true
 }
 

@@ -19,7 +19,7 @@ func applyDedup(t *DedupTable, es []Entry) (executed []string) {
 			continue
 		}
 		executed = append(executed, e.WriteID)
-		t.Record(DedupRecord{ID: e.WriteID, LSN: e.LSN, Time: e.Time, Body: []byte("r" + e.WriteID)})
+		t.Record(DedupRecord{WriteID: e.WriteID, LSN: e.LSN, Time: e.Time, Body: []byte("r" + e.WriteID)})
 	}
 	return executed
 }
@@ -67,7 +67,7 @@ func TestDedupTableSameOnEveryReplica(t *testing.T) {
 		put, del, h, ok := b.Changes()
 		if ok {
 			for _, r := range put {
-				stored[r.ID] = r
+				stored[r.WriteID] = r
 			}
 			for _, id := range del {
 				delete(stored, id)
@@ -94,8 +94,8 @@ func TestDedupTableSameOnEveryReplica(t *testing.T) {
 		t.Fatalf("tables differ: %d records, high %d vs %d, %d", a.Len(), a.High(), b.Len(), b.High())
 	}
 	for _, r := range a.order {
-		if rb, ok := b.Lookup(r.ID); !ok || rb.LSN != r.LSN || string(rb.Body) != string(r.Body) {
-			t.Fatalf("record %s: %+v vs %+v (%v)", r.ID, *r, rb, ok)
+		if rb, ok := b.Lookup(r.WriteID); !ok || rb.LSN != r.LSN || string(rb.Body) != string(r.Body) {
+			t.Fatalf("record %s: %+v vs %+v (%v)", r.WriteID, *r, rb, ok)
 		}
 	}
 	if a.Len() == 0 || a.Len() > len(es)/2 {
@@ -109,7 +109,7 @@ func TestDedupTableExpiry(t *testing.T) {
 	tb := NewDedupTable(time.Minute, nil, 0)
 	base := int64(time.Hour)
 	tb.Observe(base)
-	tb.Record(DedupRecord{ID: "a", LSN: 1, Time: base})
+	tb.Record(DedupRecord{WriteID: "a", LSN: 1, Time: base})
 	tb.Observe(base + int64(time.Minute))
 	if _, ok := tb.Lookup("a"); !ok {
 		t.Fatal("expired at exactly TTL")
@@ -123,8 +123,8 @@ func TestDedupTableExpiry(t *testing.T) {
 		t.Fatalf("changes: del %v ok %v", del, ok)
 	}
 	// A repeat of a recorded identity keeps the first result.
-	tb.Record(DedupRecord{ID: "b", LSN: 5, Body: []byte("first")})
-	tb.Record(DedupRecord{ID: "b", LSN: 6, Body: []byte("second")})
+	tb.Record(DedupRecord{WriteID: "b", LSN: 5, Body: []byte("first")})
+	tb.Record(DedupRecord{WriteID: "b", LSN: 6, Body: []byte("second")})
 	if r, _ := tb.Lookup("b"); string(r.Body) != "first" || r.LSN != 5 {
 		t.Fatalf("repeat replaced the first record: %+v", r)
 	}

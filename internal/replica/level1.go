@@ -20,7 +20,7 @@ func (r *Replica) proposeL1(now time.Time, w Write) {
 	}
 	r.seq++
 	e := Entry{LSN: r.last() + 1, Method: w.Method, Body: w.Body, Origin: r.cfg.ID, ReqID: w.ReqID, Seq: r.seq,
-		WriteID: w.ID, Time: now.UnixNano()}
+		WriteID: w.WriteID, Time: now.UnixNano()}
 	if w.ReqID != 0 {
 		r.pending[w.ReqID] = true
 	}

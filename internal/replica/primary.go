@@ -10,7 +10,7 @@ import (
 
 func (r *Replica) appendLocal(now time.Time, w Write) {
 	e := Entry{Epoch: r.epoch, LSN: r.last() + 1, Method: w.Method, Body: w.Body, Origin: r.cfg.ID, ReqID: w.ReqID,
-		WriteID: w.ID, Time: now.UnixNano()}
+		WriteID: w.WriteID, Time: now.UnixNano()}
 	if w.ReqID != 0 {
 		r.pending[w.ReqID] = true
 	}

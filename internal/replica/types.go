@@ -154,8 +154,9 @@ type Write struct {
 	ReqID  uint64
 	Method string
 	Body   []byte
-	// ID is the write's client-scoped identity (empty: none).
-	ID string
+	// WriteID is the write's identity (nerr.WriteID's String; empty:
+	// none).
+	WriteID string
 }
 
 // Reply is a client write's outcome. A nil Err means the write was executed

@@ -2,12 +2,10 @@ package replication
 
 import (
 	"errors"
-	"strconv"
 
 	"github.com/neptune-cluster/neptune/internal/nerr"
 	"github.com/neptune-cluster/neptune/internal/replica"
 	"github.com/neptune-cluster/neptune/internal/service"
-	"github.com/neptune-cluster/neptune/internal/transport/pb"
 )
 
 // Exactly-once writes on real nodes (replica.DedupTable has the rule).
@@ -27,19 +25,6 @@ import (
 // first copy, or retried while the first was in flight) therefore runs
 // once, and both copies are answered with the first one's result.
 
-// WriteID is the identity of the write in (empty: none): the caller's
-// idempotency key, or its client id and sequence number. The prefixes keep
-// the two kinds apart.
-func WriteID(in *pb.CallRequest) string {
-	switch {
-	case in.IdempotencyKey != "":
-		return "k" + in.IdempotencyKey
-	case in.ClientId != "":
-		return "c" + in.ClientId + "/" + strconv.FormatUint(in.Seq, 10)
-	}
-	return ""
-}
-
 // recorded is the reply a repeat of rec's write gets.
 func recorded(rec replica.DedupRecord) Result {
 	if rec.HasErr {
@@ -54,10 +39,10 @@ var dedupDisabled = false
 
 // proposeKnown answers pr from the table if its identity was executed.
 func (p *part) proposeKnown(pr proposal) bool {
-	if pr.id == "" || dedupDisabled {
+	if pr.writeID == "" || dedupDisabled {
 		return false
 	}
-	rec, ok := p.dedup.Lookup(pr.id)
+	rec, ok := p.dedup.Lookup(pr.writeID)
 	if !ok {
 		return false
 	}
@@ -87,7 +72,7 @@ func (p *part) recordExecuted(e replica.Entry, res Result) {
 	if e.WriteID == "" {
 		return
 	}
-	rec := replica.DedupRecord{ID: e.WriteID, LSN: e.LSN, Time: e.Time}
+	rec := replica.DedupRecord{WriteID: e.WriteID, LSN: e.LSN, Time: e.Time}
 	if res.Err != nil {
 		rec.HasErr, rec.Err = true, res.Err.Error()
 	} else if res.Resp != nil {
@@ -100,7 +85,7 @@ func (p *part) recordExecuted(e replica.Entry, res Result) {
 func (p *part) recordChecked(e replica.Entry) {
 	p.observeEntry(e)
 	if e.WriteID != "" {
-		p.recordDedup(replica.DedupRecord{ID: e.WriteID, LSN: e.LSN, Time: e.Time, Recovered: true})
+		p.recordDedup(replica.DedupRecord{WriteID: e.WriteID, LSN: e.LSN, Time: e.Time, Recovered: true})
 	}
 }
 

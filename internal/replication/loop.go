@@ -73,11 +73,11 @@ type part struct {
 }
 
 type proposal struct {
-	method string
-	body   []byte
-	id     string // the write's identity (WriteID); empty: none
-	reply  chan Result
-	trace  *tracedWrite // the call's request id and span (trace.go); nil: neither
+	method  string
+	body    []byte
+	writeID string // the write's identity (nerr.WriteID.String); empty: none
+	reply   chan Result
+	trace   *tracedWrite // the call's request id and span (trace.go); nil: neither
 }
 
 // run is the partition's event loop: one event (a proposal, a message, an
@@ -169,7 +169,7 @@ func (p *part) propose(pr proposal) {
 		}
 		p.traced[p.nextReq] = pr.trace
 	}
-	p.core.Propose(p.rt.clock.Now(), replica.Write{ReqID: p.nextReq, Method: pr.method, Body: pr.body, ID: pr.id})
+	p.core.Propose(p.rt.clock.Now(), replica.Write{ReqID: p.nextReq, Method: pr.method, Body: pr.body, WriteID: pr.writeID})
 }
 
 func (p *part) failPending(err error) {

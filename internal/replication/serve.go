@@ -245,10 +245,10 @@ func (p *part) write(ctx context.Context, in *pb.CallRequest) (_ *service.Respon
 	if span != nil {
 		defer func() { endSpan(span, err) }()
 	}
-	id := WriteID(in)
+	id := transport.WriteIDOf(in).String()
 	reply := make(chan Result, 1)
 	select {
-	case p.props <- proposal{method: in.Method, body: in.Body, id: id, reply: reply, trace: tw}:
+	case p.props <- proposal{method: in.Method, body: in.Body, writeID: id, reply: reply, trace: tw}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-p.done:
@@ -301,7 +301,7 @@ func (rt *Runtime) forward(ctx context.Context, primary string, in *pb.CallReque
 			rt.det.unreachable(primary)
 			err = fmt.Errorf("%w: primary %q unreachable: %w", nerr.ErrNoPrimary, primary, err)
 			if service.Mode(in.Mode) == service.Write {
-				return nil, nerr.UnknownOutcome(WriteID(in) != "", err)
+				return nil, nerr.UnknownOutcome(!transport.WriteIDOf(in).IsZero(), err)
 			}
 			return nil, err
 		}

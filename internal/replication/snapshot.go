@@ -535,7 +535,7 @@ func writeDedupSection(w io.Writer, recs []replica.DedupRecord, high int64) erro
 	b = binary.AppendUvarint(b, uint64(high))
 	str := func(s []byte) { b = binary.AppendUvarint(b, uint64(len(s))); b = append(b, s...) }
 	for _, r := range recs {
-		str([]byte(r.ID))
+		str([]byte(r.WriteID))
 		b = binary.AppendUvarint(b, uint64(r.LSN))
 		b = binary.AppendUvarint(b, uint64(r.Time))
 		str(r.Body)
@@ -610,7 +610,7 @@ func readDedupSection(r *bufio.Reader) ([]replica.DedupRecord, int64, error) {
 		if err != nil {
 			return bad(err)
 		}
-		rec.ID, rec.LSN, rec.Time, rec.Err = string(id), replica.LSN(l), int64(t), string(e)
+		rec.WriteID, rec.LSN, rec.Time, rec.Err = string(id), replica.LSN(l), int64(t), string(e)
 		if len(body) > 0 {
 			rec.Body = body
 		}

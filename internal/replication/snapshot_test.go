@@ -618,7 +618,7 @@ func TestWritesGoOnWhileASlowSnapshotIsTaken(t *testing.T) {
 	ids := func(id string) (out []string) {
 		c.onLoop(id, func(p *part) {
 			for _, r := range p.dedup.Records() {
-				out = append(out, fmt.Sprintf("%s@%d", r.ID, r.LSN))
+				out = append(out, fmt.Sprintf("%s@%d", r.WriteID, r.LSN))
 			}
 		})
 		return out

@@ -33,7 +33,7 @@ func (l *Log) SetAppliedDedup(lsn replica.LSN, put []replica.DedupRecord, del []
 		}
 	}
 	for _, r := range put {
-		if err := b.Set(dedupKey(r.ID), encodeDedup(r), nil); err != nil {
+		if err := b.Set(dedupKey(r.WriteID), encodeDedup(r), nil); err != nil {
 			return fmt.Errorf("wal: %w", err)
 		}
 	}
@@ -96,7 +96,7 @@ func encodeDedup(r replica.DedupRecord) []byte {
 
 func decodeDedup(id string, b []byte) (replica.DedupRecord, error) {
 	d := decoder{b: b}
-	r := replica.DedupRecord{ID: id, LSN: replica.LSN(d.uvarint()), Time: int64(d.uvarint())}
+	r := replica.DedupRecord{WriteID: id, LSN: replica.LSN(d.uvarint()), Time: int64(d.uvarint())}
 	flags := d.uvarint()
 	r.Err = d.str()
 	if d.err != nil {

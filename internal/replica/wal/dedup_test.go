@@ -22,16 +22,16 @@ func TestDedupSurvivesRestart(t *testing.T) {
 	if err := l.Save(nil, es, true); err != nil {
 		t.Fatal(err)
 	}
-	put := []replica.DedupRecord{{ID: "c1/1", LSN: 1, Time: 100, Body: []byte("ok")},
-		{ID: "kkey", LSN: 2, Time: 200, HasErr: true, Err: "boom"}, {ID: "gone", LSN: 0, Time: 50}}
+	put := []replica.DedupRecord{{WriteID: "c1/1", LSN: 1, Time: 100, Body: []byte("ok")},
+		{WriteID: "kkey", LSN: 2, Time: 200, HasErr: true, Err: "boom"}, {WriteID: "gone", LSN: 0, Time: 50}}
 	if err := l.SetAppliedDedup(2, put, nil, 200, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.SetAppliedDedup(0, []replica.DedupRecord{{ID: "rec", LSN: 3, Time: 250, Recovered: true}}, []string{"gone"}, 250, true); err != nil {
+	if err := l.SetAppliedDedup(0, []replica.DedupRecord{{WriteID: "rec", LSN: 3, Time: 250, Recovered: true}}, []string{"gone"}, 250, true); err != nil {
 		t.Fatal(err)
 	}
 	// An unsynced change after the synced one is lost in the crash.
-	if err := l.SetAppliedDedup(0, []replica.DedupRecord{{ID: "late", LSN: 4, Time: 300}}, nil, 300, false); err != nil {
+	if err := l.SetAppliedDedup(0, []replica.DedupRecord{{WriteID: "late", LSN: 4, Time: 300}}, nil, 300, false); err != nil {
 		t.Fatal(err)
 	}
 	fs.SetIgnoreSyncs(true) // the crash
@@ -49,7 +49,7 @@ func TestDedupSurvivesRestart(t *testing.T) {
 	}
 	got := map[string]replica.DedupRecord{}
 	for _, r := range recs {
-		got[r.ID] = r
+		got[r.WriteID] = r
 	}
 	if high != 250 || len(got) != 3 || string(got["c1/1"].Body) != "ok" || got["kkey"].Err != "boom" || !got["kkey"].HasErr ||
 		!got["rec"].Recovered || got["rec"].LSN != 3 {

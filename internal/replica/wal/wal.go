@@ -37,7 +37,7 @@ var (
 	// before entries carried a write identity and time (version 1).
 	formatKey = []byte("v")
 	// dedupHighKey holds the dedup table's high-water entry time, and
-	// dedupKey(id) one executed identity's record (see replica.DedupTable).
+	// dedupKey(writeID) one executed identity's record (see replica.DedupTable).
 	dedupHighKey = []byte("t")
 	// confKey holds the committed replica set (replica.Ready.ConfState).
 	confKey = []byte("c")
@@ -46,7 +46,7 @@ var (
 // entryFormat is the version of encodeEntry written now.
 const entryFormat = 2
 
-func dedupKey(id string) []byte { return append([]byte{'d'}, id...) }
+func dedupKey(writeID string) []byte { return append([]byte{'d'}, writeID...) }
 
 func entryKey(l replica.LSN) []byte { return binary.BigEndian.AppendUint64([]byte{'e'}, uint64(l)) }
 
@@ -494,7 +494,7 @@ func (l *Log) Install(lsn replica.LSN, hs *replica.HardState, dedup []replica.De
 		}
 	}
 	for _, r := range dedup {
-		if err := b.Set(dedupKey(r.ID), encodeDedup(r), nil); err != nil {
+		if err := b.Set(dedupKey(r.WriteID), encodeDedup(r), nil); err != nil {
 			return fmt.Errorf("wal: install: %w", err)
 		}
 	}

@@ -313,12 +313,12 @@ func TestInstallResetsToTheSnapshotBase(t *testing.T) {
 	if err := l.Save(&replica.HardState{Epoch: 1, Commit: 9}, entries(1, 9, 1), true); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.SetAppliedDedup(9, []replica.DedupRecord{{ID: "old", LSN: 3}}, nil, 5, true); err != nil {
+	if err := l.SetAppliedDedup(9, []replica.DedupRecord{{WriteID: "old", LSN: 3}}, nil, 5, true); err != nil {
 		t.Fatal(err)
 	}
 	rd := replica.Ready{Installed: &replica.Installed{LSN: 6, Epoch: 2}, HardState: &replica.HardState{Epoch: 2, Commit: 6},
 		Entries: entries(7, 8, 2)}
-	if err := l.PersistInstalled(&rd, []replica.DedupRecord{{ID: "new", LSN: 5}}, 7); err != nil {
+	if err := l.PersistInstalled(&rd, []replica.DedupRecord{{WriteID: "new", LSN: 5}}, 7); err != nil {
 		t.Fatal(err)
 	}
 	if l.First() != 7 || l.Last() != 8 {
@@ -343,7 +343,7 @@ func TestInstallResetsToTheSnapshotBase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 1 || recs[0].ID != "new" || high != 7 {
+	if len(recs) != 1 || recs[0].WriteID != "new" || high != 7 {
 		t.Fatalf("dedup after install: %+v high %d", recs, high)
 	}
 	r, err := replica.New(replica.Config{ID: "a", Level: replica.Level2, Replicas: []replica.Peer{{ID: "a"}, {ID: "b"}}}, rs)
