@@ -316,12 +316,19 @@ func (c *memCluster) advance(d time.Duration) {
 // loops, not the goroutines beside them (a failed store's reopening, the
 // disk watchdog), which on a loaded machine may run only ticks later.
 func (c *memCluster) advanceUntil(limit time.Duration, cond func() bool) bool {
-	for d := time.Duration(0); !cond(); d += tickEvery {
+	for i, d := 0, time.Duration(0); !cond(); i, d = i+1, d+tickEvery {
 		if d >= limit {
 			return false
 		}
 		c.advance(tickEvery)
-		time.Sleep(time.Millisecond) // (real time: let them run)
+		// Real time, to let them run: more of it once the first ticks
+		// were not enough (a machine busy with other tests, the race
+		// detector), up to about 4 s over a 5 s limit.
+		pause := time.Millisecond
+		if i >= 100 {
+			pause = 10 * time.Millisecond
+		}
+		time.Sleep(pause)
 	}
 	return true
 }
