@@ -830,7 +830,7 @@ func (g *Gossip) receive(now, seen time.Time, a *pb.Announcement, s *sealed, kin
 // every state exchange, a change to spread each time.
 func (g *Gossip) refute(a *pb.Announcement) {
 	g.mu.Lock()
-	if a.Incarnation < g.inc || (a.Incarnation == g.inc && a.Seq <= g.seq) || g.cfg.Announce == nil {
+	if notAfter(a, g.inc, g.seq) || g.cfg.Announce == nil {
 		g.mu.Unlock()
 		return
 	}
@@ -1119,7 +1119,7 @@ func (g *Gossip) notNewer(s sealed) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	e, ok := g.pagesHas(g.cfg.Clock.Now(), a.NodeId)
-	return ok && (a.Incarnation < e.Ann.Incarnation || a.Incarnation == e.Ann.Incarnation && a.Seq <= e.Ann.Seq)
+	return ok && notAfter(&a, e.Ann.Incarnation, e.Ann.Seq)
 }
 
 // wantCertOf notes that an announcement arrived from a member whose

@@ -48,7 +48,7 @@ func (p *Pages) Apply(now time.Time, a *pb.Announcement) bool {
 	e, ok := p.entries[a.NodeId]
 	if ok && !now.After(e.Expires) {
 		old := e.Ann
-		if a.Incarnation < old.Incarnation || (a.Incarnation == old.Incarnation && a.Seq <= old.Seq) {
+		if notAfter(a, old.Incarnation, old.Seq) {
 			return false
 		}
 	}
@@ -83,6 +83,15 @@ func (p *Pages) Apply(now time.Time, a *pb.Announcement) bool {
 		e.excluded = false
 	}
 	return true
+}
+
+// notAfter reports whether a is no newer than the announcement
+// (inc, seq): an older incarnation, or the same one with a sequence
+// number not above seq. It orders a node's announcements everywhere: the
+// pages, the skip before a signature check, and the refutation of an
+// impostor.
+func notAfter(a *pb.Announcement, inc int64, seq uint64) bool {
+	return a.Incarnation < inc || a.Incarnation == inc && a.Seq <= seq
 }
 
 // Touch records that node's author vouched again, at seen, for the
