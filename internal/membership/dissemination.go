@@ -31,9 +31,11 @@ import (
 //     whatever N is. A refresh that carries nothing new re-sends the
 //     signed announcement the others hold, which they recognize without
 //     checking its signature again.
-//   - Anti-entropy (a full push/pull with one random member) runs every
+//   - Anti-entropy (a full push/pull of memberlist's member states and
+//     the yellow pages with one random member) runs every
 //     antiEntropyInterval(N), which also grows with N: its size is N
-//     entries, so its cost per member stays flat.
+//     entries, so its cost per member stays flat. memberlist's own
+//     periodic push/pull, whose interval grows only as log N, is off.
 const (
 	// RefreshPeers is how many refreshes a member sends, and receives,
 	// per AnnounceInterval once the cluster has more members than that.

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -127,5 +128,32 @@ func TestTouchRenewsOnlyTheHeldAnnouncement(t *testing.T) {
 	}
 	if gone := p.Expire(t0.Add(14 * time.Second)); len(gone) != 1 {
 		t.Fatalf("an entry neither touched nor kept did not expire: %v", gone)
+	}
+}
+
+// TestStrangersAreRecentAuthorsMemberlistDoesNotHold: an entry refreshed
+// within the last tick by a member memberlist does not hold live means
+// this member missed its alive message; one refreshed long ago, this
+// member's own, and live members' are no sign of that.
+func TestStrangersAreRecentAuthorsMemberlistDoesNotHold(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	p := NewPages(5 * time.Second)
+	for _, id := range []string{"self", "live", "stale"} {
+		p.Apply(t0, &pb.Announcement{NodeId: id, Seq: 1})
+	}
+	now := t0.Add(2 * maxTick)
+	p.Apply(now, &pb.Announcement{NodeId: "stranger", Seq: 1})
+	p.Apply(now, &pb.Announcement{NodeId: "live", Seq: 2})
+	p.Apply(now, &pb.Announcement{NodeId: "self", Seq: 2})
+	live := map[string]bool{"self": true, "live": true}
+	if got := strangers(now, p, "self", live); !slices.Equal(got, []string{"stranger"}) {
+		t.Fatalf("strangers = %v, want [stranger]", got)
+	}
+	if got := strangers(now.Add(maxTick+time.Millisecond), p, "self", live); len(got) != 0 {
+		t.Fatalf("a tick later strangers = %v, want none (no refresh since)", got)
+	}
+	delete(live, "self")
+	if got := strangers(now, p, "self", live); !slices.Equal(got, []string{"stranger"}) {
+		t.Fatalf("this member is never a stranger to itself: %v", got)
 	}
 }

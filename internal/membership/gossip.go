@@ -213,6 +213,9 @@ type Gossip struct {
 	// member (loop goroutine only); antiEntropy is set while one runs.
 	antiEntropyDue time.Time
 	antiEntropy    atomic.Bool
+	// strangerExchange is when this member last brought anti-entropy
+	// forward on hearing from a stranger (loop goroutine only).
+	strangerExchange time.Time
 
 	// wantCert names members whose announcements came signed with a
 	// certificate this one has not seen (under mu; see wantCertOf).
@@ -325,25 +328,23 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 		mc.Keyring = cfg.Keyring
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
+	// own is the transport this member bound, shut if memberlist fails
+	// to start on it.
+	var own memberlist.Transport
 	if cfg.Transport != nil {
 		mc.Transport = cfg.Transport
-	}
-	if cfg.StreamRate > 0 && cfg.Transport == nil {
-		t, err := newLimitedTransport(mc, cfg.StreamRate, cfg.StreamBurst)
+	} else {
+		s, err := bindSockets(mc)
 		if err != nil {
 			return nil, fmt.Errorf("membership: start memberlist on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
 		}
-		g.transport = t
-		mc.Transport = t
+		own, mc.Transport = s, s
+		if cfg.StreamRate > 0 {
+			g.transport = newLimitedTransport(s, cfg.StreamRate, cfg.StreamBurst)
+			own, mc.Transport = g.transport, g.transport
+		}
 	}
 	if cfg.testTransport != nil {
-		if mc.Transport == nil {
-			nt, err := bindNetTransport(mc)
-			if err != nil {
-				return nil, fmt.Errorf("membership: start memberlist on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
-			}
-			mc.Transport = nt
-		}
 		mc.Transport = cfg.testTransport(mc.Transport)
 	}
 	// memberlist gossips (GetBroadcasts) and delivers messages from the
@@ -353,8 +354,8 @@ func Start(ctx context.Context, cfg Config) (*Gossip, error) {
 	g.changes = &memberlist.TransmitLimitedQueue{NumNodes: g.liveCount, RetransmitMult: mc.RetransmitMult}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
-		if g.transport != nil {
-			_ = g.transport.Shutdown()
+		if own != nil {
+			_ = own.Shutdown()
 		}
 		return nil, fmt.Errorf("membership: start memberlist on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
 	}
@@ -585,6 +586,7 @@ func (g *Gossip) loop(ctx context.Context) {
 		}
 		g.announce(now, sendNothing)
 		g.askMissing(now, live)
+		g.exchangeSoonOnStranger(now, live)
 		g.exchangeState(now, len(live))
 		g.rejoin()
 	}
@@ -941,6 +943,40 @@ func (g *Gossip) exchangeState(now time.Time, members int) {
 	}()
 }
 
+// exchangeSoonOnStranger brings anti-entropy forward to now, at most once
+// per unknownAskerGap, when a member memberlist neither holds live nor
+// lost has just refreshed its entry here: this member missed its alive
+// message, and without memberlist's periodic push/pull only a state
+// exchange tells memberlist of it.
+func (g *Gossip) exchangeSoonOnStranger(now time.Time, live map[string]bool) {
+	if now.Sub(g.strangerExchange) < unknownAskerGap {
+		return
+	}
+	g.mu.Lock()
+	heard := strangers(now, g.pages, g.cfg.NodeID, live)
+	g.mu.Unlock()
+	g.membersMu.Lock()
+	heard = slices.DeleteFunc(heard, func(id string) bool { _, ok := g.lost[id]; return ok }) // lost ones are rejoined
+	g.membersMu.Unlock()
+	if len(heard) > 0 {
+		g.log.Debug("heard from members memberlist does not hold; exchanging state", "members", heard)
+		g.strangerExchange = now
+		g.antiEntropyDue = now
+	}
+}
+
+// strangers are the members other than self, not live, whose entries the
+// pages refreshed within the last maxTick.
+func strangers(now time.Time, p *Pages, self string, live map[string]bool) []string {
+	var ids []string
+	for id, e := range p.entries {
+		if id != self && !live[id] && now.Sub(e.Seen) <= maxTick {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // memberlistConfig starts from memberlist's LAN profile, also on
 // loopback (the local profile's 1 s stream timeout fails joins of a
 // large cluster's state on a busy machine, and its 2·log10(n+1)
@@ -962,11 +998,14 @@ func memberlistConfig(dilation float64) *memberlist.Config {
 	// anything else memberlist did with a thousand members; protobuf
 	// announcements are compact already.
 	mc.EnableCompression = false
-	// memberlist's periodic push/pull (every 30 s, longer as log N)
-	// carries only its own member states, a few dozen bytes each, which
-	// heals members it missed an alive message of; the yellow pages'
-	// anti-entropy is exchangeState's, at an interval that grows with N
-	// (LocalState).
+	// No periodic push/pull of memberlist's own: its interval grows only
+	// as log N while its size (every member's state) grows as N, so its
+	// cost per member grew as N/log N (at 1,000 members it was most of
+	// the bytes a member sent idle). exchangeState's anti-entropy carries
+	// memberlist's states with the yellow pages, at an interval that
+	// grows as N; a member that hears from one it does not hold (it
+	// missed its alive message) exchanges state at once (strangerHeard).
+	mc.PushPullInterval = 0
 	// A member found dead may come back at another address (a container
 	// restarted with a new IP, same id and data) once it has been dead a
 	// second; a live member's id at a second address stays a conflict

@@ -96,8 +96,11 @@ func (n *Node) mountHealth(mux *http.ServeMux) {
 	})
 }
 
-// healthEvery is how often the gRPC health statuses are brought up to date.
-const healthEvery = 250 * time.Millisecond
+// healthEvery is how often the gRPC health statuses are brought up to
+// date; a drain updates them at once (healthNow). A replica's readiness
+// changes no faster than an election, and an idle node should not wake
+// four times a second for it.
+const healthEvery = time.Second
 
 // serveHealth keeps the gRPC health server's statuses current until ctx
 // ends, then marks everything NOT_SERVING.
@@ -121,6 +124,7 @@ func (n *Node) serveHealth(ctx context.Context, hs *health.Server) {
 			hs.Shutdown()
 			return
 		case <-tick.Chan():
+		case <-n.healthNow:
 		}
 	}
 }

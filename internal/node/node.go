@@ -129,10 +129,12 @@ type Node struct {
 	// adv is the host the node's addresses are announced with.
 	adv string
 	// health answers grpc.health.v1 (health.go); stopHealth ends its
-	// updates; draining makes the node not ready.
+	// updates; draining makes the node not ready; healthNow brings the
+	// statuses up to date before the next tick.
 	health     *health.Server
 	stopHealth context.CancelFunc
 	draining   atomic.Bool
+	healthNow  chan struct{}
 	// done is closed when the node has stopped.
 	done chan struct{}
 	// placeMu guards placer, which SetPlacement may start late;
@@ -171,14 +173,15 @@ func New(cfg Config) (*Node, error) {
 		startedAt: time.Now(),
 		log: slog.New(teeHandler{cfg.Logger.Handler(), slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})}).
 			With("node", cfg.ID),
-		tracer:   obs.Tracer(cfg.TracerProvider),
-		clock:    cfg.Clock,
-		reg:      metrics.For(cfg.Registerer),
-		services: map[string]*hosted{},
-		acct:     newAccounting(cfg.Clock, DefaultAccountingCycle),
-		acctStop: make(chan struct{}),
-		done:     make(chan struct{}),
-		inflight: transport.NewInflight(cfg.ID, cfg.MaxInflightBytes, cfg.MaxMessageBytes+nerr.WireOverhead),
+		tracer:    obs.Tracer(cfg.TracerProvider),
+		clock:     cfg.Clock,
+		reg:       metrics.For(cfg.Registerer),
+		services:  map[string]*hosted{},
+		acct:      newAccounting(cfg.Clock, DefaultAccountingCycle),
+		acctStop:  make(chan struct{}),
+		healthNow: make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		inflight:  transport.NewInflight(cfg.ID, cfg.MaxInflightBytes, cfg.MaxMessageBytes+nerr.WireOverhead),
 	}
 	sc, err := security.FromConfig(cfg.Security, "NodeConfig.Security", pki.Identity{Role: pki.RoleNode, Name: cfg.ID})
 	if err != nil {
@@ -451,6 +454,10 @@ func (n *Node) Drain(ctx context.Context) []string {
 // over, for at most half the bound.
 func (n *Node) handOff(ctx context.Context, timeout time.Duration) []string {
 	n.draining.Store(true)
+	select {
+	case n.healthNow <- struct{}{}:
+	default:
+	}
 	n.log.Info("draining: handing primaries over, then finishing the calls in flight", "bound", timeout)
 	if n.repl == nil {
 		return nil

@@ -73,28 +73,45 @@ func measured(clk clock.Clock, ctx context.Context, call func(context.Context) *
 // accounting is the node's accounting cycle: it sums the measured
 // requests completed in each cycle and, when the cycle closes, reads how
 // busy the process's CPU and the disks were. Cycles close on a ticker of
-// the node's clock.
+// the node's clock, which stops after a cycle in which no request
+// completed and starts again with the next one: an idle node does not
+// wake ten times a second to read /proc, and until a request completes
+// nobody reads its load (load is sent with each call's usage).
 type accounting struct {
 	clk   clock.Clock
 	cycle time.Duration
+	// wake restarts the ticker after an idle pause (add sends, run
+	// receives).
+	wake chan struct{}
 
-	mu    sync.Mutex
-	sum   service.Usage
-	last  service.NodeLoad
-	since time.Time
-	cpu   time.Duration
-	disk  map[string]int64
+	mu sync.Mutex
+	// sum is the usage of the completed requests of the current cycle,
+	// completed how many they are.
+	sum       service.Usage
+	completed int
+	last      service.NodeLoad
+	since     time.Time
+	cpu       time.Duration
+	disk      map[string]int64
+	paused    bool
 }
 
 func newAccounting(clk clock.Clock, cycle time.Duration) *accounting {
-	a := &accounting{clk: clk, cycle: cycle, since: clk.Now(), cpu: processCPU(), disk: diskTicks()}
-	return a
+	return &accounting{clk: clk, cycle: cycle, wake: make(chan struct{}, 1), since: clk.Now(), cpu: processCPU(), disk: diskTicks()}
 }
 
 // add counts a completed request.
 func (a *accounting) add(u service.Usage) {
 	a.mu.Lock()
 	a.sum = a.sum.Add(u)
+	a.completed++
+	if a.paused {
+		a.paused = false
+		select {
+		case a.wake <- struct{}{}:
+		default:
+		}
+	}
 	a.mu.Unlock()
 }
 
@@ -105,14 +122,15 @@ func (a *accounting) load() service.NodeLoad {
 	return a.last
 }
 
-// close ends the current cycle at now.
-func (a *accounting) close(now time.Time) {
+// close ends the current cycle at now and reports whether no request
+// completed in it (the cycle pauses).
+func (a *accounting) close(now time.Time) (idle bool) {
 	cpu, disk := processCPU(), diskTicks()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	iv := now.Sub(a.since)
 	if iv <= 0 {
-		return
+		return false
 	}
 	cores := runtime.GOMAXPROCS(0)
 	l := service.NodeLoad{Interval: iv, Used: a.sum, Cores: cores}
@@ -122,19 +140,42 @@ func (a *accounting) close(now time.Time) {
 			l.DiskBusy = max(l.DiskBusy, min(float64(t-t0)/float64(iv.Milliseconds()), 1))
 		}
 	}
-	a.last, a.sum, a.since, a.cpu, a.disk = l, service.Usage{}, now, cpu, disk
+	idle = a.completed == 0
+	a.last, a.sum, a.completed, a.since, a.cpu, a.disk = l, service.Usage{}, 0, now, cpu, disk
+	a.paused = idle
+	return idle
 }
 
-// run closes a cycle every period until stop is closed.
+// run closes a cycle every period until stop is closed, pausing while no
+// request completes.
 func (a *accounting) run(stop <-chan struct{}) {
-	t := a.clk.NewTicker(a.cycle)
-	defer t.Stop()
 	for {
+		t := a.clk.NewTicker(a.cycle)
+		paused := false
+		for !paused {
+			select {
+			case <-stop:
+				t.Stop()
+				return
+			case now := <-t.Chan():
+				paused = a.close(now)
+			}
+		}
+		t.Stop()
 		select {
 		case <-stop:
 			return
-		case now := <-t.Chan():
-			a.close(now)
+		case <-a.wake:
+			a.resume(a.clk.Now())
 		}
 	}
+}
+
+// resume starts a cycle at now after a pause, keeping the requests that
+// completed since it began (the one that woke the cycle among them).
+func (a *accounting) resume(now time.Time) {
+	cpu, disk := processCPU(), diskTicks()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.since, a.cpu, a.disk = now, cpu, disk
 }

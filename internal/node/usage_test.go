@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/neptune-cluster/neptune/internal/clock"
 	"github.com/neptune-cluster/neptune/internal/config"
 	"github.com/neptune-cluster/neptune/internal/service"
 	"github.com/neptune-cluster/neptune/internal/transport"
@@ -156,3 +157,41 @@ func TestUsageEncodingRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestAccountingPausesWhileIdle: a cycle in which no request completed
+// stops the ticker (an idle node does not wake to read /proc), and the
+// next completed request starts it again, counted in the cycle it starts.
+func TestAccountingPausesWhileIdle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	clk := clock.NewManual(time.Unix(1_000_000, 0))
+	a := newAccounting(clk, 100*time.Millisecond)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); a.run(stop) }()
+	defer func() { close(stop); <-done }()
+
+	a.add(service.Usage{CPU: time.Millisecond})
+	if err := clk.BlockUntilContext(ctx, 1); err != nil { // the ticker
+		t.Fatal(err)
+	}
+	clk.Advance(100 * time.Millisecond)
+	waitFor(t, 5*time.Second, func() bool { return a.load().Used.CPU == time.Millisecond })
+	clk.Advance(100 * time.Millisecond) // a cycle with nothing completed
+	waitFor(t, 5*time.Second, func() bool { return a.load().Used.CPU == 0 })
+	waitFor(t, 5*time.Second, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.paused })
+	if err := clk.BlockUntilContext(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second) // paused: no cycle closes
+	a.add(service.Usage{CPU: 2 * time.Millisecond})
+	if err := clk.BlockUntilContext(ctx, 1); err != nil { // ticking again
+		t.Fatal(err)
+	}
+	clk.Advance(100 * time.Millisecond)
+	waitFor(t, 5*time.Second, func() bool { return a.load().Used.CPU == 2*time.Millisecond })
+	if iv := a.load().Interval; iv != 100*time.Millisecond {
+		t.Fatalf("the woken cycle spans %v, want 100ms (from the wake, not the pause)", iv)
+	}
+}
+
