@@ -194,4 +194,3 @@ func TestAccountingPausesWhileIdle(t *testing.T) {
 		t.Fatalf("the woken cycle spans %v, want 100ms (from the wake, not the pause)", iv)
 	}
 }
-
