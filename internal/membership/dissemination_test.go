@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -131,29 +132,59 @@ func TestTouchRenewsOnlyTheHeldAnnouncement(t *testing.T) {
 	}
 }
 
-// TestStrangersAreRecentAuthorsMemberlistDoesNotHold: an entry refreshed
-// within the last tick by a member memberlist does not hold live means
-// this member missed its alive message; one refreshed long ago, this
-// member's own, and live members' are no sign of that.
-func TestStrangersAreRecentAuthorsMemberlistDoesNotHold(t *testing.T) {
+// TestStrangersAreHeldEntriesOfMembersMemberlistDoesNotHold: an entry the
+// pages hold whose member memberlist does not hold live means this member
+// missed its alive message; this member's own entry, live members' and
+// expired ones are no sign of that.
+func TestStrangersAreHeldEntriesOfMembersMemberlistDoesNotHold(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	p := NewPages(5 * time.Second)
 	for _, id := range []string{"self", "live", "stale"} {
 		p.Apply(t0, &pb.Announcement{NodeId: id, Seq: 1})
 	}
-	now := t0.Add(2 * maxTick)
-	p.Apply(now, &pb.Announcement{NodeId: "stranger", Seq: 1})
-	p.Apply(now, &pb.Announcement{NodeId: "live", Seq: 2})
-	p.Apply(now, &pb.Announcement{NodeId: "self", Seq: 2})
+	now := t0.Add(6 * time.Second) // past the TTL of t0's entries
+	for _, id := range []string{"stranger", "live", "self"} {
+		p.Apply(now, &pb.Announcement{NodeId: id, Seq: 2})
+	}
 	live := map[string]bool{"self": true, "live": true}
 	if got := strangers(now, p, "self", live); !slices.Equal(got, []string{"stranger"}) {
 		t.Fatalf("strangers = %v, want [stranger]", got)
 	}
-	if got := strangers(now.Add(maxTick+time.Millisecond), p, "self", live); len(got) != 0 {
-		t.Fatalf("a tick later strangers = %v, want none (no refresh since)", got)
-	}
 	delete(live, "self")
 	if got := strangers(now, p, "self", live); !slices.Equal(got, []string{"stranger"}) {
 		t.Fatalf("this member is never a stranger to itself: %v", got)
+	}
+	if got := strangers(now.Add(6*time.Second), p, "self", live); len(got) != 0 {
+		t.Fatalf("strangers = %v once their entries expired, want none", got)
+	}
+}
+
+// TestStrangerBringsExchangeForwardAfterGrace: a joiner's entry arrives
+// before its alive message, so a stranger brings anti-entropy forward only
+// once the pages have held its entry for strangerGrace, and then at most
+// once per unknownAskerGap; one that turns live in the grace never does.
+func TestStrangerBringsExchangeForwardAfterGrace(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	never := t0.Add(time.Hour)
+	g := &Gossip{cfg: Config{NodeID: "self"}, pages: NewPages(5 * time.Second), log: slog.New(slog.DiscardHandler), antiEntropyDue: never}
+	live := map[string]bool{"self": true}
+	g.pages.Apply(t0, &pb.Announcement{NodeId: "joiner", Seq: 1})
+	g.pages.Apply(t0, &pb.Announcement{NodeId: "missed", Seq: 1})
+	g.exchangeSoonOnStranger(t0, live)
+	live["joiner"] = true // its alive message arrived
+	g.exchangeSoonOnStranger(t0.Add(time.Second), live)
+	if !g.antiEntropyDue.Equal(never) {
+		t.Fatalf("anti-entropy due %v within the grace, want unchanged", g.antiEntropyDue)
+	}
+	at := t0.Add(strangerGrace)
+	g.pages.Apply(at, &pb.Announcement{NodeId: "missed", Seq: 2}) // refreshed: still held
+	g.exchangeSoonOnStranger(at, live)
+	if !g.antiEntropyDue.Equal(at) {
+		t.Fatalf("anti-entropy due %v after the grace, want %v", g.antiEntropyDue, at)
+	}
+	g.antiEntropyDue = never
+	g.exchangeSoonOnStranger(at.Add(time.Second), live)
+	if !g.antiEntropyDue.Equal(never) {
+		t.Fatalf("anti-entropy brought forward again %v after the last, want once per %v", time.Second, unknownAskerGap)
 	}
 }

@@ -213,8 +213,10 @@ type Gossip struct {
 	// member (loop goroutine only); antiEntropy is set while one runs.
 	antiEntropyDue time.Time
 	antiEntropy    atomic.Bool
-	// strangerExchange is when this member last brought anti-entropy
-	// forward on hearing from a stranger (loop goroutine only).
+	// strangerSince is since when the pages hold each stranger's entry,
+	// and strangerExchange when this member last brought anti-entropy
+	// forward for one (loop goroutine only; exchangeSoonOnStranger).
+	strangerSince    map[string]time.Time
 	strangerExchange time.Time
 
 	// wantCert names members whose announcements came signed with a
@@ -944,33 +946,51 @@ func (g *Gossip) exchangeState(now time.Time, members int) {
 }
 
 // exchangeSoonOnStranger brings anti-entropy forward to now, at most once
-// per unknownAskerGap, when a member memberlist neither holds live nor
-// lost has just refreshed its entry here: this member missed its alive
-// message, and without memberlist's periodic push/pull only a state
-// exchange tells memberlist of it.
+// per unknownAskerGap, when the pages have held for strangerGrace the
+// entry of a member memberlist holds neither live nor lost: this member
+// missed its alive message, and without memberlist's periodic push/pull
+// only a state exchange tells memberlist of it. The grace lets a joiner's
+// alive message arrive: its announcement, sent to each member it learns
+// of, comes first.
 func (g *Gossip) exchangeSoonOnStranger(now time.Time, live map[string]bool) {
-	if now.Sub(g.strangerExchange) < unknownAskerGap {
-		return
-	}
 	g.mu.Lock()
-	heard := strangers(now, g.pages, g.cfg.NodeID, live)
+	ids := strangers(now, g.pages, g.cfg.NodeID, live)
 	g.mu.Unlock()
 	g.membersMu.Lock()
-	heard = slices.DeleteFunc(heard, func(id string) bool { _, ok := g.lost[id]; return ok }) // lost ones are rejoined
+	ids = slices.DeleteFunc(ids, func(id string) bool { _, ok := g.lost[id]; return ok }) // lost ones are rejoined
 	g.membersMu.Unlock()
-	if len(heard) > 0 {
-		g.log.Debug("heard from members memberlist does not hold; exchanging state", "members", heard)
+	since := make(map[string]time.Time, len(ids))
+	var overdue []string
+	for _, id := range ids {
+		t, ok := g.strangerSince[id]
+		if !ok {
+			t = now
+		}
+		since[id] = t
+		if now.Sub(t) >= strangerGrace {
+			overdue = append(overdue, id)
+		}
+	}
+	g.strangerSince = since
+	if len(overdue) > 0 && now.Sub(g.strangerExchange) >= unknownAskerGap {
+		g.log.Debug("holding entries of members memberlist does not hold; exchanging state", "members", overdue)
 		g.strangerExchange = now
 		g.antiEntropyDue = now
 	}
 }
 
+// strangerGrace is how long the pages hold a stranger's entry before the
+// member exchanges state to learn of it: longer than a joiner's alive
+// message takes to spread, shorter than the TTL after which a large
+// cluster's pages drop an entry memberlist does not hold.
+const strangerGrace = 3 * time.Second
+
 // strangers are the members other than self, not live, whose entries the
-// pages refreshed within the last maxTick.
+// pages hold.
 func strangers(now time.Time, p *Pages, self string, live map[string]bool) []string {
 	var ids []string
 	for id, e := range p.entries {
-		if id != self && !live[id] && now.Sub(e.Seen) <= maxTick {
+		if id != self && !live[id] && !now.After(e.Expires) {
 			ids = append(ids, id)
 		}
 	}
