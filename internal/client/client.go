@@ -330,8 +330,8 @@ func defaultHost(seeds []string) string {
 
 // warnUnreachable warns when a member advertises a loopback address to a
 // cluster that is not on loopback: the nodes cannot reach its gossip, so
-// it learns of a failover only at its own next push/pull (the TTL), and
-// calls fail meanwhile.
+// it learns of a failover only at its own next anti-entropy exchange (30 s
+// or more), and calls fail meanwhile.
 func warnUnreachable(log *slog.Logger, adv string, seeds []string) {
 	if !hostaddr.Loopback(adv) {
 		return
