@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +82,15 @@ func TestLargeWritesStayWithinTheNodesByteBudget(t *testing.T) {
 	}
 	for _, err := range refused {
 		var unknown *neptune.UnknownOutcomeError
+		if errors.As(err, &unknown) && unknown.Identified && !strings.Contains(err.Error(), "node "+primary+"'s") {
+			// Refused by a node other than the primary: the call moved
+			// there after an attempt at the primary that may have run (a
+			// node busy with 60 MiB of writes on a shared machine can
+			// lose its lease), so its outcome is unknown, and its
+			// identity makes the retry safe.
+			t.Logf("refused after an attempt elsewhere: %v", err)
+			continue
+		}
 		if !neptune.Retryable(err) || errors.As(err, &unknown) {
 			t.Errorf("refused write: %v: want a retryable ErrOverloaded that never ran", err)
 		}
