@@ -33,6 +33,9 @@ type loadContender struct {
 	polls    int
 	// pollsOnly: no announcements, only what the caller's polls said.
 	pollsOnly bool
+	// view and callers: SimConfig's.
+	view    View
+	callers int
 }
 
 func (l loadContender) String() string { return l.name }
@@ -48,6 +51,17 @@ func loadContenders(o Options) []loadContender {
 	for _, k := range o.Polls {
 		cs = append(cs, loadContender{name: fmt.Sprintf("ann %v k=%d", o.Announce, k), loads: LoadsStale, announce: o.Announce, polls: k})
 	}
+	// Callers that bring stale loads up to date with their own work:
+	// one caller, which knows all the work sent, and eight, each of
+	// which knows its eighth.
+	for _, v := range []View{ViewOwn, ViewFluid} {
+		for _, callers := range []int{1, 8} {
+			cs = append(cs, loadContender{name: fmt.Sprintf("ann %v k=%d %v ×%d", o.Announce, dac.SimPolls, v, callers),
+				loads: LoadsStale, announce: o.Announce, polls: dac.SimPolls, view: v, callers: callers})
+		}
+	}
+	cs = append(cs, loadContender{name: fmt.Sprintf("polls k=%d own ×8", dac.SimPolls), loads: LoadsStale, announce: time.Second,
+		polls: dac.SimPolls, pollsOnly: true, view: ViewOwn, callers: 8})
 	fast := o.Announce / 10
 	return append(cs, loadContender{name: fmt.Sprintf("ann %v k=%d", fast, dac.SimPolls), loads: LoadsStale, announce: fast, polls: dac.SimPolls},
 		loadContender{name: fmt.Sprintf("polls k=%d", dac.SimPolls), loads: LoadsStale, announce: time.Second, polls: dac.SimPolls, pollsOnly: true},
@@ -109,6 +123,7 @@ func loadsExp(ctx context.Context, base SimConfig, o Options, window time.Durati
 		t0 := time.Now()
 		cc := c
 		cc.Scheme, cc.Loads, cc.Announce, cc.Polls, cc.PollsOnly = lc.scheme, lc.loads, lc.announce, lc.polls, lc.pollsOnly
+		cc.View, cc.Callers = lc.view, lc.callers
 		r, err := Simulate(cc)
 		if err != nil {
 			return nil, err

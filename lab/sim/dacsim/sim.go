@@ -59,7 +59,13 @@ type SimConfig struct {
 	// only what its own polls said, as the product's caller does;
 	// Announce is then only the horizon of dac.Estimate.
 	PollsOnly bool
-	Seed      uint64
+	// View (LoadsStale) is how each caller brings reports up to date;
+	// Callers is how many independent callers share the calls (round
+	// robin; 0: one), each with its own view but for ViewShared:
+	// announcements reach all, a caller's polls only itself.
+	View    View
+	Callers int
+	Seed    uint64
 }
 
 // LoadSource is how a simulated caller knows the nodes' loads.
@@ -130,6 +136,8 @@ func (c SimConfig) Validate() error {
 		return fmt.Errorf("dacsim: SimConfig.Unresponsive %d not in [0, Nodes)", c.Unresponsive)
 	case c.Loads < LoadsExact || c.Loads > LoadsStale:
 		return fmt.Errorf("dacsim: SimConfig.Loads %d is not a load source", int(c.Loads))
+	case c.Callers < 0 || c.View < ViewShared || c.View > ViewFluid || c.View != ViewShared && c.Loads != LoadsStale:
+		return fmt.Errorf("dacsim: SimConfig.Callers %d must not be negative, and View %v be a view, other than shared only with stale loads", c.Callers, c.View)
 	case c.Loads == LoadsStale && (c.Announce <= 0 || c.Polls < 0):
 		return fmt.Errorf("dacsim: SimConfig.Announce %v must be positive and Polls %d not negative with stale loads", c.Announce, c.Polls)
 	case !validScheme(c.Scheme):
@@ -182,11 +190,16 @@ func Simulate(c SimConfig) (SimResult, error) {
 		s.nodes = append(s.nodes, &simNode{procs: procs, dead: i >= c.Nodes-c.Unresponsive && i < c.Nodes})
 	}
 	s.caller = s.nodes[c.Nodes]
+	if c.View != ViewShared {
+		for range max(c.Callers, 1) {
+			s.views = append(s.views, newView(c.View, c.Nodes))
+		}
+	}
 	if c.Loads == LoadsStale && !c.PollsOnly {
 		ann := eng.Rand(streamAnnounce)
-		for _, nd := range s.nodes[:c.Nodes] {
+		for i, nd := range s.nodes[:c.Nodes] {
 			if !nd.dead {
-				s.announce(nd, time.Duration(ann.Int64N(int64(c.Announce))))
+				s.announce(i, nd, time.Duration(ann.Int64N(int64(c.Announce))))
 			}
 		}
 	}
@@ -213,12 +226,15 @@ const streamAnnounce = 0x44ad
 
 // announce makes nd announce its load at virtual time at and every
 // Announce after.
-func (s *run) announce(nd *simNode, at time.Duration) {
+func (s *run) announce(i int, nd *simNode, at time.Duration) {
 	s.eng.At(at, func() {
 		nd.announced = dac.Known{Load: nd.pending / time.Duration(nd.procs), At: s.eng.Time()}
+		for _, v := range s.views {
+			v.report(i, nd.announced.Load, nd.announced.At)
+		}
 		s.announcements++
 		if next := s.eng.Now() + s.cfg.Announce; next < s.cfg.Duration {
-			s.announce(nd, next)
+			s.announce(i, nd, next)
 		}
 	})
 }
@@ -236,7 +252,9 @@ type run struct {
 	nodes  []*simNode
 	caller *simNode
 	calls  []*simCall
-	err    error
+	// views are the callers' own views (View other than shared).
+	views []loadView
+	err   error
 	// announcements counts load announcements sent in the measured window.
 	announcements int
 }
@@ -258,14 +276,18 @@ type simTask struct {
 
 // simCall is one aggregation call in flight.
 type simCall struct {
-	arrive   time.Duration
-	n        int
-	control  int // control messages sent for the call
-	parts    []*simPart
-	callerM  *simPart
-	done     bool
-	response time.Duration
-	got      int
+	arrive  time.Duration
+	n       int
+	control int // control messages sent for the call
+	parts   []*simPart
+	callerM *simPart
+	// caller is which of Callers made the call; committed the work its
+	// tree gave each node, in the caller's view until the call ends.
+	caller    int
+	committed []time.Duration
+	done      bool
+	response  time.Duration
+	got       int
 }
 
 // simPart is one node's dac.Machine for one call.
@@ -282,7 +304,7 @@ type simPart struct {
 // otherwise.
 func (s *run) arrive() {
 	c := s.cfg
-	call := &simCall{arrive: s.eng.Now(), n: c.Nodes}
+	call := &simCall{arrive: s.eng.Now(), n: c.Nodes, caller: len(s.calls) % max(c.Callers, 1)}
 	s.calls = append(s.calls, call)
 	var polled []int
 	switch c.Loads {
@@ -298,6 +320,9 @@ func (s *run) arrive() {
 		known := make([]dac.Known, c.Nodes)
 		for i, nd := range s.nodes[:c.Nodes] {
 			known[i] = nd.announced
+		}
+		if s.views != nil {
+			known = s.views[call.caller].known(s.eng.Time())
 		}
 		polled = dac.PickPolls(known, c.Polls, s.rng)
 	}
@@ -322,11 +347,17 @@ func (s *run) arrive() {
 // loads returns the load index the caller builds the tree from for every
 // node: exact, or as announced and corrected, with the polled ones fresh.
 // An unresponsive node's reads as Deadline, as a timed-out poll would.
-func (s *run) loads(fresh map[int]time.Duration) []time.Duration {
+func (s *run) loads(call *simCall, fresh map[int]time.Duration) []time.Duration {
 	c := s.cfg
 	out := make([]time.Duration, c.Nodes)
-	switch c.Loads {
-	case LoadsStale:
+	switch {
+	case s.views != nil:
+		v := s.views[call.caller]
+		for i, l := range fresh {
+			v.report(i, l, s.eng.Time())
+		}
+		out = reckoned(v.known(s.eng.Time()))
+	case c.Loads == LoadsStale:
 		known := make([]dac.Known, c.Nodes)
 		for i, nd := range s.nodes[:c.Nodes] {
 			known[i] = nd.announced
@@ -355,7 +386,7 @@ func (s *run) loads(fresh map[int]time.Duration) []time.Duration {
 // build forms the call's tree from the loads it knows and sends it out.
 func (s *run) build(call *simCall, fresh map[int]time.Duration) {
 	c := s.cfg
-	loads := s.loads(fresh)
+	loads := s.loads(call, fresh)
 	servers := make([]dac.Server, c.Nodes)
 	for i := range servers {
 		p := time.Duration(s.nodes[i].procs)
@@ -377,6 +408,11 @@ func (s *run) build(call *simCall, fresh map[int]time.Duration) {
 		p := &simPart{call: call, idx: i, node: s.nodes[i], parent: tr.Parent[i],
 			owed: dac.RequestLoad(c.Local, c.Reduce, tr.Reductions(i))}
 		p.node.pending += p.owed
+		if s.views != nil {
+			w := p.owed / time.Duration(p.node.procs)
+			call.committed = append(call.committed, w)
+			s.views[call.caller].commit(i, w, s.eng.Time())
+		}
 		p.m = dac.NewMachine(dac.MachineConfig{Partition: i, Local: true, Children: tr.Children[i], Deadline: dl[i], Grace: c.StageReduce})
 		call.parts = append(call.parts, p)
 	}
@@ -433,6 +469,9 @@ func (s *run) sent(p *simPart, out dac.Partial) {
 	call := p.call
 	if p.idx == dac.Caller {
 		call.done, call.response, call.got = true, s.eng.Now()-call.arrive, len(out.Partitions)
+		for i, w := range call.committed {
+			s.views[call.caller].done(i, w)
+		}
 		return
 	}
 	s.charge(p, p.owed)
