@@ -12,20 +12,27 @@ import (
 
 // spin runs a shell loop for d: as a child of this process, or (orphan)
 // in a grandchild whose parent exits at once, so it leaves this process
-// tree the way another program's work would.
-func spin(t *testing.T, d time.Duration, orphan bool) {
+// tree the way another program's work would. It returns the CPU the
+// child and what it waited for used (0 for an orphan): on a busy machine
+// a loop of d gets much less than d of it.
+func spin(t *testing.T, d time.Duration, orphan bool) time.Duration {
 	t.Helper()
 	loop := fmt.Sprintf("timeout %.3f sh -c 'while :; do :; done'", d.Seconds())
 	if orphan {
 		loop = "(" + loop + ") >/dev/null 2>&1 & exit 0"
 	}
 	// timeout exits 124 when it stops the loop, as it should.
-	if err := exec.Command("sh", "-c", loop).Run(); err != nil && !orphan {
+	cmd := exec.Command("sh", "-c", loop)
+	if err := cmd.Run(); err != nil && !orphan {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 124 {
 			t.Fatal(err)
 		}
 	}
+	if orphan {
+		return 0
+	}
+	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }
 
 // TestOtherWorkIsWorkOutsideTheTree: a CPU-bound child is the
@@ -41,12 +48,13 @@ func TestOtherWorkIsWorkOutsideTheTree(t *testing.T) {
 	const d = 800 * time.Millisecond
 	// The tree's CPU across a spin, in seconds: what other programs on
 	// the machine do (other test binaries, say) changes only /proc/stat.
+	var used time.Duration // the child's CPU in the last spin
 	treeAcross := func(orphan bool) float64 {
 		a := sampleCPU()
 		if !a.ok {
 			t.Fatal("cannot sample the CPU")
 		}
-		spin(t, d, orphan)
+		used = spin(t, d, orphan)
 		if orphan {
 			time.Sleep(d + 200*time.Millisecond) // the orphan runs on after sh exits
 		}
@@ -56,9 +64,10 @@ func TestOtherWorkIsWorkOutsideTheTree(t *testing.T) {
 		}
 		return float64(b.tree-a.tree) / clockTicks
 	}
-	// The child's loop (about a core for d) is the tree's own work.
-	if own := treeAcross(false); own < 0.5*d.Seconds() {
-		t.Errorf("a child's %v loop added only %.2f s of CPU to the tree", d, own)
+	// The child's loop (up to a core for d, less on a busy machine) is
+	// the tree's own work.
+	if own := treeAcross(false); own < 0.8*used.Seconds()-0.02 || used < 10*time.Millisecond {
+		t.Errorf("a child's %v loop used %v of CPU and added %.2f s to the tree", d, used, own)
 	}
 	// The orphan's loop runs outside it: other work.
 	if own := treeAcross(true); own > 0.3*d.Seconds() {
