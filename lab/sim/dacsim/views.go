@@ -12,7 +12,7 @@ import (
 // undo the flocking of stale loads without a message: every call between
 // two reports builds its tree from the same loads and piles reductions on
 // the nodes that were light, but the caller knows the work its own trees
-// committed since. Neither met the goal (docs/experiments/dac.md).
+// committed since. None met the goal (docs/experiments/dac.md).
 type loadView interface {
 	report(i int, load time.Duration, at time.Time)
 	// commit records work a call's tree gave node i at now; done records
