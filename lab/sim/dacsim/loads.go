@@ -36,6 +36,9 @@ type loadContender struct {
 	// view and callers: SimConfig's.
 	view    View
 	callers int
+	// piggyback and candidates: SimConfig's.
+	piggyback  bool
+	candidates float64
 }
 
 func (l loadContender) String() string { return l.name }
@@ -62,6 +65,27 @@ func loadContenders(o Options) []loadContender {
 	}
 	cs = append(cs, loadContender{name: fmt.Sprintf("polls k=%d own ×8", dac.SimPolls), loads: LoadsStale, announce: time.Second,
 		polls: dac.SimPolls, pollsOnly: true, view: ViewOwn, callers: 8})
+	// Randomised placement against herding (power of d choices with old
+	// information): each call lets only a random fraction of the nodes
+	// take reductions.
+	for _, f := range []float64{0.5, 0.25} {
+		cs = append(cs, loadContender{name: fmt.Sprintf("ann %v k=%d cand %.2g", o.Announce, dac.SimPolls, f),
+			loads: LoadsStale, announce: o.Announce, polls: dac.SimPolls, candidates: f})
+	}
+	// Loads carried back with every result (no message of their own),
+	// brought up to date with the caller's work committed since; one
+	// caller, eight, and eight with random candidates.
+	for _, p := range []struct {
+		callers int
+		cand    float64
+	}{{1, 0}, {8, 0}, {8, 0.5}} {
+		name := fmt.Sprintf("polls k=%d piggy ×%d", dac.SimPolls, p.callers)
+		if p.cand > 0 {
+			name += fmt.Sprintf(" cand %.2g", p.cand)
+		}
+		cs = append(cs, loadContender{name: name, loads: LoadsStale, announce: time.Second, polls: dac.SimPolls, pollsOnly: true,
+			view: ViewSince, callers: p.callers, piggyback: true, candidates: p.cand})
+	}
 	fast := o.Announce / 10
 	return append(cs, loadContender{name: fmt.Sprintf("ann %v k=%d", fast, dac.SimPolls), loads: LoadsStale, announce: fast, polls: dac.SimPolls},
 		loadContender{name: fmt.Sprintf("polls k=%d", dac.SimPolls), loads: LoadsStale, announce: time.Second, polls: dac.SimPolls, pollsOnly: true},
@@ -123,7 +147,7 @@ func loadsExp(ctx context.Context, base SimConfig, o Options, window time.Durati
 		t0 := time.Now()
 		cc := c
 		cc.Scheme, cc.Loads, cc.Announce, cc.Polls, cc.PollsOnly = lc.scheme, lc.loads, lc.announce, lc.polls, lc.pollsOnly
-		cc.View, cc.Callers = lc.view, lc.callers
+		cc.View, cc.Callers, cc.Piggyback, cc.Candidates = lc.view, lc.callers, lc.piggyback, lc.candidates
 		r, err := Simulate(cc)
 		if err != nil {
 			return nil, err

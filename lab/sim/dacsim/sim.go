@@ -65,7 +65,16 @@ type SimConfig struct {
 	// announcements reach all, a caller's polls only itself.
 	View    View
 	Callers int
-	Seed    uint64
+	// Piggyback (a caller's own view): every result a node sends carries
+	// its load index then, which the caller learns when the call ends; no
+	// extra message.
+	Piggyback bool
+	// Candidates, if in (0, 1), is the fraction of nodes, drawn at random
+	// per call, that may take reductions; the others read as loaded by
+	// Deadline, so calls built from the same stale loads spread their
+	// interior nodes instead of piling them on the same light ones.
+	Candidates float64
+	Seed       uint64
 }
 
 // LoadSource is how a simulated caller knows the nodes' loads.
@@ -136,8 +145,10 @@ func (c SimConfig) Validate() error {
 		return fmt.Errorf("dacsim: SimConfig.Unresponsive %d not in [0, Nodes)", c.Unresponsive)
 	case c.Loads < LoadsExact || c.Loads > LoadsStale:
 		return fmt.Errorf("dacsim: SimConfig.Loads %d is not a load source", int(c.Loads))
-	case c.Callers < 0 || c.View < ViewShared || c.View > ViewFluid || c.View != ViewShared && c.Loads != LoadsStale:
+	case c.Callers < 0 || c.View < ViewShared || c.View > ViewSince || c.View != ViewShared && c.Loads != LoadsStale:
 		return fmt.Errorf("dacsim: SimConfig.Callers %d must not be negative, and View %v be a view, other than shared only with stale loads", c.Callers, c.View)
+	case c.Piggyback && c.View == ViewShared || !(c.Candidates >= 0 && c.Candidates <= 1):
+		return fmt.Errorf("dacsim: SimConfig.Piggyback needs a caller's own view, and Candidates %v must be in [0, 1]", c.Candidates)
 	case c.Loads == LoadsStale && (c.Announce <= 0 || c.Polls < 0):
 		return fmt.Errorf("dacsim: SimConfig.Announce %v must be positive and Polls %d not negative with stale loads", c.Announce, c.Polls)
 	case !validScheme(c.Scheme):
@@ -285,9 +296,12 @@ type simCall struct {
 	// tree gave each node, in the caller's view until the call ends.
 	caller    int
 	committed []time.Duration
-	done      bool
-	response  time.Duration
-	got       int
+	built     time.Time
+	// heard is the load each node's result carried (Piggyback).
+	heard    []dac.Known
+	done     bool
+	response time.Duration
+	got      int
 }
 
 // simPart is one node's dac.Machine for one call.
@@ -375,6 +389,13 @@ func (s *run) loads(call *simCall, fresh map[int]time.Duration) []time.Duration 
 			}
 		}
 	}
+	if c.Candidates > 0 && c.Candidates < 1 {
+		for i := range out {
+			if s.rng.Float64() >= c.Candidates {
+				out[i] += c.Deadline
+			}
+		}
+	}
 	for i, nd := range s.nodes[:c.Nodes] {
 		if nd.dead {
 			out[i] = c.Deadline
@@ -396,6 +417,10 @@ func (s *run) build(call *simCall, fresh map[int]time.Duration) {
 	if err != nil {
 		s.fail(err)
 		return
+	}
+	call.built = s.eng.Time()
+	if c.Piggyback {
+		call.heard = make([]dac.Known, c.Nodes)
 	}
 	end := s.eng.Time().Add(c.Deadline - (s.eng.Now() - call.arrive))
 	var dl []time.Time
@@ -470,11 +495,19 @@ func (s *run) sent(p *simPart, out dac.Partial) {
 	if p.idx == dac.Caller {
 		call.done, call.response, call.got = true, s.eng.Now()-call.arrive, len(out.Partitions)
 		for i, w := range call.committed {
-			s.views[call.caller].done(i, w)
+			s.views[call.caller].done(i, w, call.built)
+		}
+		for i, kn := range call.heard {
+			if kn.Seen() {
+				s.views[call.caller].report(i, kn.Load, kn.At)
+			}
 		}
 		return
 	}
 	s.charge(p, p.owed)
+	if call.heard != nil {
+		call.heard[p.idx] = dac.Known{Load: p.node.pending / time.Duration(p.node.procs), At: s.eng.Time()}
+	}
 	to := call.callerM
 	if p.parent != dac.Caller {
 		to = call.parts[p.parent]

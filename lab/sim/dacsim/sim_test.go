@@ -106,6 +106,8 @@ func TestSimConfigValidate(t *testing.T) {
 		"Scheme":       func(c *SimConfig) { c.Scheme = -1 },
 		"Loads":        func(c *SimConfig) { c.Loads = 9 },
 		"Announce":     func(c *SimConfig) { c.Loads, c.Announce = LoadsStale, 0 },
+		"Piggyback":    func(c *SimConfig) { c.Loads, c.Announce, c.Piggyback = LoadsStale, time.Second, true },
+		"Candidates":   func(c *SimConfig) { c.Candidates = 1.5 },
 	} {
 		c := DefaultSimConfig()
 		mut(&c)
@@ -155,6 +157,7 @@ func TestLoadChecksCanFail(t *testing.T) {
 		{"close and cheap", exact, SimResult{Calls: 500, Succeeded: 500, Mean: 300 * time.Millisecond, Control: 16, Announcements: 18}, []report.Outcome{report.Pass, report.Pass}},
 		{"slow", exact, SimResult{Calls: 500, Succeeded: 500, Mean: 370 * time.Millisecond, Control: 16, Announcements: 18}, []report.Outcome{report.Fail, report.Pass}},
 		{"loses calls", exact, SimResult{Calls: 500, Succeeded: 480, Mean: 250 * time.Millisecond, Control: 16}, []report.Outcome{report.Fail, report.Pass}},
+		{"piggybacked, free but slow", exact, SimResult{Calls: 500, Succeeded: 500, Mean: 340 * time.Millisecond, Control: 16}, []report.Outcome{report.Fail, report.Pass}},
 		{"chatty", exact, SimResult{Calls: 500, Succeeded: 500, Mean: 290 * time.Millisecond, Control: 16, Announcements: 183}, []report.Outcome{report.Pass, report.Fail}},
 		{"starved baseline", SimResult{Calls: 500, Succeeded: 300, Mean: 900 * time.Millisecond}, SimResult{Calls: 500, Succeeded: 500, Mean: 300 * time.Millisecond}, []report.Outcome{report.Inconclusive, report.Inconclusive}},
 	} {
@@ -198,5 +201,37 @@ func TestSimCountsControlMessages(t *testing.T) {
 	}
 	if r.Mean <= res[LoadsExact].Mean {
 		t.Errorf("loads a second old: mean %v, not above exact loads' %v", r.Mean, res[LoadsExact].Mean)
+	}
+}
+
+// TestSinceView: a caller's view is the last report plus its own work
+// committed after it and not yet returned; a report taken after a commit
+// already holds that work, and a late report (carried back with a call's
+// results) does not undo a newer one.
+func TestSinceView(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	v := newView(ViewSince, 2)
+	load := func() time.Duration { return v.known(at(1000))[0].Load }
+	v.report(0, 10*time.Millisecond, at(0))
+	v.commit(0, 5*time.Millisecond, at(10))
+	v.commit(0, 7*time.Millisecond, at(20))
+	if got := load(); got != 22*time.Millisecond {
+		t.Fatalf("report 10 ms + commits 5 and 7: %v", got)
+	}
+	v.done(0, 5*time.Millisecond, at(10))
+	if got := load(); got != 17*time.Millisecond {
+		t.Fatalf("after the first call returned: %v, want 17ms", got)
+	}
+	v.report(0, 30*time.Millisecond, at(15)) // holds the commit at 10 ms, not the one at 20 ms
+	if got := load(); got != 37*time.Millisecond {
+		t.Fatalf("report at 15 ms of 30 ms + commit at 20 ms: %v, want 37ms", got)
+	}
+	v.report(0, time.Millisecond, at(5)) // older than the one held
+	if got := load(); got != 37*time.Millisecond {
+		t.Fatalf("an older report replaced a newer one: %v", got)
+	}
+	if v.known(at(1000))[1].Seen() {
+		t.Error("a node never reported is seen")
 	}
 }

@@ -1,6 +1,7 @@
 package dacsim
 
 import (
+	"slices"
 	"time"
 
 	"github.com/neptune-cluster/neptune/internal/dac"
@@ -11,13 +12,13 @@ import (
 // undo the flocking of stale loads without a message: every call between
 // two reports builds its tree from the same loads and piles reductions on
 // the nodes that were light, but the caller knows the work its own trees
-// committed since. Neither met the goal (docs/experiments/dac.md).
+// committed since. None met the goal (docs/experiments/dac.md).
 type loadView interface {
 	report(i int, load time.Duration, at time.Time)
 	// commit records work a call's tree gave node i at now; done records
-	// the call ended (own work no longer owed).
+	// the call built at committed ended (own work no longer owed).
 	commit(i int, work time.Duration, now time.Time)
-	done(i int, work time.Duration)
+	done(i int, work time.Duration, committed time.Time)
 	// known is every node's load as the caller reckons it at now.
 	known(now time.Time) []dac.Known
 }
@@ -35,6 +36,9 @@ const (
 	// ViewFluid: each report drained at one second per second since,
 	// plus this caller's work committed since (fluidView).
 	ViewFluid
+	// ViewSince: the last report plus this caller's work committed after
+	// it and still in flight (sinceView).
+	ViewSince
 )
 
 func (v View) String() string {
@@ -45,6 +49,8 @@ func (v View) String() string {
 		return "own"
 	case ViewFluid:
 		return "fluid"
+	case ViewSince:
+		return "since"
 	}
 	return "View(?)"
 }
@@ -55,6 +61,8 @@ func newView(v View, n int) loadView {
 		return &ownView{base: make([]time.Duration, n), at: make([]time.Time, n), own: make([]time.Duration, n)}
 	case ViewFluid:
 		return &fluidView{est: make([]time.Duration, n), last: make([]time.Time, n), at: make([]time.Time, n)}
+	case ViewSince:
+		return &sinceView{base: make([]time.Duration, n), at: make([]time.Time, n), own: make([][]ownWork, n)}
 	}
 	return nil
 }
@@ -74,7 +82,9 @@ func (o *ownView) report(i int, load time.Duration, at time.Time) {
 }
 
 func (o *ownView) commit(i int, work time.Duration, _ time.Time) { o.own[i] += work }
-func (o *ownView) done(i int, work time.Duration)                { o.own[i] = max(o.own[i]-work, 0) }
+func (o *ownView) done(i int, work time.Duration, _ time.Time) {
+	o.own[i] = max(o.own[i]-work, 0)
+}
 
 func (o *ownView) known(time.Time) []dac.Known {
 	out := make([]dac.Known, len(o.base))
@@ -111,7 +121,7 @@ func (f *fluidView) commit(i int, work time.Duration, now time.Time) {
 	f.est[i] += work
 }
 
-func (f *fluidView) done(int, time.Duration) {}
+func (f *fluidView) done(int, time.Duration, time.Time) {}
 
 func (f *fluidView) known(now time.Time) []dac.Known {
 	out := make([]dac.Known, len(f.est))
@@ -120,6 +130,56 @@ func (f *fluidView) known(now time.Time) []dac.Known {
 			f.drain(i, now)
 			out[i] = dac.Known{Load: f.est[i], At: f.at[i]}
 		}
+	}
+	return out
+}
+
+// sinceView: the last report plus the caller's work committed after it
+// and not yet returned. Work committed before a report is in it; unlike
+// ownView, a report that arrives late (carried back with a call's
+// results) is not mistaken for one taken when it arrives.
+type sinceView struct {
+	base []time.Duration
+	at   []time.Time
+	own  [][]ownWork
+}
+
+type ownWork struct {
+	at   time.Time
+	work time.Duration
+}
+
+func (v *sinceView) report(i int, load time.Duration, at time.Time) {
+	if at.Before(v.at[i]) {
+		return
+	}
+	v.base[i], v.at[i] = load, at
+	v.own[i] = slices.DeleteFunc(v.own[i], func(w ownWork) bool { return !w.at.After(at) })
+}
+
+func (v *sinceView) commit(i int, work time.Duration, now time.Time) {
+	if !now.Before(v.at[i]) {
+		v.own[i] = append(v.own[i], ownWork{now, work})
+	}
+}
+
+func (v *sinceView) done(i int, work time.Duration, committed time.Time) {
+	if k := slices.Index(v.own[i], ownWork{committed, work}); k >= 0 {
+		v.own[i] = slices.Delete(v.own[i], k, k+1)
+	}
+}
+
+func (v *sinceView) known(time.Time) []dac.Known {
+	out := make([]dac.Known, len(v.base))
+	for i := range out {
+		if v.at[i].IsZero() {
+			continue
+		}
+		l := v.base[i]
+		for _, w := range v.own[i] {
+			l += w.work
+		}
+		out[i] = dac.Known{Load: l, At: v.at[i]}
 	}
 	return out
 }
