@@ -1023,9 +1023,9 @@ func memberlistConfig(dilation float64) *memberlist.Config {
 	// cost per member grew as N/log N (at 1,000 members it was most of
 	// the bytes a member sent idle). exchangeState's anti-entropy carries
 	// memberlist's states with the yellow pages, at an interval that
-	// grows as N; a member that hears from one it does not hold (it
-	// missed its alive message) exchanges state at once
-	// (exchangeSoonOnStranger).
+	// grows as N; a member whose pages hold for strangerGrace the entry
+	// of one memberlist does not hold (it missed its alive message)
+	// exchanges state at once (exchangeSoonOnStranger).
 	mc.PushPullInterval = 0
 	// A member found dead may come back at another address (a container
 	// restarted with a new IP, same id and data) once it has been dead a
