@@ -211,33 +211,44 @@ func iptables(ns string, args ...string) error {
 // startDelayer starts the delayer in h's namespace and waits for its
 // "ready" line. The process lives in the namespace, so Close kills it.
 func (n *Net) startDelayer(ctx context.Context, exe string, h *Host, spec DelayerSpec) error {
+	_, err := StartDelayer(ctx, h.Command(exe, "bench", DelayerVerb), spec)
+	if err != nil {
+		return fmt.Errorf("faults: delayer in %s: %w", h.Name, err)
+	}
+	return nil
+}
+
+// StartDelayer starts cmd, the binary re-executed with `bench`
+// DelayerVerb in the namespace whose queued packets it is to hold, with
+// spec, and waits for its "ready" line. The caller stops the process it
+// returns (or removes its namespace).
+func StartDelayer(ctx context.Context, cmd *exec.Cmd, spec DelayerSpec) (*os.Process, error) {
 	b, _ := json.Marshal(spec)
-	cmd := h.Command(exe, "bench", DelayerVerb)
 	cmd.Stdin = strings.NewReader(string(b))
 	var stderr strings.Builder
 	cmd.Stderr = &syncWriter{w: &stderr}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("faults: start delayer in %s: %w", h.Name, err)
+		return nil, fmt.Errorf("start delayer: %w", err)
 	}
 	ready := watchReady(stdout, isReady)
 	go func() { _ = cmd.Wait() }()
 	select {
 	case ok := <-ready:
 		if !ok {
-			return fmt.Errorf("faults: delayer in %s exited: %s", h.Name, strings.TrimSpace(stderr.String()))
+			return nil, fmt.Errorf("delayer exited: %s", strings.TrimSpace(stderr.String()))
 		}
 	case <-time.After(10 * time.Second):
 		_ = cmd.Process.Kill()
-		return fmt.Errorf("faults: delayer in %s not ready after 10s", h.Name)
+		return nil, errors.New("delayer not ready after 10s")
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
-	return nil
+	return cmd.Process, nil
 }
 
 // syncWriter serialises writes to w.

@@ -29,7 +29,7 @@ in-process nodes. Each benchmark runs its contenders side by side in one
 run, interleaved in rounds so drift in the machine affects all alike, and
 prints ratios; --sections picks the parts of those that have several.`,
 		overheadCmd(), lbCmd(), localityCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), lossyCmd(), moveCmd(), restoreCmd(), gageBenchCmd(), scaleCmd(),
-		echoServerCmd(), faultsClientCmd(), delayerCmd(), httpProgramCmd(), lbClientCmd())
+		echoServerCmd(), faultsClientCmd(), delayerCmd(), httpProgramCmd(), lbClientCmd(), lbSlowPollsCmd())
 }
 
 func overheadCmd() *cobra.Command {
@@ -126,7 +126,9 @@ row group from client processes with every policy, and print mean and p99
 response times as ratios to the oracle.
 
 Sections: main (every policy at --loads), fig35 (poll size, Fig 3.5 and
-Table 3.2), goals (issue 3's goals at --goal-load, --rounds rounds pooled).
+Table 3.2), goals (issue 3's goals at --goal-load, --rounds rounds pooled),
+slowpolls (Table 3.2 with --slow-share of the poll answers held for
+--slow-delay ± --slow-jitter, in a network namespace of its own; root).
 Every goal's load and threshold is a flag, fixed before the run; a goal is
 PASS, FAIL or INCONCLUSIVE (a row it compares was CPU-starved in any round,
 or its baseline was unhealthy), with the reason printed.`,
@@ -158,6 +160,10 @@ or its baseline was unhealthy), with the reason printed.`,
 	fs.IntVar(&cfg.Hog, "hog", cfg.Hog, "run this many CPU-spinning goroutines beside the goals section (the contended async and push goals)")
 	addSeed(fs, &cfg.Seed, "the traces (shared by every contender of a row group)")
 	fs.StringVar(&cfg.HAProxy, "haproxy", cfg.HAProxy, "HAProxy executable; its rows are skipped if it is not found")
+	fs.Float64Var(&cfg.SlowShare, "slow-share", cfg.SlowShare, "slowpolls: share of the poll answers held")
+	fs.DurationVar(&cfg.SlowDelay, "slow-delay", cfg.SlowDelay, "slowpolls: mean time a held answer is held")
+	fs.DurationVar(&cfg.SlowJitter, "slow-jitter", cfg.SlowJitter, "slowpolls: a held answer is held --slow-delay ± this (uniform)")
+	fs.Float64Var(&cfg.SlowGoal, "goal-discard", cfg.SlowGoal, "goal (slowpolls): poll-3 with the 10 ms discard at most this × the mean of poll-3 waiting for every answer")
 	return cmd
 }
 
@@ -432,6 +438,14 @@ func httpProgramCmd() *cobra.Command {
 func lbClientCmd() *cobra.Command {
 	cmd := leaf(lbbench.ClientVerb, "Client process of bench lb (reads its job from stdin)", "", func(cmd *cobra.Command, _ []string) error {
 		return lbbench.Client(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout())
+	})
+	cmd.Hidden = true
+	return cmd
+}
+
+func lbSlowPollsCmd() *cobra.Command {
+	cmd := leaf(lbbench.SlowPollsVerb, "bench lb's slowpolls section inside its network namespace (reads the config from stdin)", "", func(cmd *cobra.Command, _ []string) error {
+		return lbbench.SlowPolls(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout())
 	})
 	cmd.Hidden = true
 	return cmd

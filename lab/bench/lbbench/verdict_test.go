@@ -163,3 +163,25 @@ func TestLBPushGoals(t *testing.T) {
 		t.Errorf("busy machine on the push row only: %v", o[4:])
 	}
 }
+
+func TestSlowPollChecks(t *testing.T) {
+	quiet := bench.Starvation{Lag: ms(0.3), Pressure: 0.05, Others: 0.02}
+	busy := bench.Starvation{Lag: ms(0.3), Pressure: 0.6, Others: 1.4}
+	wait, discard := lbStats{n: 500, mean: ms(120), poll: ms(8.5)}, lbStats{n: 500, mean: ms(102), poll: ms(2.9)}
+	for _, c := range []struct {
+		name string
+		got  *report.Check
+		want report.Outcome
+	}{
+		{"held as asked", heldCheck(0.081, 0.076, 0.057, 1600), report.Pass},
+		{"held too few", heldCheck(0.081, 0.02, 0.01, 1600), report.Fail},
+		{"held too many", heldCheck(0.081, 0.15, 0.1, 1600), report.Fail},
+		{"discard gains", discardCheck(0.97, "exp", wait, discard, quiet, quiet), report.Pass},
+		{"discard gains nothing", discardCheck(0.97, "exp", wait, lbStats{n: 500, mean: ms(119)}, quiet, quiet), report.Fail},
+		{"a starved row", discardCheck(0.97, "fine", wait, discard, quiet, busy), report.Inconclusive},
+	} {
+		if got := c.got.Outcome(); got != c.want {
+			t.Errorf("%s: %v, want %v: %s", c.name, got, c.want, c.got)
+		}
+	}
+}
