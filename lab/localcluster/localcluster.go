@@ -6,6 +6,7 @@ package localcluster
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,13 +235,23 @@ func (c *Cluster) Start(ctx context.Context, spec Spec) (*Node, error) {
 	return n, nil
 }
 
-// Restart starts a killed node again with the same id and gossip port.
+// Restart starts a killed node again with the same id and gossip port,
+// joining up to three of the other nodes, running ones first: the first
+// nodes started may be the ones killed.
 func (c *Cluster) Restart(ctx context.Context, n *Node) error {
-	var seeds []string
-	for _, s := range c.Seeds() {
-		if s != n.GossipAddr {
-			seeds = append(seeds, s)
+	c.mu.Lock()
+	others := slices.DeleteFunc(slices.Clone(c.nodes), func(o *Node) bool { return o == n })
+	c.mu.Unlock()
+	down := func(o *Node) int {
+		if o.PID() != 0 {
+			return 0
 		}
+		return 1
+	}
+	slices.SortStableFunc(others, func(a, b *Node) int { return cmp.Compare(down(a), down(b)) })
+	var seeds []string
+	for _, o := range others[:min(3, len(others))] {
+		seeds = append(seeds, o.GossipAddr)
 	}
 	return c.launch(ctx, n, seeds)
 }

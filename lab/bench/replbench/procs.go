@@ -82,5 +82,8 @@ func writeKVConfig(dir string, parts int, rep neptune.Replication) (string, erro
 	cfg := filepath.Join(dir, "kv.yaml")
 	yaml := fmt.Sprintf("services:\n  - name: kv\n    partitions: 0-%d\n    replication:\n      level: %d\n      nodes: [%s]\n      degree: %d\n",
 		parts-1, rep.Level, strings.Join(rep.Nodes, ", "), rep.Degree)
+	if rep.MinLive > 0 {
+		yaml += fmt.Sprintf("      min_live: %d\n", rep.MinLive)
+	}
 	return cfg, os.WriteFile(cfg, []byte(yaml), 0o644)
 }
