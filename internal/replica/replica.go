@@ -513,6 +513,16 @@ func (r *Replica) announceEmpty() {
 	}
 }
 
+// leadingNoOps is the no-ops es begins with (Entry.Method empty).
+func leadingNoOps(es []Entry) []Entry {
+	for i, e := range es {
+		if e.Method != "" {
+			return es[:i]
+		}
+	}
+	return es
+}
+
 // Step processes a message from a peer.
 func (r *Replica) Step(now time.Time, m Message) {
 	r.observe(now)
@@ -524,8 +534,11 @@ func (r *Replica) Step(now time.Time, m Message) {
 			return // (level-1 gossip: lost, sent again later)
 		}
 		// Take the append as a heartbeat: contact, commit point and
-		// truncation, but no entries (as if they were lost on the way).
-		m.Entries = nil
+		// truncation, but no writes (as if they were lost on the way).
+		// A new primary's no-ops, a few bytes each, are taken: without
+		// them a replica that holds every write would fall out of the
+		// live set and stop serving reads at the first handover.
+		m.Entries = leadingNoOps(m.Entries)
 	}
 	if _, ok := r.prio[m.From]; !ok {
 		r.noticeRemoved(m)

@@ -1,13 +1,16 @@
 package replica
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
 
 // TestFullStorageHandsOverAndCatchesUpAfter: a primary whose disk fills
-// hands its role to an in-sync replica, takes no entries while full (it
-// leaves the live set and the partition commits without it), never takes
+// hands its role to an in-sync replica, stays in its live set as a
+// secondary (it takes the new primary's no-op) until a write comes, takes
+// no write while full (it leaves the live set and the partition commits
+// without it), never takes
 // the role back by an election or a transfer, and once space returns
 // catches up and gets its role back by priority; every acknowledged
 // write is on every replica.
@@ -28,7 +31,14 @@ func TestFullStorageHandsOverAndCatchesUpAfter(t *testing.T) {
 	if p == "" || p == "a" {
 		t.Fatalf("primary %q after a's disk filled, want b or c", p)
 	}
-	held := a.r.Status().Last
+	// Past the ack timeout: a took the new primary's no-op, so it is in
+	// sync (it was dropped from the live set when it took no entries).
+	c.settle(2 * time.Second)
+	st := a.r.Status()
+	if st.Role != Secondary || !slices.Contains(c.nodes[p].r.Status().Live, ID("a")) {
+		t.Fatalf("full replica with every write not a live secondary after the handover: %+v", st)
+	}
+	held := st.Last
 	for range 20 {
 		c.write(p)
 		c.settle(100 * time.Millisecond)

@@ -45,8 +45,10 @@ func (r *Replica) tickTransfer(now time.Time) {
 
 // SetStorageFull tells the replica whether the shell can store more (its
 // disk is below the reserve, or its store failed). While full, a
-// replica takes no entries (appends count as heartbeats: the primary
-// drops it from the live set, as it would after lost messages), no
+// replica takes no writes (appends count as heartbeats and a new
+// primary's no-ops are taken, so it stays in the live set, serving reads,
+// until the first write it cannot take; the primary then drops it, as
+// it would after lost messages), no
 // snapshot and no election, and refuses a leadership transfer to it; a
 // primary hands its role to an in-sync replica as soon as one is caught
 // up (it keeps it if none is: no other replica could take over without

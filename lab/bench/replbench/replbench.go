@@ -819,6 +819,9 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 		name string
 		at   time.Duration
 	}
+	// A phase of warm-up, not recorded: the connections, the first
+	// elections' aftermath and the write logs' first flushes.
+	bench.Sleep(ctx, phase)
 	var m *cpuquota.Meter
 	if cpu > 0 {
 		m = meter(nodes, cpu)
