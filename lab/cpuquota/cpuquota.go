@@ -20,9 +20,18 @@ import (
 	"time"
 )
 
-// period is the CFS period every group uses: 100 ms, the kernel's default,
-// long enough that a 0.1-core quota is 10 ms of run time per period.
-const period = 100 * time.Millisecond
+// period is the CFS period a group uses: 10 ms, so that a node that used
+// up its quota waits at most 10 ms × (1 − cores) for its next turn. At the
+// kernel's default of 100 ms a 0.3-core node paused up to 70 ms at a
+// time, and a level-2 write, which waits for every replica's append,
+// waited for the slowest replica's pause: the nodes measured the
+// throttling, not their capacity. A quota below minQuota per period gets
+// a longer period instead.
+const period = 10 * time.Millisecond
+
+// minQuota is the least run time per period a group gets (the kernel
+// refuses less than 1 ms).
+const minQuota = time.Millisecond
 
 // ErrUnavailable says the machine cannot confine processes here (no cpu
 // controller mounted, or not root); a test skips or, under CI, fails on it.
@@ -93,6 +102,9 @@ func (r *Root) Group(name string, cores float64) (*Group, error) {
 	}
 	us := int64(period / time.Microsecond)
 	quota := int64(cores * float64(us))
+	if min := int64(minQuota / time.Microsecond); quota < min {
+		quota, us = min, int64(float64(min)/cores)
+	}
 	var err error
 	if r.v2 {
 		err = os.WriteFile(filepath.Join(dir, "cpu.max"), fmt.Appendf(nil, "%d %d", quota, us), 0o644)

@@ -8,7 +8,7 @@ import (
 )
 
 // Tolerance is how far a process's measured CPU may exceed its quota: the
-// kernel enforces the quota per 100 ms period, and /proc counts in 10 ms
+// kernel enforces the quota per period (10 ms), and /proc counts in 10 ms
 // ticks.
 const Tolerance = 0.05
 
