@@ -227,6 +227,7 @@ goals fixed by flags; then disk and memory under sustained writes), fig54
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds of fig51/fig52 cells, pooled")
 	fs.DurationVar(&cfg.Phase, "phase", cfg.Phase, "fig54: the steady phase, the time all three victims are down, and between their restarts")
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "fig52 partitions (imbalance factors 1/partitions to 1)")
+	fs.IntVar(&cfg.Keys, "keys", cfg.Keys, "fig52: fill each partition with this many 1 KiB values and read with kv's digest over them (a read that costs more than a write, as the paper's forum's); 0: reads are len")
 	fs.Float64Var(&cfg.CPU, "cpu", cfg.CPU, "fig52 and fig54 on node processes confined to this many cores each (cgroups, root; e.g. 0.3 for fig52's 4, 0.15 for fig54's 8); 0: fig52 on in-process nodes, fig54 unconfined (not judged). Judged: fig52 degree 4 >= 2.5x degree 1 at imbalance 1; fig54 the rate with 3 of 8 down >= 0.5x steady, all back >= 0.9x")
 	fs.IntVar(&cfg.Kills, "kills", cfg.Kills, "failover: SIGKILLs of partition 0's primary")
 	fs.DurationVar(&cfg.Down, "down", cfg.Down, "failover: how long a killed primary stays down")

@@ -4,6 +4,7 @@
 package replbench
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -71,6 +72,12 @@ type Config struct {
 	// that a node is CPU-bound as the paper's machines were; zero runs
 	// Figs 5.2/5.3 on in-process nodes and Fig 5.4 unconfined, unjudged.
 	CPU float64
+	// Keys, when positive, makes fig52's reads cost more than its writes,
+	// as the paper's forum's did (ViewHeaders' SQL against AddMsg): every
+	// partition first holds Keys values of valueBytes, a read is kv's
+	// digest over all of them (sort and hash), a write overwrites one;
+	// zero: reads are len, writes small puts.
+	Keys int
 }
 
 // DefaultConfig runs Fig 5.1 and the failover timeline.
@@ -104,8 +111,8 @@ func (c Config) Validate() error {
 		return errors.New("replbench: kills must be >= 1, down and settle positive")
 	case c.FailoverP50 <= 0 || c.FailoverP99 <= 0 || c.ReturnGoal <= 0:
 		return errors.New("replbench: failover and return goals must be positive")
-	case c.CPU < 0:
-		return errors.New("replbench: cpu must not be negative")
+	case c.CPU < 0 || c.Keys < 0:
+		return errors.New("replbench: cpu and keys must not be negative")
 	}
 	if c.CPU > 0 {
 		nodes := 4
@@ -142,7 +149,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		}
 	}
 	if run("fig52") {
-		if err := benchReplSkew(ctx, stdout, cfg.Out, tmp, cfg.Partitions, cfg.Clients, cfg.Cell, cfg.Rounds, cfg.CPU); err != nil {
+		if err := benchReplSkew(ctx, stdout, cfg.Out, tmp, cfg.Partitions, cfg.Clients, cfg.Cell, cfg.Rounds, cfg.CPU, cfg.Keys); err != nil {
 			return err
 		}
 	}
@@ -291,7 +298,7 @@ func scaleVerdict(deg4, deg1 []float64, starved []string) *report.Check {
 // replCell runs one closed-loop measurement on a fresh 4-node cluster with
 // len(weights) partitions; clients pick a partition with these weights.
 func replCell(ctx context.Context, dir string, level, degree int, writeFrac float64, clients int, dur time.Duration, weights []float64) (float64, error) {
-	ops, _, err := replCellOn(ctx, dir, level, degree, writeFrac, clients, dur, weights, 0)
+	ops, _, err := replCellOn(ctx, dir, level, degree, writeFrac, clients, dur, weights, 0, 0)
 	return ops, err
 }
 
@@ -299,7 +306,7 @@ func replCell(ctx context.Context, dir string, level, degree int, writeFrac floa
 // confined to cpu cores each; for the latter it also judges the window
 // (cpuquota.Judge): a quota exceeded is an error, a starved machine a
 // reason for doubt.
-func replCellOn(ctx context.Context, dir string, level, degree int, writeFrac float64, clients int, dur time.Duration, weights []float64, cpu float64) (float64, cpuquota.Judgment, error) {
+func replCellOn(ctx context.Context, dir string, level, degree int, writeFrac float64, clients int, dur time.Duration, weights []float64, cpu float64, keys int) (float64, cpuquota.Judgment, error) {
 	parts := len(weights)
 	cum := make([]float64, parts)
 	var sum float64
@@ -335,6 +342,14 @@ func replCellOn(ctx context.Context, dir string, level, degree int, writeFrac fl
 	if err := localcluster.WaitWritable(ctx, parts, 15*time.Second, warm(c)); err != nil {
 		return 0, judge, err
 	}
+	read, put := "len", func(rng *rand.Rand) []byte { return fmt.Appendf(nil, "k%d=v", rng.IntN(1000)) }
+	if keys > 0 {
+		value := bytes.Repeat([]byte{'v'}, valueBytes)
+		read, put = "digest", func(rng *rand.Rand) []byte { return append(fmt.Appendf(nil, "k%d=", rng.IntN(keys)), value...) }
+		if err := fill(ctx, c, parts, keys, value); err != nil {
+			return 0, judge, err
+		}
+	}
 	if m != nil {
 		if err := m.Start(); err != nil {
 			return 0, judge, err
@@ -344,10 +359,10 @@ func replCellOn(ctx context.Context, dir string, level, degree int, writeFrac fl
 		p, _ := slices.BinarySearch(cum, rng.Float64()*sum)
 		p = min(p, parts-1)
 		if rng.Float64() < writeFrac {
-			_, err := c.Call(cctx, "kv", p, "put", fmt.Appendf(nil, "k%d=v", rng.IntN(1000)), neptune.WithSession(sess))
+			_, err := c.Call(cctx, "kv", p, "put", put(rng), neptune.WithSession(sess))
 			return err
 		}
-		_, err := c.Call(cctx, "kv", p, "len", nil, neptune.WithSession(sess))
+		_, err := c.Call(cctx, "kv", p, read, nil, neptune.WithSession(sess))
 		return err
 	})
 	if err != nil || m == nil {
@@ -373,6 +388,46 @@ func nodeBound(judge cpuquota.Judgment, used []cpuquota.Usage, window time.Durat
 		judge.Reason = strings.TrimPrefix(judge.Reason+fmt.Sprintf("; the busiest node (%s) used %.0f%% of its quota: the window was not node-bound", busiest.Name, 100*util), "; ")
 	}
 	return judge
+}
+
+// valueBytes is the size of the values Config.Keys fills partitions with.
+const valueBytes = 1 << 10
+
+// fill writes keys values to each of parts kv partitions through c, from
+// 16 writers.
+func fill(ctx context.Context, c *neptune.Client, parts, keys int, value []byte) error {
+	jobs := make(chan [2]int)
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				if _, err := c.Call(ctx, "kv", j[0], "put", append(fmt.Appendf(nil, "k%d=", j[1]), value...)); err != nil {
+					errs <- fmt.Errorf("fill partition %d: %w", j[0], err)
+					return
+				}
+			}
+		}()
+	}
+	var err error
+feed:
+	for p := range parts {
+		for k := range keys {
+			select {
+			case jobs <- [2]int{p, k}:
+			case err = <-errs:
+				break feed
+			}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err == nil && len(errs) > 0 {
+		err = <-errs
+	}
+	return err
 }
 
 // warm writes a key to a kv partition through c.
@@ -978,7 +1033,7 @@ func fig54Checks(steady, down, back, cpu float64, judge cpuquota.Judgment) []*re
 // benchReplSkew measures Fig 5.2 (level 2, degrees 1-4) and Fig 5.3
 // (degree 4, levels 1-3) under Zipf-skewed partition load at 10 % writes,
 // with the cells of one imbalance factor run in turn, rounds times.
-func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts, clients int, cell time.Duration, rounds int, cpu float64) error {
+func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts, clients int, cell time.Duration, rounds int, cpu float64, keys int) error {
 	type cfg struct{ level, degree int }
 	cfgs := []cfg{{2, 1}, {2, 2}, {2, 3}, {2, 4}, {1, 4}, {3, 4}}
 	var factors []float64
@@ -990,7 +1045,11 @@ func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts
 	if cpu > 0 {
 		where = fmt.Sprintf("4 node processes confined to %.2f cores each", cpu)
 	}
-	fmt.Fprintf(stdout, "\nFig 5.2/5.3: kv throughput (ops/s) under Zipf-skewed load; %s, %d partitions, 10%% writes, %d clients, %v per cell, %d interleaved rounds\n", where, parts, clients, cell, rounds)
+	ops := "reads len, writes small puts"
+	if keys > 0 {
+		ops = fmt.Sprintf("reads digest %d values of %d B, writes overwrite one", keys, valueBytes)
+	}
+	fmt.Fprintf(stdout, "\nFig 5.2/5.3: kv throughput (ops/s) under Zipf-skewed load; %s, %d partitions, 10%% writes (%s), %d clients, %v per cell, %d interleaved rounds\n", where, parts, ops, clients, cell, rounds)
 	var starved []string
 	samples := map[[2]int][]float64{} // (cfg index, factor index)
 	csv := report.NewTable("round", "level", "degree", "imbalance", "ops_per_s")
@@ -1002,7 +1061,7 @@ func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts
 			}
 			for _, c := range order {
 				ci := slices.Index(cfgs, c)
-				ops, judge, err := replCellOn(ctx, filepath.Join(tmp, fmt.Sprintf("skew-r%dl%dd%df%d", r, c.level, c.degree, fi)), c.level, c.degree, 0.1, clients, cell, repsim.ZipfWeights(parts, f), cpu)
+				ops, judge, err := replCellOn(ctx, filepath.Join(tmp, fmt.Sprintf("skew-r%dl%dd%df%d", r, c.level, c.degree, fi)), c.level, c.degree, 0.1, clients, cell, repsim.ZipfWeights(parts, f), cpu, keys)
 				if err != nil {
 					return fmt.Errorf("level %d degree %d imbalance %.3f: %w", c.level, c.degree, f, err)
 				}
