@@ -120,10 +120,17 @@ func TestProgramOperatorsCrashAndHangOnNodeProcesses(t *testing.T) {
 				t.Fatalf("%s: node %s is gone: %v", service, n.Spec.ID, err)
 			}
 		}
-		res, _, err = agg(service, 1, "")
-		if err != nil || res.Status != neptune.AggregateFull || sum(res) != int(sumOf(all)) {
-			t.Fatalf("%s after the faults: %+v, %v; want full", service, res, err)
-		}
+		// Nothing stays broken: a full result again, once the crashed
+		// program is restarted (on a loaded machine one call may still
+		// miss a partition's 4 s deadline: 7 of 8 beside two test runs).
+		waitFor(t, 20*time.Second, func() bool {
+			res, _, err := agg(service, 1, "")
+			if err != nil || res.Status != neptune.AggregateFull || sum(res) != int(sumOf(all)) {
+				t.Logf("%s after the faults: %+v, %v; want full", service, res, err)
+				return false
+			}
+			return true
+		})
 	}
 }
 
