@@ -57,9 +57,10 @@ type part struct {
 	results  map[uint64]Result
 	nextTick time.Time
 	dedup    *replica.DedupTable
-	// snapSending: peers a snapshot is being streamed to (snapshot.go);
-	// dumps: the snapshots whose image is being taken; installed: the
-	// dedup table that came with a snapshot just installed.
+	// snapSending: peers a snapshot is being streamed to (snapshot.go),
+	// true if the core asked for another meanwhile; dumps: the snapshots
+	// whose image is being taken; installed: the dedup table that came
+	// with a snapshot just installed.
 	snapSending map[replica.ID]bool
 	dumps       []*dump
 	installed   *installedDedup

@@ -87,7 +87,14 @@ func (p *part) snapshotDir() (string, error) {
 // image is taken (see dump).
 func (p *part) sendSnapshots(ctx context.Context, ids []replica.ID) {
 	for _, to := range ids {
-		if p.snapSending[to] {
+		if _, sending := p.snapSending[to]; sending {
+			// One stream per peer: this ask is answered when that one
+			// ends (see sendSnapshot), or the core would wait its whole
+			// SnapshotTimeout for a snapshot nobody sends.
+			if !p.snapSending[to] {
+				p.rt.log.Info("snapshot asked for again while one is on its way", "service", p.key.service, "partition", p.key.partition, "to", to)
+			}
+			p.snapSending[to] = true
 			continue
 		}
 		ss, ok := p.rt.cfg.Sender.(SnapshotSender)
@@ -99,7 +106,7 @@ func (p *part) sendSnapshots(ctx context.Context, ids []replica.ID) {
 		if p.snapSending == nil {
 			p.snapSending = map[replica.ID]bool{}
 		}
-		p.snapSending[to] = true
+		p.snapSending[to] = false
 		st := p.core.Status()
 		d := &dump{from: st.Applied, base: p.dedup.Records(), high: p.dedup.High()}
 		p.dumps = append(p.dumps, d)
@@ -148,8 +155,12 @@ func (p *part) sendSnapshot(ctx context.Context, ss SnapshotSender, to replica.I
 		p.rt.log.Info("snapshot installed", "service", p.key.service, "partition", p.key.partition, "to", to, "lsn", hdr.Lsn)
 	}
 	p.post(ctx, func(time.Time) {
+		askedAgain := p.snapSending[to]
 		delete(p.snapSending, to)
-		if !installed {
+		// A snapshot asked for while this one was on its way was not
+		// sent: the core asks again at the peer's next sign that it
+		// needs one (a learner waited a whole minute for it).
+		if !installed || askedAgain {
 			p.core.SnapshotFailed(to)
 		}
 	})
