@@ -101,15 +101,19 @@ func TestProgramOperatorsCrashAndHangOnNodeProcesses(t *testing.T) {
 	// Every call starts a program per partition (opexec): on a machine
 	// loaded by two test runs beside a CPU hog, calls missed their 4 s
 	// deadline for 20 s after the nodes were up.
-	for _, service := range []string{"opexec", "ophttp"} {
+	full := func(service, when string) {
+		t.Helper()
 		waitFor(t, 40*time.Second, func() bool {
 			res, _, err := agg(service, 1, "")
 			if err != nil || res.Status != neptune.AggregateFull || sum(res) != int(sumOf(all)) {
-				t.Logf("%s: %+v, %v", service, res, err)
+				t.Logf("%s%s: %+v, %v; want full", service, when, res, err)
 				return false
 			}
 			return true
 		})
+	}
+	for _, service := range []string{"opexec", "ophttp"} {
+		full(service, "")
 		res, took, err := agg(service, 0.5, `{"crash": [3], "hang": [5]}`)
 		want := []int{0, 1, 2, 4, 6, 7}
 		if err != nil || res.Status != neptune.AggregatePartial || !slices.Equal(res.Contributing, want) || sum(res) != int(sumOf(want)) || res.Coverage != 0.75 {
@@ -126,14 +130,7 @@ func TestProgramOperatorsCrashAndHangOnNodeProcesses(t *testing.T) {
 		// Nothing stays broken: a full result again, once the crashed
 		// program is restarted (on a loaded machine one call may still
 		// miss a partition's 4 s deadline: 7 of 8 beside two test runs).
-		waitFor(t, 40*time.Second, func() bool {
-			res, _, err := agg(service, 1, "")
-			if err != nil || res.Status != neptune.AggregateFull || sum(res) != int(sumOf(all)) {
-				t.Logf("%s after the faults: %+v, %v; want full", service, res, err)
-				return false
-			}
-			return true
-		})
+		full(service, " after the faults")
 	}
 }
 

@@ -242,12 +242,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 // runOnLoopback runs secs (all but slowpolls) on node processes on the
 // machine's loopback.
 func runOnLoopback(ctx context.Context, cfg Config, secs []string, stdout io.Writer) error {
-	exe, dir, cleanup, err := localcluster.Scratch("neptune-bench-lb-")
-	if err != nil {
-		return err
-	}
-	defer cleanup()
-	srv, stop, err := startLBCluster(ctx, exe, dir, cfg.Nodes)
+	exe, dir, srv, stop, err := scratchCluster(ctx, "neptune-bench-lb-", cfg.Nodes)
 	if err != nil {
 		return err
 	}
@@ -267,8 +262,7 @@ func runOnLoopback(ctx context.Context, cfg Config, secs []string, stdout io.Wri
 	}
 
 	def := balance.DefaultConfig()
-	base := lbCell{Clients: cfg.Clients, Procs: cfg.Procs, Warmup: cfg.Warmup, Scale: cfg.Scale, Capacity: float64(len(srv)),
-		Broadcast: cfg.Broadcast, Seed: cfg.Seed, PollSize: def.PollSize, Discard: def.Discard}
+	base := baseCell(cfg, len(srv))
 	runRaw := func(c lbCell) (lbResult, error) {
 		if c.Policy == balance.NameOracle {
 			// Exact join-shortest-queue: one client, the only sender, whose
@@ -316,15 +310,8 @@ func runOnLoopback(ctx context.Context, cfg Config, secs []string, stdout io.Wri
 	}
 	fmt.Fprintf(stdout, "bench lb: %d servers (1 worker each, sleep-emulated service ×%g), %d clients in %d processes, seed %d\n",
 		len(srv), cfg.Scale, cfg.Clients, cfg.Procs, cfg.Seed)
-	head := fmt.Sprintf("%-8s %5s %-28s %9s %9s %8s %8s %8s %7s %7s", "workload", "load", "policy", "mean ms", "p99 ms", "poll ms", "mean/or", "p99/or", "n", "lag ms")
-	row := func(c lbCell, s, or lbStats) {
-		warn := ""
-		if s.lag > bench.StarvedLag {
-			warn = "  ← client CPU-starved, rerun on a quieter machine"
-		}
-		fmt.Fprintf(stdout, "%-8s %5.2f %-28s %9.2f %9.2f %8.3f %8.3f %8.3f %7d %7.2f%s\n", c.Workload, c.Load, c.Label,
-			report.Ms(s.mean), report.Ms(s.p99), report.Ms(s.poll), float64(s.mean)/float64(or.mean), float64(s.p99)/float64(or.p99), s.n, report.Ms(s.lag), warn)
-	}
+	head := rowHead
+	row := func(c lbCell, s, or lbStats) { printRow(stdout, c, s, or) }
 
 	// rowGroup runs cells on one trace of workload w at load l and prints
 	// a row each, as a ratio to the first (the oracle).
@@ -372,6 +359,42 @@ func runOnLoopback(ctx context.Context, cfg Config, secs []string, stdout io.Wri
 		}
 	}
 	return nil
+}
+
+// baseCell is the defaults of every cell on n servers: the config's
+// clients and trace, the balancer's poll size and discard.
+func baseCell(cfg Config, n int) lbCell {
+	def := balance.DefaultConfig()
+	return lbCell{Clients: cfg.Clients, Procs: min(cfg.Procs, cfg.Clients), Warmup: cfg.Warmup, Scale: cfg.Scale, Capacity: float64(n),
+		Broadcast: cfg.Broadcast, Seed: cfg.Seed, PollSize: def.PollSize, Discard: def.Discard}
+}
+
+// rowHead heads every table of cells (printRow).
+var rowHead = fmt.Sprintf("%-8s %5s %-28s %9s %9s %8s %8s %8s %7s %7s", "workload", "load", "policy", "mean ms", "p99 ms", "poll ms", "mean/or", "p99/or", "n", "lag ms")
+
+// printRow prints cell c's figures s, as ratios to the oracle's or.
+func printRow(w io.Writer, c lbCell, s, or lbStats) {
+	warn := ""
+	if s.lag > bench.StarvedLag {
+		warn = "  ← client CPU-starved, rerun on a quieter machine"
+	}
+	fmt.Fprintf(w, "%-8s %5.2f %-28s %9.2f %9.2f %8.3f %8.3f %8.3f %7d %7.2f%s\n", c.Workload, c.Load, c.Label,
+		report.Ms(s.mean), report.Ms(s.p99), report.Ms(s.poll), float64(s.mean)/float64(or.mean), float64(s.p99)/float64(or.p99), s.n, report.Ms(s.lag), warn)
+}
+
+// scratchCluster starts n server nodes from this executable in a fresh
+// scratch directory; stop ends them and removes it.
+func scratchCluster(ctx context.Context, prefix string, n int) (exe, dir string, srv []lbServer, stop func(), err error) {
+	exe, dir, cleanup, err := localcluster.Scratch(prefix)
+	if err != nil {
+		return "", "", nil, nil, err
+	}
+	srv, stopNodes, err := startLBCluster(ctx, exe, dir, n)
+	if err != nil {
+		cleanup()
+		return "", "", nil, nil, err
+	}
+	return exe, dir, srv, func() { stopNodes(); cleanup() }, nil
 }
 
 // mergeCell fills c's unset fields from base and sets the row group.

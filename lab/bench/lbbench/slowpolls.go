@@ -17,7 +17,6 @@ import (
 	"github.com/neptune-cluster/neptune/internal/transport"
 	"github.com/neptune-cluster/neptune/lab/bench"
 	"github.com/neptune-cluster/neptune/lab/faults"
-	"github.com/neptune-cluster/neptune/lab/localcluster"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
 
@@ -75,12 +74,7 @@ func SlowPolls(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	if err := json.NewDecoder(stdin).Decode(&cfg); err != nil {
 		return fmt.Errorf("lbbench: read the config: %w", err)
 	}
-	exe, dir, cleanup, err := localcluster.Scratch("neptune-bench-lb-slow-")
-	if err != nil {
-		return err
-	}
-	defer cleanup()
-	srv, stopCluster, err := startLBCluster(ctx, exe, dir, cfg.Nodes)
+	exe, _, srv, stopCluster, err := scratchCluster(ctx, "neptune-bench-lb-slow-", cfg.Nodes)
 	if err != nil {
 		return err
 	}
@@ -111,11 +105,8 @@ func SlowPolls(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "  %d single polls before the cells: %.1f%% took over 10 ms, %.1f%% over 20 ms\n", slowProbes, 100*over10, 100*over20)
 	checks := []*report.Check{heldCheck(cfg.SlowShare, over10, over20, slowProbes)}
 
-	def := balance.DefaultConfig()
-	base := lbCell{Clients: cfg.Clients, Procs: min(cfg.Procs, cfg.Clients), Warmup: cfg.Warmup, Scale: cfg.Scale, Capacity: float64(len(srv)),
-		Broadcast: cfg.Broadcast, Seed: cfg.Seed, PollSize: def.PollSize, Discard: def.Discard}
-	head := fmt.Sprintf("%-8s %5s %-28s %9s %9s %8s %8s %8s %7s %7s", "workload", "load", "policy", "mean ms", "p99 ms", "poll ms", "mean/or", "p99/or", "n", "lag ms")
-	fmt.Fprintf(stdout, "%s\n", head)
+	base := baseCell(cfg, len(srv))
+	fmt.Fprintf(stdout, "%s\n", rowHead)
 	for _, w := range cfg.Workloads {
 		var st [3]lbStats
 		var machine [3]bench.Starvation
@@ -137,9 +128,7 @@ func SlowPolls(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 			if st[i].n == 0 {
 				return fmt.Errorf("bench lb: %s measured no request (first error: %s)", c.Label, res.FirstErr)
 			}
-			fmt.Fprintf(stdout, "%-8s %5.2f %-28s %9.2f %9.2f %8.3f %8.3f %8.3f %7d %7.2f\n", w, c.Load, c.Label,
-				report.Ms(st[i].mean), report.Ms(st[i].p99), report.Ms(st[i].poll), float64(st[i].mean)/float64(st[0].mean),
-				float64(st[i].p99)/float64(st[0].p99), st[i].n, report.Ms(st[i].lag))
+			printRow(stdout, c, st[i], st[0])
 		}
 		ch := discardCheck(cfg.SlowGoal, w, st[1], st[2], machine[1], machine[2])
 		checks = append(checks, ch)
