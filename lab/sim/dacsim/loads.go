@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -179,6 +180,9 @@ func loadsExp(ctx context.Context, base SimConfig, o Options, window time.Durati
 		fmt.Fprintln(w, ch)
 	}
 	fmt.Fprintf(w, "verdicts: %s\n", report.Tally(checks...))
+	if err := loadMemory(c, w); err != nil {
+		return nil, err
+	}
 	names := make([]string, len(cs))
 	lat := report.Series{Name: "mean response (ms)"}
 	goal := report.Series{Name: fmt.Sprintf("%.2f× exact (goal)", LoadsLatencyGoal)}
@@ -198,4 +202,68 @@ func loadsExp(ctx context.Context, base SimConfig, o Options, window time.Durati
 		return nil, err
 	}
 	return checks, rows.Save(filepath.Join(o.Out, "dac_loads.csv"))
+}
+
+// memoryLags are the ages at which loadMemory compares the load index.
+var memoryLags = []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, time.Second}
+
+// loadMemory prints how much a node's load index at one moment says of
+// its load index a lag later: the correlation across the nodes, averaged
+// over the window, in the exact run's setting. Loads older than the lag
+// where it nears 0 rank the nodes no better than chance, which is why
+// stale loads cannot build LAT's tree however they are corrected.
+func loadMemory(c SimConfig, w io.Writer) error {
+	const every = 10 * time.Millisecond
+	var samples [][]float64
+	c.Scheme, c.Loads, c.SampleEvery = dac.LAT, LoadsExact, every
+	c.OnLoads = func(loads []time.Duration) {
+		v := make([]float64, len(loads))
+		for i, l := range loads {
+			v[i] = l.Seconds()
+		}
+		samples = append(samples, v)
+	}
+	if _, err := Simulate(c); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nload memory (exact loads, every node sampled every %v): correlation across the nodes of the load index with itself a lag later\n", every)
+	for _, lag := range memoryLags {
+		fmt.Fprintf(w, "  %6v  %.3f\n", lag, lagCorrelation(samples, int(lag/every)))
+	}
+	return nil
+}
+
+// lagCorrelation is the mean over the samples of the Pearson correlation
+// between a sample and the one lag samples later.
+func lagCorrelation(samples [][]float64, lag int) float64 {
+	var sum float64
+	n := 0
+	for i := 0; i+lag < len(samples); i++ {
+		if r, ok := pearson(samples[i], samples[i+lag]); ok {
+			sum, n = sum+r, n+1
+		}
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return sum / float64(n)
+}
+
+// pearson is the correlation of a and b, false if either is constant.
+func pearson(a, b []float64) (float64, bool) {
+	var ma, mb float64
+	for i := range a {
+		ma, mb = ma+a[i], mb+b[i]
+	}
+	ma, mb = ma/float64(len(a)), mb/float64(len(b))
+	var sab, saa, sbb float64
+	for i := range a {
+		da, db := a[i]-ma, b[i]-mb
+		sab, saa, sbb = sab+da*db, saa+da*da, sbb+db*db
+	}
+	if saa == 0 || sbb == 0 {
+		return 0, false
+	}
+	return sab / math.Sqrt(saa*sbb), true
 }

@@ -74,7 +74,11 @@ type SimConfig struct {
 	// Deadline, so calls built from the same stale loads spread their
 	// interior nodes instead of piling them on the same light ones.
 	Candidates float64
-	Seed       uint64
+	// OnLoads, if set, is shown every node's load index every SampleEvery
+	// from Warmup on (the loads section's load memory).
+	OnLoads     func(loads []time.Duration)
+	SampleEvery time.Duration
+	Seed        uint64
 }
 
 // LoadSource is how a simulated caller knows the nodes' loads.
@@ -220,6 +224,17 @@ func Simulate(c SimConfig) (SimResult, error) {
 			break
 		}
 		eng.At(at, s.arrive)
+	}
+	if c.OnLoads != nil && c.SampleEvery > 0 {
+		for at := c.Warmup; at < c.Duration; at += c.SampleEvery {
+			eng.At(at, func() {
+				loads := make([]time.Duration, c.Nodes)
+				for i, nd := range s.nodes[:c.Nodes] {
+					loads[i] = nd.pending / time.Duration(nd.procs)
+				}
+				c.OnLoads(loads)
+			})
+		}
 	}
 	eng.Run(func(f func()) { f() })
 	if s.err != nil {

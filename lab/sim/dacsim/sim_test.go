@@ -3,6 +3,7 @@ package dacsim
 import (
 	"bytes"
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -233,5 +234,21 @@ func TestSinceView(t *testing.T) {
 	}
 	if v.known(at(1000))[1].Seen() {
 		t.Error("a node never reported is seen")
+	}
+}
+
+func TestLagCorrelation(t *testing.T) {
+	// A series that keeps its ranking correlates 1 with itself later; one
+	// whose ranking flips correlates -1; a constant sample is skipped.
+	up := [][]float64{{1, 2, 3}, {2, 3, 4}, {3, 4, 5}}
+	if r := lagCorrelation(up, 1); math.Abs(r-1) > 1e-9 {
+		t.Fatalf("kept ranking: %v, want 1", r)
+	}
+	flip := [][]float64{{1, 2, 3}, {3, 2, 1}, {1, 2, 3}}
+	if r := lagCorrelation(flip, 1); math.Abs(r+1) > 1e-9 {
+		t.Fatalf("flipped ranking: %v, want -1", r)
+	}
+	if r := lagCorrelation([][]float64{{1, 1}, {1, 2}}, 1); !math.IsNaN(r) {
+		t.Fatalf("constant sample: %v, want NaN", r)
 	}
 }
