@@ -208,7 +208,9 @@ func replicationCmd() *cobra.Command {
 		`Dissertation §5.4 at laptop scale on the kv service.
 
 Sections: fig51 (throughput vs degree for each level at 10% and 50%
-writes, in-process nodes), fig52 (Figs 5.2/5.3: Zipf-skewed load by degree
+writes, in-process nodes; with --cpu against the number of CPU-limited
+node processes, --nodes, judged: from the fewest nodes to the most each
+line grows >= 70% of proportionally), fig52 (Figs 5.2/5.3: Zipf-skewed load by degree
 and by level; --cpu runs them on CPU-limited node processes), failover (--kills SIGKILLs of a primary on node processes,
 each restarted after --down: failover p50/p99 and the longest write pause
 while the old primary returns, judged PASS, FAIL or INCONCLUSIVE against
@@ -222,13 +224,14 @@ goals fixed by flags; then disk and memory under sustained writes), fig54
 	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "closed-loop client goroutines")
 	fs.Var(&ranges{dst: &cfg.Degrees}, "degrees", "replication degrees (of 4 nodes), e.g. 1-4")
 	fs.Var(&ranges{dst: &cfg.Levels}, "levels", "consistency levels, e.g. 1-3")
+	fs.Var(&ranges{dst: &cfg.Nodes}, "nodes", "fig51 with --cpu: node counts, e.g. 2,4,8,16 (--clients is then per 4 nodes)")
 	fs.DurationVar(&cfg.Sustain, "sustain", cfg.Sustain, "write load after the failover, before measuring disk and memory")
 	fs.DurationVar(&cfg.Sample, "sample", cfg.Sample, "disk and memory sampling period during --sustain")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds of fig51/fig52 cells, pooled")
 	fs.DurationVar(&cfg.Phase, "phase", cfg.Phase, "fig54: the steady phase, the time all three victims are down, and between their restarts")
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "fig52 partitions (imbalance factors 1/partitions to 1)")
 	fs.IntVar(&cfg.Keys, "keys", cfg.Keys, "fig52: fill each partition with this many 1 KiB values and read with kv's digest over them (a read that costs more than a write, as the paper's forum's); 0: reads are len")
-	fs.Float64Var(&cfg.CPU, "cpu", cfg.CPU, "fig52 and fig54 on node processes confined to this many cores each (cgroups, root; e.g. 0.3 for fig52's 4, 0.15 for fig54's 8); 0: fig52 on in-process nodes, fig54 unconfined (not judged). Judged: fig52 degree 4 >= 2.5x degree 1 at imbalance 1; fig54 the rate with 3 of 8 down >= 0.5x steady, all back >= 0.9x")
+	fs.Float64Var(&cfg.CPU, "cpu", cfg.CPU, "fig51, fig52 and fig54 on node processes confined to this many cores each (cgroups, root; e.g. 0.09 for fig51's 16, 0.3 for fig52's 4, 0.15 for fig54's 8); 0: fig52 on in-process nodes, fig54 unconfined (not judged). Judged: fig52 degree 4 >= 2.5x degree 1 at imbalance 1; fig54 the rate with 3 of 8 down >= 0.5x steady, all back >= 0.9x")
 	fs.IntVar(&cfg.Kills, "kills", cfg.Kills, "failover: SIGKILLs of partition 0's primary")
 	fs.DurationVar(&cfg.Down, "down", cfg.Down, "failover: how long a killed primary stays down")
 	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "failover: time from a restart to the next kill")

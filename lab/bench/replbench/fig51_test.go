@@ -49,3 +49,24 @@ func TestScaleVerdict(t *testing.T) {
 		}
 	}
 }
+
+func TestNodesVerdict(t *testing.T) {
+	s := nodesSeries{level: 2, degree: 2, pct: 10}
+	for _, tc := range []struct {
+		name         string
+		small, large []float64
+		starved      []string
+		want         report.Outcome
+	}{
+		{"scales", []float64{100, 110}, []float64{700, 760}, nil, report.Pass},
+		{"flat", []float64{100, 110}, []float64{300, 320}, nil, report.Fail},
+		{"rounds disagree", []float64{100, 100}, []float64{700, 400}, nil, report.Inconclusive},
+		{"a starved cell", []float64{100, 110}, []float64{700, 760}, []string{"8 nodes round 1"}, report.Inconclusive},
+		{"one round", []float64{100}, []float64{700}, nil, report.Inconclusive},
+	} {
+		// 2 → 16 nodes: proportional is 8×, the goal 5.6×.
+		if got := nodesVerdict(s, 2, 16, tc.small, tc.large, tc.starved).Outcome(); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

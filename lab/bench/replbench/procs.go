@@ -26,7 +26,7 @@ const scaleGoal = 2.5
 // use for the cell to count as node-bound.
 const minNodeUtil = 0.8
 
-// procCluster starts the 4 node processes of a cell, each confined to cpu
+// procCluster starts the node processes rep names, each confined to cpu
 // cores, hosting kv partitions 0..parts-1 replicated as rep says, and
 // returns a client of them and the nodes (to meter).
 func procCluster(ctx context.Context, dir string, rep neptune.Replication, parts int, cpu float64) (*neptune.Client, []*localcluster.Node, func(), error) {

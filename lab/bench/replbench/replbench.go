@@ -47,6 +47,9 @@ type Config struct {
 	Clients int
 	// Degrees (of 4 nodes) and Levels of Fig 5.1.
 	Degrees, Levels []int
+	// Nodes are the node counts of Fig 5.1 with CPU set (the paper's
+	// axis); there Clients are per 4 nodes.
+	Nodes []int
 	// Sustain is the write load after the failover, before measuring disk
 	// and memory, sampled every Sample.
 	Sustain, Sample time.Duration
@@ -67,10 +70,11 @@ type Config struct {
 	// it and acknowledged. ReturnGoal bounds the longest write pause of
 	// partition 0 while the old primary returns.
 	FailoverP50, FailoverP99, ReturnGoal time.Duration
-	// CPU, when positive, runs Figs 5.2/5.3 and 5.4 on node processes
-	// each confined to this many cores (lab/cpuquota; root only), so
-	// that a node is CPU-bound as the paper's machines were; zero runs
-	// Figs 5.2/5.3 on in-process nodes and Fig 5.4 unconfined, unjudged.
+	// CPU, when positive, runs Figs 5.1-5.4 on node processes each
+	// confined to this many cores (lab/cpuquota; root only), so that a
+	// node is CPU-bound as the paper's machines were, and Fig 5.1 against
+	// the number of nodes; zero runs Figs 5.1-5.3 on 4 in-process nodes
+	// and Fig 5.4 unconfined, unjudged.
 	CPU float64
 	// Keys, when positive, makes fig52's reads cost more than its writes,
 	// as the paper's forum's did (ViewHeaders' SQL against AddMsg): every
@@ -83,7 +87,7 @@ type Config struct {
 // DefaultConfig runs Fig 5.1 and the failover timeline.
 func DefaultConfig() Config {
 	return Config{Sections: []string{"fig51", "failover"}, Out: "out", Cell: 2 * time.Second, Clients: 16,
-		Degrees: []int{1, 2, 3, 4}, Levels: []int{1, 2, 3}, Sustain: 20 * time.Second, Sample: 5 * time.Second,
+		Degrees: []int{1, 2, 3, 4}, Levels: []int{1, 2, 3}, Nodes: fig51NodesDefault, Sustain: 20 * time.Second, Sample: 5 * time.Second,
 		Rounds: 3, Phase: 10 * time.Second, Partitions: 16,
 		Kills: 8, Down: 2 * time.Second, Settle: 3 * time.Second, FailoverP50: 500 * time.Millisecond, FailoverP99: 1500 * time.Millisecond,
 		ReturnGoal: 500 * time.Millisecond}
@@ -107,6 +111,8 @@ func (c Config) Validate() error {
 		return errors.New("replbench: phase must be positive")
 	case len(c.Degrees) == 0 || len(c.Levels) == 0:
 		return errors.New("replbench: degrees and levels must not be empty")
+	case len(c.Nodes) == 0 || slices.Min(c.Nodes) < 1:
+		return errors.New("replbench: nodes must not be empty, and each at least 1")
 	case c.Kills < 1 || c.Down <= 0 || c.Settle <= 0:
 		return errors.New("replbench: kills must be >= 1, down and settle positive")
 	case c.FailoverP50 <= 0 || c.FailoverP99 <= 0 || c.ReturnGoal <= 0:
@@ -119,6 +125,9 @@ func (c Config) Validate() error {
 		if slices.Contains(c.Sections, "fig54") {
 			nodes = fig54Nodes
 		}
+		if slices.Contains(c.Sections, "fig51") {
+			nodes = max(nodes, slices.Max(c.Nodes))
+		}
 		if err := cpuquota.Fits(slices.Repeat([]float64{c.CPU}, nodes), quotaReserve); err != nil {
 			return fmt.Errorf("replbench: --cpu %v for %d nodes: %w", c.CPU, nodes, err)
 		}
@@ -128,7 +137,8 @@ func (c Config) Validate() error {
 
 // Run is `neptune bench replication`: dissertation §5.4 at laptop scale on
 // the kv service: throughput versus replication degree for levels 1-3 at
-// 10 % and 50 % writes (Fig 5.1, in-process nodes), and a throughput
+// 10 % and 50 % writes (Fig 5.1, in-process nodes, or against the number
+// of CPU-limited node processes with cfg.CPU), and a throughput
 // timeline through a primary SIGKILL and restart of real node processes,
 // with the failover time and the disk and memory sampled during a
 // sustained write load, and a timeline through three node kills and
@@ -143,7 +153,11 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	}
 	defer os.RemoveAll(tmp)
 	run := func(s string) bool { return slices.Contains(cfg.Sections, s) }
-	if run("fig51") {
+	if run("fig51") && cfg.CPU > 0 {
+		if err := benchFig51Nodes(ctx, stdout, cfg, tmp); err != nil {
+			return err
+		}
+	} else if run("fig51") {
 		if err := benchReplThroughput(ctx, stdout, cfg.Out, tmp, cfg.Degrees, cfg.Levels, cfg.Clients, cfg.Cell, cfg.Rounds); err != nil {
 			return err
 		}
@@ -298,24 +312,41 @@ func scaleVerdict(deg4, deg1 []float64, starved []string) *report.Check {
 // replCell runs one closed-loop measurement on a fresh 4-node cluster with
 // len(weights) partitions; clients pick a partition with these weights.
 func replCell(ctx context.Context, dir string, level, degree int, writeFrac float64, clients int, dur time.Duration, weights []float64) (float64, error) {
-	ops, _, err := replCellOn(ctx, dir, level, degree, writeFrac, clients, dur, weights, 0, 0)
+	ops, _, err := replCellOn(ctx, cellSpec{dir: dir, nodes: 4, level: level, degree: degree, writeFrac: writeFrac, clients: clients, dur: dur, weights: weights})
 	return ops, err
 }
 
-// replCellOn is replCell on in-process nodes (cpu 0) or on node processes
+// cellSpec is one closed-loop cell of Figs 5.1-5.3: a fresh cluster of
+// nodes hosting len(weights) kv partitions at level and degree, clients
+// picking a partition with weights and writing writeFrac of the time,
+// measured for dur. cpu > 0 runs the nodes as processes confined to cpu
+// cores each; keys > 0 fills each partition with keys values and reads
+// with kv's digest over them (Config.Keys).
+type cellSpec struct {
+	dir                  string
+	nodes, level, degree int
+	writeFrac            float64
+	clients              int
+	dur                  time.Duration
+	weights              []float64
+	cpu                  float64
+	keys                 int
+}
+
+// replCellOn runs a cell on in-process nodes (cpu 0) or on node processes
 // confined to cpu cores each; for the latter it also judges the window
 // (cpuquota.Judge): a quota exceeded is an error, a starved machine a
 // reason for doubt.
-func replCellOn(ctx context.Context, dir string, level, degree int, writeFrac float64, clients int, dur time.Duration, weights []float64, cpu float64, keys int) (float64, cpuquota.Judgment, error) {
-	parts := len(weights)
+func replCellOn(ctx context.Context, cs cellSpec) (float64, cpuquota.Judgment, error) {
+	parts := len(cs.weights)
 	cum := make([]float64, parts)
 	var sum float64
-	for i, w := range weights {
+	for i, w := range cs.weights {
 		sum += w
 		cum[i] = sum
 	}
-	rep := neptune.Replication{Level: level, Degree: degree}
-	for i := range 4 {
+	rep := neptune.Replication{Level: cs.level, Degree: cs.degree}
+	for i := range cs.nodes {
 		rep.Nodes = append(rep.Nodes, fmt.Sprintf("n%d", i))
 	}
 	var (
@@ -325,12 +356,12 @@ func replCellOn(ctx context.Context, dir string, level, degree int, writeFrac fl
 		err   error
 		judge cpuquota.Judgment
 	)
-	if cpu > 0 {
+	if cs.cpu > 0 {
 		var nodes []*localcluster.Node
-		c, nodes, stop, err = procCluster(ctx, dir, rep, parts, cpu)
-		m = meter(nodes, cpu)
+		c, nodes, stop, err = procCluster(ctx, cs.dir, rep, parts, cs.cpu)
+		m = meter(nodes, cs.cpu)
 	} else {
-		c, stop, err = bench.Replicated(ctx, dir, rep, parts, func(context.Context, string) (neptune.Service, io.Closer, error) {
+		c, stop, err = bench.Replicated(ctx, cs.dir, rep, parts, func(context.Context, string) (neptune.Service, io.Closer, error) {
 			return kv.New().Service(), nil, nil
 		})
 	}
@@ -343,10 +374,10 @@ func replCellOn(ctx context.Context, dir string, level, degree int, writeFrac fl
 		return 0, judge, err
 	}
 	read, put := "len", func(rng *rand.Rand) []byte { return fmt.Appendf(nil, "k%d=v", rng.IntN(1000)) }
-	if keys > 0 {
+	if cs.keys > 0 {
 		value := bytes.Repeat([]byte{'v'}, valueBytes)
-		read, put = "digest", func(rng *rand.Rand) []byte { return append(fmt.Appendf(nil, "k%d=", rng.IntN(keys)), value...) }
-		if err := fill(ctx, c, parts, keys, value); err != nil {
+		read, put = "digest", func(rng *rand.Rand) []byte { return append(fmt.Appendf(nil, "k%d=", rng.IntN(cs.keys)), value...) }
+		if err := fill(ctx, c, parts, cs.keys, value); err != nil {
 			return 0, judge, err
 		}
 	}
@@ -355,10 +386,10 @@ func replCellOn(ctx context.Context, dir string, level, degree int, writeFrac fl
 			return 0, judge, err
 		}
 	}
-	ops, err := bench.ClosedLoop(ctx, c, clients, dur, 7, func(cctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error {
+	ops, err := bench.ClosedLoop(ctx, c, cs.clients, cs.dur, 7, func(cctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error {
 		p, _ := slices.BinarySearch(cum, rng.Float64()*sum)
 		p = min(p, parts-1)
-		if rng.Float64() < writeFrac {
+		if rng.Float64() < cs.writeFrac {
 			_, err := c.Call(cctx, "kv", p, "put", put(rng), neptune.WithSession(sess))
 			return err
 		}
@@ -375,7 +406,7 @@ func replCellOn(ctx context.Context, dir string, level, degree int, writeFrac fl
 	if len(judge.Over) > 0 {
 		return 0, judge, fmt.Errorf("the CPU quota did not hold: %s", judge.Reason)
 	}
-	return ops, nodeBound(judge, used, dur, cpu), nil
+	return ops, nodeBound(judge, used, cs.dur, cs.cpu), nil
 }
 
 // nodeBound marks the judgment of a window starved when its busiest node
@@ -1061,7 +1092,8 @@ func benchReplSkew(ctx context.Context, stdout io.Writer, out, tmp string, parts
 			}
 			for _, c := range order {
 				ci := slices.Index(cfgs, c)
-				ops, judge, err := replCellOn(ctx, filepath.Join(tmp, fmt.Sprintf("skew-r%dl%dd%df%d", r, c.level, c.degree, fi)), c.level, c.degree, 0.1, clients, cell, repsim.ZipfWeights(parts, f), cpu, keys)
+				ops, judge, err := replCellOn(ctx, cellSpec{dir: filepath.Join(tmp, fmt.Sprintf("skew-r%dl%dd%df%d", r, c.level, c.degree, fi)), nodes: 4,
+					level: c.level, degree: c.degree, writeFrac: 0.1, clients: clients, dur: cell, weights: repsim.ZipfWeights(parts, f), cpu: cpu, keys: keys})
 				if err != nil {
 					return fmt.Errorf("level %d degree %d imbalance %.3f: %w", c.level, c.degree, f, err)
 				}
