@@ -391,10 +391,27 @@ asking 8x), table2 (spare sharing: 250:200, both over), split (two
 gateways gossiping demand, A's demand split 90/10, then one SIGKILLed),
 overhead (direct client vs gateway with and without reservations vs
 nginx as a plain proxy: latency added, throughput, proxy CPU per
-request). Goals are flags, fixed before the run; each is PASS, FAIL or
-INCONCLUSIVE (a starved cell, rounds that disagree, nginx missing).`,
+request), pace (Fig 6: how far each subscriber's response bytes stray
+from its reservation, whole responses against pace_responses).
+Goals are flags, fixed before the run; each is PASS, FAIL or
+INCONCLUSIVE (a starved cell, rounds that disagree, nginx missing).
+
+Section backends (Figs 7-8, Tables 3-4; not in the default run, needs
+root for cgroups): for each of --backends N, N node processes hosting
+work, each confined to --backend-cpu cores, behind a credit gateway that
+never paces below them; a closed loop of --backend-spin CPU spins
+(--backend-callers per back end) through the gateway and from a direct
+client, alternated ABBA; throughput against N, the gateway's CPU per
+request and against its throughput, and the back ends one gateway core
+could serve, beside the paper's. Goals fixed in code: through the
+gateway the most back ends >= 70% of proportional to the fewest; at
+every N the gateway >= 0.95x direct; INCONCLUSIVE when a cell was
+starved, a baseline cell not node-bound (its busiest back end under 80%
+of its quota), rounds disagree, or one round. Writes --out/gage-backends.csv,
+.svg and -cpu.svg.`,
 		experiment(&cfg, nil, nil, gagebench.Run))
-	cmd.Example = "  flock /work/bench.lock neptune bench gage --sections table1,table2"
+	cmd.Example = "  flock /work/bench.lock neptune bench gage --sections table1,table2\n" +
+		"  sudo neptune bench gage --sections backends --backends 1,2,4,8 --backend-cpu 0.15 --rounds 3 --cell 10s --out out/gage"
 	fs := cmd.Flags()
 	addSections(fs, &cfg.Sections, gagebench.Sections)
 	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "node processes hosting echo")
@@ -411,6 +428,11 @@ INCONCLUSIVE (a starved cell, rounds that disagree, nginx missing).`,
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "overhead: closed-loop callers")
 	fs.DurationVar(&cfg.OverheadCell, "overhead-cell", cfg.OverheadCell, "overhead: time per contender per mode per round")
 	fs.IntVar(&cfg.Procs, "gomaxprocs", cfg.Procs, "GOMAXPROCS of the gateway processes and the load generator (0: Go's default, every core); the nodes keep the default")
+	fs.Var(&ranges{dst: &cfg.Backends}, "backends", "backends: counts of back-end node processes, e.g. 1,2,4,8")
+	fs.Float64Var(&cfg.BackendCPU, "backend-cpu", cfg.BackendCPU, "backends: cores each back end is confined to (cgroups, root); the largest count's quotas plus 0.5 cores must fit the machine")
+	fs.DurationVar(&cfg.BackendSpin, "backend-spin", cfg.BackendSpin, "backends: CPU each request spins on its back end")
+	fs.IntVar(&cfg.BackendCallers, "backend-callers", cfg.BackendCallers, "backends: closed-loop callers per back end")
+	addOut(fs, &cfg.Out, "the backends section's CSV and SVG")
 	addSeed(fs, &cfg.Seed, "the arrivals")
 	fs.Float64Var(&cfg.GoalGot, "goal-got", cfg.GoalGot, "goal: subscribers within reservation get at least this fraction of what they ask")
 	fs.Float64Var(&cfg.GoalSpare, "goal-spare", cfg.GoalSpare, "goal: spare ratio within this fraction of the reservation ratio")

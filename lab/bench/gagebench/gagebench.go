@@ -18,6 +18,10 @@
 // gateway's capacity_grps) and the nodes' reports refine it only in the
 // resources they measure; the scheduler paces dispatches to it, so, as
 // in the paper, the cluster's capacity is what is shared.
+//
+// The backends section (Figs 7-8, backends.go) runs on clusters of its
+// own: back-end node processes confined to a CPU quota each, so that the
+// back ends, not the machine, are the bottleneck whose number grows.
 package gagebench
 
 import (
@@ -27,6 +31,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -34,12 +39,17 @@ import (
 
 	"github.com/neptune-cluster/neptune/apps/work"
 	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/cpuquota"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
 
 // Sections are the parts of `neptune bench gage`, in the order they run.
-var Sections = []string{"table1", "table2", "split", "overhead", "pace"}
+var Sections = []string{"table1", "table2", "split", "overhead", "pace", "backends"}
+
+// defaultSections leave out backends: it needs root (cgroups) and takes
+// minutes more.
+var defaultSections = Sections[:5]
 
 // Config are the knobs of `neptune bench gage`.
 type Config struct {
@@ -83,6 +93,18 @@ type Config struct {
 	Procs int
 	Seed  uint64
 
+	// Backends are the counts of back-end node processes of the backends
+	// section (Figs 7-8), each confined to BackendCPU cores and loaded by
+	// BackendCallers closed-loop callers per back end with work.spin
+	// calls of BackendSpin of CPU. The section runs on clusters of its
+	// own, not on Nodes.
+	Backends       []int
+	BackendCPU     float64
+	BackendSpin    time.Duration
+	BackendCallers int
+	// Out is the directory of the backends section's CSV and SVG.
+	Out string
+
 	// Goals, fixed before the run (issue 12): the subscribers within
 	// their reservations get at least GoalGot of what they ask; the spare
 	// ratio within GoalSpare of the reservation ratio; a subscriber's
@@ -95,10 +117,14 @@ type Config struct {
 // 8 s cells after 2 s of warm-up, two rounds.
 func DefaultConfig() Config {
 	return Config{
-		Sections: Sections, Profiles: []string{"net"}, Nodes: 2, Scale: 0.2, Cell: 8 * time.Second, Warmup: 2 * time.Second, Rounds: 2,
+		Sections: slices.Clone(defaultSections), Profiles: []string{"net"}, Nodes: 2, Scale: 0.2, Cell: 8 * time.Second, Warmup: 2 * time.Second, Rounds: 2,
 		Body: 1000, MaxWait: 500 * time.Millisecond, Nginx: "nginx", PeerTTL: time.Second, GossipPeriod: 100 * time.Millisecond,
 		Concurrency: 8, OverheadCell: 3 * time.Second, Procs: 1, Seed: 1,
 		GoalGot: 0.99, GoalSpare: 0.03, GoalSplit: 0.05, GoalThroughput: 0.98,
+		// 2 ms of CPU at 0.15 cores is about 75 requests/s a back end:
+		// the back ends, not the gateway or the load generator, are the
+		// bottleneck, and eight of them leave half a core for the rest.
+		Backends: []int{1, 2, 4, 8}, BackendCPU: 0.15, BackendSpin: 2 * time.Millisecond, BackendCallers: 4, Out: "out/gage",
 	}
 }
 
@@ -128,6 +154,27 @@ func (c Config) Validate() error {
 		return errors.New("gagebench: cell, overhead cell, max wait and gossip period must be > 0, warm-up >= 0, peer TTL > gossip period")
 	case !(c.GoalGot > 0 && c.GoalSpare > 0 && c.GoalSplit > 0 && c.GoalThroughput > 0):
 		return errors.New("gagebench: goals must be > 0")
+	}
+	if slices.Contains(c.Sections, "backends") {
+		return c.validateBackends()
+	}
+	return nil
+}
+
+// validateBackends checks the backends section's knobs, and that the
+// largest count of back ends can have its quotas at once beside
+// backendReserve cores for the gateway and the load generator.
+func (c Config) validateBackends() error {
+	switch {
+	case len(c.Backends) == 0 || slices.Min(c.Backends) < 1:
+		return errors.New("gagebench: backends must be counts >= 1")
+	case c.BackendCPU <= 0 || c.BackendSpin <= 0 || c.BackendCallers < 1:
+		return errors.New("gagebench: backend cpu and spin must be > 0, backend callers >= 1")
+	case c.Out == "":
+		return errors.New("gagebench: backends needs an output directory")
+	}
+	if err := cpuquota.Fits(slices.Repeat([]float64{c.BackendCPU}, slices.Max(c.Backends)), backendReserve); err != nil {
+		return fmt.Errorf("gagebench: backends: %w", err)
 	}
 	return nil
 }
@@ -160,6 +207,20 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	}
 	e := &env{cfg: cfg, exe: exe, dir: dir, cl: localcluster.New(exe, dir), nginx: findNginx(cfg.Nginx), hc: newHTTPClient(), w: stdout}
 	defer e.cl.Close()
+	backends := slices.Contains(cfg.Sections, "backends")
+	if backends {
+		// Fail now, not after the other sections' minutes.
+		r, err := cpuquota.Open(fmt.Sprintf("neptune-bench-gage-%d", os.Getpid()))
+		if err != nil {
+			return fmt.Errorf("gagebench: backends confines node processes (run as root): %w", err)
+		}
+		if err := r.Close(); err != nil {
+			return fmt.Errorf("gagebench: %w", err)
+		}
+	}
+	if backends && !slices.ContainsFunc(cfg.Sections, func(s string) bool { return s != "backends" }) {
+		return e.runBackends(ctx)
+	}
 	// The nodes announce at the default interval (1 s): the announcements
 	// only list what a node hosts, which does not change here, while
 	// Gage's feedback rides every call's trailer (what the request used,
@@ -179,17 +240,14 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	for _, p := range cfg.Profiles {
 		fmt.Fprintf(stdout, "  %s: %s\n", p, profiles[p].what(cfg))
 	}
-	procs := "Go's default"
-	if cfg.Procs > 0 {
-		procs = fmt.Sprint(cfg.Procs)
-	}
+	procs := procsString(cfg.Procs)
 	fmt.Fprintf(stdout, "Scale %.2g of the paper's reservations; cells %v after %v warm-up, %d rounds interleaved; max_wait %v; seed %d; GOMAXPROCS of the gateways and the load generator %s, of the nodes Go's default.\n\n",
 		cfg.Scale, cfg.Cell, cfg.Warmup, cfg.Rounds, cfg.MaxWait, cfg.Seed, procs)
 	var checks []*report.Check
 	for _, pn := range cfg.Profiles {
 		e.prof = profiles[pn]
 		for _, s := range Sections {
-			if !slices.Contains(cfg.Sections, s) {
+			if !slices.Contains(cfg.Sections, s) || s == "backends" {
 				continue
 			}
 			if pn != "net" && (s == "split" || s == "overhead" || s == "pace") {
@@ -222,12 +280,44 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 			checks = append(checks, cs...)
 		}
 	}
+	if backends {
+		cs, err := e.backends(ctx)
+		if err != nil {
+			return fmt.Errorf("gagebench: backends: %w", err)
+		}
+		checks = append(checks, cs...)
+	}
+	printGoals(stdout, checks)
+	return nil
+}
+
+// runBackends is a run of the backends section alone, which needs none
+// of the shared nodes.
+func (e *env) runBackends(ctx context.Context) error {
+	fmt.Fprintf(e.w, "Gage's Figs 7-8 through real processes: back-end node processes confined with cgroups, a `neptune gateway` process; GOMAXPROCS of the gateway and the load generator %s.\n\n", procsString(e.cfg.Procs))
+	checks, err := e.backends(ctx)
+	if err != nil {
+		return fmt.Errorf("gagebench: backends: %w", err)
+	}
+	printGoals(e.w, checks)
+	return nil
+}
+
+// printGoals prints the verdicts and their tally.
+func printGoals(stdout io.Writer, checks []*report.Check) {
 	fmt.Fprintln(stdout, "Goals (issue 12, fixed before the run; judged on Gage's credit scheduler)")
 	for _, c := range checks {
 		fmt.Fprintln(stdout, c)
 	}
 	fmt.Fprintln(stdout, report.Tally(checks...))
-	return nil
+}
+
+// procsString is a GOMAXPROCS setting in words.
+func procsString(procs int) string {
+	if procs > 0 {
+		return fmt.Sprint(procs)
+	}
+	return "Go's default"
 }
 
 // subscriberSpec is one subscriber of a gateway config.
