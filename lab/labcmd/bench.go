@@ -3,6 +3,7 @@ package labcmd
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,16 +20,18 @@ import (
 	"github.com/neptune-cluster/neptune/lab/bench/overhead"
 	"github.com/neptune-cluster/neptune/lab/bench/replbench"
 	"github.com/neptune-cluster/neptune/lab/bench/scalebench"
+	"github.com/neptune-cluster/neptune/lab/bench/schedbench"
 	"github.com/neptune-cluster/neptune/lab/bench/walbench"
+	"github.com/neptune-cluster/neptune/lab/sim/schedsim"
 )
 
 func benchCmd() *cobra.Command {
-	return group("bench", "Run a benchmark: overhead, lb, locality, replication, wal, apps, dac, append, burst, faults, lossy, gage, scale",
+	return group("bench", "Run a benchmark: overhead, lb, locality, replication, wal, apps, dac, append, burst, faults, lossy, gage, scale, sched",
 		`Run a benchmark on real node processes (re-executions of this binary) or
 in-process nodes. Each benchmark runs its contenders side by side in one
 run, interleaved in rounds so drift in the machine affects all alike, and
 prints ratios; --sections picks the parts of those that have several.`,
-		overheadCmd(), lbCmd(), localityCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), lossyCmd(), moveCmd(), restoreCmd(), gageBenchCmd(), scaleCmd(),
+		overheadCmd(), lbCmd(), localityCmd(), replicationCmd(), walCmd(), appsCmd(), dacBenchCmd(), appendCmd(), burstCmd(), faultsCmd(), lossyCmd(), moveCmd(), restoreCmd(), gageBenchCmd(), scaleCmd(), schedBenchCmd(),
 		echoServerCmd(), faultsClientCmd(), delayerCmd(), httpProgramCmd(), lbClientCmd(), lbSlowPollsCmd())
 }
 
@@ -438,6 +441,46 @@ of its quota), rounds disagree, or one round. Writes --out/gage-backends.csv,
 	fs.Float64Var(&cfg.GoalSpare, "goal-spare", cfg.GoalSpare, "goal: spare ratio within this fraction of the reservation ratio")
 	fs.Float64Var(&cfg.GoalSplit, "goal-split", cfg.GoalSplit, "goal: a subscriber's total through two gateways within this fraction of its reservation")
 	fs.Float64Var(&cfg.GoalThroughput, "goal-throughput", cfg.GoalThroughput, "goal: throughput with reservations at least this x without")
+	return cmd
+}
+
+func schedBenchCmd() *cobra.Command {
+	cfg := schedbench.DefaultConfig()
+	cmd := leaf("sched [flags]", "Class scheduling on a CPU-limited node process (dissertation Figs 4.8-4.10)",
+		`What `+"`neptune sim sched`"+` simulates, on a real node: one node process
+confined to --cpu cores (a cgroup quota; root) hosts work with --workers
+workers and the class scheduler under one policy (a fresh node per cell),
+and this process sends the workload of `+"`neptune sim sched`"+` (--workload)
+open-loop, Poisson, seeded, the same arrivals for every policy of a round
+and demand level, each call in its class with its class's deadline. Every
+time of the dissertation's workload is divided by --scale, and a request
+spins its scaled service time times a worker's share of the quota
+(--cpu / --workers) of CPU. Demand is a share of the derived capacity
+(--workers / the mean scaled service time). Each request's yield is
+scored client-side; the policies run interleaved at each level, in an
+order rotated between rounds, and the simulator's figure for the same
+point is printed beside each.
+
+Goals, fixed before the run: Adaptive's LossPercent at most --tolerance
+points above min(YID, Greedy) at every level, in every round; the node
+within its quota in every cell; the node CPU-bound (>= 80% of its
+quota) at demand >= 100%. PASS, FAIL, or INCONCLUSIVE when a cell ran
+on a starved machine, was not node-bound, or the rounds disagree.`,
+		experiment(&cfg, &cfg.Out, nil, schedbench.Run))
+	cmd.Example = "  flock /work/bench.lock neptune bench sched --rounds 3 --out out/bench-sched"
+	fs := cmd.Flags()
+	fs.Float64Var(&cfg.CPU, "cpu", cfg.CPU, "the node process's CPU quota, cores")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "the node's workers for the service (the dissertation's dual-CPU nodes: 2)")
+	fs.Var(&numbers[int]{dst: &cfg.Demands}, "demands", "demand levels, percent of the node's capacity")
+	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measured arrival window per policy per level per round")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured arrivals before each cell's window")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds, pooled")
+	fs.StringVar(&cfg.Workload, "workload", cfg.Workload, "workload of sim sched: "+strings.Join(schedsim.WorkloadNames(), ", "))
+	fs.Float64Var(&cfg.Scale, "scale", cfg.Scale, "divide every time of the dissertation's workload (service times, yield deadlines) by this")
+	addSeed(fs, &cfg.Seed, "the arrivals (the same for every policy of a round and level)")
+	fs.Float64Var(&cfg.Tolerance, "tolerance", cfg.Tolerance, "goal: Adaptive's LossPercent at most this many points above min(YID, Greedy)")
+	fs.DurationVar(&cfg.SimDuration, "sim-duration", cfg.SimDuration, "the simulator's arrival window per point for the figures beside (0: none)")
+	addOut(fs, &cfg.Out, "the CSV and SVG files (empty: none)")
 	return cmd
 }
 

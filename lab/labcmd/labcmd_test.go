@@ -59,6 +59,7 @@ func paths() (visible, hidden [][]string) {
 func TestEveryCommandsHelpGoesToStdoutAndExitsZero(t *testing.T) {
 	visible, hidden := paths()
 	for _, want := range []string{"demo", "bench overhead", "bench lb", "bench replication", "bench wal", "bench apps", "bench dac",
+		"bench sched",
 		"sim lb", "sim sched", "sim classes", "sim dac", "sim gage", "sim replication"} {
 		if !slices.ContainsFunc(visible, func(p []string) bool { return strings.Join(p, " ") == want }) {
 			t.Errorf("no command %q in %v", want, visible)

@@ -25,6 +25,8 @@ type workload struct {
 	service func(rng *rand.Rand, k int) time.Duration
 	// mean is the mean service time over the mix, in seconds.
 	mean float64
+	// means are each class's mean service time, in seconds.
+	means []float64
 }
 
 // threeClasses gives gold, silver and bronze the same yield shape at
@@ -51,7 +53,8 @@ func microBenchmark() workload {
 		service: func(rng *rand.Rand, k int) time.Duration {
 			return seconds(rng.ExpFloat64() * means[k])
 		},
-		mean: (means[0] + means[1] + means[2]) / 3,
+		mean:  (means[0] + means[1] + means[2]) / 3,
+		means: means,
 	}
 }
 
@@ -84,6 +87,7 @@ func searchWorkloads() []workload {
 			mix:     []float64{0.1, 0.3, 0.6},
 			service: service,
 			mean:    mean,
+			means:   []float64{mean, mean, mean},
 		})
 	}
 	return ws

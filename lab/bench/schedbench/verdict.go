@@ -1,0 +1,212 @@
+package schedbench
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/sched"
+	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/cpuquota"
+	"github.com/neptune-cluster/neptune/lab/report"
+)
+
+// minUtil is the share of its quota the node must use in a cell at
+// demand ≥ 100% for the cell to count as node-bound: below it the cell
+// measured the load generator or the machine, not the scheduler.
+const minUtil = 0.8
+
+// maxFailed is the share of a cell's requests that may fail for another
+// reason than the deadline or a full queue (a broken connection, a node
+// error) before the cell cannot decide.
+const maxFailed = 0.01
+
+// cell is what the verdicts read of one policy at one demand level in one
+// round.
+type cell struct {
+	Round, Demand int
+	Policy        sched.Policy
+	// Offered and Realized are the yields of the measured requests.
+	Offered, Realized float64
+	// Arrivals are the measured requests; Failed of them failed for
+	// another reason than the deadline or a full queue.
+	Arrivals, Failed int
+	// Util is the node's CPU over the measured window ÷ its quota.
+	Util float64
+	// Over and Starved are cpuquota's Judgment of the window: the quota
+	// did not hold; the machine had too little idle CPU to give the node
+	// its quota. Reason says why.
+	Over, Starved bool
+	Reason        string
+	// Lag is the mean lateness of the load generator's sends.
+	Lag time.Duration
+}
+
+func (c cell) loss() float64 { return sched.LossPercent(c.Offered, c.Realized) }
+
+// verdicts are the run's goals, fixed before it: at every demand level,
+// Adaptive's LossPercent (pooled over rounds) at most tolerance points
+// above the better of YID's and Greedy's, in every round; the node's CPU
+// within its quota in every cell; and the node CPU-bound (≥ minUtil of its
+// quota) in every cell at demand ≥ 100%. A level's verdict is INCONCLUSIVE
+// when one of its cells ran on a starved machine, broke the quota, was not
+// node-bound at demand ≥ 100%, had a late load generator or failed calls,
+// or when its rounds disagree (or there is only one). Pure: the table test
+// drives it.
+func verdicts(tolerance float64, demands []int, cells []cell) []*report.Check {
+	var checks []*report.Check
+	for _, d := range demands {
+		var at []cell
+		for _, c := range cells {
+			if c.Demand == d {
+				at = append(at, c)
+			}
+		}
+		checks = append(checks, levelVerdict(tolerance, d, at))
+	}
+	return append(checks, quotaVerdict(cells), boundVerdict(cells))
+}
+
+// gap is Adaptive's LossPercent minus the better of YID's and Greedy's
+// over cells (pooled), NaN if a policy has no measured request, and the
+// three figures.
+func gap(cells []cell) (g, adaptive, yid, greedy float64) {
+	loss := func(p sched.Policy) float64 {
+		var off, real float64
+		for _, c := range cells {
+			if c.Policy == p {
+				off += c.Offered
+				real += c.Realized
+			}
+		}
+		if off == 0 {
+			return math.NaN()
+		}
+		return sched.LossPercent(off, real)
+	}
+	adaptive, yid, greedy = loss(sched.Adaptive), loss(sched.YID), loss(sched.Greedy)
+	return adaptive - math.Min(yid, greedy), adaptive, yid, greedy
+}
+
+// levelVerdict judges the goal at demand level d on its cells.
+func levelVerdict(tolerance float64, d int, cells []cell) *report.Check {
+	g, a, y, gr := gap(cells)
+	c := report.AtMost(fmt.Sprintf("at %d%% demand: Adaptive's LossPercent ≤ min(YID, Greedy) + %.1f points", d, tolerance), g, tolerance,
+		fmt.Sprintf("Adaptive %.2f, YID %.2f, Greedy %.2f: %+.2f", a, y, gr, g))
+	var rounds []int
+	for _, x := range cells {
+		if !slices.Contains(rounds, x.Round) {
+			rounds = append(rounds, x.Round)
+		}
+	}
+	slices.Sort(rounds)
+	met := make([]bool, len(rounds))
+	for i, r := range rounds {
+		var in []cell
+		for _, x := range cells {
+			if x.Round == r {
+				in = append(in, x)
+			}
+		}
+		rg, _, _, _ := gap(in)
+		met[i] = rg <= tolerance
+	}
+	c = report.Rounds(c, met)
+	var starved, over, unbound, failed []cell
+	var lag time.Duration
+	for _, x := range cells {
+		switch {
+		case x.Over:
+			over = append(over, x)
+		case x.Starved:
+			starved = append(starved, x)
+		case d >= 100 && x.Util < minUtil:
+			unbound = append(unbound, x)
+		}
+		if float64(x.Failed) > maxFailed*float64(x.Arrivals) {
+			failed = append(failed, x)
+		}
+		lag = max(lag, x.Lag)
+	}
+	c.Doubt(len(over) > 0, "the node broke its CPU quota in %d cells (first: %s)", len(over), first(over))
+	c.Doubt(len(starved) > 0, "%d of %d cells ran on a starved machine (first: %s)", len(starved), len(cells), first(starved))
+	c.Doubt(len(unbound) > 0, "%d cells were not node-bound: the node used %s of its quota (< %.0f%%)", len(unbound), utils(unbound), 100*minUtil)
+	c.Doubt(len(failed) > 0, "%d cells had more than %.0f%% of their calls fail for another reason than the deadline", len(failed), 100*maxFailed)
+	if late, why := bench.Starved("the load generator", lag); late {
+		c.Doubt(true, "%s", why)
+	}
+	return c
+}
+
+// quotaVerdict checks that the quota held: no cell's node used more than
+// its quota beyond cpuquota's tolerance.
+func quotaVerdict(cells []cell) *report.Check {
+	worst := math.NaN()
+	for _, c := range cells {
+		if math.IsNaN(worst) || c.Util > worst {
+			worst = c.Util
+		}
+	}
+	c := report.AtMost(fmt.Sprintf("the node's CPU stayed within its quota (+%.0f%%) in every cell", 100*cpuquota.Tolerance), worst, 1+cpuquota.Tolerance,
+		fmt.Sprintf("at most %.0f%% of the quota over %d cells", 100*worst, len(cells)))
+	return c.Doubt(len(cells) == 0, "no cell measured")
+}
+
+// boundVerdict checks that the node was CPU-bound at demand ≥ 100%; cells
+// below the bar that ran on a starved machine may have been denied their
+// quota, so they cannot decide.
+func boundVerdict(cells []cell) *report.Check {
+	low, n := math.NaN(), 0
+	var starved []cell
+	for _, c := range cells {
+		if c.Demand < 100 {
+			continue
+		}
+		n++
+		if math.IsNaN(low) || c.Util < low {
+			low = c.Util
+		}
+		if c.Util < minUtil && c.Starved {
+			starved = append(starved, c)
+		}
+	}
+	c := report.AtLeast(fmt.Sprintf("the node was CPU-bound (≥ %.0f%% of its quota) in every cell at demand ≥ 100%%", 100*minUtil), low, minUtil,
+		fmt.Sprintf("at least %.0f%% of the quota over %d cells", 100*low, n))
+	c.Doubt(n == 0, "no demand level ≥ 100%%")
+	return c.Doubt(len(starved) > 0, "%d cells under the bar ran on a starved machine (first: %s)", len(starved), first(starved))
+}
+
+// first names the first of cs and why it was flagged.
+func first(cs []cell) string {
+	if len(cs) == 0 {
+		return ""
+	}
+	c := cs[0]
+	s := fmt.Sprintf("round %d, %s", c.Round+1, c.Policy)
+	if c.Reason != "" {
+		s += ": " + c.Reason
+	}
+	return s
+}
+
+// utils lists the cells' quota use, lowest first.
+func utils(cs []cell) string {
+	us := make([]float64, len(cs))
+	for i, c := range cs {
+		us[i] = c.Util
+	}
+	slices.Sort(us)
+	s := ""
+	for i, u := range us {
+		if i == 3 {
+			s += ", …"
+			break
+		}
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%.0f%%", 100*u)
+	}
+	return s
+}

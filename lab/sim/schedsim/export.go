@@ -1,0 +1,85 @@
+package schedsim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/neptune-cluster/neptune/internal/sched"
+)
+
+// Workload is one of `neptune sim sched`'s workloads with every time in
+// it, service times and yield deadlines alike, divided by a scale, so a
+// benchmark on a real node (lab/bench/schedbench) runs the same requests
+// faster and can put the simulator's figure for the same point beside its
+// own (SimulateLoss).
+type Workload struct {
+	// Name is the simulator's name: micro-hybrid, search-throughput,
+	// search-resptime or search-hybrid.
+	Name string
+	// Scale is what the dissertation's times were divided by.
+	Scale float64
+	// Classes are gold, silver and bronze with their scaled yields.
+	Classes []sched.ClassConfig
+	// Mix is each class's share of the arrivals.
+	Mix []float64
+	// Mean is the mean scaled service time over the mix.
+	Mean time.Duration
+	// Means are each class's mean scaled service time.
+	Means []time.Duration
+
+	wl workload
+}
+
+// WorkloadNames are the names ScaledWorkload takes, the micro-benchmark
+// first.
+func WorkloadNames() []string {
+	var names []string
+	for _, w := range append([]workload{microBenchmark()}, searchWorkloads()...) {
+		names = append(names, w.name)
+	}
+	return names
+}
+
+// ScaledWorkload returns the workload name with its times divided by
+// scale (> 0).
+func ScaledWorkload(name string, scale float64) (Workload, error) {
+	if !(scale > 0) {
+		return Workload{}, fmt.Errorf("schedsim: scale %v, want > 0", scale)
+	}
+	i := slices.Index(WorkloadNames(), name)
+	if i < 0 {
+		return Workload{}, fmt.Errorf("schedsim: no workload %q (want one of %v)", name, WorkloadNames())
+	}
+	w := append([]workload{microBenchmark()}, searchWorkloads()...)[i]
+	div := func(d time.Duration) time.Duration { return time.Duration(float64(d) / scale) }
+	classes := slices.Clone(w.classes)
+	for k := range classes {
+		y := &classes[k].Yield
+		y.PreDeadline, y.Deadline = div(y.PreDeadline), div(y.Deadline)
+	}
+	service := w.service
+	w.classes, w.mean = classes, w.mean/scale
+	w.service = func(rng *rand.Rand, k int) time.Duration { return div(service(rng, k)) }
+	out := Workload{Name: w.name, Scale: scale, Classes: classes, Mix: slices.Clone(w.mix), Mean: seconds(w.mean), wl: w}
+	for _, m := range w.means {
+		out.Means = append(out.Means, seconds(m/scale))
+	}
+	return out, nil
+}
+
+// Service draws a class-k request's scaled service time from rng.
+func (w Workload) Service(rng *rand.Rand, k int) time.Duration { return w.wl.service(rng, k) }
+
+// SimulateLoss is the simulator's LossPercent for w under policy p on a
+// node of workers workers at demand (arrival rate × mean service ÷
+// workers) with arrivals for duration from seed: the figure `neptune sim
+// sched` draws, at w's scale, with the scheduler's defaults.
+func SimulateLoss(w Workload, p sched.Policy, workers int, demand float64, duration time.Duration, seed uint64) (float64, error) {
+	res, err := simulate(simConfig{scheduler: sched.Config{Policy: p}, wl: w.wl, workers: workers, demand: demand, duration: duration, seed: seed})
+	if err != nil {
+		return 0, err
+	}
+	return res.stats.LossPercent(), nil
+}
