@@ -436,4 +436,10 @@ func (s *reduceFirst) Finish(now time.Time, r *sched.Request, used time.Duration
 	}
 }
 
+func (s *reduceFirst) Abandon(now time.Time, r *sched.Request) {
+	if r.Class != ReduceClass {
+		s.rest.Abandon(now, r)
+	}
+}
+
 func (s *reduceFirst) Len() int { return s.reduce.Len() + s.rest.Len() }

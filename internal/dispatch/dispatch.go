@@ -160,7 +160,7 @@ func (p *Pool) do(ctx context.Context, class string, run func(context.Context) (
 		p.mu.Unlock()
 		if granted {
 			// The slot arrived as the caller gave up: pass it on.
-			p.release(r, 0)
+			p.release(r, 0, false)
 		}
 		p.onFinish(class, p.clock.Now().Sub(now), 0, ctx.Err())
 		if ctx.Err() == context.DeadlineExceeded {
@@ -181,21 +181,26 @@ func (p *Pool) runHolding(ctx context.Context, r *sched.Request, start time.Time
 		if !measured {
 			used = ran
 		}
-		p.release(r, used)
+		p.release(r, used, true)
 		p.onFinish(r.Class, start.Sub(r.Arrival), ran, nil)
 	}()
 	used, measured = run(ctx)
 }
 
-// release frees r's slot, charges r used, and grants the slot to the next
-// runnable queued request.
-func (p *Pool) release(r *sched.Request, used time.Duration) {
+// release frees r's slot, charges r used if it ran (or withdraws its
+// dispatch if it did not), and grants the slot to the next runnable queued
+// request.
+func (p *Pool) release(r *sched.Request, used time.Duration, ran bool) {
 	now := p.clock.Now()
 	defer p.cfg.OnChange() // after the unlock
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.active--
-	p.sched.Finish(now, r, used)
+	if ran {
+		p.sched.Finish(now, r, used)
+	} else {
+		p.sched.Abandon(now, r)
+	}
 	for p.active < p.cfg.Workers && p.sched.Len() > 0 {
 		next, dropped := p.sched.Pop(now)
 		for _, d := range dropped {
@@ -209,6 +214,7 @@ func (p *Pool) release(r *sched.Request, used time.Duration) {
 		}
 		nw := next.Value.(*waiter)
 		if nw.abandoned {
+			p.sched.Abandon(now, next)
 			continue
 		}
 		nw.granted = true
@@ -234,7 +240,11 @@ func (p *Pool) Close() {
 	defer p.mu.Unlock()
 	p.closed = true
 	for p.sched.Len() > 0 {
-		next, dropped := p.sched.Pop(p.clock.Now())
+		now := p.clock.Now()
+		next, dropped := p.sched.Pop(now)
+		if next != nil {
+			p.sched.Abandon(now, next) // popped, never to run
+		}
 		for _, r := range append(dropped, next) {
 			if r != nil && !r.Value.(*waiter).abandoned {
 				r.Value.(*waiter).grant <- nerr.ErrClosed

@@ -166,3 +166,37 @@ func TestPoolSignalsEveryLoadChange(t *testing.T) {
 		t.Fatalf("loads seen at each signal %v, want %v", seen, want)
 	}
 }
+
+// TestPoolFinishesAbandonedRequestsItPops: a caller that gave up while
+// queued (before its deadline) is popped later; the pool must hand it
+// back to the scheduler (sched.Scheduler: every popped request is
+// finished once), or the class scheduler counts it in flight for good
+// and keeps its expected cost charged against the class.
+func TestPoolFinishesAbandonedRequestsItPops(t *testing.T) {
+	s, err := sched.NewClassScheduler(sched.Config{Classes: []sched.ClassConfig{{Name: "a", Yield: sched.Throughput(1, time.Hour)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := New(Config{Workers: 1}, s, clock.Real(), nil)
+	release, first := blocker(t, p)
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- p.Do(ctx, "a", func(context.Context) { t.Error("abandoned request ran") }) }()
+	waitLoad(t, p, 2)
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned request: err = %v, want context.Canceled", err)
+	}
+	release()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	waitLoad(t, p, 0)
+	p.mu.Lock()
+	st := s.Stats(time.Now())
+	p.mu.Unlock()
+	if c := st.Classes[0]; c.InFlight != 0 || c.Completions != 1 || c.Abandoned != 1 || c.Dispatched != c.Completions+c.Abandoned {
+		t.Fatalf("after the pool drained: %d in flight, %d dispatched, %d completed, %d abandoned; want 0 in flight, 1 completed, 1 abandoned",
+			c.InFlight, c.Dispatched, c.Completions, c.Abandoned)
+	}
+}

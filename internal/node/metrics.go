@@ -149,12 +149,13 @@ func (n *Node) serveMetrics() error {
 // classDescs are the per-class metrics of services with Classes, read from
 // the node schedulers' Stats at scrape time.
 var classDescs = struct {
-	arrivals, dispatched, completions, drops, offered, realized, wait *prometheus.Desc
-	loss, share, windowShare, guarantee, queued, inFlight, mode       *prometheus.Desc
+	arrivals, dispatched, completions, abandoned, drops, offered, realized, wait *prometheus.Desc
+	loss, share, windowShare, guarantee, queued, inFlight, mode                  *prometheus.Desc
 }{
 	arrivals:    classDesc("neptune_class_arrivals_total", "Requests of the class that reached the node scheduler."),
 	dispatched:  classDesc("neptune_class_dispatched_total", "Requests of the class the scheduler started."),
 	completions: classDesc("neptune_class_completions_total", "Requests of the class that finished."),
+	abandoned:   classDesc("neptune_class_abandoned_total", "Requests of the class dispatched after their caller had given up, so never run."),
 	drops:       classDesc("neptune_class_drops_total", "Requests of the class dropped in the queue because they could no longer earn yield (answered ErrDeadline)."),
 	offered:     classDesc("neptune_class_offered_yield_total", "Full yield of every arrival of the class."),
 	realized:    classDesc("neptune_class_realized_yield_total", "Yield the class's completed requests earned at their response times."),
@@ -179,7 +180,7 @@ type classCollector struct{ n *Node }
 
 func (c *classCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &classDescs
-	for _, desc := range []*prometheus.Desc{d.arrivals, d.dispatched, d.completions, d.drops, d.offered, d.realized, d.wait,
+	for _, desc := range []*prometheus.Desc{d.arrivals, d.dispatched, d.completions, d.abandoned, d.drops, d.offered, d.realized, d.wait,
 		d.loss, d.share, d.windowShare, d.guarantee, d.queued, d.inFlight, d.mode} {
 		ch <- desc
 	}
@@ -208,6 +209,7 @@ func (c *classCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(d.arrivals, float64(k.Arrivals))
 			counter(d.dispatched, float64(k.Dispatched))
 			counter(d.completions, float64(k.Completions))
+			counter(d.abandoned, float64(k.Abandoned))
 			counter(d.drops, float64(k.Drops))
 			counter(d.offered, k.OfferedYield)
 			counter(d.realized, k.RealizedYield)

@@ -227,6 +227,29 @@ func (s *ClassScheduler) Finish(now time.Time, r *Request, used time.Duration) {
 	}
 }
 
+// Abandon withdraws the dispatch of r, which never ran: the charge made at
+// dispatch leaves the class's usage and window, and r leaves the in-flight
+// count without a completion, a yield or a sample for the EWMAs (a
+// zero-cost Finish would drag the class's cost and service estimates
+// toward zero). Requests not dispatched by s are ignored.
+func (s *ClassScheduler) Abandon(now time.Time, r *Request) {
+	if r.state.cls == 0 || int(r.state.cls) > len(s.classes) {
+		return
+	}
+	t := now.UnixNano()
+	k := int(r.state.cls - 1)
+	c := &s.classes[k]
+	r.state.cls = 0
+	s.rebase(t)
+	delta := r.state.charge * s.scale(r.state.started)
+	c.usage = max(0, c.usage-delta)
+	s.total = max(0, s.total-delta)
+	s.expire(t)
+	s.record(t, k, -r.state.charge)
+	c.inFlight--
+	c.stats.Abandoned++
+}
+
 // Len returns the number of queued requests.
 func (s *ClassScheduler) Len() int { return s.queued }
 

@@ -347,3 +347,34 @@ func TestFinishIgnoresForeignAndRepeatedRequests(t *testing.T) {
 		t.Errorf("stats after foreign and repeated Finish: %+v", c)
 	}
 }
+
+// An abandoned dispatch withdraws its charge and leaves the in-flight
+// count, but is no completion: the yield, the EWMAs and the guarantee
+// shares stay as if it had never been dispatched.
+func TestAbandonWithdrawsTheDispatch(t *testing.T) {
+	s := mustScheduler(t, Config{Classes: []ClassConfig{
+		{Name: "p", Yield: Throughput(1, time.Hour), Estimate: sec(1), Guarantee: 0.5},
+		{Name: "q", Yield: Throughput(1, time.Hour), Estimate: sec(1), Guarantee: 0.5},
+	}})
+	s.Push(t0, &Request{Class: "p", Arrival: t0})
+	s.Push(t0, &Request{Class: "q", Arrival: t0})
+	p, _ := s.Pop(t0)
+	q, _ := s.Pop(t0)
+	if p.Class != "p" {
+		p, q = q, p
+	}
+	s.Finish(t0, q, sec(1))
+	before := s.Stats(t0).Classes[0]
+	s.Abandon(t0, p)
+	s.Abandon(t0, p) // a second report of the same request is ignored
+	c := s.Stats(t0).Classes[0]
+	if c.InFlight != 0 || c.Completions != 0 || c.Abandoned != 1 || c.Dispatched != 1 {
+		t.Errorf("after Abandon: %d in flight, %d completed, %d abandoned, %d dispatched; want 0, 0, 1, 1", c.InFlight, c.Completions, c.Abandoned, c.Dispatched)
+	}
+	if math.Abs(c.Usage) > 1e-9 || c.WindowShare != 0 || c.RealizedYield != 0 {
+		t.Errorf("after Abandon: usage %v, window share %v, yield %v; want the charge withdrawn (usage before %v)", c.Usage, c.WindowShare, c.RealizedYield, before.Usage)
+	}
+	if c.ExpectedCost != before.ExpectedCost || c.ExpectedService != before.ExpectedService {
+		t.Errorf("Abandon moved the estimates: cost %v→%v, service %v→%v", before.ExpectedCost, c.ExpectedCost, before.ExpectedService, c.ExpectedService)
+	}
+}

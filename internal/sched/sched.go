@@ -30,6 +30,10 @@ type Scheduler interface {
 	Pop(now time.Time) (next *Request, dropped []*Request)
 	// Finish reports that r ran for used (its resource use).
 	Finish(now time.Time, r *Request, used time.Duration)
+	// Abandon reports that r, which Pop returned, never ran: its caller
+	// gave up first. Every popped request gets exactly one Finish or
+	// Abandon.
+	Abandon(now time.Time, r *Request)
 	// Len is the number of queued requests.
 	Len() int
 }
@@ -80,6 +84,9 @@ func (f *FIFO) compact() {
 
 // Finish is a no-op: FIFO keeps no usage history.
 func (f *FIFO) Finish(time.Time, *Request, time.Duration) {}
+
+// Abandon is a no-op: FIFO keeps no usage history.
+func (f *FIFO) Abandon(time.Time, *Request) {}
 
 // Len returns the number of queued requests.
 func (f *FIFO) Len() int { return len(f.q) - f.head }

@@ -20,9 +20,10 @@ type ClassStats struct {
 	// Usage is u_k(now) in resource-seconds.
 	Usage            float64
 	Queued, InFlight int
-	// Arrivals counts pushes, Dispatched pops, Completions finishes and
-	// Drops the requests Pop discarded as (near-)zero yield.
-	Arrivals, Dispatched, Completions, Drops uint64
+	// Arrivals counts pushes, Dispatched pops, Completions finishes,
+	// Abandoned the dispatched requests whose caller gave up before they
+	// ran, and Drops the requests Pop discarded as (near-)zero yield.
+	Arrivals, Dispatched, Completions, Abandoned, Drops uint64
 	// OfferedYield is the full yield of every arrival; RealizedYield what
 	// the completed requests earned at their response times.
 	OfferedYield, RealizedYield float64
