@@ -18,6 +18,8 @@ func TestJudge(t *testing.T) {
 	}{
 		{"within its quota", time.Second, 200 * time.Millisecond, false, false},
 		{"within the tolerance", time.Second, 209 * time.Millisecond, false, false},
+		{"within the tolerance and /proc's resolution", time.Second, 229 * time.Millisecond, false, false},
+		{"beyond both", time.Second, 231 * time.Millisecond, true, false},
 		{"above its quota", time.Second, 300 * time.Millisecond, true, false},
 		{"on a saturated machine", 50 * time.Millisecond, 100 * time.Millisecond, false, true},
 	} {

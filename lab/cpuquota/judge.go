@@ -7,10 +7,16 @@ import (
 	"time"
 )
 
-// Tolerance is how far a process's measured CPU may exceed its quota: the
-// kernel enforces the quota per period (10 ms), and /proc counts in 10 ms
-// ticks.
+// Tolerance is how far a process's CPU may exceed its quota: the kernel
+// enforces the quota per period (10 ms).
 const Tolerance = 0.05
+
+// Resolution is how far a window's measured CPU may be off the true one:
+// /proc counts a process's user and system time in 10 ms ticks, each
+// rounded down, so the difference of two readings errs by up to two
+// ticks. In a short window of a small quota that is more than Tolerance
+// (3 s at 0.09 cores: 20 of 270 ms), so it is allowed on top.
+const Resolution = 2 * time.Second / clockTicks
 
 // MinIdle is the share of the machine's CPU that must stay idle during a
 // measured window: below it, some process may have wanted its quota and
@@ -46,7 +52,8 @@ func Judge(window time.Duration, ncpu int, idle time.Duration, procs []Usage) Ju
 	var j Judgment
 	var why []string
 	for _, p := range procs {
-		if rate := p.Used.Seconds() / window.Seconds(); rate > p.Cores*(1+Tolerance) {
+		allowed := time.Duration(p.Cores*(1+Tolerance)*float64(window)) + Resolution
+		if rate := p.Used.Seconds() / window.Seconds(); p.Used > allowed {
 			j.Over = append(j.Over, p.Name)
 			why = append(why, fmt.Sprintf("%s used %.3f cores, above its quota of %.3f", p.Name, rate, p.Cores))
 		}
