@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -325,6 +326,9 @@ func (c *Cluster) launch(ctx context.Context, n *Node, seeds []string) error {
 	return nil
 }
 
+// quotaRoots numbers the clusters' cgroup roots within this process.
+var quotaRoots atomic.Int64
+
 // confine puts a node with Spec.CPU into its cgroup (made at its first
 // start).
 func (c *Cluster) confine(n *Node, pid int) error {
@@ -334,7 +338,10 @@ func (c *Cluster) confine(n *Node, pid int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.quotas == nil {
-		r, err := cpuquota.Open(fmt.Sprintf("neptune-localcluster-%d", os.Getpid()))
+		// Named per cluster, not per process: a bench makes many clusters
+		// in turn, and a group whose last process had not quite left when
+		// its cluster closed stays behind under the old name.
+		r, err := cpuquota.Open(fmt.Sprintf("neptune-localcluster-%d-%d", os.Getpid(), quotaRoots.Add(1)))
 		if err != nil {
 			return fmt.Errorf("localcluster: node %s wants %.2f cores: %w", n.Spec.ID, n.Spec.CPU, err)
 		}
