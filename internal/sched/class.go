@@ -197,21 +197,11 @@ func (s *ClassScheduler) Pop(now time.Time) (*Request, []*Request) {
 // with used in the class's decayed usage, feeds the class's EWMAs, and
 // credits the yield r realized. Requests not dispatched by s are ignored.
 func (s *ClassScheduler) Finish(now time.Time, r *Request, used time.Duration) {
-	if r.state.cls == 0 || int(r.state.cls) > len(s.classes) {
+	c, ok := s.settle(now, r, used)
+	if !ok {
 		return
 	}
 	t := now.UnixNano()
-	k := int(r.state.cls - 1)
-	c := &s.classes[k]
-	r.state.cls = 0
-	s.rebase(t)
-	delta := used.Seconds()*s.scale(t) - r.state.charge*s.scale(r.state.started)
-	c.usage = max(0, c.usage+delta)
-	s.total = max(0, s.total+delta)
-	s.expire(t)
-	s.record(t, k, used.Seconds()-r.state.charge)
-	c.inFlight--
-
 	svc := float64(t-r.state.started) / 1e9
 	if !c.measured {
 		c.svc, c.cost, c.measured = svc, used.Seconds(), true
@@ -233,21 +223,30 @@ func (s *ClassScheduler) Finish(now time.Time, r *Request, used time.Duration) {
 // zero-cost Finish would drag the class's cost and service estimates
 // toward zero). Requests not dispatched by s are ignored.
 func (s *ClassScheduler) Abandon(now time.Time, r *Request) {
+	if c, ok := s.settle(now, r, 0); ok {
+		c.stats.Abandoned++
+	}
+}
+
+// settle takes r, dispatched by s, out of flight at now, replacing its
+// dispatch-time charge with used in its class's decayed usage and
+// guarantee window; false if s did not dispatch r or has settled it.
+func (s *ClassScheduler) settle(now time.Time, r *Request, used time.Duration) (*class, bool) {
 	if r.state.cls == 0 || int(r.state.cls) > len(s.classes) {
-		return
+		return nil, false
 	}
 	t := now.UnixNano()
 	k := int(r.state.cls - 1)
 	c := &s.classes[k]
 	r.state.cls = 0
 	s.rebase(t)
-	delta := r.state.charge * s.scale(r.state.started)
-	c.usage = max(0, c.usage-delta)
-	s.total = max(0, s.total-delta)
+	delta := used.Seconds()*s.scale(t) - r.state.charge*s.scale(r.state.started)
+	c.usage = max(0, c.usage+delta)
+	s.total = max(0, s.total+delta)
 	s.expire(t)
-	s.record(t, k, -r.state.charge)
+	s.record(t, k, used.Seconds()-r.state.charge)
 	c.inFlight--
-	c.stats.Abandoned++
+	return c, true
 }
 
 // Len returns the number of queued requests.

@@ -121,22 +121,10 @@ func makeTrace(wl schedsim.Workload, rate float64, span time.Duration, share flo
 	rng := rand.New(rand.NewPCG(seed, uint64(round)<<32|uint64(demand)))
 	var tr []arrival
 	for at := time.Duration(rng.ExpFloat64() / rate * 1e9); at < span; at += time.Duration(rng.ExpFloat64() / rate * 1e9) {
-		k := pick(rng, wl.Mix)
+		k := wl.Class(rng)
 		tr = append(tr, arrival{at: at, class: k, spin: time.Duration(float64(wl.Service(rng, k)) * share)})
 	}
 	return tr
-}
-
-// pick draws an index with probabilities mix.
-func pick(rng *rand.Rand, mix []float64) int {
-	x := rng.Float64()
-	for i, p := range mix {
-		if x < p {
-			return i
-		}
-		x -= p
-	}
-	return len(mix) - 1
 }
 
 // nodeConfig is the node's config file: work on partition 0 with workers

@@ -36,7 +36,7 @@ type Workload struct {
 // first.
 func WorkloadNames() []string {
 	var names []string
-	for _, w := range append([]workload{microBenchmark()}, searchWorkloads()...) {
+	for _, w := range allWorkloads() {
 		names = append(names, w.name)
 	}
 	return names
@@ -52,7 +52,7 @@ func ScaledWorkload(name string, scale float64) (Workload, error) {
 	if i < 0 {
 		return Workload{}, fmt.Errorf("schedsim: no workload %q (want one of %v)", name, WorkloadNames())
 	}
-	w := append([]workload{microBenchmark()}, searchWorkloads()...)[i]
+	w := allWorkloads()[i]
 	div := func(d time.Duration) time.Duration { return time.Duration(float64(d) / scale) }
 	classes := slices.Clone(w.classes)
 	for k := range classes {
@@ -68,6 +68,10 @@ func ScaledWorkload(name string, scale float64) (Workload, error) {
 	}
 	return out, nil
 }
+
+// Class draws a request's class from rng by the mix, as the simulator's
+// arrivals do.
+func (w Workload) Class(rng *rand.Rand) int { return pick(rng, w.Mix) }
 
 // Service draws a class-k request's scaled service time from rng.
 func (w Workload) Service(rng *rand.Rand, k int) time.Duration { return w.wl.service(rng, k) }

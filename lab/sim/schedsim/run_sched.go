@@ -70,7 +70,7 @@ func RunSched(ctx context.Context, o SchedOptions, stdout io.Writer) error {
 
 	lossRows := report.NewTable("workload", "demand_percent", "policy", "loss_percent")
 	allOK := true
-	for _, wl := range append([]workload{microBenchmark()}, searchWorkloads()...) {
+	for _, wl := range allWorkloads() {
 		loss := make([][]float64, len(policies)) // [policy][level]
 		for pi, p := range policies {
 			for _, d := range levels {

@@ -58,6 +58,10 @@ func microBenchmark() workload {
 	}
 }
 
+// allWorkloads are `neptune sim sched`'s workloads in the order it runs
+// them: the micro-benchmark, then the search workloads.
+func allWorkloads() []workload { return append([]workload{microBenchmark()}, searchWorkloads()...) }
+
 // searchWorkloads are Differentiated-Search-like workloads (Fig 4.9): the
 // Ask Jeeves trace is not available, so arrivals are Poisson (its arrival
 // intervals have CV ≈ 1) and service times lognormal with the trace's mean
