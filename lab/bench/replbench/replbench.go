@@ -287,24 +287,31 @@ func pooledFig51(n int, mean, half float64, before bench.Starvation) *report.Che
 
 // scaleVerdict judges Fig 5.2's shape on CPU-limited node processes: at
 // imbalance 1, degree 4 against degree 1 (level 2), per round and pooled.
-// A starved cell makes it INCONCLUSIVE, as do rounds that disagree.
 func scaleVerdict(deg4, deg1 []float64, starved []string) *report.Check {
-	m4, _ := report.MeanSD(deg4)
-	m1, _ := report.MeanSD(deg1)
+	return roundsRatio(fmt.Sprintf("Fig 5.2 at imbalance 1: degree 4 ≥ %.1f× degree 1 (level 2)", scaleGoal), scaleGoal, deg4, deg1, starved)
+}
+
+// roundsRatio judges the ratio of the means of num and den (ops/s, one
+// per round) against goal, and counts the rounds whose own ratio meets
+// it. A starved cell, rounds that disagree or a single round make it
+// INCONCLUSIVE.
+func roundsRatio(name string, goal float64, num, den []float64, starved []string) *report.Check {
+	mn, _ := report.MeanSD(num)
+	md, _ := report.MeanSD(den)
+	rounds := min(len(num), len(den))
 	met := 0
-	for i := range min(len(deg4), len(deg1)) {
-		if deg1[i] > 0 && deg4[i]/deg1[i] >= scaleGoal {
+	for i := range rounds {
+		if den[i] > 0 && num[i]/den[i] >= goal {
 			met++
 		}
 	}
 	ratio := 0.0
-	if m1 > 0 {
-		ratio = m4 / m1
+	if md > 0 {
+		ratio = mn / md
 	}
-	c := report.AtLeast(fmt.Sprintf("Fig 5.2 at imbalance 1: degree 4 ≥ %.1f× degree 1 (level 2)", scaleGoal), ratio, scaleGoal,
-		fmt.Sprintf("%.2f× (%.0f against %.0f ops/s; %d/%d rounds meet it)", ratio, m4, m1, met, len(deg4)))
-	c.Doubt(len(deg4) < 2, "one round cannot show the run's noise; run at least 2")
-	c.Doubt(met > 0 && met < len(deg4), "rounds disagree")
+	c := report.AtLeast(name, ratio, goal, fmt.Sprintf("%.2f× (%.0f against %.0f ops/s; %d/%d rounds meet it)", ratio, mn, md, met, rounds))
+	c.Doubt(rounds < 2, "one round cannot show the run's noise; run at least 2")
+	c.Doubt(met > 0 && met < rounds, "rounds disagree")
 	c.Doubt(len(starved) > 0, "%d cells starved or not node-bound (first: %s)", len(starved), strings.Join(starved[:min(2, len(starved))], "; "))
 	return c
 }
