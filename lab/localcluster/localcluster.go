@@ -211,9 +211,9 @@ func (c *Cluster) Seeds() []string {
 
 // Start launches a node with a fresh gossip port, joining the existing
 // nodes, and waits until it reports that it is up.
-// A port found free can be taken before the node binds it (the kernel
-// hands the same range to outgoing connections), so a start that lost that
-// race is tried again on another port.
+// A port found free can still be bound by another process before the
+// node binds it, so a start that lost that race is tried again on another
+// port.
 func (c *Cluster) Start(ctx context.Context, spec Spec) (*Node, error) {
 	var n *Node
 	for attempt := 0; ; attempt++ {
@@ -490,25 +490,6 @@ func procStatus(pid int, field string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("localcluster: no %s in /proc/%d/status", field, pid)
-}
-
-// FreePort finds a port free for both TCP and UDP on 127.0.0.1 (memberlist
-// needs both).
-func FreePort() (int, error) {
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("localcluster: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port, nil
-		}
-	}
-	return 0, errors.New("localcluster: no free port")
 }
 
 func lastLines(s string, n int) string {
