@@ -77,8 +77,8 @@ func (s ServiceConfig) toClasses(where string, svc *neptune.Service) error {
 		svc.Accounting = a
 	}
 	if len(s.Classes) == 0 {
-		if s.Policy != "" || s.DefaultClass != "" || len(s.IdentityClasses) > 0 {
-			return fmt.Errorf("%s: policy, default_class and identity_classes need classes", where)
+		if s.Policy != "" || s.DefaultClass != "" || len(s.IdentityClasses) > 0 || s.OverloadWindow != 0 {
+			return fmt.Errorf("%s: policy, default_class, identity_classes and overload_window need classes", where)
 		}
 		return nil
 	}
@@ -89,6 +89,10 @@ func (s ServiceConfig) toClasses(where string, svc *neptune.Service) error {
 		}
 		svc.Policy = p
 	}
+	if s.OverloadWindow < 0 {
+		return fmt.Errorf("%s.overload_window must be >= 0, got %v", where, time.Duration(s.OverloadWindow))
+	}
+	svc.OverloadWindow = time.Duration(s.OverloadWindow)
 	seen := map[string]bool{}
 	sum := 0.0
 	svc.Classes = nil

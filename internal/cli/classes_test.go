@@ -12,6 +12,7 @@ const classBase = "id: n1\nservices:\n  - name: work\n    partitions: [0]\n"
 
 func TestParseConfigClasses(t *testing.T) {
 	y := classBase + `    policy: greedy
+    overload_window: 3s
     accounting: cpu
     default_class: bronze
     identity_classes: {client/partner: gold}
@@ -41,8 +42,8 @@ func TestParseConfigClasses(t *testing.T) {
 			t.Errorf("classes[%d] = %+v, want %+v", i, svc.Classes[i], k)
 		}
 	}
-	if svc.Policy != neptune.Greedy || svc.Accounting != neptune.ThreadCPU || svc.DefaultClass != "bronze" || svc.IdentityClasses["client/partner"] != "gold" {
-		t.Errorf("policy %v, accounting %v, default %q, identity classes %v", svc.Policy, svc.Accounting, svc.DefaultClass, svc.IdentityClasses)
+	if svc.Policy != neptune.Greedy || svc.Accounting != neptune.ThreadCPU || svc.DefaultClass != "bronze" || svc.IdentityClasses["client/partner"] != "gold" || svc.OverloadWindow != 3*time.Second {
+		t.Errorf("policy %v, accounting %v, default %q, identity classes %v, overload window %v", svc.Policy, svc.Accounting, svc.DefaultClass, svc.IdentityClasses, svc.OverloadWindow)
 	}
 }
 
@@ -65,6 +66,8 @@ func TestParseConfigClassErrorsNameTheField(t *testing.T) {
 		{"unknown policy", cls("{name: g, yield: throughput, value: 1, deadline: 1s}") + "    policy: lottery\n", "services[0].policy"},
 		{"unknown default", cls("{name: g, yield: throughput, value: 1, deadline: 1s}") + "    default_class: x\n", "services[0].default_class"},
 		{"policy without classes", classBase + "    policy: edf\n", "need classes"},
+		{"overload_window without classes", classBase + "    overload_window: 3s\n", "need classes"},
+		{"negative overload_window", cls("{name: g, yield: throughput, value: 1, deadline: 1s}") + "    overload_window: -1s\n", "services[0].overload_window"},
 		{"identity class unknown", cls("{name: g, yield: throughput, value: 1, deadline: 1s}") + "    identity_classes: {client/a: x}\n", "services[0].identity_classes[client/a]"},
 		{"identity not role/name", cls("{name: g, yield: throughput, value: 1, deadline: 1s}") + "    identity_classes: {a: g}\n", `identity_classes: "a"`},
 		{"unknown accounting", classBase + "    accounting: tokens\n", "services[0].accounting"},

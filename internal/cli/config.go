@@ -105,12 +105,13 @@ type ServiceConfig struct {
 	Partitions Partitions `yaml:"partitions"`
 	Workers    int        `yaml:"workers"`
 	QueueLimit int        `yaml:"queue_limit"`
-	// Classes, DefaultClass, Policy and Accounting configure class-aware
-	// scheduling (classes.go).
-	Classes      []ClassConfig `yaml:"classes"`
-	DefaultClass string        `yaml:"default_class"`
-	Policy       string        `yaml:"policy"`
-	Accounting   string        `yaml:"accounting"`
+	// Classes, DefaultClass, Policy, OverloadWindow and Accounting
+	// configure class-aware scheduling (classes.go).
+	Classes        []ClassConfig `yaml:"classes"`
+	DefaultClass   string        `yaml:"default_class"`
+	Policy         string        `yaml:"policy"`
+	OverloadWindow Duration      `yaml:"overload_window"`
+	Accounting     string        `yaml:"accounting"`
 	// IdentityClasses serves the calls of a certificate identity
 	// ("client/partner") in a class, whatever class they name.
 	IdentityClasses map[string]string `yaml:"identity_classes"`

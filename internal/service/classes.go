@@ -122,7 +122,7 @@ func (s *Service) schedConfig() (sched.Config, bool) {
 	if len(s.Classes) == 0 {
 		return sched.Config{}, false
 	}
-	cfg := sched.Config{Policy: sched.Policy(s.Policy), Default: s.DefaultClass}
+	cfg := sched.Config{Policy: sched.Policy(s.Policy), Default: s.DefaultClass, OverloadWindow: s.OverloadWindow}
 	for _, c := range s.Classes {
 		cfg.Classes = append(cfg.Classes, sched.ClassConfig{Name: c.Name, Yield: sched.Yield(c.Yield), Guarantee: c.Guarantee, Estimate: c.Estimate})
 	}
@@ -148,8 +148,8 @@ func (s *Service) validateClasses() error {
 	}
 	cfg, ok := s.schedConfig()
 	if !ok {
-		if s.Policy != Adaptive || s.DefaultClass != "" || len(s.IdentityClasses) > 0 {
-			return fmt.Errorf("%s: Policy, DefaultClass and IdentityClasses need Classes", where)
+		if s.Policy != Adaptive || s.DefaultClass != "" || len(s.IdentityClasses) > 0 || s.OverloadWindow != 0 {
+			return fmt.Errorf("%s: Policy, DefaultClass, IdentityClasses and OverloadWindow need Classes", where)
 		}
 		return nil
 	}

@@ -30,8 +30,10 @@ func TestServiceValidateNamesTheClassField(t *testing.T) {
 	}{
 		{"valid", nil, ""},
 		{"no classes is FIFO", func(s *Service) { s.Classes = nil }, ""},
-		{"policy without classes", func(s *Service) { s.Classes, s.Policy = nil, EDF }, "Policy, DefaultClass and IdentityClasses need Classes"},
+		{"policy without classes", func(s *Service) { s.Classes, s.Policy = nil, EDF }, "need Classes"},
 		{"identity classes without classes", func(s *Service) { s.Classes, s.IdentityClasses = nil, map[string]string{"client/a": "gold"} }, "need Classes"},
+		{"overload window without classes", func(s *Service) { s.Classes, s.OverloadWindow = nil, time.Second }, "OverloadWindow need Classes"},
+		{"negative overload window", func(s *Service) { s.OverloadWindow = -time.Second }, "OverloadWindow"},
 		{"identity class", func(s *Service) { s.IdentityClasses = map[string]string{"client/a": "gold"} }, ""},
 		{"identity class unknown", func(s *Service) { s.IdentityClasses = map[string]string{"client/a": "silver"} }, `IdentityClasses["client/a"]: "silver"`},
 		{"not an identity", func(s *Service) { s.IdentityClasses = map[string]string{"partner": "gold"} }, `"partner" is not an identity`},

@@ -177,6 +177,11 @@ type Service struct {
 	IdentityClasses map[string]string
 	// Policy orders the classes once guarantees are met (default Adaptive).
 	Policy SchedPolicy
+	// OverloadWindow is how far back Adaptive counts dropped requests to
+	// choose between YID and Greedy (default 30 s, the dissertation's); a
+	// service whose deadlines are tens of milliseconds may want it
+	// shorter, so the switch follows a load change sooner.
+	OverloadWindow time.Duration
 	// Accounting is how requests are charged against the guarantees
 	// (default WallTime).
 	Accounting Accounting

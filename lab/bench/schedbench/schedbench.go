@@ -130,9 +130,13 @@ func makeTrace(wl schedsim.Workload, rate float64, span time.Duration, share flo
 // nodeConfig is the node's config file: work on partition 0 with workers
 // workers, the workload's classes and policy p, charged the handler
 // thread's CPU (accounting: cpu), as the quota makes CPU the resource.
-func nodeConfig(wl schedsim.Workload, workers int, p sched.Policy) string {
+// Adaptive's drop window is scaled with the workload's times: the
+// dissertation's 30 s over a workload 1/scale as long would span scale
+// times as many requests, and follow a change as much more slowly.
+func nodeConfig(wl schedsim.Workload, workers int, p sched.Policy, scale float64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "services:\n  - name: work\n    partitions: 0\n    workers: %d\n    policy: %s\n    accounting: cpu\n    classes:\n", workers, p)
+	fmt.Fprintf(&b, "services:\n  - name: work\n    partitions: 0\n    workers: %d\n    policy: %s\n    overload_window: %v\n    accounting: cpu\n    classes:\n",
+		workers, p, overloadWindow(scale))
 	for _, k := range wl.Classes {
 		y := k.Yield
 		switch {
@@ -145,6 +149,12 @@ func nodeConfig(wl schedsim.Workload, workers int, p sched.Policy) string {
 		}
 	}
 	return b.String()
+}
+
+// overloadWindow is Adaptive's drop window (the dissertation's 30 s)
+// divided by scale.
+func overloadWindow(scale float64) time.Duration {
+	return time.Duration(float64(30*time.Second) / scale)
 }
 
 // classResult is what one class got in a cell (measured arrivals only).
@@ -257,8 +267,8 @@ func (b *runner) header() {
 		spins = append(spins, fmt.Sprint(time.Duration(float64(wl.Means[k])*b.share).Round(time.Microsecond)))
 	}
 	y := wl.Classes[0].Yield
-	fmt.Fprintf(b.out, "times scaled 1/%g from the dissertation's: service means %s (gold's yield: deadline D = %v, D′ = %v); a request spins its service time × %.3f (a worker's share of the quota) of CPU: %s\n",
-		cfg.Scale, strings.Join(means, ", "), y.Deadline, y.PreDeadline, b.share, strings.Join(spins, ", "))
+	fmt.Fprintf(b.out, "times scaled 1/%g from the dissertation's: service means %s (gold's yield: deadline D = %v, D′ = %v; Adaptive's drop window %v); a request spins its service time × %.3f (a worker's share of the quota) of CPU: %s\n",
+		cfg.Scale, strings.Join(means, ", "), y.Deadline, y.PreDeadline, overloadWindow(cfg.Scale), b.share, strings.Join(spins, ", "))
 	capacity := b.rate(100)
 	fmt.Fprintf(b.out, "demand 100%% = %.1f requests/s, derived (not measured): %d workers ÷ mean service %v = %.2f cores ÷ mean spin %v; the node's own per-call CPU comes on top\n",
 		capacity, cfg.Workers, wl.Mean.Round(time.Microsecond), cfg.CPU, time.Duration(float64(wl.Mean)*b.share).Round(time.Microsecond))
@@ -307,7 +317,7 @@ func (b *runner) runCell(ctx context.Context, round, demand int, p sched.Policy,
 		return res, err
 	}
 	conf := filepath.Join(dir, "node.yaml")
-	if err := os.WriteFile(conf, []byte(nodeConfig(b.wl, b.cfg.Workers, p)), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(nodeConfig(b.wl, b.cfg.Workers, p, b.cfg.Scale)), 0o644); err != nil {
 		return res, err
 	}
 	cl := localcluster.New(b.exe, dir)

@@ -147,13 +147,14 @@ func TestNodeConfigIsAValidNodeConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, p := range policies {
-			y := nodeConfig(wl, 2, p)
+			y := nodeConfig(wl, 2, p, 10)
 			// The node's --id flag names it; the file does not.
 			fc, err := cli.ParseConfig([]byte("id: sched\n" + y))
 			if err != nil {
 				t.Fatalf("%s, %s: %v\n%s", name, p, err, y)
 			}
-			if len(fc.Services) != 1 || fc.Services[0].Policy != p.String() || fc.Services[0].Workers != 2 || len(fc.Services[0].Classes) != 3 {
+			if len(fc.Services) != 1 || fc.Services[0].Policy != p.String() || fc.Services[0].Workers != 2 || len(fc.Services[0].Classes) != 3 ||
+				time.Duration(fc.Services[0].OverloadWindow) != 3*time.Second {
 				t.Errorf("%s, %s: parsed %+v", name, p, fc.Services)
 			}
 			for k, c := range fc.Services[0].Classes {
