@@ -54,7 +54,7 @@ func WriteServiceConfig(dir, service string, parts int, rep neptune.Replication)
 // ProcCluster starts a node process for each of ids with the node config
 // cfg and its data under dir/<id>, each confined to cpu cores (0:
 // unconfined), and returns a client that sees them all, the nodes (to
-// meter) and the function that stops both.
+// meter) and the function that kills them and closes the client.
 func ProcCluster(ctx context.Context, dir, cfg string, ids []string, cpu float64) (*neptune.Client, []*localcluster.Node, func(), error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -75,7 +75,15 @@ func ProcCluster(ctx context.Context, dir, cfg string, ids []string, cpu float64
 		cl.Close()
 		return nil, nil, nil, err
 	}
-	stop := func() { c.Close(); cl.Close() }
+	// A cell's cluster is thrown away after it: killed, not drained (a
+	// drain takes seconds per cell and measures nothing).
+	stop := func() {
+		c.Close()
+		for _, n := range nodes {
+			_ = n.Kill()
+		}
+		cl.Close()
+	}
 	// Members, not writable: that is each service's own readiness (and
 	// level 1 names no primary).
 	if err := localcluster.WaitMembers(ctx, c, len(ids), 30*time.Second); err != nil {
@@ -162,6 +170,11 @@ func RoundsRatio(name string, goal float64, num, den []float64, starved []string
 	c := report.AtLeast(name, ratio, goal, fmt.Sprintf("%.2f× (%.0f against %.0f ops/s; %d/%d rounds meet it)", ratio, mn, md, met, rounds))
 	c.Doubt(rounds < 2, "one round cannot show the run's noise; run at least 2")
 	c.Doubt(met > 0 && met < rounds, "rounds disagree")
-	c.Doubt(len(starved) > 0, "%d cells starved or not node-bound (first: %s)", len(starved), strings.Join(starved[:min(2, len(starved))], "; "))
-	return c
+	return DoubtStarved(c, starved)
+}
+
+// DoubtStarved doubts c for the cells it rests on that were starved or
+// not node-bound (their reasons).
+func DoubtStarved(c *report.Check, starved []string) *report.Check {
+	return c.Doubt(len(starved) > 0, "%d cells starved or not node-bound (first: %s)", len(starved), strings.Join(starved[:min(2, len(starved))], "; "))
 }
