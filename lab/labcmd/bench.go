@@ -319,18 +319,28 @@ func appsCmd() *cobra.Command {
 		`Sections: storage (the forum's handlers in-process on SQLite vs
 PostgreSQL), adapter (an HTTP program called directly vs through a node
 hosting it with the HTTP adapter, three processes), replication (auction
-and pcache throughput vs replication degree, dissertation Figs 5.5/5.6).`,
+and pcache throughput vs replication degree and node count, dissertation
+Figs 5.5/5.6: in-process nodes, or with --cpu node processes confined to a
+CPU quota each, judged against goals fixed before the run: from the fewest
+--nodes to the most each line grows >= 70% of proportionally; at the most
+nodes the auction's degree 4 >= 0.65x its degree 1, and the cache loses
+more to replication than the auction; PASS, FAIL, or INCONCLUSIVE when
+rounds disagree, a cell was starved or not node-bound, or the nodes were
+not confined).`,
 		experiment(&cfg, &cfg.Out, nil, appsbench.Run))
+	cmd.Example = "  neptune bench apps --sections replication --cpu 0.15 --nodes 4,8 --rounds 2 --repl-cell 3s --out out/apps"
 	fs := cmd.Flags()
 	addSections(fs, &cfg.Sections, appsbench.Sections)
 	fs.DurationVar(&cfg.Cell, "cell", cfg.Cell, "measuring time per contender per round (storage, adapter)")
-	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds (storage, adapter)")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "interleaved rounds of every section")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "callers in the concurrent storage and adapter cells")
 	fs.StringVar(&cfg.PGDSN, "pg-dsn", cfg.PGDSN, "PostgreSQL server for the forum (default $NEPTUNE_TEST_PG_DSN); empty skips PostgreSQL")
 	fs.DurationVar(&cfg.Work, "work", cfg.Work, "service time of the adapter's second HTTP route")
-	fs.Var(&ranges{dst: &cfg.Degrees}, "degrees", "replication degrees (of 4 nodes) of the replication section, e.g. 1-4")
+	fs.Var(&ranges{dst: &cfg.Degrees}, "degrees", "replication degrees of the replication section, e.g. 1-4 (a degree above a node count skips that cell)")
+	fs.Var(&ranges{dst: &cfg.Nodes}, "nodes", "node counts of the replication section, e.g. 4,8")
 	fs.DurationVar(&cfg.ReplCell, "repl-cell", cfg.ReplCell, "measuring time per replication cell")
-	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "closed-loop clients in the replication cells")
+	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "closed-loop clients per 4 nodes in the replication cells")
+	fs.Float64Var(&cfg.CPU, "cpu", cfg.CPU, "replication on node processes confined to this many cores each (cgroups, root; e.g. 0.15 for 8 nodes) and judged; 0: in-process nodes sharing the cores (not judged)")
 	addOut(fs, &cfg.Out, "the replication section's CSV and SVG")
 	return cmd
 }

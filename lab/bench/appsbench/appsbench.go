@@ -22,6 +22,7 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/apps/forum"
 	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/cpuquota"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
@@ -36,8 +37,8 @@ type Config struct {
 	// Sections lists the parts to run, of Sections.
 	Sections []string
 	// Cell is the measuring time per contender per round of the storage
-	// and adapter sections, which run Rounds interleaved rounds with
-	// Concurrency callers in their concurrent cells.
+	// and adapter sections, which run Concurrency callers in their
+	// concurrent cells. Every section runs Rounds interleaved rounds.
 	Cell        time.Duration
 	Rounds      int
 	Concurrency int
@@ -45,10 +46,19 @@ type Config struct {
 	PGDSN string
 	// Work is the service time of the adapter's second HTTP route.
 	Work time.Duration
-	// Degrees (of 4 nodes), ReplCell and Clients shape Figs 5.5/5.6.
+	// Degrees, Nodes (the node counts), ReplCell and Clients (per 4
+	// nodes) shape Figs 5.5/5.6; a degree above a node count skips that
+	// cell.
 	Degrees  []int
+	Nodes    []int
 	ReplCell time.Duration
 	Clients  int
+	// CPU, when positive, runs Figs 5.5/5.6 on node processes each
+	// confined to this many cores (lab/cpuquota; root only), so that a
+	// node is CPU-bound as the paper's machines were, and judges them;
+	// zero runs them on in-process nodes, which share the machine's cores
+	// (not judged: a replica there adds work and no capacity).
+	CPU float64
 	// Out is the directory for the Figs 5.5/5.6 CSV and SVG (it must
 	// exist).
 	Out string
@@ -58,7 +68,7 @@ type Config struct {
 // $NEPTUNE_TEST_PG_DSN.
 func DefaultConfig() Config {
 	return Config{Sections: Sections, Cell: time.Second, Rounds: 3, Concurrency: 8, PGDSN: os.Getenv("NEPTUNE_TEST_PG_DSN"),
-		Work: time.Millisecond, Degrees: []int{1, 2, 3, 4}, ReplCell: 2 * time.Second, Clients: 16, Out: "out"}
+		Work: time.Millisecond, Degrees: []int{1, 2, 3, 4}, Nodes: []int{4}, ReplCell: 2 * time.Second, Clients: 16, Out: "out"}
 }
 
 // Validate names the first bad field.
@@ -68,8 +78,19 @@ func (c Config) Validate() error {
 			return fmt.Errorf("appsbench: unknown section %q (want %v)", s, Sections)
 		}
 	}
-	if c.Cell <= 0 || c.ReplCell <= 0 || c.Rounds < 1 || c.Concurrency < 1 || c.Clients < 1 || len(c.Degrees) == 0 {
-		return errors.New("appsbench: cells must be > 0, rounds, concurrency and clients >= 1, degrees not empty")
+	switch {
+	case c.Cell <= 0 || c.ReplCell <= 0 || c.Rounds < 1 || c.Concurrency < 1 || c.Clients < 1:
+		return errors.New("appsbench: cells must be > 0, rounds, concurrency and clients >= 1")
+	case len(c.Degrees) == 0 || slices.Min(c.Degrees) < 1 || len(c.Nodes) == 0 || slices.Min(c.Degrees) > slices.Max(c.Nodes):
+		return errors.New("appsbench: degrees and nodes must not be empty, and some degree in 1..the most nodes")
+	case c.CPU < 0:
+		return errors.New("appsbench: cpu must not be negative")
+	}
+	if c.CPU > 0 && slices.Contains(c.Sections, "replication") {
+		n := slices.Max(c.Nodes)
+		if err := cpuquota.Fits(slices.Repeat([]float64{c.CPU}, n), bench.QuotaReserve); err != nil {
+			return fmt.Errorf("appsbench: --cpu %v for %d nodes: %w", c.CPU, n, err)
+		}
 	}
 	return nil
 }
@@ -77,7 +98,8 @@ func (c Config) Validate() error {
 // Run is `neptune bench apps`: the forum on SQLite versus PostgreSQL, and
 // an HTTP service called through Neptune's HTTP adapter versus called
 // directly; contenders interleave in rounds in one run. Then auction and
-// pcache throughput versus replication degree (Figs 5.5, 5.6).
+// pcache throughput versus replication degree and node count (Figs 5.5,
+// 5.6), on in-process nodes or on CPU-limited node processes.
 func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -99,7 +121,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 		}
 	}
 	if run("replication") {
-		return benchAppsReplication(ctx, stdout, dir, cfg.Out, cfg.Degrees, cfg.Clients, cfg.ReplCell)
+		return benchAppsReplication(ctx, stdout, dir, cfg)
 	}
 	return nil
 }

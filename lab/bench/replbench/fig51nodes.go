@@ -71,7 +71,7 @@ func benchFig51Nodes(ctx context.Context, stdout io.Writer, cfg Config, tmp stri
 							starved[s] = append(starved[s], fmt.Sprintf("%d nodes round %d: %s", n, r+1, judge.Reason))
 						}
 						csv.Addf("%d,%d,%d,%d,%d,%.1f,%t", r, n, lv, pct, d, got, judge.Starved)
-						fmt.Fprintf(stdout, "  round %d, %2d nodes, level %d, degree %d, %d%% writes: %.0f ops/s%s\n", r+1, n, lv, d, pct, got, starvedMark(judge.Starved))
+						fmt.Fprintf(stdout, "  round %d, %2d nodes, level %d, degree %d, %d%% writes: %.0f ops/s%s\n", r+1, n, lv, d, pct, got, bench.StarvedMark(judge.Starved))
 					}
 				}
 			}
@@ -134,18 +134,11 @@ func benchFig51Nodes(ctx context.Context, stdout io.Writer, cfg Config, tmp stri
 		Save(filepath.Join(cfg.Out, "replication-fig51-nodes.svg"))
 }
 
-func starvedMark(starved bool) string {
-	if starved {
-		return " (starved or not node-bound)"
-	}
-	return ""
-}
-
 // nodesVerdict judges one series: throughput at hi nodes against lo nodes
 // at least fig51ScaleGoal of proportional, on the means and per round.
 func nodesVerdict(s nodesSeries, lo, hi int, small, large []float64, starved []string) *report.Check {
 	goal := fig51ScaleGoal * float64(hi) / float64(lo)
-	return roundsRatio(fmt.Sprintf("level %d, degree %d, %d%% writes: %d → %d nodes ≥ %.1f× (%.0f%% of proportional)", s.level, s.degree, s.pct, lo, hi, goal, 100*fig51ScaleGoal),
+	return bench.RoundsRatio(fmt.Sprintf("level %d, degree %d, %d%% writes: %d → %d nodes ≥ %.1f× (%.0f%% of proportional)", s.level, s.degree, s.pct, lo, hi, goal, 100*fig51ScaleGoal),
 		goal, large, small, starved)
 }
 

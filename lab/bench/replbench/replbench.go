@@ -5,7 +5,6 @@ package replbench
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -128,7 +127,7 @@ func (c Config) Validate() error {
 		if slices.Contains(c.Sections, "fig51") {
 			nodes = max(nodes, slices.Max(c.Nodes))
 		}
-		if err := cpuquota.Fits(slices.Repeat([]float64{c.CPU}, nodes), quotaReserve); err != nil {
+		if err := cpuquota.Fits(slices.Repeat([]float64{c.CPU}, nodes), bench.QuotaReserve); err != nil {
 			return fmt.Errorf("replbench: --cpu %v for %d nodes: %w", c.CPU, nodes, err)
 		}
 	}
@@ -285,35 +284,15 @@ func pooledFig51(n int, mean, half float64, before bench.Starvation) *report.Che
 	return before.Doubt(c, "the second before the first cell")
 }
 
+// scaleGoal is Fig 5.2's shape on CPU-limited node processes (issue 33):
+// at imbalance 1 (all load on one partition), level 2, degree 4 serves at
+// least this multiple of degree 1 (the paper: about 3×).
+const scaleGoal = 2.5
+
 // scaleVerdict judges Fig 5.2's shape on CPU-limited node processes: at
 // imbalance 1, degree 4 against degree 1 (level 2), per round and pooled.
 func scaleVerdict(deg4, deg1 []float64, starved []string) *report.Check {
-	return roundsRatio(fmt.Sprintf("Fig 5.2 at imbalance 1: degree 4 ≥ %.1f× degree 1 (level 2)", scaleGoal), scaleGoal, deg4, deg1, starved)
-}
-
-// roundsRatio judges the ratio of the means of num and den (ops/s, one
-// per round) against goal, and counts the rounds whose own ratio meets
-// it. A starved cell, rounds that disagree or a single round make it
-// INCONCLUSIVE.
-func roundsRatio(name string, goal float64, num, den []float64, starved []string) *report.Check {
-	mn, _ := report.MeanSD(num)
-	md, _ := report.MeanSD(den)
-	rounds := min(len(num), len(den))
-	met := 0
-	for i := range rounds {
-		if den[i] > 0 && num[i]/den[i] >= goal {
-			met++
-		}
-	}
-	ratio := 0.0
-	if md > 0 {
-		ratio = mn / md
-	}
-	c := report.AtLeast(name, ratio, goal, fmt.Sprintf("%.2f× (%.0f against %.0f ops/s; %d/%d rounds meet it)", ratio, mn, md, met, rounds))
-	c.Doubt(rounds < 2, "one round cannot show the run's noise; run at least 2")
-	c.Doubt(met > 0 && met < rounds, "rounds disagree")
-	c.Doubt(len(starved) > 0, "%d cells starved or not node-bound (first: %s)", len(starved), strings.Join(starved[:min(2, len(starved))], "; "))
-	return c
+	return bench.RoundsRatio(fmt.Sprintf("Fig 5.2 at imbalance 1: degree 4 ≥ %.1f× degree 1 (level 2)", scaleGoal), scaleGoal, deg4, deg1, starved)
 }
 
 // replCell runs one closed-loop measurement on a fresh 4-node cluster with
@@ -358,15 +337,17 @@ func replCellOn(ctx context.Context, cs cellSpec) (float64, cpuquota.Judgment, e
 	}
 	var (
 		c     *neptune.Client
+		nodes []*localcluster.Node
 		stop  func()
-		m     *cpuquota.Meter
 		err   error
 		judge cpuquota.Judgment
 	)
 	if cs.cpu > 0 {
-		var nodes []*localcluster.Node
-		c, nodes, stop, err = procCluster(ctx, cs.dir, rep, parts, cs.cpu)
-		m = meter(nodes, cs.cpu)
+		var cfg string
+		if cfg, err = bench.WriteServiceConfig(cs.dir, "kv", parts, rep); err != nil {
+			return 0, judge, err
+		}
+		c, nodes, stop, err = bench.ProcCluster(ctx, cs.dir, cfg, rep.Nodes, cs.cpu)
 	} else {
 		c, stop, err = bench.Replicated(ctx, cs.dir, rep, parts, func(context.Context, string) (neptune.Service, io.Closer, error) {
 			return kv.New().Service(), nil, nil
@@ -388,44 +369,24 @@ func replCellOn(ctx context.Context, cs cellSpec) (float64, cpuquota.Judgment, e
 			return 0, judge, err
 		}
 	}
-	if m != nil {
-		if err := m.Start(); err != nil {
-			return 0, judge, err
-		}
-	}
-	ops, err := bench.ClosedLoop(ctx, c, cs.clients, cs.dur, 7, func(cctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error {
-		p, _ := slices.BinarySearch(cum, rng.Float64()*sum)
-		p = min(p, parts-1)
-		if rng.Float64() < cs.writeFrac {
-			_, err := c.Call(cctx, "kv", p, "put", put(rng), neptune.WithSession(sess))
+	var ops float64
+	judge, err = bench.Metered(nodes, cs.cpu, cs.dur, func() (err error) {
+		ops, err = bench.ClosedLoop(ctx, c, cs.clients, cs.dur, 7, func(cctx context.Context, c *neptune.Client, sess *neptune.Session, rng *rand.Rand) error {
+			p, _ := slices.BinarySearch(cum, rng.Float64()*sum)
+			p = min(p, parts-1)
+			if rng.Float64() < cs.writeFrac {
+				_, err := c.Call(cctx, "kv", p, "put", put(rng), neptune.WithSession(sess))
+				return err
+			}
+			_, err := c.Call(cctx, "kv", p, read, nil, neptune.WithSession(sess))
 			return err
-		}
-		_, err := c.Call(cctx, "kv", p, read, nil, neptune.WithSession(sess))
+		})
 		return err
 	})
-	if err != nil || m == nil {
-		return ops, judge, err
-	}
-	judge, used, err := m.Stop()
 	if err != nil {
 		return 0, judge, err
 	}
-	if len(judge.Over) > 0 {
-		return 0, judge, fmt.Errorf("the CPU quota did not hold: %s", judge.Reason)
-	}
-	return ops, nodeBound(judge, used, cs.dur, cs.cpu), nil
-}
-
-// nodeBound marks the judgment of a window starved when its busiest node
-// left a fifth of its quota unused: the figures are about CPU-bound
-// nodes, and such a window measured the load generator.
-func nodeBound(judge cpuquota.Judgment, used []cpuquota.Usage, window time.Duration, cpu float64) cpuquota.Judgment {
-	busiest := slices.MaxFunc(used, func(a, b cpuquota.Usage) int { return cmp.Compare(a.Used, b.Used) })
-	if util := busiest.Used.Seconds() / (window.Seconds() * cpu); util < minNodeUtil {
-		judge.Starved = true
-		judge.Reason = strings.TrimPrefix(judge.Reason+fmt.Sprintf("; the busiest node (%s) used %.0f%% of its quota: the window was not node-bound", busiest.Name, 100*util), "; ")
-	}
-	return judge
+	return ops, judge, nil
 }
 
 // valueBytes is the size of the values Config.Keys fills partitions with.
@@ -494,7 +455,7 @@ func benchReplFailover(ctx context.Context, stdout io.Writer, rc Config, tmp str
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	cfg, err := writeKVConfig(dir, 2, neptune.Replication{Level: 2, Degree: 3, Nodes: []string{"r1", "r2", "r3"}})
+	cfg, err := bench.WriteServiceConfig(dir, "kv", 2, neptune.Replication{Level: 2, Degree: 3, Nodes: []string{"r1", "r2", "r3"}})
 	if err != nil {
 		return err
 	}
@@ -844,7 +805,7 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 	for i := range fig54Nodes {
 		ids = append(ids, fmt.Sprintf("r%d", i+1))
 	}
-	cfg, err := writeKVConfig(dir, parts, neptune.Replication{Level: 2, Degree: fig54Degree, Nodes: ids, MinLive: 1})
+	cfg, err := bench.WriteServiceConfig(dir, "kv", parts, neptune.Replication{Level: 2, Degree: fig54Degree, Nodes: ids, MinLive: 1})
 	if err != nil {
 		return err
 	}
@@ -917,7 +878,7 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 	bench.Sleep(ctx, phase)
 	var m *cpuquota.Meter
 	if cpu > 0 {
-		m = meter(nodes, cpu)
+		m = bench.NodeMeter(nodes, cpu)
 		if err := m.Start(); err != nil {
 			return err
 		}
@@ -931,7 +892,7 @@ func benchReplFailures(ctx context.Context, stdout io.Writer, out, tmp string, c
 		if err != nil {
 			return err
 		}
-		judge = nodeBound(j, used, phase, cpu)
+		judge = bench.NodeBound(j, used, phase, cpu)
 	}
 	victims := nodes[:fig54Killed]
 	var names []string
