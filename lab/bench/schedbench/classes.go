@@ -2,6 +2,7 @@ package schedbench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -287,6 +288,10 @@ func (b *classesRunner) runCell(ctx context.Context, round int, sc scheme, tr []
 			return nil, fmt.Errorf("work partition %d not served: %w", p, err)
 		}
 	}
+	// A timeline that fails (a kill, a restart, the meter) stops the
+	// sending too.
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
 	start := time.Now()
 	var (
 		windows []phaseWindow
@@ -295,15 +300,17 @@ func (b *classesRunner) runCell(ctx context.Context, round int, sc scheme, tr []
 	)
 	go func() {
 		defer close(done)
-		windows, lineErr = b.timeline(ctx, cl, nodes, start)
+		if windows, lineErr = b.timeline(ctx, cl, nodes, start); lineErr != nil {
+			stop()
+		}
 	}()
-	outs, err := send(ctx, c, b.wl.Classes, tr, start, func(a arrival) int { return rt.partition(a.at, a.class) })
+	outs, err := send(sctx, c, b.wl.Classes, tr, start, func(a arrival) int { return rt.partition(a.at, a.class) })
 	<-done
-	if err != nil {
-		return nil, err
-	}
 	if lineErr != nil {
 		return nil, lineErr
+	}
+	if err != nil {
+		return nil, err
 	}
 	res := make([]phaseResult, len(b.plan))
 	for i, p := range b.plan {
@@ -386,8 +393,8 @@ func (b *classesRunner) timeline(ctx context.Context, cl *localcluster.Cluster, 
 		out[i] = w
 	}
 	restarts.Wait()
-	if len(errs) > 0 {
-		return nil, errs[0]
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

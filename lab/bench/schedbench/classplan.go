@@ -1,6 +1,7 @@
 package schedbench
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -163,15 +164,7 @@ func wholeNodes(alloc, demand []float64, n int) []int {
 		order[k] = k
 	}
 	rem := func(k int) float64 { return alloc[k] - float64(out[k]) }
-	slices.SortStableFunc(order, func(a, b int) int {
-		switch ra, rb := rem(a), rem(b); {
-		case ra > rb:
-			return -1
-		case ra < rb:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(rem(b), rem(a)) })
 	for i := 0; left > 0; i++ {
 		out[order[i%len(order)]]++
 		left--

@@ -6,14 +6,15 @@
 // confined to CPU quotas, where `neptune sim sched` and `neptune sim
 // classes` (lab/sim/schedsim) run them on virtual time.
 //
-// In section policies, one node process hosts the work service with two workers (the dual-CPU
-// nodes of §4.5) and the class scheduler configured, through its config
-// file, with one policy; a fresh node runs each cell, as the product
-// cannot change a service's policy while it runs. The bench process sends
-// the simulator's workload open-loop (Poisson arrivals, seeded, the same
-// arrivals for every policy of a round and demand level), each call in its
-// class (neptune.WithClass) with the class's deadline as its own, and
-// scores every request client-side with the class's yield function.
+// In section policies, one node process hosts the work service with two
+// workers (the dual-CPU nodes of §4.5) and the class scheduler
+// configured, through its config file, with one policy; a fresh node runs
+// each cell, as the product cannot change a service's policy while it
+// runs. The bench process sends the simulator's workload open-loop
+// (Poisson arrivals, seeded, the same arrivals for every policy of a
+// round and demand level), each call in its class (neptune.WithClass)
+// with the class's deadline as its own, and scores every request
+// client-side with the class's yield function.
 package schedbench
 
 import (
@@ -65,14 +66,15 @@ type Config struct {
 	// spin).
 	Demands []int
 	// Cell is the measured arrival window of one policy at one level in
-	// one round; Warmup more arrivals before it are sent but not scored.
+	// one round; Warmup more arrivals before it are sent but not scored
+	// (in section classes, a warm-up phase no goal judges).
 	Cell, Warmup time.Duration
 	// Rounds are interleaved rounds, pooled (both sections).
 	Rounds int
 	// Workload is one of schedsim.WorkloadNames() (section policies).
 	Workload string
 	// Scale divides every time of the dissertation's workload (service
-	// times and yield deadlines).
+	// times and yield deadlines) in section policies.
 	Scale float64
 	// Seed seeds the arrivals (both sections).
 	Seed uint64
