@@ -270,7 +270,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "verdicts: %s\n", report.Tally(checks...))
 	if cfg.Out != "" {
-		fmt.Fprintf(stdout, "wrote CSV and SVG files to %s\n", cfg.Out)
+		fmt.Fprintf(stdout, "wrote the files to %s\n", cfg.Out)
 	}
 	fmt.Fprintf(stdout, "bench sched took %v\n", time.Since(began).Round(time.Second))
 	return nil
