@@ -456,8 +456,9 @@ of its quota), rounds disagree, or one round. Writes --out/gage-backends.csv,
 
 func schedBenchCmd() *cobra.Command {
 	cfg := schedbench.DefaultConfig()
-	cmd := leaf("sched [flags]", "Class scheduling on a CPU-limited node process (dissertation Figs 4.8-4.10)",
-		`What `+"`neptune sim sched`"+` simulates, on a real node: one node process
+	cmd := leaf("sched [flags]", "Class scheduling on CPU-limited node processes (dissertation Figs 4.8-4.12)",
+		`Section policies (Figs 4.8-4.10) runs what `+"`neptune sim sched`"+` simulates,
+on a real node: one node process
 confined to --cpu cores (a cgroup quota; root) hosts work with --workers
 workers and the class scheduler under one policy (a fresh node per cell),
 and this process sends the workload of `+"`neptune sim sched`"+` (--workload)
@@ -475,10 +476,26 @@ Goals, fixed before the run: Adaptive's LossPercent at most --tolerance
 points above min(YID, Greedy) at every level, in every round; the node
 within its quota in every cell; the node CPU-bound (>= 80% of its
 quota) at demand >= 100%. PASS, FAIL, or INCONCLUSIVE when a cell ran
-on a starved machine, was not node-bound, or the rounds disagree.`,
+on a starved machine, was not node-bound, or the rounds disagree.
+
+Section classes (Figs 4.11-4.12) runs what `+"`neptune sim classes`"+` simulates:
+--classes-nodes node processes, each confined to --classes-cpu cores,
+host work with the search-hybrid classes (20% guarantees, Adaptive), and
+this process sends Fig 4.12's timeline, times divided by --classes-scale:
+steady demand (--classes-demand), silver's tripled, steady, node n0
+SIGKILLed, n0 restarted. Class-aware (every class on every node, the
+client's --classes-balance policy picks) and partitioning (each class
+sent only to its own nodes, re-divided every interval by the
+dissertation's rule on the planned demand, whole nodes) run the same
+arrivals on fresh nodes each round. Goals, fixed before the run:
+class-aware's LossPercent at most partitioning's in the spike and in the
+failure, in every round; every node within its quota. INCONCLUSIVE as
+above, or when class-aware's nodes were not CPU-bound in a judged phase.`,
 		experiment(&cfg, &cfg.Out, nil, schedbench.Run))
-	cmd.Example = "  flock /work/bench.lock neptune bench sched --rounds 3 --out out/bench-sched"
+	cmd.Example = "  flock /work/bench.lock neptune bench sched --rounds 3 --out out/bench-sched\n" +
+		"  flock /work/bench.lock neptune bench sched --sections classes --rounds 3 --out out/bench-sched"
 	fs := cmd.Flags()
+	addSections(fs, &cfg.Sections, schedbench.Sections)
 	fs.Float64Var(&cfg.CPU, "cpu", cfg.CPU, "the node process's CPU quota, cores")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "the node's workers for the service (the dissertation's dual-CPU nodes: 2)")
 	fs.Var(&numbers[int]{dst: &cfg.Demands}, "demands", "demand levels, percent of the node's capacity")
@@ -489,7 +506,12 @@ on a starved machine, was not node-bound, or the rounds disagree.`,
 	fs.Float64Var(&cfg.Scale, "scale", cfg.Scale, "divide every time of the dissertation's workload (service times, yield deadlines) by this")
 	addSeed(fs, &cfg.Seed, "the arrivals (the same for every policy of a round and level)")
 	fs.Float64Var(&cfg.Tolerance, "tolerance", cfg.Tolerance, "goal: Adaptive's LossPercent at most this many points above min(YID, Greedy)")
-	fs.DurationVar(&cfg.SimDuration, "sim-duration", cfg.SimDuration, "the simulator's arrival window per point for the figures beside (0: none)")
+	fs.DurationVar(&cfg.SimDuration, "sim-duration", cfg.SimDuration, "the simulator's arrival window per point for the figures beside (0: none, in either section)")
+	fs.IntVar(&cfg.Classes.Nodes, "classes-nodes", cfg.Classes.Nodes, "classes: node processes")
+	fs.Float64Var(&cfg.Classes.CPU, "classes-cpu", cfg.Classes.CPU, "classes: each node's CPU quota, cores")
+	fs.IntVar(&cfg.Classes.Demand, "classes-demand", cfg.Classes.Demand, "classes: steady demand, percent of the nodes' capacity")
+	fs.Float64Var(&cfg.Classes.Scale, "classes-scale", cfg.Classes.Scale, "classes: divide every time of the workload and of Fig 4.12's 300 s timeline by this")
+	fs.StringVar(&cfg.Classes.Balance, "classes-balance", cfg.Classes.Balance, "classes: the client's balancing policy (empty: the product's default)")
 	addOut(fs, &cfg.Out, "the CSV and SVG files (empty: none)")
 	return cmd
 }

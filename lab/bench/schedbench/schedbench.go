@@ -1,16 +1,20 @@
 // Package schedbench is `neptune bench sched`: dissertation Figs 4.8–4.10
-// (LossPercent against demand for EDF, YID, Greedy and Adaptive, §4.5.2)
-// on a real node process confined to a CPU quota, where `neptune sim
-// sched` (lab/sim/schedsim) runs them on virtual time.
+// (LossPercent against demand for EDF, YID, Greedy and Adaptive, §4.5.2;
+// section policies) and Figs 4.11–4.12 (class-aware balancing against
+// server partitioning through a demand spike and a node failure,
+// §4.5.3–4.5.4; section classes, classes.go) on real node processes
+// confined to CPU quotas, where `neptune sim sched` and `neptune sim
+// classes` (lab/sim/schedsim) run them on virtual time.
 //
-// One node process hosts the work service with two workers (the dual-CPU
-// nodes of §4.5) and the class scheduler configured, through its config
-// file, with one policy; a fresh node runs each cell, as the product
-// cannot change a service's policy while it runs. The bench process sends
-// the simulator's workload open-loop (Poisson arrivals, seeded, the same
-// arrivals for every policy of a round and demand level), each call in its
-// class (neptune.WithClass) with the class's deadline as its own, and
-// scores every request client-side with the class's yield function.
+// In section policies, one node process hosts the work service with two
+// workers (the dual-CPU nodes of §4.5) and the class scheduler
+// configured, through its config file, with one policy; a fresh node runs
+// each cell, as the product cannot change a service's policy while it
+// runs. The bench process sends the simulator's workload open-loop
+// (Poisson arrivals, seeded, the same arrivals for every policy of a
+// round and demand level), each call in its class (neptune.WithClass)
+// with the class's deadline as its own, and scores every request
+// client-side with the class's yield function.
 package schedbench
 
 import (
@@ -43,11 +47,17 @@ var policies = []sched.Policy{sched.EDF, sched.YID, sched.Greedy, sched.Adaptive
 // (this process) and the rest of the machine.
 const quotaReserve = 0.5
 
+// Sections of the benchmark: policies (Figs 4.8–4.10) and classes
+// (Figs 4.11–4.12).
+var Sections = []string{"policies", "classes"}
+
 // Config are the knobs of `neptune bench sched`.
 type Config struct {
+	// Sections are the parts to run, of Sections.
+	Sections []string
 	// Out is the directory for the CSV and SVG files; empty writes none.
 	Out string
-	// CPU is the node process's quota in cores.
+	// CPU is the policies section's node process's quota in cores.
 	CPU float64
 	// Workers are the node's workers for the service.
 	Workers int
@@ -56,34 +66,41 @@ type Config struct {
 	// spin).
 	Demands []int
 	// Cell is the measured arrival window of one policy at one level in
-	// one round; Warmup more arrivals before it are sent but not scored.
+	// one round; Warmup more arrivals before it are sent but not scored
+	// (in section classes, a warm-up phase no goal judges).
 	Cell, Warmup time.Duration
-	// Rounds are interleaved rounds, pooled.
+	// Rounds are interleaved rounds, pooled (both sections).
 	Rounds int
-	// Workload is one of schedsim.WorkloadNames().
+	// Workload is one of schedsim.WorkloadNames() (section policies).
 	Workload string
 	// Scale divides every time of the dissertation's workload (service
-	// times and yield deadlines).
+	// times and yield deadlines) in section policies.
 	Scale float64
-	// Seed seeds the arrivals.
+	// Seed seeds the arrivals (both sections).
 	Seed uint64
 	// Tolerance is the goal: Adaptive's LossPercent at most this many
 	// points above the better of YID and Greedy at every level.
 	Tolerance float64
 	// SimDuration is the simulator's arrival window per point for the
-	// figures printed beside the measured ones; 0 skips them.
+	// figures printed beside the measured ones; 0 skips them (and the
+	// classes section's figures beside).
 	SimDuration time.Duration
+	// Classes are the classes section's knobs.
+	Classes ClassesConfig
 }
 
 // DefaultConfig is the defaults of `neptune bench sched`.
 func DefaultConfig() Config {
-	return Config{Out: "out/bench-sched", CPU: 0.5, Workers: 2, Demands: []int{50, 80, 100, 150, 200}, Cell: 20 * time.Second, Warmup: 2 * time.Second,
-		Rounds: 3, Workload: "micro-hybrid", Scale: 10, Seed: 1, Tolerance: 2, SimDuration: 600 * time.Second}
+	return Config{Sections: Sections, Out: "out/bench-sched", CPU: 0.5, Workers: 2, Demands: []int{50, 80, 100, 150, 200}, Cell: 20 * time.Second, Warmup: 2 * time.Second,
+		Rounds: 3, Workload: "micro-hybrid", Scale: 10, Seed: 1, Tolerance: 2, SimDuration: 600 * time.Second,
+		Classes: DefaultClassesConfig()}
 }
 
 // Validate names the first bad knob.
 func (c Config) Validate() error {
 	switch {
+	case len(c.Sections) == 0 || slices.ContainsFunc(c.Sections, func(s string) bool { return !slices.Contains(Sections, s) }):
+		return fmt.Errorf("schedbench: --sections %v, want some of %s", c.Sections, strings.Join(Sections, ", "))
 	case !(c.CPU > 0) || c.CPU > 64:
 		return fmt.Errorf("schedbench: --cpu %v, want a quota in cores > 0", c.CPU)
 	case c.Workers < 1:
@@ -103,7 +120,7 @@ func (c Config) Validate() error {
 	case c.SimDuration < 0:
 		return fmt.Errorf("schedbench: --sim-duration %v, want >= 0", c.SimDuration)
 	}
-	return nil
+	return c.Classes.validate()
 }
 
 // arrival is one request of a cell's trace.
@@ -119,10 +136,33 @@ type arrival struct {
 // share (a worker's share of the quota).
 func makeTrace(wl schedsim.Workload, rate float64, span time.Duration, share float64, seed uint64, round, demand int) []arrival {
 	rng := rand.New(rand.NewPCG(seed, uint64(round)<<32|uint64(demand)))
+	return drawTrace(rng, wl, share, []segment{{to: span, rate: rate, mix: wl.Mix}})
+}
+
+// segment is a stretch [from, to) of a trace with Poisson arrivals at rate
+// per second and classes drawn by mix.
+type segment struct {
+	from, to time.Duration
+	rate     float64
+	mix      []float64
+}
+
+// drawTrace draws the arrivals of segs in turn, each request spinning its
+// scaled service time times share. Poisson arrivals are memoryless, so
+// starting each segment's draw afresh at its start is exact.
+func drawTrace(rng *rand.Rand, wl schedsim.Workload, share float64, segs []segment) []arrival {
 	var tr []arrival
-	for at := time.Duration(rng.ExpFloat64() / rate * 1e9); at < span; at += time.Duration(rng.ExpFloat64() / rate * 1e9) {
-		k := wl.Class(rng)
-		tr = append(tr, arrival{at: at, class: k, spin: time.Duration(float64(wl.Service(rng, k)) * share)})
+	for _, sg := range segs {
+		if !(sg.rate > 0) {
+			continue
+		}
+		w := wl
+		w.Mix = sg.mix
+		next := func() time.Duration { return time.Duration(rng.ExpFloat64() / sg.rate * 1e9) }
+		for at := sg.from + next(); at < sg.to; at += next() {
+			k := w.Class(rng)
+			tr = append(tr, arrival{at: at, class: k, spin: time.Duration(float64(w.Service(rng, k)) * share)})
+		}
 	}
 	return tr
 }
@@ -134,19 +174,30 @@ func makeTrace(wl schedsim.Workload, rate float64, span time.Duration, share flo
 // dissertation's 30 s over a workload 1/scale as long would span scale
 // times as many requests, and follow a change as much more slowly.
 func nodeConfig(wl schedsim.Workload, workers int, p sched.Policy, scale float64) string {
+	return serviceConfig(wl.Classes, "0", workers, p, scale)
+}
+
+// serviceConfig is a node config hosting work on partitions (as the YAML
+// key takes them, "0,3,5") with classes (their guarantees included) and
+// the rest as nodeConfig says.
+func serviceConfig(classes []sched.ClassConfig, partitions string, workers int, p sched.Policy, scale float64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "services:\n  - name: work\n    partitions: 0\n    workers: %d\n    policy: %s\n    overload_window: %v\n    accounting: cpu\n    classes:\n",
-		workers, p, overloadWindow(scale))
-	for _, k := range wl.Classes {
+	fmt.Fprintf(&b, "services:\n  - name: work\n    partitions: %q\n    workers: %d\n    policy: %s\n    overload_window: %v\n    accounting: cpu\n    classes:\n",
+		partitions, workers, p, overloadWindow(scale))
+	for _, k := range classes {
 		y := k.Yield
 		switch {
 		case y.PreDeadline == y.Deadline && y.Penalty == y.Full:
-			fmt.Fprintf(&b, "      - {name: %s, yield: throughput, value: %g, deadline: %v}\n", k.Name, y.Full, y.Deadline)
+			fmt.Fprintf(&b, "      - {name: %s, yield: throughput, value: %g, deadline: %v", k.Name, y.Full, y.Deadline)
 		case y.PreDeadline == 0 && y.Penalty == 0:
-			fmt.Fprintf(&b, "      - {name: %s, yield: response_time, value: %g, deadline: %v}\n", k.Name, y.Full, y.Deadline)
+			fmt.Fprintf(&b, "      - {name: %s, yield: response_time, value: %g, deadline: %v", k.Name, y.Full, y.Deadline)
 		default:
-			fmt.Fprintf(&b, "      - {name: %s, yield: hybrid, value: %g, pre_deadline: %v, penalty: %g, deadline: %v}\n", k.Name, y.Full, y.PreDeadline, y.Penalty, y.Deadline)
+			fmt.Fprintf(&b, "      - {name: %s, yield: hybrid, value: %g, pre_deadline: %v, penalty: %g, deadline: %v", k.Name, y.Full, y.PreDeadline, y.Penalty, y.Deadline)
 		}
+		if k.Guarantee > 0 {
+			fmt.Fprintf(&b, ", guarantee: %g", k.Guarantee)
+		}
+		b.WriteString("}\n")
 	}
 	return b.String()
 }
@@ -168,6 +219,12 @@ type classResult struct {
 // read (cell) and what the tables and files add.
 type cellResult struct {
 	cell
+	tally
+}
+
+// tally is what the tables and files read of a measured window beside
+// what the verdicts read (measured).
+type tally struct {
 	Classes []classResult
 	// Done were answered, Expired failed with the deadline (dropped by
 	// the scheduler or late), Overloaded were refused at a full queue.
@@ -193,18 +250,42 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	wl, err := schedsim.ScaledWorkload(cfg.Workload, cfg.Scale)
-	if err != nil {
-		return err
-	}
-	if err := cpuquota.Fits([]float64{cfg.CPU}, quotaReserve); err != nil {
-		return fmt.Errorf("schedbench: %w", err)
-	}
 	exe, dir, cleanup, err := localcluster.Scratch("neptune-bench-sched-")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
+	began := time.Now()
+	var checks []*report.Check
+	for _, section := range cfg.Sections {
+		run := runPolicies
+		if section == "classes" {
+			run = runClasses
+		}
+		cs, err := run(ctx, cfg, exe, dir, stdout)
+		if err != nil {
+			return fmt.Errorf("section %s: %w", section, err)
+		}
+		checks = append(checks, cs...)
+	}
+	fmt.Fprintf(stdout, "verdicts: %s\n", report.Tally(checks...))
+	if cfg.Out != "" {
+		fmt.Fprintf(stdout, "wrote the files to %s\n", cfg.Out)
+	}
+	fmt.Fprintf(stdout, "bench sched took %v\n", time.Since(began).Round(time.Second))
+	return nil
+}
+
+// runPolicies is section policies (Figs 4.8–4.10); it prints and returns
+// its verdicts.
+func runPolicies(ctx context.Context, cfg Config, exe, dir string, stdout io.Writer) ([]*report.Check, error) {
+	wl, err := schedsim.ScaledWorkload(cfg.Workload, cfg.Scale)
+	if err != nil {
+		return nil, err
+	}
+	if err := cpuquota.Fits([]float64{cfg.CPU}, quotaReserve); err != nil {
+		return nil, fmt.Errorf("schedbench: %w", err)
+	}
 	b := &runner{cfg: cfg, wl: wl, exe: exe, dir: dir, share: cfg.CPU / float64(cfg.Workers), out: stdout}
 	b.rate = func(d int) float64 { return float64(d) / 100 * float64(cfg.Workers) / wl.Mean.Seconds() }
 	began := time.Now()
@@ -213,7 +294,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	var sim map[point]float64
 	if cfg.SimDuration > 0 {
 		if sim, err = b.simulate(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var cells []cellResult
@@ -223,11 +304,11 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 			tr := makeTrace(wl, b.rate(d), span, b.share, cfg.Seed, r, d)
 			for _, p := range rotate(policies, r+di) {
 				if err := ctx.Err(); err != nil {
-					return err
+					return nil, err
 				}
 				c, err := b.runCell(ctx, r, d, p, tr)
 				if err != nil {
-					return fmt.Errorf("round %d, %d%% demand, %s: %w", r+1, d, p, err)
+					return nil, fmt.Errorf("round %d, %d%% demand, %s: %w", r+1, d, p, err)
 				}
 				cells = append(cells, c)
 				b.progress(c, sim)
@@ -245,15 +326,12 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	for _, c := range checks {
 		fmt.Fprintln(stdout, c)
 	}
-	fmt.Fprintf(stdout, "verdicts: %s\n", report.Tally(checks...))
 	if cfg.Out != "" {
 		if err := b.save(cells, sim); err != nil {
-			return err
+			return nil, err
 		}
-		fmt.Fprintf(stdout, "wrote CSV and SVG files to %s\n", cfg.Out)
 	}
-	fmt.Fprintf(stdout, "bench sched took %v\n", time.Since(began).Round(time.Second))
-	return nil
+	return checks, nil
 }
 
 // header states the setup, the scaling and what demand means.
@@ -311,7 +389,7 @@ func (b *runner) simulate(ctx context.Context) (map[point]float64, error) {
 
 // runCell starts a node with policy p, sends tr and scores it.
 func (b *runner) runCell(ctx context.Context, round, demand int, p sched.Policy, tr []arrival) (cellResult, error) {
-	res := cellResult{cell: cell{Round: round, Demand: demand, Policy: p}, Classes: make([]classResult, len(b.wl.Classes))}
+	res := cellResult{cell: cell{Round: round, Demand: demand, Policy: p}}
 	dir := filepath.Join(b.dir, fmt.Sprintf("r%d-d%d-%s", round+1, demand, p))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return res, err
@@ -360,11 +438,6 @@ type outcome struct {
 // window and scores the measured requests into res.
 func (b *runner) drive(ctx context.Context, c *neptune.Client, tr []arrival, m *cpuquota.Meter, res *cellResult) error {
 	from, to := b.cfg.Warmup, b.cfg.Warmup+b.cfg.Cell
-	outs := make([]outcome, len(tr))
-	bodies := make([][]byte, len(tr))
-	for i, a := range tr {
-		bodies[i] = work.Encode(a.spin)
-	}
 	start := time.Now()
 	var (
 		meterErr error
@@ -390,6 +463,31 @@ func (b *runner) drive(ctx context.Context, c *neptune.Client, tr []arrival, m *
 		judge, used, meterErr = m.Stop()
 		window = time.Since(t0)
 	}()
+	outs, err := send(ctx, c, b.wl.Classes, tr, start, func(arrival) int { return 0 })
+	<-metered
+	if err != nil {
+		return err
+	}
+	if meterErr != nil {
+		return meterErr
+	}
+	res.measured, res.tally = score(b.wl.Classes, tr, outs, from, to)
+	res.Window = window
+	res.UsedCPU = used[0].Used
+	res.Util = used[0].Used.Seconds() / (window.Seconds() * b.cfg.CPU)
+	res.Peak = res.Util
+	res.Over = len(judge.Over) > 0
+	res.Starved = judge.Starved
+	res.Reason = judge.Reason
+	return nil
+}
+
+// send sends tr open-loop through c from start, each request at its time
+// to the partition of work that route names, in its class with the
+// class's deadline as its own, and returns once every call has ended,
+// with each one's outcome.
+func send(ctx context.Context, c *neptune.Client, classes []sched.ClassConfig, tr []arrival, start time.Time, route func(arrival) int) ([]outcome, error) {
+	outs := make([]outcome, len(tr))
 	var wg sync.WaitGroup
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -401,68 +499,66 @@ func (b *runner) drive(ctx context.Context, c *neptune.Client, tr []arrival, m *
 			case <-timer.C:
 			case <-ctx.Done():
 				wg.Wait()
-				<-metered
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
 		}
 		sent := time.Now()
-		deadline := b.wl.Classes[a.class].Yield.Deadline
+		k, p := classes[a.class], route(a)
 		wg.Go(func() {
-			cctx, cancel := context.WithDeadline(ctx, sent.Add(deadline))
+			cctx, cancel := context.WithDeadline(ctx, sent.Add(k.Yield.Deadline))
 			defer cancel()
-			_, err := c.Call(cctx, "work", 0, "spin", bodies[i], neptune.WithClass(b.wl.Classes[a.class].Name))
+			_, err := c.Call(cctx, "work", p, "spin", work.Encode(a.spin), neptune.WithClass(k.Name))
 			outs[i] = outcome{sent: true, err: err, resp: time.Since(sent), lateness: max(sent.Sub(due), 0)}
 		})
 	}
 	wg.Wait()
-	<-metered
-	if meterErr != nil {
-		return meterErr
-	}
+	return outs, nil
+}
+
+// score scores the requests of tr that arrived in [from, to) from their
+// outcomes: each with its class's yield function of its response time, 0
+// if it failed.
+func score(classes []sched.ClassConfig, tr []arrival, outs []outcome, from, to time.Duration) (measured, tally) {
+	var m measured
+	t := tally{Classes: make([]classResult, len(classes))}
 	var lateSum time.Duration
 	for i, a := range tr {
 		if a.at < from || a.at >= to {
 			continue
 		}
 		o := outs[i]
-		y := b.wl.Classes[a.class].Yield
-		k := &res.Classes[a.class]
+		y := classes[a.class].Yield
+		k := &t.Classes[a.class]
 		k.Arrivals++
 		k.Offered += y.Full
-		res.Arrivals++
+		m.Arrivals++
 		lateSum += o.lateness
 		switch {
 		case o.err == nil:
-			res.Done++
+			t.Done++
 			k.Done++
 			k.RespSum += o.resp
 			k.Realized += y.At(o.resp)
-			res.SpinCPU += a.spin
+			t.SpinCPU += a.spin
 		case errors.Is(o.err, neptune.ErrDeadline) || errors.Is(o.err, context.DeadlineExceeded):
-			res.Expired++
+			t.Expired++
 		case errors.Is(o.err, neptune.ErrOverloaded):
-			res.Overloaded++
+			t.Overloaded++
 		default:
-			res.Failed++
-			if res.FirstErr == "" {
-				res.FirstErr = o.err.Error()
+			m.Failed++
+			if t.FirstErr == "" {
+				t.FirstErr = o.err.Error()
 			}
 		}
 	}
-	for _, k := range res.Classes {
-		res.Offered += k.Offered
-		res.Realized += k.Realized
+	for _, k := range t.Classes {
+		m.Offered += k.Offered
+		m.Realized += k.Realized
 	}
-	if res.Arrivals > 0 {
-		res.Lag = lateSum / time.Duration(res.Arrivals)
+	if m.Arrivals > 0 {
+		m.Lag = lateSum / time.Duration(m.Arrivals)
 	}
-	res.Window = window
-	res.UsedCPU = used[0].Used
-	res.Util = used[0].Used.Seconds() / (window.Seconds() * b.cfg.CPU)
-	res.Over = len(judge.Over) > 0
-	res.Starved = judge.Starved
-	res.Reason = judge.Reason
-	return nil
+	return m, t
 }
 
 // sleepUntil sleeps until t; false if ctx ended first.

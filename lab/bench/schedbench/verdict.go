@@ -27,23 +27,30 @@ const maxFailed = 0.01
 type cell struct {
 	Round, Demand int
 	Policy        sched.Policy
+	measured
+}
+
+// measured is what the verdicts read of one measured window: a cell of
+// section policies, a phase of a scheme in section classes.
+type measured struct {
 	// Offered and Realized are the yields of the measured requests.
 	Offered, Realized float64
 	// Arrivals are the measured requests; Failed of them failed for
 	// another reason than the deadline or a full queue.
 	Arrivals, Failed int
-	// Util is the node's CPU over the measured window ÷ its quota.
-	Util float64
-	// Over and Starved are cpuquota's Judgment of the window: the quota
-	// did not hold; the machine had too little idle CPU to give the node
-	// its quota. Reason says why.
+	// Util is the nodes' CPU over the window ÷ their quotas, Peak the
+	// highest of one node's.
+	Util, Peak float64
+	// Over and Starved are cpuquota's Judgment of the window: a quota
+	// did not hold; the machine had too little idle CPU to give the
+	// nodes their quotas. Reason says why.
 	Over, Starved bool
 	Reason        string
 	// Lag is the mean lateness of the load generator's sends.
 	Lag time.Duration
 }
 
-func (c cell) loss() float64 { return sched.LossPercent(c.Offered, c.Realized) }
+func (m measured) loss() float64 { return sched.LossPercent(m.Offered, m.Realized) }
 
 // verdicts are the run's goals, fixed before it: at every demand level,
 // Adaptive's LossPercent (pooled over rounds) at most tolerance points
@@ -65,7 +72,11 @@ func verdicts(tolerance float64, demands []int, cells []cell) []*report.Check {
 		}
 		checks = append(checks, levelVerdict(tolerance, d, at))
 	}
-	return append(checks, quotaVerdict(cells), boundVerdict(cells))
+	ms := make([]measured, len(cells))
+	for i, c := range cells {
+		ms[i] = c.measured
+	}
+	return append(checks, quotaVerdict("the node's CPU", "cell", ms), boundVerdict(cells))
 }
 
 // gap is Adaptive's LossPercent minus the better of YID's and Greedy's
@@ -139,18 +150,19 @@ func levelVerdict(tolerance float64, d int, cells []cell) *report.Check {
 	return c
 }
 
-// quotaVerdict checks that the quota held: no cell's node used more than
-// its quota beyond cpuquota's tolerance.
-func quotaVerdict(cells []cell) *report.Check {
+// quotaVerdict checks that the quotas held: in no window (a cell, a
+// phase) did a node use more than its quota beyond cpuquota's tolerance.
+// who names the CPU ("the node's CPU"), window the windows.
+func quotaVerdict(who, window string, ms []measured) *report.Check {
 	worst := math.NaN()
-	for _, c := range cells {
-		if math.IsNaN(worst) || c.Util > worst {
-			worst = c.Util
+	for _, m := range ms {
+		if math.IsNaN(worst) || m.Peak > worst {
+			worst = m.Peak
 		}
 	}
-	c := report.AtMost(fmt.Sprintf("the node's CPU stayed within its quota (+%.0f%%) in every cell", 100*cpuquota.Tolerance), worst, 1+cpuquota.Tolerance,
-		fmt.Sprintf("at most %.0f%% of the quota over %d cells", 100*worst, len(cells)))
-	return c.Doubt(len(cells) == 0, "no cell measured")
+	c := report.AtMost(fmt.Sprintf("%s stayed within its quota (+%.0f%%) in every %s", who, 100*cpuquota.Tolerance, window), worst, 1+cpuquota.Tolerance,
+		fmt.Sprintf("at most %.0f%% of the quota over %d %ss", 100*worst, len(ms), window))
+	return c.Doubt(len(ms) == 0, "no %s measured", window)
 }
 
 // boundVerdict checks that the node was CPU-bound at demand ≥ 100%; cells
@@ -209,4 +221,113 @@ func utils(cs []cell) string {
 		s += fmt.Sprintf("%.0f%%", 100*u)
 	}
 	return s
+}
+
+// phaseCell is what the verdicts read of one scheme in one phase of one
+// round (section classes).
+type phaseCell struct {
+	Round  int
+	Scheme scheme
+	Phase  int
+	measured
+}
+
+// classesVerdicts are section classes' goals, fixed before the run: in
+// every judged phase (the spike, the failure), class-aware's LossPercent,
+// pooled over rounds, at most partitioning's (its realized yield at least
+// partitioning's on the same arrivals), in every round; and every node
+// within its quota in every phase. Pure: the table test drives it.
+func classesVerdicts(ps []planPhase, cells []phaseCell) []*report.Check {
+	var checks []*report.Check
+	for i, p := range ps {
+		if !p.Judged {
+			continue
+		}
+		var at []phaseCell
+		for _, c := range cells {
+			if c.Phase == i {
+				at = append(at, c)
+			}
+		}
+		checks = append(checks, phaseVerdict(p, at))
+	}
+	ms := make([]measured, len(cells))
+	for i, c := range cells {
+		ms[i] = c.measured
+	}
+	return append(checks, quotaVerdict("every node's CPU", "phase", ms))
+}
+
+// schemeGap is class-aware's LossPercent minus partitioning's over cells
+// (pooled), NaN if a scheme has no measured request, and the two figures.
+func schemeGap(cells []phaseCell) (gap, aware, parted float64) {
+	loss := func(s scheme) float64 {
+		var off, real float64
+		for _, c := range cells {
+			if c.Scheme == s {
+				off += c.Offered
+				real += c.Realized
+			}
+		}
+		if off == 0 {
+			return math.NaN()
+		}
+		return sched.LossPercent(off, real)
+	}
+	aware, parted = loss(classAware), loss(partitioning)
+	return aware - parted, aware, parted
+}
+
+// phaseVerdict judges the goal in phase p on its cells. It is
+// INCONCLUSIVE when a cell broke a quota, ran on a starved machine or
+// with a late load generator, had failed calls outside a failure (a node
+// down fails calls by design), or class-aware's nodes were not CPU-bound
+// (< minUtil of their quotas: the phase did not load the cluster, so
+// both schemes lose little and the comparison shows nothing), or when the
+// rounds disagree (or there is only one).
+func phaseVerdict(p planPhase, cells []phaseCell) *report.Check {
+	g, a, pt := schemeGap(cells)
+	c := report.AtMost(fmt.Sprintf("in the %s: class-aware's LossPercent ≤ partitioning's", p.Name), g, 0,
+		fmt.Sprintf("class-aware %.2f, partitioning %.2f: %+.2f", a, pt, g))
+	var rounds []int
+	for _, x := range cells {
+		if !slices.Contains(rounds, x.Round) {
+			rounds = append(rounds, x.Round)
+		}
+	}
+	slices.Sort(rounds)
+	met := make([]bool, len(rounds))
+	for i, r := range rounds {
+		rg, _, _ := schemeGap(slices.DeleteFunc(slices.Clone(cells), func(x phaseCell) bool { return x.Round != r }))
+		met[i] = rg <= 0
+	}
+	c = report.Rounds(c, met)
+	var over, starved, unbound, failed int
+	var lag time.Duration
+	reason := ""
+	for _, x := range cells {
+		switch {
+		case x.Over:
+			over++
+		case x.Starved:
+			starved++
+		case x.Scheme == classAware && x.Util < minUtil:
+			unbound++
+		}
+		if reason == "" && (x.Over || x.Starved) {
+			reason = fmt.Sprintf("round %d, %s: %s", x.Round+1, x.Scheme, x.Reason)
+		}
+		if !p.failing() && float64(x.Failed) > maxFailed*float64(x.Arrivals) {
+			failed++
+		}
+		lag = max(lag, x.Lag)
+	}
+	c.Doubt(over > 0, "a node broke its CPU quota in %d of %d windows (first: %s)", over, len(cells), reason)
+	c.Doubt(starved > 0, "%d of %d windows ran on a starved machine (first: %s)", starved, len(cells), reason)
+	c.Doubt(unbound > 0, "class-aware's nodes were not CPU-bound (< %.0f%% of their quotas) in %d rounds", 100*minUtil, unbound)
+	c.Doubt(failed > 0, "%d windows had more than %.0f%% of their calls fail for another reason than the deadline", failed, 100*maxFailed)
+	if late, why := bench.Starved("the load generator", lag); late {
+		c.Doubt(true, "%s", why)
+	}
+	return c
 }

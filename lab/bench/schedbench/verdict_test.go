@@ -20,7 +20,7 @@ func level(d, rounds int, loss [4]float64, edit func(*cell)) []cell {
 	var cs []cell
 	for r := range rounds {
 		for i, p := range policies {
-			c := cell{Round: r, Demand: d, Policy: p, Offered: 1000, Realized: 1000 * (1 - loss[i]/100), Arrivals: 500, Util: 0.97, Lag: 100 * time.Microsecond}
+			c := cell{Round: r, Demand: d, Policy: p, measured: measured{Offered: 1000, Realized: 1000 * (1 - loss[i]/100), Arrivals: 500, Util: 0.97, Peak: 0.97, Lag: 100 * time.Microsecond}}
 			if edit != nil {
 				edit(&c)
 			}
@@ -79,7 +79,7 @@ func TestRunVerdicts(t *testing.T) {
 		t.Errorf("healthy run: %v, want 4 PASS", got)
 	}
 	over := slices.Clone(good)
-	over[0].Util, over[0].Over = 1.4, true
+	over[0].Util, over[0].Peak, over[0].Over = 1.4, 1.4, true
 	if got := outcomes(over); got[2] != report.Fail {
 		t.Errorf("a quota broken at 140%%: quota verdict %v, want FAIL", got[2])
 	}

@@ -57,6 +57,10 @@ type clusterConfig struct {
 	duration time.Duration
 	window   time.Duration // allocation sampling window (2 s)
 	seed     uint64
+	// phases are the starts of the phases whose offered and realized
+	// yield the result breaks out, by the requests' arrival times; nil:
+	// none.
+	phases []time.Duration
 }
 
 type clusterResult struct {
@@ -65,6 +69,9 @@ type clusterResult struct {
 	// demand[w][k] the service time of its arrivals in w, both as a
 	// fraction of the cluster's capacity in the window.
 	alloc, demand [][]float64
+	// phaseOffered and phaseRealized are offered and realized by the
+	// phase of clusterConfig.phases the request arrived in.
+	phaseOffered, phaseRealized []float64
 }
 
 type cnode struct {
@@ -120,7 +127,15 @@ func simulateCluster(cfg clusterConfig) (clusterResult, error) {
 		nodes[i] = &cnode{serves: make([]float64, nk)}
 		ids[i] = strconv.Itoa(i)
 	}
-	var res clusterResult
+	res := clusterResult{phaseOffered: make([]float64, len(cfg.phases)), phaseRealized: make([]float64, len(cfg.phases))}
+	phaseOf := func(t time.Time) int {
+		at := t.Sub(time.Unix(0, 0))
+		i, found := slices.BinarySearch(cfg.phases, at)
+		if !found {
+			i--
+		}
+		return i
+	}
 	nw := int(cfg.duration/cfg.window) + 1
 	res.alloc, res.demand = make([][]float64, nw), make([][]float64, nw)
 	for w := range nw {
@@ -215,6 +230,9 @@ func simulateCluster(cfg clusterConfig) (clusterResult, error) {
 			eng.At(now+gap(rng, cfg.rate(k, now), cfg.fixed), clusterEvent{kind: arrival, class: k})
 			j := cjob{class: k, svc: cfg.service(rng, k)}
 			res.offered += cfg.classes[k].Yield.Full
+			if p := phaseOf(eng.Time()); p >= 0 {
+				res.phaseOffered[p] += cfg.classes[k].Yield.Full
+			}
 			addSpan(res.demand, k, now, now+j.svc)
 			used[k] += j.svc.Seconds()
 			var cand []string
@@ -247,7 +265,11 @@ func simulateCluster(cfg clusterConfig) (clusterResult, error) {
 			n.running = slices.Delete(n.running, running, running+1)
 			jb := ev.r.Value.(cjob)
 			n.s.Finish(eng.Time(), ev.r, jb.svc)
-			res.realized += cfg.classes[jb.class].Yield.At(eng.Time().Sub(ev.r.Arrival))
+			y := cfg.classes[jb.class].Yield.At(eng.Time().Sub(ev.r.Arrival))
+			res.realized += y
+			if p := phaseOf(ev.r.Arrival); p >= 0 {
+				res.phaseRealized[p] += y
+			}
 			dispatch(ev.node)
 		case repartitionDue:
 			eng.At(now+cfg.interval, clusterEvent{kind: repartitionDue})

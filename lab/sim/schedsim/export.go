@@ -87,3 +87,73 @@ func SimulateLoss(w Workload, p sched.Policy, workers int, demand float64, durat
 	}
 	return res.stats.LossPercent(), nil
 }
+
+// Partition is the dissertation's server-partitioning rule (§4.5.3) as
+// `neptune sim classes` applies it: demand[k] (in servers) met in full
+// when the total fits in servers, the rest shared in proportion to
+// demand; under overload each class first gets min(demand, guarantee ×
+// servers), then the rest goes by full yield per unit of cost, highest
+// first. Bench sched's partitioning contender divides its nodes with it.
+func Partition(demand []float64, classes []sched.ClassConfig, cost []float64, servers float64) []float64 {
+	return partition(demand, classes, cost, servers)
+}
+
+// ClusterPhase is one stretch of a cluster timeline such as Fig 4.12's:
+// from From on, class k arrives at Rates[k] requests per second
+// (Poisson) and the nodes numbered in Down are down.
+type ClusterPhase struct {
+	From  time.Duration
+	Rates []float64
+	Down  []int
+}
+
+// SimulatePhases is the simulator's figure for a cluster timeline: phases
+// (From ascending, the first at 0) run until end on nodes nodes of
+// workers workers, every node running w's classes (guarantees included)
+// under the scheduler's defaults, the client the polling policy, with
+// class-aware distribution or (partitioned) `neptune sim classes`'
+// periodic partitioning, its 10 s interval divided by w's scale. It
+// returns each phase's offered and realized yield, by arrival time;
+// requests still queued at end are given their deadline to finish.
+func SimulatePhases(w Workload, partitioned bool, nodes, workers int, phases []ClusterPhase, end time.Duration, seed uint64) (offered, realized []float64, err error) {
+	if len(phases) == 0 || phases[0].From != 0 {
+		return nil, nil, fmt.Errorf("schedsim: phases must start at 0, got %d", len(phases))
+	}
+	at := func(t time.Duration) ClusterPhase {
+		i := len(phases) - 1
+		for phases[i].From > t {
+			i--
+		}
+		return phases[i]
+	}
+	var grace time.Duration
+	starts := make([]time.Duration, len(phases))
+	for i, p := range phases {
+		starts[i] = p.From
+	}
+	for _, c := range w.Classes {
+		grace = max(grace, c.Yield.Deadline)
+	}
+	cost := make([]float64, len(w.Means))
+	for k, m := range w.Means {
+		cost[k] = m.Seconds()
+	}
+	cfg := clusterConfig{
+		scheme: classAware, nodes: nodes, workers: workers, classes: w.Classes, cost: cost,
+		rate: func(k int, t time.Duration) float64 {
+			if t >= end {
+				return 0
+			}
+			return at(t).Rates[k]
+		},
+		service:  w.wl.service,
+		down:     func(i int, t time.Duration) bool { return t < end && slices.Contains(at(t).Down, i) },
+		interval: time.Duration(float64(10*time.Second) / w.Scale),
+		window:   time.Second, duration: end + grace, seed: seed, phases: starts,
+	}
+	if partitioned {
+		cfg.scheme = partitioning
+	}
+	res, err := simulateCluster(cfg)
+	return res.phaseOffered, res.phaseRealized, err
+}
