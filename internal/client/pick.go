@@ -256,7 +256,8 @@ func (c *Client) balancerLocked(service string) (*balancer, error) {
 
 // reportLate gives the service's policy a poll answer that missed its
 // call, a probe's or subscription's answer, or a pushed load; the policy
-// may learn from it (prequal pools it, push chooses by it).
+// may learn from it (prequal pools it, push chooses by it), and the
+// replica, alive, is not suspended.
 func (c *Client) reportLate(service string, a transport.PollAnswer) {
 	c.mu.Lock()
 	b := c.balancers[service]
@@ -264,6 +265,7 @@ func (c *Client) reportLate(service string, a transport.PollAnswer) {
 	if b != nil {
 		b.mu.Lock()
 		b.policy.Report(c.clock.Now(), balance.Load{Replica: a.Replica, Queue: a.Queue, RTT: a.RTT})
+		b.health.Heard(a.Replica)
 		b.mu.Unlock()
 	}
 }

@@ -5,7 +5,10 @@ import "time"
 // PollHealth tracks replicas that leave load polls unanswered. A replica
 // that misses Misses polls in a row is not offered for Suspend, so a dead
 // node stops costing every call that polls it the whole discard deadline
-// while membership has yet to notice; a merely slow one is tried again soon.
+// while membership has yet to notice. A slow one is not suspended: its
+// late answer (Heard) shows it alive, and taking alive replicas out of
+// the choice herded the calls onto the rest when nodes under a CPU quota
+// answered after the deadline.
 //
 // It is pure (time passed in) and not safe for concurrent use.
 type PollHealth struct {
@@ -57,4 +60,11 @@ func (h *PollHealth) Filter(now time.Time, ids []string) []string {
 		return ids
 	}
 	return kept
+}
+
+// Heard records an answer from id that came too late for its poll (or a
+// probe's or a push): id is alive, so its misses and any suspension end.
+func (h *PollHealth) Heard(id string) {
+	delete(h.missed, id)
+	delete(h.suspended, id)
 }

@@ -37,3 +37,29 @@ func TestPollHealthNeverFiltersEveryReplica(t *testing.T) {
 		t.Fatalf("every replica suspended: Filter = %v, want both back", got)
 	}
 }
+
+// A replica that answers late is slow, not dead: its late answers keep
+// it from being suspended, and one ends a suspension.
+func TestPollHealthHeardLateIsNotSuspended(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	h := NewPollHealth(3, time.Second)
+	all := []string{"a", "b"}
+	none := func(string) bool { return false }
+	for range 5 {
+		h.Observe(t0, []string{"b"}, none)
+		h.Heard("b")
+	}
+	if got := h.Filter(t0, all); len(got) != 2 {
+		t.Fatalf("b answered every poll late and was suspended: Filter = %v", got)
+	}
+	for range 3 {
+		h.Observe(t0, []string{"b"}, none)
+	}
+	if got := h.Filter(t0, all); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("b silent for 3 polls: Filter = %v, want [a]", got)
+	}
+	h.Heard("b")
+	if got := h.Filter(t0, all); len(got) != 2 {
+		t.Fatalf("b heard after its suspension began: Filter = %v, want both", got)
+	}
+}
