@@ -175,7 +175,8 @@ func table2(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 		OK: math.Abs(got/1.25-1) <= 0.03, Detail: fmt.Sprintf("gage %.3f (%+.1f%%), mclock %.3f", got, 100*(got/1.25-1), ratio(rs[1]))}}, nil
 }
 
-var windows = []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+// DeviationWindows are the averaging windows of the deviation figures.
+var DeviationWindows = []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 
 // The deviation figures' set-up (Figs 3-6), which `neptune bench gage
 // --sections deviation` runs on processes too: one definition, so the two
@@ -261,7 +262,7 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 		res = append(res, r*k)
 	}
 	var wins []time.Duration
-	for _, x := range windows {
+	for _, x := range DeviationWindows {
 		if x <= cfg.DeviationDuration {
 			wins = append(wins, x)
 		}
