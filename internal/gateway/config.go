@@ -98,6 +98,14 @@ type Config struct {
 	// busy is the machine's), or a disk_bandwidth that is a model rather
 	// than the device's.
 	MeasuredCapacity *bool `yaml:"measured_capacity"`
+	// AccountingCycle, if set, holds the usage each answer carries and
+	// hands it to the scheduler summed per subscriber once a cycle, the
+	// feedback of the paper's RPNs (§3.4), over which the scheduler also
+	// averages its cost prediction. Default 0: each answer's usage reaches
+	// the scheduler as it arrives, which keeps a reservation closer
+	// (docs/experiments/gage.md, Fig 3); a cycle is for reproducing the
+	// paper's figure.
+	AccountingCycle Duration `yaml:"accounting_cycle"`
 
 	// PaceResponses paces each reserved subscriber's response bytes on
 	// the way out (gage.Shaper) at PaceHeadroom (default 1.25) times the
@@ -489,7 +497,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		field string
 		v     Duration
-	}{{"timeout", c.Timeout}, {"max_wait", c.MaxWait}, {"retry_after", c.RetryAfter}, {"drain", c.Drain}, {"cycle", c.Cycle},
+	}{{"timeout", c.Timeout}, {"max_wait", c.MaxWait}, {"retry_after", c.RetryAfter}, {"drain", c.Drain}, {"cycle", c.Cycle}, {"accounting_cycle", c.AccountingCycle},
 		{"streams.idle", c.Streams.Idle}, {"streams.max_duration", c.Streams.MaxDuration}} {
 		if d.v < 0 {
 			bad(d.field, "must be >= 0, got %v", time.Duration(d.v))

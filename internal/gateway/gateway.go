@@ -130,7 +130,7 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	sched, err := newScheduler(cfg.Scheduler, gc, gage.Options{Cycle: time.Duration(cfg.Cycle), MaxQueue: cfg.Queue})
+	sched, err := newScheduler(cfg.Scheduler, gc, gage.Options{Cycle: time.Duration(cfg.Cycle), MaxQueue: cfg.Queue, AccountingCycle: time.Duration(cfg.AccountingCycle)})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -198,7 +198,7 @@ func New(cfg Config, d Deps) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, routes: newRouteTable(cfg.Routes, time.Duration(cfg.Timeout)), classify: cl,
-		unit: gc.UnitOrDefault(), loop: newLoop(clk, sched, m, view, time.Duration(cfg.GossipPeriod)), cluster: view,
+		unit: gc.UnitOrDefault(), loop: newLoop(clk, sched, m, view, time.Duration(cfg.GossipPeriod), time.Duration(cfg.AccountingCycle)), cluster: view,
 		gossip: gsp, metrics: m, caller: d.Caller, streams: streams, clk: clk, log: log, pace: pace,
 		retryAfter: strconv.Itoa(max(1, int(math.Ceil(time.Duration(cfg.RetryAfter).Seconds())))),
 		classOf:    classOf,

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -43,10 +45,14 @@ type loop struct {
 	period time.Duration
 	loads  chan nodeLoad
 	gossip chan gage.GatewayDemand
+	// acct, if > 0, is the accounting cycle: usage is held in held and
+	// reported once a cycle (Config.AccountingCycle).
+	acct time.Duration
 
 	// Owned by the run goroutine.
 	nextID  uint64
 	waiting map[uint64]*ticket
+	held    map[string]gage.Usage
 }
 
 // ticket is one request's place in the scheduler. Whoever moves its state
@@ -74,9 +80,9 @@ type arrival struct {
 	reply chan error
 }
 
-func newLoop(clk clock.Clock, s gage.Scheduler, m *metrics, cl *cluster, period time.Duration) *loop {
+func newLoop(clk clock.Clock, s gage.Scheduler, m *metrics, cl *cluster, period, acct time.Duration) *loop {
 	return &loop{
-		clk: clk, sched: s, metrics: m, cl: cl, period: period,
+		clk: clk, sched: s, metrics: m, cl: cl, period: period, acct: acct, held: map[string]gage.Usage{},
 		loads:    make(chan nodeLoad, 256),
 		gossip:   make(chan gage.GatewayDemand, 64),
 		arrivals: make(chan arrival),
@@ -101,6 +107,12 @@ func (l *loop) run(ctx context.Context) {
 	defer timer.Stop()
 	tick := l.clk.NewTicker(l.period)
 	defer tick.Stop()
+	var acct <-chan time.Time
+	if l.acct > 0 {
+		t := l.clk.NewTicker(l.acct)
+		defer t.Stop()
+		acct = t.Chan()
+	}
 	for {
 		now := l.clk.Now()
 		l.dispatch(now)
@@ -113,7 +125,9 @@ func (l *loop) run(ctx context.Context) {
 		case a := <-l.arrivals:
 			l.arrive(l.clk.Now(), a)
 		case u := <-l.usage:
-			l.report(l.clk.Now(), u)
+			l.used(l.clk.Now(), u)
+		case <-acct:
+			l.flush(l.clk.Now())
 		case t := <-l.cancels:
 			l.cancel(l.clk.Now(), t)
 		case s := <-l.snaps:
@@ -188,6 +202,27 @@ func (l *loop) dispatch(now time.Time) {
 		// The handler gave up (and took it off the queue-length gauge).
 		l.report(now, gage.Usage{Subscriber: t.sub, Requests: 1})
 	}
+}
+
+// used takes what an answered request used: to the scheduler at once, or
+// held for the end of the accounting cycle.
+func (l *loop) used(now time.Time, u gage.Usage) {
+	if l.acct <= 0 {
+		l.report(now, u)
+		return
+	}
+	h := l.held[u.Subscriber]
+	h.Subscriber, h.Requests, h.Used = u.Subscriber, h.Requests+u.Requests, h.Used.Add(u.Used)
+	l.held[u.Subscriber] = h
+}
+
+// flush ends an accounting cycle: each subscriber's held usage, summed,
+// goes to the scheduler as one report.
+func (l *loop) flush(now time.Time) {
+	for _, sub := range slices.Sorted(maps.Keys(l.held)) {
+		l.report(now, l.held[sub])
+	}
+	clear(l.held)
 }
 
 func (l *loop) report(now time.Time, u gage.Usage) {

@@ -175,7 +175,36 @@ func table2(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 		OK: math.Abs(got/1.25-1) <= 0.03, Detail: fmt.Sprintf("gage %.3f (%+.1f%%), mclock %.3f", got, 100*(got/1.25-1), ratio(rs[1]))}}, nil
 }
 
-var windows = []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+// DeviationWindows are the averaging windows of the deviation figures.
+var DeviationWindows = []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+
+// The deviation figures' set-up (Figs 3-6), which `neptune bench gage
+// --sections deviation` runs on processes too: one definition, so the two
+// measure the same experiment and judge it by the same goals.
+var (
+	// DeviationReservations are the four subscribers' reservations in
+	// GRPS on the paper's 8 backends (scaled to the cluster), each asking
+	// DeviationDemand times its own; the capacity is their sum.
+	DeviationReservations = []float64{300, 200, 150, 100}
+	// AccountingCycles are Fig 3's accounting cycles.
+	AccountingCycles = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
+	// SizeCVs are Fig 5's coefficients of variation of the request size
+	// (the paper's: 0%, 13.6%, 110.4%, 117.4%).
+	SizeCVs = []float64{0, 0.136, 1.104, 1.174}
+)
+
+const (
+	// DeviationDemand is what each subscriber asks, over its reservation.
+	DeviationDemand = 1.5
+	// AccountingCV is the size variation of Fig 3's requests.
+	AccountingCV = 0.5
+	// DeviationGoal1s and DeviationGoal4s are the deviation goals (issue
+	// 12) at 1 s and 4 s windows.
+	DeviationGoal1s, DeviationGoal4s = 0.05, 0.02
+)
+
+// CVLabel names a Fig 5 variant: "CV 13.6%".
+func CVLabel(cv float64) string { return "CV " + strconv.FormatFloat(100*cv, 'g', 4, 64) + "%" }
 
 // dev is the mean over windows of width win of |served/target - 1|, the
 // served rate taken on the bottleneck resource (the paper's "deviation of
@@ -228,15 +257,18 @@ type variant struct {
 // the averaging window.
 func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 	k := scaleK(cfg)
-	res := []float64{300 * k, 200 * k, 150 * k, 100 * k}
+	var res []float64
+	for _, r := range DeviationReservations {
+		res = append(res, r*k)
+	}
 	var wins []time.Duration
-	for _, x := range windows {
+	for _, x := range DeviationWindows {
 		if x <= cfg.DeviationDuration {
 			wins = append(wins, x)
 		}
 	}
 	acctRows := []time.Duration{cfg.AccountingCycle}
-	for _, a := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second} {
+	for _, a := range AccountingCycles {
 		if a != cfg.AccountingCycle {
 			acctRows = append(acctRows, a)
 		}
@@ -252,10 +284,7 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 			{label: "64 MB, 50% miss", sizes: sizes{kind: "footprint", pDisk: 0.5}, perResponse: true, judged: true},
 			{label: "128 MB, 90% miss", sizes: sizes{kind: "footprint", pDisk: 0.9}, perResponse: true, judged: true},
 		}},
-		{"Fig 5: request size variation (the paper's CVs)", []variant{
-			{label: "CV 0%", sizes: cvSizes(0), perResponse: true, judged: true}, {label: "CV 13.6%", sizes: cvSizes(0.136), perResponse: true, judged: true},
-			{label: "CV 110.4%", sizes: cvSizes(1.104), perResponse: true, judged: true}, {label: "CV 117.4%", sizes: cvSizes(1.174), perResponse: true, judged: true},
-		}},
+		{"Fig 5: request size variation (the paper's CVs)", nil},
 		{"Fig 6: SPECweb99-like trace", []variant{
 			{label: "trace", sizes: sizes{kind: "trace"}, perResponse: true, judged: true},
 			{label: "trace, usage per cycle", sizes: sizes{kind: "trace"}},
@@ -266,9 +295,12 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 	// Fig 3 is the paper's feedback, usage per accounting cycle, at each
 	// cycle; the gateway's, per response, is its last row.
 	for _, a := range acctRows {
-		figs[0].variants = append(figs[0].variants, variant{label: "accounting " + a.String(), sizes: cvSizes(0.5), acct: a, judged: a == cfg.AccountingCycle})
+		figs[0].variants = append(figs[0].variants, variant{label: "accounting " + a.String(), sizes: cvSizes(AccountingCV), acct: a, judged: a == cfg.AccountingCycle})
 	}
-	figs[0].variants = append(figs[0].variants, variant{label: "usage per response", sizes: cvSizes(0.5), perResponse: true})
+	figs[0].variants = append(figs[0].variants, variant{label: "usage per response", sizes: cvSizes(AccountingCV), perResponse: true})
+	for _, cv := range SizeCVs {
+		figs[2].variants = append(figs[2].variants, variant{label: CVLabel(cv), sizes: cvSizes(cv), perResponse: true, judged: true})
+	}
 	fmt.Fprintf(w, "\nFigs 3-6: deviation from the reservation vs averaging window. Reservations %s GRPS, each asking 1.5x;\n", joinF(res))
 	fmt.Fprintf(w, "capacity = the reservations (no spare); mean over subscribers and windows of |served/reserved - 1|, %v measured.\n", cfg.DeviationDuration)
 	fmt.Fprintf(w, "Usage reaches the scheduler per response, as through the gateway (the node's measure on the call's answer), except\n")
@@ -299,7 +331,7 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 				}
 				sc.perResponse, sc.exactCost, sc.pace = v.perResponse, v.exactCost, v.pace
 				for i, r := range res {
-					sc.subs = append(sc.subs, subSpec{name: fmt.Sprintf("s%d", i+1), res: r, demand: 1.5 * r, sizes: v.sizes})
+					sc.subs = append(sc.subs, subSpec{name: fmt.Sprintf("s%d", i+1), res: r, demand: DeviationDemand * r, sizes: v.sizes})
 				}
 				r, err := simulate(ctx, sc)
 				if err != nil {
@@ -372,7 +404,7 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 			tw.Flush()
 		}
 		has4 := cfg.DeviationDuration >= 4*time.Second
-		ok := worst1 <= 0.05 && (!has4 || worst4 <= 0.02)
+		ok := worst1 <= DeviationGoal1s && (!has4 || worst4 <= DeviationGoal4s)
 		at4 := pct(worst4)
 		if !has4 {
 			at4 = "none (no 4 s window in the run)"
@@ -384,7 +416,7 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 		goals = append(goals, Goal{Name: fig.name[:5] + " deviation with the " + cfg.AccountingCycle.String() + " accounting cycle (" + judgedOn + "): <= 5% at 1 s and <= 2% at 4 s windows",
 			OK: ok, Detail: fmt.Sprintf("worst variant %s at 1 s, %s at 4 s", pct(worst1), at4)})
 		if pacedRun != nil {
-			ok := paced1 <= 0.05 && (!has4 || paced4 <= 0.02)
+			ok := paced1 <= DeviationGoal1s && (!has4 || paced4 <= DeviationGoal4s)
 			goals = append(goals, Goal{Name: fig.name[:5] + " deviation, responses paced (usage per response): <= 5% at 1 s and <= 2% at 4 s windows",
 				OK: ok, Detail: fmt.Sprintf("%s at 1 s, %s at 4 s", pct(paced1), pct(paced4))})
 		}

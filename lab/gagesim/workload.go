@@ -40,11 +40,7 @@ func (s sizes) draw(r *rand.Rand) gage.Vector {
 	case "cv":
 		// Lognormal with mean 1 and the given CV: a request's size scales
 		// all its resources, as a bigger file costs more of each.
-		if s.cv == 0 {
-			return unitVec
-		}
-		sigma2 := math.Log(1 + s.cv*s.cv)
-		return unitVec.Scale(math.Exp(r.NormFloat64()*math.Sqrt(sigma2) - sigma2/2))
+		return unitVec.Scale(SizeFactor(r, s.cv))
 	case "footprint":
 		// A file read served from the page cache costs CPU and network;
 		// one that misses also costs 20 ms of disk (Fig 4: the 64 MB
@@ -65,6 +61,17 @@ func (s sizes) draw(r *rand.Rand) gage.Vector {
 		return v
 	}
 	return unitVec
+}
+
+// SizeFactor draws a request's size over the mean: lognormal with mean 1
+// and coefficient of variation cv (1 if cv is 0). `neptune bench gage
+// --sections deviation` draws its requests' CPU with it.
+func SizeFactor(r *rand.Rand, cv float64) float64 {
+	if cv == 0 {
+		return 1
+	}
+	sigma2 := math.Log(1 + cv*cv)
+	return math.Exp(r.NormFloat64()*math.Sqrt(sigma2) - sigma2/2)
 }
 
 // TraceFileSize draws the bytes of one file of the SPECweb99-like mix:

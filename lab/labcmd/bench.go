@@ -421,10 +421,26 @@ gateway the most back ends >= 70% of proportional to the fewest; at
 every N the gateway >= 0.95x direct; INCONCLUSIVE when a cell was
 starved, a baseline cell not node-bound (its busiest back end under 80%
 of its quota), rounds disagree, or one round. Writes --out/gage-backends.csv,
-.svg and -cpu.svg.`,
+.svg and -cpu.svg.
+
+Section deviation (Figs 3 and 5; not in the default run, needs root):
+the simulation's deviation set-up on --deviation-backends node processes
+hosting work, each confined to --deviation-cpu cores: four subscribers
+reserving 300:200:150:100 x --deviation-scale GRPS each ask 1.5x through
+a credit gateway whose capacity is the reservations, with work.spin
+calls of --deviation-spin CPU on average; Fig 3 through gateways of
+accounting_cycle 100ms, 500ms, 1s, 2s and usage per response (size CV
+50%), Fig 5 at the paper's size CVs. Each subscriber's served GRU is
+read every 20 ms; the deviation from its reservation over windows of
+250 ms to 8 s (cells of 2 x --cell). Goals the simulation's: <= 5% at
+1 s and <= 2% at 4 s windows (Fig 3 at the 100 ms cycle, Fig 5 the worst
+CV); INCONCLUSIVE when a cell was starved or a back end saturated, rounds
+disagree, or one round. Writes --out/gage-deviation.csv and
+gage-deviation-fig{3,5}.svg. Fig 4 is left out (see docs/experiments/gage.md).`,
 		experiment(&cfg, nil, nil, gagebench.Run))
 	cmd.Example = "  flock /work/bench.lock neptune bench gage --sections table1,table2\n" +
-		"  sudo neptune bench gage --sections backends --backends 1,2,4,8 --backend-cpu 0.15 --rounds 3 --cell 10s --out out/gage"
+		"  sudo neptune bench gage --sections backends --backends 1,2,4,8 --backend-cpu 0.15 --rounds 3 --cell 10s --out out/gage\n" +
+		"  sudo neptune bench gage --sections deviation --rounds 2 --cell 8s --out out/gage"
 	fs := cmd.Flags()
 	addSections(fs, &cfg.Sections, gagebench.Sections)
 	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "node processes hosting echo")
@@ -445,7 +461,11 @@ of its quota), rounds disagree, or one round. Writes --out/gage-backends.csv,
 	fs.Float64Var(&cfg.BackendCPU, "backend-cpu", cfg.BackendCPU, "backends: cores each back end is confined to (cgroups, root); the largest count's quotas plus 0.5 cores must fit the machine")
 	fs.DurationVar(&cfg.BackendSpin, "backend-spin", cfg.BackendSpin, "backends: CPU each request spins on its back end")
 	fs.IntVar(&cfg.BackendCallers, "backend-callers", cfg.BackendCallers, "backends: closed-loop callers per back end")
-	addOut(fs, &cfg.Out, "the backends section's CSV and SVG")
+	fs.IntVar(&cfg.DeviationBackends, "deviation-backends", cfg.DeviationBackends, "deviation: back-end node processes hosting work")
+	fs.Float64Var(&cfg.DeviationCPU, "deviation-cpu", cfg.DeviationCPU, "deviation: cores each back end is confined to (cgroups, root)")
+	fs.DurationVar(&cfg.DeviationSpin, "deviation-spin", cfg.DeviationSpin, "deviation: mean CPU a request spins on its back end (sizes drawn around it)")
+	fs.Float64Var(&cfg.DeviationScale, "deviation-scale", cfg.DeviationScale, "deviation: multiply the simulation's reservations (300:200:150:100 GRPS) by this")
+	addOut(fs, &cfg.Out, "the backends and deviation sections' CSV and SVG")
 	addSeed(fs, &cfg.Seed, "the arrivals")
 	fs.Float64Var(&cfg.GoalGot, "goal-got", cfg.GoalGot, "goal: subscribers within reservation get at least this fraction of what they ask")
 	fs.Float64Var(&cfg.GoalSpare, "goal-spare", cfg.GoalSpare, "goal: spare ratio within this fraction of the reservation ratio")

@@ -200,23 +200,7 @@ func (e *env) backendRound(ctx context.Context, r, n int) (beRound, error) {
 	}
 	defer c.Close()
 	calls := [2]func(context.Context, []byte) ([]byte, error){
-		viaGateway: func(ctx context.Context, body []byte) ([]byte, error) {
-			req, err := http.NewRequestWithContext(ctx, "POST", "http://"+gw.http+e.prof.path, bytes.NewReader(body))
-			if err != nil {
-				return nil, err
-			}
-			req.Host = host("site1")
-			resp, err := e.hc.Do(req)
-			if err != nil {
-				return nil, err
-			}
-			defer resp.Body.Close()
-			b, err := io.ReadAll(resp.Body)
-			if err == nil && resp.StatusCode != http.StatusOK {
-				err = fmt.Errorf("gateway: status %d: %s", resp.StatusCode, b)
-			}
-			return b, err
-		},
+		viaGateway: gatewayCall(e.hc, gw.http, e.prof.path, "site1"),
 		direct: func(ctx context.Context, body []byte) ([]byte, error) {
 			resp, err := c.Call(ctx, e.prof.service, 0, e.prof.method, body)
 			if err != nil {
@@ -323,6 +307,28 @@ func (e *env) backendRound(ctx context.Context, r, n int) (beRound, error) {
 		br[k] = c
 	}
 	return br, nil
+}
+
+// gatewayCall is a call of sub's through the gateway at target: the
+// answer's body, an error unless it is 200.
+func gatewayCall(hc *http.Client, target, path, sub string) func(context.Context, []byte) ([]byte, error) {
+	return func(ctx context.Context, body []byte) ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, "POST", "http://"+target+path, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Host = host(sub)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("gateway: status %d: %s", resp.StatusCode, b)
+		}
+		return b, err
+	}
 }
 
 // nodesCPU reads each node process's CPU so far, the machine's idle time
@@ -563,7 +569,7 @@ func doubtCells(c *report.Check, doubts []string) *report.Check {
 	if len(doubts) == 0 {
 		return c
 	}
-	return c.Doubt(true, "%d cells starved or not node-bound (first: %s)", len(doubts), doubts[0])
+	return c.Doubt(true, "%d cells cannot be judged (first: %s)", len(doubts), doubts[0])
 }
 
 // backendCharts draws Fig 7 (throughput against back ends, both

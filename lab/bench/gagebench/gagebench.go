@@ -19,9 +19,10 @@
 // resources they measure; the scheduler paces dispatches to it, so, as
 // in the paper, the cluster's capacity is what is shared.
 //
-// The backends section (Figs 7-8, backends.go) runs on clusters of its
-// own: back-end node processes confined to a CPU quota each, so that the
-// back ends, not the machine, are the bottleneck whose number grows.
+// The backends section (Figs 7-8, backends.go) and the deviation section
+// (Figs 3 and 5, deviation.go) run on clusters of their own: back-end
+// node processes confined to a CPU quota each, so that the back ends, not
+// the machine, are the CPU the requests use.
 package gagebench
 
 import (
@@ -45,9 +46,13 @@ import (
 )
 
 // Sections are the parts of `neptune bench gage`, in the order they run.
-var Sections = []string{"table1", "table2", "split", "overhead", "pace", "backends"}
+var Sections = []string{"table1", "table2", "split", "overhead", "pace", "backends", "deviation"}
 
-// defaultSections leave out backends: it needs root (cgroups) and takes
+// confined are the sections on clusters of their own, whose back ends are
+// confined to a CPU quota (cgroups: root); they run last.
+var confined = Sections[5:]
+
+// defaultSections leave out the confined ones: they need root and take
 // minutes more.
 var defaultSections = Sections[:5]
 
@@ -102,8 +107,19 @@ type Config struct {
 	BackendCPU     float64
 	BackendSpin    time.Duration
 	BackendCallers int
-	// Out is the directory of the backends section's CSV and SVG.
+	// Out is the directory of the backends and deviation sections' CSV
+	// and SVG.
 	Out string
+
+	// DeviationBackends back-end node processes host work for the
+	// deviation section (Figs 3 and 5), each confined to DeviationCPU
+	// cores; its subscribers reserve gagesim.DeviationReservations ×
+	// DeviationScale GRPS of work.spin calls of DeviationSpin of CPU on
+	// average.
+	DeviationBackends int
+	DeviationCPU      float64
+	DeviationSpin     time.Duration
+	DeviationScale    float64
 
 	// Goals, fixed before the run (issue 12): the subscribers within
 	// their reservations get at least GoalGot of what they ask; the spare
@@ -125,6 +141,11 @@ func DefaultConfig() Config {
 		// the back ends, not the gateway or the load generator, are the
 		// bottleneck, and eight of them leave half a core for the rest.
 		Backends: []int{1, 2, 4, 8}, BackendCPU: 0.15, BackendSpin: 2 * time.Millisecond, BackendCallers: 4, Out: "out/gage",
+		// 37.5 GRPS of 1 ms spins: 0.375 cores, 375 requests a second
+		// (50 for the smallest subscriber), on 0.8 cores of back ends:
+		// each request costs a node about 0.2 ms beyond its spin, and the
+		// two back ends are not loaded evenly.
+		DeviationBackends: 2, DeviationCPU: 0.4, DeviationSpin: time.Millisecond, DeviationScale: 0.05,
 	}
 }
 
@@ -156,7 +177,12 @@ func (c Config) Validate() error {
 		return errors.New("gagebench: goals must be > 0")
 	}
 	if slices.Contains(c.Sections, "backends") {
-		return c.validateBackends()
+		if err := c.validateBackends(); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(c.Sections, "deviation") {
+		return c.validateDeviation()
 	}
 	return nil
 }
@@ -207,19 +233,19 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	}
 	e := &env{cfg: cfg, exe: exe, dir: dir, cl: localcluster.New(exe, dir), nginx: findNginx(cfg.Nginx), hc: newHTTPClient(), w: stdout}
 	defer e.cl.Close()
-	backends := slices.Contains(cfg.Sections, "backends")
-	if backends {
+	isConfined := func(s string) bool { return slices.Contains(confined, s) }
+	if slices.ContainsFunc(cfg.Sections, isConfined) {
 		// Fail now, not after the other sections' minutes.
 		r, err := cpuquota.Open(fmt.Sprintf("neptune-bench-gage-%d", os.Getpid()))
 		if err != nil {
-			return fmt.Errorf("gagebench: backends confines node processes (run as root): %w", err)
+			return fmt.Errorf("gagebench: %s confine node processes (run as root): %w", strings.Join(confined, " and "), err)
 		}
 		if err := r.Close(); err != nil {
 			return fmt.Errorf("gagebench: %w", err)
 		}
-	}
-	if backends && !slices.ContainsFunc(cfg.Sections, func(s string) bool { return s != "backends" }) {
-		return e.runBackends(ctx)
+		if !slices.ContainsFunc(cfg.Sections, func(s string) bool { return !isConfined(s) }) {
+			return e.runConfined(ctx)
+		}
 	}
 	// The nodes announce at the default interval (1 s): the announcements
 	// only list what a node hosts, which does not change here, while
@@ -247,7 +273,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 	for _, pn := range cfg.Profiles {
 		e.prof = profiles[pn]
 		for _, s := range Sections {
-			if !slices.Contains(cfg.Sections, s) || s == "backends" {
+			if !slices.Contains(cfg.Sections, s) || isConfined(s) {
 				continue
 			}
 			if pn != "net" && (s == "split" || s == "overhead" || s == "pace") {
@@ -280,27 +306,41 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) error {
 			checks = append(checks, cs...)
 		}
 	}
-	if backends {
-		cs, err := e.backends(ctx)
-		if err != nil {
-			return fmt.Errorf("gagebench: backends: %w", err)
-		}
-		checks = append(checks, cs...)
+	cs, err := e.confinedSections(ctx)
+	if err != nil {
+		return err
 	}
-	printGoals(stdout, checks)
+	printGoals(stdout, append(checks, cs...))
 	return nil
 }
 
-// runBackends is a run of the backends section alone, which needs none
-// of the shared nodes.
-func (e *env) runBackends(ctx context.Context) error {
-	fmt.Fprintf(e.w, "Gage's Figs 7-8 through real processes: back-end node processes confined with cgroups, a `neptune gateway` process; GOMAXPROCS of the gateway and the load generator %s.\n\n", procsString(e.cfg.Procs))
-	checks, err := e.backends(ctx)
+// runConfined is a run of confined sections alone, which need none of the
+// shared nodes.
+func (e *env) runConfined(ctx context.Context) error {
+	fmt.Fprintf(e.w, "Gage through real processes: back-end node processes confined with cgroups, `neptune gateway` processes; GOMAXPROCS of the gateways and the load generator %s.\n\n", procsString(e.cfg.Procs))
+	checks, err := e.confinedSections(ctx)
 	if err != nil {
-		return fmt.Errorf("gagebench: backends: %w", err)
+		return err
 	}
 	printGoals(e.w, checks)
 	return nil
+}
+
+// confinedSections runs the confined sections asked for, in order.
+func (e *env) confinedSections(ctx context.Context) ([]*report.Check, error) {
+	run := map[string]func(context.Context) ([]*report.Check, error){"backends": e.backends, "deviation": e.deviation}
+	var checks []*report.Check
+	for _, s := range confined {
+		if !slices.Contains(e.cfg.Sections, s) {
+			continue
+		}
+		cs, err := run[s](ctx)
+		if err != nil {
+			return nil, fmt.Errorf("gagebench: %s: %w", s, err)
+		}
+		checks = append(checks, cs...)
+	}
+	return checks, nil
 }
 
 // printGoals prints the verdicts and their tally.
@@ -492,7 +532,12 @@ func starvedDoubts(c *report.Check, r *cellResult, what string) *report.Check {
 	return c.Doubt(cond, "%s", why)
 }
 
-func pct(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) }
+func pct(x float64) string {
+	if math.IsNaN(x) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*x)
+}
 
 func ratio(a, b float64) float64 {
 	if b == 0 {

@@ -27,8 +27,11 @@ var fileProfile = profile{path: "/file", service: "work", method: "file", scale:
 // network-bound, so a reservation in GRPS is so many bytes a second.
 var bytesPerGRU = gage.DefaultUnit[gage.Net]
 
-// paceMaxWait is the gateways' max_wait in the pace section.
-const paceMaxWait = 5 * time.Second
+// backlogWait is the gateways' max_wait in the pace and deviation
+// sections: a request waits for its turn however long (within the request
+// timeout) instead of being refused, so that every subscriber always has
+// work waiting, as in the simulation.
+const backlogWait = 5 * time.Second
 
 // paceBin is the width of the bins the received bytes are counted in.
 const paceBin = 10 * time.Millisecond
@@ -48,7 +51,7 @@ func (e *env) pace(ctx context.Context) ([]*report.Check, error) {
 	// each of its large files (one is half a second of a 100 GRPS
 	// reservation), leaving its reservation unused.
 	saved, savedWait := e.prof, e.cfg.MaxWait
-	e.prof, e.cfg.MaxWait = fileProfile, paceMaxWait
+	e.prof, e.cfg.MaxWait = fileProfile, backlogWait
 	defer func() { e.prof, e.cfg.MaxWait = saved, savedWait }()
 	k := e.cfg.Scale * 5
 	subs := []subscriberSpec{{"s1", 300 * k}, {"s2", 200 * k}, {"s3", 150 * k}, {"s4", 100 * k}}
@@ -103,21 +106,14 @@ func (e *env) pace(ctx context.Context) ([]*report.Check, error) {
 				pooled[i] = &cellResult{}
 			}
 			pooled[i].add(cr)
-			first := int((cr.from.Sub(t0) + paceBin - 1) / paceBin)
+			from := (cr.from.Sub(t0) + paceBin - 1) / paceBin * paceBin
 			if devs[i] == nil {
 				devs[i] = make([][]float64, len(wins))
 			}
-			for w, win := range wins {
-				per := int(win / paceBin)
-				for j, s := range subs {
-					want := s.res * bytesPerGRU * win.Seconds()
-					for b := first; b+per <= first+int(cell/paceBin); b += per {
-						var got int64
-						for x := b; x < b+per; x++ {
-							got += bins[j][x].Load()
-						}
-						devs[i][w] = append(devs[i][w], math.Abs(float64(got)/want-1))
-					}
+			for j, s := range subs {
+				d := binned(bins[j], paceBin)
+				for w, win := range wins {
+					devs[i][w] = append(devs[i][w], d.deviations(from, from+cell, win, s.res*bytesPerGRU)...)
 				}
 			}
 			for _, o := range cr.outs {
@@ -149,6 +145,49 @@ func (e *env) pace(ctx context.Context) ([]*report.Check, error) {
 	d1, d4 := report.Mean(devs[1][0]), report.Mean(devs[1][1])
 	ch := paceVerdict(d1, d4, report.Mean(devs[0][0]))
 	return []*report.Check{starvedDoubts(ch, pooled[1], "the paced gateway's cells")}, nil
+}
+
+// delivered is what one subscriber was delivered over a cell: total[i]
+// by at[i] after the cell's start (at ascending).
+type delivered struct {
+	at    []time.Duration
+	total []float64
+}
+
+// binned is the series of amounts counted in bins of width from the
+// cell's start.
+func binned(bins []atomic.Int64, width time.Duration) delivered {
+	d := delivered{at: make([]time.Duration, len(bins)+1), total: make([]float64, len(bins)+1)}
+	for b := range bins {
+		d.at[b+1], d.total[b+1] = time.Duration(b+1)*width, d.total[b]+float64(bins[b].Load())
+	}
+	return d
+}
+
+// deviations cuts [from, to] into consecutive windows, the first starting
+// at the first sample at or after from, each ending at whichever of the
+// two samples around win after its start is nearer (none after it: no
+// window), and returns |rate / want - 1| of each window that ends by to,
+// the rate per second over the window's actual length: a sample read
+// early or late (a poll) makes a window a little shorter or longer, not
+// its rate wrong, and the error does not add up over windows.
+func (d delivered) deviations(from, to, win time.Duration, want float64) []float64 {
+	var out []float64
+	i, _ := slices.BinarySearch(d.at, from)
+	for i < len(d.at) {
+		end := d.at[i] + win
+		j, _ := slices.BinarySearch(d.at, end)
+		if j > i+1 && j < len(d.at) && end-d.at[j-1] < d.at[j]-end {
+			j--
+		}
+		if j == len(d.at) || d.at[j] > to {
+			break
+		}
+		rate := (d.total[j] - d.total[i]) / (d.at[j] - d.at[i]).Seconds()
+		out = append(out, math.Abs(rate/want-1))
+		i = j
+	}
+	return out
 }
 
 // paceVerdict judges Fig 6's goal on the paced gateway: deviation at most
