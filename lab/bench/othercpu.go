@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/neptune-cluster/neptune/lab/cpuquota"
 )
 
 // clockTicks is the unit of /proc's CPU times (USER_HZ, 100 on every
@@ -68,36 +70,13 @@ type procTimes struct {
 	cpu  int64
 }
 
-// readProc parses /proc/<pid>/stat.
+// readProc reads pid's parent and CPU time.
 func readProc(pid int) (procTimes, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := cpuquota.ReadStat(pid)
 	if err != nil {
 		return procTimes{}, false
 	}
-	// The command may hold spaces and parentheses: fields start after
-	// the last ')'. Then: state ppid ... utime(14) stime cutime cstime.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return procTimes{}, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 15 {
-		return procTimes{}, false
-	}
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		return procTimes{}, false
-	}
-	var cpu int64
-	for _, x := range f[11:15] {
-		n, err := strconv.ParseInt(x, 10, 64)
-		if err != nil {
-			return procTimes{}, false
-		}
-		cpu += n
-	}
-	return procTimes{ppid: ppid, cpu: cpu}, true
+	return procTimes{ppid: st.PPID, cpu: int64((st.CPU + st.Reaped) / (time.Second / clockTicks))}, true
 }
 
 // treeTicks is the CPU time of root and all its live descendants, each
@@ -142,12 +121,4 @@ func treeTicks(root int) (int64, bool) {
 func TreeCPU() (time.Duration, bool) {
 	t, ok := treeTicks(os.Getpid())
 	return time.Duration(t) * time.Second / clockTicks, ok
-}
-
-// ProcCPU is the CPU time process pid has used, its reaped children's
-// included: what one process of a benchmark (a gateway, a proxy) costs.
-// ok is false off Linux or once the process is gone.
-func ProcCPU(pid int) (time.Duration, bool) {
-	p, ok := readProc(pid)
-	return time.Duration(p.cpu) * time.Second / clockTicks, ok
 }

@@ -158,27 +158,44 @@ func (r *Root) Close() error {
 // ProcessCPU is the CPU time process pid has used so far (user and
 // system, all threads), from /proc/PID/stat.
 func ProcessCPU(pid int) (time.Duration, error) {
+	st, err := ReadStat(pid)
+	return st.CPU, err
+}
+
+// Stat is what /proc/PID/stat says of a process's parent and CPU time.
+type Stat struct {
+	PPID int
+	// CPU is the process's own (utime + stime, all threads); Reaped is
+	// its reaped children's (cutime + cstime).
+	CPU, Reaped time.Duration
+}
+
+// ReadStat parses /proc/PID/stat.
+func ReadStat(pid int) (Stat, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return Stat{}, err
 	}
-	// The command name (field 2) may hold spaces: fields count from the
-	// last ')'.
+	// The command name (field 2) may hold spaces and parentheses: fields
+	// count from the last ')'. Then: state ppid ... utime(14) stime cutime
+	// cstime.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("cpuquota: /proc/%d/stat: no ')'", pid)
+		return Stat{}, fmt.Errorf("cpuquota: /proc/%d/stat: no ')'", pid)
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("cpuquota: /proc/%d/stat: %d fields", pid, len(f))
+	if len(f) < 15 {
+		return Stat{}, fmt.Errorf("cpuquota: /proc/%d/stat: %d fields", pid, len(f))
 	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("cpuquota: /proc/%d/stat: %w", pid, err)
+	var v [5]int64
+	for j, k := range [5]int{1, 11, 12, 13, 14} {
+		if v[j], err = strconv.ParseInt(f[k], 10, 64); err != nil {
+			return Stat{}, fmt.Errorf("cpuquota: /proc/%d/stat: %w", pid, err)
+		}
 	}
-	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+	tick := time.Second / clockTicks
+	return Stat{PPID: int(v[0]), CPU: time.Duration(v[1]+v[2]) * tick, Reaped: time.Duration(v[3]+v[4]) * tick}, nil
 }
 
 // clockTicks is USER_HZ, 100 on every Linux architecture Go supports.

@@ -253,7 +253,7 @@ func (e *env) backendRound(ctx context.Context, r, n int) (beRound, error) {
 	for i := range 2 * overheadSlices {
 		k := pair[(i+i/2)%2] // 0 1 1 0 0 1 1 0 ...
 		probe := bench.StartLagProbe(5 * time.Millisecond)
-		g0, _ := bench.ProcCPU(gw.cmd.Process.Pid)
+		g0, _ := cpuquota.ProcessCPU(gw.cmd.Process.Pid)
 		c0, i0, s0, err := nodesCPU(nodes)
 		if err != nil {
 			return br, err
@@ -266,7 +266,7 @@ func (e *env) backendRound(ctx context.Context, r, n int) (beRound, error) {
 			return br, err
 		}
 		if k == viaGateway {
-			g1, _ := bench.ProcCPU(gw.cmd.Process.Pid)
+			g1, _ := cpuquota.ProcessCPU(gw.cmd.Process.Pid)
 			gwCPU += g1 - g0
 		}
 		probes[k] = probes[k].Worse(probe.Stop())

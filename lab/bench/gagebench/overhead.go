@@ -12,6 +12,7 @@ import (
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/internal/gage"
 	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/cpuquota"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
 
@@ -112,7 +113,7 @@ func (e *env) overhead(ctx context.Context) ([]*report.Check, error) {
 	conc := func(rw *row, d time.Duration, into *bench.Cell, tree *time.Duration) error {
 		var cpu0 time.Duration
 		if rw.proc != nil {
-			cpu0, _ = bench.ProcCPU(rw.proc.cmd.Process.Pid)
+			cpu0, _ = cpuquota.ProcessCPU(rw.proc.cmd.Process.Pid)
 		}
 		t0, _ := bench.TreeCPU()
 		if err := bench.RunCell(ctx, rw.call, body, e.cfg.Concurrency, d, into); err != nil {
@@ -121,7 +122,7 @@ func (e *env) overhead(ctx context.Context) ([]*report.Check, error) {
 		t1, _ := bench.TreeCPU()
 		*tree += t1 - t0
 		if rw.proc != nil {
-			cpu1, _ := bench.ProcCPU(rw.proc.cmd.Process.Pid)
+			cpu1, _ := cpuquota.ProcessCPU(rw.proc.cmd.Process.Pid)
 			rw.cpu += cpu1 - cpu0
 		}
 		return nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/neptune-cluster/neptune"
 	"github.com/neptune-cluster/neptune/lab/bench"
+	"github.com/neptune-cluster/neptune/lab/cpuquota"
 	"github.com/neptune-cluster/neptune/lab/localcluster"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
@@ -124,7 +125,7 @@ func processCluster(ctx context.Context, cfg Config, n int, w io.Writer) (time.D
 		total := func() time.Duration {
 			var sum time.Duration
 			for _, nd := range nodes {
-				if d, ok := bench.ProcCPU(nd.PID()); ok {
+				if d, err := cpuquota.ProcessCPU(nd.PID()); err == nil {
 					sum += d
 				}
 			}
