@@ -84,17 +84,7 @@ func verdicts(tolerance float64, demands []int, cells []cell) []*report.Check {
 // three figures.
 func gap(cells []cell) (g, adaptive, yid, greedy float64) {
 	loss := func(p sched.Policy) float64 {
-		var off, real float64
-		for _, c := range cells {
-			if c.Policy == p {
-				off += c.Offered
-				real += c.Realized
-			}
-		}
-		if off == 0 {
-			return math.NaN()
-		}
-		return sched.LossPercent(off, real)
+		return pooledLoss(cells, func(c cell) (float64, float64, bool) { return c.Offered, c.Realized, c.Policy == p })
 	}
 	adaptive, yid, greedy = loss(sched.Adaptive), loss(sched.YID), loss(sched.Greedy)
 	return adaptive - math.Min(yid, greedy), adaptive, yid, greedy
@@ -262,17 +252,7 @@ func classesVerdicts(ps []planPhase, cells []phaseCell) []*report.Check {
 // (pooled), NaN if a scheme has no measured request, and the two figures.
 func schemeGap(cells []phaseCell) (gap, aware, parted float64) {
 	loss := func(s scheme) float64 {
-		var off, real float64
-		for _, c := range cells {
-			if c.Scheme == s {
-				off += c.Offered
-				real += c.Realized
-			}
-		}
-		if off == 0 {
-			return math.NaN()
-		}
-		return sched.LossPercent(off, real)
+		return pooledLoss(cells, func(c phaseCell) (float64, float64, bool) { return c.Offered, c.Realized, c.Scheme == s })
 	}
 	aware, parted = loss(classAware), loss(partitioning)
 	return aware - parted, aware, parted
@@ -330,4 +310,20 @@ func phaseVerdict(p planPhase, cells []phaseCell) *report.Check {
 		c.Doubt(true, "%s", why)
 	}
 	return c
+}
+
+// pooledLoss is the LossPercent of the cells yields selects, their offered
+// and realized yields summed; NaN if they offered none.
+func pooledLoss[C any](cells []C, yields func(C) (offered, realized float64, in bool)) float64 {
+	var off, real float64
+	for _, c := range cells {
+		if o, r, in := yields(c); in {
+			off += o
+			real += r
+		}
+	}
+	if off == 0 {
+		return math.NaN()
+	}
+	return sched.LossPercent(off, real)
 }
