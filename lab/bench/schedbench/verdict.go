@@ -95,25 +95,10 @@ func levelVerdict(tolerance float64, d int, cells []cell) *report.Check {
 	g, a, y, gr := gap(cells)
 	c := report.AtMost(fmt.Sprintf("at %d%% demand: Adaptive's LossPercent ≤ min(YID, Greedy) + %.1f points", d, tolerance), g, tolerance,
 		fmt.Sprintf("Adaptive %.2f, YID %.2f, Greedy %.2f: %+.2f", a, y, gr, g))
-	var rounds []int
-	for _, x := range cells {
-		if !slices.Contains(rounds, x.Round) {
-			rounds = append(rounds, x.Round)
-		}
-	}
-	slices.Sort(rounds)
-	met := make([]bool, len(rounds))
-	for i, r := range rounds {
-		var in []cell
-		for _, x := range cells {
-			if x.Round == r {
-				in = append(in, x)
-			}
-		}
+	c = report.Rounds(c, roundsMet(cells, func(x cell) int { return x.Round }, func(in []cell) bool {
 		rg, _, _, _ := gap(in)
-		met[i] = rg <= tolerance
-	}
-	c = report.Rounds(c, met)
+		return rg <= tolerance
+	}))
 	var starved, over, unbound, failed []cell
 	var lag time.Duration
 	for _, x := range cells {
@@ -269,19 +254,10 @@ func phaseVerdict(p planPhase, cells []phaseCell) *report.Check {
 	g, a, pt := schemeGap(cells)
 	c := report.AtMost(fmt.Sprintf("in the %s: class-aware's LossPercent ≤ partitioning's", p.Name), g, 0,
 		fmt.Sprintf("class-aware %.2f, partitioning %.2f: %+.2f", a, pt, g))
-	var rounds []int
-	for _, x := range cells {
-		if !slices.Contains(rounds, x.Round) {
-			rounds = append(rounds, x.Round)
-		}
-	}
-	slices.Sort(rounds)
-	met := make([]bool, len(rounds))
-	for i, r := range rounds {
-		rg, _, _ := schemeGap(slices.DeleteFunc(slices.Clone(cells), func(x phaseCell) bool { return x.Round != r }))
-		met[i] = rg <= 0
-	}
-	c = report.Rounds(c, met)
+	c = report.Rounds(c, roundsMet(cells, func(x phaseCell) int { return x.Round }, func(in []phaseCell) bool {
+		rg, _, _ := schemeGap(in)
+		return rg <= 0
+	}))
 	var over, starved, unbound, failed int
 	var lag time.Duration
 	reason := ""
@@ -326,4 +302,21 @@ func pooledLoss[C any](cells []C, yields func(C) (offered, realized float64, in 
 		return math.NaN()
 	}
 	return sched.LossPercent(off, real)
+}
+
+// roundsMet says for each round, in ascending order, whether meets holds
+// of that round's cells alone.
+func roundsMet[C any](cells []C, round func(C) int, meets func([]C) bool) []bool {
+	var rounds []int
+	for _, x := range cells {
+		if !slices.Contains(rounds, round(x)) {
+			rounds = append(rounds, round(x))
+		}
+	}
+	slices.Sort(rounds)
+	met := make([]bool, len(rounds))
+	for i, r := range rounds {
+		met[i] = meets(slices.DeleteFunc(slices.Clone(cells), func(x C) bool { return round(x) != r }))
+	}
+	return met
 }
