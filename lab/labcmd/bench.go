@@ -185,7 +185,7 @@ goals fixed by flags before the run: affinity's hit ratio at least
 other policy's; INCONCLUSIVE when rounds disagree, a contender failed
 lookups, or the machine was busy.`,
 		experiment(&cfg, nil, nil, localitybench.Run))
-	cmd.Example = "  flock /work/cpu.lock neptune bench locality --rounds 3"
+	cmd.Example = "  neptune bench locality --rounds 3"
 	fs := cmd.Flags()
 	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "in-process nodes hosting pcache partition 0")
 	fs.IntVar(&cfg.Keys, "keys", cfg.Keys, "keys in the partition, all looked up")
@@ -438,7 +438,7 @@ CV); INCONCLUSIVE when a cell was starved or a back end saturated, rounds
 disagree, or one round. Writes --out/gage-deviation.csv and
 gage-deviation-fig{3,5}.svg. Fig 4 is left out (see docs/experiments/gage.md).`,
 		experiment(&cfg, nil, nil, gagebench.Run))
-	cmd.Example = "  flock /work/bench.lock neptune bench gage --sections table1,table2\n" +
+	cmd.Example = "  neptune bench gage --sections table1,table2\n" +
 		"  sudo neptune bench gage --sections backends --backends 1,2,4,8 --backend-cpu 0.15 --rounds 3 --cell 10s --out out/gage\n" +
 		"  sudo neptune bench gage --sections deviation --rounds 2 --cell 8s --out out/gage"
 	fs := cmd.Flags()
@@ -512,8 +512,8 @@ class-aware's LossPercent at most partitioning's in the spike and in the
 failure, in every round; every node within its quota. INCONCLUSIVE as
 above, or when class-aware's nodes were not CPU-bound in a judged phase.`,
 		experiment(&cfg, &cfg.Out, nil, schedbench.Run))
-	cmd.Example = "  flock /work/bench.lock neptune bench sched --rounds 3 --out out/bench-sched\n" +
-		"  flock /work/bench.lock neptune bench sched --sections classes --rounds 3 --out out/bench-sched"
+	cmd.Example = "  neptune bench sched --rounds 3 --out out/bench-sched\n" +
+		"  neptune bench sched --sections classes --rounds 3 --out out/bench-sched"
 	fs := cmd.Flags()
 	addSections(fs, &cfg.Sections, schedbench.Sections)
 	fs.Float64Var(&cfg.CPU, "cpu", cfg.CPU, "the node process's CPU quota, cores")
