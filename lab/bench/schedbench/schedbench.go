@@ -302,13 +302,13 @@ func runPolicies(ctx context.Context, cfg Config, exe, dir string, stdout io.Wri
 		for di, d := range cfg.Demands {
 			span := cfg.Warmup + cfg.Cell
 			tr := makeTrace(wl, b.rate(d), span, b.share, cfg.Seed, r, d)
-			for _, p := range rotate(policies, r+di) {
+			for _, k := range rotate(contenders(r, d), r+di) {
 				if err := ctx.Err(); err != nil {
 					return nil, err
 				}
-				c, err := b.runCell(ctx, r, d, p, tr)
+				c, err := b.runCell(ctx, k, tr)
 				if err != nil {
-					return nil, fmt.Errorf("round %d, %d%% demand, %s: %w", r+1, d, p, err)
+					return nil, fmt.Errorf("round %d, %d%% demand, %s: %w", r+1, d, k.label(), err)
 				}
 				cells = append(cells, c)
 				b.progress(c, sim)
@@ -353,6 +353,16 @@ func (b *runner) header() {
 	fmt.Fprintf(b.out, "each call carries its class (neptune.WithClass) and its class's deadline D as its own; its yield is scored client-side from its response time (0 if dropped or late); LossPercent = 100 × (1 − realized ÷ offered)\n")
 }
 
+// contenders are the cells of a round at one demand level: every policy,
+// and the control.
+func contenders(round, demand int) []cell {
+	var cs []cell
+	for _, p := range policies {
+		cs = append(cs, cell{Round: round, Demand: demand, Policy: p})
+	}
+	return append(cs, cell{Round: round, Demand: demand, Policy: controlPolicy, Control: true})
+}
+
 // rotate returns ps rotated left by n.
 func rotate[T any](ps []T, n int) []T {
 	n %= len(ps)
@@ -388,9 +398,10 @@ func (b *runner) simulate(ctx context.Context) (map[point]float64, error) {
 }
 
 // runCell starts a node with policy p, sends tr and scores it.
-func (b *runner) runCell(ctx context.Context, round, demand int, p sched.Policy, tr []arrival) (cellResult, error) {
-	res := cellResult{cell: cell{Round: round, Demand: demand, Policy: p}}
-	dir := filepath.Join(b.dir, fmt.Sprintf("r%d-d%d-%s", round+1, demand, p))
+func (b *runner) runCell(ctx context.Context, k cell, tr []arrival) (cellResult, error) {
+	res := cellResult{cell: k}
+	p := k.Policy
+	dir := filepath.Join(b.dir, fmt.Sprintf("r%d-d%d-%s", k.Round+1, k.Demand, k.label()))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return res, err
 	}
@@ -601,13 +612,13 @@ func (b *runner) progress(c cellResult, sim map[point]float64) {
 		fails = fmt.Sprintf(", %d refused (queue full), %d failed (first: %s)", c.Overloaded, c.Failed, c.FirstErr)
 	}
 	fmt.Fprintf(b.out, "  round %d, %3d%% demand, %-8s LossPercent %6.2f%s: %d requests, %d answered, %d dropped or late%s; node %3.0f%% of its quota, %s CPU per answered call (spin %s); send lateness %v%s\n",
-		c.Round+1, c.Demand, c.Policy, c.loss(), simS, c.Arrivals, c.Done, c.Expired, fails, 100*c.Util, perCall, spin, c.Lag.Round(10*time.Microsecond), mark)
+		c.Round+1, c.Demand, c.label(), c.loss(), simS, c.Arrivals, c.Done, c.Expired, fails, 100*c.Util, perCall, spin, c.Lag.Round(10*time.Microsecond), mark)
 }
 
 // pooled sums the cells of one point over rounds.
 func pooled(cells []cellResult, d int, p sched.Policy) (off, real float64, n int) {
 	for _, c := range cells {
-		if c.Demand == d && c.Policy == p {
+		if c.Demand == d && c.Policy == p && !c.Control {
 			off += c.Offered
 			real += c.Realized
 			n++
@@ -644,6 +655,17 @@ func (b *runner) tables(cells []cellResult, sim map[point]float64) {
 		}
 		fmt.Fprintf(b.out, " %18s\n", s)
 	}
+	var noises []string
+	for _, d := range b.cfg.Demands {
+		var at []cell
+		for _, c := range cells {
+			if c.Demand == d {
+				at = append(at, c.cell)
+			}
+		}
+		noises = append(noises, fmt.Sprintf("%d%% %.2f", d, noise(at)))
+	}
+	fmt.Fprintf(b.out, "control: %s twice on the same arrivals, pooled LossPercents apart by %s points (what this run can resolve)\n", controlPolicy, strings.Join(noises, ", "))
 	// What the node spends per call beyond the spin (gRPC, the runtime)
 	// raises the demand above the nominal; measured where nearly every
 	// call is answered and none is cut short.
@@ -664,7 +686,7 @@ func (b *runner) tables(cells []cellResult, sim map[point]float64) {
 		ks := make([]classResult, len(b.wl.Classes))
 		var win time.Duration
 		for _, c := range cells {
-			if c.Demand != top || c.Policy != p {
+			if c.Demand != top || c.Policy != p || c.Control {
 				continue
 			}
 			win += b.cfg.Cell
@@ -701,14 +723,14 @@ func (b *runner) save(cells []cellResult, sim map[point]float64) error {
 		"loss_percent", "node_quota_use", "starved", "quota_exceeded", "send_lateness_us")
 	cls := report.NewTable("round", "demand_percent", "policy", "class", "arrivals", "answered", "offered_yield", "realized_yield", "mean_response_us")
 	for _, c := range cells {
-		t.Addf("%d,%d,%s,%d,%d,%d,%d,%d,%.1f,%.3f,%.3f,%.3f,%t,%t,%d", c.Round+1, c.Demand, c.Policy, c.Arrivals, c.Done, c.Expired, c.Overloaded, c.Failed,
+		t.Addf("%d,%d,%s,%d,%d,%d,%d,%d,%.1f,%.3f,%.3f,%.3f,%t,%t,%d", c.Round+1, c.Demand, c.label(), c.Arrivals, c.Done, c.Expired, c.Overloaded, c.Failed,
 			c.Offered, c.Realized, c.loss(), c.Util, c.Starved, c.Over, c.Lag.Microseconds())
 		for k, r := range c.Classes {
 			mean := time.Duration(0)
 			if r.Done > 0 {
 				mean = r.RespSum / time.Duration(r.Done)
 			}
-			cls.Addf("%d,%d,%s,%s,%d,%d,%.1f,%.3f,%d", c.Round+1, c.Demand, c.Policy, b.wl.Classes[k].Name, r.Arrivals, r.Done, r.Offered, r.Realized, mean.Microseconds())
+			cls.Addf("%d,%d,%s,%s,%d,%d,%.1f,%.3f,%d", c.Round+1, c.Demand, c.label(), b.wl.Classes[k].Name, r.Arrivals, r.Done, r.Offered, r.Realized, mean.Microseconds())
 		}
 	}
 	pts := report.NewTable("demand_percent", "policy", "loss_percent", "sim_loss_percent")

@@ -27,7 +27,22 @@ const maxFailed = 0.01
 type cell struct {
 	Round, Demand int
 	Policy        sched.Policy
+	// Control marks the second cell of controlPolicy on the same
+	// arrivals: not a contender, the run's measure of its own noise.
+	Control bool
 	measured
+}
+
+// controlPolicy is run twice per round and level; how far its two cells'
+// LossPercents differ is what this run can resolve at all.
+const controlPolicy = sched.Greedy
+
+// label is the cell's policy, marked "again" for the control.
+func (c cell) label() string {
+	if c.Control {
+		return c.Policy.String() + "-again"
+	}
+	return c.Policy.String()
 }
 
 // measured is what the verdicts read of one measured window: a cell of
@@ -84,7 +99,7 @@ func verdicts(tolerance float64, demands []int, cells []cell) []*report.Check {
 // three figures.
 func gap(cells []cell) (g, adaptive, yid, greedy float64) {
 	loss := func(p sched.Policy) float64 {
-		return pooledLoss(cells, func(c cell) (float64, float64, bool) { return c.Offered, c.Realized, c.Policy == p })
+		return pooledLoss(cells, func(c cell) (float64, float64, bool) { return c.Offered, c.Realized, c.Policy == p && !c.Control })
 	}
 	adaptive, yid, greedy = loss(sched.Adaptive), loss(sched.YID), loss(sched.Greedy)
 	return adaptive - math.Min(yid, greedy), adaptive, yid, greedy
@@ -99,6 +114,9 @@ func levelVerdict(tolerance float64, d int, cells []cell) *report.Check {
 		rg, _, _, _ := gap(in)
 		return rg <= tolerance
 	}))
+	if n := noise(cells); n > tolerance {
+		c.Doubt(true, "%s's two cells on the same arrivals differ by %.2f points, more than the %.1f-point tolerance: this run cannot resolve it (more rounds or longer cells)", controlPolicy, n, tolerance)
+	}
 	var starved, over, unbound, failed []cell
 	var lag time.Duration
 	for _, x := range cells {
@@ -170,7 +188,7 @@ func first(cs []cell) string {
 		return ""
 	}
 	c := cs[0]
-	s := fmt.Sprintf("round %d, %s", c.Round+1, c.Policy)
+	s := fmt.Sprintf("round %d, %s", c.Round+1, c.label())
 	if c.Reason != "" {
 		s += ": " + c.Reason
 	}
@@ -319,4 +337,16 @@ func roundsMet[C any](cells []C, round func(C) int, meets func([]C) bool) []bool
 		met[i] = meets(slices.DeleteFunc(slices.Clone(cells), func(x C) bool { return round(x) != r }))
 	}
 	return met
+}
+
+// noise is how far the control's pooled LossPercent is from its twin's
+// (controlPolicy's contender cells): the same policy on the same
+// arrivals, so only the run's own variation; 0 without control cells.
+func noise(cells []cell) float64 {
+	twin := pooledLoss(cells, func(c cell) (float64, float64, bool) { return c.Offered, c.Realized, c.Policy == controlPolicy && !c.Control })
+	again := pooledLoss(cells, func(c cell) (float64, float64, bool) { return c.Offered, c.Realized, c.Control })
+	if math.IsNaN(twin) || math.IsNaN(again) {
+		return 0
+	}
+	return math.Abs(again - twin)
 }

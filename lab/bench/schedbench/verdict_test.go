@@ -30,6 +30,20 @@ func level(d, rounds int, loss [4]float64, edit func(*cell)) []cell {
 	return cs
 }
 
+// withControl adds a control cell of LossPercent loss to every round of
+// cs, as the bench's second Greedy cell on the same arrivals.
+func withControl(cs []cell, loss float64) []cell {
+	out := slices.Clone(cs)
+	for _, c := range cs {
+		if c.Policy == controlPolicy {
+			c.Control = true
+			c.Realized = c.Offered * (1 - loss/100)
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 func TestLevelVerdict(t *testing.T) {
 	tracks := [4]float64{56, 52, 40, 40.5} // Adaptive +0.5 over Greedy
 	misses := [4]float64{56, 52, 40, 45}   // +5
@@ -63,6 +77,8 @@ func TestLevelVerdict(t *testing.T) {
 			}
 			return cs
 		}()), report.Inconclusive},
+		{"the control agrees with its twin", 200, withControl(level(200, 3, tracks, nil), tracks[2]+1), report.Pass},
+		{"the control differs by more than the tolerance", 200, withControl(level(200, 3, misses, nil), misses[2]+3), report.Inconclusive},
 		{"a policy missing", 200, slices.DeleteFunc(level(200, 3, tracks, nil), func(c cell) bool { return c.Policy == sched.YID }), report.Inconclusive},
 	} {
 		c := levelVerdict(2, tc.d, tc.cells)
