@@ -343,7 +343,9 @@ func roundsMet[C any](cells []C, round func(C) int, meets func([]C) bool) []bool
 // (controlPolicy's contender cells): the same policy on the same
 // arrivals, so only the run's own variation; 0 without control cells.
 func noise(cells []cell) float64 {
-	twin := pooledLoss(cells, func(c cell) (float64, float64, bool) { return c.Offered, c.Realized, c.Policy == controlPolicy && !c.Control })
+	twin := pooledLoss(cells, func(c cell) (float64, float64, bool) {
+		return c.Offered, c.Realized, c.Policy == controlPolicy && !c.Control
+	})
 	again := pooledLoss(cells, func(c cell) (float64, float64, bool) { return c.Offered, c.Realized, c.Control })
 	if math.IsNaN(twin) || math.IsNaN(again) {
 		return 0
