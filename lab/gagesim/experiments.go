@@ -325,7 +325,7 @@ func deviation(ctx context.Context, cfg Config, w io.Writer) ([]Goal, error) {
 		for _, v := range fig.variants {
 			for _, kind := range contenders[:2] {
 				sc := base(cfg, kind, cfg.DeviationDuration)
-				sc.capacity = sum(res)
+				sc.capacity = report.Sum(res)
 				if v.acct > 0 {
 					sc.acct = v.acct
 				}
@@ -614,14 +614,6 @@ func jain(xs []float64) float64 {
 		return 1
 	}
 	return s * s / (float64(len(xs)) * s2)
-}
-
-func sum(xs []float64) float64 {
-	t := 0.0
-	for _, x := range xs {
-		t += x
-	}
-	return t
 }
 
 func joinF(xs []float64) string {

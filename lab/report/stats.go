@@ -17,7 +17,7 @@ func Percentile[T any](sorted []T, p float64) T {
 	return sorted[min(int(float64(len(sorted))*p/100), len(sorted)-1)]
 }
 
-// Number is what Mean averages.
+// Number is what Mean averages and Sum adds.
 type Number interface {
 	~int | ~int64 | ~float64
 }
@@ -28,11 +28,16 @@ func Mean[T Number](xs []T) T {
 	if len(xs) == 0 {
 		return 0
 	}
+	return Sum(xs) / T(len(xs))
+}
+
+// Sum is the sum of xs.
+func Sum[T Number](xs []T) T {
 	var sum T
 	for _, x := range xs {
 		sum += x
 	}
-	return sum / T(len(xs))
+	return sum
 }
 
 // MeanSD is the mean and the sample standard deviation of xs (0 for fewer

@@ -276,7 +276,7 @@ func (e *env) deviation(ctx context.Context) ([]*report.Check, error) {
 			rows[i].cells = append(rows[i].cells, c)
 			one := rows[i].cells[r : r+1]
 			fmt.Fprintf(e.w, "  [deviation round %d/%d, Fig %d, %s] 1 s %s, 4 s %s; served %.4g GRPS; back ends %.0f-%.0f%% of quota; %s\n",
-				r+1, e.cfg.Rounds, v.fig, v.label, pct(devMean(one, w1)), pct(devMean(one, w4)), sum(c.served), 100*c.minUtil, 100*c.util, c.machine)
+				r+1, e.cfg.Rounds, v.fig, v.label, pct(devMean(one, w1)), pct(devMean(one, w4)), report.Sum(c.served), 100*c.minUtil, 100*c.util, c.machine)
 			if c.doubt != "" {
 				fmt.Fprintf(e.w, "    cannot be judged: %s\n", c.doubt)
 			}
@@ -382,14 +382,6 @@ func pollServed(hc *http.Client, gw *proc, subs []subscriberSpec, t0 time.Time, 
 	}
 }
 
-func sum(xs []float64) float64 {
-	t := 0.0
-	for _, x := range xs {
-		t += x
-	}
-	return t
-}
-
 // devReport prints each figure's rows against the window, the worst
 // judged row per subscriber, writes the CSV and the charts, and judges.
 func (e *env) devReport(subs []subscriberSpec, rows []devRow, wins []time.Duration, w1, w4 int) ([]*report.Check, error) {
@@ -420,7 +412,7 @@ func (e *env) devReport(subs []subscriberSpec, rows []devRow, wins []time.Durati
 			}
 			served, lo, hi := 0.0, math.Inf(1), 0.0
 			for _, c := range r.cells {
-				served += sum(c.served) / float64(len(r.cells))
+				served += report.Sum(c.served) / float64(len(r.cells))
 				lo, hi = min(lo, c.minUtil), max(hi, c.util)
 			}
 			t.Add(append(row, fmt.Sprintf("%.4g", served), fmt.Sprintf("%.0f-%.0f%%", 100*lo, 100*hi))...)
