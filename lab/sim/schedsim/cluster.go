@@ -128,14 +128,7 @@ func simulateCluster(cfg clusterConfig) (clusterResult, error) {
 		ids[i] = strconv.Itoa(i)
 	}
 	res := clusterResult{phaseOffered: make([]float64, len(cfg.phases)), phaseRealized: make([]float64, len(cfg.phases))}
-	phaseOf := func(t time.Time) int {
-		at := t.Sub(time.Unix(0, 0))
-		i, found := slices.BinarySearch(cfg.phases, at)
-		if !found {
-			i--
-		}
-		return i
-	}
+	phaseOf := func(t time.Time) int { return phaseAt(cfg.phases, t.Sub(time.Unix(0, 0))) }
 	nw := int(cfg.duration/cfg.window) + 1
 	res.alloc, res.demand = make([][]float64, nw), make([][]float64, nw)
 	for w := range nw {
@@ -412,4 +405,14 @@ func setServes(n *cnode, k, nk int) {
 		n.serves[j] = 0
 	}
 	n.serves[k] = 1
+}
+
+// phaseAt is the index of the phase, of those starting at starts
+// (ascending), that t falls in; -1 before the first.
+func phaseAt(starts []time.Duration, t time.Duration) int {
+	i, found := slices.BinarySearch(starts, t)
+	if !found {
+		i--
+	}
+	return i
 }

@@ -119,18 +119,12 @@ func SimulatePhases(w Workload, partitioned bool, nodes, workers int, phases []C
 	if len(phases) == 0 || phases[0].From != 0 {
 		return nil, nil, fmt.Errorf("schedsim: phases must start at 0, got %d", len(phases))
 	}
-	at := func(t time.Duration) ClusterPhase {
-		i := len(phases) - 1
-		for phases[i].From > t {
-			i--
-		}
-		return phases[i]
-	}
 	var grace time.Duration
 	starts := make([]time.Duration, len(phases))
 	for i, p := range phases {
 		starts[i] = p.From
 	}
+	at := func(t time.Duration) ClusterPhase { return phases[phaseAt(starts, t)] }
 	for _, c := range w.Classes {
 		grace = max(grace, c.Yield.Deadline)
 	}
