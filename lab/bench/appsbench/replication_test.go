@@ -1,6 +1,7 @@
 package appsbench
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -98,5 +99,18 @@ func TestAppChecks(t *testing.T) {
 	}
 	if got := appChecks(samples, nil, []int{4}, []int{1, 2}, confinedCPU); len(got) != 0 {
 		t.Errorf("one node count without degree 4: %d checks, want none: %v", len(got), got)
+	}
+}
+
+// TestWriteCostInvertsTheModel: a write as costly as a read (x = 1) at 13%
+// writes and degree 4 leaves 1/(0.87+4×0.13) of degree 1, and the model
+// gives back x = 1 from that ratio; costlier writes read as costlier.
+func TestWriteCostInvertsTheModel(t *testing.T) {
+	ratio := (0.87 + 0.13) / (0.87 + 4*0.13)
+	if x := writeCost(0.13, 4, 1/ratio); math.Abs(x-1) > 1e-9 {
+		t.Errorf("writeCost at the x=1 ratio %.3f = %v, want 1", ratio, x)
+	}
+	if cheap, dear := writeCost(0.13, 4, 1/0.65), writeCost(0.13, 4, 1/0.31); !(cheap < 1.5 && dear > 15) {
+		t.Errorf("writeCost at 0.65× = %.2f (want < 1.5), at 0.31× = %.2f (want > 15)", cheap, dear)
 	}
 }
