@@ -128,6 +128,10 @@ func NewNet() (*Net, error) {
 			return nil, err
 		}
 	}
+	if err := errors.Join(linkUp("", n.obs, false), linkUp(n.sw, "obs", true)); err != nil {
+		n.Close()
+		return nil, err
+	}
 	n.Silent = n.nft("add", "table", "bridge", "faults") == nil &&
 		n.nft("add", "chain", "bridge", "faults", "cuts", "{ type filter hook forward priority 0; }") == nil
 	return n, nil
@@ -162,7 +166,36 @@ func (n *Net) AddHost(name string) (*Host, error) {
 			return nil, err
 		}
 	}
+	if err := errors.Join(linkUp(h.NS, "eth0", false), linkUp(n.sw, h.veth, true)); err != nil {
+		return nil, err
+	}
 	return h, nil
+}
+
+// linkUp waits until dev in namespace ns (the root's if "") is
+// operationally up and, for a bridge port, forwarding. `ip link set up`
+// returns before the kernel has seen the veth's carrier: until its link
+// watcher runs (batched, up to a second later, more on a loaded machine)
+// the device keeps the qdisc that drops every packet, so a first SYN was
+// lost and a dial with a shorter timeout than TCP's 1 s retransmission
+// failed (seen in the suite, on a loaded machine).
+func linkUp(ns, dev string, port bool) error {
+	args := []string{"-d", "-o", "link", "show", "dev", dev}
+	if ns != "" {
+		args = append([]string{"-n", ns}, args...)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.Command("ip", args...).Output()
+		up := err == nil && strings.Contains(string(out), " state UP ") && (!port || strings.Contains(string(out), "bridge_slave state forwarding"))
+		if up {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("faults: %s in %q not up after 10 s: %s", dev, ns, strings.TrimSpace(string(out)))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Host returns the named host.

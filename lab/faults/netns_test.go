@@ -32,9 +32,18 @@ func inNS(ns string, f func() error) error {
 	return <-done
 }
 
-func dialFrom(ns, addr string) error {
+// Dial timeouts: one through a silent cut must time out (it waits
+// cutWait); one that must connect waits reachWait, past TCP's and ARP's
+// 1 s retransmissions, so a first packet lost on a loaded machine (a
+// switch port that has not learnt the address yet) does not read as a cut.
+const (
+	cutWait   = 700 * time.Millisecond
+	reachWait = 3 * time.Second
+)
+
+func dialFrom(ns, addr string, timeout time.Duration) error {
 	return inNS(ns, func() error {
-		c, err := net.DialTimeout("tcp", addr, 700*time.Millisecond)
+		c, err := net.DialTimeout("tcp", addr, timeout)
 		if err == nil {
 			c.Close()
 		}
@@ -81,14 +90,14 @@ func TestNetCutsAndHeals(t *testing.T) {
 		}
 	}()
 	target := b.IP + ":9000"
-	if err := dialFrom(a.NS, target); err != nil {
+	if err := dialFrom(a.NS, target, reachWait); err != nil {
 		t.Fatalf("a cannot reach b before any cut: %v", err)
 	}
 	if err := n.Cut("a", "b"); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	err = dialFrom(a.NS, target)
+	err = dialFrom(a.NS, target, cutWait)
 	if err == nil {
 		t.Fatal("a reached b through a cut")
 	}
@@ -96,7 +105,7 @@ func TestNetCutsAndHeals(t *testing.T) {
 	if n.Silent && (!errors.As(err, &ne) || !ne.Timeout() || time.Since(start) < 500*time.Millisecond) {
 		t.Errorf("a silent cut should time out, got %v after %v", err, time.Since(start))
 	}
-	if c, err := net.DialTimeout("tcp", target, time.Second); err != nil {
+	if c, err := net.DialTimeout("tcp", target, reachWait); err != nil {
 		t.Errorf("the observer lost b during a cut: %v", err)
 	} else {
 		c.Close()
@@ -104,7 +113,7 @@ func TestNetCutsAndHeals(t *testing.T) {
 	if err := n.Heal(); err != nil {
 		t.Fatal(err)
 	}
-	if err := dialFrom(a.NS, target); err != nil {
+	if err := dialFrom(a.NS, target, reachWait); err != nil {
 		t.Fatalf("a cannot reach b after the heal: %v", err)
 	}
 	// The fallback without nft: blackhole routes in the hosts.
@@ -112,13 +121,13 @@ func TestNetCutsAndHeals(t *testing.T) {
 	if err := n.Cut("a", "b"); err != nil {
 		t.Fatal(err)
 	}
-	if err := dialFrom(a.NS, target); err == nil {
+	if err := dialFrom(a.NS, target, cutWait); err == nil {
 		t.Fatal("a reached b through a blackhole cut")
 	}
 	if err := n.Heal(); err != nil {
 		t.Fatal(err)
 	}
-	if err := dialFrom(a.NS, target); err != nil {
+	if err := dialFrom(a.NS, target, reachWait); err != nil {
 		t.Fatalf("a cannot reach b after the blackhole heal: %v", err)
 	}
 	n.Close()
