@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"strconv"
@@ -52,6 +53,23 @@ const Workers = 1
 //     bytes, as a web server answers a static file of that size from the
 //     page cache. A network-bound request: its cost is the response's
 //     bytes.
+//   - read (read): body is a footprint in bytes and a CPU time,
+//     EncodeRead'd; computes like spin, then reads one ReadBlock of a
+//     file of that footprint at a random block-aligned offset through
+//     the page cache, and answers like work. A file server's request:
+//     CPU, and the disk as well when the block is not cached, which is
+//     the case for a share of reads about one less the cache over the
+//     footprint, so a memory limit on the node's cgroup (the page cache
+//     is charged to it) makes real misses on this node alone. The node
+//     picks the offset, not the caller: the footprint alone is the
+//     workload, uniform over the file whatever the caller's draws. The
+//     file is made on first need, filled with data (its pages cached,
+//     dirty, then written back), unlinked at once and kept open; one
+//     footprint at a time: a call of another replaces it, so each
+//     starts from a freshly written file. It is made on a goroutine of
+//     its own, so that the node does not charge the set-up's CPU and
+//     writes to the request that needed it; readahead is off for it
+//     (a random reader's), so a miss reads the block, not more.
 //   - slowdown (write): body is a decimal factor (e.g. "10"); every later
 //     work call on this node sleeps that many times longer. It answers with
 //     the previous factor. A fault-injection knob for experiments: call it
@@ -67,6 +85,7 @@ func Service() neptune.Service {
 			{Name: "spin", Mode: neptune.Read, Handler: s.spin},
 			{Name: "fsync", Mode: neptune.Read, Handler: s.fsync},
 			{Name: "file", Mode: neptune.Read, Handler: s.file},
+			{Name: "read", Mode: neptune.Read, Handler: s.read},
 			{Name: "slowdown", Mode: neptune.Write, Handler: s.setSlowdown},
 		},
 	}
@@ -78,6 +97,20 @@ func Encode(d time.Duration) []byte { return binary.AppendUvarint(nil, uint64(ma
 // EncodeBytes is the body of an fsync call that writes n bytes, or of a
 // file call that answers n bytes.
 func EncodeBytes(n int) []byte { return binary.AppendUvarint(nil, uint64(max(n, 0))) }
+
+// EncodeRead is the body of a read call of one block of a footprint-byte
+// file after cpu of computing.
+func EncodeRead(footprint int, cpu time.Duration) []byte {
+	return binary.AppendUvarint(binary.AppendUvarint(nil, uint64(max(footprint, 0))), uint64(max(cpu, 0)))
+}
+
+// ReadBlock is what one read call reads: a block of a web server's
+// response size, a multiple of every page size.
+const ReadBlock = 64 << 10
+
+// maxRead bounds a read call's footprint, the bytes of disk its file
+// takes.
+const maxRead = 1 << 30
 
 // maxFsync bounds an fsync call's bytes, so a request cannot fill the disk.
 const maxFsync = 64 << 20
@@ -101,6 +134,10 @@ type server struct {
 
 	mu      sync.Mutex
 	scratch []*os.File // fsync's idle scratch files
+
+	readMu sync.RWMutex // a read holds it shared; replacing the file, alone
+	readF  *os.File     // read's file, of readN bytes
+	readN  uint64
 }
 
 func (s *server) work(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
@@ -142,23 +179,127 @@ func (s *server) spin(ctx context.Context, r *neptune.Request) (*neptune.Respons
 	if err != nil {
 		return nil, err
 	}
+	if err := burn(ctx, time.Duration(ns)); err != nil {
+		return nil, err
+	}
+	return &neptune.Response{Body: s.pid}, nil
+}
+
+// burn computes until the calling thread has used d of CPU (where its CPU
+// clock can be read; elsewhere, d of wall time), at most 10d of wall time.
+func burn(ctx context.Context, d time.Duration) error {
 	runtime.LockOSThread() // the thread's CPU clock measures this goroutine
 	defer runtime.UnlockOSThread()
 	used := cpuClock()
-	end, deadline := used()+time.Duration(ns), time.Now().Add(10*time.Duration(ns))
+	end, deadline := used()+d, time.Now().Add(10*d)
 	x := uint64(1)
 	for i := 0; used() < end && time.Now().Before(deadline); i++ {
 		for range 1000 {
 			x = x*6364136223846793005 + 1442695040888963407
 		}
 		if i%64 == 0 && ctx.Err() != nil {
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
 	if x == 0 { // never: keeps the loop from being optimised away
-		return nil, errors.New("work: spin")
+		return errors.New("work: spin")
+	}
+	return nil
+}
+
+func (s *server) read(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {
+	footprint, n := binary.Uvarint(r.Body)
+	cpu, m := uint64(0), 0
+	if n > 0 {
+		cpu, m = binary.Uvarint(r.Body[n:])
+	}
+	if n <= 0 || m <= 0 || n+m != len(r.Body) {
+		return nil, fmt.Errorf("%w: body must be a footprint and a CPU time from work.EncodeRead", ErrBadRequest)
+	}
+	if footprint < ReadBlock || footprint > maxRead {
+		return nil, fmt.Errorf("%w: read footprint of %d bytes, want %d to %d", ErrBadRequest, footprint, ReadBlock, maxRead)
+	}
+	if err := burn(ctx, time.Duration(cpu)); err != nil {
+		return nil, err
+	}
+	f, err := s.readFile(footprint)
+	if err != nil {
+		return nil, fmt.Errorf("work: read: %w", err)
+	}
+	defer s.readMu.RUnlock()
+	buf := make([]byte, ReadBlock)
+	if _, err := f.ReadAt(buf, int64(rand.N(footprint/ReadBlock))*ReadBlock); err != nil {
+		return nil, fmt.Errorf("work: read: %w", err)
 	}
 	return &neptune.Response{Body: s.pid}, nil
+}
+
+// readFile is read's file of footprint bytes (rounded down to blocks),
+// held shared until the caller's readMu.RUnlock; it replaces the file of
+// another footprint, made on a goroutine of its own (see Service).
+func (s *server) readFile(footprint uint64) (*os.File, error) {
+	footprint -= footprint % ReadBlock
+	for {
+		s.readMu.RLock()
+		if s.readN == footprint {
+			return s.readF, nil
+		}
+		s.readMu.RUnlock()
+		if err := s.replaceRead(footprint); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// replaceRead makes read's file footprint bytes, unless a call at the
+// same time already has.
+func (s *server) replaceRead(footprint uint64) error {
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	if s.readN == footprint {
+		return nil
+	}
+	if s.readF != nil {
+		s.readF.Close()
+		s.readF, s.readN = nil, 0
+	}
+	type made struct {
+		f   *os.File
+		err error
+	}
+	ch := make(chan made, 1)
+	go func() {
+		f, err := fill(footprint)
+		ch <- made{f, err}
+	}()
+	m := <-ch
+	if m.err != nil {
+		return m.err
+	}
+	s.readF, s.readN = m.f, footprint
+	return nil
+}
+
+// fill makes an unlinked file of n bytes of data, cached as written, with
+// readahead off.
+func fill(n uint64) (*os.File, error) {
+	f, err := os.CreateTemp("", "neptune-work-read-*")
+	if err != nil {
+		return nil, err
+	}
+	err = os.Remove(f.Name())
+	buf := pattern()
+	for off := uint64(0); off < n && err == nil; off += uint64(len(buf)) {
+		_, err = f.WriteAt(buf[:min(n-off, uint64(len(buf)))], int64(off))
+	}
+	if err == nil {
+		err = adviseRandom(f)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 func (s *server) fsync(ctx context.Context, r *neptune.Request) (*neptune.Response, error) {

@@ -101,3 +101,34 @@ func TestSpinAndFsync(t *testing.T) {
 		}
 	}
 }
+
+// A read answers the pid, of whichever footprint it is asked (the file
+// of another replaces it), and leaves no file behind; a footprint over
+// the bound or under a block is refused.
+func TestReadAndRejectsBadFootprints(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	svc := Service()
+	for _, n := range []int{ReadBlock, 1<<20 + 5, ReadBlock} {
+		resp, err := call(t, svc, "read", EncodeRead(n, 100*time.Microsecond))
+		if err != nil {
+			t.Fatalf("read of a %d-byte footprint: %v", n, err)
+		}
+		if pid, err := PID(resp.Body); err != nil || pid != os.Getpid() {
+			t.Fatalf("PID(%q) = %d, %v; want %d", resp.Body, pid, err, os.Getpid())
+		}
+	}
+	if es, err := os.ReadDir(dir); err != nil || len(es) != 0 {
+		t.Errorf("temp dir holds %d entries (%v), want none", len(es), err)
+	}
+	for _, body := range [][]byte{
+		EncodeRead(maxRead+1, 0),
+		EncodeRead(ReadBlock-1, 0),
+		EncodeBytes(1 << 20),
+		append(EncodeRead(1<<20, 0), 0),
+	} {
+		if _, err := call(t, svc, "read", body); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("read(%x): %v, want ErrBadRequest", body, err)
+		}
+	}
+}

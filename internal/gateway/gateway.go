@@ -441,7 +441,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, start time.Time)
 		}
 	}
 	g.loop.done(gage.Usage{Subscriber: sub, Requests: 1, Used: used})
-	g.metrics.onUsed(sub, g.unit.Cost(used))
+	g.metrics.onUsed(sub, g.unit, used)
 	if err != nil {
 		return g.callFailed(w, r, rt, sub, err)
 	}

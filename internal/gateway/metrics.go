@@ -51,8 +51,10 @@ type subMetrics struct {
 	// The same counts for /api/subscribers, which reads them without
 	// going through a Prometheus gather.
 	nDemanded, nServed, nDropped atomic.Int64
-	// nServedMicroGRU is servedGRU in millionths, for the same reader.
+	// nServedMicroGRU is servedGRU in millionths, for the same reader;
+	// nUsedMicroGRU is the same usage per resource.
 	nServedMicroGRU atomic.Int64
+	nUsedMicroGRU   [gage.NumResources]atomic.Int64
 }
 
 // Reasons a request is dropped, the reason label of dropped_total.
@@ -147,9 +149,18 @@ func (m *metrics) onServed(sub string) {
 	m.subs[sub].nServed.Add(1)
 }
 
-func (m *metrics) onUsed(sub string, g float64) {
-	m.subs[sub].servedGRU.Add(g)
-	m.subs[sub].nServedMicroGRU.Add(int64(math.Round(g * 1e6)))
+// onUsed counts what a served request used, its cost in GRU at u and, per
+// resource, its use in GRU.
+func (m *metrics) onUsed(sub string, u gage.Unit, used gage.Vector) {
+	sm := m.subs[sub]
+	g := u.Cost(used)
+	sm.servedGRU.Add(g)
+	sm.nServedMicroGRU.Add(int64(math.Round(g * 1e6)))
+	for r, x := range u {
+		if x > 0 {
+			sm.nUsedMicroGRU[r].Add(int64(math.Round(used[r] / x * 1e6)))
+		}
+	}
 }
 
 func (m *metrics) onPaced(sub string, held time.Duration) { m.subs[sub].paced.Add(held.Seconds()) }

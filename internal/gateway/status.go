@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"github.com/neptune-cluster/neptune/internal/gage"
 )
 
 // SubscriberStatus is one subscriber as a gateway sees it: what
@@ -25,6 +27,13 @@ type SubscriberStatus struct {
 	// ServedGRU is what the served requests cost, in GRU, since the
 	// start: the rate of its change is the rate served in GRPS.
 	ServedGRU float64 `json:"served_gru"`
+	// ServedByResource is what they used of each resource (cpu, disk,
+	// net), in GRU, since the start. Each request costs its own
+	// bottleneck, so where requests' bottlenecks differ (some reads
+	// cached, some from the disk) ServedGRU grows faster than the
+	// subscriber's usage of its bottleneck resource over many requests,
+	// the largest of these, which is what the scheduler shares (§3.5).
+	ServedByResource map[string]float64 `json:"served_gru_by_resource,omitempty"`
 }
 
 // Status is a gateway's state for operators.
@@ -53,8 +62,11 @@ func (g *Gateway) Status() Status {
 		out.Subscribers = append(out.Subscribers, SubscriberStatus{
 			Name: s.Name, Reserved: s.Reservation, Limit: s.Limit, Share: share, DemandGRPS: st.DemandGRPS[s.Name],
 			Demanded: sm.nDemanded.Load(), Served: sm.nServed.Load(), Dropped: sm.nDropped.Load(),
-			ServedGRU: float64(sm.nServedMicroGRU.Load()) / 1e6,
+			ServedGRU: float64(sm.nServedMicroGRU.Load()) / 1e6, ServedByResource: map[string]float64{},
 		})
+		for r := range sm.nUsedMicroGRU {
+			out.Subscribers[len(out.Subscribers)-1].ServedByResource[gage.Resource(r).String()] = float64(sm.nUsedMicroGRU[r].Load()) / 1e6
+		}
 	}
 	return out
 }

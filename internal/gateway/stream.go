@@ -388,7 +388,7 @@ func (a *streamCharge) report() {
 	}
 	used := gage.Res(0, 0, int64(a.bytes))
 	a.g.loop.done(gage.Usage{Subscriber: a.sub, Requests: 1, Used: used})
-	a.g.metrics.onUsed(a.sub, a.g.unit.Cost(used))
+	a.g.metrics.onUsed(a.sub, a.g.unit, used)
 	a.open, a.bytes = false, 0
 }
 

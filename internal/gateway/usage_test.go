@@ -57,6 +57,11 @@ routes: [{service: cost, method: m}]
 	if got := value(t, reg, "neptune_gateway_served_gru_total", "subscriber", "gold"); got < 6*5 {
 		t.Errorf("served_gru_total = %.1f after at least 6 requests of 5 GRU", got)
 	}
+	// The requests used CPU only, each its 5 GRU and a few bytes.
+	st := g.Status().Subscribers[0]
+	if by := st.ServedByResource; by["cpu"] < 6*5 || by["disk"] != 0 || by["net"] <= 0 || by["net"] >= by["cpu"] || math.Abs(by["cpu"]-st.ServedGRU) > 1e-6 {
+		t.Errorf("served by resource %v, served_gru %.1f: want cpu = served_gru >= 30, no disk, a little net", by, st.ServedGRU)
+	}
 	if c := g.Status().CapacityGRU; c == 100000 || c <= 0 {
 		t.Errorf("capacity %.1f GRPS: not measured", c)
 	}

@@ -6,8 +6,11 @@
 // process its quota is judged starved, not measured.
 //
 // It drives the cpu controller of cgroup v1 (cpu.cfs_quota_us) or v2
-// (cpu.max), whichever the machine mounts, and needs root. The product
-// never imports it.
+// (cpu.max), whichever the machine mounts, and needs root. A group may
+// also have a memory limit (v1's memory.limit_in_bytes, v2's memory.max):
+// the page cache a process fills is charged to its group, so a limit
+// bounds the cache one process keeps without touching the machine's (the
+// gage bench's Fig 4). The product never imports it.
 package cpuquota
 
 import (
@@ -37,10 +40,22 @@ const minQuota = time.Millisecond
 // controller mounted, or not root); a test skips or, under CI, fails on it.
 var ErrUnavailable = errors.New("cpuquota: no writable cgroup cpu controller")
 
+// ErrNoMemory says a group cannot have a memory limit here: no writable
+// cgroup v1 memory hierarchy, or cgroup v2's memory controller not
+// available to the root's children.
+var ErrNoMemory = errors.New("cpuquota: no writable cgroup memory controller")
+
+// v1Memory is cgroup v1's memory hierarchy, mounted apart from cpu's.
+const v1Memory = "/sys/fs/cgroup/memory"
+
 // Root is a directory of groups made for one run, removed by Close.
 type Root struct {
 	dir string
 	v2  bool
+	// mem is the parent group of memory-limited groups, made by the
+	// first: v1's directory under its memory hierarchy, v2's dir once
+	// the memory controller is enabled in it; "" until then.
+	mem string
 }
 
 // Open makes a fresh parent group named name under the machine's cpu
@@ -87,18 +102,34 @@ func mk(dir string, v2 bool) (*Root, error) {
 
 // Group is one confined set of processes.
 type Group struct {
-	dir   string
+	// dirs are the group's directories: the cpu controller's, and v1's
+	// memory hierarchy's if it has a memory limit.
+	dirs  []string
 	cores float64
 }
 
-// Group makes a child group limited to cores CPUs (0.1 is a tenth of one).
-func (r *Root) Group(name string, cores float64) (*Group, error) {
+// Group makes a child group limited to cores CPUs (0.1 is a tenth of one)
+// and, if memory > 0, to that many bytes of memory, page cache included.
+func (r *Root) Group(name string, cores float64, memory int64) (*Group, error) {
 	if cores <= 0 || cores > 1024 {
 		return nil, fmt.Errorf("cpuquota: cores must be in (0, 1024], got %v", cores)
+	}
+	if memory < 0 {
+		return nil, fmt.Errorf("cpuquota: memory must be >= 0 bytes, got %d", memory)
+	}
+	if memory > 0 {
+		if err := r.openMemory(); err != nil {
+			return nil, err
+		}
 	}
 	dir := filepath.Join(r.dir, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cpuquota: %w", err)
+	}
+	g := &Group{dirs: []string{dir}, cores: cores}
+	if err := r.limitMemory(g, name, memory); err != nil {
+		g.remove()
+		return nil, err
 	}
 	us := int64(period / time.Microsecond)
 	quota := int64(cores * float64(us))
@@ -112,10 +143,63 @@ func (r *Root) Group(name string, cores float64) (*Group, error) {
 		err = os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), fmt.Appendf(nil, "%d", quota), 0o644)
 	}
 	if err != nil {
-		os.Remove(dir)
+		g.remove()
 		return nil, fmt.Errorf("cpuquota: set the quota of %s: %w", dir, err)
 	}
-	return &Group{dir: dir, cores: cores}, nil
+	return g, nil
+}
+
+// openMemory makes r.mem, once: v1's parent group under the memory
+// hierarchy, or v2's memory controller enabled for r's children.
+func (r *Root) openMemory() error {
+	switch {
+	case r.mem != "":
+		return nil
+	case r.v2:
+		if err := os.WriteFile(filepath.Join(r.dir, "cgroup.subtree_control"), []byte("+memory"), 0o644); err != nil {
+			return fmt.Errorf("%w: enable memory in %s (is it in %s/cgroup.subtree_control?): %v", ErrNoMemory, r.dir, filepath.Dir(r.dir), err)
+		}
+		r.mem = r.dir
+	default:
+		if !writable(filepath.Join(v1Memory, "memory.limit_in_bytes")) {
+			return fmt.Errorf("%w: no %s hierarchy", ErrNoMemory, v1Memory)
+		}
+		dir := filepath.Join(v1Memory, filepath.Base(r.dir))
+		os.Remove(dir) // a leftover of an earlier run, if empty
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("%w: %v", ErrNoMemory, err)
+		}
+		r.mem = dir
+	}
+	return nil
+}
+
+// limitMemory sets g's memory limit, if memory > 0: in v2 in its own
+// directory, in v1 in a directory of the memory hierarchy added to g's.
+func (r *Root) limitMemory(g *Group, name string, memory int64) error {
+	if memory == 0 {
+		return nil
+	}
+	file := "memory.max"
+	if !r.v2 {
+		dir := filepath.Join(r.mem, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("cpuquota: %w", err)
+		}
+		g.dirs, file = append(g.dirs, dir), "memory.limit_in_bytes"
+	}
+	dir := g.dirs[len(g.dirs)-1]
+	if err := os.WriteFile(filepath.Join(dir, file), strconv.AppendInt(nil, memory, 10), 0o644); err != nil {
+		return fmt.Errorf("cpuquota: set the memory limit of %s: %w", dir, err)
+	}
+	return nil
+}
+
+// remove removes a group that has no processes yet.
+func (g *Group) remove() {
+	for _, d := range g.dirs {
+		os.Remove(d)
+	}
 }
 
 // Cores is the group's quota.
@@ -123,8 +207,10 @@ func (g *Group) Cores() float64 { return g.cores }
 
 // Add moves process pid (all its threads) into the group.
 func (g *Group) Add(pid int) error {
-	if err := os.WriteFile(filepath.Join(g.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-		return fmt.Errorf("cpuquota: add process %d to %s: %w", pid, g.dir, err)
+	for _, d := range g.dirs {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			return fmt.Errorf("cpuquota: add process %d to %s: %w", pid, d, err)
+		}
 	}
 	return nil
 }
@@ -132,14 +218,24 @@ func (g *Group) Add(pid int) error {
 // Close removes the groups; processes still in them go back to the
 // machine's root group first.
 func (r *Root) Close() error {
-	parent := filepath.Dir(r.dir)
-	subs, _ := os.ReadDir(r.dir)
+	errs := []error{closeDir(r.dir)}
+	if r.mem != "" && r.mem != r.dir {
+		errs = append(errs, closeDir(r.mem))
+	}
+	return errors.Join(errs...)
+}
+
+// closeDir removes a parent group and its children, moving the children's
+// processes to the parent's parent first.
+func closeDir(root string) error {
+	parent := filepath.Dir(root)
+	subs, _ := os.ReadDir(root)
 	var errs []error
 	for _, s := range subs {
 		if !s.IsDir() {
 			continue
 		}
-		dir := filepath.Join(r.dir, s.Name())
+		dir := filepath.Join(root, s.Name())
 		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
 			for _, pid := range strings.Fields(string(b)) {
 				os.WriteFile(filepath.Join(parent, "cgroup.procs"), []byte(pid), 0o644)
@@ -149,10 +245,30 @@ func (r *Root) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	if err := os.Remove(r.dir); err != nil {
+	if err := os.Remove(root); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// ReadBytes is how many bytes process pid has had read from storage for
+// it so far (read_bytes of /proc/PID/io): reads the page cache served
+// count none, so the growth over a window is what missed it.
+func ReadBytes(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "read_bytes:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("cpuquota: /proc/%d/io: %w", pid, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("cpuquota: /proc/%d/io: no read_bytes", pid)
 }
 
 // ProcessCPU is the CPU time process pid has used so far (user and

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -79,7 +82,7 @@ func TestQuotaHolds(t *testing.T) {
 			t.Errorf("close: %v", err)
 		}
 	}()
-	g, err := root.Group("spinner", 0.2)
+	g, err := root.Group("spinner", 0.2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,5 +113,102 @@ func TestQuotaHolds(t *testing.T) {
 	}
 	if !j.Starved && us[0].Used < 150*time.Millisecond {
 		t.Errorf("the confined process used %v in 1.5 s on a machine with room: its quota is 300 ms", us[0].Used)
+	}
+}
+
+func TestFillHelper(t *testing.T) {
+	n, err := strconv.Atoi(os.Getenv("CPUQUOTA_FILL"))
+	if err != nil {
+		t.Skip("a child of TestMemoryLimitBoundsTheCache")
+	}
+	if _, err := os.Stdin.Read(make([]byte, 1)); err != nil { // in its group
+		t.Fatal(err)
+	}
+	f, err := os.CreateTemp("", "neptune-cpuquota-fill-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(f.Name())
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i) | 1
+	}
+	for range n {
+		if _, err := f.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Stdout.WriteString("filled\n")
+	time.Sleep(time.Minute)
+}
+
+// TestMemoryLimitBoundsTheCache confines a process writing a 64 MB file
+// to 32 MB of memory: the group's usage, page cache included, stays
+// within the limit (unconfined, the file's pages would all stay cached).
+func TestMemoryLimitBoundsTheCache(t *testing.T) {
+	root, err := Open("neptune-cpuquota-memtest")
+	if errors.Is(err, ErrUnavailable) && os.Getenv("CI") == "" {
+		t.Skipf("%v (needs root and a cgroup cpu controller)", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := root.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	}()
+	const limit = 32 << 20
+	g, err := root.Group("filler", 1, limit)
+	if errors.Is(err, ErrNoMemory) && os.Getenv("CI") == "" {
+		t.Skipf("%v (needs a cgroup memory controller)", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.Group("bad", 1, -1); err == nil {
+		t.Error("a negative memory limit accepted")
+	}
+	usage := filepath.Join(g.dirs[len(g.dirs)-1], "memory.usage_in_bytes")
+	if root.v2 {
+		usage = filepath.Join(g.dirs[0], "memory.current")
+	}
+	// The child fills its file once in the group, told so on its stdin:
+	// every page of it is charged to the group.
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFillHelper$")
+	cmd.Env = append(os.Environ(), "CPUQUOTA_FILL=64")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if err := g.Add(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Write([]byte("\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if n, err := out.Read(buf); err != nil || !strings.Contains(string(buf[:n]), "filled") {
+		t.Fatalf("the child did not fill its file: %q, %v", buf[:n], err)
+	}
+	b, err := os.ReadFile(usage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the group uses %d MB after writing 64 MB", used>>20)
+	if used <= 0 || used > limit {
+		t.Errorf("the group uses %d bytes, want within (0, %d]", used, limit)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
-	"time"
 
 	"github.com/neptune-cluster/neptune/internal/gage"
 )
@@ -45,11 +44,7 @@ func (s sizes) draw(r *rand.Rand) gage.Vector {
 		// A file read served from the page cache costs CPU and network;
 		// one that misses also costs 20 ms of disk (Fig 4: the 64 MB
 		// footprint is the one where about half the requests miss).
-		v := gage.Res(8*time.Millisecond, 0, 2000)
-		if r.Float64() < s.pDisk {
-			v[gage.Disk] = 0.020
-		}
-		return v
+		return footprintRead(r.Float64() < s.pDisk)
 	case "trace":
 		// SPECweb99-like file sizes (TraceFileSize), 30% of reads missing
 		// the cache.
@@ -61,6 +56,26 @@ func (s sizes) draw(r *rand.Rand) gage.Vector {
 		return v
 	}
 	return unitVec
+}
+
+// footprintRead is a Fig 4 read's usage: FootprintCPU and a GRU of
+// network, and FootprintMissDisk of disk as well when it misses the page
+// cache.
+func footprintRead(miss bool) gage.Vector {
+	v := gage.Res(FootprintCPU, 0, 2000)
+	if miss {
+		v[gage.Disk] = FootprintMissDisk.Seconds()
+	}
+	return v
+}
+
+// FootprintCosts are what a Fig 4 read costs in GRU when the page cache
+// serves it (its network) and when it misses (its disk): a miss costs
+// twice a hit, and reads' bottleneck moves to the disk as the share
+// missing passes a half. `neptune bench gage --sections deviation`
+// charges its reads the same ratio.
+func FootprintCosts() (hit, miss float64) {
+	return gage.DefaultUnit.Cost(footprintRead(false)), gage.DefaultUnit.Cost(footprintRead(true))
 }
 
 // SizeFactor draws a request's size over the mean: lognormal with mean 1

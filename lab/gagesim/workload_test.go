@@ -24,3 +24,11 @@ func TestSizeFactorHasTheCVAsked(t *testing.T) {
 		}
 	}
 }
+
+// A Fig 4 read costs a GRU from the page cache (its network) and two from
+// the disk.
+func TestFootprintCosts(t *testing.T) {
+	if hit, miss := FootprintCosts(); hit != 1 || miss != 2 {
+		t.Errorf("FootprintCosts() = %g, %g; want 1, 2", hit, miss)
+	}
+}

@@ -423,24 +423,32 @@ starved, a baseline cell not node-bound (its busiest back end under 80%
 of its quota), rounds disagree, or one round. Writes --out/gage-backends.csv,
 .svg and -cpu.svg.
 
-Section deviation (Figs 3 and 5; not in the default run, needs root):
-the simulation's deviation set-up on --deviation-backends node processes
-hosting work, each confined to --deviation-cpu cores: four subscribers
-reserving 300:200:150:100 x --deviation-scale GRPS each ask 1.5x through
-a credit gateway whose capacity is the reservations, with work.spin
-calls of --deviation-spin CPU on average; Fig 3 through gateways of
-accounting_cycle 100ms, 500ms, 1s, 2s and usage per response (size CV
-50%), Fig 5 at the paper's size CVs. Each subscriber's served GRU is
-read every 20 ms; the deviation from its reservation over windows of
-250 ms to 8 s (cells of 2 x --cell). Goals the simulation's: <= 5% at
-1 s and <= 2% at 4 s windows (Fig 3 at the 100 ms cycle, Fig 5 the worst
-CV); INCONCLUSIVE when a cell was starved or a back end saturated, rounds
-disagree, or one round. Writes --out/gage-deviation.csv and
-gage-deviation-fig{3,5}.svg. Fig 4 is left out (see docs/experiments/gage.md).`,
+Section deviation (Figs 3-5, --figures; not in the default run, needs
+root): the simulation's deviation set-up on --deviation-backends node
+processes hosting work, each confined to --deviation-cpu cores: four
+subscribers reserving 300:200:150:100 x --deviation-scale GRPS each ask
+1.5x through a credit gateway whose capacity is the reservations, with
+work.spin calls of --deviation-spin CPU on average; Fig 3 through
+gateways of accounting_cycle 100ms, 500ms, 1s, 2s and usage per response
+(size CV 50%), Fig 5 at the paper's size CVs. Fig 4 sends work.read
+calls, that CPU and a 64 KiB block of a file of each footprint (<1, 32,
+64, 128 MB), to back ends whose cgroups also limit their memory, page
+cache included, to --deviation-memory MiB, so that large footprints
+really miss the cache; it prints the share of reads that missed (the
+back ends' read_bytes) beside the simulation's 0/10/50/90%. Each
+subscriber's served GRU is read every 20 ms; the deviation from its
+reservation over windows of 250 ms to 8 s (cells of 2 x --cell). Goals
+the simulation's: <= 5% at 1 s and <= 2% at 4 s windows (Fig 3 at the
+100 ms cycle, Figs 4 and 5 their worst row); INCONCLUSIVE when a cell
+was starved or a back end saturated, rounds disagree, or one round, and
+Fig 4 when its smallest footprint missed 10% or more of its reads or its
+largest under 50%. Writes --out/gage-deviation.csv and
+gage-deviation-fig{3,4,5}.svg.`,
 		experiment(&cfg, nil, nil, gagebench.Run))
 	cmd.Example = "  neptune bench gage --sections table1,table2\n" +
 		"  sudo neptune bench gage --sections backends --backends 1,2,4,8 --backend-cpu 0.15 --rounds 3 --cell 10s --out out/gage\n" +
-		"  sudo neptune bench gage --sections deviation --rounds 2 --cell 8s --out out/gage"
+		"  sudo neptune bench gage --sections deviation --rounds 2 --cell 8s --out out/gage\n" +
+		"  sudo neptune bench gage --sections deviation --figures 4 --rounds 2 --cell 8s --out out/gage"
 	fs := cmd.Flags()
 	addSections(fs, &cfg.Sections, gagebench.Sections)
 	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "node processes hosting echo")
@@ -465,6 +473,8 @@ gage-deviation-fig{3,5}.svg. Fig 4 is left out (see docs/experiments/gage.md).`,
 	fs.Float64Var(&cfg.DeviationCPU, "deviation-cpu", cfg.DeviationCPU, "deviation: cores each back end is confined to (cgroups, root)")
 	fs.DurationVar(&cfg.DeviationSpin, "deviation-spin", cfg.DeviationSpin, "deviation: mean CPU a request spins on its back end (sizes drawn around it)")
 	fs.Float64Var(&cfg.DeviationScale, "deviation-scale", cfg.DeviationScale, "deviation: multiply the simulation's reservations (300:200:150:100 GRPS) by this")
+	fs.Var(&ranges{dst: &cfg.DeviationFigures}, "figures", "deviation: the figures to run, of 3, 4, 5")
+	fs.IntVar(&cfg.DeviationMemory, "deviation-memory", cfg.DeviationMemory, "deviation: Fig 4's memory limit of each back end in MiB, page cache included (cgroups, root): the 32 MB footprint should stay cached, the 128 MB one mostly miss")
 	addOut(fs, &cfg.Out, "the backends and deviation sections' CSV and SVG")
 	addSeed(fs, &cfg.Seed, "the arrivals")
 	fs.Float64Var(&cfg.GoalGot, "goal-got", cfg.GoalGot, "goal: subscribers within reservation get at least this fraction of what they ask")

@@ -57,6 +57,10 @@ type Spec struct {
 	// one) with a cgroup quota (lab/cpuquota; root only); 0 leaves it
 	// unconfined.
 	CPU float64
+	// MemoryMB, with CPU, also limits the process's group to this many
+	// MiB of memory, the page cache it fills included; 0 leaves it
+	// unlimited.
+	MemoryMB int
 }
 
 // Node is a running (or stopped) node process.
@@ -68,7 +72,7 @@ type Node struct {
 
 	mu    sync.Mutex
 	cmd   *exec.Cmd
-	group *cpuquota.Group // Spec.CPU's, kept across restarts
+	group *cpuquota.Group // Spec.CPU's and MemoryMB's, kept across restarts
 }
 
 // Cluster owns node processes started from one neptune executable.
@@ -330,9 +334,12 @@ func (c *Cluster) launch(ctx context.Context, n *Node, seeds []string) error {
 var quotaRoots atomic.Int64
 
 // confine puts a node with Spec.CPU into its cgroup (made at its first
-// start).
+// start, with Spec.MemoryMB's limit).
 func (c *Cluster) confine(n *Node, pid int) error {
 	if n.Spec.CPU <= 0 {
+		if n.Spec.MemoryMB != 0 {
+			return fmt.Errorf("localcluster: node %s: MemoryMB needs CPU > 0", n.Spec.ID)
+		}
 		return nil
 	}
 	c.mu.Lock()
@@ -350,7 +357,7 @@ func (c *Cluster) confine(n *Node, pid int) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.group == nil {
-		g, err := c.quotas.Group(n.Spec.ID, n.Spec.CPU)
+		g, err := c.quotas.Group(n.Spec.ID, n.Spec.CPU, int64(n.Spec.MemoryMB)<<20)
 		if err != nil {
 			return fmt.Errorf("localcluster: %w", err)
 		}

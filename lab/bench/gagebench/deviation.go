@@ -23,7 +23,7 @@ import (
 	"github.com/neptune-cluster/neptune/lab/report"
 )
 
-// The deviation section is Gage's Figs 3 and 5 (§4.2.3) on processes, the
+// The deviation section is Gage's Figs 3-5 (§4.2.3) on processes, the
 // simulation's set-up (gagesim's deviation): four subscribers reserving
 // 300:200:150:100 × --deviation-scale GRPS each ask 1.5× their
 // reservation through a credit gateway whose declared capacity is the
@@ -41,17 +41,23 @@ import (
 // usage per response, the gateway's default; Fig 5 runs the paper's four
 // size CVs with usage per response.
 //
-// Fig 4 (footprint: the share of reads missing the page cache) is left
-// out: its requests use two resources, CPU and network when the file is
-// cached, and the disk as well when it is not, and what the figure shows
-// is the bottleneck moving between them as the miss share passes a half
-// (the simulation's 32 and 128 MB rows hardly deviate, 64 MB the most).
-// On processes a miss has to be a real one, a read the page cache does
-// not serve: the work service has no such read, forcing misses needs the
-// shared machine's cache dropped (root, and every process's cache), and
-// the disk it would measure is the machine's, shared with everything
-// else; a stand-in writing and fsyncing for "misses" would reproduce the
-// cost mix the simulation already models, not a cache.
+// Fig 4 is the footprint: its requests are work.read calls, the spin's
+// CPU and then a block of a file of the row's footprint, from the page
+// cache or, when it misses, the disk, so that the bottleneck moves from
+// the CPU to the disk as the misses pass a share (the simulation's 32 and
+// 128 MB rows hardly deviate, 64 MB the most). The misses are real: the
+// back ends' cgroups also limit their memory (--deviation-memory), the
+// page cache a node fills included, so a node keeps a small file cached
+// and not a large one, on that node alone, without touching the
+// machine's cache. The gateway charges a miss's bytes read as disk time
+// at a disk_bandwidth that makes a miss cost what it does in the
+// simulation over a hit, twice; the share of reads that missed is
+// measured, the nodes' read_bytes over the blocks asked, beside the
+// simulation's assumption. Since a hit's bottleneck is the CPU and a
+// miss's the disk, what a subscriber is served is the usage of its
+// bottleneck resource over each window (served_gru_by_resource), as the
+// simulation measures it: served_gru, each request's own bottleneck
+// summed, would count both.
 
 // devPoll is how often the section reads each gateway's served GRU.
 const devPoll = 20 * time.Millisecond
@@ -73,39 +79,109 @@ const devSaturated = 0.95
 // spin, and headroom.
 const devMaxLoad = 0.8
 
-// devProfile is the section's request: a spin of Config.DeviationSpin of
+// devProfile is Figs 3 and 5's request: a spin of Config.DeviationSpin of
 // CPU (on average: each request draws its own).
 var devProfile = profile{path: "/spin", service: "work", method: "spin", scale: 1, declared: true,
 	body: func(c Config) []byte { return work.Encode(c.DeviationSpin) },
 	what: func(c Config) string { return fmt.Sprintf("work.spin computing %v of CPU on average", c.DeviationSpin) }}
 
-// devVariant is one row of a figure: the gateway's accounting cycle (0:
-// usage per response) and the requests' size CV; judged rows are the ones
-// the figure's goal is judged on, as in the simulation.
-type devVariant struct {
-	fig    int
-	label  string
-	acct   time.Duration
-	cv     float64
-	judged bool
+// footMissCost is what a read that misses costs over one that hits, the
+// simulation's.
+var footMissCost = func() float64 { hit, miss := gagesim.FootprintCosts(); return miss / hit }()
+
+// footProfile is Fig 4's request: Config.DeviationSpin of CPU and a
+// work.ReadBlock of the smallest footprint (each row sends its own), at
+// a disk_bandwidth that makes a block read from the disk cost
+// footMissCost times the spin.
+func footProfile(c Config) profile {
+	return profile{path: "/read", service: "work", method: "read", scale: 1, declared: true,
+		diskBW: int(work.ReadBlock / (footMissCost * c.DeviationSpin.Seconds())),
+		body:   func(c Config) []byte { return work.EncodeRead(gagesim.Footprints[0].Bytes, c.DeviationSpin) },
+		what: func(c Config) string {
+			return fmt.Sprintf("work.read computing %v of CPU, then reading a %d KiB block of the footprint's file", c.DeviationSpin, work.ReadBlock>>10)
+		}}
 }
 
-// devVariants are Fig 3's rows and Fig 5's, the simulation's.
-func devVariants() []devVariant {
+// devVariant is one row of a figure: the gateway's accounting cycle (0:
+// usage per response), the requests' size CV, and Fig 4's footprint
+// (Bytes 0 in Figs 3 and 5); judged rows are the ones the figure's goal
+// is judged on, as in the simulation.
+type devVariant struct {
+	fig       int
+	label     string
+	acct      time.Duration
+	cv        float64
+	footprint gagesim.Footprint
+	judged    bool
+}
+
+// devVariants are the rows of figs (of 3, 4, 5), the simulation's.
+func devVariants(figs []int) []devVariant {
 	var vs []devVariant
-	judgedAt := gagesim.DefaultConfig().AccountingCycle
-	for _, a := range gagesim.AccountingCycles {
-		vs = append(vs, devVariant{fig: 3, label: "accounting " + a.String(), acct: a, cv: gagesim.AccountingCV, judged: a == judgedAt})
+	if slices.Contains(figs, 3) {
+		judgedAt := gagesim.DefaultConfig().AccountingCycle
+		for _, a := range gagesim.AccountingCycles {
+			vs = append(vs, devVariant{fig: 3, label: "accounting " + a.String(), acct: a, cv: gagesim.AccountingCV, judged: a == judgedAt})
+		}
+		vs = append(vs, devVariant{fig: 3, label: "usage per response", cv: gagesim.AccountingCV})
 	}
-	vs = append(vs, devVariant{fig: 3, label: "usage per response", cv: gagesim.AccountingCV})
-	for _, cv := range gagesim.SizeCVs {
-		vs = append(vs, devVariant{fig: 5, label: gagesim.CVLabel(cv), cv: cv, judged: true})
+	if slices.Contains(figs, 4) {
+		for _, f := range gagesim.Footprints {
+			vs = append(vs, devVariant{fig: 4, label: f.Label, footprint: f, judged: true})
+		}
+	}
+	if slices.Contains(figs, 5) {
+		for _, cv := range gagesim.SizeCVs {
+			vs = append(vs, devVariant{fig: 5, label: gagesim.CVLabel(cv), cv: cv, judged: true})
+		}
 	}
 	return vs
 }
 
+// profile is the variant's request.
+func (v devVariant) profile(c Config) profile {
+	if v.fig == 4 {
+		return footProfile(c)
+	}
+	return devProfile
+}
+
+// gateway names the variant's gateway process: one per accounting cycle,
+// and Fig 4's, which routes reads and charges disk.
+func (v devVariant) gateway() string {
+	switch {
+	case v.fig == 4:
+		return "deviation-footprint"
+	case v.acct > 0:
+		return "deviation-acct-" + v.acct.String()
+	}
+	return "deviation-per-response"
+}
+
+// request is what the variant's requests send, and what one costs in
+// GRU, to turn a demand into a rate: a spin of a size drawn with the
+// variant's CV, or a read of its footprint, whose cost is that of the
+// mean usage, as gagesim's: the spin's CPU, or the disk of the share the
+// simulation assumes to miss, at footMissCost times that, if more.
+func (v devVariant) request(c Config) (func(*rand.Rand) []byte, float64) {
+	spin := c.DeviationSpin
+	gru := spin.Seconds() / gage.DefaultUnit[gage.CPU]
+	if v.fig == 4 {
+		body := work.EncodeRead(v.footprint.Bytes, spin)
+		return func(*rand.Rand) []byte { return body }, gru * max(1, v.footprint.Miss*footMissCost)
+	}
+	return func(r *rand.Rand) []byte {
+		return work.Encode(time.Duration(gagesim.SizeFactor(r, v.cv) * float64(spin)))
+	}, gru
+}
+
 // devFigs are the figures' titles.
-var devFigs = map[int]string{3: "Fig 3: accounting cycle (size CV 50%)", 5: "Fig 5: request size variation (the paper's CVs)"}
+var devFigs = map[int]string{3: "Fig 3: accounting cycle (size CV 50%)", 4: "Fig 4: footprint (share of reads missing the page cache)",
+	5: "Fig 5: request size variation (the paper's CVs)"}
+
+// devJudgedOn says which rows a figure is judged on.
+var devJudgedOn = map[int]string{3: "accounting_cycle " + gagesim.DefaultConfig().AccountingCycle.String(), 4: "the worst footprint",
+	5: "usage per response, the worst CV"}
 
 // devCell is one variant's cell in one round.
 type devCell struct {
@@ -120,7 +196,68 @@ type devCell struct {
 	// doubt says why the cell cannot be judged, "" if it can; machine
 	// is the other work and CPU pressure seen, for the progress line.
 	doubt, machine string
+	// miss is the share of Fig 4's reads that missed the page cache
+	// (missShare), NaN in Figs 3 and 5.
+	miss float64
 }
+
+// missShare estimates the share of reads that missed the page cache: the
+// bytes the back ends had read from storage over the blocks the requests
+// asked (readahead is off for the file, so a miss reads its block and no
+// more); NaN if none was served.
+func missShare(readBytes int64, requests int64) float64 {
+	if requests <= 0 {
+		return math.NaN()
+	}
+	return float64(readBytes) / float64(requests*work.ReadBlock)
+}
+
+// meanMiss is the mean miss share of cells, NaN if none was measured.
+func meanMiss(cells []devCell) float64 {
+	var xs []float64
+	for _, c := range cells {
+		if !math.IsNaN(c.miss) {
+			xs = append(xs, c.miss)
+		}
+	}
+	return meanOrNaN(xs)
+}
+
+// footDoubt says why Fig 4's rows are not the experiment, "" if they are:
+// the smallest footprint must stay cached (under footMaxHit of its reads
+// missing) and the largest must miss (at least footMinMiss), or the
+// memory limit did not make the page cache what the rows vary.
+func footDoubt(rows []devRow) string {
+	var small, large *devRow
+	for i := range rows {
+		r := &rows[i]
+		if r.fig != 4 {
+			continue
+		}
+		if small == nil || r.footprint.Bytes < small.footprint.Bytes {
+			small = r
+		}
+		if large == nil || r.footprint.Bytes > large.footprint.Bytes {
+			large = r
+		}
+	}
+	if small == nil {
+		return ""
+	}
+	var why []string
+	if m := meanMiss(small.cells); !(m < footMaxHit) {
+		why = append(why, fmt.Sprintf("the %s footprint missed %s of its reads (want under %s): the back ends' cache is too small, raise --deviation-memory", small.label, pct(m), pct(footMaxHit)))
+	}
+	if m := meanMiss(large.cells); !(m >= footMinMiss) {
+		why = append(why, fmt.Sprintf("the %s footprint missed %s of its reads (want %s or more): the back ends' cache is too large, lower --deviation-memory", large.label, pct(m), pct(footMinMiss)))
+	}
+	return strings.Join(why, "; ")
+}
+
+// footMaxHit and footMinMiss bound the smallest footprint's misses and
+// the largest's (footDoubt): the simulation assumes 0% and 90%, and
+// what the figure shows is the bottleneck moving past half.
+const footMaxHit, footMinMiss = 0.1, 0.5
 
 // devMean is the mean |deviation| at window w over the cells' subscribers
 // and windows; NaN if there is no such window.
@@ -199,8 +336,9 @@ func devVerdict(fig int, judgedOn string, rows []devRow, w1, w4 int) *report.Che
 // and plots the pooled rounds.
 func (e *env) deviation(ctx context.Context) ([]*report.Check, error) {
 	saved, savedWait := e.prof, e.cfg.MaxWait
-	e.prof, e.cfg.MaxWait = devProfile, backlogWait
+	e.cfg.MaxWait = backlogWait
 	defer func() { e.prof, e.cfg.MaxWait = saved, savedWait }()
+	figs := slices.Sorted(slices.Values(e.cfg.DeviationFigures))
 	subs := devSubscribers(e.cfg)
 	capacity := 0.0
 	for _, s := range subs {
@@ -214,11 +352,25 @@ func (e *env) deviation(ctx context.Context) ([]*report.Check, error) {
 		}
 	}
 	w1, w4 := slices.Index(wins, time.Second), slices.Index(wins, 4*time.Second)
-	fmt.Fprintf(e.w, "Figs 3 and 5: %d back-end node processes hosting work, each confined to %.2f cores; %s, sizes drawn as the simulation's.\n",
-		e.cfg.DeviationBackends, e.cfg.DeviationCPU, e.prof.what(e.cfg))
+	memory := 0
+	fmt.Fprintf(e.w, "Deviation, Fig %s: %d back-end node processes hosting work, each confined to %.2f cores.\n", joinInts(figs), e.cfg.DeviationBackends, e.cfg.DeviationCPU)
+	if slices.Contains(figs, 3) || slices.Contains(figs, 5) {
+		fmt.Fprintf(e.w, "  Figs 3 and 5: %s, sizes drawn as the simulation's.\n", devProfile.what(e.cfg))
+	}
+	if slices.Contains(figs, 4) {
+		memory = e.cfg.DeviationMemory
+		fp := footProfile(e.cfg)
+		fmt.Fprintf(e.w, "  Fig 4: %s; each back end's memory limited to %d MiB, page cache included; disk_bandwidth %d B/s, a miss costing %.3gx a hit, as in the simulation;\n",
+			fp.what(e.cfg), memory, fp.diskBW, footMissCost)
+	}
 	fmt.Fprintf(e.w, "  Four subscribers (%s GRPS, GRU = 10 ms of CPU) each ask %.1fx through a credit gateway of declared capacity %.4g GRPS = the reservations;\n",
 		joinRes(subs), gagesim.DeviationDemand, capacity)
-	fmt.Fprintf(e.w, "  served = the gateway's served_gru (the nodes' measure) read every %v; deviation = mean over subscribers and windows of |served/reserved - 1|.\n", devPoll)
+	bottleneck := ""
+	if slices.Contains(figs, 4) {
+		bottleneck = " (Fig 4: per resource, served_gru_by_resource, the bottleneck's usage)"
+	}
+	fmt.Fprintf(e.w, "  served = the gateway's served_gru (the nodes' measure)%s read every %v; deviation = mean over subscribers and windows of |served/reserved - 1|.\n",
+		bottleneck, devPoll)
 	fmt.Fprintf(e.w, "  %d rounds x %v per variant after %v of warm-up; requests wait up to %v for their turn.\n", e.cfg.Rounds, cell, e.cfg.Warmup, backlogWait)
 
 	dir := filepath.Join(e.dir, "deviation")
@@ -229,24 +381,25 @@ func (e *env) deviation(ctx context.Context) ([]*report.Check, error) {
 	defer cl.Close()
 	var nodes []*localcluster.Node
 	for i := range e.cfg.DeviationBackends {
-		nd, err := cl.Start(ctx, localcluster.Spec{ID: fmt.Sprint("d", i), Services: []string{"work:0"}, CPU: e.cfg.DeviationCPU})
+		nd, err := cl.Start(ctx, localcluster.Spec{ID: fmt.Sprint("d", i), Services: []string{"work:0"}, CPU: e.cfg.DeviationCPU, MemoryMB: memory})
 		if err != nil {
 			return nil, err
 		}
 		nodes = append(nodes, nd)
 	}
-	variants := devVariants()
-	gws := map[time.Duration]contender{}
+	variants := devVariants(figs)
+	gws := map[string]contender{}
 	var procs []*proc
 	defer func() { stopAll(procs, 5*time.Second) }()
 	for _, v := range variants {
-		if _, ok := gws[v.acct]; ok {
+		name, extra := v.gateway(), ""
+		if _, ok := gws[name]; ok {
 			continue
 		}
-		name, extra := "deviation-per-response", ""
 		if v.acct > 0 {
-			name, extra = "deviation-acct-"+v.acct.String(), fmt.Sprintf("accounting_cycle: %v\n", v.acct)
+			extra = fmt.Sprintf("accounting_cycle: %v\n", v.acct)
 		}
+		e.prof = v.profile(e.cfg)
 		p, err := startGateway(ctx, e.exe, dir, name, e.gatewayConfigFor(cl.Seeds(), "credit", capacity, subs, extra), cl.SecurityArgs(""), e.cfg.Procs)
 		if err != nil {
 			return nil, err
@@ -258,7 +411,7 @@ func (e *env) deviation(ctx context.Context) ([]*report.Check, error) {
 		if err := everyBackend(ctx, gatewayCall(e.hc, p.http, e.prof.path, subs[0].name), e.prof.body(e.cfg), len(nodes)); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		gws[v.acct] = contender{name: name, target: p, gateway: p}
+		gws[name] = contender{name: name, target: p, gateway: p}
 	}
 	if bench.Sleep(ctx, settle); ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -269,20 +422,34 @@ func (e *env) deviation(ctx context.Context) ([]*report.Check, error) {
 	}
 	for r := range e.cfg.Rounds {
 		for i, v := range variants {
-			c, err := e.devCell(ctx, gws[v.acct], subs, nodes, v, cell, wins, e.cfg.Seed+uint64(r))
+			e.prof = v.profile(e.cfg)
+			c, err := e.devCell(ctx, gws[v.gateway()], subs, nodes, v, cell, wins, e.cfg.Seed+uint64(r))
 			if err != nil {
 				return nil, fmt.Errorf("round %d, Fig %d %s: %w", r+1, v.fig, v.label, err)
 			}
 			rows[i].cells = append(rows[i].cells, c)
 			one := rows[i].cells[r : r+1]
-			fmt.Fprintf(e.w, "  [deviation round %d/%d, Fig %d, %s] 1 s %s, 4 s %s; served %.4g GRPS; back ends %.0f-%.0f%% of quota; %s\n",
-				r+1, e.cfg.Rounds, v.fig, v.label, pct(devMean(one, w1)), pct(devMean(one, w4)), report.Sum(c.served), 100*c.minUtil, 100*c.util, c.machine)
+			missed := ""
+			if v.fig == 4 {
+				missed = fmt.Sprintf("; reads missing the cache %s (simulation %s)", pct(c.miss), pct(v.footprint.Miss))
+			}
+			fmt.Fprintf(e.w, "  [deviation round %d/%d, Fig %d, %s] 1 s %s, 4 s %s; served %.4g GRPS; back ends %.0f-%.0f%% of quota%s; %s\n",
+				r+1, e.cfg.Rounds, v.fig, v.label, pct(devMean(one, w1)), pct(devMean(one, w4)), report.Sum(c.served), 100*c.minUtil, 100*c.util, missed, c.machine)
 			if c.doubt != "" {
 				fmt.Fprintf(e.w, "    cannot be judged: %s\n", c.doubt)
 			}
 		}
 	}
-	return e.devReport(subs, rows, wins, w1, w4)
+	return e.devReport(figs, subs, rows, wins, w1, w4)
+}
+
+// joinInts is "3, 4, 5".
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ", ")
 }
 
 // devSubscribers are the simulation's four, scaled.
@@ -299,14 +466,14 @@ func devSubscribers(cfg Config) []subscriberSpec {
 // ends and the load generator run.
 func (e *env) devCell(ctx context.Context, gw contender, subs []subscriberSpec, nodes []*localcluster.Node, v devVariant, cell time.Duration,
 	wins []time.Duration, seed uint64) (devCell, error) {
-	spin := e.cfg.DeviationSpin
-	perRequest := spin.Seconds() / gage.DefaultUnit[gage.CPU] // GRU
+	body, perRequest := v.request(e.cfg)
 	var flows []flow
 	for _, s := range subs {
-		flows = append(flows, flow{sub: s.name, host: host(s.name), rate: gagesim.DeviationDemand * s.res / perRequest,
-			body: func(r *rand.Rand) []byte {
-				return work.Encode(time.Duration(gagesim.SizeFactor(r, v.cv) * float64(spin)))
-			}})
+		flows = append(flows, flow{sub: s.name, host: host(s.name), rate: gagesim.DeviationDemand * s.res / perRequest, body: body})
+	}
+	io0, err := readsOf(e.hc, gw.gateway, nodes)
+	if err != nil {
+		return devCell{}, err
 	}
 	c0, idle0, t0, err := nodesCPU(nodes)
 	if err != nil {
@@ -314,7 +481,7 @@ func (e *env) devCell(ctx context.Context, gw contender, subs []subscriberSpec, 
 	}
 	stop := make(chan struct{})
 	polled := make(chan []delivered, 1)
-	go func() { polled <- pollServed(e.hc, gw.gateway, subs, t0, stop) }()
+	go func() { polled <- pollServed(e.hc, gw.gateway, subs, t0, stop, v.fig == 4) }()
 	cr, err := e.runCell(ctx, gw, flows, cell+devTail, seed)
 	close(stop)
 	series := <-polled
@@ -325,8 +492,15 @@ func (e *env) devCell(ctx context.Context, gw contender, subs []subscriberSpec, 
 	if err != nil {
 		return devCell{}, err
 	}
+	io1, err := readsOf(e.hc, gw.gateway, nodes)
+	if err != nil {
+		return devCell{}, err
+	}
 	window := t1.Sub(t0)
-	res := devCell{minUtil: math.Inf(1)}
+	res := devCell{minUtil: math.Inf(1), miss: math.NaN()}
+	if v.fig == 4 {
+		res.miss = missShare(io1.bytes-io0.bytes, io1.requests-io0.requests)
+	}
 	var quota []cpuquota.Usage
 	for x, nd := range nodes {
 		used := c1[x] - c0[x]
@@ -352,16 +526,46 @@ func (e *env) devCell(ctx context.Context, gw contender, subs []subscriberSpec, 
 			res.dev[w] = append(res.dev[w], series[k].deviations(from, from+cell+devTail, win, s.res))
 		}
 	}
-	for _, s := range subs {
-		res.served = append(res.served, cr.servedGRPS(s.name))
+	for k, s := range subs {
+		served := cr.servedGRPS(s.name)
+		if v.fig == 4 {
+			served = series[k].rate(from, from+cell)
+		}
+		res.served = append(res.served, served)
 	}
 	return res, nil
 }
 
+// reads are what the back ends had read from storage, and the requests
+// the gateway had served, at one time.
+type reads struct{ bytes, requests int64 }
+
+// readsOf reads the back ends' read_bytes and gw's requests served.
+func readsOf(hc *http.Client, gw *proc, nodes []*localcluster.Node) (reads, error) {
+	st, err := gw.status(hc)
+	if err != nil {
+		return reads{}, fmt.Errorf("gateway status: %w", err)
+	}
+	var r reads
+	for _, s := range st.Subscribers {
+		r.requests += s.Served
+	}
+	for _, nd := range nodes {
+		b, err := cpuquota.ReadBytes(nd.PID())
+		if err != nil {
+			return reads{}, fmt.Errorf("back end %s: %w", nd.Spec.ID, err)
+		}
+		r.bytes += b
+	}
+	return r, nil
+}
+
 // pollServed reads each subscriber's served GRU at gw every devPoll until
-// stop is closed, as series from t0. A reading is placed halfway through
-// its request; a failed one is skipped (the window it falls in is longer).
-func pollServed(hc *http.Client, gw *proc, subs []subscriberSpec, t0 time.Time, stop <-chan struct{}) []delivered {
+// stop is closed, as series from t0, per resource if byResource (the
+// series' amounts are then the bottleneck's). A reading is placed halfway
+// through its request; a failed one is skipped (the window it falls in is
+// longer).
+func pollServed(hc *http.Client, gw *proc, subs []subscriberSpec, t0 time.Time, stop <-chan struct{}, byResource bool) []delivered {
 	out := make([]delivered, len(subs))
 	tick := time.NewTicker(devPoll)
 	defer tick.Stop()
@@ -370,8 +574,16 @@ func pollServed(hc *http.Client, gw *proc, subs []subscriberSpec, t0 time.Time, 
 		if st, err := gw.status(hc); err == nil {
 			at := sent.Add(time.Since(sent) / 2).Sub(t0)
 			for k, s := range subs {
+				ss := sub(st, s.name)
 				out[k].at = append(out[k].at, at)
-				out[k].total = append(out[k].total, sub(st, s.name).ServedGRU)
+				out[k].total = append(out[k].total, ss.ServedGRU)
+				if byResource {
+					var parts [gage.NumResources]float64
+					for r := range parts {
+						parts[r] = ss.ServedByResource[gage.Resource(r).String()]
+					}
+					out[k].parts = append(out[k].parts, parts)
+				}
 			}
 		}
 		select {
@@ -384,16 +596,21 @@ func pollServed(hc *http.Client, gw *proc, subs []subscriberSpec, t0 time.Time, 
 
 // devReport prints each figure's rows against the window, the worst
 // judged row per subscriber, writes the CSV and the charts, and judges.
-func (e *env) devReport(subs []subscriberSpec, rows []devRow, wins []time.Duration, w1, w4 int) ([]*report.Check, error) {
-	csv := report.NewTable("figure", "variant", "accounting_cycle", "size_cv", "round", "subscriber", "reserved_grps", "served_grps", "window_s", "deviation", "judgeable")
+func (e *env) devReport(figs []int, subs []subscriberSpec, rows []devRow, wins []time.Duration, w1, w4 int) ([]*report.Check, error) {
+	csv := report.NewTable("figure", "variant", "accounting_cycle", "size_cv", "footprint_bytes", "round", "subscriber", "reserved_grps", "served_grps", "window_s", "deviation",
+		"miss_share", "judgeable")
 	var checks []*report.Check
-	for _, fig := range []int{3, 5} {
+	for _, fig := range figs {
 		fmt.Fprintf(e.w, "\n%s, through the gateway (mean deviation over %d rounds)\n", devFigs[fig], e.cfg.Rounds)
 		head := []string{"variant"}
 		for _, w := range wins {
 			head = append(head, w.String())
 		}
-		t := report.NewTable(append(head, "served GRPS", "back ends' quota used")...)
+		head = append(head, "served GRPS", "back ends' quota used")
+		if fig == 4 {
+			head = append(head, "reads missing", "simulation's")
+		}
+		t := report.NewTable(head...)
 		chart := report.Chart{Title: devFigs[fig] + ", gateway and node processes", XLabel: "averaging window (s)", YLabel: "deviation from reservation (%)", LogX: true}
 		var figRows []devRow
 		var worst *devRow
@@ -415,7 +632,11 @@ func (e *env) devReport(subs []subscriberSpec, rows []devRow, wins []time.Durati
 				served += report.Sum(c.served) / float64(len(r.cells))
 				lo, hi = min(lo, c.minUtil), max(hi, c.util)
 			}
-			t.Add(append(row, fmt.Sprintf("%.4g", served), fmt.Sprintf("%.0f-%.0f%%", 100*lo, 100*hi))...)
+			row = append(row, fmt.Sprintf("%.4g", served), fmt.Sprintf("%.0f-%.0f%%", 100*lo, 100*hi))
+			if fig == 4 {
+				row = append(row, pct(meanMiss(r.cells)), pct(r.footprint.Miss))
+			}
+			t.Add(row...)
 			chart.Series = append(chart.Series, series)
 			if r.judged && (worst == nil || devMean(r.cells, w1) > devMean(worst.cells, w1)) {
 				worst = r
@@ -423,8 +644,8 @@ func (e *env) devReport(subs []subscriberSpec, rows []devRow, wins []time.Durati
 			for round, c := range r.cells {
 				for k, s := range subs {
 					for w, win := range wins {
-						csv.Addf("%d,%s,%v,%g,%d,%s,%.4g,%.4g,%g,%.5f,%t", fig, r.label, r.acct, r.cv, round+1, s.name, s.res, c.served[k], win.Seconds(),
-							meanOrNaN(c.dev[w][k]), c.doubt == "")
+						csv.Addf("%d,%s,%v,%g,%d,%d,%s,%.4g,%.4g,%g,%.5f,%.4f,%t", fig, r.label, r.acct, r.cv, r.footprint.Bytes, round+1, s.name, s.res, c.served[k],
+							win.Seconds(), meanOrNaN(c.dev[w][k]), c.miss, c.doubt == "")
 					}
 				}
 			}
@@ -450,11 +671,12 @@ func (e *env) devReport(subs []subscriberSpec, rows []devRow, wins []time.Durati
 			}
 			st.Print(e.w)
 		}
-		judgedOn := "usage per response, the worst CV"
-		if fig == 3 {
-			judgedOn = "accounting_cycle " + gagesim.DefaultConfig().AccountingCycle.String()
+		c := devVerdict(fig, devJudgedOn[fig], figRows, w1, w4)
+		if fig == 4 {
+			why := footDoubt(figRows)
+			c.Doubt(why != "", "%s", why)
 		}
-		checks = append(checks, devVerdict(fig, judgedOn, figRows, w1, w4))
+		checks = append(checks, c)
 		if err := os.MkdirAll(e.cfg.Out, 0o755); err != nil {
 			return nil, err
 		}
@@ -465,7 +687,7 @@ func (e *env) devReport(subs []subscriberSpec, rows []devRow, wins []time.Durati
 	if err := csv.Save(filepath.Join(e.cfg.Out, "gage-deviation.csv")); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(e.w, "wrote %s/gage-deviation.csv and gage-deviation-fig{3,5}.svg\n\n", e.cfg.Out)
+	fmt.Fprintf(e.w, "wrote %s/gage-deviation.csv and gage-deviation-fig{%s}.svg\n\n", e.cfg.Out, strings.ReplaceAll(joinInts(figs), " ", ""))
 	return checks, nil
 }
 
@@ -476,16 +698,25 @@ func meanOrNaN(xs []float64) float64 {
 	return report.Mean(xs)
 }
 
-// validateDeviation checks the deviation section's knobs: its back ends'
-// quotas must fit the machine beside backendReserve cores, and serve the
-// reservations' spins with headroom (devMaxLoad), or the back ends, not
-// the gateway, would pace the load.
+// validateDeviation checks the deviation section's knobs: its figures,
+// Fig 4's memory limit; its back ends' quotas must fit the machine beside
+// backendReserve cores, and serve the reservations' spins with headroom
+// (devMaxLoad), or the back ends, not the gateway, would pace the load.
 func (c Config) validateDeviation() error {
 	switch {
 	case c.DeviationBackends < 1 || c.DeviationCPU <= 0 || c.DeviationSpin <= 0 || c.DeviationScale <= 0:
 		return errors.New("gagebench: deviation backends must be >= 1, its cpu, spin and scale > 0")
 	case c.Out == "":
 		return errors.New("gagebench: deviation needs an output directory")
+	case len(c.DeviationFigures) == 0:
+		return errors.New("gagebench: deviation figures: none (want of 3, 4, 5)")
+	case slices.Contains(c.DeviationFigures, 4) && c.DeviationMemory <= 0:
+		return fmt.Errorf("gagebench: deviation memory must be > 0 MiB for Fig 4, got %d", c.DeviationMemory)
+	}
+	for _, f := range c.DeviationFigures {
+		if devFigs[f] == "" {
+			return fmt.Errorf("gagebench: deviation figures: no Fig %d (want of 3, 4, 5)", f)
+		}
 	}
 	if err := cpuquota.Fits(slices.Repeat([]float64{c.DeviationCPU}, c.DeviationBackends), backendReserve); err != nil {
 		return fmt.Errorf("gagebench: deviation: %w", err)

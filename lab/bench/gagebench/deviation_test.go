@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/neptune-cluster/neptune/apps/work"
 	"github.com/neptune-cluster/neptune/lab/gagesim"
 	"github.com/neptune-cluster/neptune/lab/report"
 )
@@ -85,12 +86,17 @@ func TestDevVerdict(t *testing.T) {
 	}
 }
 
-// Fig 3 is judged at the simulation's accounting cycle only, Fig 5 on
-// every CV, as gagesim judges them.
+// Fig 3 is judged at the simulation's accounting cycle only, Figs 4 and
+// 5 on every row, as gagesim judges them; only the figures asked run.
 func TestDevVariants(t *testing.T) {
-	var judged3, judged5, n5 int
-	for _, v := range devVariants() {
+	var judged3, judged5, n5, n4 int
+	for _, v := range devVariants([]int{3, 4, 5}) {
 		switch {
+		case v.fig == 4:
+			n4++
+			if !v.judged || v.footprint.Bytes == 0 || v.gateway() != "deviation-footprint" || v.profile(DefaultConfig()).method != "read" {
+				t.Errorf("Fig 4 row %+v", v)
+			}
 		case v.fig == 3 && v.judged:
 			judged3++
 			if v.acct != gagesim.DefaultConfig().AccountingCycle || v.cv != gagesim.AccountingCV {
@@ -103,8 +109,104 @@ func TestDevVariants(t *testing.T) {
 			}
 		}
 	}
-	if judged3 != 1 || judged5 != len(gagesim.SizeCVs) || n5 != judged5 {
-		t.Errorf("judged: Fig 3 %d, Fig 5 %d of %d", judged3, judged5, n5)
+	if judged3 != 1 || judged5 != len(gagesim.SizeCVs) || n5 != judged5 || n4 != len(gagesim.Footprints) {
+		t.Errorf("judged: Fig 3 %d, Fig 5 %d of %d; Fig 4 rows %d", judged3, judged5, n5, n4)
+	}
+	for _, v := range devVariants([]int{4}) {
+		if v.fig != 4 {
+			t.Errorf("Fig 4 alone ran %+v", v)
+		}
+	}
+}
+
+// A read that misses costs twice one that hits, as in the simulation:
+// the gateway's disk_bandwidth charges a missed block twice the spin, and
+// a footprint row's requests cost their mean usage's bottleneck, the
+// spin's CPU until half of them miss, the disk beyond.
+func TestFootprintCost(t *testing.T) {
+	cfg := DefaultConfig()
+	spin := cfg.DeviationSpin.Seconds() / 0.010 // GRU
+	for _, f := range gagesim.Footprints {
+		_, gru := devVariant{fig: 4, footprint: f}.request(cfg)
+		if want := spin * max(1, 2*f.Miss); math.Abs(gru-want) > 1e-12 {
+			t.Errorf("%s: %g GRU a request, want %g", f, gru, want)
+		}
+	}
+	bw := footProfile(cfg).diskBW
+	if disk := float64(work.ReadBlock) / float64(bw); math.Abs(disk/cfg.DeviationSpin.Seconds()-2) > 0.01 {
+		t.Errorf("a missed block is %v s of disk at %d B/s, want twice the spin's %v", disk, bw, cfg.DeviationSpin)
+	}
+}
+
+// Per resource, a window's amount is its bottleneck's: requests of CPU
+// then of disk, 10 GRU of each a second, are served 10 GRPS, not 20.
+func TestDeliveredBottleneck(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	d := delivered{at: []time.Duration{0, ms(500), ms(1000), ms(2000)}, total: []float64{0, 10, 20, 40}}
+	for _, at := range d.at {
+		s := at.Seconds()
+		d.parts = append(d.parts, [3]float64{10 * s, 10 * s, 0.1 * s})
+	}
+	if got := d.deviations(0, ms(2000), time.Second, 10); len(got) != 2 || slices.Max(got) > 1e-9 {
+		t.Errorf("bottleneck at its reservation: %v, want two windows of 0", got)
+	}
+	if got := d.rate(ms(100), ms(2000)); math.Abs(got-10) > 1e-9 {
+		t.Errorf("rate %g, want 10", got)
+	}
+	d.parts = nil
+	if got := d.rate(0, ms(1900)); math.Abs(got-20) > 1e-9 {
+		t.Errorf("total's rate to the last sample by 1.9 s: %g, want 20", got)
+	}
+	if got := d.rate(ms(1100), ms(1900)); !math.IsNaN(got) {
+		t.Errorf("no span: %g, want NaN", got)
+	}
+}
+
+func TestMissShare(t *testing.T) {
+	for _, tc := range []struct {
+		bytes, reqs int64
+		want        float64
+	}{
+		{0, 100, 0},
+		{50 * work.ReadBlock, 100, 0.5},
+		{100*work.ReadBlock + 4096, 100, 1 + 4096.0/(100*work.ReadBlock)},
+	} {
+		if got := missShare(tc.bytes, tc.reqs); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("missShare(%d, %d) = %g, want %g", tc.bytes, tc.reqs, got, tc.want)
+		}
+	}
+	if !math.IsNaN(missShare(4096, 0)) {
+		t.Error("no request: want NaN")
+	}
+}
+
+// Fig 4's rows are the experiment only if the smallest footprint stayed
+// cached and the largest missed: the memory limit made the misses.
+func TestFootDoubt(t *testing.T) {
+	row := func(f gagesim.Footprint, misses ...float64) devRow {
+		r := devRow{devVariant: devVariant{fig: 4, label: f.Label, footprint: f, judged: true}}
+		for _, m := range misses {
+			r.cells = append(r.cells, devCell{miss: m})
+		}
+		return r
+	}
+	fs := gagesim.Footprints
+	other := devRow{devVariant: devVariant{fig: 5, label: "CV 0%"}, cells: []devCell{{miss: math.NaN()}}}
+	for _, tc := range []struct {
+		name   string
+		rows   []devRow
+		reason string
+	}{
+		{"the cache made the misses", []devRow{row(fs[0], 0, 0.01), row(fs[1], 0.1), row(fs[3], 0.7, 0.8), other}, ""},
+		{"the small one missed", []devRow{row(fs[0], 0.3, 0.2), row(fs[3], 0.8)}, "too small"},
+		{"the large one hit", []devRow{row(fs[0], 0), row(fs[3], 0.3, 0.4)}, "too large"},
+		{"not measured", []devRow{row(fs[0], math.NaN()), row(fs[3], math.NaN())}, "missed -"},
+		{"no Fig 4", []devRow{other}, ""},
+	} {
+		got := footDoubt(tc.rows)
+		if (tc.reason == "") != (got == "") || !strings.Contains(got, tc.reason) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.reason)
+		}
 	}
 }
 
@@ -120,6 +222,9 @@ func TestValidateDeviation(t *testing.T) {
 		"no spin":                 func(c *Config) { c.DeviationSpin = 0 },
 		"quotas over the machine": func(c *Config) { c.DeviationCPU = 8 },
 		"no output directory":     func(c *Config) { c.Out = "" },
+		"no figure":               func(c *Config) { c.DeviationFigures = nil },
+		"no Fig 6 here":           func(c *Config) { c.DeviationFigures = []int{3, 6} },
+		"Fig 4 without memory":    func(c *Config) { c.DeviationFigures, c.DeviationMemory = []int{4}, 0 },
 	} {
 		c := cfg
 		mod(&c)

@@ -20,7 +20,7 @@
 // in the paper, the cluster's capacity is what is shared.
 //
 // The backends section (Figs 7-8, backends.go) and the deviation section
-// (Figs 3 and 5, deviation.go) run on clusters of their own: back-end
+// (Figs 3-5, deviation.go) run on clusters of their own: back-end
 // node processes confined to a CPU quota each, so that the back ends, not
 // the machine, are the CPU the requests use.
 package gagebench
@@ -112,14 +112,18 @@ type Config struct {
 	Out string
 
 	// DeviationBackends back-end node processes host work for the
-	// deviation section (Figs 3 and 5), each confined to DeviationCPU
-	// cores; its subscribers reserve gagesim.DeviationReservations ×
-	// DeviationScale GRPS of work.spin calls of DeviationSpin of CPU on
-	// average.
+	// deviation section (DeviationFigures, of Figs 3, 4 and 5), each
+	// confined to DeviationCPU cores and, for Fig 4, DeviationMemory MiB
+	// of memory, its page cache included; its subscribers reserve
+	// gagesim.DeviationReservations × DeviationScale GRPS of work.spin
+	// calls of DeviationSpin of CPU on average (Fig 4: work.read calls
+	// of that CPU and a block of the row's footprint).
 	DeviationBackends int
 	DeviationCPU      float64
 	DeviationSpin     time.Duration
 	DeviationScale    float64
+	DeviationFigures  []int
+	DeviationMemory   int
 
 	// Goals, fixed before the run (issue 12): the subscribers within
 	// their reservations get at least GoalGot of what they ask; the spare
@@ -145,7 +149,11 @@ func DefaultConfig() Config {
 		// (50 for the smallest subscriber), on 0.8 cores of back ends:
 		// each request costs a node about 0.2 ms beyond its spin, and the
 		// two back ends are not loaded evenly.
-		DeviationBackends: 2, DeviationCPU: 0.4, DeviationSpin: time.Millisecond, DeviationScale: 0.05,
+		DeviationBackends: 2, DeviationCPU: 0.4, DeviationSpin: time.Millisecond, DeviationScale: 0.05, DeviationFigures: []int{3, 4, 5},
+		// A node's own memory charged to its group is under 16 MiB
+		// under the load: about 32 MiB of page cache, which keeps the
+		// 32 MB file and misses most of the 128 MB one.
+		DeviationMemory: 48,
 	}
 }
 

@@ -148,10 +148,39 @@ func (e *env) pace(ctx context.Context) ([]*report.Check, error) {
 }
 
 // delivered is what one subscriber was delivered over a cell: total[i]
-// by at[i] after the cell's start (at ascending).
+// by at[i] after the cell's start (at ascending), and, if parts is not
+// nil, parts[i] of each resource, of which the amount delivered between
+// two samples is that of the bottleneck, the resource most used.
 type delivered struct {
 	at    []time.Duration
 	total []float64
+	parts [][gage.NumResources]float64
+}
+
+// amount is what was delivered from sample i to sample j.
+func (d delivered) amount(i, j int) float64 {
+	if d.parts == nil {
+		return d.total[j] - d.total[i]
+	}
+	a := 0.0
+	for r := range d.parts[i] {
+		a = max(a, d.parts[j][r]-d.parts[i][r])
+	}
+	return a
+}
+
+// rate is the rate delivered from the first sample at or after from to
+// the last at or before to, per second; NaN if that is no span.
+func (d delivered) rate(from, to time.Duration) float64 {
+	i, _ := slices.BinarySearch(d.at, from)
+	j, found := slices.BinarySearch(d.at, to)
+	if !found {
+		j--
+	}
+	if i >= j || j >= len(d.at) {
+		return math.NaN()
+	}
+	return d.amount(i, j) / (d.at[j] - d.at[i]).Seconds()
 }
 
 // binned is the series of amounts counted in bins of width from the
@@ -183,7 +212,7 @@ func (d delivered) deviations(from, to, win time.Duration, want float64) []float
 		if j == len(d.at) || d.at[j] > to {
 			break
 		}
-		rate := (d.total[j] - d.total[i]) / (d.at[j] - d.at[i]).Seconds()
+		rate := d.amount(i, j) / (d.at[j] - d.at[i]).Seconds()
 		out = append(out, math.Abs(rate/want-1))
 		i = j
 	}
