@@ -172,7 +172,8 @@ func printAppTable(stdout io.Writer, svcs []appService, counts, degs []int, samp
 // a service's throughput at degree d against degree 1 on the same nodes
 // under balanced load, where a share s of the calls are writes that run on
 // all d replicas and reads run on one: ratio = deg1/degd =
-// (1-s + d·s·x)/(1-s + s·x), solved for x. The paper explains its auction's
+// (1-s + d·s·x)/(1-s + s·x), solved for x; it holds for ratios below d
+// (x → ∞ gives d). The paper explains its auction's
 // small replication overhead by cheap writes ("bidding requests which
 // incur very little overhead"): the model says how cheap.
 func writeCost(s float64, d int, ratio float64) float64 {
@@ -193,7 +194,14 @@ func printWriteCosts(stdout io.Writer, svcs []appService, counts, degs []int, sa
 		if m1 == 0 || md == 0 {
 			continue
 		}
-		fmt.Fprintf(stdout, "  %s at %d nodes (%.0f%% writes): degree %d at %.2f× degree 1 means a write on one replica costs %.1f reads", svc.name, top, 100*svc.writeShare, d, md/m1, writeCost(svc.writeShare, d, m1/md))
+		fmt.Fprintf(stdout, "  %s at %d nodes (%.0f%% writes): degree %d at %.2f× degree 1", svc.name, top, 100*svc.writeShare, d, md/m1)
+		if m1/md >= float64(d) {
+			// However costly its writes, d replicas cost at most d times
+			// one: the rest is not the writes' own work.
+			fmt.Fprintf(stdout, ", below 1/%d: more than any write cost explains\n", d)
+			continue
+		}
+		fmt.Fprintf(stdout, " means a write on one replica costs %.1f reads", writeCost(svc.writeShare, d, m1/md))
 		if svc.name == "auction" && d == 4 {
 			fmt.Fprintf(stdout, " (the %.2f× goal holds up to %.1f)", auctionDegreeGoal, writeCost(svc.writeShare, d, 1/auctionDegreeGoal))
 		}
