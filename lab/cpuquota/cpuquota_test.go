@@ -66,22 +66,30 @@ func TestSpinHelper(t *testing.T) {
 	}
 }
 
-// TestQuotaHolds confines a busy process to 0.2 of a core and measures
-// it: it stays within the quota, and an unconfined one judged against the
-// same quota is caught above it (the check can fail).
-func TestQuotaHolds(t *testing.T) {
-	root, err := Open("neptune-cpuquota-test")
+// openRoot opens a parent group for one test, closed when it ends; it
+// skips without root or a cpu controller, except under CI.
+func openRoot(t *testing.T, name string) *Root {
+	t.Helper()
+	root, err := Open(name)
 	if errors.Is(err, ErrUnavailable) && os.Getenv("CI") == "" {
 		t.Skipf("%v (needs root and a cgroup cpu controller)", err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		if err := root.Close(); err != nil {
 			t.Errorf("close: %v", err)
 		}
-	}()
+	})
+	return root
+}
+
+// TestQuotaHolds confines a busy process to 0.2 of a core and measures
+// it: it stays within the quota, and an unconfined one judged against the
+// same quota is caught above it (the check can fail).
+func TestQuotaHolds(t *testing.T) {
+	root := openRoot(t, "neptune-cpuquota-test")
 	g, err := root.Group("spinner", 0.2, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -146,18 +154,7 @@ func TestFillHelper(t *testing.T) {
 // to 32 MB of memory: the group's usage, page cache included, stays
 // within the limit (unconfined, the file's pages would all stay cached).
 func TestMemoryLimitBoundsTheCache(t *testing.T) {
-	root, err := Open("neptune-cpuquota-memtest")
-	if errors.Is(err, ErrUnavailable) && os.Getenv("CI") == "" {
-		t.Skipf("%v (needs root and a cgroup cpu controller)", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := root.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	}()
+	root := openRoot(t, "neptune-cpuquota-memtest")
 	const limit = 32 << 20
 	g, err := root.Group("filler", 1, limit)
 	if errors.Is(err, ErrNoMemory) && os.Getenv("CI") == "" {
