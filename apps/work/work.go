@@ -283,11 +283,10 @@ func (s *server) replaceRead(footprint uint64) error {
 // fill makes an unlinked file of n bytes of data, cached as written, with
 // readahead off.
 func fill(n uint64) (*os.File, error) {
-	f, err := os.CreateTemp("", "neptune-work-read-*")
+	f, err := unlinkedTemp("neptune-work-read-*")
 	if err != nil {
 		return nil, err
 	}
-	err = os.Remove(f.Name())
 	buf := pattern()
 	for off := uint64(0); off < n && err == nil; off += uint64(len(buf)) {
 		_, err = f.WriteAt(buf[:min(n-off, uint64(len(buf)))], int64(off))
@@ -357,7 +356,13 @@ func (s *server) takeScratch() (*os.File, error) {
 		return f, nil
 	}
 	s.mu.Unlock()
-	f, err := os.CreateTemp("", "neptune-work-fsync-*")
+	return unlinkedTemp("neptune-work-fsync-*")
+}
+
+// unlinkedTemp is a new file under the system's temporary directory,
+// already unlinked: nothing is left behind, even by a killed process.
+func unlinkedTemp(name string) (*os.File, error) {
+	f, err := os.CreateTemp("", name)
 	if err != nil {
 		return nil, err
 	}
